@@ -1,0 +1,235 @@
+//! Flows (one passenger TCP connection, one direction) and users (one passenger).
+//!
+//! The scheduler does not hold payload bytes: it tracks sequence numbers. A flow's sequence
+//! space is its data bytes `[0, len)` followed, once the source closed, by one unit for the FIN
+//! at `len` (as in TCP). Acknowledgements are cumulative in that space.
+
+use alloc::collections::{BTreeMap, VecDeque};
+use core::fmt;
+
+use crate::path::PathSet;
+
+/// Identifies a flow; chosen by the caller, unique among open flows.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct FlowId(pub u64);
+
+impl fmt::Display for FlowId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "flow{}", self.0)
+    }
+}
+
+/// Identifies a user (a passenger, e.g. by source address); chosen by the caller.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct UserId(pub u64);
+
+impl fmt::Display for UserId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "user{}", self.0)
+    }
+}
+
+/// A range waiting to be sent again, with the paths that already carried it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Pending {
+    pub end: u64,
+    pub carried_on: PathSet,
+}
+
+#[derive(Debug, Clone)]
+pub(crate) struct Flow {
+    pub id: FlowId,
+    pub gen: u32,
+    pub user_slot: u32,
+    /// Sequence just past the last data byte the source has given us.
+    pub buffered_end: u64,
+    /// Sequence number of the FIN, once the source closed.
+    pub fin_at: Option<u64>,
+    /// Next sequence number never sent.
+    pub next_new: u64,
+    /// Cumulative acknowledgement.
+    pub acked: u64,
+    /// Data may be sent below this sequence number (receiver credit).
+    pub credit_limit: u64,
+    /// FIN or RST seen.
+    pub tail: bool,
+    /// Reinjections keyed by start sequence.
+    pub pending: BTreeMap<u64, Pending>,
+    pub pending_bytes: u64,
+    /// In its user's round-robin ring.
+    pub queued: bool,
+}
+
+impl Flow {
+    pub fn new(id: FlowId, gen: u32, user_slot: u32, credit_limit: u64) -> Self {
+        Flow {
+            id,
+            gen,
+            user_slot,
+            buffered_end: 0,
+            fin_at: None,
+            next_new: 0,
+            acked: 0,
+            credit_limit,
+            tail: false,
+            pending: BTreeMap::new(),
+            pending_bytes: 0,
+            queued: false,
+        }
+    }
+
+    /// Sequence just past everything the flow will have to send so far (FIN included).
+    pub fn end_seq(&self) -> u64 {
+        match self.fin_at {
+            Some(f) => f + 1,
+            None => self.buffered_end,
+        }
+    }
+
+    /// Bytes not yet sent (new data, FIN and pending reinjections).
+    pub fn remaining(&self) -> u64 {
+        (self.end_seq() - self.next_new).saturating_add(self.pending_bytes)
+    }
+
+    /// The next new chunk `(offset, seq_len)` of at most `chunk_bytes` data bytes, if any may be
+    /// sent now.
+    pub fn next_new_chunk(&self, chunk_bytes: u64) -> Option<(u64, u64)> {
+        let start = self.next_new;
+        let data_limit = self.buffered_end.min(self.credit_limit);
+        if start < data_limit {
+            let len = chunk_bytes.min(data_limit - start);
+            let fin = u64::from(self.fin_at == Some(start + len));
+            Some((start, len + fin))
+        } else if self.fin_at == Some(start) {
+            Some((start, 1))
+        } else {
+            None
+        }
+    }
+
+    /// Has the flow anything it might send (ignoring path state)?
+    pub fn backlogged(&self) -> bool {
+        !self.pending.is_empty() || self.next_new_chunk(1).is_some()
+    }
+
+    /// Does `[offset, offset+seq_len)` carry the FIN?
+    pub fn carries_fin(&self, offset: u64, seq_len: u64) -> bool {
+        matches!(self.fin_at, Some(f) if f >= offset && f < offset + seq_len)
+    }
+
+    /// Queue `[start, end)` for reinjection (trimmed to what is unacknowledged).
+    pub fn add_pending(&mut self, start: u64, end: u64, carried_on: PathSet) {
+        let start = start.max(self.acked);
+        if start >= end {
+            return;
+        }
+        match self.pending.get_mut(&start) {
+            Some(p) => {
+                p.carried_on = p.carried_on.union(carried_on);
+                if end > p.end {
+                    self.pending_bytes += end - p.end;
+                    p.end = end;
+                }
+            }
+            None => {
+                self.pending.insert(start, Pending { end, carried_on });
+                self.pending_bytes += end - start;
+            }
+        }
+    }
+
+    /// Apply a cumulative ack: drop reinjections it covers.
+    pub fn apply_ack(&mut self, acked: u64) {
+        if acked <= self.acked {
+            return;
+        }
+        self.acked = acked;
+        while let Some((&start, &p)) = self.pending.first_key_value() {
+            if start >= acked {
+                break;
+            }
+            self.pending.remove(&start);
+            self.pending_bytes -= p.end - start;
+            if p.end > acked {
+                self.pending.insert(acked, p);
+                self.pending_bytes += p.end - acked;
+                break;
+            }
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+pub(crate) struct User {
+    pub id: UserId,
+    pub gen: u32,
+    /// Round-robin ring of backlogged flows (slot, generation).
+    pub ring: VecDeque<(u32, u32)>,
+    pub flows: u32,
+    /// Exponentially weighted scheduled bytes, scaled by the PF clock (see `scheduler`).
+    pub pf_acc: f64,
+    /// In the scheduler's active-user list.
+    pub active: bool,
+}
+
+impl User {
+    pub fn new(id: UserId, gen: u32) -> Self {
+        User {
+            id,
+            gen,
+            ring: VecDeque::new(),
+            flows: 0,
+            pf_acc: 0.0,
+            active: false,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn chunks_respect_credit_and_carry_fin() {
+        let mut f = Flow::new(FlowId(1), 0, 0, 3000);
+        assert_eq!(f.next_new_chunk(1000), None);
+        f.buffered_end = 5000;
+        assert_eq!(f.next_new_chunk(1000), Some((0, 1000)));
+        f.next_new = 2500;
+        assert_eq!(f.next_new_chunk(1000), Some((2500, 500)), "credit-limited");
+        f.credit_limit = u64::MAX;
+        f.fin_at = Some(5000);
+        f.next_new = 4500;
+        assert_eq!(
+            f.next_new_chunk(1000),
+            Some((4500, 501)),
+            "last data carries FIN"
+        );
+        assert!(f.carries_fin(4500, 501));
+        f.next_new = 5000;
+        assert_eq!(f.next_new_chunk(1000), Some((5000, 1)), "FIN alone");
+        f.next_new = 5001;
+        assert_eq!(f.next_new_chunk(1000), None);
+        assert_eq!(f.remaining(), 0);
+    }
+
+    #[test]
+    fn pending_merges_and_trims_on_ack() {
+        let mut f = Flow::new(FlowId(1), 0, 0, u64::MAX);
+        f.buffered_end = 1000;
+        f.next_new = 1000;
+        f.add_pending(100, 200, PathSet::from_bits(1));
+        f.add_pending(100, 200, PathSet::from_bits(2));
+        f.add_pending(300, 400, PathSet::from_bits(1));
+        assert_eq!(f.pending_bytes, 200);
+        assert_eq!(f.pending[&100].carried_on, PathSet::from_bits(3));
+        f.apply_ack(150);
+        assert_eq!(f.pending_bytes, 150);
+        assert!(f.pending.contains_key(&150));
+        f.apply_ack(1000);
+        assert!(f.pending.is_empty());
+        assert_eq!(f.pending_bytes, 0);
+        f.add_pending(10, 20, PathSet::EMPTY);
+        assert!(f.pending.is_empty(), "acked ranges are not reinjected");
+    }
+}

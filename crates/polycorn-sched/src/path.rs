@@ -1,0 +1,385 @@
+//! Paths (one long-lived subflow per cellular carrier), path bitmasks, and the per-path
+//! snapshot the stages read.
+//!
+//! The I/O layer feeds samples ([`TcpInfoSample`] from `TCP_INFO`, RTT and one-way delay from
+//! ping frames, RTO events); the scheduler itself adds what it schedules onto a path to that
+//! path's not-yet-sent bytes, so consecutive decisions between two samples see the queue grow.
+
+use core::fmt;
+
+use crate::time::{Bandwidth, Duration, Instant};
+
+/// Most paths one scheduler handles (the width of [`PathSet`]).
+pub const MAX_PATHS: usize = 32;
+
+/// Identifies a path; an index below [`MAX_PATHS`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct PathId(u8);
+
+impl PathId {
+    /// The path with index `index`, or `None` if `index >= MAX_PATHS`.
+    pub const fn new(index: usize) -> Option<PathId> {
+        if index < MAX_PATHS {
+            Some(PathId(index as u8))
+        } else {
+            None
+        }
+    }
+    /// The index of this path, below [`MAX_PATHS`].
+    pub const fn index(self) -> usize {
+        self.0 as usize
+    }
+}
+
+impl fmt::Display for PathId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "path{}", self.0)
+    }
+}
+
+/// A set of paths as a bitmask.
+#[derive(Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub struct PathSet(u32);
+
+impl PathSet {
+    /// The empty set.
+    pub const EMPTY: PathSet = PathSet(0);
+
+    /// The set holding only `path`.
+    pub const fn single(path: PathId) -> PathSet {
+        PathSet(1 << path.0)
+    }
+    /// The raw bitmask (bit i = path i).
+    pub const fn bits(self) -> u32 {
+        self.0
+    }
+    /// The set with bitmask `bits`.
+    pub const fn from_bits(bits: u32) -> PathSet {
+        PathSet(bits)
+    }
+    /// Does the set hold `path`?
+    pub const fn contains(self, path: PathId) -> bool {
+        self.0 & (1 << path.0) != 0
+    }
+    /// Add `path`.
+    pub fn insert(&mut self, path: PathId) {
+        self.0 |= 1 << path.0;
+    }
+    /// Remove `path`.
+    pub fn remove(&mut self, path: PathId) {
+        self.0 &= !(1 << path.0);
+    }
+    /// Number of paths in the set.
+    pub const fn len(self) -> usize {
+        self.0.count_ones() as usize
+    }
+    /// Is the set empty?
+    pub const fn is_empty(self) -> bool {
+        self.0 == 0
+    }
+    /// Paths in either set.
+    pub const fn union(self, other: PathSet) -> PathSet {
+        PathSet(self.0 | other.0)
+    }
+    /// Paths in both sets.
+    pub const fn intersection(self, other: PathSet) -> PathSet {
+        PathSet(self.0 & other.0)
+    }
+    /// Paths in `self` but not in `other`.
+    pub const fn difference(self, other: PathSet) -> PathSet {
+        PathSet(self.0 & !other.0)
+    }
+    /// Is every path of `self` also in `other`?
+    pub const fn is_subset(self, other: PathSet) -> bool {
+        self.0 & !other.0 == 0
+    }
+    /// The lowest-indexed path, if any.
+    pub fn first(self) -> Option<PathId> {
+        if self.0 == 0 {
+            None
+        } else {
+            Some(PathId(self.0.trailing_zeros() as u8))
+        }
+    }
+    /// Paths in ascending index order.
+    pub fn iter(self) -> PathSetIter {
+        PathSetIter(self.0)
+    }
+}
+
+impl fmt::Debug for PathSet {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_set().entries(self.iter().map(|p| p.0)).finish()
+    }
+}
+
+impl fmt::Display for PathSet {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("{")?;
+        for (i, p) in self.iter().enumerate() {
+            if i > 0 {
+                f.write_str(",")?;
+            }
+            write!(f, "{}", p.0)?;
+        }
+        f.write_str("}")
+    }
+}
+
+impl FromIterator<PathId> for PathSet {
+    fn from_iter<I: IntoIterator<Item = PathId>>(iter: I) -> Self {
+        let mut s = PathSet::EMPTY;
+        for p in iter {
+            s.insert(p);
+        }
+        s
+    }
+}
+
+/// Iterator over a [`PathSet`] in ascending order.
+#[derive(Debug, Clone)]
+pub struct PathSetIter(u32);
+
+impl Iterator for PathSetIter {
+    type Item = PathId;
+    fn next(&mut self) -> Option<PathId> {
+        if self.0 == 0 {
+            return None;
+        }
+        let i = self.0.trailing_zeros();
+        self.0 &= self.0 - 1;
+        Some(PathId(i as u8))
+    }
+}
+
+/// One reading of a subflow's kernel state (Linux `TCP_INFO`), already converted to units.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TcpInfoSample {
+    /// Kernel smoothed RTT (`tcpi_rtt`).
+    pub srtt: Duration,
+    /// Kernel RTT variance (`tcpi_rttvar`).
+    pub rttvar: Duration,
+    /// Kernel minimum RTT (`tcpi_min_rtt`), if reported.
+    pub min_rtt: Option<Duration>,
+    /// Congestion window in bytes (`tcpi_snd_cwnd * tcpi_snd_mss`).
+    pub cwnd_bytes: u64,
+    /// Sender MSS (`tcpi_snd_mss`).
+    pub mss_bytes: u32,
+    /// Bytes sent and not yet acknowledged (`tcpi_unacked * tcpi_snd_mss`).
+    pub unacked_bytes: u64,
+    /// Bytes written to the socket and not yet sent (`tcpi_notsent_bytes`).
+    pub notsent_bytes: u64,
+    /// Delivery-rate estimate (`tcpi_delivery_rate`); zero if the kernel has none yet.
+    pub delivery_rate: Bandwidth,
+    /// Consecutive RTO back-offs of the oldest unacknowledged segment (`tcpi_backoff`).
+    pub rto_backoff: u32,
+    /// Total bytes acknowledged on this subflow (`tcpi_bytes_acked`); progress resets RTO counting.
+    pub bytes_acked: u64,
+}
+
+/// Default MSS assumed before the first sample (Ethernet MTU minus IPv4/TCP headers with
+/// timestamps).
+pub const DEFAULT_MSS_BYTES: u32 = 1448;
+
+/// Everything the stages know about one path at decision time.
+#[derive(Clone, Debug, PartialEq)]
+pub struct PathState {
+    /// Which path.
+    pub id: PathId,
+    /// Whether the subflow is connected and usable; dead paths are in none of S, C, U.
+    pub alive: bool,
+    /// Smoothed RTT.
+    pub srtt: Duration,
+    /// RTT variance.
+    pub rttvar: Duration,
+    /// Smallest RTT seen.
+    pub min_rtt: Duration,
+    /// Congestion window in bytes.
+    pub cwnd_bytes: u64,
+    /// Sender MSS in bytes.
+    pub mss_bytes: u32,
+    /// Bytes in flight (sent, not acknowledged by the subflow).
+    pub unacked_bytes: u64,
+    /// Bytes queued on the subflow and not yet sent (its share of the send buffer).
+    pub notsent_bytes: u64,
+    /// Bandwidth estimate; zero when unknown.
+    pub bandwidth: Bandwidth,
+    /// When `bandwidth` was last updated.
+    pub bandwidth_at: Instant,
+    /// One-way delay estimate towards the peer.
+    pub owd: Duration,
+    /// Whether `owd` was measured (otherwise it is `srtt / 2`).
+    pub owd_measured: bool,
+    /// Consecutive RTOs without progress.
+    pub consecutive_rtos: u32,
+    /// When the scheduler last placed bytes on this path (`None`: never).
+    pub last_scheduled: Option<Instant>,
+    /// Bytes the scheduler placed on other paths since it last placed any here.
+    pub bytes_elsewhere_since: u64,
+    /// Total `bytes_acked` of the last sample (to detect progress).
+    pub bytes_acked: u64,
+}
+
+impl PathState {
+    /// A fresh path: RTT `initial_rtt` until measured, an initial window of 10 MSS
+    /// (RFC 6928), nothing in flight.
+    pub fn new(id: PathId, initial_rtt: Duration) -> Self {
+        PathState {
+            id,
+            alive: true,
+            srtt: initial_rtt,
+            rttvar: Duration::from_micros(initial_rtt.as_micros() / 2),
+            min_rtt: initial_rtt,
+            cwnd_bytes: 10 * DEFAULT_MSS_BYTES as u64,
+            mss_bytes: DEFAULT_MSS_BYTES,
+            unacked_bytes: 0,
+            notsent_bytes: 0,
+            bandwidth: Bandwidth::ZERO,
+            bandwidth_at: Instant::ZERO,
+            owd: Duration::from_micros(initial_rtt.as_micros() / 2),
+            owd_measured: false,
+            consecutive_rtos: 0,
+            last_scheduled: None,
+            bytes_elsewhere_since: 0,
+            bytes_acked: 0,
+        }
+    }
+
+    /// Bytes the subflow holds: in flight plus not yet sent.
+    pub fn queued_bytes(&self) -> u64 {
+        self.unacked_bytes.saturating_add(self.notsent_bytes)
+    }
+
+    /// Can the subflow take more bytes right now (window not full)? This is MPTCP's
+    /// "subflow available" test: in-flight plus queued bytes below the congestion window.
+    pub fn has_room(&self) -> bool {
+        self.alive && self.queued_bytes() < self.cwnd_bytes
+    }
+
+    /// Bandwidth to use in delay estimates: the measured estimate, else `cwnd / srtt`.
+    pub fn effective_bandwidth(&self) -> Bandwidth {
+        if !self.bandwidth.is_zero() {
+            self.bandwidth
+        } else {
+            Bandwidth::from_bytes_over(self.cwnd_bytes, self.srtt)
+        }
+    }
+
+    /// RTT variance relative to RTT (the paper's η in §4.4).
+    pub fn rtt_variability(&self) -> f64 {
+        if self.srtt.is_zero() {
+            0.0
+        } else {
+            self.rttvar.as_secs_f64() / self.srtt.as_secs_f64()
+        }
+    }
+
+    /// Age of the bandwidth estimate at `now`.
+    pub fn bandwidth_age(&self, now: Instant) -> Duration {
+        now - self.bandwidth_at
+    }
+
+    /// Apply a `TCP_INFO` sample. Returns how many *new* consecutive RTOs it reveals.
+    pub(crate) fn apply_tcp_info(&mut self, now: Instant, s: &TcpInfoSample) -> u32 {
+        if !s.srtt.is_zero() {
+            self.srtt = s.srtt;
+            self.rttvar = s.rttvar;
+        }
+        match s.min_rtt {
+            Some(m) if !m.is_zero() => self.min_rtt = m,
+            _ => self.min_rtt = self.min_rtt.min(self.srtt),
+        }
+        if s.mss_bytes > 0 {
+            self.mss_bytes = s.mss_bytes;
+        }
+        self.cwnd_bytes = s.cwnd_bytes;
+        self.unacked_bytes = s.unacked_bytes;
+        self.notsent_bytes = s.notsent_bytes;
+        if !s.delivery_rate.is_zero() {
+            self.bandwidth = s.delivery_rate;
+            self.bandwidth_at = now;
+        }
+        if !self.owd_measured {
+            self.owd = Duration::from_micros(self.srtt.as_micros() / 2);
+        }
+        let progressed = s.bytes_acked > self.bytes_acked;
+        self.bytes_acked = s.bytes_acked;
+        let before = self.consecutive_rtos;
+        self.consecutive_rtos = s.rto_backoff;
+        if progressed && s.rto_backoff == 0 {
+            0
+        } else {
+            s.rto_backoff.saturating_sub(before)
+        }
+    }
+
+    /// Fold one RTT measurement into `srtt`/`rttvar` (RFC 6298 §2, α = 1/8, β = 1/4).
+    pub(crate) fn apply_rtt(&mut self, rtt: Duration) {
+        let r = rtt.as_micros() as i128;
+        let srtt = self.srtt.as_micros() as i128;
+        let var = self.rttvar.as_micros() as i128;
+        let new_var = (3 * var + (srtt - r).abs()) / 4;
+        let new_srtt = (7 * srtt + r) / 8;
+        self.rttvar = Duration::from_micros(new_var as u64);
+        self.srtt = Duration::from_micros(new_srtt as u64);
+        self.min_rtt = self.min_rtt.min(rtt);
+        if !self.owd_measured {
+            self.owd = Duration::from_micros(self.srtt.as_micros() / 2);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pathset_ops() {
+        let a = PathId::new(0).unwrap();
+        let b = PathId::new(31).unwrap();
+        assert!(PathId::new(32).is_none());
+        let mut s = PathSet::EMPTY;
+        s.insert(a);
+        s.insert(b);
+        assert_eq!(s.len(), 2);
+        assert_eq!(s.iter().collect::<alloc::vec::Vec<_>>(), [a, b]);
+        s.remove(a);
+        assert_eq!(s.first(), Some(b));
+        assert!(PathSet::single(b).is_subset(s));
+        assert_eq!(alloc::format!("{}", PathSet::from_bits(0b101)), "{0,2}");
+    }
+
+    #[test]
+    fn tcp_info_reveals_new_rtos_and_progress_resets() {
+        let mut p = PathState::new(PathId::new(0).unwrap(), Duration::from_millis(100));
+        let mut s = TcpInfoSample {
+            srtt: Duration::from_millis(50),
+            rttvar: Duration::from_millis(5),
+            min_rtt: None,
+            cwnd_bytes: 14480,
+            mss_bytes: 1448,
+            unacked_bytes: 1448,
+            notsent_bytes: 0,
+            delivery_rate: Bandwidth::ZERO,
+            rto_backoff: 2,
+            bytes_acked: 0,
+        };
+        assert_eq!(p.apply_tcp_info(Instant::ZERO, &s), 2);
+        s.rto_backoff = 3;
+        assert_eq!(p.apply_tcp_info(Instant::ZERO, &s), 1);
+        s.rto_backoff = 0;
+        s.bytes_acked = 10;
+        assert_eq!(p.apply_tcp_info(Instant::ZERO, &s), 0);
+        assert_eq!(p.consecutive_rtos, 0);
+        assert_eq!(p.min_rtt, Duration::from_millis(50));
+    }
+
+    #[test]
+    fn rfc6298_smoothing() {
+        let mut p = PathState::new(PathId::new(0).unwrap(), Duration::from_millis(100));
+        p.apply_rtt(Duration::from_millis(20));
+        assert_eq!(p.srtt, Duration::from_micros(90_000));
+        assert_eq!(p.rttvar, Duration::from_micros((3 * 50_000 + 80_000) / 4));
+        assert_eq!(p.min_rtt, Duration::from_millis(20));
+    }
+}

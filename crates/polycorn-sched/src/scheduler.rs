@@ -1,0 +1,1056 @@
+//! The scheduler: per-path, per-flow and per-user state around a [`Pipeline`].
+//!
+//! One poll = one decision (POLYCORN §4.7):
+//! 1. pick a **user** by proportional fairness,
+//! 2. pick one of its **flows** round robin,
+//! 3. take the flow's next **chunk**: the smallest unsent sequence, pending reinjections first,
+//! 4. run the **pipeline** over S/C/U to choose the paths.
+//!
+//! If the pipeline selects nothing for that chunk (HPR blocked every path, TPR or BLEST/ECF
+//! decided to wait), the next flow of the user and then the next user are tried, up to
+//! [`SchedConfig::max_attempts_per_poll`] chunks, so a waiting tail chunk does not idle paths
+//! other flows could use.
+//!
+//! **Proportional fairness.** All users share the same paths, so every user's instantaneous
+//! achievable rate is the same and the PF metric `r_u / R_u` reduces to serving the backlogged
+//! user with the smallest `R_u`: the exponentially weighted average of bytes scheduled for `u`,
+//! with time constant [`SchedConfig::pf_time_constant`] (1 s). The average is kept as a sum of
+//! bytes scaled by `exp((t - t_ref) / T)`, so one update costs one `exp` and comparisons need
+//! none; `t_ref` is moved forward before the scale overflows.
+
+use alloc::boxed::Box;
+use alloc::collections::{BTreeMap, VecDeque};
+use alloc::vec::Vec;
+
+use crate::flow::{Flow, FlowId, User, UserId};
+use crate::path::{PathId, PathSet, PathState, TcpInfoSample, MAX_PATHS};
+use crate::predict::HandoverPredictor;
+use crate::reinject::ReinjectAction;
+use crate::sets::Moves;
+use crate::sets::{Move, PathSets, Reason, SetName, Trace, DEFAULT_TRACE_CAPACITY};
+use crate::spec::{Pipeline, SpecError};
+use crate::stage::{ChunkView, PathEvent, PathView, StageCtx, TrainContext};
+use crate::time::{Bandwidth, Duration, Instant};
+
+/// Tunables of the driver (the stages carry their own constants).
+#[derive(Clone, Debug, PartialEq)]
+pub struct SchedConfig {
+    /// Largest chunk, in data bytes, placed by one decision. Default 1400: about one packet, as
+    /// HRSCH decides per packet; leaves room for framing and encryption within a 1448-byte MSS.
+    pub chunk_bytes: u32,
+    /// RTT assumed for a path before its first sample. Default 200 ms, near the median LTE RTT
+    /// measured on HSR (POLYCORN §2: 185/191 ms).
+    pub initial_rtt: Duration,
+    /// Time constant of the PF average. Default 1 s: a few hundred decisions at HSR rates, short
+    /// enough that a passenger returning from idle is served promptly.
+    pub pf_time_constant: Duration,
+    /// Chunks one poll may try before answering "nothing now". Default 8.
+    pub max_attempts_per_poll: u16,
+    /// After a poll that had data but sent nothing, [`Scheduler::poll_timeout`] asks to be polled
+    /// again this much later even if no sample arrives. Default 5 ms.
+    pub recheck_interval: Duration,
+    /// Moves kept in the trace of the latest poll (0 disables tracing). Default 256.
+    pub trace_capacity: usize,
+    /// Credit (highest sendable sequence) a new flow starts with. Default unlimited; the proto
+    /// layer sets real credit with [`Scheduler::on_flow_credit`].
+    pub initial_credit_bytes: u64,
+}
+
+impl Default for SchedConfig {
+    fn default() -> Self {
+        SchedConfig {
+            chunk_bytes: 1400,
+            initial_rtt: Duration::from_millis(200),
+            pf_time_constant: Duration::from_secs(1),
+            max_attempts_per_poll: 8,
+            recheck_interval: Duration::from_millis(5),
+            trace_capacity: DEFAULT_TRACE_CAPACITY,
+            initial_credit_bytes: u64::MAX,
+        }
+    }
+}
+
+/// What to send: bytes `[offset, offset + len)` of `flow` (plus its FIN if `fin`) on every path
+/// in `paths`. More than one path means redundant copies.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Decision {
+    /// Owner of the flow.
+    pub user: UserId,
+    /// The flow.
+    pub flow: FlowId,
+    /// First data byte.
+    pub offset: u64,
+    /// Data bytes (0 for a bare FIN).
+    pub len: u32,
+    /// Whether the chunk ends with the flow's FIN.
+    pub fin: bool,
+    /// Paths to send on (never empty).
+    pub paths: PathSet,
+    /// Whether this chunk was sent before and is being reinjected.
+    pub reinjection: bool,
+}
+
+impl Decision {
+    /// Sequence space covered: data bytes plus one for a FIN.
+    pub fn seq_len(&self) -> u64 {
+        u64::from(self.len) + u64::from(self.fin)
+    }
+}
+
+/// Refused inputs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum SchedError {
+    /// The path is not configured.
+    #[error("{0} is not configured")]
+    UnknownPath(PathId),
+    /// The path is already configured.
+    #[error("{0} is already configured")]
+    PathExists(PathId),
+    /// The flow is not open.
+    #[error("{0} is not open")]
+    UnknownFlow(FlowId),
+    /// A flow with this id is already open.
+    #[error("{0} is already open")]
+    FlowExists(FlowId),
+    /// Data after the flow's FIN.
+    #[error("{0}: data after FIN")]
+    DataAfterFin(FlowId),
+    /// An acknowledgement for sequence numbers never sent.
+    #[error("{flow}: ack {ack} beyond highest sent sequence {sent}")]
+    AckBeyondSent {
+        /// The flow.
+        flow: FlowId,
+        /// The acknowledged sequence.
+        ack: u64,
+        /// Highest sequence sent.
+        sent: u64,
+    },
+    /// The flow's sequence space would overflow 64 bits.
+    #[error("{0}: sequence space overflow")]
+    SeqOverflow(FlowId),
+}
+
+/// Counters for metrics.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct SchedStats {
+    /// Polls that returned a decision.
+    pub decisions: u64,
+    /// Polls that had data but returned nothing.
+    pub waits: u64,
+    /// Sequence units of new data scheduled (first copy).
+    pub new_bytes: u64,
+    /// Sequence units of reinjected chunks scheduled (first copy).
+    pub reinjected_bytes: u64,
+    /// Sequence units of extra copies (redundant, ORI) beyond the first.
+    pub redundant_bytes: u64,
+    /// Reinjection triggers (an RTO that moved chunks back, or a path reset).
+    pub reinjection_events: u64,
+    /// Sequence units scheduled per path (every copy).
+    pub path_bytes: [u64; MAX_PATHS],
+}
+
+/// One chunk tried in the latest poll.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Attempt {
+    /// Attempt number, matching [`Move::attempt`].
+    pub attempt: u16,
+    /// The chunk.
+    pub chunk: ChunkView,
+    /// Sets before the first stage.
+    pub start: PathSets,
+    /// Sets after the last stage; S is what was sent (nothing if empty).
+    pub end: PathSets,
+}
+
+#[derive(Clone, Copy, Debug)]
+struct SentRecord {
+    flow_slot: u32,
+    flow_gen: u32,
+    start: u64,
+    end: u64,
+    carried_on: PathSet,
+}
+
+#[derive(Clone, Copy, Debug)]
+struct ChunkPick {
+    offset: u64,
+    seq_len: u64,
+    reinjection: bool,
+    carried_on: PathSet,
+}
+
+/// Rebase the PF clock when weights exceed this.
+const PF_MAX_WEIGHT: f64 = 1e100;
+
+/// The multipath scheduler. Pure: no clock, no I/O; every input carries `now`.
+#[derive(Debug)]
+pub struct Scheduler {
+    cfg: SchedConfig,
+    pipeline: Pipeline,
+    paths: Box<[Option<PathState>; MAX_PATHS]>,
+    inflight: Vec<VecDeque<SentRecord>>,
+    flows: Vec<Option<Flow>>,
+    free_flows: Vec<u32>,
+    flow_index: BTreeMap<FlowId, u32>,
+    users: Vec<Option<User>>,
+    free_users: Vec<u32>,
+    user_index: BTreeMap<UserId, u32>,
+    active_users: Vec<(u32, u32)>,
+    user_tried: Vec<u64>,
+    poll_stamp: u64,
+    next_gen: u32,
+    pf_ref: Instant,
+    train: TrainContext,
+    trace: Trace,
+    attempts: Vec<Attempt>,
+    last_now: Instant,
+    waiting_at: Option<Instant>,
+    stats: SchedStats,
+}
+
+impl Scheduler {
+    /// A scheduler running `pipeline`.
+    pub fn new(cfg: SchedConfig, pipeline: Pipeline) -> Self {
+        let trace = Trace::with_capacity(cfg.trace_capacity);
+        Scheduler {
+            pipeline,
+            paths: Box::new([const { None }; MAX_PATHS]),
+            inflight: (0..MAX_PATHS).map(|_| VecDeque::new()).collect(),
+            flows: Vec::new(),
+            free_flows: Vec::new(),
+            flow_index: BTreeMap::new(),
+            users: Vec::new(),
+            free_users: Vec::new(),
+            user_index: BTreeMap::new(),
+            active_users: Vec::new(),
+            user_tried: Vec::new(),
+            poll_stamp: 0,
+            next_gen: 0,
+            pf_ref: Instant::ZERO,
+            train: TrainContext::default(),
+            trace,
+            attempts: Vec::with_capacity(usize::from(cfg.max_attempts_per_poll)),
+            last_now: Instant::ZERO,
+            waiting_at: None,
+            stats: SchedStats::default(),
+            cfg,
+        }
+    }
+
+    /// A scheduler running the pipeline described by `spec` (see [`crate::spec`]).
+    pub fn from_spec(cfg: SchedConfig, spec: &str) -> Result<Self, SpecError> {
+        Ok(Scheduler::new(cfg, Pipeline::from_spec(spec)?))
+    }
+
+    // ----- read access -------------------------------------------------------------------
+
+    /// The configuration.
+    pub fn config(&self) -> &SchedConfig {
+        &self.cfg
+    }
+    /// The pipeline.
+    pub fn pipeline(&self) -> &Pipeline {
+        &self.pipeline
+    }
+    /// State of `path`, if configured.
+    pub fn path(&self, path: PathId) -> Option<&PathState> {
+        self.paths[path.index()].as_ref()
+    }
+    /// Configured paths that are alive.
+    pub fn live_paths(&self) -> PathSet {
+        self.paths
+            .iter()
+            .flatten()
+            .filter(|p| p.alive)
+            .map(|p| p.id)
+            .collect()
+    }
+    /// Moves of the latest poll.
+    pub fn trace(&self) -> &Trace {
+        &self.trace
+    }
+    /// Chunks tried in the latest poll, with their sets before and after the pipeline.
+    pub fn attempts(&self) -> &[Attempt] {
+        &self.attempts
+    }
+    /// Counters.
+    pub fn stats(&self) -> &SchedStats {
+        &self.stats
+    }
+    /// Train context as last reported.
+    pub fn train(&self) -> TrainContext {
+        self.train
+    }
+    /// Bytes of `flow` not yet sent (new data, FIN, pending reinjections).
+    pub fn flow_remaining(&self, flow: FlowId) -> Option<u64> {
+        self.flow_ref(flow).map(|f| f.remaining())
+    }
+    /// Pending reinjection bytes of `flow`.
+    pub fn flow_pending_reinjection(&self, flow: FlowId) -> Option<u64> {
+        self.flow_ref(flow).map(|f| f.pending_bytes)
+    }
+    /// Chunks of `path` sent and not yet known to be acknowledged (records kept for reinjection).
+    pub fn path_unacked_chunks(&self, path: PathId) -> usize {
+        self.inflight[path.index()]
+            .iter()
+            .filter(|r| match self.flows.get(r.flow_slot as usize) {
+                Some(Some(f)) => f.gen == r.flow_gen && f.acked < r.end,
+                _ => false,
+            })
+            .count()
+    }
+    /// Number of open flows.
+    pub fn open_flows(&self) -> usize {
+        self.flow_index.len()
+    }
+    /// Whether any flow has something it could send.
+    pub fn has_backlog(&self) -> bool {
+        self.flows.iter().flatten().any(Flow::backlogged)
+    }
+
+    // ----- paths -------------------------------------------------------------------------
+
+    fn observe(&mut self, now: Instant) {
+        self.last_now = self.last_now.max(now);
+    }
+
+    fn path_mut(&mut self, path: PathId) -> Result<&mut PathState, SchedError> {
+        self.paths[path.index()]
+            .as_mut()
+            .ok_or(SchedError::UnknownPath(path))
+    }
+
+    /// Configure a new live path.
+    pub fn add_path(&mut self, now: Instant, path: PathId) -> Result<(), SchedError> {
+        self.observe(now);
+        if self.paths[path.index()].is_some() {
+            return Err(SchedError::PathExists(path));
+        }
+        self.paths[path.index()] = Some(PathState::new(path, self.cfg.initial_rtt));
+        Ok(())
+    }
+
+    /// Remove a path; its unacknowledged chunks are reinjected.
+    pub fn remove_path(&mut self, now: Instant, path: PathId) -> Result<(), SchedError> {
+        self.on_path_reset(now, path)?;
+        self.paths[path.index()] = None;
+        Ok(())
+    }
+
+    /// Mark a path up or down (an outage detected by the shell). A down path is in none of
+    /// S/C/U; its chunks stay in flight until it recovers, times out (RTO) or is reset.
+    pub fn set_path_alive(
+        &mut self,
+        now: Instant,
+        path: PathId,
+        alive: bool,
+    ) -> Result<(), SchedError> {
+        self.observe(now);
+        self.path_mut(path)?.alive = alive;
+        Ok(())
+    }
+
+    /// The subflow of `path` was re-established: everything it held is lost, its chunks are
+    /// reinjected (allowed on this path again), and its counters restart.
+    pub fn on_path_reset(&mut self, now: Instant, path: PathId) -> Result<(), SchedError> {
+        self.observe(now);
+        let p = self.path_mut(path)?;
+        p.unacked_bytes = 0;
+        p.notsent_bytes = 0;
+        p.consecutive_rtos = 0;
+        p.bytes_acked = 0;
+        let bit = PathSet::single(path);
+        let records: Vec<SentRecord> = self.inflight[path.index()].drain(..).collect();
+        // The path lost these bytes: forget that it carried them, everywhere.
+        for q in self.inflight.iter_mut() {
+            for r in q.iter_mut() {
+                r.carried_on = r.carried_on.difference(bit);
+            }
+        }
+        for f in self.flows.iter_mut().flatten() {
+            for pend in f.pending.values_mut() {
+                pend.carried_on = pend.carried_on.difference(bit);
+            }
+        }
+        for r in records {
+            self.reinject(SentRecord {
+                carried_on: r.carried_on.difference(bit),
+                ..r
+            });
+        }
+        self.stats.reinjection_events += 1;
+        for s in self.pipeline.stages.iter_mut() {
+            s.on_path_event(now, path, PathEvent::Reset);
+        }
+        Ok(())
+    }
+
+    /// Apply a `TCP_INFO` reading; new consecutive RTOs it reveals trigger the reinjection policy.
+    pub fn on_tcp_info(
+        &mut self,
+        now: Instant,
+        path: PathId,
+        sample: &TcpInfoSample,
+    ) -> Result<(), SchedError> {
+        self.observe(now);
+        let p = self.path_mut(path)?;
+        let before = p.consecutive_rtos;
+        let new_rtos = p.apply_tcp_info(now, sample);
+        for i in 1..=new_rtos {
+            self.rto_reached(now, path, before + i);
+        }
+        Ok(())
+    }
+
+    /// One RTO fired on `path` (for shells or simulators that see RTO events directly).
+    pub fn on_rto(&mut self, now: Instant, path: PathId) -> Result<(), SchedError> {
+        self.observe(now);
+        let p = self.path_mut(path)?;
+        p.consecutive_rtos = p.consecutive_rtos.saturating_add(1);
+        let n = p.consecutive_rtos;
+        self.rto_reached(now, path, n);
+        Ok(())
+    }
+
+    /// The path delivered data again: consecutive RTO counting restarts.
+    pub fn on_path_progress(&mut self, now: Instant, path: PathId) -> Result<(), SchedError> {
+        self.observe(now);
+        self.path_mut(path)?.consecutive_rtos = 0;
+        Ok(())
+    }
+
+    /// An RTT measurement (ping/pong), folded in per RFC 6298.
+    pub fn on_rtt_sample(
+        &mut self,
+        now: Instant,
+        path: PathId,
+        rtt: Duration,
+    ) -> Result<(), SchedError> {
+        self.observe(now);
+        self.path_mut(path)?.apply_rtt(rtt);
+        Ok(())
+    }
+
+    /// A one-way delay measurement towards the peer.
+    pub fn on_owd_sample(
+        &mut self,
+        now: Instant,
+        path: PathId,
+        owd: Duration,
+    ) -> Result<(), SchedError> {
+        self.observe(now);
+        let p = self.path_mut(path)?;
+        p.owd = owd;
+        p.owd_measured = true;
+        Ok(())
+    }
+
+    /// A bandwidth estimate from outside `TCP_INFO` (e.g. a simulator or receiver report).
+    pub fn on_bandwidth_sample(
+        &mut self,
+        now: Instant,
+        path: PathId,
+        bw: Bandwidth,
+    ) -> Result<(), SchedError> {
+        self.observe(now);
+        let p = self.path_mut(path)?;
+        p.bandwidth = bw;
+        p.bandwidth_at = now;
+        Ok(())
+    }
+
+    /// Window and queue state reported by a simulator (a subset of `TCP_INFO`).
+    pub fn on_window(
+        &mut self,
+        now: Instant,
+        path: PathId,
+        cwnd_bytes: u64,
+        unacked_bytes: u64,
+        notsent_bytes: u64,
+    ) -> Result<(), SchedError> {
+        self.observe(now);
+        let p = self.path_mut(path)?;
+        p.cwnd_bytes = cwnd_bytes;
+        p.unacked_bytes = unacked_bytes;
+        p.notsent_bytes = notsent_bytes;
+        Ok(())
+    }
+
+    /// Train speed from the recent GPS trajectory, m/s. Negative or non-finite values are
+    /// treated as unknown.
+    pub fn on_train_speed(&mut self, now: Instant, speed_mps: f64) {
+        self.observe(now);
+        self.train.speed_mps = (speed_mps.is_finite() && speed_mps >= 0.0).then_some(speed_mps);
+        self.train.speed_at = now;
+    }
+
+    fn rto_reached(&mut self, now: Instant, path: PathId, consecutive: u32) {
+        for s in self.pipeline.stages.iter_mut() {
+            s.on_path_event(now, path, PathEvent::Rto);
+        }
+        match self.pipeline.reinjection.action(consecutive) {
+            ReinjectAction::Nothing => {}
+            ReinjectAction::Oldest => {
+                self.prune(path);
+                if let Some(r) = self.inflight[path.index()].pop_front() {
+                    self.reinject(r);
+                    self.stats.reinjection_events += 1;
+                }
+            }
+            ReinjectAction::All => {
+                let records: Vec<SentRecord> = self.inflight[path.index()].drain(..).collect();
+                if !records.is_empty() {
+                    self.stats.reinjection_events += 1;
+                }
+                for r in records {
+                    self.reinject(r);
+                }
+            }
+        }
+    }
+
+    fn reinject(&mut self, r: SentRecord) {
+        let Some(Some(f)) = self.flows.get_mut(r.flow_slot as usize) else {
+            return;
+        };
+        if f.gen != r.flow_gen {
+            return;
+        }
+        f.add_pending(r.start, r.end, r.carried_on);
+        self.enqueue_flow(r.flow_slot);
+    }
+
+    /// Drop acknowledged records at the front of `path`'s in-flight queue.
+    fn prune(&mut self, path: PathId) {
+        let q = &mut self.inflight[path.index()];
+        while let Some(r) = q.front() {
+            let live = match self.flows.get(r.flow_slot as usize) {
+                Some(Some(f)) => f.gen == r.flow_gen && f.acked < r.end,
+                _ => false,
+            };
+            if live {
+                break;
+            }
+            q.pop_front();
+        }
+    }
+
+    // ----- flows and users ---------------------------------------------------------------
+
+    fn flow_ref(&self, flow: FlowId) -> Option<&Flow> {
+        let slot = *self.flow_index.get(&flow)?;
+        self.flows[slot as usize].as_ref()
+    }
+
+    fn flow_slot(&self, flow: FlowId) -> Result<u32, SchedError> {
+        self.flow_index
+            .get(&flow)
+            .copied()
+            .ok_or(SchedError::UnknownFlow(flow))
+    }
+
+    fn flow_at(&mut self, slot: u32) -> &mut Flow {
+        self.flows[slot as usize]
+            .as_mut()
+            .expect("indexed flow slot is occupied")
+    }
+
+    /// Open a flow owned by `user` (the user is created on its first flow).
+    pub fn open_flow(
+        &mut self,
+        now: Instant,
+        flow: FlowId,
+        user: UserId,
+    ) -> Result<(), SchedError> {
+        self.observe(now);
+        if self.flow_index.contains_key(&flow) {
+            return Err(SchedError::FlowExists(flow));
+        }
+        self.next_gen = self.next_gen.wrapping_add(1);
+        let gen = self.next_gen;
+        let user_slot = match self.user_index.get(&user) {
+            Some(&s) => s,
+            None => {
+                let u = User::new(user, gen);
+                let s = match self.free_users.pop() {
+                    Some(s) => {
+                        self.users[s as usize] = Some(u);
+                        s
+                    }
+                    None => {
+                        self.users.push(Some(u));
+                        self.user_tried.push(0);
+                        (self.users.len() - 1) as u32
+                    }
+                };
+                self.user_index.insert(user, s);
+                s
+            }
+        };
+        if let Some(u) = self.users[user_slot as usize].as_mut() {
+            u.flows += 1;
+        }
+        let f = Flow::new(flow, gen, user_slot, self.cfg.initial_credit_bytes);
+        let slot = match self.free_flows.pop() {
+            Some(s) => {
+                self.flows[s as usize] = Some(f);
+                s
+            }
+            None => {
+                self.flows.push(Some(f));
+                (self.flows.len() - 1) as u32
+            }
+        };
+        self.flow_index.insert(flow, slot);
+        Ok(())
+    }
+
+    /// The source gave `bytes` more bytes of `flow`.
+    pub fn on_flow_data(
+        &mut self,
+        now: Instant,
+        flow: FlowId,
+        bytes: u64,
+    ) -> Result<(), SchedError> {
+        self.observe(now);
+        let slot = self.flow_slot(flow)?;
+        let f = self.flow_at(slot);
+        if f.fin_at.is_some() {
+            return Err(SchedError::DataAfterFin(flow));
+        }
+        f.buffered_end = f
+            .buffered_end
+            .checked_add(bytes)
+            .filter(|e| *e < u64::MAX)
+            .ok_or(SchedError::SeqOverflow(flow))?;
+        self.enqueue_flow(slot);
+        Ok(())
+    }
+
+    /// The source closed `flow` (FIN): every chunk it still sends is a tail chunk, and the FIN
+    /// itself is scheduled after the last byte. A second FIN is ignored.
+    pub fn on_flow_fin(&mut self, now: Instant, flow: FlowId) -> Result<(), SchedError> {
+        self.observe(now);
+        let slot = self.flow_slot(flow)?;
+        let f = self.flow_at(slot);
+        if f.fin_at.is_none() {
+            f.fin_at = Some(f.buffered_end);
+        }
+        f.tail = true;
+        self.enqueue_flow(slot);
+        Ok(())
+    }
+
+    /// An RST was seen for `flow`: what it still sends is tail data.
+    pub fn on_flow_rst(&mut self, now: Instant, flow: FlowId) -> Result<(), SchedError> {
+        self.observe(now);
+        let slot = self.flow_slot(flow)?;
+        self.flow_at(slot).tail = true;
+        Ok(())
+    }
+
+    /// The receiver acknowledged every sequence number below `acked`.
+    pub fn on_flow_ack(
+        &mut self,
+        now: Instant,
+        flow: FlowId,
+        acked: u64,
+    ) -> Result<(), SchedError> {
+        self.observe(now);
+        let slot = self.flow_slot(flow)?;
+        let f = self.flow_at(slot);
+        if acked > f.next_new {
+            return Err(SchedError::AckBeyondSent {
+                flow,
+                ack: acked,
+                sent: f.next_new,
+            });
+        }
+        f.apply_ack(acked);
+        for p in 0..MAX_PATHS {
+            if let Some(id) = PathId::new(p) {
+                self.prune(id);
+            }
+        }
+        Ok(())
+    }
+
+    /// The receiver allows data of `flow` below sequence `limit` (credit only grows).
+    pub fn on_flow_credit(
+        &mut self,
+        now: Instant,
+        flow: FlowId,
+        limit: u64,
+    ) -> Result<(), SchedError> {
+        self.observe(now);
+        let slot = self.flow_slot(flow)?;
+        let f = self.flow_at(slot);
+        f.credit_limit = f.credit_limit.max(limit);
+        self.enqueue_flow(slot);
+        Ok(())
+    }
+
+    /// Forget `flow` (both sides done, or reset). Its pending data is dropped.
+    pub fn close_flow(&mut self, now: Instant, flow: FlowId) -> Result<(), SchedError> {
+        self.observe(now);
+        let slot = self
+            .flow_index
+            .remove(&flow)
+            .ok_or(SchedError::UnknownFlow(flow))?;
+        let f = self.flows[slot as usize]
+            .take()
+            .expect("indexed flow slot is occupied");
+        self.free_flows.push(slot);
+        for s in self.pipeline.stages.iter_mut() {
+            s.on_flow_closed(flow);
+        }
+        let us = f.user_slot as usize;
+        let user_gone = match self.users[us].as_mut() {
+            Some(u) => {
+                u.flows -= 1;
+                u.flows == 0
+            }
+            None => false,
+        };
+        if user_gone {
+            let u = self.users[us].take().expect("checked above");
+            self.user_index.remove(&u.id);
+            self.free_users.push(us as u32);
+            for s in self.pipeline.stages.iter_mut() {
+                s.on_user_closed(u.id);
+            }
+        }
+        Ok(())
+    }
+
+    fn enqueue_flow(&mut self, slot: u32) {
+        let Some(Some(f)) = self.flows.get_mut(slot as usize) else {
+            return;
+        };
+        if f.queued || !f.backlogged() {
+            return;
+        }
+        f.queued = true;
+        let (gen, us) = (f.gen, f.user_slot);
+        let Some(u) = self.users[us as usize].as_mut() else {
+            return;
+        };
+        u.ring.push_back((slot, gen));
+        if !u.active {
+            u.active = true;
+            self.active_users.push((us, u.gen));
+        }
+    }
+
+    // ----- decisions ---------------------------------------------------------------------
+
+    /// The backlogged user with the smallest PF average not yet tried in this poll.
+    fn pick_user(&mut self) -> Option<u32> {
+        let mut best: Option<(u32, f64)> = None;
+        let mut i = 0;
+        while i < self.active_users.len() {
+            let (slot, gen) = self.active_users[i];
+            let keep = match self.users[slot as usize].as_mut() {
+                Some(u) if u.gen == gen && !u.ring.is_empty() => true,
+                Some(u) if u.gen == gen => {
+                    u.active = false;
+                    false
+                }
+                _ => false,
+            };
+            if !keep {
+                self.active_users.swap_remove(i);
+                continue;
+            }
+            if self.user_tried[slot as usize] != self.poll_stamp {
+                let acc = self.users[slot as usize].as_ref().map_or(0.0, |u| u.pf_acc);
+                if best.is_none_or(|(_, b)| acc < b) {
+                    best = Some((slot, acc));
+                }
+            }
+            i += 1;
+        }
+        best.map(|(s, _)| s)
+    }
+
+    fn pick_chunk(&self, f: &Flow, live: PathSet) -> Option<ChunkPick> {
+        for (&start, p) in f.pending.iter() {
+            if !live.is_subset(p.carried_on) {
+                return Some(ChunkPick {
+                    offset: start,
+                    seq_len: p.end - start,
+                    reinjection: true,
+                    carried_on: p.carried_on,
+                });
+            }
+        }
+        let (offset, seq_len) = f.next_new_chunk(u64::from(self.cfg.chunk_bytes.max(1)))?;
+        Some(ChunkPick {
+            offset,
+            seq_len,
+            reinjection: false,
+            carried_on: PathSet::EMPTY,
+        })
+    }
+
+    /// Decide what to send next, or `None` if nothing can be sent now. Call again after every
+    /// decision (a poll places one chunk) and whenever a sample, ack or flow event arrives.
+    pub fn poll_decision(
+        &mut self,
+        now: Instant,
+        predictor: &dyn HandoverPredictor,
+    ) -> Option<Decision> {
+        self.observe(now);
+        self.trace.clear();
+        self.attempts.clear();
+        self.poll_stamp += 1;
+        let live = self.live_paths();
+        let any_room = live.iter().any(|p| {
+            self.paths[p.index()]
+                .as_ref()
+                .is_some_and(PathState::has_room)
+        });
+        let mut attempt: u16 = 0;
+        if any_room {
+            while attempt < self.cfg.max_attempts_per_poll {
+                let Some(us) = self.pick_user() else { break };
+                self.user_tried[us as usize] = self.poll_stamp;
+                let ring_len = self.users[us as usize].as_ref().map_or(0, |u| u.ring.len());
+                for _ in 0..ring_len {
+                    if attempt >= self.cfg.max_attempts_per_poll {
+                        break;
+                    }
+                    let Some((fs, fgen)) = self.users[us as usize]
+                        .as_mut()
+                        .and_then(|u| u.ring.pop_front())
+                    else {
+                        break;
+                    };
+                    let (pick, chunk_view) = match self.flows[fs as usize].as_mut() {
+                        Some(f) if f.gen == fgen => {
+                            if !f.backlogged() {
+                                f.queued = false;
+                                continue;
+                            }
+                            let f = self.flows[fs as usize].as_ref().expect("just matched");
+                            match self.pick_chunk(f, live) {
+                                Some(pick) => {
+                                    let user = self.users[us as usize]
+                                        .as_ref()
+                                        .map_or(UserId(0), |u| u.id);
+                                    let view = ChunkView {
+                                        user,
+                                        flow: f.id,
+                                        offset: pick.offset,
+                                        seq_len: pick.seq_len,
+                                        reinjection: pick.reinjection,
+                                        carried_on: pick.carried_on,
+                                        tail: f.tail,
+                                        remaining_bytes: f.remaining(),
+                                        window_bytes: f.credit_limit.saturating_sub(f.acked),
+                                    };
+                                    (pick, view)
+                                }
+                                None => {
+                                    self.requeue(us, fs, fgen);
+                                    continue;
+                                }
+                            }
+                        }
+                        _ => continue,
+                    };
+                    let sets = self.run_pipeline(now, predictor, attempt, live, chunk_view);
+                    attempt += 1;
+                    if sets.selected().is_empty() {
+                        self.requeue(us, fs, fgen);
+                        continue;
+                    }
+                    let d = self.commit(
+                        now,
+                        predictor,
+                        live,
+                        us,
+                        fs,
+                        pick,
+                        chunk_view,
+                        sets.selected(),
+                    );
+                    if self.flows[fs as usize]
+                        .as_ref()
+                        .is_some_and(Flow::backlogged)
+                    {
+                        self.requeue(us, fs, fgen);
+                    } else if let Some(f) = self.flows[fs as usize].as_mut() {
+                        f.queued = false;
+                    }
+                    self.waiting_at = None;
+                    self.stats.decisions += 1;
+                    return Some(d);
+                }
+            }
+        }
+        if self.active_users.is_empty() {
+            self.waiting_at = None;
+        } else {
+            self.waiting_at = Some(now);
+            self.stats.waits += 1;
+        }
+        None
+    }
+
+    fn requeue(&mut self, us: u32, fs: u32, fgen: u32) {
+        if let Some(u) = self.users[us as usize].as_mut() {
+            u.ring.push_back((fs, fgen));
+        }
+    }
+
+    fn run_pipeline(
+        &mut self,
+        now: Instant,
+        predictor: &dyn HandoverPredictor,
+        attempt: u16,
+        live: PathSet,
+        chunk: ChunkView,
+    ) -> PathSets {
+        let mut sets = PathSets::start(live, chunk.carried_on);
+        let start = sets;
+        for p in live.intersection(chunk.carried_on).iter() {
+            self.trace.record(Move {
+                attempt,
+                stage: "chunk",
+                kind: None,
+                path: p,
+                from: SetName::Candidate,
+                to: SetName::Unavailable,
+                reason: Reason::AlreadyCarried,
+            });
+        }
+        let ctx = StageCtx {
+            now,
+            live,
+            paths: PathView { paths: &self.paths },
+            chunk,
+            train: self.train,
+            predictor,
+        };
+        for stage in self.pipeline.stages.iter_mut() {
+            let mut m = Moves::new(
+                &mut sets,
+                &mut self.trace,
+                stage.name(),
+                stage.kind(),
+                attempt,
+                chunk.carried_on,
+            );
+            stage.apply(&ctx, &mut m);
+        }
+        if self.attempts.len() < usize::from(self.cfg.max_attempts_per_poll) {
+            self.attempts.push(Attempt {
+                attempt,
+                chunk,
+                start,
+                end: sets,
+            });
+        }
+        sets
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn commit(
+        &mut self,
+        now: Instant,
+        predictor: &dyn HandoverPredictor,
+        live: PathSet,
+        us: u32,
+        fs: u32,
+        pick: ChunkPick,
+        chunk: ChunkView,
+        sent_on: PathSet,
+    ) -> Decision {
+        let seq_len = pick.seq_len;
+        let carried = pick.carried_on.union(sent_on);
+        let fgen = self.flows[fs as usize].as_ref().map_or(0, |f| f.gen);
+        for p in live.iter() {
+            let Some(ps) = self.paths[p.index()].as_mut() else {
+                continue;
+            };
+            if sent_on.contains(p) {
+                ps.notsent_bytes = ps.notsent_bytes.saturating_add(seq_len);
+                ps.last_scheduled = Some(now);
+                ps.bytes_elsewhere_since = 0;
+                self.stats.path_bytes[p.index()] += seq_len;
+            } else {
+                ps.bytes_elsewhere_since = ps.bytes_elsewhere_since.saturating_add(seq_len);
+            }
+        }
+        for p in sent_on.iter() {
+            self.prune(p);
+            self.inflight[p.index()].push_back(SentRecord {
+                flow_slot: fs,
+                flow_gen: fgen,
+                start: pick.offset,
+                end: pick.offset + seq_len,
+                carried_on: carried,
+            });
+        }
+        let f = self.flow_at(fs);
+        if pick.reinjection {
+            if let Some(p) = f.pending.remove(&pick.offset) {
+                f.pending_bytes -= p.end - pick.offset;
+            }
+        } else {
+            f.next_new += seq_len;
+        }
+        let fin = f.carries_fin(pick.offset, seq_len);
+        let (flow, user) = (f.id, chunk.user);
+        if pick.reinjection {
+            self.stats.reinjected_bytes += seq_len;
+        } else {
+            self.stats.new_bytes += seq_len;
+        }
+        self.stats.redundant_bytes += seq_len * (sent_on.len() as u64).saturating_sub(1);
+        self.pf_account(now, us, seq_len);
+        let ctx = StageCtx {
+            now,
+            live,
+            paths: PathView { paths: &self.paths },
+            chunk,
+            train: self.train,
+            predictor,
+        };
+        for s in self.pipeline.stages.iter_mut() {
+            s.on_sent(&ctx, sent_on);
+        }
+        Decision {
+            user,
+            flow,
+            offset: pick.offset,
+            len: (seq_len - u64::from(fin)) as u32,
+            fin,
+            paths: sent_on,
+            reinjection: pick.reinjection,
+        }
+    }
+
+    fn pf_account(&mut self, now: Instant, us: u32, bytes: u64) {
+        let tau = self.cfg.pf_time_constant.as_secs_f64().max(1e-6);
+        let mut w = libm::exp((now - self.pf_ref).as_secs_f64() / tau);
+        if w > PF_MAX_WEIGHT {
+            for u in self.users.iter_mut().flatten() {
+                u.pf_acc /= w;
+            }
+            self.pf_ref = now;
+            w = 1.0;
+        }
+        if let Some(u) = self.users[us as usize].as_mut() {
+            u.pf_acc += bytes as f64 * w;
+        }
+    }
+
+    /// When to poll again if nothing else happens: set after a poll that had data but could not
+    /// send it, `recheck_interval` later. Never earlier than the latest `now` seen.
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        self.waiting_at
+            .map(|t| (t + self.cfg.recheck_interval).max(self.last_now))
+    }
+}

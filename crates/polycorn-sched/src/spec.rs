@@ -1,0 +1,523 @@
+//! Pipelines from text specs, so configs and benches can choose a scheduler by name.
+//!
+//! ```text
+//! spec    := preset | stages [ "+" reinj ]
+//! stages  := stage { "," stage }
+//! stage   := name [ "(" key "=" value { "," key "=" value } ")" ]
+//! reinj   := "er" [ "(" "k" "=" N ")" ] | "rto" | "none"
+//! ```
+//!
+//! Without `+reinj` the policy is `rto`, Linux MPTCP's behaviour. Examples: `hrsch`,
+//! `hpr,minrtt,tpr,ori+er`, `minrtt,ecf(beta=0.25)`, `hpr(e_gps_m=30),minrtt+er(k=2)`.
+
+use alloc::boxed::Box;
+use alloc::string::{String, ToString};
+use alloc::vec::Vec;
+use core::fmt;
+
+use crate::reinject::{Reinjection, DEFAULT_ER_K};
+use crate::sets::StageKind;
+use crate::stage::Schedulerlet;
+use crate::stages::{
+    Blest, Ecf, Hpr, LocationTable, MinRtt, Ori, Redundant, RoundRobin, SinglePath, Tpr,
+};
+use crate::time::Duration;
+
+/// Stage names a spec may use, with what they are.
+pub const STAGES: &[(&str, &str)] = &[
+    (
+        "hpr",
+        "candidate filter: reject paths facing a predicted handover failure (POLYCORN §4.3)",
+    ),
+    (
+        "loctable",
+        "candidate filter: block paths inside recorded handover zones (Kim & Cho)",
+    ),
+    (
+        "minrtt",
+        "soft selector: lowest RTT with window room (MPTCP default)",
+    ),
+    (
+        "rr",
+        "soft selector: round robin over paths with window room",
+    ),
+    ("redundant", "soft selector: every path with window room"),
+    (
+        "single",
+        "soft selector: one path per user, users round robin over paths",
+    ),
+    (
+        "tpr",
+        "selection filter: keep tail chunks off slow paths (POLYCORN §4.4)",
+    ),
+    (
+        "blest",
+        "selection filter: BLEST blocking estimation (Ferlin et al.)",
+    ),
+    (
+        "ecf",
+        "selection filter: earliest completion first (Lim et al.)",
+    ),
+    (
+        "ori",
+        "hard selector: duplicate chunks onto idle paths (POLYCORN §4.6)",
+    ),
+];
+
+/// Named presets and the specs they stand for.
+pub const PRESETS: &[(&str, &str)] = &[
+    ("hrsch", "hpr,minrtt,tpr,ori+er"),
+    ("vanilla", "minrtt+rto"),
+    ("minrtt", "minrtt+rto"),
+    ("roundrobin", "rr+rto"),
+    ("redundant", "redundant+rto"),
+    ("blest", "minrtt,blest+rto"),
+    ("ecf", "minrtt,ecf+rto"),
+    ("single", "single+none"),
+    ("loctable", "loctable,minrtt+rto"),
+];
+
+/// Why a spec was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SpecError {
+    /// Nothing given.
+    #[error("empty scheduler spec; presets: {presets}; stages: {stages}")]
+    Empty {
+        /// Valid presets.
+        presets: String,
+        /// Valid stages.
+        stages: String,
+    },
+    /// A name that is neither a stage nor a preset.
+    #[error("unknown stage `{name}` in `{spec}`; stages: {stages}; presets: {presets}")]
+    UnknownStage {
+        /// The offending name.
+        name: String,
+        /// The whole spec.
+        spec: String,
+        /// Valid stages.
+        stages: String,
+        /// Valid presets.
+        presets: String,
+    },
+    /// The part after `+` is not a reinjection policy.
+    #[error("unknown reinjection policy `{name}` in `{spec}`; valid: er, er(k=N), rto, none")]
+    UnknownReinjection {
+        /// The offending name.
+        name: String,
+        /// The whole spec.
+        spec: String,
+    },
+    /// A parameter the stage does not take.
+    #[error("stage `{stage}` has no parameter `{key}`; valid: {valid}")]
+    UnknownParam {
+        /// Stage.
+        stage: String,
+        /// Offending key.
+        key: String,
+        /// Valid keys.
+        valid: String,
+    },
+    /// A parameter value that does not parse or is out of range.
+    #[error("stage `{stage}`: `{key}={value}` is not {expected}")]
+    BadValue {
+        /// Stage.
+        stage: String,
+        /// Key.
+        key: String,
+        /// Value as given.
+        value: String,
+        /// What was expected.
+        expected: &'static str,
+    },
+    /// Unbalanced parentheses, empty stage names, missing `=`.
+    #[error("malformed scheduler spec `{spec}`: {what}")]
+    Syntax {
+        /// The whole spec.
+        spec: String,
+        /// What is wrong.
+        what: &'static str,
+    },
+    /// No stage ever selects a path.
+    #[error("pipeline `{spec}` has no soft or hard selector, so it would never send anything")]
+    NoSelector {
+        /// The whole spec.
+        spec: String,
+    },
+}
+
+fn names(list: &[(&str, &str)]) -> String {
+    list.iter().map(|(n, _)| *n).collect::<Vec<_>>().join(", ")
+}
+
+/// A pipeline of schedulerlets plus a reinjection policy.
+pub struct Pipeline {
+    pub(crate) stages: Vec<Box<dyn Schedulerlet>>,
+    pub(crate) reinjection: Reinjection,
+    spec: String,
+}
+
+impl fmt::Debug for Pipeline {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Pipeline")
+            .field("spec", &self.spec)
+            .finish()
+    }
+}
+
+impl Pipeline {
+    /// A pipeline from explicit stages. Fails if no stage can select a path.
+    pub fn new(
+        stages: Vec<Box<dyn Schedulerlet>>,
+        reinjection: Reinjection,
+    ) -> Result<Self, SpecError> {
+        let mut spec = stages
+            .iter()
+            .map(|s| s.name())
+            .collect::<Vec<_>>()
+            .join(",");
+        spec.push('+');
+        spec.push_str(&reinjection.spec());
+        if !stages
+            .iter()
+            .any(|s| matches!(s.kind(), StageKind::SoftSelector | StageKind::HardSelector))
+        {
+            return Err(SpecError::NoSelector { spec });
+        }
+        Ok(Pipeline {
+            stages,
+            reinjection,
+            spec,
+        })
+    }
+
+    /// Parse a spec or preset name (see the module docs).
+    pub fn from_spec(spec: &str) -> Result<Self, SpecError> {
+        let spec = spec.trim();
+        if spec.is_empty() {
+            return Err(SpecError::Empty {
+                presets: names(PRESETS),
+                stages: names(STAGES),
+            });
+        }
+        if let Some((_, expanded)) = PRESETS.iter().find(|(n, _)| *n == spec) {
+            return Pipeline::from_spec(expanded);
+        }
+        let (stage_part, reinj_part) = match split_top(spec, '+')?.as_slice() {
+            [s] => (*s, None),
+            [s, r] => (*s, Some(*r)),
+            _ => {
+                return Err(SpecError::Syntax {
+                    spec: spec.into(),
+                    what: "more than one `+`",
+                })
+            }
+        };
+        let mut stages: Vec<Box<dyn Schedulerlet>> = Vec::new();
+        for item in split_top(stage_part, ',')? {
+            let (name, params) = parse_item(spec, item)?;
+            stages.push(build_stage(spec, name, &params)?);
+        }
+        let reinjection = match reinj_part {
+            None => Reinjection::OldestOnRto,
+            Some(r) => {
+                let (name, params) = parse_item(spec, r)?;
+                match name {
+                    "none" => {
+                        no_params("none", &params)?;
+                        Reinjection::None
+                    }
+                    "rto" => {
+                        no_params("rto", &params)?;
+                        Reinjection::OldestOnRto
+                    }
+                    "er" => {
+                        let mut k = DEFAULT_ER_K;
+                        for (key, v) in &params {
+                            match *key {
+                                "k" => k = parse_num("er", key, v, "an integer >= 1")?,
+                                _ => return Err(unknown_param("er", key, "k")),
+                            }
+                        }
+                        if k == 0 {
+                            return Err(bad("er", "k", "0", "an integer >= 1"));
+                        }
+                        Reinjection::Extended { k }
+                    }
+                    other => {
+                        return Err(SpecError::UnknownReinjection {
+                            name: other.into(),
+                            spec: spec.into(),
+                        })
+                    }
+                }
+            }
+        };
+        Pipeline::new(stages, reinjection)
+    }
+
+    /// The canonical spec of this pipeline (`stage,stage+reinjection`).
+    pub fn spec(&self) -> &str {
+        &self.spec
+    }
+
+    /// Stage names in order.
+    pub fn stage_names(&self) -> impl Iterator<Item = &'static str> + '_ {
+        self.stages.iter().map(|s| s.name())
+    }
+
+    /// The reinjection policy.
+    pub fn reinjection(&self) -> Reinjection {
+        self.reinjection
+    }
+}
+
+type Params<'a> = Vec<(&'a str, &'a str)>;
+
+/// Split on `sep` outside parentheses; every piece must be non-empty.
+fn split_top(s: &str, sep: char) -> Result<Vec<&str>, SpecError> {
+    let mut out = Vec::new();
+    let mut depth = 0i32;
+    let mut start = 0;
+    for (i, c) in s.char_indices() {
+        match c {
+            '(' => depth += 1,
+            ')' => {
+                depth -= 1;
+                if depth < 0 {
+                    return Err(SpecError::Syntax {
+                        spec: s.into(),
+                        what: "`)` without `(`",
+                    });
+                }
+            }
+            c if c == sep && depth == 0 => {
+                out.push(s[start..i].trim());
+                start = i + c.len_utf8();
+            }
+            _ => {}
+        }
+    }
+    if depth != 0 {
+        return Err(SpecError::Syntax {
+            spec: s.into(),
+            what: "unclosed `(`",
+        });
+    }
+    out.push(s[start..].trim());
+    if out.iter().any(|p| p.is_empty()) {
+        return Err(SpecError::Syntax {
+            spec: s.into(),
+            what: "empty item",
+        });
+    }
+    Ok(out)
+}
+
+fn parse_item<'a>(spec: &str, item: &'a str) -> Result<(&'a str, Params<'a>), SpecError> {
+    let Some(open) = item.find('(') else {
+        return Ok((item, Vec::new()));
+    };
+    if !item.ends_with(')') {
+        return Err(SpecError::Syntax {
+            spec: spec.into(),
+            what: "text after `)`",
+        });
+    }
+    let name = item[..open].trim();
+    let inner = item[open + 1..item.len() - 1].trim();
+    let mut params = Vec::new();
+    if !inner.is_empty() {
+        for kv in split_top(inner, ',')? {
+            let Some((k, v)) = kv.split_once('=') else {
+                return Err(SpecError::Syntax {
+                    spec: spec.into(),
+                    what: "parameter without `=`",
+                });
+            };
+            params.push((k.trim(), v.trim()));
+        }
+    }
+    Ok((name, params))
+}
+
+fn unknown_param(stage: &str, key: &str, valid: &str) -> SpecError {
+    SpecError::UnknownParam {
+        stage: stage.into(),
+        key: key.into(),
+        valid: valid.into(),
+    }
+}
+
+fn bad(stage: &str, key: &str, value: &str, expected: &'static str) -> SpecError {
+    SpecError::BadValue {
+        stage: stage.into(),
+        key: key.into(),
+        value: value.into(),
+        expected,
+    }
+}
+
+fn no_params(stage: &str, params: &Params<'_>) -> Result<(), SpecError> {
+    match params.first() {
+        None => Ok(()),
+        Some((k, _)) => Err(unknown_param(stage, k, "(none)")),
+    }
+}
+
+fn parse_num<T: core::str::FromStr>(
+    stage: &str,
+    key: &str,
+    v: &str,
+    expected: &'static str,
+) -> Result<T, SpecError> {
+    v.parse().map_err(|_| bad(stage, key, v, expected))
+}
+
+fn parse_pos_f64(stage: &str, key: &str, v: &str) -> Result<f64, SpecError> {
+    let x: f64 = parse_num(stage, key, v, "a finite number >= 0")?;
+    if !x.is_finite() || x < 0.0 {
+        return Err(bad(stage, key, v, "a finite number >= 0"));
+    }
+    Ok(x)
+}
+
+fn build_stage(
+    spec: &str,
+    name: &str,
+    params: &Params<'_>,
+) -> Result<Box<dyn Schedulerlet>, SpecError> {
+    let stage: Box<dyn Schedulerlet> = match name {
+        "hpr" => {
+            let mut s = Hpr::default();
+            for (k, v) in params {
+                match *k {
+                    "e_gps_m" => s.e_gps_m = parse_pos_f64(name, k, v)?,
+                    _ => return Err(unknown_param(name, k, "e_gps_m")),
+                }
+            }
+            Box::new(s)
+        }
+        "ori" => {
+            let mut s = Ori::default();
+            for (k, v) in params {
+                match *k {
+                    "alpha_ms" => {
+                        s.alpha = Duration::from_millis(parse_num(name, k, v, "milliseconds")?)
+                    }
+                    "beta_bytes" => s.beta_bytes = parse_num(name, k, v, "a byte count")?,
+                    "tau" => s.tau = parse_num(name, k, v, "a chunk count")?,
+                    _ => return Err(unknown_param(name, k, "alpha_ms, beta_bytes, tau")),
+                }
+            }
+            Box::new(s)
+        }
+        "ecf" => {
+            let mut s = Ecf::default();
+            for (k, v) in params {
+                match *k {
+                    "beta" => s.beta = parse_pos_f64(name, k, v)?,
+                    _ => return Err(unknown_param(name, k, "beta")),
+                }
+            }
+            Box::new(s)
+        }
+        "minrtt" | "tpr" | "rr" | "redundant" | "single" | "loctable" | "blest" => {
+            no_params(name, params)?;
+            match name {
+                "minrtt" => Box::new(MinRtt),
+                "tpr" => Box::new(Tpr),
+                "rr" => Box::new(RoundRobin::default()),
+                "redundant" => Box::new(Redundant),
+                "single" => Box::new(SinglePath::default()),
+                "loctable" => Box::new(LocationTable),
+                _ => Box::new(Blest::default()),
+            }
+        }
+        _ => {
+            return Err(SpecError::UnknownStage {
+                name: name.to_string(),
+                spec: spec.into(),
+                stages: names(STAGES),
+                presets: names(PRESETS),
+            })
+        }
+    };
+    Ok(stage)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn presets_and_specs_parse() {
+        let p = Pipeline::from_spec("hrsch").unwrap();
+        assert_eq!(p.spec(), "hpr,minrtt,tpr,ori+er(k=3)");
+        for (name, _) in PRESETS {
+            Pipeline::from_spec(name).unwrap();
+        }
+        let p = Pipeline::from_spec(" hpr(e_gps_m=30), minrtt ,ori(alpha_ms=500,tau=4)+er(k=2)")
+            .unwrap();
+        assert_eq!(p.spec(), "hpr,minrtt,ori+er(k=2)");
+        assert_eq!(p.reinjection(), Reinjection::Extended { k: 2 });
+        assert_eq!(
+            Pipeline::from_spec("minrtt").unwrap().reinjection(),
+            Reinjection::OldestOnRto
+        );
+    }
+
+    #[test]
+    fn errors_name_the_problem() {
+        let e = Pipeline::from_spec("hpr,fastest").unwrap_err();
+        let msg = e.to_string();
+        assert!(
+            msg.contains("`fastest`") && msg.contains("minrtt") && msg.contains("hrsch"),
+            "{msg}"
+        );
+        assert!(matches!(
+            Pipeline::from_spec(""),
+            Err(SpecError::Empty { .. })
+        ));
+        assert!(matches!(
+            Pipeline::from_spec("hpr,tpr"),
+            Err(SpecError::NoSelector { .. })
+        ));
+        assert!(matches!(
+            Pipeline::from_spec("minrtt+er(k=0)"),
+            Err(SpecError::BadValue { .. })
+        ));
+        assert!(matches!(
+            Pipeline::from_spec("minrtt+fast"),
+            Err(SpecError::UnknownReinjection { .. })
+        ));
+        assert!(matches!(
+            Pipeline::from_spec("ori(gamma=1),minrtt"),
+            Err(SpecError::UnknownParam { .. })
+        ));
+        assert!(matches!(
+            Pipeline::from_spec("minrtt(x=1)"),
+            Err(SpecError::UnknownParam { .. })
+        ));
+        assert!(matches!(
+            Pipeline::from_spec("hpr(e_gps_m=-1),minrtt"),
+            Err(SpecError::BadValue { .. })
+        ));
+        assert!(matches!(
+            Pipeline::from_spec("minrtt,,tpr"),
+            Err(SpecError::Syntax { .. })
+        ));
+        assert!(matches!(
+            Pipeline::from_spec("ori(tau=1,minrtt"),
+            Err(SpecError::Syntax { .. })
+        ));
+        assert!(matches!(
+            Pipeline::from_spec("minrtt+er+rto"),
+            Err(SpecError::Syntax { .. })
+        ));
+        assert!(matches!(
+            Pipeline::from_spec("ori(tau)"),
+            Err(SpecError::Syntax { .. })
+        ));
+    }
+}
