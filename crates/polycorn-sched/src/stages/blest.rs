@@ -98,11 +98,8 @@ impl Blest {
         let avg_rtt = (self.min_srtt[i].min(f.srtt).as_micros()
             + self.max_srtt[i].max(f.srtt).as_micros())
             / 2;
-        let n = if avg_rtt == 0 {
-            1
-        } else {
-            time.as_micros() / avg_rtt + 1
-        };
+        // Round trips of the fast path during `time`, rounded up (1 if its RTT is unknown).
+        let n = time.as_micros().checked_div(avg_rtt).map_or(1, |q| q + 1);
         let mss = u64::from(f.mss_bytes.max(1));
         let cwnd = f.cwnd_bytes / mss;
         let packets = (cwnd + (n - 1) / 2).saturating_mul(n);

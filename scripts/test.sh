@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Run every check and test of the workspace. This is what CI runs (.ci/run).
+source "$(dirname "$0")/lib.sh"
+
+ensure_apt_packages
+ensure_rust
+
+say "format"
+cargo fmt --all -- --check
+
+say "clippy (warnings are errors)"
+cargo clippy --locked --workspace --all-targets -- -D warnings
+
+say "polycorn-sched stays pure: no async runtime, socket or clock crates in its dependency tree"
+deps=$(cargo tree --locked -p polycorn-sched -e normal --prefix none | awk '{print $1}' | sort -u)
+for banned in tokio mio async-std smol socket2 nix libc chrono rand getrandom; do
+  if grep -qx "$banned" <<<"$deps"; then die "polycorn-sched depends on $banned"; fi
+done
+# The crate is #![no_std]: a clock read or socket call does not even compile. Guard the attribute.
+grep -q '^#!\[no_std\]' crates/polycorn-sched/src/lib.rs || die "polycorn-sched lost #![no_std]"
+
+say "tests"
+cargo test --locked --workspace
+
+say "benchmarks compile"
+cargo bench --locked --workspace --no-run
+
+say "all checks passed"
