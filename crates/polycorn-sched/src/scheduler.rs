@@ -135,7 +135,7 @@ pub enum SchedError {
 pub struct SchedStats {
     /// Polls that returned a decision.
     pub decisions: u64,
-    /// Polls that had data but returned nothing.
+    /// Polls in which the pipeline held every tried chunk back (nothing sent).
     pub waits: u64,
     /// Sequence units of new data scheduled (first copy).
     pub new_bytes: u64,
@@ -889,11 +889,14 @@ impl Scheduler {
                 }
             }
         }
-        if self.active_users.is_empty() {
-            self.waiting_at = None;
-        } else {
+        // Arm the recheck timer only if the pipeline held chunks back (a wait that time alone may
+        // end: TPR, BLEST, ECF, HPR). No window room anywhere, or only reinjections that every
+        // live path already carried, change with a sample, an ack or a path event instead.
+        if attempt > 0 {
             self.waiting_at = Some(now);
             self.stats.waits += 1;
+        } else {
+            self.waiting_at = None;
         }
         None
     }
@@ -1047,8 +1050,8 @@ impl Scheduler {
         }
     }
 
-    /// When to poll again if nothing else happens: set after a poll that had data but could not
-    /// send it, `recheck_interval` later. Never earlier than the latest `now` seen.
+    /// When to poll again if nothing else happens: set after a poll in which the pipeline held
+    /// chunks back, `recheck_interval` later. Never earlier than the latest `now` seen.
     pub fn poll_timeout(&self) -> Option<Instant> {
         self.waiting_at
             .map(|t| (t + self.cfg.recheck_interval).max(self.last_now))

@@ -12,7 +12,7 @@
 //! Constants, from the reference implementation:
 //! * λ starts at 1.2 and stays in [1.0, 1.3];
 //! * λ += 0.04 if a retransmission event (an RTO on any path) happened since the last update,
-//!   else λ −= 0.01; at most one update per smoothed RTT of the fast path.
+//!   else λ −= 0.01; at most one update per smallest RTT of the slow path.
 //!
 //! Adaptations:
 //! * The send window is the flow's receiver credit beyond its cumulative ack
@@ -61,9 +61,10 @@ impl Blest {
         self.lambda_milli as f64 / 1000.0
     }
 
-    fn update_lambda(&mut self, now: Instant, fast_srtt: Duration) {
+    /// At most once per `period` (the slow subflow's smallest RTT, as in the reference code).
+    fn update_lambda(&mut self, now: Instant, period: Duration) {
         if let Some(t) = self.last_lambda_update {
-            if now - t < fast_srtt {
+            if now - t < period {
                 return;
             }
         }
@@ -87,7 +88,10 @@ impl Blest {
         let estimate = if inflight >= cwnd {
             max
         } else {
-            min + Duration::from_micros((max - min).as_micros() * inflight / cwnd)
+            // inflight < cwnd, so the quotient is below max - min and fits.
+            let part =
+                u128::from((max - min).as_micros()) * u128::from(inflight) / u128::from(cwnd);
+            min + Duration::from_micros(part as u64)
         };
         estimate.max(s.srtt)
     }
@@ -95,14 +99,17 @@ impl Blest {
     /// Bytes `f` sends during `time`, times λ.
     fn fast_bytes(&self, f: &PathState, time: Duration) -> u64 {
         let i = f.id.index();
-        let avg_rtt = (self.min_srtt[i].min(f.srtt).as_micros()
-            + self.max_srtt[i].max(f.srtt).as_micros())
-            / 2;
+        let avg_rtt = ((u128::from(self.min_srtt[i].min(f.srtt).as_micros())
+            + u128::from(self.max_srtt[i].max(f.srtt).as_micros()))
+            / 2) as u64;
         // Round trips of the fast path during `time`, rounded up (1 if its RTT is unknown).
-        let n = time.as_micros().checked_div(avg_rtt).map_or(1, |q| q + 1);
+        let n = time
+            .as_micros()
+            .checked_div(avg_rtt)
+            .map_or(1, |q| q.saturating_add(1));
         let mss = u64::from(f.mss_bytes.max(1));
         let cwnd = f.cwnd_bytes / mss;
-        let packets = (cwnd + (n - 1) / 2).saturating_mul(n);
+        let packets = cwnd.saturating_add((n - 1) / 2).saturating_mul(n);
         let bytes = packets as u128 * mss as u128 * self.lambda_milli as u128 / 1000;
         bytes.min(u64::MAX as u128) as u64
     }
@@ -137,9 +144,10 @@ impl Schedulerlet for Blest {
                 continue;
             }
             let slow = ctx.paths.get(p);
-            self.update_lambda(ctx.now, fast.srtt);
+            self.update_lambda(ctx.now, self.min_srtt[p.index()].min(slow.srtt));
             let fast_bytes = self.fast_bytes(fast, self.linger_time(slow));
-            let slow_bytes = ctx.chunk.seq_len.saturating_add(slow.unacked_bytes);
+            // The kernel counts write_seq - snd_una: everything queued on the slow subflow.
+            let slow_bytes = ctx.chunk.seq_len.saturating_add(slow.queued_bytes());
             let avail_bytes = ctx.chunk.window_bytes.saturating_sub(slow_bytes);
             if fast_bytes > avail_bytes {
                 moves.unselect(

@@ -1,0 +1,1283 @@
+//! Per-stage tests of the scheduler, driven through the public [`Scheduler`] API.
+//!
+//! Every scenario is built by hand so that the numbers behind a decision can be computed in the
+//! comments, and every decision that a stage explains is checked against the trace: which stage
+//! moved which path from which set to which, and the [`Reason`] with its values.
+//!
+//! Sections (paper sections of POLYCORN, NSDI'23, in brackets):
+//! 1. TPR, tail-aware path rejection [§4.4, Appendix A]
+//! 2. HPR, handover-failure-aware path rejection [§4.3]
+//! 3. minRTT, the soft selector [§4.2]
+//! 4. ORI, opportunistic redundant injection [§4.6]
+//! 5. Reinjection: ER, MPTCP's oldest-on-RTO, none; path reset [§4.5]
+//! 6. Baselines: round robin, redundant, single path per user, location table [§6]
+//! 7. BLEST and ECF "wait" versus "send"
+//! 8. User and flow selection: proportional fairness, flow round robin [§4.7]
+//! 9. Flow control, FIN handling and refused inputs
+
+use polycorn_sched::stages::{Hpr, Tpr};
+use polycorn_sched::*;
+
+// ----- helpers -------------------------------------------------------------------------------
+
+/// Sender MSS of every test path (10 MSS = 14 480 bytes).
+const MSS: u32 = 1448;
+/// A congestion window of ten segments.
+const CWND_10: u64 = 10 * MSS as u64;
+/// A congestion window no test fills by scheduling.
+const BIG_CWND: u64 = 100_000_000;
+/// Default chunk size of [`SchedConfig`].
+const CHUNK: u64 = 1400;
+/// The time every test starts at (10 s, so predictions "in the past" can be expressed).
+const T0: Instant = Instant::from_millis(10_000);
+
+const A: usize = 0;
+const B: usize = 1;
+
+fn p(i: usize) -> PathId {
+    PathId::new(i).unwrap()
+}
+
+fn set(paths: &[usize]) -> PathSet {
+    paths.iter().map(|&i| p(i)).collect()
+}
+
+fn ms(x: u64) -> Duration {
+    Duration::from_millis(x)
+}
+
+fn us(x: u64) -> Duration {
+    Duration::from_micros(x)
+}
+
+fn after_ms(x: u64) -> Instant {
+    T0 + ms(x)
+}
+
+/// What a `TCP_INFO` reading says about one path.
+#[derive(Clone, Copy, Debug)]
+struct Link {
+    srtt_ms: u64,
+    rttvar_ms: u64,
+    cwnd: u64,
+    unacked: u64,
+    notsent: u64,
+    /// Delivery rate, bytes/s (0: unknown, the scheduler then uses cwnd / srtt).
+    rate: u64,
+}
+
+impl Link {
+    /// A path with RTT `srtt_ms`, RTT variance half of it (η = 0.5), an empty queue and a window
+    /// no test fills.
+    fn rtt(srtt_ms: u64) -> Link {
+        Link {
+            srtt_ms,
+            rttvar_ms: srtt_ms / 2,
+            cwnd: BIG_CWND,
+            unacked: 0,
+            notsent: 0,
+            rate: 0,
+        }
+    }
+    /// The same path with its congestion window full of in-flight data.
+    fn full(self) -> Link {
+        Link {
+            cwnd: CWND_10,
+            unacked: CWND_10,
+            notsent: 0,
+            ..self
+        }
+    }
+    fn sample(self) -> TcpInfoSample {
+        TcpInfoSample {
+            srtt: ms(self.srtt_ms),
+            rttvar: ms(self.rttvar_ms),
+            min_rtt: None,
+            cwnd_bytes: self.cwnd,
+            mss_bytes: MSS,
+            unacked_bytes: self.unacked,
+            notsent_bytes: self.notsent,
+            delivery_rate: Bandwidth::from_bytes_per_sec(self.rate),
+            rto_backoff: 0,
+            bytes_acked: 0,
+        }
+    }
+}
+
+/// A scheduler running `spec` with default configuration and path `i` set to `links[i]`.
+fn sched(spec: &str, links: &[Link]) -> Scheduler {
+    sched_with(SchedConfig::default(), spec, links)
+}
+
+fn sched_with(cfg: SchedConfig, spec: &str, links: &[Link]) -> Scheduler {
+    let mut s = Scheduler::from_spec(cfg, spec).unwrap();
+    for (i, l) in links.iter().enumerate() {
+        s.add_path(T0, p(i)).unwrap();
+        s.on_tcp_info(T0, p(i), &l.sample()).unwrap();
+    }
+    s
+}
+
+fn set_link(s: &mut Scheduler, now: Instant, path: usize, l: Link) {
+    s.on_tcp_info(now, p(path), &l.sample()).unwrap();
+}
+
+/// Open `flow` of `user` with `bytes` of data, and its FIN if `fin`.
+fn flow(s: &mut Scheduler, now: Instant, flow: u64, user: u64, bytes: u64, fin: bool) {
+    s.open_flow(now, FlowId(flow), UserId(user)).unwrap();
+    s.on_flow_data(now, FlowId(flow), bytes).unwrap();
+    if fin {
+        s.on_flow_fin(now, FlowId(flow)).unwrap();
+    }
+}
+
+fn poll(s: &mut Scheduler, now: Instant) -> Option<Decision> {
+    s.poll_decision(now, &NoPrediction)
+}
+
+fn poll_some(s: &mut Scheduler, now: Instant) -> Decision {
+    poll(s, now).unwrap_or_else(|| panic!("expected a decision; trace: {:?}", s.trace().moves()))
+}
+
+/// Moves of the latest poll made by `stage`.
+fn moves_of(s: &Scheduler, stage: &str) -> Vec<Move> {
+    s.trace()
+        .moves()
+        .iter()
+        .filter(|m| m.stage == stage)
+        .copied()
+        .collect()
+}
+
+/// The single move `stage` made in the latest poll.
+fn the_move(s: &Scheduler, stage: &str) -> Move {
+    let m = moves_of(s, stage);
+    assert_eq!(
+        m.len(),
+        1,
+        "expected exactly one `{stage}` move; trace: {:?}",
+        s.trace().moves()
+    );
+    m[0]
+}
+
+fn assert_move(m: &Move, kind: Option<StageKind>, path: usize, from: SetName, to: SetName) {
+    assert_eq!(m.kind, kind, "{m}");
+    assert_eq!(m.path, p(path), "{m}");
+    assert_eq!((m.from, m.to), (from, to), "{m}");
+}
+
+/// `d` equals `expected_us` microseconds up to 1 µs (float rounding in η-scaled terms).
+fn assert_close(d: Duration, expected_us: u64) {
+    let got = d.as_micros();
+    assert!(
+        got.abs_diff(expected_us) <= 1,
+        "expected {expected_us} µs, got {got} µs"
+    );
+}
+
+// ----- 1. TPR: tail-aware path rejection (§4.4, Appendix A) ----------------------------------
+
+/// Appendix A: path A is fast with its window full, path B slow with an empty buffer.
+///
+/// * A: srtt 50 ms, rttvar 25 ms (η = 0.5), owd = srtt / 2 = 25 ms, cwnd = unacked = 14 480 B,
+///   delivery rate 1 000 000 B/s.
+/// * B: srtt 400 ms, rttvar 200 ms (η = 0.5), owd 200 ms, cwnd 14 480 B, nothing queued,
+///   delivery rate 125 000 B/s.
+fn appendix_a() -> [Link; 2] {
+    [
+        Link {
+            rate: 1_000_000,
+            ..Link::rtt(50).full()
+        },
+        Link {
+            cwnd: CWND_10,
+            rate: 125_000,
+            ..Link::rtt(400)
+        },
+    ]
+}
+
+#[test]
+fn tpr_appendix_a_tail_chunk_waits_for_the_fast_path() {
+    let mut s = sched("minrtt,tpr", &appendix_a());
+    // 2800 data bytes + FIN: remain_f = 2801 sequence units for the first chunk.
+    flow(&mut s, T0, 1, 1, 2800, true);
+
+    assert_eq!(poll(&mut s, T0), None, "tail chunk must not go to slow B");
+
+    // minRTT: A has no window room, so it picks B.
+    let m = the_move(&s, "minrtt");
+    assert_move(
+        &m,
+        Some(StageKind::SoftSelector),
+        B,
+        SetName::Candidate,
+        SetName::Selected,
+    );
+    assert_eq!(m.reason, Reason::LowestRtt { srtt: ms(400) });
+
+    // TPR for B:
+    //   T-(B) = owd_B + buf_B / bw_B = 200 ms + 0 = 200 ms
+    //   T+(B) = (owd_A + (buf_A + remain) / bw_A)(1 + η_A)
+    //         = (25 ms + (14 480 + 2801) B / 1 MB/s) · 1.5 = (25 + 17.281) ms · 1.5 = 63.4215 ms
+    //   200 ms > 63.42 ms: B goes back to C.
+    let m = the_move(&s, "tpr");
+    assert_move(
+        &m,
+        Some(StageKind::SelectionFilter),
+        B,
+        SetName::Selected,
+        SetName::Candidate,
+    );
+    let Reason::TailSlower { t_minus, t_plus } = m.reason else {
+        panic!("unexpected reason {:?}", m.reason);
+    };
+    assert_eq!(t_minus, ms(200));
+    assert_close(t_plus, 63_421);
+
+    let att = s.attempts();
+    assert_eq!(att.len(), 1);
+    assert!(att[0].chunk.tail);
+    assert_eq!(att[0].chunk.remaining_bytes, 2801);
+    assert!(att[0].end.selected().is_empty());
+    assert_eq!(att[0].end.candidates(), set(&[A, B]));
+    assert_eq!(s.stats().waits, 1);
+    assert_eq!(s.poll_timeout(), Some(T0 + ms(5)));
+
+    // A drains: the tail goes to A. For A, T-(A) = 25 ms and
+    // T+(A) = (200 ms + 2801 B / 125 kB/s) · 1.5 = 333.6 ms, so TPR keeps A.
+    let now = after_ms(50);
+    set_link(
+        &mut s,
+        now,
+        A,
+        Link {
+            unacked: 0,
+            ..appendix_a()[0]
+        },
+    );
+    let d = poll_some(&mut s, now);
+    assert_eq!(
+        (d.paths, d.offset, d.len, d.fin),
+        (set(&[A]), 0, 1400, false)
+    );
+    assert!(moves_of(&s, "tpr").is_empty());
+    let d = poll_some(&mut s, now);
+    assert_eq!(
+        (d.paths, d.offset, d.len, d.fin),
+        (set(&[A]), 1400, 1400, true),
+        "last data chunk carries the FIN"
+    );
+    assert_eq!(poll(&mut s, now), None);
+}
+
+#[test]
+fn tpr_leaves_non_tail_chunks_alone_until_fin_is_seen() {
+    let mut s = sched("minrtt,tpr", &appendix_a());
+    flow(&mut s, T0, 1, 1, 2800, false);
+
+    // No FIN: not a tail chunk, TPR does nothing and minRTT's choice B stands.
+    let d = poll_some(&mut s, T0);
+    assert_eq!((d.paths, d.offset, d.len), (set(&[B]), 0, 1400));
+    assert!(moves_of(&s, "tpr").is_empty());
+    assert!(!s.attempts()[0].chunk.tail);
+
+    // FIN arrives: the remaining chunk (1400 B + FIN, remain = 1401) is a tail chunk.
+    // B now holds the 1400 B just scheduled:
+    //   T-(B) = 200 ms + 1400 / 125 000 s = 211.2 ms
+    //   T+(B) = (25 ms + (14 480 + 1401) / 1 000 000 s) · 1.5 = 40.881 ms · 1.5 = 61.3215 ms
+    s.on_flow_fin(T0, FlowId(1)).unwrap();
+    assert_eq!(poll(&mut s, T0), None);
+    let Reason::TailSlower { t_minus, t_plus } = the_move(&s, "tpr").reason else {
+        panic!("expected TailSlower");
+    };
+    assert_eq!(t_minus, us(211_200));
+    assert_close(t_plus, 61_321);
+}
+
+#[test]
+fn tpr_keeps_the_slow_path_when_the_fast_buffer_is_huge() {
+    // A's buffer holds 1 000 000 B (in flight + not sent): draining it alone takes 1 s.
+    let mut links = appendix_a();
+    links[A].notsent = 1_000_000 - CWND_10;
+    let mut s = sched("minrtt,tpr", &links);
+    flow(&mut s, T0, 1, 1, 2800, true);
+
+    //   T-(B) = 200 ms
+    //   T+(B) = (25 ms + (1 000 000 + 2801) / 1 000 000 s) · 1.5 = 1027.801 ms · 1.5 = 1541.7 ms
+    // T-(B) < T+(B): B is genuinely better, TPR keeps it.
+    assert_eq!(Tpr::t_minus(s.path(p(B)).unwrap()), ms(200));
+    assert_close(Tpr::t_plus_term(s.path(p(A)).unwrap(), 2801), 1_541_701);
+
+    let d = poll_some(&mut s, T0);
+    assert_eq!(d.paths, set(&[B]));
+    assert!(moves_of(&s, "tpr").is_empty());
+    assert_eq!(
+        the_move(&s, "minrtt").reason,
+        Reason::LowestRtt { srtt: ms(400) }
+    );
+}
+
+#[test]
+fn tpr_uses_measured_owd_and_bandwidth() {
+    // Paths configured through the sample inputs instead of TCP_INFO. Both keep the initial
+    // srtt 200 ms / rttvar 100 ms (η = 0.5); minRTT breaks the tie by index but A is full.
+    let mut s = Scheduler::from_spec(SchedConfig::default(), "minrtt,tpr").unwrap();
+    for i in [A, B] {
+        s.add_path(T0, p(i)).unwrap();
+    }
+    s.on_window(T0, p(A), CWND_10, CWND_10, 0).unwrap();
+    s.on_window(T0, p(B), CWND_10, 0, 0).unwrap();
+    s.on_owd_sample(T0, p(A), ms(10)).unwrap();
+    s.on_owd_sample(T0, p(B), ms(150)).unwrap();
+    s.on_bandwidth_sample(T0, p(A), Bandwidth::from_bytes_per_sec(2_000_000))
+        .unwrap();
+    s.on_bandwidth_sample(T0, p(B), Bandwidth::from_bytes_per_sec(100_000))
+        .unwrap();
+    flow(&mut s, T0, 1, 1, 2800, true);
+
+    //   T-(B) = 150 ms
+    //   T+(B) = (10 ms + ceil(17 281 / 2 000 000 s) = 8.641 ms) · 1.5 = 27.9615 ms  → reject
+    assert_eq!(poll(&mut s, T0), None);
+    let Reason::TailSlower { t_minus, t_plus } = the_move(&s, "tpr").reason else {
+        panic!("expected TailSlower");
+    };
+    assert_eq!(t_minus, ms(150));
+    assert_close(t_plus, 27_961);
+
+    // A's delivery rate collapses to 100 kB/s:
+    //   T+(B) = (10 ms + 17 281 / 100 000 s) · 1.5 = 182.81 ms · 1.5 = 274.2 ms > 150 ms → keep B
+    s.on_bandwidth_sample(T0, p(A), Bandwidth::from_bytes_per_sec(100_000))
+        .unwrap();
+    let d = poll_some(&mut s, T0);
+    assert_eq!(d.paths, set(&[B]));
+    assert!(moves_of(&s, "tpr").is_empty());
+}
+
+#[test]
+fn tpr_does_not_count_rejected_paths_in_t_plus() {
+    // Appendix A, but HPR put A in U (failure predicted 100 ms ahead; L_A = 50 ms + 20/83 s).
+    // T+(B) ranges over usable paths other than B: none, so T+ is infinite and B keeps the tail.
+    let mut s = sched("hpr,minrtt,tpr", &appendix_a());
+    s.on_train_speed(T0, 83.0);
+    let mut pred = FixedPredictions::new();
+    pred.set_failure(p(A), Some(after_ms(100)));
+    flow(&mut s, T0, 1, 1, 2800, true);
+    let d = s.poll_decision(T0, &pred).unwrap();
+    assert_eq!(d.paths, set(&[B]));
+    assert_move(
+        &the_move(&s, "hpr"),
+        Some(StageKind::CandidateFilter),
+        A,
+        SetName::Candidate,
+        SetName::Unavailable,
+    );
+    assert!(moves_of(&s, "tpr").is_empty());
+}
+
+// ----- 2. HPR: handover-failure-aware path rejection (§4.3) -----------------------------------
+
+/// A: srtt 100 ms, B: srtt 200 ms, both with window room; train at 83 m/s.
+fn hpr_sched(spec: &str) -> Scheduler {
+    let mut s = sched(spec, &[Link::rtt(100), Link::rtt(200)]);
+    s.on_train_speed(T0, 83.0);
+    flow(&mut s, T0, 1, 1, 1_000_000, false);
+    s
+}
+
+/// L for A = srtt + E_GPS / V = 100 ms + 20 / 83 s = 100 ms + 240.963 ms = 340.963 ms.
+const L_A_US: u64 = 340_963;
+
+#[test]
+fn hpr_threshold_is_rtt_plus_gps_error_over_speed() {
+    assert_eq!(Hpr::default().threshold(ms(100), Some(83.0)), us(L_A_US));
+    let mut s = hpr_sched("hpr,minrtt");
+    let mut pred = FixedPredictions::new();
+
+    // Failure 0.5 s ahead: 0.5 s >= L = 0.341 s, A stays usable and minRTT picks it.
+    pred.set_failure(p(A), Some(after_ms(500)));
+    let d = s.poll_decision(T0, &pred).unwrap();
+    assert_eq!(d.paths, set(&[A]));
+    assert!(moves_of(&s, "hpr").is_empty());
+
+    // Failure 0.3 s ahead: 0.3 s < 0.341 s, A moves C -> U and the chunk goes to B.
+    pred.set_failure(p(A), Some(after_ms(300)));
+    let d = s.poll_decision(T0, &pred).unwrap();
+    assert_eq!(d.paths, set(&[B]));
+    let m = the_move(&s, "hpr");
+    assert_move(
+        &m,
+        Some(StageKind::CandidateFilter),
+        A,
+        SetName::Candidate,
+        SetName::Unavailable,
+    );
+    assert_eq!(
+        m.reason,
+        Reason::HandoverFailureSoon {
+            t_hof: ms(300),
+            threshold: us(L_A_US),
+        }
+    );
+
+    // Boundary: exactly L ahead is kept (the test is t_HOF < L), 1 µs less is rejected.
+    pred.set_failure(p(A), Some(T0 + us(L_A_US)));
+    assert_eq!(s.poll_decision(T0, &pred).unwrap().paths, set(&[A]));
+    pred.set_failure(p(A), Some(T0 + us(L_A_US - 1)));
+    assert_eq!(s.poll_decision(T0, &pred).unwrap().paths, set(&[B]));
+}
+
+#[test]
+fn hpr_rejects_a_prediction_in_the_past() {
+    let mut s = hpr_sched("hpr,minrtt");
+    let mut pred = FixedPredictions::new();
+    // The failure point was passed a second ago and the path is still on the old cell.
+    pred.set_failure(p(A), Some(Instant::from_millis(9_000)));
+    let d = s.poll_decision(T0, &pred).unwrap();
+    assert_eq!(d.paths, set(&[B]));
+    assert_eq!(
+        the_move(&s, "hpr").reason,
+        Reason::HandoverFailureSoon {
+            t_hof: Duration::ZERO,
+            threshold: us(L_A_US),
+        }
+    );
+}
+
+#[test]
+fn hpr_all_paths_rejected_traffic_waits_until_prediction_clears() {
+    let mut s = hpr_sched("hpr,minrtt");
+    let mut pred = FixedPredictions::new();
+    // L_B = 200 ms + 240.963 ms; 0.3 s is within both thresholds.
+    pred.set_failure(p(A), Some(after_ms(300)));
+    pred.set_failure(p(B), Some(after_ms(300)));
+    assert_eq!(s.poll_decision(T0, &pred), None);
+    let hpr = moves_of(&s, "hpr");
+    assert_eq!(hpr.len(), 2);
+    assert_eq!(hpr[1].path, p(B));
+    assert_eq!(
+        hpr[1].reason,
+        Reason::HandoverFailureSoon {
+            t_hof: ms(300),
+            threshold: us(200_000 + 240_963),
+        }
+    );
+    assert!(moves_of(&s, "minrtt").is_empty());
+    assert_eq!(s.attempts()[0].end.unavailable(), set(&[A, B]));
+    assert!(
+        s.poll_timeout().is_some(),
+        "a waiting scheduler asks to be polled again"
+    );
+
+    // The relay reports A's new cell: the predictor stops predicting, A comes back.
+    pred.set_failure(p(A), None);
+    let d = s.poll_decision(after_ms(1), &pred).unwrap();
+    assert_eq!(d.paths, set(&[A]));
+    assert_eq!(the_move(&s, "hpr").path, p(B));
+}
+
+#[test]
+fn hpr_unknown_speed_uses_the_speed_floor_and_e_gps_is_configurable() {
+    // No speed reported: V is clamped to 1 m/s, so L = 100 ms + 20 s.
+    let mut s = sched("hpr,minrtt", &[Link::rtt(100), Link::rtt(200)]);
+    flow(&mut s, T0, 1, 1, 1_000_000, false);
+    let mut pred = FixedPredictions::new();
+    pred.set_failure(p(A), Some(after_ms(10_000)));
+    assert_eq!(s.poll_decision(T0, &pred).unwrap().paths, set(&[B]));
+    assert_eq!(
+        the_move(&s, "hpr").reason,
+        Reason::HandoverFailureSoon {
+            t_hof: ms(10_000),
+            threshold: ms(20_100),
+        }
+    );
+
+    // With E_GPS = 0, L = RTT = 100 ms: a failure 0.3 s ahead no longer rejects A.
+    let mut s = hpr_sched("hpr(e_gps_m=0),minrtt");
+    pred.set_failure(p(A), Some(after_ms(300)));
+    assert_eq!(s.poll_decision(T0, &pred).unwrap().paths, set(&[A]));
+    pred.set_failure(p(A), Some(after_ms(99)));
+    assert_eq!(s.poll_decision(T0, &pred).unwrap().paths, set(&[B]));
+}
+
+// ----- 3. minRTT: the soft selector (§4.2) -------------------------------------------------
+
+#[test]
+fn minrtt_picks_lowest_srtt_with_window_room() {
+    let mut s = sched("minrtt", &[Link::rtt(80), Link::rtt(30), Link::rtt(50)]);
+    flow(&mut s, T0, 1, 1, 1_000_000, false);
+
+    let d = poll_some(&mut s, T0);
+    assert_eq!(d.paths, set(&[1]));
+    let m = the_move(&s, "minrtt");
+    assert_move(
+        &m,
+        Some(StageKind::SoftSelector),
+        1,
+        SetName::Candidate,
+        SetName::Selected,
+    );
+    assert_eq!(m.reason, Reason::LowestRtt { srtt: ms(30) });
+
+    // Path 1's window fills: the next lowest RTT with room is path 2 (50 ms).
+    set_link(&mut s, T0, 1, Link::rtt(30).full());
+    let d = poll_some(&mut s, T0);
+    assert_eq!(d.paths, set(&[2]));
+    assert_eq!(
+        the_move(&s, "minrtt").reason,
+        Reason::LowestRtt { srtt: ms(50) }
+    );
+
+    // Every window full: nothing is sent.
+    set_link(&mut s, T0, 0, Link::rtt(80).full());
+    set_link(&mut s, T0, 2, Link::rtt(50).full());
+    assert_eq!(poll(&mut s, T0), None);
+}
+
+#[test]
+fn minrtt_breaks_ties_by_lowest_index() {
+    let mut s = sched("minrtt", &[Link::rtt(80), Link::rtt(30), Link::rtt(30)]);
+    flow(&mut s, T0, 1, 1, 1_000_000, false);
+    assert_eq!(poll_some(&mut s, T0).paths, set(&[1]));
+    // Still a tie after the first chunk (srtt unchanged): path 1 again, not path 2.
+    assert_eq!(poll_some(&mut s, T0).paths, set(&[1]));
+}
+
+// ----- 4. ORI: opportunistic redundant injection (§4.6) -------------------------------------
+
+#[test]
+fn ori_duplicates_tau_chunks_onto_an_idle_path_then_waits_for_beta() {
+    let mut s = sched("hpr,minrtt,tpr,ori", &[Link::rtt(50), Link::rtt(100)]);
+    flow(&mut s, T0, 1, 1, 1_000_000, false);
+
+    // B was never scheduled: idle. The next tau = 16 chunks are copied onto it.
+    for i in 0..16u32 {
+        let d = poll_some(&mut s, T0);
+        assert_eq!(d.paths, set(&[A, B]), "chunk {i}");
+        assert_eq!(d.offset, u64::from(i) * CHUNK);
+        assert_eq!(the_move(&s, "minrtt").path, p(A));
+        let m = the_move(&s, "ori");
+        assert_move(
+            &m,
+            Some(StageKind::HardSelector),
+            B,
+            SetName::Candidate,
+            SetName::Selected,
+        );
+        assert_eq!(
+            m.reason,
+            Reason::IdleProbe {
+                copies_left: 16 - i
+            }
+        );
+    }
+    assert_eq!(s.stats().redundant_bytes, 16 * CHUNK);
+
+    // B carried traffic just now, so it is not idle until alpha = 1 s passes or beta = 8192 B
+    // are scheduled elsewhere: 5 × 1400 = 7000 < 8192 <= 6 × 1400 = 8400. Six chunks on A only.
+    for i in 0..6 {
+        let d = poll_some(&mut s, T0);
+        assert_eq!(d.paths, set(&[A]), "single chunk {i}");
+        assert!(moves_of(&s, "ori").is_empty());
+    }
+    assert_eq!(s.path(p(B)).unwrap().bytes_elsewhere_since, 6 * CHUNK);
+    let d = poll_some(&mut s, T0);
+    assert_eq!(d.paths, set(&[A, B]));
+    assert_eq!(
+        the_move(&s, "ori").reason,
+        Reason::IdleProbe { copies_left: 16 }
+    );
+    assert_eq!(s.stats().redundant_bytes, 17 * CHUNK);
+}
+
+#[test]
+fn ori_parameters_and_alpha_idle_timer() {
+    let spec = "hpr,minrtt,tpr,ori(tau=2,alpha_ms=100,beta_bytes=1000000)";
+    let mut s = sched(spec, &[Link::rtt(50), Link::rtt(100)]);
+    flow(&mut s, T0, 1, 1, 1_000_000, false);
+
+    for left in [2, 1] {
+        let d = poll_some(&mut s, T0);
+        assert_eq!(d.paths, set(&[A, B]));
+        assert_eq!(
+            the_move(&s, "ori").reason,
+            Reason::IdleProbe { copies_left: left }
+        );
+    }
+    // tau = 2 exhausted; beta = 1 MB is far away, so only alpha = 100 ms can make B idle.
+    for now in [T0, T0, after_ms(50), after_ms(99)] {
+        assert_eq!(poll_some(&mut s, now).paths, set(&[A]));
+    }
+    let d = poll_some(&mut s, after_ms(100));
+    assert_eq!(d.paths, set(&[A, B]));
+    assert_eq!(
+        the_move(&s, "ori").reason,
+        Reason::IdleProbe { copies_left: 2 }
+    );
+}
+
+#[test]
+fn ori_never_duplicates_when_nothing_was_selected() {
+    // Appendix A tail: minRTT picks B, TPR removes it, S is empty. B is idle (never scheduled)
+    // and has room, but ORI must not turn the wait into a send.
+    let mut s = sched("hpr,minrtt,tpr,ori", &appendix_a());
+    flow(&mut s, T0, 1, 1, 2800, true);
+    assert_eq!(poll(&mut s, T0), None);
+    assert_eq!(the_move(&s, "tpr").path, p(B));
+    assert!(moves_of(&s, "ori").is_empty());
+    assert!(s.attempts()[0].end.selected().is_empty());
+}
+
+#[test]
+fn ori_does_not_revive_paths_in_u() {
+    let mut s = sched("hpr,minrtt,tpr,ori", &[Link::rtt(50), Link::rtt(100)]);
+    s.on_train_speed(T0, 83.0);
+    flow(&mut s, T0, 1, 1, 1_000_000, false);
+    let mut pred = FixedPredictions::new();
+    pred.set_failure(p(B), Some(after_ms(100)));
+    let d = s.poll_decision(T0, &pred).unwrap();
+    assert_eq!(d.paths, set(&[A]), "B is idle but HPR rejected it");
+    assert!(moves_of(&s, "ori").is_empty());
+    assert_eq!(s.attempts()[0].end.unavailable(), set(&[B]));
+}
+
+// ----- 5. Reinjection: ER, oldest-on-RTO, none; path reset (§4.5) ----------------------------
+
+/// A (50 ms) and B (100 ms) with room; flow 1 sends five 1400-byte chunks, all on A, and the
+/// first one is acknowledged. A then holds four unacknowledged chunks: [1400, 7000).
+fn five_chunks_on_a(spec: &str) -> Scheduler {
+    let mut s = sched(spec, &[Link::rtt(50), Link::rtt(100)]);
+    flow(&mut s, T0, 1, 1, 5 * CHUNK, false);
+    for i in 0..5 {
+        let d = poll_some(&mut s, T0);
+        assert_eq!((d.paths, d.offset), (set(&[A]), i * CHUNK));
+    }
+    assert_eq!(poll(&mut s, T0), None);
+    s.on_flow_ack(T0, FlowId(1), CHUNK).unwrap();
+    assert_eq!(s.path_unacked_chunks(p(A)), 4);
+    s
+}
+
+#[test]
+fn er_reinjects_all_unacked_chunks_on_the_kth_rto() {
+    let mut s = five_chunks_on_a("minrtt+er(k=3)");
+    let f = FlowId(1);
+
+    s.on_rto(after_ms(10), p(A)).unwrap();
+    s.on_rto(after_ms(20), p(A)).unwrap();
+    assert_eq!(s.flow_pending_reinjection(f), Some(0), "k = 3 not reached");
+    assert_eq!(s.stats().reinjection_events, 0);
+
+    s.on_rto(after_ms(30), p(A)).unwrap();
+    // All four unacked chunks come back; the acknowledged first chunk does not.
+    assert_eq!(s.flow_pending_reinjection(f), Some(4 * CHUNK));
+    assert_eq!(s.flow_remaining(f), Some(4 * CHUNK));
+    assert_eq!(s.stats().reinjection_events, 1);
+    assert_eq!(s.path_unacked_chunks(p(A)), 0);
+
+    for off in [1, 2, 3, 4].map(|i| i * CHUNK) {
+        let d = poll_some(&mut s, after_ms(30));
+        assert_eq!((d.offset, d.len), (off, 1400));
+        assert!(d.reinjection);
+        assert_eq!(
+            d.paths,
+            set(&[B]),
+            "never back onto A, which has room and lower RTT"
+        );
+        // The per-chunk bitmap removes A before the pipeline runs.
+        let m = the_move(&s, "chunk");
+        assert_move(&m, None, A, SetName::Candidate, SetName::Unavailable);
+        assert_eq!(m.reason, Reason::AlreadyCarried);
+        assert_eq!(
+            the_move(&s, "minrtt").reason,
+            Reason::LowestRtt { srtt: ms(100) }
+        );
+        assert!(s.attempts()[0].chunk.reinjection);
+        assert_eq!(s.attempts()[0].chunk.carried_on, set(&[A]));
+    }
+    assert_eq!(poll(&mut s, after_ms(30)), None);
+    assert_eq!(s.flow_pending_reinjection(f), Some(0));
+    assert_eq!(s.stats().reinjected_bytes, 4 * CHUNK);
+    assert_eq!(s.stats().path_bytes[B], 4 * CHUNK);
+}
+
+#[test]
+fn er_trims_partially_acknowledged_chunks() {
+    let mut s = five_chunks_on_a("minrtt+er(k=3)");
+    // The ack ends inside the second chunk [1400, 2800): only [2100, 7000) is reinjected.
+    s.on_flow_ack(after_ms(5), FlowId(1), 2100).unwrap();
+    for t in [10, 20, 30] {
+        s.on_rto(after_ms(t), p(A)).unwrap();
+    }
+    assert_eq!(s.flow_pending_reinjection(FlowId(1)), Some(7000 - 2100));
+    let d = poll_some(&mut s, after_ms(30));
+    assert_eq!((d.offset, d.len, d.paths), (2100, 700, set(&[B])));
+}
+
+#[test]
+fn er_reinjected_chunk_waits_rather_than_returning_to_its_path() {
+    let mut s = five_chunks_on_a("minrtt+er(k=3)");
+    for t in [10, 20, 30] {
+        s.on_rto(after_ms(t), p(A)).unwrap();
+    }
+    // B's window is full; A has room, but the chunk was already carried on A.
+    set_link(&mut s, after_ms(30), B, Link::rtt(100).full());
+    assert_eq!(poll(&mut s, after_ms(30)), None);
+    assert_eq!(the_move(&s, "chunk").path, p(A));
+    assert!(moves_of(&s, "minrtt").is_empty());
+
+    // Acks covering part of the batch shrink it: only [4200, 7000) is still pending.
+    s.on_flow_ack(after_ms(40), FlowId(1), 3 * CHUNK).unwrap();
+    assert_eq!(s.flow_pending_reinjection(FlowId(1)), Some(2 * CHUNK));
+    set_link(&mut s, after_ms(40), B, Link::rtt(100));
+    let d = poll_some(&mut s, after_ms(40));
+    assert_eq!(
+        (d.offset, d.paths, d.reinjection),
+        (3 * CHUNK, set(&[B]), true)
+    );
+}
+
+#[test]
+fn er_is_triggered_by_tcp_info_backoff() {
+    let mut s = five_chunks_on_a("minrtt+er(k=3)");
+    let mut smp = Link::rtt(50).sample();
+    smp.rto_backoff = 2;
+    s.on_tcp_info(after_ms(10), p(A), &smp).unwrap();
+    assert_eq!(s.flow_pending_reinjection(FlowId(1)), Some(0));
+    smp.rto_backoff = 3;
+    s.on_tcp_info(after_ms(20), p(A), &smp).unwrap();
+    assert_eq!(s.flow_pending_reinjection(FlowId(1)), Some(4 * CHUNK));
+    assert_eq!(s.stats().reinjection_events, 1);
+}
+
+#[test]
+fn er_rto_count_restarts_after_progress() {
+    let mut s = five_chunks_on_a("minrtt+er(k=3)");
+    s.on_rto(after_ms(10), p(A)).unwrap();
+    s.on_rto(after_ms(20), p(A)).unwrap();
+    s.on_path_progress(after_ms(25), p(A)).unwrap();
+    s.on_rto(after_ms(30), p(A)).unwrap();
+    assert_eq!(
+        s.flow_pending_reinjection(FlowId(1)),
+        Some(0),
+        "only one consecutive RTO since progress"
+    );
+}
+
+#[test]
+fn rto_policy_reinjects_only_the_oldest_chunk_per_rto() {
+    let mut s = five_chunks_on_a("minrtt+rto");
+    s.on_rto(after_ms(10), p(A)).unwrap();
+    assert_eq!(s.flow_pending_reinjection(FlowId(1)), Some(CHUNK));
+    s.on_rto(after_ms(20), p(A)).unwrap();
+    assert_eq!(s.flow_pending_reinjection(FlowId(1)), Some(2 * CHUNK));
+    assert_eq!(s.stats().reinjection_events, 2);
+    assert_eq!(s.path_unacked_chunks(p(A)), 2);
+
+    for off in [CHUNK, 2 * CHUNK] {
+        let d = poll_some(&mut s, after_ms(20));
+        assert_eq!((d.offset, d.paths, d.reinjection), (off, set(&[B]), true));
+    }
+    assert_eq!(poll(&mut s, after_ms(20)), None);
+}
+
+#[test]
+fn reinjection_every_live_path_carried_waits_for_an_event_not_a_timer() {
+    // One chunk, k = 1: A times out → the chunk goes to B; B times out → every live path has
+    // carried it. It stays pending (the subflows' own TCP still retransmits it), but the
+    // scheduler must not arm its recheck timer or count a pipeline wait for it.
+    let mut s = sched("minrtt+er(k=1)", &[Link::rtt(50), Link::rtt(100)]);
+    flow(&mut s, T0, 1, 1, CHUNK, false);
+    assert_eq!(poll_some(&mut s, T0).paths, set(&[A]));
+    s.on_rto(after_ms(300), p(A)).unwrap();
+    let d = poll_some(&mut s, after_ms(300));
+    assert!(d.reinjection);
+    assert_eq!(d.paths, set(&[B]));
+    s.on_rto(after_ms(600), p(B)).unwrap();
+    let waits = s.stats().waits;
+    assert_eq!(poll(&mut s, after_ms(600)), None);
+    assert_eq!(s.poll_timeout(), None, "nothing time alone could change");
+    assert_eq!(s.stats().waits, waits);
+    assert_eq!(s.flow_pending_reinjection(FlowId(1)), Some(CHUNK));
+    // A path reset clears that path's bit: the chunk may go on it again.
+    s.on_path_reset(after_ms(700), p(A)).unwrap();
+    let d = poll_some(&mut s, after_ms(700));
+    assert!(d.reinjection);
+    assert_eq!(d.paths, set(&[A]));
+}
+
+#[test]
+fn none_policy_never_reinjects() {
+    let mut s = five_chunks_on_a("minrtt+none");
+    for t in [10, 20, 30, 40] {
+        s.on_rto(after_ms(t), p(A)).unwrap();
+    }
+    assert_eq!(s.flow_pending_reinjection(FlowId(1)), Some(0));
+    assert_eq!(s.stats().reinjection_events, 0);
+    assert_eq!(poll(&mut s, after_ms(40)), None);
+}
+
+#[test]
+fn path_reset_reinjects_and_allows_the_same_path_again() {
+    let mut s = five_chunks_on_a("minrtt+er");
+    s.on_path_reset(after_ms(10), p(A)).unwrap();
+    assert_eq!(s.flow_pending_reinjection(FlowId(1)), Some(4 * CHUNK));
+    assert_eq!(s.stats().reinjection_events, 1);
+    // The reset subflow lost the bytes: the bitmap forgets A, and A is the lowest RTT.
+    let d = poll_some(&mut s, after_ms(10));
+    assert_eq!((d.offset, d.paths, d.reinjection), (CHUNK, set(&[A]), true));
+    assert!(moves_of(&s, "chunk").is_empty());
+}
+
+// ----- 6. Baselines: round robin, redundant, single path, location table ---------------------
+
+#[test]
+fn round_robin_cycles_over_paths_with_room() {
+    let links = [Link::rtt(50), Link::rtt(50), Link::rtt(50)];
+    let mut s = sched("rr", &links);
+    flow(&mut s, T0, 1, 1, 1_000_000, false);
+    for want in [0, 1, 2, 0] {
+        let d = poll_some(&mut s, T0);
+        assert_eq!(d.paths, set(&[want]));
+        let m = the_move(&s, "rr");
+        assert_eq!((m.path, m.reason), (p(want), Reason::NextInTurn));
+    }
+    // Path 1 full: it is skipped.
+    set_link(&mut s, T0, 1, Link::rtt(50).full());
+    for want in [2, 0, 2] {
+        assert_eq!(poll_some(&mut s, T0).paths, set(&[want]));
+    }
+}
+
+#[test]
+fn redundant_sends_on_every_path_with_room() {
+    let links = [Link::rtt(50), Link::rtt(300), Link::rtt(20).full()];
+    let mut s = sched("redundant", &links);
+    flow(&mut s, T0, 1, 1, 1_000_000, false);
+    let d = poll_some(&mut s, T0);
+    assert_eq!(d.paths, set(&[0, 1]));
+    let m = moves_of(&s, "redundant");
+    assert_eq!(m.len(), 2);
+    assert!(m.iter().all(|m| m.reason == Reason::AllPaths));
+    assert_eq!(s.stats().redundant_bytes, CHUNK);
+    assert_eq!(s.stats().path_bytes[..3], [CHUNK, CHUNK, 0]);
+}
+
+#[test]
+fn single_path_assigns_users_round_robin_over_paths() {
+    let mut s = sched("single", &[Link::rtt(50), Link::rtt(50)]);
+    // Users appear one after another: user 1 -> path 0, user 2 -> path 1, user 3 -> path 0.
+    for (user, want) in [(1, 0), (2, 1), (3, 0)] {
+        flow(&mut s, T0, user * 10, user, CHUNK, false);
+        let d = poll_some(&mut s, T0);
+        assert_eq!((d.user, d.paths), (UserId(user), set(&[want])));
+        let m = the_move(&s, "single");
+        assert_eq!((m.path, m.reason), (p(want), Reason::AssignedToUser));
+    }
+    // Later chunks stick to the assigned path, whoever is served first.
+    for user in [1, 2, 3] {
+        s.on_flow_data(T0, FlowId(user * 10), 2 * CHUNK).unwrap();
+    }
+    for _ in 0..6 {
+        let d = poll_some(&mut s, T0);
+        let want = if d.user == UserId(2) { 1 } else { 0 };
+        assert_eq!(d.paths, set(&[want]), "{:?}", d.user);
+    }
+    assert_eq!(poll(&mut s, T0), None);
+
+    // No failover: with path 1 full, user 2 waits even though path 0 has room.
+    set_link(&mut s, T0, 1, Link::rtt(50).full());
+    s.on_flow_data(T0, FlowId(20), CHUNK).unwrap();
+    assert_eq!(poll(&mut s, T0), None);
+    assert!(s.trace().moves().is_empty());
+}
+
+#[test]
+fn location_table_blocks_a_path_inside_its_handover_zone() {
+    let mut s = sched("loctable", &[Link::rtt(50), Link::rtt(100)]);
+    flow(&mut s, T0, 1, 1, 1_000_000, false);
+    let mut pred = FixedPredictions::new();
+
+    pred.set_in_zone(p(A), true);
+    let d = s.poll_decision(T0, &pred).unwrap();
+    assert_eq!(d.paths, set(&[B]));
+    let m = the_move(&s, "loctable");
+    assert_move(
+        &m,
+        Some(StageKind::CandidateFilter),
+        A,
+        SetName::Candidate,
+        SetName::Unavailable,
+    );
+    assert_eq!(m.reason, Reason::InHandoverZone);
+
+    // Out of the zone: A is back. Failure predictions are HPR's business, not the table's.
+    pred.set_in_zone(p(A), false);
+    pred.set_failure(p(A), Some(T0));
+    assert_eq!(s.poll_decision(T0, &pred).unwrap().paths, set(&[A]));
+    assert!(moves_of(&s, "loctable").is_empty());
+}
+
+// ----- 7. BLEST and ECF: wait for the fast path or send on the slow one ----------------------
+
+/// Fast A: srtt 50 ms, cwnd = in flight = 10 MSS (full). Slow B: srtt 200 ms, cwnd 10 MSS, empty.
+fn blest_links() -> [Link; 2] {
+    [
+        Link::rtt(50).full(),
+        Link {
+            cwnd: CWND_10,
+            ..Link::rtt(200)
+        },
+    ]
+}
+
+fn credit_limited() -> SchedConfig {
+    SchedConfig {
+        initial_credit_bytes: 0,
+        ..SchedConfig::default()
+    }
+}
+
+// BLEST numbers for `blest_links` (see stages/blest.rs):
+// * λ: first update, no RTO seen → 1.2 − 0.01 = 1.19.
+// * linger time of B: in flight 0/1448 + 1 = 1 packet < cwnd 10 → min_srtt + (max − min)·1/10
+//   = 200 ms (min = max = 200 ms).
+// * bytes A sends meanwhile: n = 200 ms / 50 ms + 1 = 5 RTTs, (cwnd 10 + (5 − 1)/2) · 5 = 60
+//   packets, 60 · 1448 · 1.19 = 103 387 B.
+// * window left if the chunk goes to B: window − (1400 + B's 0 in flight).
+const BLEST_FAST_BYTES: u64 = 103_387;
+
+#[test]
+fn blest_waits_when_the_flow_window_is_small() {
+    let mut s = sched_with(credit_limited(), "minrtt,blest", &blest_links());
+    flow(&mut s, T0, 1, 1, 10_000, false);
+    s.on_flow_credit(T0, FlowId(1), 50_000).unwrap();
+    // avail = 50 000 − 1400 = 48 600 < 103 387: B would block A → wait.
+    assert_eq!(poll(&mut s, T0), None);
+    assert_eq!(the_move(&s, "minrtt").path, p(B));
+    let m = the_move(&s, "blest");
+    assert_move(
+        &m,
+        Some(StageKind::SelectionFilter),
+        B,
+        SetName::Selected,
+        SetName::Candidate,
+    );
+    assert_eq!(
+        m.reason,
+        Reason::BlestWouldBlock {
+            fast_bytes: BLEST_FAST_BYTES,
+            avail_bytes: 48_600,
+        }
+    );
+    assert_eq!(s.attempts()[0].chunk.window_bytes, 50_000);
+
+    // Larger window (same instant, λ unchanged): 200 000 − 1400 = 198 600 >= 103 387 → send on B.
+    s.on_flow_credit(T0, FlowId(1), 200_000).unwrap();
+    let d = poll_some(&mut s, T0);
+    assert_eq!(d.paths, set(&[B]));
+    assert!(moves_of(&s, "blest").is_empty());
+}
+
+#[test]
+fn blest_never_blocks_a_flow_without_credit_limit() {
+    let mut s = sched("minrtt,blest", &blest_links());
+    flow(&mut s, T0, 1, 1, 10_000, false);
+    assert_eq!(poll_some(&mut s, T0).paths, set(&[B]));
+}
+
+#[test]
+fn blest_lambda_grows_after_a_retransmission() {
+    // Window 106 400: avail = 105 000 B, between λ = 1.19 (103 387 B) and λ = 1.23 (106 862 B).
+    let mut s = sched_with(credit_limited(), "minrtt,blest+none", &blest_links());
+    flow(&mut s, T0, 1, 1, 10_000, false);
+    s.on_flow_credit(T0, FlowId(1), 106_400).unwrap();
+    assert_eq!(poll_some(&mut s, T0).paths, set(&[B]));
+
+    // The chunk is delivered: acked, credit slides by 1400 (window again 106 400) and B reports
+    // an empty queue. Then an RTO, and one slow-path min RTT (200 ms, the reference code's update
+    // period) after the last λ update, λ = 1.19 + 0.04 = 1.23:
+    // 86 880 · 1.23 = 106 862 B > 105 000 B → wait.
+    s.on_flow_ack(after_ms(10), FlowId(1), CHUNK).unwrap();
+    s.on_flow_credit(after_ms(10), FlowId(1), 106_400 + CHUNK)
+        .unwrap();
+    set_link(&mut s, after_ms(10), B, blest_links()[B]);
+    s.on_rto(after_ms(10), p(B)).unwrap();
+    assert_eq!(poll(&mut s, after_ms(210)), None);
+    assert_eq!(
+        the_move(&s, "blest").reason,
+        Reason::BlestWouldBlock {
+            fast_bytes: 106_862,
+            avail_bytes: 105_000,
+        }
+    );
+}
+
+/// Fast A: srtt 50 ms, full window of 14 480 B. Slow B: srtt `slow_ms`, cwnd 14 480 B, empty.
+/// Both rttvar 10 ms, so delta = 10 ms.
+fn ecf_links(slow_ms: u64) -> [Link; 2] {
+    [
+        Link {
+            rttvar_ms: 10,
+            ..Link::rtt(50).full()
+        },
+        Link {
+            rttvar_ms: 10,
+            cwnd: CWND_10,
+            ..Link::rtt(slow_ms)
+        },
+    ]
+}
+
+// ECF (see stages/ecf.rs), cwnd_f = cwnd_s = 14 480, srtt_f = 0.05 s, delta = 0.01 s:
+//   x_f = max(k, 14 480); lhs = 0.05 · (x_f + 14 480); rhs = 14 480 · (srtt_s + 0.01) · (1 + β·w)
+//   if lhs < rhs: wait when srtt_s · max(k, 14 480) >= 14 480 · (0.1 + 0.01) = 1592.8
+
+#[test]
+fn ecf_waits_for_the_fastest_path_with_few_bytes_left() {
+    // k = 2800, srtt_s = 0.4: lhs = 0.05 · 28 960 = 1448 < rhs = 14 480 · 0.41 = 5936.8;
+    // 0.4 · 14 480 = 5792 >= 1592.8 → wait.
+    let mut s = sched("minrtt,ecf", &ecf_links(400));
+    flow(&mut s, T0, 1, 1, 2800, false);
+    assert_eq!(poll(&mut s, T0), None);
+    let m = the_move(&s, "ecf");
+    assert_move(
+        &m,
+        Some(StageKind::SelectionFilter),
+        B,
+        SetName::Selected,
+        SetName::Candidate,
+    );
+    assert_eq!(m.reason, Reason::EcfWaitForFastest);
+}
+
+#[test]
+fn ecf_sends_on_the_slow_path_with_many_bytes_left() {
+    // k = 1 000 000: lhs = 0.05 · 1 014 480 = 50 724 >= 5936.8 → use B.
+    let mut s = sched("minrtt,ecf", &ecf_links(400));
+    flow(&mut s, T0, 1, 1, 1_000_000, false);
+    assert_eq!(poll_some(&mut s, T0).paths, set(&[B]));
+    assert!(moves_of(&s, "ecf").is_empty());
+}
+
+#[test]
+fn ecf_sends_when_the_rtts_are_similar() {
+    // srtt_s = 0.06, k = 2800: lhs = 1448 >= rhs = 14 480 · 0.07 = 1013.6 → use B.
+    let mut s = sched("minrtt,ecf", &ecf_links(60));
+    flow(&mut s, T0, 1, 1, 2800, false);
+    assert_eq!(poll_some(&mut s, T0).paths, set(&[B]));
+    assert!(moves_of(&s, "ecf").is_empty());
+}
+
+#[test]
+fn ecf_hysteresis_keeps_waiting() {
+    // k = 120 000: lhs = 0.05 · 134 480 = 6724. Not waiting: rhs = 5936.8 → send. Waiting:
+    // rhs = 5936.8 · 1.25 = 7421 → lhs < rhs, and 0.4 · 120 000 >= 1592.8 → keep waiting.
+    let mut fresh = sched("minrtt,ecf", &ecf_links(400));
+    flow(&mut fresh, T0, 1, 1, 120_000, false);
+    assert_eq!(poll_some(&mut fresh, T0).paths, set(&[B]));
+
+    let mut s = sched("minrtt,ecf", &ecf_links(400));
+    flow(&mut s, T0, 1, 1, 2800, false);
+    assert_eq!(
+        poll(&mut s, T0),
+        None,
+        "small k: waits (and enters the waiting state)"
+    );
+    s.on_flow_data(T0, FlowId(1), 120_000 - 2800).unwrap();
+    assert_eq!(poll(&mut s, T0), None, "waiting state: rhs scaled by 1 + β");
+    assert_eq!(the_move(&s, "ecf").reason, Reason::EcfWaitForFastest);
+
+    // Without hysteresis (β = 0) the same sequence sends.
+    let mut s = sched("minrtt,ecf(beta=0)", &ecf_links(400));
+    flow(&mut s, T0, 1, 1, 2800, false);
+    assert_eq!(poll(&mut s, T0), None);
+    s.on_flow_data(T0, FlowId(1), 120_000 - 2800).unwrap();
+    assert_eq!(poll_some(&mut s, T0).paths, set(&[B]));
+}
+
+// ----- 8. User and flow selection (§4.7) ----------------------------------------------------
+
+#[test]
+fn pf_serves_the_least_served_user_first() {
+    let mut s = sched("minrtt", &[Link::rtt(50)]);
+    flow(&mut s, T0, 1, 1, 10 * CHUNK, false);
+    for _ in 0..10 {
+        assert_eq!(poll_some(&mut s, T0).user, UserId(1));
+    }
+    // User 2 arrives; user 1 also has more data. User 2 has the smaller average: it is served
+    // until it has caught up (10 chunks), then the two alternate.
+    flow(&mut s, T0, 2, 2, 20 * CHUNK, false);
+    s.on_flow_data(T0, FlowId(1), 20 * CHUNK).unwrap();
+    for i in 0..10 {
+        assert_eq!(poll_some(&mut s, T0).user, UserId(2), "chunk {i}");
+    }
+    let users: Vec<UserId> = (0..6).map(|_| poll_some(&mut s, T0).user).collect();
+    for w in users.windows(2) {
+        assert_ne!(w[0], w[1], "{users:?}");
+    }
+}
+
+#[test]
+fn pf_average_forgets_old_service() {
+    let mut s = sched("minrtt", &[Link::rtt(50)]);
+    // User 1: 10 chunks at T0. User 2: 2 chunks 5 s later. With a 1 s time constant user 1's
+    // 14 000 B weigh e^-5 ≈ 1/148 of user 2's 2800 B: user 1 is now the less served.
+    flow(&mut s, T0, 1, 1, 10 * CHUNK, false);
+    for _ in 0..10 {
+        poll_some(&mut s, T0);
+    }
+    let later = after_ms(5_000);
+    flow(&mut s, later, 2, 2, 2 * CHUNK, false);
+    for _ in 0..2 {
+        assert_eq!(poll_some(&mut s, later).user, UserId(2));
+    }
+    s.on_flow_data(later, FlowId(1), CHUNK).unwrap();
+    s.on_flow_data(later, FlowId(2), CHUNK).unwrap();
+    assert_eq!(poll_some(&mut s, later).user, UserId(1));
+}
+
+#[test]
+fn flows_of_a_user_are_served_round_robin() {
+    let mut s = sched("minrtt", &[Link::rtt(50)]);
+    s.open_flow(T0, FlowId(1), UserId(1)).unwrap();
+    s.open_flow(T0, FlowId(2), UserId(1)).unwrap();
+    s.open_flow(T0, FlowId(3), UserId(1)).unwrap();
+    for f in [1, 2, 3] {
+        s.on_flow_data(T0, FlowId(f), 2 * CHUNK).unwrap();
+    }
+    let got: Vec<(u64, u64)> = (0..6)
+        .map(|_| {
+            let d = poll_some(&mut s, T0);
+            (d.flow.0, d.offset)
+        })
+        .collect();
+    assert_eq!(
+        got,
+        [(1, 0), (2, 0), (3, 0), (1, CHUNK), (2, CHUNK), (3, CHUNK)]
+    );
+}
+
+#[test]
+fn a_waiting_tail_chunk_does_not_idle_paths_for_other_flows() {
+    // Appendix A: user 1's tail chunk waits for A; user 2's non-tail chunk may use B.
+    let mut s = sched("minrtt,tpr", &appendix_a());
+    flow(&mut s, T0, 1, 1, 2800, true);
+    flow(&mut s, T0, 2, 2, 2800, false);
+    let d = poll_some(&mut s, T0);
+    assert_eq!((d.flow, d.paths), (FlowId(2), set(&[B])));
+    let att = s.attempts();
+    assert_eq!(att.len(), 2);
+    assert_eq!(att[0].chunk.flow, FlowId(1));
+    assert!(att[0].end.selected().is_empty());
+    assert_eq!(att[1].chunk.flow, FlowId(2));
+    let tpr = the_move(&s, "tpr");
+    assert_eq!((tpr.attempt, tpr.path), (0, p(B)));
+}
+
+// ----- 9. Flow control, FIN, refused inputs -------------------------------------------------
+
+#[test]
+fn no_data_beyond_credit() {
+    let mut s = sched_with(credit_limited(), "minrtt", &[Link::rtt(50)]);
+    flow(&mut s, T0, 1, 1, 5000, false);
+    assert_eq!(poll(&mut s, T0), None);
+    assert!(!s.has_backlog());
+
+    s.on_flow_credit(T0, FlowId(1), 3000).unwrap();
+    let got: Vec<(u64, u32)> = std::iter::from_fn(|| poll(&mut s, T0))
+        .map(|d| (d.offset, d.len))
+        .collect();
+    assert_eq!(got, [(0, 1400), (1400, 1400), (2800, 200)]);
+
+    // Credit never shrinks.
+    s.on_flow_credit(T0, FlowId(1), 1000).unwrap();
+    assert_eq!(poll(&mut s, T0), None);
+    s.on_flow_credit(T0, FlowId(1), 5000).unwrap();
+    let got: Vec<(u64, u32)> = std::iter::from_fn(|| poll(&mut s, T0))
+        .map(|d| (d.offset, d.len))
+        .collect();
+    assert_eq!(got, [(3000, 1400), (4400, 600)]);
+}
+
+#[test]
+fn fin_after_all_data_is_a_zero_length_decision() {
+    let mut s = sched("minrtt", &[Link::rtt(50)]);
+    flow(&mut s, T0, 1, 1, 2 * CHUNK, false);
+    for _ in 0..2 {
+        assert!(!poll_some(&mut s, T0).fin);
+    }
+    assert_eq!(poll(&mut s, T0), None);
+    s.on_flow_fin(T0, FlowId(1)).unwrap();
+    let d = poll_some(&mut s, T0);
+    assert_eq!(
+        (d.offset, d.len, d.fin, d.seq_len()),
+        (2 * CHUNK, 0, true, 1)
+    );
+    assert_eq!(poll(&mut s, T0), None);
+    assert_eq!(s.flow_remaining(FlowId(1)), Some(0));
+    assert_eq!(s.stats().new_bytes, 2 * CHUNK + 1);
+}
+
+#[test]
+fn fin_rides_on_the_last_data_chunk_when_known() {
+    let mut s = sched("minrtt", &[Link::rtt(50)]);
+    flow(&mut s, T0, 1, 1, 2000, true);
+    let d = poll_some(&mut s, T0);
+    assert_eq!((d.offset, d.len, d.fin), (0, 1400, false));
+    let d = poll_some(&mut s, T0);
+    assert_eq!((d.offset, d.len, d.fin), (1400, 600, true));
+    assert_eq!(poll(&mut s, T0), None);
+}
+
+#[test]
+fn ack_beyond_sent_is_refused() {
+    let mut s = sched("minrtt", &[Link::rtt(50)]);
+    flow(&mut s, T0, 1, 1, 2 * CHUNK, false);
+    poll_some(&mut s, T0);
+    s.on_flow_ack(T0, FlowId(1), CHUNK).unwrap();
+    assert_eq!(
+        s.on_flow_ack(T0, FlowId(1), CHUNK + 1),
+        Err(SchedError::AckBeyondSent {
+            flow: FlowId(1),
+            ack: CHUNK + 1,
+            sent: CHUNK,
+        })
+    );
+}
+
+#[test]
+fn unknown_flows_and_paths_are_refused() {
+    let mut s = sched("minrtt", &[Link::rtt(50)]);
+    let (f, q) = (FlowId(99), p(7));
+    let nf = Err(SchedError::UnknownFlow(f));
+    assert_eq!(s.on_flow_data(T0, f, 1), nf);
+    assert_eq!(s.on_flow_fin(T0, f), nf);
+    assert_eq!(s.on_flow_ack(T0, f, 0), nf);
+    assert_eq!(s.on_flow_credit(T0, f, 1), nf);
+    assert_eq!(s.close_flow(T0, f), nf);
+
+    let np = Err(SchedError::UnknownPath(q));
+    assert_eq!(s.on_rtt_sample(T0, q, ms(10)), np);
+    assert_eq!(s.on_owd_sample(T0, q, ms(10)), np);
+    assert_eq!(
+        s.on_bandwidth_sample(T0, q, Bandwidth::from_bytes_per_sec(1)),
+        np
+    );
+    assert_eq!(s.on_window(T0, q, 1, 0, 0), np);
+    assert_eq!(s.on_tcp_info(T0, q, &Link::rtt(10).sample()), np);
+    assert_eq!(s.on_rto(T0, q), np);
+    assert_eq!(s.on_path_reset(T0, q), np);
+
+    assert_eq!(s.add_path(T0, p(A)), Err(SchedError::PathExists(p(A))));
+    flow(&mut s, T0, 1, 1, 10, true);
+    assert_eq!(
+        s.open_flow(T0, FlowId(1), UserId(2)),
+        Err(SchedError::FlowExists(FlowId(1)))
+    );
+    assert_eq!(
+        s.on_flow_data(T0, FlowId(1), 1),
+        Err(SchedError::DataAfterFin(FlowId(1)))
+    );
+}
