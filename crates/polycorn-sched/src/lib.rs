@@ -48,6 +48,7 @@
 //! Not implemented: STMS and MuSher (no public code; not reproduced from their papers yet).
 
 #![no_std]
+#![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
 extern crate alloc;

@@ -177,6 +177,9 @@ pub struct TcpInfoSample {
     pub bytes_acked: u64,
 }
 
+/// Largest RTO back-off count taken from a sample (`tcpi_backoff` is a `u8`).
+pub const MAX_RTO_BACKOFF: u32 = 255;
+
 /// Default MSS assumed before the first sample (Ethernet MTU minus IPv4/TCP headers with
 /// timestamps).
 pub const DEFAULT_MSS_BYTES: u32 = 1448;
@@ -305,11 +308,13 @@ impl PathState {
         let progressed = s.bytes_acked > self.bytes_acked;
         self.bytes_acked = s.bytes_acked;
         let before = self.consecutive_rtos;
-        self.consecutive_rtos = s.rto_backoff;
-        if progressed && s.rto_backoff == 0 {
+        // The kernel's counter is 8 bits wide; a larger value is a bad sample, not 4 billion RTOs.
+        let backoff = s.rto_backoff.min(MAX_RTO_BACKOFF);
+        self.consecutive_rtos = backoff;
+        if progressed && backoff == 0 {
             0
         } else {
-            s.rto_backoff.saturating_sub(before)
+            backoff.saturating_sub(before)
         }
     }
 

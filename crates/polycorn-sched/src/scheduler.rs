@@ -188,6 +188,9 @@ pub struct Scheduler {
     cfg: SchedConfig,
     pipeline: Pipeline,
     paths: Box<[Option<PathState>; MAX_PATHS]>,
+    /// Exactly the indices `i` with `paths[i].is_some()`, so per-poll scans visit only
+    /// configured paths instead of all `MAX_PATHS` slots.
+    configured: PathSet,
     inflight: Vec<VecDeque<SentRecord>>,
     flows: Vec<Option<Flow>>,
     free_flows: Vec<u32>,
@@ -215,6 +218,7 @@ impl Scheduler {
         Scheduler {
             pipeline,
             paths: Box::new([const { None }; MAX_PATHS]),
+            configured: PathSet::EMPTY,
             inflight: (0..MAX_PATHS).map(|_| VecDeque::new()).collect(),
             flows: Vec::new(),
             free_flows: Vec::new(),
@@ -258,11 +262,9 @@ impl Scheduler {
     }
     /// Configured paths that are alive.
     pub fn live_paths(&self) -> PathSet {
-        self.paths
+        self.configured
             .iter()
-            .flatten()
-            .filter(|p| p.alive)
-            .map(|p| p.id)
+            .filter(|&p| self.paths[p.index()].as_ref().is_some_and(|s| s.alive))
             .collect()
     }
     /// Moves of the latest poll.
@@ -327,6 +329,7 @@ impl Scheduler {
             return Err(SchedError::PathExists(path));
         }
         self.paths[path.index()] = Some(PathState::new(path, self.cfg.initial_rtt));
+        self.configured.insert(path);
         Ok(())
     }
 
@@ -334,6 +337,7 @@ impl Scheduler {
     pub fn remove_path(&mut self, now: Instant, path: PathId) -> Result<(), SchedError> {
         self.on_path_reset(now, path)?;
         self.paths[path.index()] = None;
+        self.configured.remove(path);
         Ok(())
     }
 

@@ -144,6 +144,20 @@ pub enum SpecError {
         /// The whole spec.
         spec: String,
     },
+    /// Stages out of kind order.
+    #[error("pipeline `{spec}`: `{stage}` ({kind}) cannot come after `{after}` ({after_kind}); order stages as candidate filters, soft selectors, selection filters, hard selectors")]
+    StageOrder {
+        /// The whole spec.
+        spec: String,
+        /// The misplaced stage.
+        stage: &'static str,
+        /// Its kind.
+        kind: StageKind,
+        /// The stage it follows.
+        after: &'static str,
+        /// That stage's kind.
+        after_kind: StageKind,
+    },
 }
 
 fn names(list: &[(&str, &str)]) -> String {
@@ -183,6 +197,19 @@ impl Pipeline {
             .any(|s| matches!(s.kind(), StageKind::SoftSelector | StageKind::HardSelector))
         {
             return Err(SpecError::NoSelector { spec });
+        }
+        // Paper §4.2: each kind works on the output of the kinds before it. In this order a path
+        // that a filter rejected can only reach S again through a hard selector.
+        for w in stages.windows(2) {
+            if kind_rank(w[1].kind()) < kind_rank(w[0].kind()) {
+                return Err(SpecError::StageOrder {
+                    spec,
+                    stage: w[1].name(),
+                    kind: w[1].kind(),
+                    after: w[0].name(),
+                    after_kind: w[0].kind(),
+                });
+            }
         }
         Ok(Pipeline {
             stages,
@@ -269,6 +296,15 @@ impl Pipeline {
     /// The reinjection policy.
     pub fn reinjection(&self) -> Reinjection {
         self.reinjection
+    }
+}
+
+fn kind_rank(k: StageKind) -> u8 {
+    match k {
+        StageKind::CandidateFilter => 0,
+        StageKind::SoftSelector => 1,
+        StageKind::SelectionFilter => 2,
+        StageKind::HardSelector => 3,
     }
 }
 
@@ -518,6 +554,22 @@ mod tests {
         assert!(matches!(
             Pipeline::from_spec("ori(tau)"),
             Err(SpecError::Syntax { .. })
+        ));
+        let e = Pipeline::from_spec("minrtt,tpr,minrtt").unwrap_err();
+        assert!(
+            matches!(
+                e,
+                SpecError::StageOrder {
+                    stage: "minrtt",
+                    after: "tpr",
+                    ..
+                }
+            ),
+            "{e}"
+        );
+        assert!(matches!(
+            Pipeline::from_spec("minrtt,hpr"),
+            Err(SpecError::StageOrder { .. })
         ));
     }
 }

@@ -5,6 +5,7 @@
 //! testbed, LinkDB and bench subcommands arrive with their crates.
 
 mod demo;
+mod testbed_cmd;
 
 use anyhow::Result;
 use clap::{Parser, Subcommand};
@@ -27,11 +28,51 @@ enum Command {
         /// Scenarios to run (default: all). One of: tail, handover, blackout, idle.
         scenarios: Vec<String>,
     },
+    /// Create or remove the HSR testbed (namespaces + emulated paths).
+    Testbed {
+        #[command(subcommand)]
+        action: TestbedAction,
+    },
+    /// Run the path emulator of an existing testbed in the foreground (used by `testbed up`).
+    Emu {
+        #[command(subcommand)]
+        action: EmuAction,
+    },
     /// List scheduler stages and presets, or check a pipeline spec.
     Schedulers {
         /// A spec to validate, e.g. "hpr,minrtt,tpr,ori+er(k=3)".
         #[arg(long)]
         check: Option<String>,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+enum TestbedAction {
+    /// Build namespaces {name}-client/-relay/-proxy/-server and start the emulator.
+    Up {
+        /// Testbed name (namespace prefix).
+        #[arg(long, default_value = "pc")]
+        name: String,
+        #[command(flatten)]
+        model: testbed_cmd::ModelArgs,
+    },
+    /// Stop the emulator and remove everything the testbed created.
+    Down {
+        /// Testbed name.
+        #[arg(long, default_value = "pc")]
+        name: String,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+enum EmuAction {
+    /// Attach to the testbed's paths and forward until SIGINT/SIGTERM.
+    Run {
+        /// Testbed name.
+        #[arg(long, default_value = "pc")]
+        name: String,
+        #[command(flatten)]
+        model: testbed_cmd::ModelArgs,
     },
 }
 
@@ -48,6 +89,15 @@ fn main() -> std::process::ExitCode {
 fn run(cli: Cli) -> Result<()> {
     match cli.command {
         Command::Demo { scenarios } => print!("{}", demo::run(&scenarios)?),
+        Command::Testbed {
+            action: TestbedAction::Up { name, model },
+        } => testbed_cmd::up(&name, &model)?,
+        Command::Testbed {
+            action: TestbedAction::Down { name },
+        } => testbed_cmd::down(&name)?,
+        Command::Emu {
+            action: EmuAction::Run { name, model },
+        } => testbed_cmd::run(&name, &model)?,
         Command::Schedulers { check: Some(spec) } => {
             let p = polycorn_sched::Pipeline::from_spec(&spec)?;
             println!("ok: {}", p.spec());

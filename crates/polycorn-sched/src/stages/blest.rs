@@ -83,7 +83,7 @@ impl Blest {
         let i = s.id.index();
         let (min, max) = (self.min_srtt[i].min(s.srtt), self.max_srtt[i].max(s.srtt));
         let mss = u64::from(s.mss_bytes.max(1));
-        let inflight = s.unacked_bytes / mss + 1;
+        let inflight = (s.unacked_bytes / mss).saturating_add(1);
         let cwnd = (s.cwnd_bytes / mss).max(1);
         let estimate = if inflight >= cwnd {
             max

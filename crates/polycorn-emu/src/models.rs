@@ -1,0 +1,79 @@
+//! Link models for the emulator: from a generated HSR trip, or constant.
+
+use polycorn_link::link::{LinkConfig, OutageMode, QueueLimit};
+use polycorn_link::trace::{DelaySeries, DeliveryTrace, Outages, TraceError};
+use polycorn_link::trip::{PathProcess, Trip, STEP_MS};
+
+use crate::forward::{DirectionModel, PathModel};
+
+/// Default droptail queue of an emulated cellular path: 375 kB, ~300 ms at 10 Mbit/s — cellular
+/// base stations buffer deeply (bufferbloat), which is why RTT under load on HSR is far above
+/// the idle RTT.
+pub const DEFAULT_QUEUE_BYTES: u64 = 375_000;
+
+/// One direction of a trip path as a link config: the trip's capacity (played once), delay
+/// series and outages (packets arriving during an outage are dropped, as a detached radio
+/// does).
+fn direction(
+    bps: &[f64],
+    p: &PathProcess,
+    queue: QueueLimit,
+    seed: u64,
+) -> Result<LinkConfig, TraceError> {
+    let ops = PathProcess::opportunities_ms(bps);
+    // A trip with no capacity at all still needs a valid trace: one opportunity at its end.
+    let ops = if ops.is_empty() {
+        vec![(bps.len() as u64 * STEP_MS).max(1)]
+    } else {
+        ops
+    };
+    let mut cfg = LinkConfig::new(DeliveryTrace::from_opportunities_ms(ops)?);
+    cfg.looping = false;
+    let mut points: Vec<(u64, u64)> = Vec::new();
+    for (i, &d) in p.owd_us.iter().enumerate() {
+        if points.last().is_none_or(|(_, last)| *last != d) {
+            points.push((i as u64 * STEP_MS, d));
+        }
+    }
+    cfg.delay = DelaySeries::new(points)?;
+    cfg.outages = Outages::new(p.outages_ms.clone())?;
+    cfg.outage_mode = OutageMode::Drop;
+    cfg.queue = queue;
+    cfg.seed = seed;
+    Ok(cfg)
+}
+
+/// Both directions of every carrier of `trip`.
+pub fn from_trip(trip: &Trip, queue: QueueLimit) -> Result<Vec<PathModel>, TraceError> {
+    trip.paths
+        .iter()
+        .enumerate()
+        .map(|(i, p)| {
+            Ok(PathModel {
+                uplink: DirectionModel::Shaped(direction(&p.ul_bps, p, queue, 2 * i as u64)?),
+                downlink: DirectionModel::Shaped(direction(&p.dl_bps, p, queue, 2 * i as u64 + 1)?),
+            })
+        })
+        .collect()
+}
+
+/// A constant-rate, constant-delay path (both directions alike), or unshaped if `rate_bps` is 0.
+pub fn constant(
+    rate_bps: u64,
+    one_way_delay_us: u64,
+    queue: QueueLimit,
+) -> Result<PathModel, TraceError> {
+    if rate_bps == 0 {
+        return Ok(PathModel {
+            uplink: DirectionModel::Unshaped,
+            downlink: DirectionModel::Unshaped,
+        });
+    }
+    let mut cfg = LinkConfig::new(DeliveryTrace::from_rate_series(&[(1000, rate_bps)])?);
+    cfg.delay = DelaySeries::constant(one_way_delay_us);
+    cfg.queue = queue;
+    Ok(PathModel {
+        uplink: DirectionModel::Shaped(cfg.clone()),
+        downlink: DirectionModel::Shaped(cfg),
+    })
+}

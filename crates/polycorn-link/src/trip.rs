@@ -1,0 +1,1131 @@
+//! The HSR trip model: a seeded synthetic train ride over N independent carriers.
+//!
+//! Two seeds: the **route seed** fixes what does not change between rides on the same line
+//! (cell layout, tower positions, shadowing, which cell boundaries are hard to hand over at);
+//! the **trip seed** fixes one ride (speed profile jitter, fading, where each handover is
+//! triggered, outcomes, capacity and delay processes). LinkDB learns across trips of one route;
+//! the bench replays one trip for every system under test.
+//!
+//! ## Model (per carrier, on a 10 ms grid)
+//! * **Trajectory.** Stations along a straight track; accelerate at `accel_mps2` to a per-trip
+//!   cruise speed, brake at `decel_mps2`, dwell. GPS fixes at 1 Hz with Gaussian error.
+//! * **Cells.** Boundaries every `cell_spacing_m` (± `spacing_jitter`), towers `tower_offset_m`
+//!   from the track. RSRP = `tx_dbm − 10·n·log10(distance)` + route shadowing (spatially
+//!   correlated) + fast fading (time-correlated).
+//! * **Handovers.** At each boundary the handover starts at `boundary − ehp_lead_m + lateness`,
+//!   lateness ~ Gamma(2) with mean `lateness_mean_m` (late triggering). The failure probability
+//!   is logistic in lateness and in RSRP at the start, on top of a per-cell base drawn from two
+//!   classes (a share of "hard" boundaries), so that — as measured on HSR — late and low-RSRP
+//!   handovers fail more, failures concentrate on some cells, and failure location is
+//!   predictable from history. A success interrupts the carrier for an execution time drawn from
+//!   measured LTE handovers (or a lognormal fitted to them, median 34 ms); a failure degrades the
+//!   link until the radio link is declared lost, then blacks it out for 1–10 s, after which the
+//!   UE re-establishes on the cell it is in.
+//! * **Capacity.** Log-capacity = log median + RSRP term + slow and fast Ornstein–Uhlenbeck
+//!   components (trip-specific), so location explains little of the throughput (as measured).
+//!   Uplink = downlink × `uplink_ratio`.
+//! * **Delay.** One-way delay = floor + lognormal, OU-correlated; doubled while a failing
+//!   handover degrades the link.
+//!
+//! Constants are in the presets ([`TripConfig::hsr`], [`TripConfig::ktx`]) with the published
+//! statistic each one targets.
+
+use core::f64::consts::PI;
+
+use rand::{Rng, SeedableRng};
+use rand_pcg::Pcg64;
+
+/// Grid step of the generated processes, ms.
+pub const STEP_MS: u64 = 10;
+/// Bytes per delivery opportunity (mahimahi's MTU).
+pub const OPPORTUNITY_BYTES: u64 = 1500;
+
+/// How a carrier's handovers fail (see the module docs).
+#[derive(Clone, Debug, PartialEq)]
+pub struct HandoverConfig {
+    /// Handovers start this far before the boundary at the earliest (the cell's EHP), m.
+    pub ehp_lead_m: f64,
+    /// Mean extra distance travelled before the handover starts (Gamma, shape 2), m.
+    pub lateness_mean_m: f64,
+    /// Share of boundaries that are hard (higher base failure log-odds).
+    pub hard_share: f64,
+    /// Base log-odds of failure at a hard boundary.
+    pub hard_logit: f64,
+    /// Base log-odds of failure at an ordinary boundary.
+    pub easy_logit: f64,
+    /// Spread (σ) of a boundary's base log-odds around its class value.
+    pub logit_sigma: f64,
+    /// Log-odds added per 100 m of lateness.
+    pub lateness_logit_per_100m: f64,
+    /// Log-odds added per 5 dB of RSRP below −95 dBm at the start.
+    pub rsrp_logit_per_5db: f64,
+    /// A failing handover degrades the link for U(min, max) seconds before the blackout.
+    pub detect_s: (f64, f64),
+    /// Blackout after a failure: lognormal median, s …
+    pub blackout_median_s: f64,
+    /// … its log σ …
+    pub blackout_sigma: f64,
+    /// … clipped to [min, max] seconds.
+    pub blackout_range_s: (f64, f64),
+}
+
+/// One carrier (SIM) of the train's gateway.
+#[derive(Clone, Debug, PartialEq)]
+pub struct CarrierConfig {
+    /// Name, e.g. "A".
+    pub name: String,
+    /// Mean distance between cell boundaries, m.
+    pub cell_spacing_m: f64,
+    /// Boundary spacing varies by ± this fraction (uniform).
+    pub spacing_jitter: f64,
+    /// Tower distance from the track, uniform in this range, m.
+    pub tower_offset_m: (f64, f64),
+    /// RSRP at 1 m, dBm.
+    pub tx_dbm: f64,
+    /// Path-loss exponent n.
+    pub path_loss_exp: f64,
+    /// Route shadowing σ, dB, and its correlation length, m.
+    pub shadow_sigma_db: f64,
+    /// Correlation length of shadowing, m.
+    pub shadow_corr_m: f64,
+    /// Fast fading σ, dB, and its correlation time, s.
+    pub fading_sigma_db: f64,
+    /// Correlation time of fading, s.
+    pub fading_tau_s: f64,
+    /// Median downlink capacity, bit/s.
+    pub dl_median_bps: f64,
+    /// Log-capacity change per dB of RSRP above −95 dBm.
+    pub rsrp_gain_per_db: f64,
+    /// Slow OU component of log-capacity: σ and correlation time (s).
+    pub cap_slow: (f64, f64),
+    /// Fast OU component of log-capacity: σ and correlation time (s).
+    pub cap_fast: (f64, f64),
+    /// Capacity never exceeds this, bit/s.
+    pub cap_max_bps: f64,
+    /// Uplink capacity as a fraction of downlink.
+    pub uplink_ratio: f64,
+    /// One-way delay floor, ms (propagation and core network).
+    pub owd_floor_ms: f64,
+    /// Median of the variable part of the one-way delay, ms.
+    pub owd_var_median_ms: f64,
+    /// Log σ and correlation time (s) of the variable part.
+    pub owd_var: (f64, f64),
+    /// Handover behaviour.
+    pub handover: HandoverConfig,
+}
+
+/// Distribution of the interruption caused by a successful handover.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Interruption {
+    /// Lognormal with this median (ms) and log σ.
+    LogNormal {
+        /// Median, ms.
+        median_ms: f64,
+        /// Log σ.
+        sigma: f64,
+    },
+    /// Drawn uniformly from measured durations, ms.
+    Empirical(Vec<f64>),
+}
+
+impl Interruption {
+    /// Lognormal fitted to the LTE PCell handovers of the SIGCOMM'22 dataset (median 34 ms,
+    /// log σ 0.28), used when that dataset is not available.
+    pub fn builtin() -> Self {
+        Interruption::LogNormal {
+            median_ms: 34.0,
+            sigma: 0.28,
+        }
+    }
+}
+
+/// Everything that defines a trip.
+#[derive(Clone, Debug, PartialEq)]
+pub struct TripConfig {
+    /// Preset name.
+    pub name: String,
+    /// Seed of the route (cells, shadowing, hard boundaries).
+    pub route_seed: u64,
+    /// Seed of this ride.
+    pub trip_seed: u64,
+    /// Station positions along the track, m, ascending, starting at 0.
+    pub stations_m: Vec<f64>,
+    /// Cruise speed, m/s …
+    pub cruise_mps: f64,
+    /// … varying per trip by ± this (uniform), m/s.
+    pub cruise_jitter_mps: f64,
+    /// Acceleration, m/s².
+    pub accel_mps2: f64,
+    /// Braking, m/s².
+    pub decel_mps2: f64,
+    /// Stop at intermediate stations, s.
+    pub dwell_s: f64,
+    /// Track start (lat, lon), degrees.
+    pub origin: (f64, f64),
+    /// Track heading, degrees clockwise from north.
+    pub heading_deg: f64,
+    /// GPS error σ, m.
+    pub gps_sigma_m: f64,
+    /// Successful-handover interruptions.
+    pub interruption: Interruption,
+    /// The carriers.
+    pub carriers: Vec<CarrierConfig>,
+}
+
+/// Validation errors of a [`TripConfig`].
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum TripError {
+    /// A field out of range.
+    #[error("trip config `{preset}`: {field} {problem}")]
+    Invalid {
+        /// Preset name.
+        preset: String,
+        /// The field.
+        field: String,
+        /// What is wrong.
+        problem: &'static str,
+    },
+    /// Unknown preset name.
+    #[error("unknown trip preset `{0}`; valid: hsr, ktx")]
+    UnknownPreset(String),
+}
+
+fn hsr_handover(failure_logit_shift: f64) -> HandoverConfig {
+    HandoverConfig {
+        ehp_lead_m: 150.0,
+        lateness_mean_m: 150.0,
+        hard_share: 0.30,
+        hard_logit: -2.6 + failure_logit_shift,
+        easy_logit: -6.0 + failure_logit_shift,
+        logit_sigma: 0.6,
+        lateness_logit_per_100m: 0.45,
+        rsrp_logit_per_5db: 0.35,
+        detect_s: (0.3, 1.0),
+        blackout_median_s: 2.5,
+        blackout_sigma: 0.6,
+        blackout_range_s: (1.0, 10.0),
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+fn hsr_carrier(
+    name: &str,
+    spacing_m: f64,
+    dl_median_mbps: f64,
+    failure_logit_shift: f64,
+) -> CarrierConfig {
+    CarrierConfig {
+        name: name.into(),
+        cell_spacing_m: spacing_m,
+        spacing_jitter: 0.35,
+        tower_offset_m: (80.0, 400.0),
+        tx_dbm: 0.0,
+        path_loss_exp: 3.5,
+        shadow_sigma_db: 5.0,
+        shadow_corr_m: 60.0,
+        fading_sigma_db: 4.0,
+        fading_tau_s: 0.15,
+        dl_median_bps: dl_median_mbps * 1e6,
+        rsrp_gain_per_db: 0.03,
+        cap_slow: (0.75, 4.0),
+        cap_fast: (0.62, 0.25),
+        cap_max_bps: 100e6,
+        uplink_ratio: 0.3,
+        owd_floor_ms: 25.0,
+        owd_var_median_ms: 40.0,
+        owd_var: (0.8, 1.5),
+        handover: hsr_handover(failure_logit_shift),
+    }
+}
+
+impl TripConfig {
+    /// Beijing–Shanghai-like trip at 300 km/h with two LTE carriers, calibrated to the statistics
+    /// POLYCORN measured (NSDI'23 §2; `DESIGN.md` §6): handovers every 10.7 s (A) and 7.6 s (B)
+    /// at 300 km/h → boundaries every 892 m / 633 m; 6.22% / 5.47% of handovers fail; median
+    /// throughput 6.48 / 10.67 Mbit/s, set as the capacity median (TCP throughput is measured
+    /// by the calibration command, not assumed here). A 60 km segment with one intermediate stop.
+    pub fn hsr(route_seed: u64, trip_seed: u64) -> Self {
+        TripConfig {
+            name: "hsr".into(),
+            route_seed,
+            trip_seed,
+            stations_m: vec![0.0, 30_000.0, 60_000.0],
+            cruise_mps: 300.0 / 3.6,
+            cruise_jitter_mps: 2.0,
+            accel_mps2: 0.5,
+            decel_mps2: 0.6,
+            dwell_s: 60.0,
+            origin: (39.8650, 116.3780),
+            heading_deg: 160.0,
+            gps_sigma_m: 5.0,
+            interruption: Interruption::builtin(),
+            carriers: vec![
+                hsr_carrier("A", 892.0, 5.6, 0.0),
+                hsr_carrier("B", 633.0, 8.6, -0.15),
+            ],
+        }
+    }
+
+    /// The KTX setup of Kim & Cho (`papers/001`): eNBs every 1,340 m, 300 m from the track,
+    /// 83.3 m/s, 25 Mbit/s per carrier (25 resource blocks), a 70 s run (5.8 km) without stops.
+    /// Their simulation had no handover failures; a low failure rate is kept so HPR has
+    /// something to act on, and capacity fluctuates less than on the Chinese route.
+    pub fn ktx(route_seed: u64, trip_seed: u64) -> Self {
+        let mut c = hsr_carrier("KT", 1340.0, 20.0, -1.5);
+        c.spacing_jitter = 0.0;
+        c.tower_offset_m = (300.0, 300.0);
+        c.cap_slow = (0.3, 4.0);
+        c.cap_fast = (0.25, 0.25);
+        c.cap_max_bps = 25e6;
+        let mut d = c.clone();
+        d.name = "SKT".into();
+        TripConfig {
+            name: "ktx".into(),
+            route_seed,
+            trip_seed,
+            stations_m: vec![0.0, 5_831.0],
+            cruise_mps: 83.3,
+            cruise_jitter_mps: 0.0,
+            accel_mps2: 1e9,
+            decel_mps2: 1e9,
+            dwell_s: 0.0,
+            origin: (36.3290, 127.4330),
+            heading_deg: 180.0,
+            gps_sigma_m: 5.0,
+            interruption: Interruption::builtin(),
+            carriers: vec![c, d],
+        }
+    }
+
+    /// A preset by name (`hsr`, `ktx`).
+    pub fn preset(name: &str, route_seed: u64, trip_seed: u64) -> Result<Self, TripError> {
+        match name {
+            "hsr" => Ok(TripConfig::hsr(route_seed, trip_seed)),
+            "ktx" => Ok(TripConfig::ktx(route_seed, trip_seed)),
+            other => Err(TripError::UnknownPreset(other.into())),
+        }
+    }
+
+    fn validate(&self) -> Result<(), TripError> {
+        let bad = |field: &str, problem: &'static str| TripError::Invalid {
+            preset: self.name.clone(),
+            field: field.into(),
+            problem,
+        };
+        if self.stations_m.len() < 2
+            || self.stations_m[0] != 0.0
+            || self
+                .stations_m
+                .windows(2)
+                .any(|w| w[1] <= w[0] || !w[1].is_finite())
+        {
+            return Err(bad(
+                "stations_m",
+                "must start at 0 and strictly increase (at least two stations)",
+            ));
+        }
+        for (field, v) in [
+            ("cruise_mps", self.cruise_mps),
+            ("accel_mps2", self.accel_mps2),
+            ("decel_mps2", self.decel_mps2),
+        ] {
+            if !(v.is_finite() && v > 0.0) {
+                return Err(bad(field, "must be a positive number"));
+            }
+        }
+        if self.carriers.is_empty() {
+            return Err(bad("carriers", "must not be empty"));
+        }
+        if let Interruption::Empirical(v) = &self.interruption {
+            if v.is_empty() || v.iter().any(|x| !x.is_finite() || *x < 0.0) {
+                return Err(bad(
+                    "interruption",
+                    "empirical durations must be non-empty, finite and >= 0",
+                ));
+            }
+        }
+        for c in &self.carriers {
+            if !(c.cell_spacing_m.is_finite() && c.cell_spacing_m >= 100.0) {
+                return Err(bad(
+                    &format!("carriers.{}.cell_spacing_m", c.name),
+                    "must be >= 100",
+                ));
+            }
+            if !(c.dl_median_bps > 0.0 && c.cap_max_bps >= c.dl_median_bps) {
+                return Err(bad(
+                    &format!("carriers.{}.dl_median_bps", c.name),
+                    "must be > 0 and <= cap_max_bps",
+                ));
+            }
+            if !(0.0..=1.0).contains(&c.handover.hard_share)
+                || !(0.0..=1.0).contains(&c.spacing_jitter)
+            {
+                return Err(bad(
+                    &format!("carriers.{}", c.name),
+                    "shares must lie in [0, 1]",
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Outcome of a handover.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Outcome {
+    /// Joined the target cell after a short interruption.
+    Success,
+    /// Lost the source cell before joining the target: a blackout of seconds.
+    Failure,
+}
+
+/// One handover, as the ground truth records it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct HandoverTruth {
+    /// Carrier index.
+    pub carrier: usize,
+    /// Source cell.
+    pub from_cell: u32,
+    /// Target cell (for a failure: the cell the UE re-established on).
+    pub to_cell: u32,
+    /// Start time, ms since the trip began.
+    pub start_ms: u64,
+    /// Position along the track at the start, m.
+    pub position_m: f64,
+    /// True (not GPS-noised) latitude and longitude at the start.
+    pub lat: f64,
+    /// Longitude.
+    pub lon: f64,
+    /// Serving-cell RSRP at the start, dBm.
+    pub rsrp_dbm: f64,
+    /// Success or failure.
+    pub outcome: Outcome,
+    /// Time without delivery: execution time (success) or detection + blackout (failure), ms.
+    pub interruption_ms: u64,
+}
+
+/// Per-carrier view in one context row.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct CarrierContext {
+    /// Serving cell, or `None` during a blackout.
+    pub cell: Option<u32>,
+    /// Serving-cell RSRP, dBm, or `None` during a blackout.
+    pub rsrp_dbm: Option<f64>,
+}
+
+/// One 1 Hz context sample, as the relay's GPS and modems report it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ContextRow {
+    /// Time since the trip began, ms.
+    pub t_ms: u64,
+    /// GPS latitude (with GPS error).
+    pub lat: f64,
+    /// GPS longitude (with GPS error).
+    pub lon: f64,
+    /// Speed, m/s.
+    pub speed_mps: f64,
+    /// Heading, degrees.
+    pub heading_deg: f64,
+    /// Per carrier.
+    pub carriers: Vec<CarrierContext>,
+}
+
+/// One carrier's generated link: processes on the 10 ms grid.
+#[derive(Clone, Debug, PartialEq)]
+pub struct PathProcess {
+    /// Carrier name.
+    pub name: String,
+    /// Downlink capacity per step, bit/s (0 during outages).
+    pub dl_bps: Vec<f64>,
+    /// Uplink capacity per step, bit/s (0 during outages).
+    pub ul_bps: Vec<f64>,
+    /// One-way delay per step, µs.
+    pub owd_us: Vec<u64>,
+    /// Outage spans `[start_ms, end_ms)`: no delivery in either direction.
+    pub outages_ms: Vec<(u64, u64)>,
+}
+
+impl PathProcess {
+    /// Delivery opportunities (mahimahi semantics: ms timestamps of 1500-byte slots) for a
+    /// capacity series, byte-accurate: fractional bytes carry over between steps.
+    pub fn opportunities_ms(bps: &[f64]) -> Vec<u64> {
+        let mut out = Vec::new();
+        let mut carry = 0.0f64;
+        for (i, &rate) in bps.iter().enumerate() {
+            let per_ms = rate.max(0.0) / 8.0 / 1000.0;
+            for ms in 0..STEP_MS {
+                carry += per_ms;
+                while carry >= OPPORTUNITY_BYTES as f64 {
+                    carry -= OPPORTUNITY_BYTES as f64;
+                    out.push(i as u64 * STEP_MS + ms + 1);
+                }
+            }
+        }
+        out
+    }
+}
+
+/// A generated trip.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Trip {
+    /// The configuration it came from.
+    pub config: TripConfig,
+    /// Duration, ms.
+    pub duration_ms: u64,
+    /// True position along the track per step, m.
+    pub position_m: Vec<f64>,
+    /// True speed per step, m/s.
+    pub speed_mps: Vec<f64>,
+    /// One link per carrier.
+    pub paths: Vec<PathProcess>,
+    /// 1 Hz context log.
+    pub context: Vec<ContextRow>,
+    /// Every handover.
+    pub handovers: Vec<HandoverTruth>,
+}
+
+// ----- randomness --------------------------------------------------------------------------
+
+struct Rand(Pcg64);
+
+impl Rand {
+    fn new(seed: u64, stream: u64) -> Self {
+        Rand(Pcg64::seed_from_u64(
+            seed ^ stream.wrapping_mul(0x9E37_79B9_7F4A_7C15),
+        ))
+    }
+    fn uniform(&mut self) -> f64 {
+        self.0.gen::<f64>()
+    }
+    fn range(&mut self, lo: f64, hi: f64) -> f64 {
+        lo + (hi - lo) * self.uniform()
+    }
+    fn normal(&mut self) -> f64 {
+        // Box–Muller; u1 in (0, 1] so the log is finite.
+        let u1 = 1.0 - self.uniform();
+        let u2 = self.uniform();
+        (-2.0 * u1.ln()).sqrt() * (2.0 * PI * u2).cos()
+    }
+    fn exp(&mut self, mean: f64) -> f64 {
+        -mean * (1.0 - self.uniform()).ln()
+    }
+}
+
+/// Ornstein–Uhlenbeck process with stationary σ and correlation time τ, sampled every `dt`.
+struct Ou {
+    x: f64,
+    a: f64,
+    b: f64,
+}
+
+impl Ou {
+    fn new(rng: &mut Rand, sigma: f64, tau_s: f64, dt_s: f64) -> Self {
+        let a = if tau_s > 0.0 {
+            (-dt_s / tau_s).exp()
+        } else {
+            0.0
+        };
+        Ou {
+            x: sigma * rng.normal(),
+            a,
+            b: sigma * (1.0 - a * a).sqrt(),
+        }
+    }
+    fn step(&mut self, rng: &mut Rand) -> f64 {
+        self.x = self.a * self.x + self.b * rng.normal();
+        self.x
+    }
+}
+
+fn sigmoid(x: f64) -> f64 {
+    1.0 / (1.0 + (-x).exp())
+}
+
+// ----- route -------------------------------------------------------------------------------
+
+#[derive(Clone, Debug)]
+struct Cell {
+    id: u32,
+    /// End boundary of the cell along the track (handover out of it happens near here).
+    end_m: f64,
+    tower_x_m: f64,
+    tower_offset_m: f64,
+    base_logit: f64,
+}
+
+struct Route {
+    cells: Vec<Cell>,
+    /// Shadowing on a 10 m grid, dB.
+    shadow_db: Vec<f64>,
+}
+
+const SHADOW_GRID_M: f64 = 10.0;
+
+impl Route {
+    fn build(c: &CarrierConfig, carrier: usize, length_m: f64, seed: u64) -> Route {
+        let mut rng = Rand::new(seed, 1000 + carrier as u64);
+        let id_base = 10_000 * (carrier as u32 + 1) + (rng.uniform() * 1000.0) as u32 * 10;
+        let mut cells = Vec::new();
+        let mut start = -rng.range(0.0, c.cell_spacing_m);
+        let mut i = 0u32;
+        while start < length_m + c.cell_spacing_m {
+            let len = c.cell_spacing_m * (1.0 + c.spacing_jitter * rng.range(-1.0, 1.0));
+            let end = start + len;
+            let hard = rng.uniform() < c.handover.hard_share;
+            let class = if hard {
+                c.handover.hard_logit
+            } else {
+                c.handover.easy_logit
+            };
+            cells.push(Cell {
+                id: id_base * 100 + i,
+                end_m: end,
+                tower_x_m: start + len * rng.range(0.35, 0.65),
+                tower_offset_m: rng.range(c.tower_offset_m.0, c.tower_offset_m.1),
+                base_logit: class + c.handover.logit_sigma * rng.normal(),
+            });
+            start = end;
+            i += 1;
+        }
+        let n = (length_m / SHADOW_GRID_M) as usize + 2;
+        let mut ou = Ou::new(&mut rng, c.shadow_sigma_db, c.shadow_corr_m, SHADOW_GRID_M);
+        let shadow_db = (0..n).map(|_| ou.step(&mut rng)).collect();
+        Route { cells, shadow_db }
+    }
+
+    fn cell_index_at(&self, x: f64) -> usize {
+        self.cells
+            .partition_point(|c| c.end_m <= x)
+            .min(self.cells.len() - 1)
+    }
+
+    fn shadow_at(&self, x: f64) -> f64 {
+        let i = ((x.max(0.0)) / SHADOW_GRID_M) as usize;
+        self.shadow_db[i.min(self.shadow_db.len() - 1)]
+    }
+
+    fn rsrp(&self, c: &CarrierConfig, cell: usize, x: f64, fading_db: f64) -> f64 {
+        let cl = &self.cells[cell];
+        let d = ((x - cl.tower_x_m).powi(2) + cl.tower_offset_m.powi(2))
+            .sqrt()
+            .max(1.0);
+        (c.tx_dbm - 10.0 * c.path_loss_exp * d.log10() + self.shadow_at(x) + fading_db)
+            .clamp(-140.0, -44.0)
+    }
+}
+
+// ----- trajectory --------------------------------------------------------------------------
+
+fn trajectory(cfg: &TripConfig, rng: &mut Rand) -> (Vec<f64>, Vec<f64>) {
+    let dt = STEP_MS as f64 / 1000.0;
+    let cruise = (cfg.cruise_mps + cfg.cruise_jitter_mps * rng.range(-1.0, 1.0)).max(1.0);
+    let (mut pos, mut speed) = (Vec::new(), Vec::new());
+    let (mut x, mut v) = (0.0f64, 0.0f64);
+    for (k, w) in cfg.stations_m.windows(2).enumerate() {
+        let target = w[1];
+        if k > 0 {
+            for _ in 0..(cfg.dwell_s / dt) as usize {
+                pos.push(x);
+                speed.push(0.0);
+            }
+        }
+        // Drive to the next station: accelerate to cruise, brake to stop exactly at `target`.
+        let mut guard = 0usize;
+        while x < target - 1e-6 && guard < 100_000_000 {
+            guard += 1;
+            let remaining = target - x;
+            let brake_dist = v * v / (2.0 * cfg.decel_mps2);
+            if remaining <= brake_dist + v * dt {
+                v = (v - cfg.decel_mps2 * dt)
+                    .max((2.0 * cfg.decel_mps2 * remaining).sqrt().min(v))
+                    .max(0.5);
+            } else {
+                v = (v + cfg.accel_mps2 * dt).min(cruise);
+            }
+            x = (x + v * dt).min(target);
+            pos.push(x);
+            speed.push(v);
+        }
+        v = 0.0;
+    }
+    (pos, speed)
+}
+
+fn latlon(cfg: &TripConfig, x: f64, across_m: f64) -> (f64, f64) {
+    let h = cfg.heading_deg.to_radians();
+    let (north, east) = (
+        x * h.cos() - across_m * h.sin(),
+        x * h.sin() + across_m * h.cos(),
+    );
+    let lat = cfg.origin.0 + north / 111_320.0;
+    let lon = cfg.origin.1 + east / (111_320.0 * cfg.origin.0.to_radians().cos());
+    (lat, lon)
+}
+
+// ----- generation --------------------------------------------------------------------------
+
+impl Trip {
+    /// Generate the trip `cfg` describes. Deterministic in `cfg` (seeds included).
+    pub fn generate(cfg: &TripConfig) -> Result<Trip, TripError> {
+        cfg.validate()?;
+        let mut rng = Rand::new(cfg.trip_seed, 1);
+        let (position_m, speed_mps) = trajectory(cfg, &mut rng);
+        let steps = position_m.len();
+        let length_m = *cfg.stations_m.last().expect("validated");
+        let dt = STEP_MS as f64 / 1000.0;
+        let mut paths = Vec::new();
+        let mut handovers = Vec::new();
+        let mut serving_log: Vec<Vec<(Option<u32>, Option<f64>)>> = Vec::new();
+        for (ci, c) in cfg.carriers.iter().enumerate() {
+            let route = Route::build(c, ci, length_m, cfg.route_seed);
+            let mut r = Rand::new(cfg.trip_seed, 100 + ci as u64);
+            let mut fading = Ou::new(&mut r, c.fading_sigma_db, c.fading_tau_s, dt);
+            let mut slow = Ou::new(&mut r, c.cap_slow.0, c.cap_slow.1, dt);
+            let mut fast = Ou::new(&mut r, c.cap_fast.0, c.cap_fast.1, dt);
+            let mut owd_ou = Ou::new(&mut r, c.owd_var.0, c.owd_var.1, dt);
+            let h = &c.handover;
+            // Where this ride starts each cell's outgoing handover.
+            let lateness =
+                |r: &mut Rand| r.exp(h.lateness_mean_m / 2.0) + r.exp(h.lateness_mean_m / 2.0);
+            let mut serving = route.cell_index_at(position_m[0]);
+            let mut trigger_at = route.cells[serving].end_m - h.ehp_lead_m + lateness(&mut r);
+            let (mut dl, mut ul, mut owd) = (
+                Vec::with_capacity(steps),
+                Vec::with_capacity(steps),
+                Vec::with_capacity(steps),
+            );
+            let mut outages: Vec<(u64, u64)> = Vec::new();
+            let mut serve_log = Vec::with_capacity(steps);
+            let mut state = Link::Connected;
+            for (t, &x) in position_m.iter().enumerate() {
+                let now_ms = t as u64 * STEP_MS;
+                let fade = fading.step(&mut r);
+                let (s, f) = (slow.step(&mut r), fast.step(&mut r));
+                let ow = owd_ou.step(&mut r);
+                // Leave finished states.
+                state = match state {
+                    Link::Failing {
+                        blackout_at,
+                        blackout_ms,
+                    } if t >= blackout_at => {
+                        let end = t + (blackout_ms / STEP_MS) as usize;
+                        outages.push((now_ms, end as u64 * STEP_MS));
+                        Link::Blackout { until: end }
+                    }
+                    Link::Blackout { until } if t >= until => {
+                        // Re-establish on the cell the train is in now.
+                        serving = route.cell_index_at(x);
+                        trigger_at = route.cells[serving].end_m - h.ehp_lead_m + lateness(&mut r);
+                        if let Some(last) = handovers
+                            .iter_mut()
+                            .rev()
+                            .find(|h: &&mut HandoverTruth| h.carrier == ci)
+                        {
+                            last.to_cell = route.cells[serving].id;
+                        }
+                        Link::Connected
+                    }
+                    Link::Interrupted { until } if t >= until => Link::Connected,
+                    other => other,
+                };
+                // Start the next handover when the train passes the trigger position.
+                if state == Link::Connected && x >= trigger_at && serving + 1 < route.cells.len() {
+                    let rsrp = route.rsrp(c, serving, x, fade);
+                    let late_m = x - (route.cells[serving].end_m - h.ehp_lead_m);
+                    let logit = route.cells[serving].base_logit
+                        + h.lateness_logit_per_100m * late_m / 100.0
+                        + h.rsrp_logit_per_5db * (-95.0 - rsrp) / 5.0;
+                    let failed = r.uniform() < sigmoid(logit);
+                    let (lat, lon) = latlon(cfg, x, 0.0);
+                    let from = route.cells[serving].id;
+                    let (outcome, to_cell, interruption_ms);
+                    if failed {
+                        let detect_ms = (r.range(h.detect_s.0, h.detect_s.1) * 1000.0) as u64;
+                        let black_s = (h.blackout_median_s * (h.blackout_sigma * r.normal()).exp())
+                            .clamp(h.blackout_range_s.0, h.blackout_range_s.1);
+                        let black_ms = (black_s * 1000.0) as u64;
+                        state = Link::Failing {
+                            blackout_at: t + (detect_ms / STEP_MS) as usize,
+                            blackout_ms: black_ms,
+                        };
+                        (outcome, to_cell, interruption_ms) =
+                            (Outcome::Failure, from, detect_ms + black_ms);
+                    } else {
+                        let ms = match &cfg.interruption {
+                            Interruption::LogNormal { median_ms, sigma } => {
+                                median_ms * (sigma * r.normal()).exp()
+                            }
+                            Interruption::Empirical(v) => {
+                                v[((r.uniform() * v.len() as f64) as usize).min(v.len() - 1)]
+                            }
+                        };
+                        let ms = (ms.round() as u64).max(1);
+                        let end = t + ms.div_ceil(STEP_MS) as usize;
+                        outages.push((now_ms, end as u64 * STEP_MS));
+                        state = Link::Interrupted { until: end };
+                        serving += 1;
+                        trigger_at = route.cells[serving].end_m - h.ehp_lead_m + lateness(&mut r);
+                        (outcome, to_cell, interruption_ms) =
+                            (Outcome::Success, route.cells[serving].id, ms);
+                    }
+                    handovers.push(HandoverTruth {
+                        carrier: ci,
+                        from_cell: from,
+                        to_cell,
+                        start_ms: now_ms,
+                        position_m: x,
+                        lat,
+                        lon,
+                        rsrp_dbm: rsrp,
+                        outcome,
+                        interruption_ms,
+                    });
+                }
+                let rsrp = route.rsrp(c, serving, x, fade);
+                let mut log_cap = c.dl_median_bps.ln() + c.rsrp_gain_per_db * (rsrp + 95.0) + s + f;
+                let mut owd_ms = c.owd_floor_ms + c.owd_var_median_ms * ow.exp();
+                if matches!(state, Link::Failing { .. }) {
+                    // The source cell fades out before the radio link is declared lost.
+                    log_cap += DEGRADED_CAPACITY.ln();
+                    owd_ms *= 2.0;
+                }
+                let cap = match state {
+                    Link::Blackout { .. } | Link::Interrupted { .. } => 0.0,
+                    _ => log_cap.exp().min(c.cap_max_bps),
+                };
+                dl.push(cap);
+                ul.push(cap * c.uplink_ratio);
+                owd.push((owd_ms * 1000.0) as u64);
+                serve_log.push(match state {
+                    Link::Blackout { .. } => (None, None),
+                    _ => (Some(route.cells[serving].id), Some(rsrp)),
+                });
+            }
+            paths.push(PathProcess {
+                name: c.name.clone(),
+                dl_bps: dl,
+                ul_bps: ul,
+                owd_us: owd,
+                outages_ms: merge_spans(outages),
+            });
+            serving_log.push(serve_log);
+        }
+        handovers.sort_by_key(|h| (h.start_ms, h.carrier));
+        // 1 Hz context with GPS error.
+        let mut gps = Rand::new(cfg.trip_seed, 7);
+        let mut context = Vec::new();
+        let per_s = (1000 / STEP_MS) as usize;
+        for t in (0..steps).step_by(per_s) {
+            let x = position_m[t] + cfg.gps_sigma_m * gps.normal();
+            let (lat, lon) = latlon(cfg, x, cfg.gps_sigma_m * gps.normal());
+            context.push(ContextRow {
+                t_ms: t as u64 * STEP_MS,
+                lat,
+                lon,
+                speed_mps: speed_mps[t],
+                heading_deg: cfg.heading_deg,
+                carriers: serving_log
+                    .iter()
+                    .map(|l| CarrierContext {
+                        cell: l[t].0,
+                        rsrp_dbm: l[t].1.map(|r| (r * 10.0).round() / 10.0),
+                    })
+                    .collect(),
+            });
+        }
+        Ok(Trip {
+            config: cfg.clone(),
+            duration_ms: steps as u64 * STEP_MS,
+            position_m,
+            speed_mps,
+            paths,
+            context,
+            handovers,
+        })
+    }
+}
+
+/// Capacity factor while a failing handover degrades the link.
+const DEGRADED_CAPACITY: f64 = 0.2;
+
+/// A carrier's link state during generation.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Link {
+    Connected,
+    /// A successful handover's execution: no delivery until `until` (step).
+    Interrupted {
+        until: usize,
+    },
+    /// A failing handover: degraded until the blackout starts at step `blackout_at`.
+    Failing {
+        blackout_at: usize,
+        blackout_ms: u64,
+    },
+    /// No service until step `until`.
+    Blackout {
+        until: usize,
+    },
+}
+
+fn merge_spans(mut v: Vec<(u64, u64)>) -> Vec<(u64, u64)> {
+    v.sort_unstable();
+    let mut out: Vec<(u64, u64)> = Vec::new();
+    for (s, e) in v {
+        match out.last_mut() {
+            Some(last) if s <= last.1 => last.1 = last.1.max(e),
+            _ => out.push((s, e)),
+        }
+    }
+    out
+}
+
+// ----- model statistics --------------------------------------------------------------------
+
+/// Statistics of the generated processes themselves (capacity, not TCP throughput; idle RTT,
+/// not RTT under load). The calibration command measures the TCP-level ones over the emulator.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct CarrierStats {
+    /// Carrier name.
+    pub name: String,
+    /// Handovers.
+    pub handovers: usize,
+    /// Failed handovers.
+    pub failures: usize,
+    /// Mean time between handovers while moving faster than 250 km/h, s.
+    pub handover_interval_s: f64,
+    /// Downlink capacity quartiles over 1 s bins while moving, Mbit/s.
+    pub capacity_mbps: [f64; 3],
+    /// Idle RTT (2 × one-way delay) quartiles, ms.
+    pub idle_rtt_ms: [f64; 3],
+    /// Share of 0.2 s windows whose mean capacity is below half or above twice the mean of the
+    /// preceding 1 s (the paper's CT/RT).
+    pub ct_rt_outside: f64,
+    /// Share of time in outages.
+    pub outage_share: f64,
+}
+
+/// Statistics between the first two carriers.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct PairStats {
+    /// Share of 1 s bins with capacity ratio A/B below 0.5, and above 2.
+    pub capacity_ratio_outside: (f64, f64),
+    /// Share of 10 ms samples with idle-RTT ratio A/B below 0.5, and above 2.
+    pub rtt_ratio_outside: (f64, f64),
+    /// Median "RTT leading time" (longest runs in which one carrier has the lower RTT), ms,
+    /// for runs led by A and by B.
+    pub rtt_leading_median_ms: (f64, f64),
+}
+
+fn quantile(v: &mut [f64], q: f64) -> f64 {
+    if v.is_empty() {
+        return f64::NAN;
+    }
+    v.sort_by(f64::total_cmp);
+    v[((v.len() - 1) as f64 * q).round() as usize]
+}
+
+fn quartiles(mut v: Vec<f64>) -> [f64; 3] {
+    [
+        quantile(&mut v, 0.25),
+        quantile(&mut v, 0.5),
+        quantile(&mut v, 0.75),
+    ]
+}
+
+impl Trip {
+    fn moving_steps(&self) -> Vec<bool> {
+        self.speed_mps.iter().map(|v| *v > 250.0 / 3.6).collect()
+    }
+
+    /// Per-carrier statistics of the generated processes.
+    pub fn carrier_stats(&self) -> Vec<CarrierStats> {
+        let moving = self.moving_steps();
+        let moving_s = moving.iter().filter(|m| **m).count() as f64 * STEP_MS as f64 / 1000.0;
+        let per_s = (1000 / STEP_MS) as usize;
+        let win = (200 / STEP_MS) as usize;
+        self.paths
+            .iter()
+            .enumerate()
+            .map(|(ci, p)| {
+                let hos: Vec<&HandoverTruth> =
+                    self.handovers.iter().filter(|h| h.carrier == ci).collect();
+                let moving_hos = hos
+                    .iter()
+                    .filter(|h| moving[(h.start_ms / STEP_MS) as usize])
+                    .count();
+                let bins: Vec<f64> = p
+                    .dl_bps
+                    .chunks(per_s)
+                    .zip(moving.chunks(per_s))
+                    .filter(|(_, m)| m.iter().all(|x| *x))
+                    .map(|(c, _)| c.iter().sum::<f64>() / c.len() as f64 / 1e6)
+                    .collect();
+                let rtts: Vec<f64> = p
+                    .owd_us
+                    .iter()
+                    .zip(&moving)
+                    .filter(|(_, m)| **m)
+                    .map(|(o, _)| 2.0 * *o as f64 / 1000.0)
+                    .collect();
+                let (mut outside, mut total) = (0usize, 0usize);
+                let mut t = 6 * win;
+                while t <= p.dl_bps.len() {
+                    if moving[t - 6 * win..t].iter().all(|m| *m) {
+                        let ct: f64 = p.dl_bps[t - win..t].iter().sum::<f64>() / win as f64;
+                        let rt: f64 =
+                            p.dl_bps[t - 6 * win..t - win].iter().sum::<f64>() / (5 * win) as f64;
+                        if rt > 0.0 {
+                            total += 1;
+                            let r = ct / rt;
+                            if !(0.5..=2.0).contains(&r) {
+                                outside += 1;
+                            }
+                        }
+                    }
+                    t += win;
+                }
+                let out_ms: u64 = p.outages_ms.iter().map(|(s, e)| e - s).sum();
+                CarrierStats {
+                    name: p.name.clone(),
+                    handovers: hos.len(),
+                    failures: hos.iter().filter(|h| h.outcome == Outcome::Failure).count(),
+                    handover_interval_s: if moving_hos > 0 {
+                        moving_s / moving_hos as f64
+                    } else {
+                        f64::NAN
+                    },
+                    capacity_mbps: quartiles(bins),
+                    idle_rtt_ms: quartiles(rtts),
+                    ct_rt_outside: if total > 0 {
+                        outside as f64 / total as f64
+                    } else {
+                        f64::NAN
+                    },
+                    outage_share: out_ms as f64 / self.duration_ms.max(1) as f64,
+                }
+            })
+            .collect()
+    }
+
+    /// Statistics between carriers 0 and 1, or `None` with fewer than two carriers.
+    pub fn pair_stats(&self) -> Option<PairStats> {
+        let (a, b) = (self.paths.first()?, self.paths.get(1)?);
+        let moving = self.moving_steps();
+        let per_s = (1000 / STEP_MS) as usize;
+        let (mut lo, mut hi, mut n) = (0usize, 0usize, 0usize);
+        for ((ca, cb), m) in a
+            .dl_bps
+            .chunks(per_s)
+            .zip(b.dl_bps.chunks(per_s))
+            .zip(moving.chunks(per_s))
+        {
+            if !m.iter().all(|x| *x) {
+                continue;
+            }
+            let (sa, sb): (f64, f64) = (ca.iter().sum(), cb.iter().sum());
+            if sa <= 0.0 || sb <= 0.0 {
+                continue;
+            }
+            n += 1;
+            let r = sa / sb;
+            lo += usize::from(r < 0.5);
+            hi += usize::from(r > 2.0);
+        }
+        let (mut rlo, mut rhi, mut rn) = (0usize, 0usize, 0usize);
+        let (mut lead_a, mut lead_b) = (Vec::new(), Vec::new());
+        let mut run: Option<(bool, usize)> = None;
+        for ((oa, ob), m) in a.owd_us.iter().zip(&b.owd_us).zip(&moving) {
+            if !*m {
+                continue;
+            }
+            rn += 1;
+            let r = *oa as f64 / (*ob).max(1) as f64;
+            rlo += usize::from(r < 0.5);
+            rhi += usize::from(r > 2.0);
+            let a_leads = oa < ob;
+            run = match run {
+                Some((l, len)) if l == a_leads => Some((l, len + 1)),
+                Some((l, len)) => {
+                    if l {
+                        lead_a.push(len as f64 * STEP_MS as f64)
+                    } else {
+                        lead_b.push(len as f64 * STEP_MS as f64)
+                    }
+                    Some((a_leads, 1))
+                }
+                None => Some((a_leads, 1)),
+            };
+        }
+        let share = |k: usize, n: usize| if n > 0 { k as f64 / n as f64 } else { f64::NAN };
+        Some(PairStats {
+            capacity_ratio_outside: (share(lo, n), share(hi, n)),
+            rtt_ratio_outside: (share(rlo, rn), share(rhi, rn)),
+            rtt_leading_median_ms: (quantile(&mut lead_a, 0.5), quantile(&mut lead_b, 0.5)),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn same_seeds_same_trip_and_route_shared_across_trips() {
+        let a = Trip::generate(&TripConfig::hsr(1, 2)).unwrap();
+        let b = Trip::generate(&TripConfig::hsr(1, 2)).unwrap();
+        assert_eq!(a, b);
+        let c = Trip::generate(&TripConfig::hsr(1, 3)).unwrap();
+        assert_ne!(a.handovers, c.handovers);
+        // Same route: the same cells are handed over from.
+        let cells = |t: &Trip| {
+            t.handovers
+                .iter()
+                .filter(|h| h.carrier == 0 && h.outcome == Outcome::Success)
+                .map(|h| h.from_cell)
+                .collect::<std::collections::BTreeSet<_>>()
+        };
+        let (ca, cc) = (cells(&a), cells(&c));
+        assert!(
+            ca.intersection(&cc).count() * 10 >= ca.len() * 8,
+            "routes differ between trips"
+        );
+    }
+
+    #[test]
+    #[ignore = "prints model statistics over 24 trips; run with --ignored --nocapture when tuning presets"]
+    fn print_hsr_model_stats() {
+        let mut fails = [0usize; 2];
+        let mut hos = [0usize; 2];
+        let mut cells_with_failure: [std::collections::BTreeMap<u32, (usize, usize)>; 2] =
+            Default::default();
+        for trip in 0..24 {
+            let t = Trip::generate(&TripConfig::hsr(7, 100 + trip)).unwrap();
+            for h in &t.handovers {
+                hos[h.carrier] += 1;
+                let e = cells_with_failure[h.carrier]
+                    .entry(h.from_cell)
+                    .or_default();
+                e.0 += 1;
+                if h.outcome == Outcome::Failure {
+                    fails[h.carrier] += 1;
+                    e.1 += 1;
+                }
+            }
+            if trip < 3 {
+                for s in t.carrier_stats() {
+                    println!("{s:?}");
+                }
+                println!("{:?}", t.pair_stats());
+            }
+        }
+        for c in 0..2 {
+            let m = &cells_with_failure[c];
+            println!(
+                "carrier {c}: {} handovers, failure share {:.2}%, cells with >=1 failure {:.1}%",
+                hos[c],
+                100.0 * fails[c] as f64 / hos[c] as f64,
+                100.0 * m.values().filter(|(_, f)| *f > 0).count() as f64 / m.len() as f64
+            );
+        }
+    }
+}
