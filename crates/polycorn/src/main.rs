@@ -4,8 +4,10 @@
 //! and `schedulers` (the stages and presets a config or bench may name). The relay, proxy,
 //! testbed, LinkDB and bench subcommands arrive with their crates.
 
+mod calibrate;
 mod demo;
 mod testbed_cmd;
+mod tripgen;
 
 use anyhow::Result;
 use clap::{Parser, Subcommand};
@@ -38,6 +40,11 @@ enum Command {
         #[command(subcommand)]
         action: EmuAction,
     },
+    /// Synthetic HSR trips: generate and export.
+    Trip {
+        #[command(subcommand)]
+        action: TripAction,
+    },
     /// List scheduler stages and presets, or check a pipeline spec.
     Schedulers {
         /// A spec to validate, e.g. "hpr,minrtt,tpr,ori+er(k=3)".
@@ -62,6 +69,8 @@ enum TestbedAction {
         #[arg(long, default_value = "pc")]
         name: String,
     },
+    /// Measure TCP over each emulated carrier of a preset and compare with published HSR statistics.
+    Calibrate(calibrate::CalibrateArgs),
 }
 
 #[derive(Subcommand, Debug)]
@@ -74,6 +83,21 @@ enum EmuAction {
         #[command(flatten)]
         model: testbed_cmd::ModelArgs,
     },
+    /// Throughput of the forwarder itself: one unshaped path, bulk TCP through it.
+    Bench {
+        /// Seconds of traffic.
+        #[arg(long, default_value_t = 5)]
+        secs: u32,
+        /// Testbed name used for the run (created and removed).
+        #[arg(long, default_value = "pcbench")]
+        name: String,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+enum TripAction {
+    /// Generate a trip and write its traces, context log and ground truth to a directory.
+    Generate(tripgen::GenerateArgs),
 }
 
 fn main() -> std::process::ExitCode {
@@ -98,6 +122,15 @@ fn run(cli: Cli) -> Result<()> {
         Command::Emu {
             action: EmuAction::Run { name, model },
         } => testbed_cmd::run(&name, &model)?,
+        Command::Emu {
+            action: EmuAction::Bench { secs, name },
+        } => testbed_cmd::bench(&name, secs)?,
+        Command::Testbed {
+            action: TestbedAction::Calibrate(args),
+        } => calibrate::run(&args)?,
+        Command::Trip {
+            action: TripAction::Generate(args),
+        } => tripgen::run(&args)?,
         Command::Schedulers { check: Some(spec) } => {
             let p = polycorn_sched::Pipeline::from_spec(&spec)?;
             println!("ok: {}", p.spec());

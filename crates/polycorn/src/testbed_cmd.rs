@@ -8,6 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
+
 use clap::Args;
 use polycorn_emu::forward::{Emulator, PathModel};
 use polycorn_emu::models::{self, DEFAULT_QUEUE_BYTES};
@@ -132,5 +133,98 @@ pub fn run(name: &str, model: &ModelArgs) -> Result<()> {
     for (i, (up, down)) in stats.iter().enumerate() {
         eprintln!("path{i}: uplink {up:?}; downlink {down:?}");
     }
+    Ok(())
+}
+
+/// Removes a testbed when dropped (also on error or panic).
+struct TeardownGuard(String);
+
+impl Drop for TeardownGuard {
+    fn drop(&mut self) {
+        if let Err(e) = testbed::down(&self.0) {
+            eprintln!("warning: removing testbed `{}`: {e}", self.0);
+        }
+    }
+}
+
+/// `polycorn emu bench`: bulk TCP (cubic) from relay to proxy through one unshaped emulated path;
+/// prints goodput, packets/s through the forwarder and the forwarder's CPU use.
+pub fn bench(name: &str, secs: u32) -> Result<()> {
+    use polycorn_emu::netns::exec_in;
+    if !nix::unistd::geteuid().is_root() {
+        bail!("the emulator benchmark needs root (network namespaces and TUN devices)");
+    }
+    if secs == 0 {
+        bail!("--secs must be at least 1");
+    }
+    let model = models::constant(0, 0, QueueLimit::Packets(1000))?;
+    let spec = TestbedSpec {
+        name: name.into(),
+        paths: 1,
+    };
+    testbed::up(&spec)?;
+    let _guard = TeardownGuard(name.into());
+    let stop = Arc::new(AtomicBool::new(false));
+    let mut emu = Emulator::attach(&spec, &[model], stop.clone())?;
+    let emu_thread = std::thread::spawn(move || -> Result<(Vec<(polycorn_emu::forward::DirStats, polycorn_emu::forward::DirStats)>, f64)> {
+        let stats = emu.run()?;
+        let ru = nix::sys::resource::getrusage(nix::sys::resource::UsageWho::RUSAGE_THREAD)?;
+        let cpu = |t: nix::sys::time::TimeVal| t.tv_sec() as f64 + t.tv_usec() as f64 / 1e6;
+        Ok((stats, cpu(ru.user_time()) + cpu(ru.system_time())))
+    });
+    let proxy = spec.ns("proxy");
+    let server = std::thread::spawn(move || {
+        exec_in(
+            &proxy,
+            "iperf3",
+            &["-s", "-1", "-B", "10.100.0.2", "-p", "5399"],
+        )
+    });
+    std::thread::sleep(Duration::from_millis(300));
+    let started = std::time::Instant::now();
+    let out = exec_in(
+        &spec.ns("relay"),
+        "iperf3",
+        &[
+            "-c",
+            "10.100.0.2",
+            "-B",
+            "10.100.0.1",
+            "-p",
+            "5399",
+            "-t",
+            &secs.to_string(),
+            "-C",
+            "cubic",
+            "-J",
+        ],
+    );
+    let wall = started.elapsed().as_secs_f64();
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let (stats, cpu_s) = emu_thread
+        .join()
+        .map_err(|_| anyhow::anyhow!("emulator thread panicked"))??;
+    let _ = server.join();
+    let out = out?;
+    let v: serde_json::Value = serde_json::from_str(&out).context("parse iperf3 JSON")?;
+    let gbit = v["end"]["sum_received"]["bits_per_second"]
+        .as_f64()
+        .context("iperf3 reported no received rate")?
+        / 1e9;
+    let (up, down) = stats[0];
+    let pps = (up.packets_out + down.packets_out) as f64 / wall;
+    println!("unshaped emulated path, bulk TCP (cubic) relay -> proxy for {secs} s:");
+    println!("  goodput            {gbit:.2} Gbit/s");
+    println!(
+        "  forwarded          {:.0} packets/s ({} data + {} ack packets), {} write failures",
+        pps,
+        up.packets_out,
+        down.packets_out,
+        up.write_failures + down.write_failures
+    );
+    println!(
+        "  forwarder CPU      {:.0}% of one core ({cpu_s:.2} s over {wall:.2} s)",
+        100.0 * cpu_s / wall
+    );
     Ok(())
 }

@@ -1,0 +1,217 @@
+//! `polycorn trip generate`: write a synthetic trip as files an operator or LinkDB can use.
+//!
+//! Output directory:
+//! * `<carrier>.down`, `<carrier>.up` — mahimahi delivery traces (played once);
+//! * `<carrier>.delay.csv` — one-way delay series (`t_ms,delay_ms`);
+//! * `<carrier>.outages.csv` — spans without delivery (`start_ms,end_ms`);
+//! * `context.csv` — 1 Hz GPS fix, speed, heading, serving cell and RSRP per carrier;
+//! * `handovers.csv` — ground truth: every handover with position, RSRP and outcome;
+//! * `trip.json` — what was generated (preset, seeds, version, durations, counts).
+
+use std::fmt::Write as _;
+use std::fs;
+use std::path::{Path, PathBuf};
+
+use anyhow::{bail, Context, Result};
+use clap::Args;
+use polycorn_link::trace::{DelaySeries, DeliveryTrace, Outages};
+use polycorn_link::trip::{Interruption, Outcome, PathProcess, Trip, TripConfig, STEP_MS};
+
+/// Options of `polycorn trip generate`.
+#[derive(Args, Debug, Clone)]
+pub struct GenerateArgs {
+    /// Preset (hsr, ktx).
+    #[arg(long, default_value = "hsr")]
+    pub preset: String,
+    /// Route seed (cells, shadowing; shared by all trips of a route).
+    #[arg(long, default_value_t = 1)]
+    pub route_seed: u64,
+    /// Trip seed (this ride).
+    #[arg(long, default_value_t = 1)]
+    pub trip_seed: u64,
+    /// Output directory (created; existing files with the same names are replaced).
+    #[arg(long)]
+    pub out: PathBuf,
+    /// Successful-handover interruptions drawn from this SIGCOMM'22 `HO-exec-duration.csv`
+    /// (LTE rows, column FULL) instead of the built-in lognormal fitted to it.
+    #[arg(long)]
+    pub sigcomm22: Option<PathBuf>,
+}
+
+/// Durations (ms) of LTE handovers in a SIGCOMM'22 `HO-exec-duration.csv`. Rows that are not
+/// LTE are skipped; malformed LTE rows are counted and reported with file:line, not dropped
+/// silently; a file with no usable row is an error.
+pub fn read_sigcomm22(path: &Path) -> Result<Vec<f64>> {
+    let text = fs::read_to_string(path).with_context(|| format!("read {}", path.display()))?;
+    let mut lines = text.lines();
+    let header = lines
+        .next()
+        .with_context(|| format!("{}: empty file", path.display()))?;
+    let cols: Vec<&str> = header.split(',').map(str::trim).collect();
+    let col = |name: &str| {
+        cols.iter().position(|c| *c == name).with_context(|| {
+            format!(
+                "{}:1: no `{name}` column in header `{header}`",
+                path.display()
+            )
+        })
+    };
+    let (full, tech) = (col("FULL")?, col("Tech")?);
+    let mut out = Vec::new();
+    let mut bad = Vec::new();
+    let mut unmeasured = 0usize;
+    for (i, line) in lines.enumerate() {
+        let lineno = i + 2;
+        if line.trim().is_empty() {
+            continue;
+        }
+        let f: Vec<&str> = line.split(',').collect();
+        if f.get(tech).map(|t| t.trim()) != Some("LTE") {
+            continue;
+        }
+        let cell = f.get(full).map_or("", |v| v.trim());
+        if cell.is_empty() {
+            // Not measured for this handover (the dataset leaves the cell empty).
+            unmeasured += 1;
+            continue;
+        }
+        match cell.parse::<f64>() {
+            Ok(s) if s.is_finite() && s > 0.0 && s < 10.0 => out.push(s * 1000.0),
+            _ => bad.push(lineno),
+        }
+    }
+    if unmeasured > 0 {
+        eprintln!("note: {unmeasured} LTE rows have no FULL duration (empty in the dataset) and were not used");
+    }
+    if !bad.is_empty() {
+        let shown: Vec<String> = bad
+            .iter()
+            .take(10)
+            .map(|l| format!("{}:{l}", path.display()))
+            .collect();
+        eprintln!("warning: {} LTE rows with an invalid FULL duration (not a number of seconds in (0, 10)) were skipped: {}{}", bad.len(), shown.join(", "), if bad.len() > 10 { ", …" } else { "" });
+    }
+    if out.is_empty() {
+        bail!(
+            "{}: no LTE handover with a usable FULL duration",
+            path.display()
+        );
+    }
+    Ok(out)
+}
+
+fn write(dir: &Path, name: &str, contents: &str) -> Result<()> {
+    let p = dir.join(name);
+    fs::write(&p, contents).with_context(|| format!("write {}", p.display()))
+}
+
+fn opt<T: std::fmt::Display>(v: Option<T>) -> String {
+    v.map_or_else(String::new, |x| x.to_string())
+}
+
+/// Generate and write the trip.
+pub fn run(args: &GenerateArgs) -> Result<()> {
+    let mut cfg = TripConfig::preset(&args.preset, args.route_seed, args.trip_seed)?;
+    if let Some(p) = &args.sigcomm22 {
+        cfg.interruption = Interruption::Empirical(read_sigcomm22(p)?);
+    }
+    let trip = Trip::generate(&cfg)?;
+    fs::create_dir_all(&args.out).with_context(|| format!("create {}", args.out.display()))?;
+    let dir = args.out.as_path();
+    for p in &trip.paths {
+        for (suffix, bps) in [("down", &p.dl_bps), ("up", &p.ul_bps)] {
+            let ops = PathProcess::opportunities_ms(bps);
+            if ops.is_empty() {
+                bail!("carrier {}: the {suffix}link never has capacity", p.name);
+            }
+            write(
+                dir,
+                &format!("{}.{suffix}", p.name),
+                &DeliveryTrace::from_opportunities_ms(ops)?.to_mahimahi(),
+            )?;
+        }
+        let mut points: Vec<(u64, u64)> = Vec::new();
+        for (i, &d) in p.owd_us.iter().enumerate() {
+            if points.last().is_none_or(|(_, last)| *last != d) {
+                points.push((i as u64 * STEP_MS, d));
+            }
+        }
+        write(
+            dir,
+            &format!("{}.delay.csv", p.name),
+            &DelaySeries::new(points)?.to_csv(),
+        )?;
+        write(
+            dir,
+            &format!("{}.outages.csv", p.name),
+            &Outages::new(p.outages_ms.clone())?.to_csv(),
+        )?;
+    }
+    let mut ctx = String::from("t_ms,lat,lon,speed_mps,heading_deg");
+    for p in &trip.paths {
+        let _ = write!(ctx, ",cell_{0},rsrp_dbm_{0}", p.name);
+    }
+    ctx.push('\n');
+    for r in &trip.context {
+        let _ = write!(
+            ctx,
+            "{},{:.7},{:.7},{:.2},{:.1}",
+            r.t_ms, r.lat, r.lon, r.speed_mps, r.heading_deg
+        );
+        for c in &r.carriers {
+            let _ = write!(ctx, ",{},{}", opt(c.cell), opt(c.rsrp_dbm));
+        }
+        ctx.push('\n');
+    }
+    write(dir, "context.csv", &ctx)?;
+    let mut ho = String::from(
+        "carrier,from_cell,to_cell,start_ms,position_m,lat,lon,rsrp_dbm,outcome,interruption_ms\n",
+    );
+    for h in &trip.handovers {
+        let outcome = match h.outcome {
+            Outcome::Success => "success",
+            Outcome::Failure => "failure",
+        };
+        let _ = writeln!(
+            ho,
+            "{},{},{},{},{:.1},{:.7},{:.7},{:.1},{outcome},{}",
+            trip.paths[h.carrier].name,
+            h.from_cell,
+            h.to_cell,
+            h.start_ms,
+            h.position_m,
+            h.lat,
+            h.lon,
+            h.rsrp_dbm,
+            h.interruption_ms
+        );
+    }
+    write(dir, "handovers.csv", &ho)?;
+    let failures = trip
+        .handovers
+        .iter()
+        .filter(|h| h.outcome == Outcome::Failure)
+        .count();
+    let meta = format!(
+        "{{\n  \"polycorn_version\": \"{}\",\n  \"preset\": \"{}\",\n  \"route_seed\": {},\n  \"trip_seed\": {},\n  \"interruptions\": \"{}\",\n  \"duration_ms\": {},\n  \"carriers\": [{}],\n  \"handovers\": {},\n  \"failed_handovers\": {}\n}}\n",
+        env!("CARGO_PKG_VERSION"),
+        cfg.name,
+        cfg.route_seed,
+        cfg.trip_seed,
+        if args.sigcomm22.is_some() { "sigcomm22 empirical" } else { "built-in lognormal" },
+        trip.duration_ms,
+        trip.paths.iter().map(|p| format!("\"{}\"", p.name)).collect::<Vec<_>>().join(", "),
+        trip.handovers.len(),
+        failures
+    );
+    write(dir, "trip.json", &meta)?;
+    println!(
+        "wrote {}: {:.1} min, {} carriers, {} handovers ({} failed)",
+        dir.display(),
+        trip.duration_ms as f64 / 60_000.0,
+        trip.paths.len(),
+        trip.handovers.len(),
+        failures
+    );
+    Ok(())
+}

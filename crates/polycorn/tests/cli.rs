@@ -1,0 +1,227 @@
+//! The `polycorn` binary as a user runs it.
+
+use std::process::Command;
+
+fn polycorn(args: &[&str]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_polycorn"))
+        .args(args)
+        .output()
+        .expect("run polycorn")
+}
+
+fn is_root() -> bool {
+    let root = Command::new("id")
+        .arg("-u")
+        .output()
+        .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).trim() == "0");
+    if !root && std::env::var("CI").is_ok_and(|v| v == "true") {
+        panic!("CLI testbed tests need root and CI=true forbids skipping them");
+    }
+    root
+}
+
+#[test]
+fn schedulers_check_accepts_and_refuses_with_the_valid_names() {
+    let ok = polycorn(&["schedulers", "--check", "hpr,minrtt,tpr,ori+er(k=2)"]);
+    assert!(ok.status.success());
+    assert_eq!(
+        String::from_utf8_lossy(&ok.stdout).trim(),
+        "ok: hpr,minrtt,tpr,ori+er(k=2)"
+    );
+    let bad = polycorn(&["schedulers", "--check", "hpr,fastest"]);
+    assert!(!bad.status.success());
+    let err = String::from_utf8_lossy(&bad.stderr);
+    assert!(
+        err.starts_with("error: unknown stage `fastest`") && err.contains("minrtt"),
+        "{err}"
+    );
+    assert!(
+        !err.contains("backtrace"),
+        "no backtraces for operators: {err}"
+    );
+}
+
+#[test]
+fn trip_generate_writes_files_the_strict_parsers_accept() {
+    use polycorn_link::trace::{DelaySeries, DeliveryTrace, Outages};
+    let dir = std::env::temp_dir().join(format!("polycorn-tripgen-{}", std::process::id()));
+    let out = polycorn(&[
+        "trip",
+        "generate",
+        "--preset",
+        "ktx",
+        "--route-seed",
+        "3",
+        "--trip-seed",
+        "4",
+        "--out",
+        dir.to_str().unwrap(),
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for carrier in ["KT", "SKT"] {
+        for dir_name in ["down", "up"] {
+            let name = dir.join(format!("{carrier}.{dir_name}"));
+            let text = std::fs::read_to_string(&name).unwrap();
+            let t = DeliveryTrace::parse(name.to_str().unwrap(), &text).unwrap();
+            assert!(t.opportunity_count() > 1000, "{name:?}");
+        }
+        let name = dir.join(format!("{carrier}.delay.csv"));
+        DelaySeries::parse(
+            name.to_str().unwrap(),
+            &std::fs::read_to_string(&name).unwrap(),
+        )
+        .unwrap();
+        let name = dir.join(format!("{carrier}.outages.csv"));
+        Outages::parse(
+            name.to_str().unwrap(),
+            &std::fs::read_to_string(&name).unwrap(),
+        )
+        .unwrap();
+    }
+    let ctx = std::fs::read_to_string(dir.join("context.csv")).unwrap();
+    assert!(ctx.starts_with(
+        "t_ms,lat,lon,speed_mps,heading_deg,cell_KT,rsrp_dbm_KT,cell_SKT,rsrp_dbm_SKT\n"
+    ));
+    assert!(ctx.lines().count() > 60, "1 Hz over a 70 s run");
+    let ho = std::fs::read_to_string(dir.join("handovers.csv")).unwrap();
+    assert!(ho.lines().count() > 4, "{ho}");
+    // Same seeds, same files.
+    let again = dir.with_extension("again");
+    assert!(polycorn(&[
+        "trip",
+        "generate",
+        "--preset",
+        "ktx",
+        "--route-seed",
+        "3",
+        "--trip-seed",
+        "4",
+        "--out",
+        again.to_str().unwrap()
+    ])
+    .status
+    .success());
+    assert_eq!(
+        std::fs::read(dir.join("KT.down")).unwrap(),
+        std::fs::read(again.join("KT.down")).unwrap()
+    );
+    assert_eq!(
+        std::fs::read(dir.join("handovers.csv")).unwrap(),
+        std::fs::read(again.join("handovers.csv")).unwrap()
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+    let _ = std::fs::remove_dir_all(&again);
+}
+
+#[test]
+fn a_killed_emulator_and_down_leave_nothing_behind() {
+    if !is_root() {
+        eprintln!("skipping: needs root");
+        return;
+    }
+    let name = "pct-cli";
+    let _ = polycorn(&["testbed", "down", "--name", name]);
+    let up = polycorn(&[
+        "testbed",
+        "up",
+        "--name",
+        name,
+        "--constant-mbit",
+        "10",
+        "--paths",
+        "2",
+    ]);
+    assert!(
+        up.status.success(),
+        "{}",
+        String::from_utf8_lossy(&up.stderr)
+    );
+    let state = std::fs::read_to_string(format!("/run/polycorn/testbed-{name}.json")).unwrap();
+    let pid: u32 = state
+        .split("\"emulator_pid\":")
+        .nth(1)
+        .and_then(|r| {
+            r.trim_start()
+                .split(|c: char| !c.is_ascii_digit())
+                .next()
+                .and_then(|d| d.parse().ok())
+        })
+        .expect("emulator PID recorded");
+    assert!(
+        std::path::Path::new(&format!("/proc/{pid}")).exists(),
+        "emulator running"
+    );
+    // The emulator carries traffic: ping proxy from relay over path 1.
+    let ping = Command::new("ip")
+        .args([
+            "netns",
+            "exec",
+            &format!("{name}-relay"),
+            "ping",
+            "-c",
+            "3",
+            "-i",
+            "0.2",
+            "-I",
+            "10.100.1.1",
+            "10.100.1.2",
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        ping.status.success(),
+        "{}",
+        String::from_utf8_lossy(&ping.stdout)
+    );
+    // A crash: SIGKILL, no cleanup of its own.
+    assert!(Command::new("kill")
+        .args(["-9", &pid.to_string()])
+        .status()
+        .unwrap()
+        .success());
+    std::thread::sleep(std::time::Duration::from_millis(200));
+    let down = polycorn(&["testbed", "down", "--name", name]);
+    assert!(
+        down.status.success(),
+        "{}",
+        String::from_utf8_lossy(&down.stderr)
+    );
+    let ns = String::from_utf8_lossy(
+        &Command::new("ip")
+            .args(["netns", "list"])
+            .output()
+            .unwrap()
+            .stdout,
+    )
+    .to_string();
+    assert!(!ns.contains(name), "namespaces left: {ns}");
+    assert!(!std::path::Path::new(&format!("/run/polycorn/testbed-{name}.json")).exists());
+    // The killed process is reaped by init, not left running (a zombie would still be 'Z').
+    let alive =
+        std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| !s.contains(") Z "));
+    assert!(!alive, "emulator process {pid} still running");
+    // No veth or TUN of the testbed left in the root namespace.
+    let links = String::from_utf8_lossy(
+        &Command::new("ip")
+            .args(["-o", "link"])
+            .output()
+            .unwrap()
+            .stdout,
+    )
+    .to_string();
+    assert!(!links.contains("tmp-pc-"), "{links}");
+}
+
+#[test]
+fn demo_runs_every_scenario() {
+    let out = polycorn(&["demo"]);
+    assert!(out.status.success());
+    let text = String::from_utf8_lossy(&out.stdout);
+    for s in ["== tail", "== handover", "== blackout", "== idle"] {
+        assert!(text.contains(s), "missing {s}");
+    }
+}
