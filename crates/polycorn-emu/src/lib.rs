@@ -6,6 +6,7 @@
 
 #![warn(missing_docs)]
 
+pub mod context;
 pub mod forward;
 pub mod models;
 pub mod netns;

@@ -272,3 +272,106 @@ fn invalid_specs_are_refused() {
         );
     }
 }
+
+#[test]
+fn trip_context_is_replayed_to_the_relay_over_gpsd_json_in_step() {
+    use polycorn_emu::context::ContextServer;
+    use polycorn_emu::netns::InNamespace;
+    use polycorn_link::trip::{Trip, TripConfig};
+    use std::io::{BufRead, BufReader, Write};
+    if !can_run() {
+        return;
+    }
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let trip = Trip::generate(&TripConfig::ktx(2, 3)).unwrap();
+    let models = polycorn_emu::models::from_trip(&trip, QueueLimit::Bytes(375_000)).unwrap();
+    let bed = Bed::new("pct-ctx", models);
+    let names: Vec<String> = trip.paths.iter().map(|p| p.name.clone()).collect();
+    let addr = std::net::SocketAddr::from(([127, 0, 0, 1], 2947));
+    let server = ContextServer::start(
+        Some(&bed.relay()),
+        addr,
+        trip.context.clone(),
+        names,
+        bed.stop.clone(),
+    )
+    .unwrap();
+    // A gpsd client in the relay namespace.
+    let stream = {
+        let _inside = InNamespace::enter(&bed.relay()).unwrap();
+        std::net::TcpStream::connect(server.addr()).unwrap()
+    };
+    stream
+        .set_read_timeout(Some(Duration::from_secs(3)))
+        .unwrap();
+    let started = std::time::Instant::now();
+    (&stream)
+        .write_all(b"?WATCH={\"enable\":true,\"json\":true};\n")
+        .unwrap();
+    let mut lines = BufReader::new(&stream).lines();
+    // (TPV, POLYCORN, arrival) per row; rows are identified by POLYCORN's t_ms.
+    let mut reports: Vec<(serde_json::Value, serde_json::Value, Duration)> = Vec::new();
+    let mut last_tpv = None;
+    while reports.len() < 3 {
+        let line = lines.next().expect("stream ended").expect("read");
+        let v: serde_json::Value =
+            serde_json::from_str(&line).unwrap_or_else(|e| panic!("bad JSON {line}: {e}"));
+        match v["class"].as_str().unwrap() {
+            "TPV" => last_tpv = Some(v),
+            "POLYCORN" => reports.push((
+                last_tpv.take().expect("TPV before POLYCORN"),
+                v,
+                started.elapsed(),
+            )),
+            _ => {}
+        }
+    }
+    // The first report is the current fix, sent at once; then one row per second.
+    assert!(
+        reports[0].2 < Duration::from_millis(500),
+        "first fix after {:?}",
+        reports[0].2
+    );
+    for (k, (tpv, cells, _)) in reports.iter().enumerate() {
+        let t_ms = cells["t_ms"].as_u64().unwrap();
+        let row = trip
+            .context
+            .iter()
+            .find(|r| r.t_ms == t_ms)
+            .expect("a row of the trip");
+        if k > 0 {
+            assert_eq!(
+                t_ms,
+                reports[k - 1].1["t_ms"].as_u64().unwrap() + 1000,
+                "rows in order, none skipped"
+            );
+        }
+        assert!(
+            (tpv["lat"].as_f64().unwrap() - row.lat).abs() < 1e-6,
+            "{tpv}"
+        );
+        assert!(
+            (tpv["lon"].as_f64().unwrap() - row.lon).abs() < 1e-6,
+            "{tpv}"
+        );
+        assert!(
+            (tpv["speed"].as_f64().unwrap() - row.speed_mps).abs() < 0.01,
+            "{tpv}"
+        );
+        assert_eq!(
+            cells["carriers"][0]["cell"].as_u64(),
+            row.carriers[0].cell.map(u64::from)
+        );
+        assert_eq!(cells["carriers"][1]["name"].as_str(), Some("SKT"));
+    }
+    // In step with the emulator's clock: consecutive rows one second apart.
+    let gap = reports[2].2.saturating_sub(reports[1].2);
+    assert!(
+        gap > Duration::from_millis(900) && gap < Duration::from_millis(1100),
+        "rows {gap:?} apart"
+    );
+    drop(lines);
+    drop(stream);
+    bed.stop.store(true, Ordering::Relaxed);
+    drop(server);
+}

@@ -10,6 +10,7 @@ use std::time::Duration;
 use anyhow::{bail, Context, Result};
 
 use clap::Args;
+use polycorn_emu::context::{ContextServer, GPSD_PORT};
 use polycorn_emu::forward::{Emulator, PathModel};
 use polycorn_emu::models::{self, DEFAULT_QUEUE_BYTES};
 use polycorn_emu::testbed::{self, TestbedSpec};
@@ -60,6 +61,11 @@ impl ModelArgs {
 
     /// Build the per-path models.
     pub fn models(&self) -> Result<Vec<PathModel>> {
+        Ok(self.build()?.0)
+    }
+
+    /// Build the per-path models, and the trip they come from (if any).
+    pub fn build(&self) -> Result<(Vec<PathModel>, Option<Trip>)> {
         let queue = QueueLimit::Bytes(self.queue_bytes);
         if let Some(m) = self.constant_mbit {
             if !(m.is_finite() && m >= 0.0) {
@@ -69,11 +75,11 @@ impl ModelArgs {
                 bail!("--delay-ms must be a number >= 0, got {}", self.delay_ms);
             }
             let one = models::constant((m * 1e6) as u64, (self.delay_ms * 1000.0) as u64, queue)?;
-            return Ok(vec![one; self.paths]);
+            return Ok((vec![one; self.paths], None));
         }
         let cfg = TripConfig::preset(&self.preset, self.route_seed, self.trip_seed)?;
         let trip = Trip::generate(&cfg)?;
-        Ok(models::from_trip(&trip, queue)?)
+        Ok((models::from_trip(&trip, queue)?, Some(trip)))
     }
 }
 
@@ -106,6 +112,9 @@ pub fn up(name: &str, model: &ModelArgs) -> Result<()> {
     }
     println!("testbed `{name}` is up: namespaces {name}-client, {name}-relay, {name}-proxy, {name}-server");
     println!("{} emulated paths (relay 10.100.i.1 <-> proxy 10.100.i.2, devices path0..path{}); emulator PID {}, log {log_path}", spec.paths, spec.paths - 1, child.id());
+    if model.constant_mbit.is_none() {
+        println!("the trip's context (GPS, cells, RSRP) is served gpsd-style on 127.0.0.1:{GPSD_PORT} in {name}-relay");
+    }
     println!("remove with: polycorn testbed down --name {name}");
     Ok(())
 }
@@ -119,7 +128,7 @@ pub fn down(name: &str) -> Result<()> {
 
 /// `polycorn emu run`: forward until SIGINT or SIGTERM.
 pub fn run(name: &str, model: &ModelArgs) -> Result<()> {
-    let models = model.models()?;
+    let (models, trip) = model.build()?;
     let spec = TestbedSpec {
         name: name.into(),
         paths: models.len(),
@@ -127,7 +136,22 @@ pub fn run(name: &str, model: &ModelArgs) -> Result<()> {
     let stop = Arc::new(AtomicBool::new(false));
     signal_hook::flag::register(signal_hook::consts::SIGTERM, stop.clone())?;
     signal_hook::flag::register(signal_hook::consts::SIGINT, stop.clone())?;
-    let mut emu = Emulator::attach(&spec, &models, stop)?;
+    let mut emu = Emulator::attach(&spec, &models, stop.clone())?;
+    // The trip's context log, replayed to the relay over gpsd's protocol in step with the links.
+    let _context = match trip {
+        Some(t) => {
+            let names = t.paths.iter().map(|p| p.name.clone()).collect();
+            let addr = std::net::SocketAddr::from(([127, 0, 0, 1], GPSD_PORT));
+            let server =
+                ContextServer::start(Some(&spec.ns("relay")), addr, t.context, names, stop)?;
+            eprintln!(
+                "replaying the trip's context (gpsd JSON) on {addr} in {}",
+                spec.ns("relay")
+            );
+            Some(server)
+        }
+        None => None,
+    };
     eprintln!("emulating {} paths for testbed `{name}`", spec.paths);
     let stats = emu.run()?;
     for (i, (up, down)) in stats.iter().enumerate() {
