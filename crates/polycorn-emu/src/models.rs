@@ -77,3 +77,22 @@ pub fn constant(
         downlink: DirectionModel::Shaped(cfg),
     })
 }
+
+/// A path replaying recorded traces (looping, as mahimahi does), with a constant one-way delay.
+pub fn from_traces(
+    downlink: DeliveryTrace,
+    uplink: DeliveryTrace,
+    one_way_delay_us: u64,
+    queue: QueueLimit,
+) -> PathModel {
+    let dir = |t: DeliveryTrace| {
+        let mut cfg = LinkConfig::new(t);
+        cfg.delay = DelaySeries::constant(one_way_delay_us);
+        cfg.queue = queue;
+        DirectionModel::Shaped(cfg)
+    };
+    PathModel {
+        uplink: dir(uplink),
+        downlink: dir(downlink),
+    }
+}

@@ -10,6 +10,7 @@
 //! * [`loss`] — seeded bursty loss (Gilbert–Elliott).
 //! * [`link`] — one direction of one emulated path: droptail queue, delivery opportunities,
 //!   delay, loss, outages; `enqueue` / `advance(now)`; mahimahi-format event log.
+//! * [`throughput`] — per-second throughput logs (e.g. ucc5g) as capacity traces.
 //! * [`trip`] — the HSR trip model: train trajectory, cells per carrier, handovers and their
 //!   failures, per-carrier capacity and delay; produces per-path traces, a context log and the
 //!   ground truth.
@@ -37,6 +38,7 @@
 
 pub mod link;
 pub mod loss;
+pub mod throughput;
 pub mod trace;
 pub mod trip;
 

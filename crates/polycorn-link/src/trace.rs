@@ -137,6 +137,9 @@ pub enum TraceErrorKind {
         /// End of the span.
         end_ms: u64,
     },
+    /// A problem in a throughput log (see [`crate::throughput`]).
+    #[error("{0}")]
+    Other(String),
     /// An outage starting before the previous one ended (unsorted or overlapping).
     #[error("outage starting at {start_ms} ms begins before the previous one ends ({previous_end_ms} ms); spans must be sorted and must not overlap")]
     Overlap {

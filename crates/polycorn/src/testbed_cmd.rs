@@ -15,6 +15,7 @@ use polycorn_emu::forward::{Emulator, PathModel};
 use polycorn_emu::models::{self, DEFAULT_QUEUE_BYTES};
 use polycorn_emu::testbed::{self, TestbedSpec};
 use polycorn_link::link::QueueLimit;
+use polycorn_link::trace::DeliveryTrace;
 use polycorn_link::trip::{Trip, TripConfig};
 
 /// How the emulated paths behave.
@@ -30,8 +31,14 @@ pub struct ModelArgs {
     #[arg(long, default_value_t = 1)]
     pub trip_seed: u64,
     /// Instead of a trip: every path a constant rate in Mbit/s (0 = unshaped).
-    #[arg(long)]
+    #[arg(long, conflicts_with = "traces")]
     pub constant_mbit: Option<f64>,
+    /// Instead of a trip: one path per FILE replaying a recorded trace, looping: a mahimahi
+    /// file (`X.down`, with `X.up` for the uplink when it exists) or a per-second throughput
+    /// CSV with `Timestamp,DL_bitrate,UL_bitrate` columns (e.g. ucc5g; its downlink series is
+    /// used in both directions, since UL of a download session is only ACKs). Delay: `--delay-ms`.
+    #[arg(long = "trace", value_name = "FILE")]
+    pub traces: Vec<std::path::PathBuf>,
     /// One-way delay of constant paths, ms.
     #[arg(long, default_value_t = 20.0)]
     pub delay_ms: f64,
@@ -54,7 +61,11 @@ impl ModelArgs {
         ];
         match self.constant_mbit {
             Some(m) => v.push(format!("--constant-mbit={m}")),
-            None => v.push(format!("--preset={}", self.preset)),
+            None if self.traces.is_empty() => v.push(format!("--preset={}", self.preset)),
+            None => {}
+        }
+        for t in &self.traces {
+            v.push(format!("--trace={}", t.display()));
         }
         v
     }
@@ -67,6 +78,18 @@ impl ModelArgs {
     /// Build the per-path models, and the trip they come from (if any).
     pub fn build(&self) -> Result<(Vec<PathModel>, Option<Trip>)> {
         let queue = QueueLimit::Bytes(self.queue_bytes);
+        if !self.traces.is_empty() {
+            if !(self.delay_ms.is_finite() && self.delay_ms >= 0.0) {
+                bail!("--delay-ms must be a number >= 0, got {}", self.delay_ms);
+            }
+            let delay_us = (self.delay_ms * 1000.0) as u64;
+            let mut paths = Vec::new();
+            for f in &self.traces {
+                let (down, up) = read_trace(f)?;
+                paths.push(models::from_traces(down, up, delay_us, queue));
+            }
+            return Ok((paths, None));
+        }
         if let Some(m) = self.constant_mbit {
             if !(m.is_finite() && m >= 0.0) {
                 bail!("--constant-mbit must be a number >= 0, got {m}");
@@ -112,7 +135,7 @@ pub fn up(name: &str, model: &ModelArgs) -> Result<()> {
     }
     println!("testbed `{name}` is up: namespaces {name}-client, {name}-relay, {name}-proxy, {name}-server");
     println!("{} emulated paths (relay 10.100.i.1 <-> proxy 10.100.i.2, devices path0..path{}); emulator PID {}, log {log_path}", spec.paths, spec.paths - 1, child.id());
-    if model.constant_mbit.is_none() {
+    if model.constant_mbit.is_none() && model.traces.is_empty() {
         println!("the trip's context (GPS, cells, RSRP) is served gpsd-style on 127.0.0.1:{GPSD_PORT} in {name}-relay");
     }
     println!("remove with: polycorn testbed down --name {name}");
@@ -251,4 +274,29 @@ pub fn bench(name: &str, secs: u32) -> Result<()> {
         100.0 * cpu_s / wall
     );
     Ok(())
+}
+
+/// Downlink and uplink traces from a mahimahi file (`X.down` + `X.up` if present) or a
+/// per-second throughput CSV.
+fn read_trace(path: &std::path::Path) -> Result<(DeliveryTrace, DeliveryTrace)> {
+    let name = path.display().to_string();
+    let text = std::fs::read_to_string(path).with_context(|| format!("read {name}"))?;
+    if path.extension().is_some_and(|e| e == "csv") {
+        // What a throughput log's UL column holds depends on the session: in a download
+        // session it is ACK traffic, not uplink capacity. Use the downlink series both ways.
+        let series = polycorn_link::throughput::parse(&name, &text)?;
+        let (down, _) = series.traces()?;
+        return Ok((down.clone(), down));
+    }
+    let down = DeliveryTrace::parse(&name, &text)?;
+    let up_path = path.with_extension("up");
+    let up = if path.extension().is_some_and(|e| e == "down") && up_path.exists() {
+        let up_name = up_path.display().to_string();
+        let up_text =
+            std::fs::read_to_string(&up_path).with_context(|| format!("read {up_name}"))?;
+        DeliveryTrace::parse(&up_name, &up_text)?
+    } else {
+        down.clone()
+    };
+    Ok((down, up))
 }

@@ -225,3 +225,103 @@ fn demo_runs_every_scenario() {
         assert!(text.contains(s), "missing {s}");
     }
 }
+
+#[test]
+fn testbed_paths_from_recorded_traces() {
+    if !is_root() {
+        eprintln!("skipping: needs root");
+        return;
+    }
+    let dir = std::env::temp_dir().join(format!("polycorn-traces-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    // 12 Mbit/s: one 1500-byte opportunity per millisecond, 1 s looping.
+    let mm = dir.join("flat.down");
+    std::fs::write(
+        &mm,
+        (1..=1000).map(|m| format!("{m}\n")).collect::<String>(),
+    )
+    .unwrap();
+    let csv = dir.join("log.csv");
+    let rows: String = (0..5)
+        .map(|s| {
+            format!(
+                "2020.02.13_13.03.{:02},-8.3,51.9,0,B,12,5G,-100,-13,1,13,-103,20000,100,D\n",
+                10 + s
+            )
+        })
+        .collect();
+    std::fs::write(&csv, format!("Timestamp,Longitude,Latitude,Speed,Operatorname,CellID,NetworkMode,RSRP,RSRQ,SNR,CQI,RSSI,DL_bitrate,UL_bitrate,State\n{rows}")).unwrap();
+    let name = "pct-trace";
+    let _ = polycorn(&["testbed", "down", "--name", name]);
+    let up = polycorn(&[
+        "testbed",
+        "up",
+        "--name",
+        name,
+        "--trace",
+        mm.to_str().unwrap(),
+        "--trace",
+        csv.to_str().unwrap(),
+        "--delay-ms",
+        "10",
+    ]);
+    assert!(
+        up.status.success(),
+        "{}",
+        String::from_utf8_lossy(&up.stderr)
+    );
+    for i in 0..2 {
+        let out = Command::new("ip")
+            .args([
+                "netns",
+                "exec",
+                &format!("{name}-relay"),
+                "ping",
+                "-q",
+                "-c",
+                "3",
+                "-i",
+                "0.2",
+                "-I",
+                &format!("10.100.{i}.1"),
+                &format!("10.100.{i}.2"),
+            ])
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "path {i}: {}",
+            String::from_utf8_lossy(&out.stdout)
+        );
+    }
+    assert!(polycorn(&["testbed", "down", "--name", name])
+        .status
+        .success());
+    // A malformed trace is refused with file:line, and nothing is left behind.
+    let bad = dir.join("bad.down");
+    std::fs::write(&bad, "1\n2\nx\n").unwrap();
+    let out = polycorn(&[
+        "testbed",
+        "up",
+        "--name",
+        name,
+        "--trace",
+        bad.to_str().unwrap(),
+    ]);
+    assert!(!out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("bad.down:3: not a non-negative integer"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let ns = String::from_utf8_lossy(
+        &Command::new("ip")
+            .args(["netns", "list"])
+            .output()
+            .unwrap()
+            .stdout,
+    )
+    .to_string();
+    assert!(!ns.contains(name), "{ns}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
