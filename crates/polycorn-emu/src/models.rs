@@ -6,10 +6,11 @@ use polycorn_link::trip::{PathProcess, Trip, STEP_MS};
 
 use crate::forward::{DirectionModel, PathModel};
 
-/// Default droptail queue of an emulated cellular path: 375 kB, ~300 ms at 10 Mbit/s — cellular
+/// Default droptail queue of an emulated cellular path: 175 kB, 140 ms at 10 Mbit/s — cellular
 /// base stations buffer deeply (bufferbloat), which is why RTT under load on HSR is far above
-/// the idle RTT.
-pub const DEFAULT_QUEUE_BYTES: u64 = 375_000;
+/// the idle RTT. Calibrated with `polycorn testbed calibrate` (was 375 kB: RTT under BBR load
+/// p50 255-330 ms against the published 185-191 ms).
+pub const DEFAULT_QUEUE_BYTES: u64 = 175_000;
 
 /// One direction of a trip path as a link config: the trip's capacity (played once), delay
 /// series and outages (packets arriving during an outage are dropped, as a detached radio

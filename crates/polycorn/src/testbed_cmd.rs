@@ -16,22 +16,18 @@ use polycorn_emu::models::{self, DEFAULT_QUEUE_BYTES};
 use polycorn_emu::testbed::{self, TestbedSpec};
 use polycorn_link::link::QueueLimit;
 use polycorn_link::trace::DeliveryTrace;
-use polycorn_link::trip::{Trip, TripConfig};
+use polycorn_link::trip::Trip;
+
+use crate::tripgen::TripArgs;
 
 /// How the emulated paths behave.
 #[derive(Args, Debug, Clone)]
 pub struct ModelArgs {
-    /// Trip preset whose carriers become the paths (hsr, ktx).
-    #[arg(long, default_value = "hsr", conflicts_with = "constant_mbit")]
-    pub preset: String,
-    /// Route seed (cell layout; shared by all trips of a route).
-    #[arg(long, default_value_t = 1)]
-    pub route_seed: u64,
-    /// Trip seed (this ride).
-    #[arg(long, default_value_t = 1)]
-    pub trip_seed: u64,
+    /// The trip whose carriers become the paths (unless --constant-mbit or --trace).
+    #[command(flatten)]
+    pub trip: TripArgs,
     /// Instead of a trip: every path a constant rate in Mbit/s (0 = unshaped).
-    #[arg(long, conflicts_with = "traces")]
+    #[arg(long, conflicts_with_all = ["traces", "preset"])]
     pub constant_mbit: Option<f64>,
     /// Instead of a trip: one path per FILE replaying a recorded trace, looping: a mahimahi
     /// file (`X.down`, with `X.up` for the uplink when it exists) or a per-second throughput
@@ -53,15 +49,16 @@ pub struct ModelArgs {
 impl ModelArgs {
     fn to_cli_args(&self) -> Vec<String> {
         let mut v = vec![
-            format!("--route-seed={}", self.route_seed),
-            format!("--trip-seed={}", self.trip_seed),
+            format!("--route-seed={}", self.trip.route_seed),
+            format!("--trip-seed={}", self.trip.trip_seed),
+            format!("--interruptions={}", self.trip.interruptions),
             format!("--delay-ms={}", self.delay_ms),
             format!("--paths={}", self.paths),
             format!("--queue-bytes={}", self.queue_bytes),
         ];
         match self.constant_mbit {
             Some(m) => v.push(format!("--constant-mbit={m}")),
-            None if self.traces.is_empty() => v.push(format!("--preset={}", self.preset)),
+            None if self.traces.is_empty() => v.push(format!("--preset={}", self.trip.preset)),
             None => {}
         }
         for t in &self.traces {
@@ -100,7 +97,8 @@ impl ModelArgs {
             let one = models::constant((m * 1e6) as u64, (self.delay_ms * 1000.0) as u64, queue)?;
             return Ok((vec![one; self.paths], None));
         }
-        let cfg = TripConfig::preset(&self.preset, self.route_seed, self.trip_seed)?;
+        let (cfg, source) = self.trip.config()?;
+        eprintln!("successful-handover interruptions: {source}");
         let trip = Trip::generate(&cfg)?;
         Ok((models::from_trip(&trip, queue)?, Some(trip)))
     }

@@ -17,10 +17,10 @@ use clap::Args;
 use polycorn_link::trace::{DelaySeries, DeliveryTrace, Outages};
 use polycorn_link::trip::{Interruption, Outcome, PathProcess, Trip, TripConfig, STEP_MS};
 
-/// Options of `polycorn trip generate`.
+/// Which trip: preset, seeds, and where successful-handover interruptions come from.
 #[derive(Args, Debug, Clone)]
-pub struct GenerateArgs {
-    /// Preset (hsr, ktx).
+pub struct TripArgs {
+    /// Trip preset (hsr, ktx).
     #[arg(long, default_value = "hsr")]
     pub preset: String,
     /// Route seed (cells, shadowing; shared by all trips of a route).
@@ -29,13 +29,52 @@ pub struct GenerateArgs {
     /// Trip seed (this ride).
     #[arg(long, default_value_t = 1)]
     pub trip_seed: u64,
+    /// Successful-handover interruption times: `auto` (the SIGCOMM'22 measurements in
+    /// ../shared/data/sigcomm22/HO-exec-duration.csv when present, else `builtin`), `builtin`
+    /// (a lognormal fitted to them, median 34 ms), or the path of such a CSV.
+    #[arg(long, default_value = "auto")]
+    pub interruptions: String,
+}
+
+/// Where `auto` looks for the SIGCOMM'22 file.
+fn sigcomm22_candidates() -> Vec<PathBuf> {
+    let rel = "shared/data/sigcomm22/HO-exec-duration.csv";
+    vec![
+        Path::new("..").join(rel),
+        Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../../..")
+            .join(rel),
+    ]
+}
+
+impl TripArgs {
+    /// The trip configuration, and a description of the interruption source used.
+    pub fn config(&self) -> Result<(TripConfig, String)> {
+        let mut cfg = TripConfig::preset(&self.preset, self.route_seed, self.trip_seed)?;
+        let file = match self.interruptions.as_str() {
+            "builtin" => None,
+            "auto" => sigcomm22_candidates().into_iter().find(|p| p.exists()),
+            path => Some(PathBuf::from(path)),
+        };
+        let source = match file {
+            Some(p) => {
+                cfg.interruption = Interruption::Empirical(read_sigcomm22(&p)?);
+                format!("SIGCOMM'22 measurements ({})", p.display())
+            }
+            None => "built-in lognormal fit (median 34 ms)".to_string(),
+        };
+        Ok((cfg, source))
+    }
+}
+
+/// Options of `polycorn trip generate`.
+#[derive(Args, Debug, Clone)]
+pub struct GenerateArgs {
+    #[command(flatten)]
+    pub trip: TripArgs,
     /// Output directory (created; existing files with the same names are replaced).
     #[arg(long)]
     pub out: PathBuf,
-    /// Successful-handover interruptions drawn from this SIGCOMM'22 `HO-exec-duration.csv`
-    /// (LTE rows, column FULL) instead of the built-in lognormal fitted to it.
-    #[arg(long)]
-    pub sigcomm22: Option<PathBuf>,
 }
 
 /// Durations (ms) of LTE handovers in a SIGCOMM'22 `HO-exec-duration.csv`. Rows that are not
@@ -111,10 +150,8 @@ fn opt<T: std::fmt::Display>(v: Option<T>) -> String {
 
 /// Generate and write the trip.
 pub fn run(args: &GenerateArgs) -> Result<()> {
-    let mut cfg = TripConfig::preset(&args.preset, args.route_seed, args.trip_seed)?;
-    if let Some(p) = &args.sigcomm22 {
-        cfg.interruption = Interruption::Empirical(read_sigcomm22(p)?);
-    }
+    let (cfg, source) = args.trip.config()?;
+    eprintln!("successful-handover interruptions: {source}");
     let trip = Trip::generate(&cfg)?;
     fs::create_dir_all(&args.out).with_context(|| format!("create {}", args.out.display()))?;
     let dir = args.out.as_path();
@@ -198,7 +235,7 @@ pub fn run(args: &GenerateArgs) -> Result<()> {
         cfg.name,
         cfg.route_seed,
         cfg.trip_seed,
-        if args.sigcomm22.is_some() { "sigcomm22 empirical" } else { "built-in lognormal" },
+        source.replace('\\', "\\\\").replace('"', "'"),
         trip.duration_ms,
         trip.paths.iter().map(|p| format!("\"{}\"", p.name)).collect::<Vec<_>>().join(", "),
         trip.handovers.len(),
