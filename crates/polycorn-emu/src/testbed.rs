@@ -113,6 +113,10 @@ impl TestbedSpec {
     pub fn state_file(&self) -> PathBuf {
         PathBuf::from(format!("/run/polycorn/testbed-{}.json", self.name))
     }
+    /// Where a background emulator of this testbed logs (removed by [`down`]).
+    pub fn emulator_log(&self) -> PathBuf {
+        PathBuf::from(format!("/run/polycorn/emu-{}.log", self.name))
+    }
 }
 
 /// Client address on the LAN.
@@ -313,6 +317,7 @@ pub fn down(name: &str) -> Result<(), TestbedError> {
             first_err.get_or_insert(e);
         }
     }
+    let _ = fs::remove_file(spec.emulator_log());
     let path = spec.state_file();
     if path.exists() {
         fs::remove_file(&path).map_err(|e| TestbedError::State {

@@ -942,7 +942,8 @@ pub struct PairStats {
     pub rtt_leading_median_ms: (f64, f64),
 }
 
-fn quantile(v: &mut [f64], q: f64) -> f64 {
+/// The `q`-quantile of `v` (nearest rank, after sorting `v` in place); NaN for an empty slice.
+pub fn quantile(v: &mut [f64], q: f64) -> f64 {
     if v.is_empty() {
         return f64::NAN;
     }
@@ -950,7 +951,8 @@ fn quantile(v: &mut [f64], q: f64) -> f64 {
     v[((v.len() - 1) as f64 * q).round() as usize]
 }
 
-fn quartiles(mut v: Vec<f64>) -> [f64; 3] {
+/// p25, p50 and p75 of `v` (see [`quantile`]).
+pub fn quartiles(mut v: Vec<f64>) -> [f64; 3] {
     [
         quantile(&mut v, 0.25),
         quantile(&mut v, 0.5),

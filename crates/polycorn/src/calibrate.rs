@@ -68,7 +68,7 @@ use polycorn_emu::models::{self, DEFAULT_QUEUE_BYTES};
 use polycorn_emu::netns::{self, InNamespace};
 use polycorn_emu::testbed::{self, TestbedSpec};
 use polycorn_link::link::QueueLimit;
-use polycorn_link::trip::{Outcome, Trip, TripConfig, STEP_MS};
+use polycorn_link::trip::{quantile, quartiles, Outcome, Trip, TripConfig, STEP_MS};
 use serde_json::{json, Value};
 
 use crate::tripgen::TripArgs;
@@ -1064,22 +1064,6 @@ struct RunResult {
     rto_broad_pct: f64,
     timeouts: u64,
     out_segs: u64,
-}
-
-fn quantile(v: &mut [f64], q: f64) -> f64 {
-    if v.is_empty() {
-        return f64::NAN;
-    }
-    v.sort_by(f64::total_cmp);
-    v[((v.len() - 1) as f64 * q).round() as usize]
-}
-
-fn quartiles(mut v: Vec<f64>) -> [f64; 3] {
-    [
-        quantile(&mut v, 0.25),
-        quantile(&mut v, 0.5),
-        quantile(&mut v, 0.75),
-    ]
 }
 
 fn pct(k: usize, n: usize) -> f64 {

@@ -112,7 +112,7 @@ pub fn up(name: &str, model: &ModelArgs) -> Result<()> {
         paths: models.len(),
     };
     testbed::up(&spec)?;
-    let log_path = format!("/run/polycorn/emu-{name}.log");
+    let log_path = spec.emulator_log().display().to_string();
     let log = File::create(&log_path).with_context(|| format!("create {log_path}"))?;
     let exe = std::env::current_exe().context("locate the polycorn binary")?;
     let mut child = Command::new(exe)

@@ -200,6 +200,10 @@ fn a_killed_emulator_and_down_leave_nothing_behind() {
     .to_string();
     assert!(!ns.contains(name), "namespaces left: {ns}");
     assert!(!std::path::Path::new(&format!("/run/polycorn/testbed-{name}.json")).exists());
+    assert!(
+        !std::path::Path::new(&format!("/run/polycorn/emu-{name}.log")).exists(),
+        "emulator log left behind"
+    );
     // The killed process is reaped by init, not left running (a zombie would still be 'Z').
     let alive =
         std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| !s.contains(") Z "));
