@@ -1,0 +1,20 @@
+//! polycorn's relay and proxy: the tokio shell around `polycorn-proto` (frames, session) and
+//! `polycorn-sched` (decisions). See ARCHITECTURE.md for the layers.
+//!
+//! Leaf modules (sockets, TLS, config, interception, context, metrics) know nothing of the
+//! session; `engine` ties one session to its subflows; `relay` and `proxy` are the two roles.
+
+pub mod config;
+pub mod context;
+pub mod direct;
+pub mod dns;
+pub mod engine;
+pub mod intercept;
+pub mod metrics;
+pub mod policy;
+pub mod proxy;
+pub mod relay;
+pub mod sockopt;
+pub mod socks5;
+pub mod subflow;
+pub mod tls;
