@@ -1,1 +1,21 @@
-//! placeholder
+//! polycorn's wire protocol and multiplexing session, without I/O and without a clock.
+//!
+//! * [`frame`]: the frames relay and proxy exchange over every subflow, their encoding, and a
+//!   decoder that turns any byte string into a frame, a request for more bytes, or a typed
+//!   error (never a panic).
+//! * [`session`]: one relay–proxy session shared by all subflows: per-flow send and receive
+//!   buffers, reordering, duplicate removal, acknowledgements, credit-based flow control,
+//!   reliable control frames, path probes, and the `polycorn-sched` scheduler that decides
+//!   which path carries which chunk.
+//!
+//! The shell (`polycorn-net`) owns sockets and time and calls in; this crate is the same in the
+//! relay, the proxy and tests.
+
+pub mod frame;
+pub mod session;
+
+pub use frame::{
+    decode, CellInfo, CloseReason, ContextInfo, Destination, Frame, FrameError, OpenStatus,
+    ResetReason, Role, VERSION,
+};
+pub use session::{Event, PathCounters, ProtoError, ReadOutcome, Session, SessionConfig};

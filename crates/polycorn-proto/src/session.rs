@@ -1,0 +1,1578 @@
+//! The sans-IO multiplexing session: one per relay–proxy pair, shared by all subflows.
+//!
+//! The session owns every flow's send buffer (bytes kept until the peer acknowledges them, so a
+//! dead subflow loses nothing) and receive buffer (reordering across paths, duplicates from
+//! reinjection or redundancy dropped, in-order delivery), the flow-control credit in both
+//! directions, reliable control frames, path probes, and the [`Scheduler`] that decides which
+//! path carries which chunk. It never reads a clock or touches a socket: the shell feeds it
+//! frames, `TCP_INFO` samples and time, and drains per-path output and events.
+//!
+//! ## Flow control and memory
+//! Every flow starts with [`INITIAL_CREDIT`] in each direction. The receiver then grants credit
+//! as the application (the passenger's or server's socket) consumes data: at most
+//! `flow_window` beyond what was consumed, shrunk to `user_window / flows` for a passenger with
+//! many flows (never below the initial credit). Data beyond the credit is a protocol error, so
+//! the receive buffer of a flow never exceeds its window. The send buffer is bounded by the
+//! same window: the shell reads from a socket only as much as [`Session::send_capacity`]
+//! allows, which is how backpressure reaches the sending passenger or server (TCP flow control)
+//! instead of unbounded buffering.
+//!
+//! ## Reliability
+//! Data is acknowledged cumulatively per flow ([`Frame::Ack`]); until then the scheduler keeps
+//! a record of which path carried which chunk and reinjects according to the pipeline's policy
+//! or when a subflow dies ([`Session::detach_path`]). Control frames (open, open result,
+//! reset) carry a control sequence number, are sent on every live path and repeated until
+//! acknowledged ([`Frame::CtrlAck`]); receivers process each at most once.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
+use std::net::IpAddr;
+
+use polycorn_sched::flow::{FlowId, UserId};
+use polycorn_sched::path::{PathId, TcpInfoSample, MAX_PATHS};
+use polycorn_sched::predict::HandoverPredictor;
+use polycorn_sched::scheduler::{SchedConfig, SchedError, Scheduler};
+use polycorn_sched::spec::SpecError;
+use polycorn_sched::time::{Duration, Instant};
+use thiserror::Error;
+
+use crate::frame::{
+    encode_data_header, ContextInfo, Destination, Frame, FrameError, OpenStatus, ResetReason, Role,
+    VERSION,
+};
+
+/// Credit every flow starts with, in both directions, before any [`Frame::Credit`].
+pub const INITIAL_CREDIT: u64 = 256 * 1024;
+
+/// Tunables of a session.
+#[derive(Clone, Debug)]
+pub struct SessionConfig {
+    /// Which end this is.
+    pub role: Role,
+    /// Session id (the relay picks it; the proxy learns it from the first Hello).
+    pub session_id: u64,
+    /// Receive window and send buffer per flow, bytes. Default 4 MiB.
+    pub flow_window: u64,
+    /// Receive window shared by one passenger's flows, bytes. Default 16 MiB.
+    pub user_window: u64,
+    /// Most flows open at once. Default 65,536.
+    pub max_flows: usize,
+    /// Acknowledge after this many newly received bytes of a flow. Default 32 KiB.
+    pub ack_bytes: u64,
+    /// Acknowledge at most this long after data arrived. Default 5 ms.
+    pub ack_delay: Duration,
+    /// Probe each path this often. Default 200 ms.
+    pub ping_interval: Duration,
+    /// Repeat unacknowledged control frames this often. Default 500 ms.
+    pub ctrl_retransmit: Duration,
+    /// A path that received nothing for this long while probed is taken out of scheduling
+    /// until it speaks again. Default 1.5 s.
+    pub stall_after: Duration,
+    /// Flows survive while every path is down for up to this long, then are reset. Default 30 s.
+    pub hold_time: Duration,
+    /// Scheduler pipeline (text spec, e.g. `hrsch`).
+    pub pipeline: String,
+    /// Scheduler tunables.
+    pub sched: SchedConfig,
+}
+
+impl SessionConfig {
+    /// Defaults for `role` with the given session id and pipeline spec.
+    pub fn new(role: Role, session_id: u64, pipeline: &str) -> Self {
+        SessionConfig {
+            role,
+            session_id,
+            flow_window: 4 << 20,
+            user_window: 16 << 20,
+            max_flows: 65_536,
+            ack_bytes: 32 * 1024,
+            ack_delay: Duration::from_millis(5),
+            ping_interval: Duration::from_millis(200),
+            ctrl_retransmit: Duration::from_millis(500),
+            stall_after: Duration::from_millis(1500),
+            hold_time: Duration::from_secs(30),
+            pipeline: pipeline.to_string(),
+            sched: SchedConfig::default(),
+        }
+    }
+}
+
+/// A violation by the peer (or a misuse by the shell); the shell closes the subflow it came on
+/// and logs it. Other flows and subflows are unaffected.
+#[derive(Clone, Debug, PartialEq, Eq, Error)]
+pub enum ProtoError {
+    /// Undecodable bytes.
+    #[error("bad frame: {0}")]
+    Frame(#[from] FrameError),
+    /// The peer speaks another version.
+    #[error("peer speaks protocol version {theirs}, this build speaks {ours}")]
+    Version {
+        /// Ours.
+        ours: u16,
+        /// Theirs.
+        theirs: u16,
+    },
+    /// Hello missing, repeated, from the wrong role or for the wrong path/session.
+    #[error("bad hello: {0}")]
+    Hello(String),
+    /// Path index out of range.
+    #[error("path {0} is out of range (at most {MAX_PATHS} paths)")]
+    BadPath(u8),
+    /// Data beyond the credit we granted.
+    #[error("flow {flow}: data up to sequence {end} exceeds the granted credit {limit}")]
+    FlowControl {
+        /// Flow.
+        flow: u64,
+        /// End of the offending data.
+        end: u64,
+        /// Granted limit.
+        limit: u64,
+    },
+    /// FIN at two different positions, or data after the FIN.
+    #[error("flow {flow}: data or FIN inconsistent with FIN at {fin}")]
+    Fin {
+        /// Flow.
+        flow: u64,
+        /// Known FIN position.
+        fin: u64,
+    },
+    /// Acknowledgement of data never sent.
+    #[error("flow {flow}: acknowledgement {ack} beyond the {sent} sequence numbers sent")]
+    AckBeyondSent {
+        /// Flow.
+        flow: u64,
+        /// The ack.
+        ack: u64,
+        /// Sent so far.
+        sent: u64,
+    },
+    /// Too many flows.
+    #[error("flow limit of {0} reached")]
+    TooManyFlows(usize),
+    /// A frame only the other role may send.
+    #[error("a {0} frame is not valid from this peer")]
+    WrongDirection(&'static str),
+    /// Too many out-of-order control frames.
+    #[error("more than {0} control frames outstanding")]
+    CtrlBacklog(usize),
+    /// Shell misuse: unknown flow.
+    #[error("unknown flow {0}")]
+    UnknownFlow(u64),
+    /// Shell misuse: operation not valid in the flow's state.
+    #[error("flow {flow}: {what}")]
+    FlowState {
+        /// Flow.
+        flow: u64,
+        /// What was wrong.
+        what: &'static str,
+    },
+}
+
+/// Something the shell must act on.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Event {
+    /// (proxy) The relay asks for a connection to `dst` on behalf of passenger `user`; answer
+    /// with [`Session::accept_flow`] or [`Session::refuse_flow`].
+    FlowRequested {
+        /// Flow.
+        flow: u64,
+        /// Passenger.
+        user: IpAddr,
+        /// Destination.
+        dst: Destination,
+    },
+    /// (relay) The proxy answered an open.
+    FlowOpened {
+        /// Flow.
+        flow: u64,
+        /// Result.
+        status: OpenStatus,
+    },
+    /// In-order data (or the end of the stream) can be read with [`Session::read`].
+    Readable(u64),
+    /// Send buffer space freed after the flow was full.
+    Writable(u64),
+    /// The peer reset the flow, or the session gave up on it; close the socket with RST.
+    FlowReset {
+        /// Flow.
+        flow: u64,
+        /// Why.
+        reason: ResetReason,
+    },
+    /// Both directions finished and were acknowledged; the flow is gone.
+    FlowClosed(u64),
+    /// (proxy) New train context from the relay.
+    Context(ContextInfo),
+    /// The peer reports a path up or down.
+    PeerPathStatus {
+        /// Path.
+        path: u8,
+        /// Up?
+        up: bool,
+    },
+    /// Every path has been down longer than the hold time; all flows were reset.
+    SessionLost,
+}
+
+/// Result of [`Session::read`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ReadOutcome {
+    /// This many bytes were copied.
+    Data(usize),
+    /// Nothing to read now.
+    WouldBlock,
+    /// The peer finished the stream and everything was read.
+    Eof,
+}
+
+/// Per-path counters.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PathCounters {
+    /// Frame bytes queued for sending.
+    pub tx_bytes: u64,
+    /// Frame bytes received.
+    pub rx_bytes: u64,
+    /// Flow data bytes sent (including copies).
+    pub data_bytes: u64,
+    /// Data bytes sent again after an earlier copy (reinjection).
+    pub reinjected_bytes: u64,
+    /// Data bytes sent as extra simultaneous copies (redundant scheduling).
+    pub redundant_bytes: u64,
+    /// Times the subflow attached.
+    pub attaches: u64,
+    /// Latest probe RTT, µs.
+    pub rtt_us: u64,
+}
+
+#[derive(Debug, Default)]
+struct PathSlot {
+    attached: bool,
+    stalled: bool,
+    prio: Vec<u8>,
+    bulk: Vec<u8>,
+    last_rx: Instant,
+    next_ping: Instant,
+    ping_seq: u32,
+    ping_out: Option<(u32, Instant)>,
+    counters: PathCounters,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum FlowPhase {
+    /// Relay: OpenFlow sent, no answer yet.
+    Opening,
+    /// Proxy: data arrived before the OpenFlow.
+    Unannounced,
+    /// Proxy: shell asked to connect.
+    Requested,
+    /// Both ends connected.
+    Open,
+}
+
+#[derive(Debug)]
+struct SendSide {
+    base: u64,
+    buf: VecDeque<u8>,
+    fin: bool,
+    acked: u64,
+    blocked: bool,
+}
+
+impl SendSide {
+    fn end(&self) -> u64 {
+        self.base + self.buf.len() as u64
+    }
+}
+
+#[derive(Debug)]
+struct RecvSide {
+    next: u64,
+    ooo: BTreeMap<u64, Vec<u8>>,
+    fin_at: Option<u64>,
+    ready: VecDeque<Vec<u8>>,
+    ready_off: usize,
+    consumed: u64,
+    eof_read: bool,
+    limit: u64,
+    acked_sent: u64,
+    credit_sent: u64,
+    notified: bool,
+}
+
+impl RecvSide {
+    fn fin_in_order(&self) -> bool {
+        self.fin_at.is_some_and(|f| self.next > f)
+    }
+}
+
+#[derive(Debug)]
+struct FlowState {
+    phase: FlowPhase,
+    user: Option<IpAddr>,
+    in_sched: bool,
+    send: SendSide,
+    recv: RecvSide,
+}
+
+#[derive(Debug)]
+struct CtrlEntry {
+    bytes: Vec<u8>,
+    sent_at: Option<Instant>,
+}
+
+const MAX_CTRL_OOO: usize = 65_536;
+const MAX_UNANNOUNCED: usize = 1024;
+const MAX_DECISIONS_PER_POLL: usize = 512;
+
+/// The session state machine. See the module documentation.
+#[derive(Debug)]
+pub struct Session {
+    cfg: SessionConfig,
+    sched: Scheduler,
+    paths: Vec<PathSlot>,
+    flows: HashMap<u64, FlowState>,
+    user_flows: HashMap<IpAddr, u32>,
+    next_flow: u64,
+    closed_floor: u64,
+    closed_above: BTreeSet<u64>,
+    unannounced: usize,
+    ctrl_out: BTreeMap<u64, CtrlEntry>,
+    next_cseq: u64,
+    ctrl_in_next: u64,
+    ctrl_in_seen: BTreeSet<u64>,
+    ctrl_ack_due: bool,
+    ack_dirty: BTreeSet<u64>,
+    ack_deadline: Option<Instant>,
+    events: VecDeque<Event>,
+    all_down_since: Option<Instant>,
+    wall_offset_us: i64,
+    now: Instant,
+    lost: bool,
+}
+
+fn user_id(ip: IpAddr) -> UserId {
+    match ip {
+        IpAddr::V4(a) => UserId(u64::from(u32::from(a))),
+        IpAddr::V6(a) => {
+            // FNV-1a over the address: stable, collisions only merge two users' fairness.
+            let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+            for b in a.octets() {
+                h ^= u64::from(b);
+                h = h.wrapping_mul(0x0100_0000_01b3);
+            }
+            UserId(h | (1 << 63))
+        }
+    }
+}
+
+fn path_id(path: u8) -> Result<PathId, ProtoError> {
+    PathId::new(usize::from(path)).ok_or(ProtoError::BadPath(path))
+}
+
+impl Session {
+    /// A new session; fails if the pipeline spec is invalid.
+    pub fn new(cfg: SessionConfig) -> Result<Session, SpecError> {
+        let mut sched_cfg = cfg.sched.clone();
+        sched_cfg.initial_credit_bytes = INITIAL_CREDIT;
+        let sched = Scheduler::from_spec(sched_cfg, &cfg.pipeline)?;
+        let mut paths = Vec::with_capacity(MAX_PATHS);
+        paths.resize_with(MAX_PATHS, PathSlot::default);
+        Ok(Session {
+            cfg,
+            sched,
+            paths,
+            flows: HashMap::new(),
+            user_flows: HashMap::new(),
+            next_flow: 1,
+            closed_floor: 0,
+            closed_above: BTreeSet::new(),
+            unannounced: 0,
+            ctrl_out: BTreeMap::new(),
+            next_cseq: 0,
+            ctrl_in_next: 0,
+            ctrl_in_seen: BTreeSet::new(),
+            ctrl_ack_due: false,
+            ack_dirty: BTreeSet::new(),
+            ack_deadline: None,
+            events: VecDeque::new(),
+            all_down_since: Some(Instant::ZERO),
+            wall_offset_us: 0,
+            now: Instant::ZERO,
+            lost: false,
+        })
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &SessionConfig {
+        &self.cfg
+    }
+
+    /// The scheduler (read-only: path state, stats, trace).
+    pub fn scheduler(&self) -> &Scheduler {
+        &self.sched
+    }
+
+    /// Counters of `path`.
+    pub fn path_counters(&self, path: u8) -> Option<PathCounters> {
+        self.paths.get(usize::from(path)).map(|p| p.counters)
+    }
+
+    /// Whether `path`'s subflow is attached and not stalled.
+    pub fn path_usable(&self, path: u8) -> bool {
+        self.paths
+            .get(usize::from(path))
+            .is_some_and(|p| p.attached && !p.stalled)
+    }
+
+    /// Flows currently open.
+    pub fn open_flows(&self) -> usize {
+        self.flows.len()
+    }
+
+    /// Tell the session how to turn its clock into wall-clock time (Unix µs), for one-way
+    /// delays from probe timestamps. Relay and proxy clocks must be synchronized (GPS or NTP)
+    /// for one-way delays to mean anything; unsynchronized clocks fall back to RTT / 2.
+    pub fn set_wall_clock(&mut self, now: Instant, unix_us: u64) {
+        self.wall_offset_us = unix_us as i64 - now.as_micros() as i64;
+    }
+
+    /// The Hello this end sends first on a new subflow of `path`.
+    pub fn hello(&self, path: u8) -> Frame<'static> {
+        Frame::Hello {
+            version: VERSION,
+            role: self.cfg.role,
+            session: self.cfg.session_id,
+            path,
+        }
+    }
+
+    /// Check a peer's Hello: version and role. Returns the session id and path it names.
+    pub fn check_hello(role: Role, frame: &Frame<'_>) -> Result<(u64, u8), ProtoError> {
+        match frame {
+            Frame::Hello {
+                version,
+                role: theirs,
+                session,
+                path,
+            } => {
+                if *version != VERSION {
+                    return Err(ProtoError::Version {
+                        ours: VERSION,
+                        theirs: *version,
+                    });
+                }
+                if *theirs == role {
+                    return Err(ProtoError::Hello(format!(
+                        "peer claims the same role ({role:?}) as this end"
+                    )));
+                }
+                path_id(*path)?;
+                Ok((*session, *path))
+            }
+            other => Err(ProtoError::Hello(format!(
+                "expected Hello as the first frame, got frame type {}",
+                other.kind()
+            ))),
+        }
+    }
+
+    fn observe(&mut self, now: Instant) {
+        if now > self.now {
+            self.now = now;
+        }
+    }
+
+    // ----- paths -------------------------------------------------------------------------
+
+    /// A subflow for `path` completed its handshake. Unacknowledged control frames and every
+    /// flow's acknowledgement are repeated on it.
+    pub fn attach_path(&mut self, now: Instant, path: u8) -> Result<(), ProtoError> {
+        self.observe(now);
+        let id = path_id(path)?;
+        if self.sched.path(id).is_none() {
+            self.sched.add_path(now, id).expect("path checked absent");
+        } else {
+            self.sched
+                .set_path_alive(now, id, true)
+                .expect("path exists");
+        }
+        let slot = &mut self.paths[usize::from(path)];
+        slot.attached = true;
+        slot.stalled = false;
+        slot.prio.clear();
+        slot.bulk.clear();
+        slot.last_rx = now;
+        slot.next_ping = now;
+        slot.ping_out = None;
+        slot.counters.attaches += 1;
+        for e in self.ctrl_out.values_mut() {
+            e.sent_at = None;
+        }
+        self.ack_dirty.extend(self.flows.keys().copied());
+        self.ack_deadline = Some(now);
+        self.ctrl_ack_due = true;
+        self.all_down_since = None;
+        Ok(())
+    }
+
+    /// `path`'s subflow is gone (closed, failed, or abandoned by the shell): what it carried is
+    /// reinjected on the other paths and nothing more is scheduled on it until it attaches again.
+    pub fn detach_path(&mut self, now: Instant, path: u8) -> Result<(), ProtoError> {
+        self.observe(now);
+        let id = path_id(path)?;
+        let slot = &mut self.paths[usize::from(path)];
+        if !slot.attached {
+            return Ok(());
+        }
+        slot.attached = false;
+        slot.stalled = false;
+        slot.prio.clear();
+        slot.bulk.clear();
+        slot.ping_out = None;
+        if self.sched.path(id).is_some() {
+            self.sched.on_path_reset(now, id).expect("path exists");
+            self.sched
+                .set_path_alive(now, id, false)
+                .expect("path exists");
+        }
+        self.update_all_down(now);
+        Ok(())
+    }
+
+    fn update_all_down(&mut self, now: Instant) {
+        let any = self.paths.iter().any(|p| p.attached && !p.stalled);
+        if any {
+            self.all_down_since = None;
+        } else if self.all_down_since.is_none() {
+            self.all_down_since = Some(now);
+        }
+    }
+
+    /// A `TCP_INFO` reading of `path`'s subflow. `pending_bytes` is what the shell holds for
+    /// the subflow but has not yet written to the kernel (counted as not sent).
+    pub fn on_tcp_info(
+        &mut self,
+        now: Instant,
+        path: u8,
+        sample: &TcpInfoSample,
+        pending_bytes: u64,
+    ) -> Result<(), ProtoError> {
+        self.observe(now);
+        let id = path_id(path)?;
+        let slot = &self.paths[usize::from(path)];
+        if !slot.attached {
+            return Ok(());
+        }
+        let mut s = *sample;
+        s.notsent_bytes = s
+            .notsent_bytes
+            .saturating_add(pending_bytes)
+            .saturating_add((slot.prio.len() + slot.bulk.len()) as u64);
+        self.sched
+            .on_tcp_info(now, id, &s)
+            .expect("attached path exists");
+        Ok(())
+    }
+
+    // ----- flows (local side) --------------------------------------------------------------
+
+    fn new_flow_state(&self, phase: FlowPhase, user: Option<IpAddr>) -> FlowState {
+        FlowState {
+            phase,
+            user,
+            in_sched: false,
+            send: SendSide {
+                base: 0,
+                buf: VecDeque::new(),
+                fin: false,
+                acked: 0,
+                blocked: false,
+            },
+            recv: RecvSide {
+                next: 0,
+                ooo: BTreeMap::new(),
+                fin_at: None,
+                ready: VecDeque::new(),
+                ready_off: 0,
+                consumed: 0,
+                eof_read: false,
+                limit: INITIAL_CREDIT,
+                acked_sent: 0,
+                credit_sent: INITIAL_CREDIT,
+                notified: false,
+            },
+        }
+    }
+
+    fn register_user(&mut self, now: Instant, flow: u64, user: IpAddr) {
+        *self.user_flows.entry(user).or_insert(0) += 1;
+        self.sched
+            .open_flow(now, FlowId(flow), user_id(user))
+            .expect("flow ids are unique");
+        if let Some(f) = self.flows.get_mut(&flow) {
+            f.in_sched = true;
+        }
+    }
+
+    /// (relay) Open a flow for passenger `user` to `dst`. Data may be sent right away; the
+    /// proxy holds it until the destination answers.
+    pub fn open_flow(
+        &mut self,
+        now: Instant,
+        user: IpAddr,
+        dst: Destination,
+    ) -> Result<u64, ProtoError> {
+        self.observe(now);
+        if self.cfg.role != Role::Relay {
+            return Err(ProtoError::WrongDirection("OpenFlow"));
+        }
+        if self.flows.len() >= self.cfg.max_flows {
+            return Err(ProtoError::TooManyFlows(self.cfg.max_flows));
+        }
+        if let Destination::Name(n, _) = &dst {
+            if n.is_empty() || n.len() > 255 {
+                return Err(ProtoError::FlowState {
+                    flow: 0,
+                    what: "host name must be 1 to 255 bytes",
+                });
+            }
+        }
+        let flow = self.next_flow;
+        self.next_flow += 1;
+        let st = self.new_flow_state(FlowPhase::Opening, Some(user));
+        self.flows.insert(flow, st);
+        self.register_user(now, flow, user);
+        let cseq = self.next_cseq;
+        self.push_ctrl(Frame::OpenFlow {
+            cseq,
+            flow,
+            user,
+            dst,
+        });
+        Ok(flow)
+    }
+
+    /// (proxy) The destination of a requested flow is connected.
+    pub fn accept_flow(&mut self, now: Instant, flow: u64) -> Result<(), ProtoError> {
+        self.observe(now);
+        let f = self
+            .flows
+            .get_mut(&flow)
+            .ok_or(ProtoError::UnknownFlow(flow))?;
+        if f.phase != FlowPhase::Requested {
+            return Err(ProtoError::FlowState {
+                flow,
+                what: "accept_flow on a flow that was not requested",
+            });
+        }
+        f.phase = FlowPhase::Open;
+        let cseq = self.next_cseq;
+        self.push_ctrl(Frame::OpenResult {
+            cseq,
+            flow,
+            status: OpenStatus::Ok,
+        });
+        Ok(())
+    }
+
+    /// (proxy) The destination of a requested flow could not be reached; the relay resets the
+    /// passenger's connection.
+    pub fn refuse_flow(
+        &mut self,
+        now: Instant,
+        flow: u64,
+        status: OpenStatus,
+    ) -> Result<(), ProtoError> {
+        self.observe(now);
+        if !self.flows.contains_key(&flow) {
+            return Err(ProtoError::UnknownFlow(flow));
+        }
+        let cseq = self.next_cseq;
+        self.push_ctrl(Frame::OpenResult { cseq, flow, status });
+        self.forget_flow(now, flow);
+        Ok(())
+    }
+
+    /// Bytes of `flow` the shell may pass to [`Session::send`] now (0 if full or unknown).
+    pub fn send_capacity(&self, flow: u64) -> usize {
+        self.flows.get(&flow).map_or(0, |f| {
+            if f.send.fin {
+                0
+            } else {
+                self.cfg.flow_window.saturating_sub(f.send.buf.len() as u64) as usize
+            }
+        })
+    }
+
+    /// Queue bytes read from the local socket of `flow`. Returns how many were taken (at most
+    /// [`Session::send_capacity`]); when fewer than offered, [`Event::Writable`] follows once
+    /// space frees up.
+    pub fn send(&mut self, now: Instant, flow: u64, data: &[u8]) -> Result<usize, ProtoError> {
+        self.observe(now);
+        let cap = self.send_capacity(flow);
+        let f = self
+            .flows
+            .get_mut(&flow)
+            .ok_or(ProtoError::UnknownFlow(flow))?;
+        if f.send.fin {
+            return Err(ProtoError::FlowState {
+                flow,
+                what: "send after FIN",
+            });
+        }
+        let n = data.len().min(cap);
+        if n < data.len() || n == cap {
+            f.send.blocked = true;
+        }
+        if n == 0 {
+            return Ok(0);
+        }
+        f.send.buf.extend(&data[..n]);
+        if f.in_sched {
+            self.sched
+                .on_flow_data(now, FlowId(flow), n as u64)
+                .map_err(|e| sched_err(flow, e))?;
+        }
+        Ok(n)
+    }
+
+    /// The local socket of `flow` reached end of stream: FIN follows the queued bytes.
+    pub fn send_fin(&mut self, now: Instant, flow: u64) -> Result<(), ProtoError> {
+        self.observe(now);
+        let f = self
+            .flows
+            .get_mut(&flow)
+            .ok_or(ProtoError::UnknownFlow(flow))?;
+        if f.send.fin {
+            return Ok(());
+        }
+        f.send.fin = true;
+        if f.in_sched {
+            self.sched
+                .on_flow_fin(now, FlowId(flow))
+                .map_err(|e| sched_err(flow, e))?;
+        }
+        Ok(())
+    }
+
+    /// Abort `flow` (its local socket was reset or failed): the peer resets its side.
+    pub fn reset_flow(
+        &mut self,
+        now: Instant,
+        flow: u64,
+        reason: ResetReason,
+    ) -> Result<(), ProtoError> {
+        self.observe(now);
+        if !self.flows.contains_key(&flow) {
+            return Err(ProtoError::UnknownFlow(flow));
+        }
+        let cseq = self.next_cseq;
+        self.push_ctrl(Frame::Reset { cseq, flow, reason });
+        self.forget_flow(now, flow);
+        Ok(())
+    }
+
+    /// Copy in-order received bytes of `flow` into `buf`.
+    pub fn read(&mut self, now: Instant, flow: u64, buf: &mut [u8]) -> ReadOutcome {
+        self.observe(now);
+        let Some(f) = self.flows.get_mut(&flow) else {
+            return ReadOutcome::WouldBlock;
+        };
+        let r = &mut f.recv;
+        let mut n = 0;
+        while n < buf.len() {
+            let Some(front) = r.ready.front() else { break };
+            let avail = &front[r.ready_off..];
+            let k = avail.len().min(buf.len() - n);
+            buf[n..n + k].copy_from_slice(&avail[..k]);
+            n += k;
+            r.ready_off += k;
+            if r.ready_off == front.len() {
+                r.ready.pop_front();
+                r.ready_off = 0;
+            }
+        }
+        if n > 0 {
+            r.consumed += n as u64;
+            r.notified = false;
+            self.maybe_credit(flow);
+            return ReadOutcome::Data(n);
+        }
+        r.notified = false;
+        if r.fin_in_order() {
+            if !r.eof_read {
+                r.eof_read = true;
+                self.check_done(now, flow);
+            }
+            return ReadOutcome::Eof;
+        }
+        ReadOutcome::WouldBlock
+    }
+
+    fn flow_window_for(&self, user: Option<IpAddr>) -> u64 {
+        let n = user
+            .and_then(|u| self.user_flows.get(&u).copied())
+            .unwrap_or(1)
+            .max(1);
+        (self.cfg.user_window / u64::from(n))
+            .min(self.cfg.flow_window)
+            .max(INITIAL_CREDIT)
+    }
+
+    fn maybe_credit(&mut self, flow: u64) {
+        let Some(f) = self.flows.get(&flow) else {
+            return;
+        };
+        let window = self.flow_window_for(f.user);
+        let r = &f.recv;
+        let target = r.consumed + window;
+        if target > r.limit && target - r.credit_sent >= window / 4 {
+            let f = self.flows.get_mut(&flow).expect("checked");
+            f.recv.limit = target;
+            self.ack_dirty.insert(flow);
+            self.ack_deadline = Some(self.now);
+        }
+    }
+
+    // ----- context and path status ----------------------------------------------------------
+
+    /// (relay) New train context: sent ahead of all data on every live path, and fed to the
+    /// local scheduler.
+    pub fn send_context(&mut self, now: Instant, ctx: &ContextInfo) {
+        self.observe(now);
+        self.sched.on_train_speed(now, f64::from(ctx.speed_mps));
+        let bytes = Frame::Context(ctx.clone()).to_vec();
+        for p in self.paths.iter_mut().filter(|p| p.attached) {
+            p.prio.extend_from_slice(&bytes);
+            p.counters.tx_bytes += bytes.len() as u64;
+        }
+    }
+
+    /// Tell the peer that `path` is up or down (e.g. the modem lost its cell).
+    pub fn send_path_status(&mut self, now: Instant, path: u8, up: bool) {
+        self.observe(now);
+        let bytes = Frame::PathStatus { path, up }.to_vec();
+        for p in self.paths.iter_mut().filter(|p| p.attached) {
+            p.prio.extend_from_slice(&bytes);
+        }
+    }
+
+    // ----- input ------------------------------------------------------------------------
+
+    /// A frame arrived on `path` (after the Hello exchange).
+    pub fn on_frame(&mut self, now: Instant, path: u8, frame: Frame<'_>) -> Result<(), ProtoError> {
+        self.observe(now);
+        path_id(path)?;
+        {
+            let slot = &mut self.paths[usize::from(path)];
+            slot.last_rx = now;
+            if slot.stalled {
+                slot.stalled = false;
+                let id = path_id(path)?;
+                if self.sched.path(id).is_some() {
+                    self.sched.set_path_alive(now, id, true).expect("exists");
+                }
+                self.all_down_since = None;
+            }
+        }
+        match frame {
+            Frame::Hello { .. } => Err(ProtoError::Hello("second Hello on a subflow".into())),
+            Frame::Data {
+                flow,
+                offset,
+                fin,
+                data,
+            } => {
+                self.paths[usize::from(path)].counters.rx_bytes +=
+                    (data.len() + crate::frame::DATA_OVERHEAD) as u64;
+                self.on_data(now, flow, offset, fin, data)
+            }
+            Frame::Ack { flow, next } => self.on_ack(now, flow, next),
+            Frame::Credit { flow, limit } => {
+                if let Some(f) = self.flows.get(&flow) {
+                    if f.in_sched {
+                        self.sched
+                            .on_flow_credit(now, FlowId(flow), limit)
+                            .map_err(|e| sched_err(flow, e))?;
+                    }
+                }
+                Ok(())
+            }
+            Frame::OpenFlow {
+                cseq,
+                flow,
+                user,
+                dst,
+            } => {
+                if self.cfg.role != Role::Proxy {
+                    return Err(ProtoError::WrongDirection("OpenFlow"));
+                }
+                if self.ctrl_first_time(cseq)? {
+                    self.on_open_flow(now, flow, user, dst)?;
+                }
+                Ok(())
+            }
+            Frame::OpenResult { cseq, flow, status } => {
+                if self.cfg.role != Role::Relay {
+                    return Err(ProtoError::WrongDirection("OpenResult"));
+                }
+                if self.ctrl_first_time(cseq)? {
+                    if let Some(f) = self.flows.get_mut(&flow) {
+                        if f.phase == FlowPhase::Opening {
+                            if status == OpenStatus::Ok {
+                                f.phase = FlowPhase::Open;
+                                self.events.push_back(Event::FlowOpened { flow, status });
+                                self.check_done(now, flow);
+                            } else {
+                                self.events.push_back(Event::FlowOpened { flow, status });
+                                self.forget_flow(now, flow);
+                            }
+                        }
+                    }
+                }
+                Ok(())
+            }
+            Frame::Reset { cseq, flow, reason } => {
+                if self.ctrl_first_time(cseq)? && self.flows.contains_key(&flow) {
+                    self.events.push_back(Event::FlowReset { flow, reason });
+                    self.forget_flow(now, flow);
+                }
+                Ok(())
+            }
+            Frame::CtrlAck { next } => {
+                let keep = self.ctrl_out.split_off(&next);
+                self.ctrl_out = keep;
+                Ok(())
+            }
+            Frame::Context(ctx) => {
+                if self.cfg.role != Role::Proxy {
+                    return Err(ProtoError::WrongDirection("Context"));
+                }
+                self.sched.on_train_speed(now, f64::from(ctx.speed_mps));
+                self.events.push_back(Event::Context(ctx));
+                Ok(())
+            }
+            Frame::Ping { id, sent_us } => {
+                let received_us = (now.as_micros() as i64 + self.wall_offset_us).max(0) as u64;
+                let pong = Frame::Pong {
+                    id,
+                    ping_sent_us: sent_us,
+                    received_us,
+                };
+                let slot = &mut self.paths[usize::from(path)];
+                pong.encode(&mut slot.prio);
+                Ok(())
+            }
+            Frame::Pong {
+                id,
+                ping_sent_us,
+                received_us,
+            } => {
+                let slot = &mut self.paths[usize::from(path)];
+                if slot.ping_out.is_some_and(|(i, _)| i == id) {
+                    slot.ping_out = None;
+                }
+                let sent = Instant::from_micros(ping_sent_us);
+                if sent <= now {
+                    let rtt = now - sent;
+                    slot.counters.rtt_us = rtt.as_micros();
+                    let pid = path_id(path)?;
+                    if self.sched.path(pid).is_some() {
+                        self.sched.on_rtt_sample(now, pid, rtt).expect("exists");
+                        let sent_wall = ping_sent_us as i64 + self.wall_offset_us;
+                        let owd = received_us as i64 - sent_wall;
+                        let owd = if owd >= 0 && (owd as u64) <= rtt.as_micros() {
+                            owd as u64
+                        } else {
+                            rtt.as_micros() / 2
+                        };
+                        self.sched
+                            .on_owd_sample(now, pid, Duration::from_micros(owd))
+                            .expect("exists");
+                    }
+                }
+                Ok(())
+            }
+            Frame::PathStatus { path: p, up } => {
+                self.events.push_back(Event::PeerPathStatus { path: p, up });
+                Ok(())
+            }
+            Frame::Close { .. } => Ok(()),
+        }
+    }
+
+    /// Whether a control frame with `cseq` is new; records it and schedules a CtrlAck.
+    fn ctrl_first_time(&mut self, cseq: u64) -> Result<bool, ProtoError> {
+        self.ctrl_ack_due = true;
+        if cseq < self.ctrl_in_next || self.ctrl_in_seen.contains(&cseq) {
+            return Ok(false);
+        }
+        if cseq == self.ctrl_in_next {
+            self.ctrl_in_next += 1;
+            while self.ctrl_in_seen.remove(&self.ctrl_in_next) {
+                self.ctrl_in_next += 1;
+            }
+        } else {
+            if self.ctrl_in_seen.len() >= MAX_CTRL_OOO {
+                return Err(ProtoError::CtrlBacklog(MAX_CTRL_OOO));
+            }
+            self.ctrl_in_seen.insert(cseq);
+        }
+        Ok(true)
+    }
+
+    fn is_closed(&self, flow: u64) -> bool {
+        match self.cfg.role {
+            Role::Relay => flow >= self.next_flow || !self.flows.contains_key(&flow),
+            Role::Proxy => flow <= self.closed_floor || self.closed_above.contains(&flow),
+        }
+    }
+
+    fn mark_closed(&mut self, flow: u64) {
+        if self.cfg.role != Role::Proxy {
+            return;
+        }
+        if flow == self.closed_floor + 1 {
+            self.closed_floor += 1;
+            while self.closed_above.remove(&(self.closed_floor + 1)) {
+                self.closed_floor += 1;
+            }
+        } else if flow > self.closed_floor {
+            self.closed_above.insert(flow);
+        }
+    }
+
+    fn on_open_flow(
+        &mut self,
+        now: Instant,
+        flow: u64,
+        user: IpAddr,
+        dst: Destination,
+    ) -> Result<(), ProtoError> {
+        if flow == 0 || self.is_closed(flow) {
+            return Ok(());
+        }
+        match self.flows.get_mut(&flow) {
+            Some(f) if f.phase == FlowPhase::Unannounced => {
+                f.phase = FlowPhase::Requested;
+                f.user = Some(user);
+                self.unannounced -= 1;
+            }
+            Some(_) => return Ok(()),
+            None => {
+                if self.flows.len() >= self.cfg.max_flows {
+                    // Refuse instead of failing the subflow: the passenger gets a reset.
+                    let cseq = self.next_cseq;
+                    self.push_ctrl(Frame::OpenResult {
+                        cseq,
+                        flow,
+                        status: OpenStatus::Failed,
+                    });
+                    self.mark_closed(flow);
+                    return Ok(());
+                }
+                let st = self.new_flow_state(FlowPhase::Requested, Some(user));
+                self.flows.insert(flow, st);
+            }
+        }
+        self.register_user(now, flow, user);
+        // Data that arrived before the open was already counted; nothing else to replay: the
+        // scheduler only carries this side's sending direction.
+        self.events
+            .push_back(Event::FlowRequested { flow, user, dst });
+        Ok(())
+    }
+
+    fn on_data(
+        &mut self,
+        now: Instant,
+        flow: u64,
+        offset: u64,
+        fin: bool,
+        data: &[u8],
+    ) -> Result<(), ProtoError> {
+        let end = offset + data.len() as u64;
+        if !self.flows.contains_key(&flow) {
+            if flow == 0 || self.is_closed(flow) {
+                // Late copy for a finished flow: everything was received; say so again so the
+                // peer stops reinjecting.
+                if flow != 0 {
+                    self.queue_raw_ack(flow, end + u64::from(fin));
+                }
+                return Ok(());
+            }
+            if self.cfg.role == Role::Relay {
+                return Ok(());
+            }
+            if self.unannounced >= MAX_UNANNOUNCED || self.flows.len() >= self.cfg.max_flows {
+                return Err(ProtoError::TooManyFlows(self.cfg.max_flows));
+            }
+            let st = self.new_flow_state(FlowPhase::Unannounced, None);
+            self.flows.insert(flow, st);
+            self.unannounced += 1;
+        }
+        let f = self.flows.get_mut(&flow).expect("present");
+        let r = &mut f.recv;
+        let seq_end = end + u64::from(fin);
+        if seq_end > r.limit {
+            return Err(ProtoError::FlowControl {
+                flow,
+                end: seq_end,
+                limit: r.limit,
+            });
+        }
+        if let Some(fa) = r.fin_at {
+            if end > fa || (fin && end != fa) {
+                return Err(ProtoError::Fin { flow, fin: fa });
+            }
+        } else if fin {
+            if r.next > end || r.ooo.range(end..).next().is_some() {
+                return Err(ProtoError::Fin { flow, fin: end });
+            }
+            r.fin_at = Some(end);
+        }
+        let before = r.next;
+        if end > r.next {
+            let (s, d) = if offset < r.next {
+                (r.next, &data[(r.next - offset) as usize..])
+            } else {
+                (offset, data)
+            };
+            if s == r.next {
+                r.ready.push_back(d.to_vec());
+                r.next = end;
+                // Pull in out-of-order segments that now connect.
+                while let Some((&k, _)) = r.ooo.first_key_value() {
+                    if k > r.next {
+                        break;
+                    }
+                    let seg = r.ooo.remove(&k).expect("present");
+                    let seg_end = k + seg.len() as u64;
+                    if seg_end > r.next {
+                        r.ready.push_back(seg[(r.next - k) as usize..].to_vec());
+                        r.next = seg_end;
+                    }
+                }
+            } else {
+                insert_ooo(&mut r.ooo, s, d);
+            }
+        }
+        if r.fin_at == Some(r.next) {
+            r.next += 1;
+        }
+        let advanced = r.next > before;
+        if advanced && !r.notified {
+            r.notified = true;
+            self.events.push_back(Event::Readable(flow));
+        }
+        // Acknowledge: promptly at FIN or after enough bytes; otherwise within ack_delay.
+        // Duplicates are acknowledged too, so the sender stops reinjecting them.
+        let r = &self.flows[&flow].recv;
+        let urgent = r.fin_in_order() || r.next - r.acked_sent >= self.cfg.ack_bytes || !advanced;
+        self.ack_dirty.insert(flow);
+        let due = if urgent {
+            now
+        } else {
+            now + self.cfg.ack_delay
+        };
+        self.ack_deadline = Some(self.ack_deadline.map_or(due, |d| d.min(due)));
+        Ok(())
+    }
+
+    fn on_ack(&mut self, now: Instant, flow: u64, next: u64) -> Result<(), ProtoError> {
+        let Some(f) = self.flows.get_mut(&flow) else {
+            return Ok(());
+        };
+        let sent_end = f.send.end() + u64::from(f.send.fin);
+        if next > sent_end {
+            return Err(ProtoError::AckBeyondSent {
+                flow,
+                ack: next,
+                sent: sent_end,
+            });
+        }
+        if next <= f.send.acked {
+            return Ok(());
+        }
+        if f.in_sched {
+            self.sched
+                .on_flow_ack(now, FlowId(flow), next)
+                .map_err(|e| match e {
+                    SchedError::AckBeyondSent { ack, sent, .. } => {
+                        ProtoError::AckBeyondSent { flow, ack, sent }
+                    }
+                    e => sched_err(flow, e),
+                })?;
+        }
+        let f = self.flows.get_mut(&flow).expect("present");
+        f.send.acked = next;
+        let data_acked = next.min(f.send.end());
+        let drop = (data_acked - f.send.base) as usize;
+        f.send.buf.drain(..drop);
+        f.send.base = data_acked;
+        if drop > 0 && f.send.blocked {
+            f.send.blocked = false;
+            self.events.push_back(Event::Writable(flow));
+        }
+        self.check_done(now, flow);
+        Ok(())
+    }
+
+    /// Close a flow once both directions are finished and acknowledged.
+    fn check_done(&mut self, now: Instant, flow: u64) {
+        let Some(f) = self.flows.get(&flow) else {
+            return;
+        };
+        let sent_done = f.send.fin && f.send.acked == f.send.end() + 1;
+        let recv_done = f.recv.eof_read;
+        if f.phase == FlowPhase::Open && sent_done && recv_done {
+            // The final acknowledgement of the peer's FIN goes out now, before we forget.
+            let next = f.recv.next;
+            self.queue_raw_ack(flow, next);
+            self.forget_flow(now, flow);
+            self.events.push_back(Event::FlowClosed(flow));
+        }
+    }
+
+    fn forget_flow(&mut self, now: Instant, flow: u64) {
+        if let Some(f) = self.flows.remove(&flow) {
+            if f.phase == FlowPhase::Unannounced {
+                self.unannounced -= 1;
+            }
+            if f.in_sched {
+                let _ = self.sched.close_flow(now, FlowId(flow));
+            }
+            if let Some(u) = f.user {
+                if let Some(n) = self.user_flows.get_mut(&u) {
+                    *n -= 1;
+                    if *n == 0 {
+                        self.user_flows.remove(&u);
+                    }
+                }
+            }
+        }
+        self.ack_dirty.remove(&flow);
+        self.mark_closed(flow);
+    }
+
+    // ----- output ------------------------------------------------------------------------
+
+    fn push_ctrl(&mut self, frame: Frame<'_>) {
+        let cseq = self.next_cseq;
+        self.next_cseq += 1;
+        self.ctrl_out.insert(
+            cseq,
+            CtrlEntry {
+                bytes: frame.to_vec(),
+                sent_at: None,
+            },
+        );
+    }
+
+    /// The usable path with the smallest smoothed RTT (for acknowledgements), if any.
+    fn best_path(&self) -> Option<usize> {
+        let mut best: Option<(u64, usize)> = None;
+        for (i, p) in self.paths.iter().enumerate() {
+            if !p.attached || p.stalled {
+                continue;
+            }
+            let rtt = PathId::new(i)
+                .and_then(|id| self.sched.path(id))
+                .map_or(u64::MAX, |s| s.srtt.as_micros());
+            if best.is_none_or(|(r, _)| rtt < r) {
+                best = Some((rtt, i));
+            }
+        }
+        best.map(|(_, i)| i).or_else(|| {
+            // All stalled: an attached path still beats nothing.
+            self.paths.iter().position(|p| p.attached)
+        })
+    }
+
+    fn queue_raw_ack(&mut self, flow: u64, next: u64) {
+        if let Some(i) = self.best_path() {
+            Frame::Ack { flow, next }.encode(&mut self.paths[i].prio);
+        }
+    }
+
+    /// Run timers and the scheduler; fill per-path output. Call after every input and when
+    /// [`Session::poll_timeout`] expires.
+    pub fn poll_transmit(&mut self, now: Instant, predictor: &dyn HandoverPredictor) {
+        self.observe(now);
+        self.check_hold(now);
+        // Probes and stall detection.
+        for i in 0..self.paths.len() {
+            let stall_after = self.cfg.stall_after;
+            let ping_interval = self.cfg.ping_interval;
+            let wall = self.wall_offset_us;
+            let p = &mut self.paths[i];
+            if !p.attached {
+                continue;
+            }
+            if !p.stalled && now > p.last_rx + stall_after && p.ping_out.is_some() {
+                p.stalled = true;
+                if let Some(id) = PathId::new(i) {
+                    if self.sched.path(id).is_some() {
+                        self.sched.set_path_alive(now, id, false).expect("exists");
+                    }
+                }
+                self.update_all_down(now);
+            }
+            let p = &mut self.paths[i];
+            if now >= p.next_ping {
+                p.ping_seq = p.ping_seq.wrapping_add(1);
+                let _ = wall;
+                Frame::Ping {
+                    id: p.ping_seq,
+                    sent_us: now.as_micros(),
+                }
+                .encode(&mut p.prio);
+                if p.ping_out.is_none() {
+                    p.ping_out = Some((p.ping_seq, now));
+                }
+                p.next_ping = now + ping_interval;
+            }
+        }
+        // Reliable control frames: new ones and due repeats, on every usable path.
+        let retransmit = self.cfg.ctrl_retransmit;
+        let usable: Vec<usize> = (0..self.paths.len())
+            .filter(|&i| self.paths[i].attached && !self.paths[i].stalled)
+            .collect();
+        let targets = if usable.is_empty() {
+            (0..self.paths.len())
+                .filter(|&i| self.paths[i].attached)
+                .collect()
+        } else {
+            usable
+        };
+        if !targets.is_empty() {
+            for e in self.ctrl_out.values_mut() {
+                if e.sent_at.is_none_or(|t| now >= t + retransmit) {
+                    e.sent_at = Some(now);
+                    for &i in &targets {
+                        self.paths[i].prio.extend_from_slice(&e.bytes);
+                    }
+                }
+            }
+        }
+        if self.ctrl_ack_due {
+            if let Some(i) = self.best_path() {
+                Frame::CtrlAck {
+                    next: self.ctrl_in_next,
+                }
+                .encode(&mut self.paths[i].prio);
+                self.ctrl_ack_due = false;
+            }
+        }
+        // Acknowledgements and credit.
+        if self.ack_deadline.is_some_and(|d| now >= d) {
+            if let Some(best) = self.best_path() {
+                let dirty = std::mem::take(&mut self.ack_dirty);
+                for flow in dirty {
+                    let window = self.flows.get(&flow).map(|f| self.flow_window_for(f.user));
+                    let Some(f) = self.flows.get_mut(&flow) else {
+                        continue;
+                    };
+                    let r = &mut f.recv;
+                    let out = &mut self.paths[best].prio;
+                    Frame::Ack { flow, next: r.next }.encode(out);
+                    r.acked_sent = r.next;
+                    if let Some(w) = window {
+                        r.limit = r.limit.max(r.consumed + w);
+                    }
+                    if r.limit > r.credit_sent {
+                        Frame::Credit {
+                            flow,
+                            limit: r.limit,
+                        }
+                        .encode(out);
+                        r.credit_sent = r.limit;
+                    }
+                }
+                self.ack_deadline = None;
+            }
+        }
+        // Data.
+        for _ in 0..MAX_DECISIONS_PER_POLL {
+            let Some(d) = self.sched.poll_decision(now, predictor) else {
+                break;
+            };
+            let flow = d.flow.0;
+            let Some(f) = self.flows.get(&flow) else {
+                continue;
+            };
+            let s = &f.send;
+            if d.offset < s.base || d.offset + u64::from(d.len) > s.end() {
+                continue;
+            }
+            let start = (d.offset - s.base) as usize;
+            let len = d.len as usize;
+            let (a, b) = s.buf.as_slices();
+            let copies = d.paths.len() as u64;
+            for pid in d.paths.iter() {
+                let slot = &mut self.paths[pid.index()];
+                let out = &mut slot.bulk;
+                let before = out.len();
+                encode_data_header(out, flow, d.offset, d.fin, len);
+                let end = start + len;
+                if start < a.len() {
+                    out.extend_from_slice(&a[start..end.min(a.len())]);
+                }
+                if end > a.len() {
+                    out.extend_from_slice(&b[start.saturating_sub(a.len())..end - a.len()]);
+                }
+                slot.counters.tx_bytes += (out.len() - before) as u64;
+                slot.counters.data_bytes += len as u64;
+                if d.reinjection {
+                    slot.counters.reinjected_bytes += len as u64;
+                }
+            }
+            if copies > 1 {
+                // Count the extra copies on every path but the first.
+                for pid in d.paths.iter().skip(1) {
+                    self.paths[pid.index()].counters.redundant_bytes += len as u64;
+                }
+            }
+        }
+    }
+
+    fn check_hold(&mut self, now: Instant) {
+        if self.lost {
+            return;
+        }
+        let Some(since) = self.all_down_since else {
+            return;
+        };
+        if now > since + self.cfg.hold_time && !self.flows.is_empty() {
+            let flows: Vec<u64> = self.flows.keys().copied().collect();
+            for flow in flows {
+                self.events.push_back(Event::FlowReset {
+                    flow,
+                    reason: ResetReason::SessionLost,
+                });
+                self.forget_flow(now, flow);
+            }
+            self.events.push_back(Event::SessionLost);
+            // Start counting again so a later outage is judged on its own.
+            self.all_down_since = Some(now);
+        }
+    }
+
+    /// Whether `path` has bytes to write.
+    pub fn has_output(&self, path: u8) -> bool {
+        self.paths
+            .get(usize::from(path))
+            .is_some_and(|p| !p.prio.is_empty() || !p.bulk.is_empty())
+    }
+
+    /// Take everything queued for `path` (control frames first), to be written to its subflow
+    /// in order. `out` is cleared first; its allocation is reused.
+    pub fn take_output(&mut self, path: u8, out: &mut Vec<u8>) {
+        out.clear();
+        let Some(p) = self.paths.get_mut(usize::from(path)) else {
+            return;
+        };
+        if p.prio.is_empty() {
+            std::mem::swap(out, &mut p.bulk);
+        } else {
+            std::mem::swap(out, &mut p.prio);
+            out.extend_from_slice(&p.bulk);
+            p.bulk.clear();
+        }
+    }
+
+    /// Next event for the shell.
+    pub fn poll_event(&mut self) -> Option<Event> {
+        self.events.pop_front()
+    }
+
+    /// When [`Session::poll_transmit`] must run again if nothing else happens.
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        let mut t: Option<Instant> = self.sched.poll_timeout();
+        let mut consider = |x: Instant| t = Some(t.map_or(x, |y| y.min(x)));
+        if let Some(d) = self.ack_deadline {
+            consider(d);
+        }
+        for p in self.paths.iter().filter(|p| p.attached) {
+            consider(p.next_ping);
+            if !p.stalled && p.ping_out.is_some() {
+                consider(p.last_rx + self.cfg.stall_after);
+            }
+        }
+        if let Some(e) = self.ctrl_out.values().map(|e| e.sent_at).min() {
+            consider(e.map_or(self.now, |s| s + self.cfg.ctrl_retransmit));
+        }
+        if let Some(since) = self.all_down_since {
+            if !self.flows.is_empty() {
+                consider(since + self.cfg.hold_time + Duration::from_micros(1));
+            }
+        }
+        t
+    }
+}
+
+fn sched_err(flow: u64, e: SchedError) -> ProtoError {
+    match e {
+        SchedError::AckBeyondSent { ack, sent, .. } => {
+            ProtoError::AckBeyondSent { flow, ack, sent }
+        }
+        _ => ProtoError::FlowState {
+            flow,
+            what: "rejected by the scheduler",
+        },
+    }
+}
+
+/// Insert `[s, s + d.len())` into the out-of-order map, filling only gaps (existing bytes win:
+/// every copy of a sequence number carries the same byte).
+fn insert_ooo(ooo: &mut BTreeMap<u64, Vec<u8>>, s: u64, d: &[u8]) {
+    let e = s + d.len() as u64;
+    let from = ooo.range(..=s).next_back().map_or(s, |(k, _)| *k);
+    let spans: Vec<(u64, u64)> = ooo
+        .range(from..e)
+        .map(|(k, v)| (*k, *k + v.len() as u64))
+        .collect();
+    let mut cursor = s;
+    for (ks, ke) in spans {
+        if ke <= cursor {
+            continue;
+        }
+        if ks > cursor {
+            let piece = &d[(cursor - s) as usize..(ks - s) as usize];
+            ooo.insert(cursor, piece.to_vec());
+        }
+        cursor = cursor.max(ke);
+        if cursor >= e {
+            return;
+        }
+    }
+    if cursor < e {
+        ooo.insert(cursor, d[(cursor - s) as usize..].to_vec());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ooo_fills_only_gaps() {
+        let mut m = BTreeMap::new();
+        insert_ooo(&mut m, 10, b"abcde"); // 10..15
+        insert_ooo(&mut m, 20, b"uvw"); // 20..23
+        insert_ooo(&mut m, 8, b"XXabcdefghijklmnoX"); // 8..26
+        let joined: Vec<(u64, String)> = m
+            .iter()
+            .map(|(k, v)| (*k, String::from_utf8(v.clone()).unwrap()))
+            .collect();
+        assert_eq!(
+            joined,
+            vec![
+                (8, "XX".into()),
+                (10, "abcde".into()),
+                (15, "fghij".into()),
+                (20, "uvw".into()),
+                (23, "noX".into())
+            ]
+        );
+    }
+}

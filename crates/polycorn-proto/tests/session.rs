@@ -1,0 +1,486 @@
+//! Relay and proxy sessions joined by simulated subflows (in-order byte pipes with delay):
+//! byte-exact delivery in both directions across reordering between paths, subflow loss,
+//! reinjection, redundancy and every scheduler preset.
+
+use std::collections::VecDeque;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+
+use polycorn_proto::frame::decode;
+use polycorn_proto::session::INITIAL_CREDIT;
+use polycorn_proto::{Destination, Event, OpenStatus, ReadOutcome, Role, Session, SessionConfig};
+use polycorn_sched::path::TcpInfoSample;
+use polycorn_sched::predict::NoPrediction;
+use polycorn_sched::time::{Bandwidth, Duration, Instant};
+use proptest::prelude::*;
+
+/// One direction of one subflow: bytes become visible `delay` ms after they were written.
+#[derive(Default)]
+struct Pipe {
+    inflight: VecDeque<(u64, Vec<u8>)>,
+    rx: Vec<u8>,
+}
+
+struct Net {
+    relay: Session,
+    proxy: Session,
+    /// [path] -> (relay→proxy, proxy→relay)
+    pipes: Vec<(Pipe, Pipe)>,
+    delay_ms: Vec<u64>,
+    up: Vec<bool>,
+    now_ms: u64,
+    relay_events: Vec<Event>,
+    proxy_events: Vec<Event>,
+}
+
+fn t(ms: u64) -> Instant {
+    Instant::from_millis(ms)
+}
+
+fn info(unacked: u64) -> TcpInfoSample {
+    TcpInfoSample {
+        srtt: Duration::from_millis(20),
+        rttvar: Duration::from_millis(5),
+        min_rtt: None,
+        cwnd_bytes: 64 * 1024,
+        mss_bytes: 1448,
+        unacked_bytes: unacked,
+        notsent_bytes: 0,
+        delivery_rate: Bandwidth::from_mbit_per_sec(20),
+        rto_backoff: 0,
+        bytes_acked: 0,
+    }
+}
+
+impl Net {
+    fn new(spec: &str, paths: usize, delays: &[u64]) -> Net {
+        let mut relay = Session::new(SessionConfig::new(Role::Relay, 7, spec)).unwrap();
+        let mut proxy = Session::new(SessionConfig::new(Role::Proxy, 7, spec)).unwrap();
+        for p in 0..paths as u8 {
+            relay.attach_path(t(0), p).unwrap();
+            proxy.attach_path(t(0), p).unwrap();
+        }
+        Net {
+            relay,
+            proxy,
+            pipes: (0..paths)
+                .map(|_| (Pipe::default(), Pipe::default()))
+                .collect(),
+            delay_ms: delays.to_vec(),
+            up: vec![true; paths],
+            now_ms: 0,
+            relay_events: Vec::new(),
+            proxy_events: Vec::new(),
+        }
+    }
+
+    /// Kill path `p`'s subflow: bytes in flight are lost; both ends detach.
+    fn kill(&mut self, p: usize) {
+        self.up[p] = false;
+        self.pipes[p] = (Pipe::default(), Pipe::default());
+        let now = t(self.now_ms);
+        self.relay.detach_path(now, p as u8).unwrap();
+        self.proxy.detach_path(now, p as u8).unwrap();
+    }
+
+    fn revive(&mut self, p: usize) {
+        self.up[p] = true;
+        let now = t(self.now_ms);
+        self.relay.attach_path(now, p as u8).unwrap();
+        self.proxy.attach_path(now, p as u8).unwrap();
+    }
+
+    fn step(&mut self) {
+        self.now_ms += 1;
+        let now = t(self.now_ms);
+        let mut buf = Vec::new();
+        self.relay.poll_transmit(now, &NoPrediction);
+        self.proxy.poll_transmit(now, &NoPrediction);
+        for p in 0..self.pipes.len() {
+            if !self.up[p] {
+                continue;
+            }
+            let d = self.delay_ms[p];
+            let unacked_r: u64 = self.pipes[p]
+                .0
+                .inflight
+                .iter()
+                .map(|x| x.1.len() as u64)
+                .sum();
+            let unacked_p: u64 = self.pipes[p]
+                .1
+                .inflight
+                .iter()
+                .map(|x| x.1.len() as u64)
+                .sum();
+            self.relay
+                .on_tcp_info(now, p as u8, &info(unacked_r), 0)
+                .unwrap();
+            self.proxy
+                .on_tcp_info(now, p as u8, &info(unacked_p), 0)
+                .unwrap();
+            self.relay.poll_transmit(now, &NoPrediction);
+            self.proxy.poll_transmit(now, &NoPrediction);
+            self.relay.take_output(p as u8, &mut buf);
+            if !buf.is_empty() {
+                self.pipes[p]
+                    .0
+                    .inflight
+                    .push_back((self.now_ms + d, buf.clone()));
+            }
+            self.proxy.take_output(p as u8, &mut buf);
+            if !buf.is_empty() {
+                self.pipes[p]
+                    .1
+                    .inflight
+                    .push_back((self.now_ms + d, buf.clone()));
+            }
+            // Deliver what is due, in order.
+            for dir in 0..2 {
+                let pipe = if dir == 0 {
+                    &mut self.pipes[p].0
+                } else {
+                    &mut self.pipes[p].1
+                };
+                while pipe.inflight.front().is_some_and(|x| x.0 <= self.now_ms) {
+                    let (_, b) = pipe.inflight.pop_front().unwrap();
+                    pipe.rx.extend_from_slice(&b);
+                }
+                let mut used = 0;
+                let rx = std::mem::take(&mut pipe.rx);
+                while let Some((frame, n)) = decode(&rx[used..]).unwrap() {
+                    let s = if dir == 0 {
+                        &mut self.proxy
+                    } else {
+                        &mut self.relay
+                    };
+                    s.on_frame(now, p as u8, frame).unwrap();
+                    used += n;
+                }
+                let pipe = if dir == 0 {
+                    &mut self.pipes[p].0
+                } else {
+                    &mut self.pipes[p].1
+                };
+                pipe.rx = rx[used..].to_vec();
+            }
+        }
+        while let Some(e) = self.relay.poll_event() {
+            self.relay_events.push(e);
+        }
+        while let Some(e) = self.proxy.poll_event() {
+            self.proxy_events.push(e);
+        }
+    }
+}
+
+/// Something done to the network at a given millisecond.
+type Action<'a> = (u64, &'a dyn Fn(&mut Net));
+
+fn pattern(seed: u64, len: usize) -> Vec<u8> {
+    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect()
+}
+
+/// A request/response exchange: `up` bytes relay→proxy, `down` bytes proxy→relay, both with
+/// FIN; `events` runs at given steps. Returns what each side received.
+fn exchange(
+    spec: &str,
+    delays: &[u64],
+    up: usize,
+    down: usize,
+    actions: &[Action<'_>],
+) -> (Vec<u8>, Vec<u8>, Net) {
+    let mut net = Net::new(spec, delays.len(), delays);
+    let user = IpAddr::V4(Ipv4Addr::new(10, 0, 1, 2));
+    let dst = Destination::Addr(SocketAddr::from(([198, 51, 100, 7], 80)));
+    let flow = net.relay.open_flow(t(0), user, dst.clone()).unwrap();
+    let up_data = pattern(1, up);
+    let down_data = pattern(2, down);
+    let (mut up_sent, mut down_sent) = (0, 0);
+    let (mut got_up, mut got_down) = (Vec::new(), Vec::new());
+    let mut proxy_flow = None;
+    let mut buf = vec![0u8; 16 * 1024];
+    let (mut closed_r, mut closed_p) = (false, false);
+    for _ in 0..200_000 {
+        for (at, act) in actions {
+            if *at == net.now_ms {
+                act(&mut net);
+            }
+        }
+        let now = t(net.now_ms);
+        // Relay writes its request.
+        if up_sent < up_data.len() {
+            let n = net.relay.send(now, flow, &up_data[up_sent..]).unwrap();
+            up_sent += n;
+            if up_sent == up_data.len() {
+                net.relay.send_fin(now, flow).unwrap();
+            }
+        } else if up == 0 && up_sent == 0 {
+            net.relay.send_fin(now, flow).unwrap();
+            up_sent = usize::MAX / 2;
+        }
+        if let Some(pf) = proxy_flow {
+            if down_sent < down_data.len() {
+                let n = net.proxy.send(now, pf, &down_data[down_sent..]).unwrap();
+                down_sent += n;
+                if down_sent == down_data.len() {
+                    net.proxy.send_fin(now, pf).unwrap();
+                }
+            } else if down == 0 && down_sent == 0 {
+                net.proxy.send_fin(now, pf).unwrap();
+                down_sent = usize::MAX / 2;
+            }
+            while let ReadOutcome::Data(n) = net.proxy.read(now, pf, &mut buf) {
+                got_up.extend_from_slice(&buf[..n]);
+            }
+        }
+        while let ReadOutcome::Data(n) = net.relay.read(now, flow, &mut buf) {
+            got_down.extend_from_slice(&buf[..n]);
+        }
+        net.step();
+        for e in net.proxy_events.drain(..) {
+            match e {
+                Event::FlowRequested {
+                    flow: f,
+                    user: u,
+                    dst: d,
+                } => {
+                    assert_eq!((u, &d), (user, &dst));
+                    net.proxy.accept_flow(t(net.now_ms), f).unwrap();
+                    proxy_flow = Some(f);
+                }
+                Event::FlowClosed(_) => closed_p = true,
+                Event::FlowReset { .. } | Event::SessionLost => panic!("proxy: unexpected {e:?}"),
+                _ => {}
+            }
+        }
+        for e in net.relay_events.drain(..) {
+            match e {
+                Event::FlowOpened { status, .. } => assert_eq!(status, OpenStatus::Ok),
+                Event::FlowClosed(_) => closed_r = true,
+                Event::FlowReset { .. } | Event::SessionLost => panic!("relay: unexpected {e:?}"),
+                _ => {}
+            }
+        }
+        if closed_r && closed_p {
+            break;
+        }
+    }
+    assert!(
+        closed_r && closed_p,
+        "flow did not close (relay {closed_r}, proxy {closed_p}) by {} ms",
+        net.now_ms
+    );
+    assert_eq!(got_up.len(), up, "uplink length");
+    assert!(got_up == up_data, "uplink bytes differ");
+    assert_eq!(got_down.len(), down, "downlink length");
+    assert!(got_down == down_data, "downlink bytes differ");
+    (got_up, got_down, net)
+}
+
+#[test]
+fn byte_exact_over_two_paths_with_every_preset() {
+    for (name, _) in polycorn_sched::PRESETS {
+        exchange(name, &[10, 35], 50_000, 3_000_000, &[]);
+    }
+}
+
+#[test]
+fn empty_flows_close() {
+    exchange("hrsch", &[10, 35], 0, 0, &[]);
+}
+
+#[test]
+fn survives_a_dead_subflow_and_reattaches() {
+    let kill: &dyn Fn(&mut Net) = &|n| n.kill(0);
+    let revive: &dyn Fn(&mut Net) = &|n| n.revive(0);
+    let (_, _, net) = exchange(
+        "minrtt",
+        &[10, 35],
+        200_000,
+        2_000_000,
+        &[(40, kill), (900, revive)],
+    );
+    let c = net.relay.path_counters(0).unwrap();
+    assert_eq!(c.attaches, 2);
+}
+
+#[test]
+fn survives_all_paths_dead_within_hold_time() {
+    let kill: &dyn Fn(&mut Net) = &|n| {
+        n.kill(0);
+        n.kill(1)
+    };
+    let revive: &dyn Fn(&mut Net) = &|n| {
+        n.revive(0);
+        n.revive(1)
+    };
+    exchange(
+        "hrsch",
+        &[10, 35],
+        300_000,
+        1_000_000,
+        &[(50, kill), (20_050, revive)],
+    );
+}
+
+#[test]
+fn hold_time_exceeded_resets_flows() {
+    let mut net = Net::new("minrtt", 1, &[10]);
+    let user = IpAddr::V4(Ipv4Addr::new(10, 0, 1, 2));
+    let flow = net
+        .relay
+        .open_flow(t(0), user, Destination::Name("example.org".into(), 443))
+        .unwrap();
+    net.relay.send(t(0), flow, b"hello").unwrap();
+    for _ in 0..50 {
+        net.step();
+    }
+    net.kill(0);
+    for _ in 0..31_000 {
+        net.step();
+    }
+    assert!(net
+        .relay_events
+        .iter()
+        .any(|e| matches!(e, Event::FlowReset { flow: f, .. } if *f == flow)));
+    assert!(net.relay_events.contains(&Event::SessionLost));
+    assert_eq!(net.relay.open_flows(), 0);
+}
+
+#[test]
+fn refused_flow_reaches_the_relay() {
+    let mut net = Net::new("hrsch", 2, &[10, 20]);
+    let user = IpAddr::V4(Ipv4Addr::new(10, 0, 1, 2));
+    let flow = net
+        .relay
+        .open_flow(
+            t(0),
+            user,
+            Destination::Addr(SocketAddr::from(([10, 9, 9, 9], 22))),
+        )
+        .unwrap();
+    net.relay.send(t(0), flow, b"early data").unwrap();
+    for _ in 0..100 {
+        net.step();
+        for e in std::mem::take(&mut net.proxy_events) {
+            if let Event::FlowRequested { flow: f, .. } = e {
+                net.proxy
+                    .refuse_flow(t(net.now_ms), f, OpenStatus::Denied)
+                    .unwrap();
+            }
+        }
+    }
+    assert!(net.relay_events.contains(&Event::FlowOpened {
+        flow,
+        status: OpenStatus::Denied
+    }));
+    assert_eq!(net.relay.open_flows(), 0);
+    assert_eq!(net.proxy.open_flows(), 0);
+}
+
+#[test]
+fn data_beyond_credit_is_a_protocol_error() {
+    let mut proxy = Session::new(SessionConfig::new(Role::Proxy, 1, "minrtt")).unwrap();
+    proxy.attach_path(t(0), 0).unwrap();
+    let big = vec![0u8; 1000];
+    let f = polycorn_proto::Frame::Data {
+        flow: 1,
+        offset: INITIAL_CREDIT,
+        fin: false,
+        data: &big,
+    };
+    let e = proxy.on_frame(t(1), 0, f).unwrap_err();
+    assert!(
+        matches!(e, polycorn_proto::ProtoError::FlowControl { .. }),
+        "{e}"
+    );
+}
+
+#[test]
+fn many_flows_many_users_byte_exact() {
+    let mut net = Net::new("hrsch", 2, &[8, 30]);
+    let mut flows = Vec::new();
+    for u in 0..20u8 {
+        for k in 0..5u64 {
+            let user = IpAddr::V4(Ipv4Addr::new(10, 0, 1, 10 + u));
+            let f = net
+                .relay
+                .open_flow(
+                    t(0),
+                    user,
+                    Destination::Addr(SocketAddr::from(([198, 51, 100, 1], 80))),
+                )
+                .unwrap();
+            let data = pattern(u64::from(u) * 100 + k, 20_000 + (k as usize) * 7_000);
+            let n = net.relay.send(t(0), f, &data).unwrap();
+            assert_eq!(n, data.len());
+            net.relay.send_fin(t(0), f).unwrap();
+            flows.push((f, data));
+        }
+    }
+    let mut got: std::collections::HashMap<u64, Vec<u8>> = Default::default();
+    let mut eof = std::collections::HashSet::new();
+    let mut buf = vec![0u8; 8192];
+    let mut relay_eof = std::collections::HashSet::new();
+    for _ in 0..20_000 {
+        net.step();
+        let now = t(net.now_ms);
+        for (f, _) in &flows {
+            while let ReadOutcome::Data(_) = net.relay.read(now, *f, &mut buf) {}
+            if net.relay.read(now, *f, &mut buf) == ReadOutcome::Eof {
+                relay_eof.insert(*f);
+            }
+        }
+        for e in std::mem::take(&mut net.proxy_events) {
+            if let Event::FlowRequested { flow, .. } = e {
+                net.proxy.accept_flow(now, flow).unwrap();
+                got.insert(flow, Vec::new());
+            }
+        }
+        let ids: Vec<u64> = got.keys().copied().collect();
+        for f in ids {
+            loop {
+                match net.proxy.read(now, f, &mut buf) {
+                    ReadOutcome::Data(n) => got.get_mut(&f).unwrap().extend_from_slice(&buf[..n]),
+                    ReadOutcome::Eof => {
+                        if eof.insert(f) {
+                            net.proxy.send_fin(now, f).unwrap();
+                        }
+                        break;
+                    }
+                    ReadOutcome::WouldBlock => break,
+                }
+            }
+        }
+        if eof.len() == flows.len() && net.relay.open_flows() == 0 && net.proxy.open_flows() == 0 {
+            break;
+        }
+    }
+    for (f, data) in &flows {
+        assert!(got[f] == *data, "flow {f} differs");
+    }
+    assert_eq!(net.relay.open_flows(), 0, "relay flows left");
+    assert_eq!(net.proxy.open_flows(), 0, "proxy flows left");
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 24, .. ProptestConfig::default() })]
+    #[test]
+    fn byte_exact_under_random_paths_and_failures(
+        d0 in 1u64..60, d1 in 1u64..200, up in 0usize..200_000, down in 0usize..600_000,
+        kill_at in 5u64..400, down_for in 1u64..3000, which in 0usize..2,
+        spec in prop::sample::select(vec!["hrsch", "minrtt", "redundant", "roundrobin", "blest", "ecf"]),
+    ) {
+        let kill = move |n: &mut Net| n.kill(which);
+        let revive = move |n: &mut Net| n.revive(which);
+        exchange(spec, &[d0, d1], up, down, &[(kill_at, &kill), (kill_at + down_for, &revive)]);
+    }
+}
