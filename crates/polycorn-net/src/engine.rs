@@ -1,1 +1,518 @@
-//! (in progress)
+//! One relay–proxy session in tokio: the [`Session`] state machine behind a mutex, the
+//! subflow reader/writer loops, the timer, and the pumps between a flow and a local socket.
+//!
+//! Locking: every task takes the session lock only for short, non-blocking work (never across
+//! an `.await`); after each change [`Engine::with`] runs the scheduler ("drive"), wakes the
+//! writers of paths with output and dispatches events to flows and to the role (relay/proxy).
+
+use std::collections::HashMap;
+use std::io;
+use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use polycorn_proto::frame::decode;
+use polycorn_proto::{
+    Destination, Event, OpenStatus, ProtoError, ReadOutcome, ResetReason, Session,
+};
+use polycorn_sched::path::{TcpInfoSample, MAX_PATHS};
+use polycorn_sched::predict::HandoverPredictor;
+use polycorn_sched::time::Instant;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::net::TcpStream;
+use tokio::sync::{mpsc, oneshot, Notify};
+
+/// Reads `TCP_INFO` of a subflow's socket.
+pub type TcpInfoFn = Box<dyn Fn() -> io::Result<TcpInfoSample> + Send + Sync>;
+
+/// How often an idle subflow's `TCP_INFO` is sampled (RTO back-off shows up here).
+const TCP_INFO_PERIOD: std::time::Duration = std::time::Duration::from_millis(10);
+
+/// Read size for passenger/server sockets.
+const IO_CHUNK: usize = 64 * 1024;
+
+const OPEN: u8 = 0;
+const RESET: u8 = 1;
+const CLOSED: u8 = 2;
+
+/// Wake-ups of one flow's pump.
+#[derive(Debug, Default)]
+pub struct FlowSignal {
+    readable: Notify,
+    writable: Notify,
+    state: AtomicU8,
+    opened: Mutex<Option<oneshot::Sender<OpenStatus>>>,
+}
+
+impl FlowSignal {
+    fn set(&self, state: u8) {
+        self.state.store(state, Ordering::SeqCst);
+        self.readable.notify_one();
+        self.writable.notify_one();
+    }
+    /// Whether the flow was reset (by the peer or the session).
+    pub fn is_reset(&self) -> bool {
+        self.state.load(Ordering::SeqCst) == RESET
+    }
+    fn is_open(&self) -> bool {
+        self.state.load(Ordering::SeqCst) == OPEN
+    }
+}
+
+struct Core {
+    session: Session,
+    predictor: Box<dyn HandoverPredictor + Send>,
+    flows: HashMap<u64, Arc<FlowSignal>>,
+    writers: Vec<Option<Arc<Notify>>>,
+    /// Per path: wakes the subflow task that a newer subflow replaced.
+    cancel: Vec<Option<Arc<Notify>>>,
+}
+
+struct Shared {
+    core: Mutex<Core>,
+    timer: Notify,
+    epoch: std::time::Instant,
+    events: mpsc::UnboundedSender<Event>,
+}
+
+/// A session shared by its subflow, timer and flow tasks. Cheap to clone.
+#[derive(Clone)]
+pub struct Engine(Arc<Shared>);
+
+impl std::fmt::Debug for Engine {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Engine").finish_non_exhaustive()
+    }
+}
+
+/// A subflow ended.
+#[derive(Debug, thiserror::Error)]
+pub enum SubflowError {
+    /// Socket or TLS error.
+    #[error("subflow I/O: {0}")]
+    Io(#[from] io::Error),
+    /// The peer broke the protocol.
+    #[error("protocol violation: {0}")]
+    Proto(#[from] ProtoError),
+    /// Orderly end of stream.
+    #[error("peer closed the subflow")]
+    Closed,
+    /// A newer subflow for the same path took over.
+    #[error("replaced by a newer subflow for the same path")]
+    Replaced,
+}
+
+/// Detaches a path when its subflow task ends or is dropped (unless a newer subflow owns it).
+struct DetachGuard<'a> {
+    engine: &'a Engine,
+    path: u8,
+    notify: Arc<Notify>,
+}
+
+impl Drop for DetachGuard<'_> {
+    fn drop(&mut self) {
+        let now = self.engine.now();
+        let mut c = self.engine.lock();
+        let p = usize::from(self.path);
+        if c.writers[p].as_ref().is_some_and(|w| Arc::ptr_eq(w, &self.notify)) {
+            c.writers[p] = None;
+            c.cancel[p] = None;
+            let _ = c.session.detach_path(now, self.path);
+            self.engine.drive(&mut c, now);
+        }
+    }
+}
+
+impl Engine {
+    /// A new engine around `session`. Events the engine does not handle itself (open
+    /// requests, open results, context, path status, session loss) go to the returned
+    /// receiver.
+    pub fn new(
+        session: Session,
+        predictor: Box<dyn HandoverPredictor + Send>,
+    ) -> (Engine, mpsc::UnboundedReceiver<Event>) {
+        let (tx, rx) = mpsc::unbounded_channel();
+        let unix_epoch_us = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_micros() as u64);
+        let mut writers = Vec::new();
+        writers.resize_with(MAX_PATHS, || None);
+        let mut cancel = Vec::new();
+        cancel.resize_with(MAX_PATHS, || None);
+        let e = Engine(Arc::new(Shared {
+            core: Mutex::new(Core {
+                session,
+                predictor,
+                flows: HashMap::new(),
+                writers,
+                cancel,
+            }),
+            timer: Notify::new(),
+            epoch: std::time::Instant::now(),
+            events: tx,
+        }));
+        {
+            let now = e.now();
+            let mut c = e.lock();
+            c.session.set_wall_clock(now, unix_epoch_us);
+        }
+        (e, rx)
+    }
+
+    /// The engine's clock.
+    pub fn now(&self) -> Instant {
+        Instant::from_micros(self.0.epoch.elapsed().as_micros() as u64)
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Core> {
+        self.0.core.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Run `f` on the session, then drive it.
+    pub fn with<R>(&self, f: impl FnOnce(&mut Session, Instant) -> R) -> R {
+        let now = self.now();
+        let mut c = self.lock();
+        let r = f(&mut c.session, now);
+        self.drive(&mut c, now);
+        r
+    }
+
+    /// Read-only look at the session (metrics, tests).
+    pub fn inspect<R>(&self, f: impl FnOnce(&Session) -> R) -> R {
+        f(&self.lock().session)
+    }
+
+    /// Replace the handover predictor (e.g. after a LinkDB update).
+    pub fn with_predictor(&self, f: impl FnOnce(&mut dyn HandoverPredictor)) {
+        let mut c = self.lock();
+        f(c.predictor.as_mut());
+    }
+
+    fn drive(&self, c: &mut Core, now: Instant) {
+        let Core {
+            session,
+            predictor,
+            flows,
+            writers,
+            ..
+        } = c;
+        session.poll_transmit(now, predictor.as_ref());
+        for (p, w) in writers.iter().enumerate() {
+            if let Some(w) = w {
+                if session.has_output(p as u8) {
+                    w.notify_one();
+                }
+            }
+        }
+        while let Some(ev) = session.poll_event() {
+            match ev {
+                Event::Readable(f) => {
+                    if let Some(s) = flows.get(&f) {
+                        s.readable.notify_one();
+                    }
+                }
+                Event::Writable(f) => {
+                    if let Some(s) = flows.get(&f) {
+                        s.writable.notify_one();
+                    }
+                }
+                Event::FlowReset { flow, .. } => {
+                    if let Some(s) = flows.remove(&flow) {
+                        s.set(RESET);
+                    }
+                    let _ = self.0.events.send(ev);
+                }
+                Event::FlowClosed(flow) => {
+                    if let Some(s) = flows.remove(&flow) {
+                        s.set(CLOSED);
+                    }
+                }
+                Event::FlowOpened { flow, status } => {
+                    if let Some(s) = flows.get(&flow) {
+                        if let Some(tx) = s.opened.lock().unwrap_or_else(|p| p.into_inner()).take()
+                        {
+                            let _ = tx.send(status);
+                        }
+                        if status != OpenStatus::Ok {
+                            s.set(RESET);
+                            flows.remove(&flow);
+                        }
+                    }
+                    let _ = self.0.events.send(ev);
+                }
+                Event::FlowRequested { flow, .. } => {
+                    flows.insert(flow, Arc::new(FlowSignal::default()));
+                    let _ = self.0.events.send(ev);
+                }
+                other => {
+                    let _ = self.0.events.send(other);
+                }
+            }
+        }
+        self.0.timer.notify_one();
+    }
+
+    /// Runs the session's timers until the engine is dropped by everyone else.
+    pub async fn run_timer(self) {
+        loop {
+            let deadline = self.lock().session.poll_timeout();
+            let sleep = match deadline {
+                Some(t) => {
+                    let now = self.now();
+                    std::time::Duration::from_micros(t.as_micros().saturating_sub(now.as_micros()))
+                }
+                None => std::time::Duration::from_millis(200),
+            };
+            tokio::select! {
+                _ = tokio::time::sleep(sleep) => {}
+                _ = self.0.timer.notified() => {}
+            }
+            if Arc::strong_count(&self.0) <= 1 {
+                return;
+            }
+            self.with(|_, _| ());
+        }
+    }
+
+    /// Carry `path` over an established, handshaken byte stream until it fails, the peer closes
+    /// it, or a newer subflow for the same path replaces it. `initial` holds bytes already read
+    /// after the Hello. The path is attached for the duration and detached (its data reinjected
+    /// on the other paths) at the end, also when this future is dropped.
+    pub async fn run_subflow<R, W>(
+        &self,
+        path: u8,
+        initial: Vec<u8>,
+        mut reader: R,
+        mut writer: W,
+        tcp_info: TcpInfoFn,
+    ) -> SubflowError
+    where
+        R: AsyncRead + Unpin,
+        W: AsyncWrite + Unpin,
+    {
+        if usize::from(path) >= MAX_PATHS {
+            return SubflowError::Proto(ProtoError::BadPath(path));
+        }
+        let notify = Arc::new(Notify::new());
+        let cancel = Arc::new(Notify::new());
+        {
+            let now = self.now();
+            let mut c = self.lock();
+            if let Some(old) = c.cancel[usize::from(path)].replace(cancel.clone()) {
+                old.notify_one();
+            }
+            if c.session.path_attached(path) {
+                let _ = c.session.detach_path(now, path);
+            }
+            c.writers[usize::from(path)] = Some(notify.clone());
+            if let Err(e) = c.session.attach_path(now, path) {
+                return SubflowError::Proto(e);
+            }
+            self.drive(&mut c, now);
+        }
+        let _guard = DetachGuard {
+            engine: self,
+            path,
+            notify: notify.clone(),
+        };
+        let read_loop = async {
+            let mut buf: Vec<u8> = initial;
+            buf.reserve(256 * 1024);
+            loop {
+                let now = self.now();
+                let mut c = self.lock();
+                let mut used = 0;
+                let res = loop {
+                    match decode(&buf[used..]) {
+                        Ok(Some((frame, k))) => {
+                            if let Err(e) = c.session.on_frame(now, path, frame) {
+                                break Err(SubflowError::Proto(e));
+                            }
+                            used += k;
+                        }
+                        Ok(None) => break Ok(()),
+                        Err(e) => break Err(SubflowError::Proto(e.into())),
+                    }
+                };
+                if used > 0 {
+                    self.drive(&mut c, now);
+                }
+                drop(c);
+                res?;
+                buf.drain(..used);
+                if buf.capacity() - buf.len() < IO_CHUNK {
+                    buf.reserve(IO_CHUNK);
+                }
+                let n = reader.read_buf(&mut buf).await?;
+                if n == 0 {
+                    return Err::<(), SubflowError>(SubflowError::Closed);
+                }
+            }
+        };
+        let write_loop = async {
+            let mut out: Vec<u8> = Vec::new();
+            let mut tick = tokio::time::interval(TCP_INFO_PERIOD);
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                tokio::select! {
+                    _ = notify.notified() => {}
+                    _ = tick.tick() => {}
+                }
+                loop {
+                    {
+                        let mut c = self.lock();
+                        c.session.take_output(path, &mut out);
+                    }
+                    if !out.is_empty() {
+                        writer.write_all(&out).await?;
+                        writer.flush().await?;
+                    }
+                    let sample = tcp_info()?;
+                    let now = self.now();
+                    let mut c = self.lock();
+                    c.session.on_tcp_info(now, path, &sample, 0)?;
+                    self.drive(&mut c, now);
+                    if !c.session.has_output(path) {
+                        break;
+                    }
+                }
+            }
+            #[allow(unreachable_code)]
+            Ok::<(), SubflowError>(())
+        };
+        tokio::select! {
+            r = read_loop => r.err().unwrap_or(SubflowError::Closed),
+            r = write_loop => r.err().unwrap_or(SubflowError::Closed),
+            _ = cancel.notified() => SubflowError::Replaced,
+        }
+    }
+
+    /// (relay) Open a flow; the receiver yields the proxy's answer.
+    pub fn open_flow(
+        &self,
+        user: std::net::IpAddr,
+        dst: Destination,
+    ) -> Result<(u64, Arc<FlowSignal>, oneshot::Receiver<OpenStatus>), ProtoError> {
+        let now = self.now();
+        let mut c = self.lock();
+        let flow = c.session.open_flow(now, user, dst)?;
+        let (tx, rx) = oneshot::channel();
+        let sig = Arc::new(FlowSignal {
+            opened: Mutex::new(Some(tx)),
+            ..FlowSignal::default()
+        });
+        c.flows.insert(flow, sig.clone());
+        self.drive(&mut c, now);
+        Ok((flow, sig, rx))
+    }
+
+    /// (proxy) The signal of a requested flow.
+    pub fn flow_signal(&self, flow: u64) -> Option<Arc<FlowSignal>> {
+        self.lock().flows.get(&flow).cloned()
+    }
+
+    /// Reset `flow` from this side (local socket failed).
+    pub fn reset_flow(&self, flow: u64, reason: ResetReason) {
+        let now = self.now();
+        let mut c = self.lock();
+        let _ = c.session.reset_flow(now, flow, reason);
+        if let Some(s) = c.flows.remove(&flow) {
+            s.set(RESET);
+        }
+        self.drive(&mut c, now);
+    }
+
+    /// Move bytes between `stream` and `flow` in both directions until both are finished or
+    /// the flow is reset (then the socket is closed with RST). Returns whether it ended cleanly.
+    pub async fn pump(&self, flow: u64, sig: Arc<FlowSignal>, stream: TcpStream) -> bool {
+        let _ = stream.set_nodelay(true);
+        let (mut rd, mut wr) = stream.into_split();
+        let upstream = async {
+            let mut buf = vec![0u8; IO_CHUNK];
+            loop {
+                if !sig.is_open() {
+                    return false;
+                }
+                let cap = self.with(|s, now| {
+                    let cap = s.send_capacity(flow);
+                    if cap == 0 {
+                        // Marks the flow blocked so that an ack wakes us.
+                        let _ = s.send(now, flow, &[]);
+                    }
+                    cap
+                });
+                if cap == 0 {
+                    sig.writable.notified().await;
+                    continue;
+                }
+                let want = cap.min(IO_CHUNK);
+                let r = loop {
+                    tokio::select! {
+                        r = rd.read(&mut buf[..want]) => break r,
+                        _ = sig.writable.notified() => {
+                            if !sig.is_open() {
+                                return false;
+                            }
+                        }
+                    }
+                };
+                match r {
+                    Ok(0) => {
+                        self.with(|s, now| {
+                            let _ = s.send_fin(now, flow);
+                        });
+                        return true;
+                    }
+                    Ok(n) => {
+                        let ok = self.with(|s, now| s.send(now, flow, &buf[..n]).is_ok());
+                        if !ok {
+                            return false;
+                        }
+                    }
+                    Err(_) => {
+                        self.reset_flow(flow, ResetReason::PeerReset);
+                        return false;
+                    }
+                }
+            }
+        };
+        let downstream = async {
+            let mut buf = vec![0u8; IO_CHUNK];
+            loop {
+                if sig.is_reset() {
+                    return false;
+                }
+                let r = self.with(|s, now| s.read(now, flow, &mut buf));
+                match r {
+                    ReadOutcome::Data(n) => {
+                        if wr.write_all(&buf[..n]).await.is_err() {
+                            self.reset_flow(flow, ResetReason::PeerReset);
+                            return false;
+                        }
+                    }
+                    ReadOutcome::Eof => {
+                        let _ = wr.shutdown().await;
+                        return true;
+                    }
+                    ReadOutcome::WouldBlock => {
+                        if !sig.is_open() && !sig.is_reset() {
+                            // Closed: everything was delivered.
+                            return true;
+                        }
+                        sig.readable.notified().await;
+                    }
+                }
+            }
+        };
+        let (a, b) = tokio::join!(upstream, downstream);
+        if sig.is_reset() || !(a && b) {
+            if let Ok(stream) = rd.reunite(wr) {
+                let _ = socket2::SockRef::from(&stream).set_linger(Some(std::time::Duration::ZERO));
+            }
+            if !sig.is_reset() {
+                self.reset_flow(flow, ResetReason::PeerReset);
+            }
+            return false;
+        }
+        true
+    }
+}

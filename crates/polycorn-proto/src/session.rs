@@ -423,6 +423,11 @@ impl Session {
             .is_some_and(|p| p.attached && !p.stalled)
     }
 
+    /// Whether `path`'s subflow is attached (possibly stalled).
+    pub fn path_attached(&self, path: u8) -> bool {
+        self.paths.get(usize::from(path)).is_some_and(|p| p.attached)
+    }
+
     /// Flows currently open.
     pub fn open_flows(&self) -> usize {
         self.flows.len()
