@@ -1,1 +1,468 @@
-//! (in progress)
+//! Mutual TLS between relay and proxy: a private CA, one proxy and one relay certificate.
+//!
+//! Every subflow is TLS 1.3 with certificates checked in both directions:
+//!
+//! * the **proxy** presents `proxy.pem` (extended key usage serverAuth, DNS name
+//!   [`PROXY_SERVER_NAME`]) and requires a client certificate signed by the CA with clientAuth;
+//! * the **relay** trusts only the CA (never the system roots), always verifies the name
+//!   [`PROXY_SERVER_NAME`] whatever IP address a path uses to reach the proxy, and presents
+//!   `relay.pem` (clientAuth, name `polycorn-relay`).
+//!
+//! Because the key usages differ, the proxy's key cannot pose as a relay and the relay's key
+//! cannot pose as a proxy. Both sides negotiate ALPN [`ALPN`] (`polycorn/1`).
+//!
+//! # Files
+//!
+//! [`generate`] writes, into one directory:
+//!
+//! | file | goes to | secret |
+//! |---|---|---|
+//! | `ca.pem` | relay and proxy | no |
+//! | `ca.key` | **nowhere: keep it offline** | yes |
+//! | `proxy.pem`, `proxy.key` | proxy | key |
+//! | `relay.pem`, `relay.key` | relay (train) | key |
+//!
+//! `ca.key` signs certificates; whoever holds it can make a relay the proxy accepts. It must
+//! never be copied to a train: a gateway is physically exposed. Keep it on the operator's
+//! workstation or offline, and use it only to issue new certificates. Keys are written with
+//! mode 0600.
+//!
+//! Certificates are valid from 1970-01-01 (a gateway without a real-time clock may boot with
+//! its clock at the epoch, before GPS or NTP set it; validity start buys no security in a
+//! private PKI) until ten years after generation. To rotate, run `generate` again with
+//! `force` and distribute every file again (the CA changes too).
+//!
+//! # Loading
+//!
+//! [`server_config`] and [`client_config`] read PEM files and fail with a [`TlsError`] naming
+//! the file and what is wrong with it: missing, not PEM, no key in it, key not matching the
+//! certificate. They build on the `ring` provider explicitly, so no process-wide default
+//! provider has to be installed.
+
+use std::fs;
+use std::io::{self, Write};
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use rcgen::{
+    BasicConstraints, CertificateParams, DistinguishedName, DnType, ExtendedKeyUsagePurpose, IsCa,
+    KeyPair, KeyUsagePurpose, SanType,
+};
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
+use rustls::server::WebPkiClientVerifier;
+use rustls::{ClientConfig, RootCertStore, ServerConfig};
+
+/// The DNS name in the proxy's certificate, and the name relays always verify.
+pub const PROXY_SERVER_NAME: &str = "polycorn-proxy";
+
+/// The common name and DNS name of the relay's certificate.
+pub const RELAY_NAME: &str = "polycorn-relay";
+
+/// The ALPN protocol both ends offer.
+pub const ALPN: &[u8] = b"polycorn/1";
+
+/// Validity of generated certificates, in years from generation.
+pub const VALIDITY_YEARS: i32 = 10;
+
+/// The file names [`generate`] writes.
+pub const FILES: [&str; 6] = [
+    "ca.pem",
+    "ca.key",
+    "proxy.pem",
+    "proxy.key",
+    "relay.pem",
+    "relay.key",
+];
+
+/// What went wrong with TLS material. Every variant names the file involved.
+#[derive(Debug, thiserror::Error)]
+pub enum TlsError {
+    /// The file does not exist.
+    #[error("{}: file not found", file.display())]
+    Missing {
+        /// The file.
+        file: PathBuf,
+    },
+    /// The file exists but could not be read.
+    #[error("{}: cannot read: {source}", file.display())]
+    Read {
+        /// The file.
+        file: PathBuf,
+        /// The I/O error.
+        source: io::Error,
+    },
+    /// The file holds no PEM section of the expected kind.
+    #[error("{}: not a PEM file with a {expected} (expected a -----BEGIN {expected}----- section)", file.display())]
+    NotPem {
+        /// The file.
+        file: PathBuf,
+        /// What was expected (`CERTIFICATE`).
+        expected: &'static str,
+    },
+    /// The file is PEM but malformed.
+    #[error("{}: malformed PEM: {detail}", file.display())]
+    BadPem {
+        /// The file.
+        file: PathBuf,
+        /// What the parser said.
+        detail: String,
+    },
+    /// The file holds no private key.
+    #[error("{}: no private key found (expected a -----BEGIN PRIVATE KEY----- section)", file.display())]
+    NoKey {
+        /// The file.
+        file: PathBuf,
+    },
+    /// The private key does not belong to the certificate.
+    #[error("{}: private key does not match the certificate in {}", key.display(), cert.display())]
+    KeyMismatch {
+        /// The certificate file.
+        cert: PathBuf,
+        /// The key file.
+        key: PathBuf,
+    },
+    /// A certificate or key the TLS library refuses (unsupported algorithm, bad encoding).
+    #[error("{}: {source}", file.display())]
+    Rejected {
+        /// The file.
+        file: PathBuf,
+        /// The TLS library's reason.
+        source: rustls::Error,
+    },
+    /// The CA file cannot serve as a trust anchor.
+    #[error("{}: not a usable CA certificate: {detail}", file.display())]
+    BadCa {
+        /// The CA file.
+        file: PathBuf,
+        /// Why.
+        detail: String,
+    },
+    /// A file [`generate`] would write already exists.
+    #[error("{}: already exists; refusing to overwrite (use force to replace the whole set, then redistribute every file)", file.display())]
+    Exists {
+        /// The file.
+        file: PathBuf,
+    },
+    /// Writing a generated file failed.
+    #[error("{}: cannot write: {source}", file.display())]
+    Write {
+        /// The file or directory.
+        file: PathBuf,
+        /// The I/O error.
+        source: io::Error,
+    },
+    /// An extra subject alternative name is neither an IP address nor a DNS name.
+    #[error("proxy SAN `{san}` is neither an IP address nor a valid DNS name")]
+    InvalidSan {
+        /// The name as given.
+        san: String,
+    },
+    /// Certificate generation failed.
+    #[error("generating {what}: {source}")]
+    Generate {
+        /// Which certificate or key.
+        what: &'static str,
+        /// rcgen's error.
+        source: rcgen::Error,
+    },
+}
+
+/// The files [`generate`] wrote.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Generated {
+    /// `ca.pem`: trust anchor for both ends.
+    pub ca_cert: PathBuf,
+    /// `ca.key`: keep offline, never on a train.
+    pub ca_key: PathBuf,
+    /// `proxy.pem`.
+    pub proxy_cert: PathBuf,
+    /// `proxy.key`.
+    pub proxy_key: PathBuf,
+    /// `relay.pem`.
+    pub relay_cert: PathBuf,
+    /// `relay.key`.
+    pub relay_key: PathBuf,
+}
+
+/// Creates a CA and the proxy and relay certificates it signs, in `dir` (created, mode 0700,
+/// if missing).
+///
+/// The proxy certificate names [`PROXY_SERVER_NAME`] plus every entry of `proxy_san` (each an
+/// IP address or a DNS name; anything else is an error). Existing files are an error naming
+/// the first one found unless `force`; nothing is written in that case.
+pub fn generate(dir: &Path, proxy_san: &[String], force: bool) -> Result<Generated, TlsError> {
+    let paths: Vec<PathBuf> = FILES.iter().map(|f| dir.join(f)).collect();
+    if !force {
+        if let Some(existing) = paths.iter().find(|p| p.symlink_metadata().is_ok()) {
+            return Err(TlsError::Exists {
+                file: existing.clone(),
+            });
+        }
+    }
+    let mut sans = vec![SanType::DnsName(
+        PROXY_SERVER_NAME.try_into().expect("constant is ASCII"),
+    )];
+    for san in proxy_san {
+        let invalid = || TlsError::InvalidSan { san: san.clone() };
+        match ServerName::try_from(san.as_str()).map_err(|_| invalid())? {
+            ServerName::IpAddress(ip) => sans.push(SanType::IpAddress(std::net::IpAddr::from(ip))),
+            ServerName::DnsName(name) => sans.push(SanType::DnsName(
+                name.as_ref().try_into().map_err(|_| invalid())?,
+            )),
+            _ => return Err(invalid()),
+        }
+    }
+
+    let gen = |what| move |source| TlsError::Generate { what, source };
+    let not_after = rcgen::date_time_ymd(current_year() + VALIDITY_YEARS, 1, 1);
+    let not_before = rcgen::date_time_ymd(1970, 1, 1);
+    let base = |cn: &str| {
+        let mut p = CertificateParams::default();
+        p.not_before = not_before;
+        p.not_after = not_after;
+        let mut dn = DistinguishedName::new();
+        dn.push(DnType::OrganizationName, "polycorn");
+        dn.push(DnType::CommonName, cn);
+        p.distinguished_name = dn;
+        p
+    };
+
+    let ca_key = KeyPair::generate().map_err(gen("CA key"))?;
+    // A distinct CA name per set, so a certificate from another set fails as "unknown issuer"
+    // rather than "bad signature". Bytes 1..5 of the uncompressed EC point are random.
+    let tag: String = ca_key.public_key_raw()[1..5]
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    let mut ca = base(&format!("polycorn CA {tag}"));
+    ca.is_ca = IsCa::Ca(BasicConstraints::Constrained(0));
+    ca.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign];
+    let ca_cert = ca.self_signed(&ca_key).map_err(gen("CA certificate"))?;
+
+    let proxy_key = KeyPair::generate().map_err(gen("proxy key"))?;
+    let mut proxy = base(PROXY_SERVER_NAME);
+    proxy.subject_alt_names = sans;
+    proxy.key_usages = vec![KeyUsagePurpose::DigitalSignature];
+    proxy.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
+    proxy.use_authority_key_identifier_extension = true;
+    let proxy_cert = proxy
+        .signed_by(&proxy_key, &ca_cert, &ca_key)
+        .map_err(gen("proxy certificate"))?;
+
+    let relay_key = KeyPair::generate().map_err(gen("relay key"))?;
+    let mut relay = base(RELAY_NAME);
+    relay.subject_alt_names = vec![SanType::DnsName(
+        RELAY_NAME.try_into().expect("constant is ASCII"),
+    )];
+    relay.key_usages = vec![KeyUsagePurpose::DigitalSignature];
+    relay.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
+    relay.use_authority_key_identifier_extension = true;
+    let relay_cert = relay
+        .signed_by(&relay_key, &ca_cert, &ca_key)
+        .map_err(gen("relay certificate"))?;
+
+    fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir)
+        .map_err(|source| TlsError::Write {
+            file: dir.to_path_buf(),
+            source,
+        })?;
+    let contents = [
+        (ca_cert.pem(), false),
+        (ca_key.serialize_pem(), true),
+        (proxy_cert.pem(), false),
+        (proxy_key.serialize_pem(), true),
+        (relay_cert.pem(), false),
+        (relay_key.serialize_pem(), true),
+    ];
+    for (path, (text, secret)) in paths.iter().zip(contents.iter()) {
+        write_file(path, text.as_bytes(), *secret, force)?;
+    }
+    let mut it = paths.into_iter();
+    let mut next = || it.next().expect("six paths");
+    Ok(Generated {
+        ca_cert: next(),
+        ca_key: next(),
+        proxy_cert: next(),
+        proxy_key: next(),
+        relay_cert: next(),
+        relay_key: next(),
+    })
+}
+
+/// Writes one generated file: keys 0600, certificates 0644; `create_new` unless `force`.
+fn write_file(path: &Path, bytes: &[u8], secret: bool, force: bool) -> Result<(), TlsError> {
+    let err = |source| TlsError::Write {
+        file: path.to_path_buf(),
+        source,
+    };
+    let mode = if secret { 0o600 } else { 0o644 };
+    let mut opts = fs::OpenOptions::new();
+    opts.write(true).mode(mode);
+    if force {
+        opts.create(true).truncate(true);
+    } else {
+        opts.create_new(true);
+    }
+    let mut file = opts.open(path).map_err(|e| {
+        if e.kind() == io::ErrorKind::AlreadyExists {
+            TlsError::Exists {
+                file: path.to_path_buf(),
+            }
+        } else {
+            err(e)
+        }
+    })?;
+    // `mode` applies only to newly created files; an overwritten key keeps its old mode.
+    file.set_permissions(fs::Permissions::from_mode(mode))
+        .map_err(err)?;
+    file.write_all(bytes).map_err(err)?;
+    file.sync_all().map_err(err)
+}
+
+/// The current UTC year from the system clock (1970 if the clock is before the epoch).
+fn current_year() -> i32 {
+    let days = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs() / 86_400)
+        .unwrap_or(0);
+    // Civil-from-days (proleptic Gregorian), enough to get the year.
+    let z = days as i64 + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1_460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    i32::try_from(year).unwrap_or(1970)
+}
+
+fn read(file: &Path) -> Result<Vec<u8>, TlsError> {
+    fs::read(file).map_err(|source| {
+        if source.kind() == io::ErrorKind::NotFound {
+            TlsError::Missing {
+                file: file.to_path_buf(),
+            }
+        } else {
+            TlsError::Read {
+                file: file.to_path_buf(),
+                source,
+            }
+        }
+    })
+}
+
+fn pem_error(file: &Path, e: rustls::pki_types::pem::Error) -> TlsError {
+    TlsError::BadPem {
+        file: file.to_path_buf(),
+        detail: e.to_string(),
+    }
+}
+
+/// All certificates in a PEM file (at least one).
+pub fn load_certs(file: &Path) -> Result<Vec<CertificateDer<'static>>, TlsError> {
+    let bytes = read(file)?;
+    let certs = CertificateDer::pem_slice_iter(&bytes)
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| pem_error(file, e))?;
+    if certs.is_empty() {
+        return Err(TlsError::NotPem {
+            file: file.to_path_buf(),
+            expected: "CERTIFICATE",
+        });
+    }
+    Ok(certs)
+}
+
+/// The first private key (PKCS#8, SEC1 or PKCS#1) in a PEM file.
+pub fn load_key(file: &Path) -> Result<PrivateKeyDer<'static>, TlsError> {
+    let bytes = read(file)?;
+    PrivateKeyDer::from_pem_slice(&bytes).map_err(|e| match e {
+        rustls::pki_types::pem::Error::NoItemsFound => TlsError::NoKey {
+            file: file.to_path_buf(),
+        },
+        e => pem_error(file, e),
+    })
+}
+
+fn roots(ca: &Path) -> Result<Arc<RootCertStore>, TlsError> {
+    let mut store = RootCertStore::empty();
+    for cert in load_certs(ca)? {
+        store.add(cert).map_err(|e| TlsError::BadCa {
+            file: ca.to_path_buf(),
+            detail: e.to_string(),
+        })?;
+    }
+    Ok(Arc::new(store))
+}
+
+fn provider() -> Arc<rustls::crypto::CryptoProvider> {
+    Arc::new(rustls::crypto::ring::default_provider())
+}
+
+/// Maps the error of installing a certificate and key into one naming the right file.
+fn cert_key_error(cert: &Path, key: &Path, e: rustls::Error) -> TlsError {
+    match e {
+        rustls::Error::InconsistentKeys(_) => TlsError::KeyMismatch {
+            cert: cert.to_path_buf(),
+            key: key.to_path_buf(),
+        },
+        rustls::Error::General(_) => TlsError::Rejected {
+            file: key.to_path_buf(),
+            source: e,
+        },
+        e => TlsError::Rejected {
+            file: cert.to_path_buf(),
+            source: e,
+        },
+    }
+}
+
+/// The proxy's TLS configuration: presents `cert`/`key`, requires a client certificate that
+/// chains to `ca` and is valid for client authentication. TLS 1.3 only, ALPN [`ALPN`].
+pub fn server_config(ca: &Path, cert: &Path, key: &Path) -> Result<Arc<ServerConfig>, TlsError> {
+    let provider = provider();
+    let verifier = WebPkiClientVerifier::builder_with_provider(roots(ca)?, provider.clone())
+        .build()
+        .map_err(|e| TlsError::BadCa {
+            file: ca.to_path_buf(),
+            detail: e.to_string(),
+        })?;
+    let chain = load_certs(cert)?;
+    let private = load_key(key)?;
+    let mut config = ServerConfig::builder_with_provider(provider)
+        .with_protocol_versions(&[&rustls::version::TLS13])
+        .expect("the ring provider supports TLS 1.3")
+        .with_client_cert_verifier(verifier)
+        .with_single_cert(chain, private)
+        .map_err(|e| cert_key_error(cert, key, e))?;
+    config.alpn_protocols = vec![ALPN.to_vec()];
+    Ok(Arc::new(config))
+}
+
+/// The relay's TLS configuration: trusts only `ca`, presents `cert`/`key`. TLS 1.3 only, ALPN
+/// [`ALPN`]. Connect with [`proxy_server_name`] as the name to verify.
+pub fn client_config(ca: &Path, cert: &Path, key: &Path) -> Result<Arc<ClientConfig>, TlsError> {
+    let roots = roots(ca)?;
+    let chain = load_certs(cert)?;
+    let private = load_key(key)?;
+    let mut config = ClientConfig::builder_with_provider(provider())
+        .with_protocol_versions(&[&rustls::version::TLS13])
+        .expect("the ring provider supports TLS 1.3")
+        .with_root_certificates(roots)
+        .with_client_auth_cert(chain, private)
+        .map_err(|e| cert_key_error(cert, key, e))?;
+    config.alpn_protocols = vec![ALPN.to_vec()];
+    Ok(Arc::new(config))
+}
+
+/// [`PROXY_SERVER_NAME`] as the `ServerName` a relay passes to `TlsConnector::connect`.
+pub fn proxy_server_name() -> ServerName<'static> {
+    ServerName::try_from(PROXY_SERVER_NAME).expect("constant is a valid DNS name")
+}

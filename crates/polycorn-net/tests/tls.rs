@@ -1,0 +1,225 @@
+//! Mutual TLS: generated material, real handshakes on 127.0.0.1, refusals, file errors.
+
+use std::os::unix::fs::PermissionsExt;
+use std::path::Path;
+use std::sync::Arc;
+
+use polycorn_net::tls::{self, Generated, TlsError, ALPN, PROXY_SERVER_NAME};
+use rustls::pki_types::CertificateDer;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio_rustls::{TlsAcceptor, TlsConnector};
+
+fn generated(dir: &Path) -> Generated {
+    tls::generate(
+        dir,
+        &["127.0.0.1".into(), "proxy.example.net".into()],
+        false,
+    )
+    .unwrap()
+}
+
+/// Runs one handshake: the server reads 5 bytes and answers `world`. Returns the server's
+/// result (peer certificates on success) and whether the client read the answer.
+async fn handshake(
+    server: Arc<rustls::ServerConfig>,
+    client: Arc<rustls::ClientConfig>,
+) -> (Result<Vec<CertificateDer<'static>>, std::io::Error>, bool) {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let server_task = tokio::spawn(async move {
+        let (tcp, _) = listener.accept().await.unwrap();
+        let mut tls = TlsAcceptor::from(server).accept(tcp).await?;
+        let mut buf = [0u8; 5];
+        tls.read_exact(&mut buf).await?;
+        assert_eq!(&buf, b"hello");
+        tls.write_all(b"world").await?;
+        tls.shutdown().await?;
+        let (_, conn) = tls.get_ref();
+        assert_eq!(conn.alpn_protocol(), Some(ALPN));
+        Ok::<_, std::io::Error>(conn.peer_certificates().unwrap_or_default().to_vec())
+    });
+    let tcp = TcpStream::connect(addr).await.unwrap();
+    let client_ok = async {
+        let mut tls = TlsConnector::from(client)
+            .connect(tls::proxy_server_name(), tcp)
+            .await?;
+        assert_eq!(tls.get_ref().1.alpn_protocol(), Some(ALPN));
+        tls.write_all(b"hello").await?;
+        let mut buf = [0u8; 5];
+        tls.read_exact(&mut buf).await?;
+        Ok::<_, std::io::Error>(&buf == b"world")
+    }
+    .await
+    .unwrap_or(false);
+    (server_task.await.unwrap(), client_ok)
+}
+
+#[tokio::test]
+async fn generated_material_handshakes_and_exchanges_bytes() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("pki");
+    let g = generated(&dir);
+    for key in [&g.ca_key, &g.proxy_key, &g.relay_key] {
+        let mode = std::fs::metadata(key).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o600, "{}", key.display());
+    }
+    for name in tls::FILES {
+        assert!(dir.join(name).is_file(), "{name}");
+    }
+    let server = tls::server_config(&g.ca_cert, &g.proxy_cert, &g.proxy_key).unwrap();
+    let client = tls::client_config(&g.ca_cert, &g.relay_cert, &g.relay_key).unwrap();
+    let (server_result, client_ok) = handshake(server, client).await;
+    let peer = server_result.expect("server side handshake");
+    assert_eq!(peer.len(), 1, "relay presents its certificate");
+    assert!(client_ok, "client exchanged bytes");
+    assert_eq!(tls::proxy_server_name().to_str(), PROXY_SERVER_NAME);
+}
+
+#[tokio::test]
+async fn client_without_certificate_is_refused() {
+    let tmp = tempfile::tempdir().unwrap();
+    let g = generated(tmp.path());
+    let server = tls::server_config(&g.ca_cert, &g.proxy_cert, &g.proxy_key).unwrap();
+    let mut roots = rustls::RootCertStore::empty();
+    for c in tls::load_certs(&g.ca_cert).unwrap() {
+        roots.add(c).unwrap();
+    }
+    let mut client = rustls::ClientConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .unwrap()
+    .with_root_certificates(roots)
+    .with_no_client_auth();
+    client.alpn_protocols = vec![ALPN.to_vec()];
+    let (server_result, client_ok) = handshake(server, Arc::new(client)).await;
+    let err = server_result.expect_err("server must refuse a client without certificate");
+    assert!(
+        err.to_string().to_lowercase().contains("certificate"),
+        "{err}"
+    );
+    assert!(!client_ok);
+}
+
+#[tokio::test]
+async fn client_from_another_ca_is_refused() {
+    let tmp = tempfile::tempdir().unwrap();
+    let ours = generated(&tmp.path().join("ours"));
+    let theirs = generated(&tmp.path().join("theirs"));
+    let server = tls::server_config(&ours.ca_cert, &ours.proxy_cert, &ours.proxy_key).unwrap();
+    // Trusts our proxy, but presents a relay certificate signed by another CA.
+    let client = tls::client_config(&ours.ca_cert, &theirs.relay_cert, &theirs.relay_key).unwrap();
+    let (server_result, client_ok) = handshake(server, client).await;
+    let err = server_result.expect_err("server must refuse a foreign relay certificate");
+    assert!(
+        err.to_string()
+            .contains("invalid peer certificate: UnknownIssuer"),
+        "{err}"
+    );
+    assert!(!client_ok);
+}
+
+#[tokio::test]
+async fn proxy_certificate_cannot_pose_as_a_relay() {
+    let tmp = tempfile::tempdir().unwrap();
+    let g = generated(tmp.path());
+    let server = tls::server_config(&g.ca_cert, &g.proxy_cert, &g.proxy_key).unwrap();
+    let client = tls::client_config(&g.ca_cert, &g.proxy_cert, &g.proxy_key).unwrap();
+    let (server_result, client_ok) = handshake(server, client).await;
+    assert!(
+        server_result.is_err(),
+        "serverAuth-only certificate used as client"
+    );
+    assert!(!client_ok);
+}
+
+#[test]
+fn overwrite_refused_without_force() {
+    let tmp = tempfile::tempdir().unwrap();
+    let first = generated(tmp.path());
+    let ca_before = std::fs::read(&first.ca_cert).unwrap();
+    let err = tls::generate(tmp.path(), &[], false).unwrap_err();
+    assert!(matches!(err, TlsError::Exists { .. }), "{err:?}");
+    assert!(err.to_string().contains("ca.pem"), "{err}");
+    assert_eq!(
+        std::fs::read(&first.ca_cert).unwrap(),
+        ca_before,
+        "nothing written"
+    );
+
+    // One leftover file is enough to refuse.
+    let other = tempfile::tempdir().unwrap();
+    std::fs::write(other.path().join("relay.key"), b"keep me").unwrap();
+    let err = tls::generate(other.path(), &[], false).unwrap_err();
+    assert!(err.to_string().contains("relay.key"), "{err}");
+    assert!(!other.path().join("ca.pem").exists(), "nothing written");
+
+    // With force the whole set is replaced and keys are made private again.
+    std::fs::set_permissions(&first.relay_key, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let again = tls::generate(tmp.path(), &[], true).unwrap();
+    assert_ne!(std::fs::read(&again.ca_cert).unwrap(), ca_before);
+    let mode = std::fs::metadata(&again.relay_key)
+        .unwrap()
+        .permissions()
+        .mode()
+        & 0o777;
+    assert_eq!(mode, 0o600);
+    tls::server_config(&again.ca_cert, &again.proxy_cert, &again.proxy_key).unwrap();
+}
+
+#[test]
+fn invalid_san_is_an_error() {
+    let tmp = tempfile::tempdir().unwrap();
+    let err = tls::generate(tmp.path(), &["not a name!".into()], false).unwrap_err();
+    assert!(err.to_string().contains("not a name!"), "{err}");
+    assert!(!tmp.path().join("ca.pem").exists());
+    tls::generate(tmp.path(), &["::1".into(), "proxy-1.example".into()], false).unwrap();
+}
+
+#[test]
+fn file_errors_name_the_file_and_the_problem() {
+    let tmp = tempfile::tempdir().unwrap();
+    let g = generated(tmp.path());
+    let garbage = tmp.path().join("garbage.pem");
+    std::fs::write(&garbage, b"this is not PEM\n").unwrap();
+    let missing = tmp.path().join("missing.pem");
+
+    let cases: Vec<(Result<_, TlsError>, &Path, &str)> = vec![
+        (
+            tls::server_config(&missing, &g.proxy_cert, &g.proxy_key).map(|_| ()),
+            &missing,
+            "not found",
+        ),
+        (
+            tls::server_config(&g.ca_cert, &garbage, &g.proxy_key).map(|_| ()),
+            &garbage,
+            "not a PEM file",
+        ),
+        (
+            tls::client_config(&garbage, &g.relay_cert, &g.relay_key).map(|_| ()),
+            &garbage,
+            "not a PEM file",
+        ),
+        (
+            tls::client_config(&g.ca_cert, &g.relay_cert, &g.relay_cert).map(|_| ()),
+            &g.relay_cert,
+            "no private key",
+        ),
+        (
+            tls::client_config(&g.ca_cert, &g.relay_cert, &g.proxy_key).map(|_| ()),
+            &g.proxy_key,
+            "does not match",
+        ),
+        (
+            tls::server_config(&g.ca_cert, &g.proxy_cert, &g.relay_key).map(|_| ()),
+            &g.relay_key,
+            "does not match",
+        ),
+    ];
+    for (result, file, what) in cases {
+        let msg = result.unwrap_err().to_string();
+        assert!(msg.contains(&file.display().to_string()), "{msg}");
+        assert!(msg.contains(what), "{msg} should say {what}");
+    }
+}
