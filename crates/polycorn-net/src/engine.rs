@@ -53,6 +53,10 @@ impl FlowSignal {
     pub fn is_reset(&self) -> bool {
         self.state.load(Ordering::SeqCst) == RESET
     }
+    /// Wait until the flow has data to read, ended, or was reset.
+    pub async fn readable_notified(&self) {
+        self.readable.notified().await;
+    }
     fn is_open(&self) -> bool {
         self.state.load(Ordering::SeqCst) == OPEN
     }
@@ -318,25 +322,27 @@ impl Engine {
             let mut buf: Vec<u8> = initial;
             buf.reserve(256 * 1024);
             loop {
-                let now = self.now();
-                let mut c = self.lock();
-                let mut used = 0;
-                let res = loop {
-                    match decode(&buf[used..]) {
-                        Ok(Some((frame, k))) => {
-                            if let Err(e) = c.session.on_frame(now, path, frame) {
-                                break Err(SubflowError::Proto(e));
+                let (res, used) = {
+                    let now = self.now();
+                    let mut c = self.lock();
+                    let mut used = 0;
+                    let res = loop {
+                        match decode(&buf[used..]) {
+                            Ok(Some((frame, k))) => {
+                                if let Err(e) = c.session.on_frame(now, path, frame) {
+                                    break Err(SubflowError::Proto(e));
+                                }
+                                used += k;
                             }
-                            used += k;
+                            Ok(None) => break Ok(()),
+                            Err(e) => break Err(SubflowError::Proto(e.into())),
                         }
-                        Ok(None) => break Ok(()),
-                        Err(e) => break Err(SubflowError::Proto(e.into())),
+                    };
+                    if used > 0 {
+                        self.drive(&mut c, now);
                     }
+                    (res, used)
                 };
-                if used > 0 {
-                    self.drive(&mut c, now);
-                }
-                drop(c);
                 res?;
                 buf.drain(..used);
                 if buf.capacity() - buf.len() < IO_CHUNK {
@@ -367,11 +373,14 @@ impl Engine {
                         writer.flush().await?;
                     }
                     let sample = tcp_info()?;
-                    let now = self.now();
-                    let mut c = self.lock();
-                    c.session.on_tcp_info(now, path, &sample, 0)?;
-                    self.drive(&mut c, now);
-                    if !c.session.has_output(path) {
+                    let more = {
+                        let now = self.now();
+                        let mut c = self.lock();
+                        c.session.on_tcp_info(now, path, &sample, 0)?;
+                        self.drive(&mut c, now);
+                        c.session.has_output(path)
+                    };
+                    if !more {
                         break;
                     }
                 }

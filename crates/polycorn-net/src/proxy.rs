@@ -1,1 +1,243 @@
-//! (in progress)
+//! The cloud proxy: terminates relays' subflows (mutual TLS), demultiplexes flows, connects to
+//! destinations allowed by its policy, and schedules the downlink.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use polycorn_proto::{Destination, Event, OpenStatus, Role, Session};
+use polycorn_sched::predict::{HandoverPredictor, NoPrediction};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::task::JoinSet;
+use tracing::{debug, info, warn};
+
+use crate::engine::Engine;
+use crate::policy::DestinationPolicy;
+use crate::relay::Tuning;
+use crate::subflow;
+
+/// Builds a handover predictor for a new session (LinkDB in production).
+pub type PredictorFactory = Arc<dyn Fn() -> Box<dyn HandoverPredictor + Send> + Send + Sync>;
+
+/// Everything the proxy needs, already validated.
+#[derive(Clone)]
+pub struct ProxyOptions {
+    /// Subflow listeners (TLS).
+    pub listen: Vec<SocketAddr>,
+    /// Baselines' tunnel listener (kernel MPTCP capable), if any.
+    pub tunnel_listen: Option<SocketAddr>,
+    /// Source networks allowed to open tunnels.
+    pub tunnel_peers: Vec<ipnet::IpNet>,
+    /// TLS server configuration (client certificates required).
+    pub tls: Arc<rustls::ServerConfig>,
+    /// Downlink pipeline spec.
+    pub pipeline: String,
+    /// Session tunables.
+    pub tuning: Tuning,
+    /// Destination policy.
+    pub policy: Arc<DestinationPolicy>,
+    /// Connect timeout towards destinations.
+    pub connect_timeout: Duration,
+    /// Predictor per session.
+    pub predictor: Option<PredictorFactory>,
+}
+
+impl std::fmt::Debug for ProxyOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ProxyOptions")
+            .field("listen", &self.listen)
+            .field("pipeline", &self.pipeline)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Opens connections to destinations under the policy.
+#[derive(Debug)]
+pub struct Connector {
+    policy: Arc<DestinationPolicy>,
+    timeout: Duration,
+}
+
+impl Connector {
+    /// A connector with `policy` and per-attempt `timeout`.
+    pub fn new(policy: Arc<DestinationPolicy>, timeout: Duration) -> Connector {
+        Connector { policy, timeout }
+    }
+
+    /// Resolve (host names), check every address against the policy, connect to the first
+    /// allowed one that answers.
+    pub async fn connect(&self, dst: &Destination) -> Result<TcpStream, OpenStatus> {
+        let addrs: Vec<SocketAddr> = match dst {
+            Destination::Addr(a) => vec![*a],
+            Destination::Name(n, p) => match tokio::net::lookup_host((n.as_str(), *p)).await {
+                Ok(it) => it.collect(),
+                Err(_) => return Err(OpenStatus::NameError),
+            },
+        };
+        if addrs.is_empty() {
+            return Err(OpenStatus::NameError);
+        }
+        let mut status = OpenStatus::Denied;
+        for a in addrs {
+            if let Err(d) = self.policy.check(a.ip()) {
+                info!(dst = %dst, addr = %a, reason = %d, "destination denied by policy");
+                continue;
+            }
+            match tokio::time::timeout(self.timeout, TcpStream::connect(a)).await {
+                Ok(Ok(s)) => return Ok(s),
+                Ok(Err(e)) if e.kind() == std::io::ErrorKind::ConnectionRefused => {
+                    status = OpenStatus::Refused
+                }
+                _ => status = OpenStatus::Unreachable,
+            }
+        }
+        Err(status)
+    }
+}
+
+type Sessions = Arc<Mutex<HashMap<u64, Engine>>>;
+
+/// Start the proxy: bind listeners (errors name the address); returns the running tasks and
+/// the live sessions (for metrics).
+pub async fn start(opts: ProxyOptions) -> Result<(JoinSet<()>, Arc<Mutex<HashMap<u64, Engine>>>), String> {
+    let mut tasks = JoinSet::new();
+    let sessions: Sessions = Arc::new(Mutex::new(HashMap::new()));
+    let connector = Arc::new(Connector::new(opts.policy.clone(), opts.connect_timeout));
+    let acceptor = subflow::acceptor(opts.tls.clone());
+    let opts = Arc::new(opts);
+    for addr in &opts.listen {
+        let l = TcpListener::bind(addr)
+            .await
+            .map_err(|e| format!("subflow listener on {addr}: {e}"))?;
+        info!(%addr, pipeline = %opts.pipeline, "proxy listening");
+        let (a, s, o, c) = (acceptor.clone(), sessions.clone(), opts.clone(), connector.clone());
+        tasks.spawn(accept_loop(l, a, s, o, c));
+    }
+    if let Some(addr) = opts.tunnel_listen {
+        let _ = crate::direct::MptcpEndpoints::limits(8);
+        let l = crate::direct::mptcp_listener(addr)
+            .map_err(|e| format!("tunnel listener on {addr}: {e}"))?;
+        info!(%addr, "baseline tunnel listener (kernel MPTCP / TCP)");
+        tasks.spawn(crate::direct::serve_tunnels(
+            l,
+            Arc::new(opts.tunnel_peers.clone()),
+            connector.clone(),
+        ));
+    }
+    Ok((tasks, sessions))
+}
+
+async fn accept_loop(
+    l: TcpListener,
+    acceptor: tokio_rustls::TlsAcceptor,
+    sessions: Sessions,
+    opts: Arc<ProxyOptions>,
+    connector: Arc<Connector>,
+) {
+    loop {
+        let (tcp, peer) = match l.accept().await {
+            Ok(x) => x,
+            Err(e) => {
+                warn!(error = %e, "accept failed");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                continue;
+            }
+        };
+        let (a, s, o, c) = (acceptor.clone(), sessions.clone(), opts.clone(), connector.clone());
+        tokio::spawn(async move {
+            let acc = match subflow::proxy_accept(&a, tcp, o.tuning.congestion.as_deref()).await {
+                Ok(x) => x,
+                Err(e) => {
+                    warn!(%peer, error = %e, "subflow refused");
+                    return;
+                }
+            };
+            let (engine, created) = {
+                let mut map = s.lock().unwrap_or_else(|p| p.into_inner());
+                match map.get(&acc.session) {
+                    Some(e) => (e.clone(), false),
+                    None => {
+                        let cfg = o.tuning.session_config(Role::Proxy, acc.session, &o.pipeline);
+                        let session = match Session::new(cfg) {
+                            Ok(s) => s,
+                            Err(e) => {
+                                warn!(error = %e, "bad pipeline");
+                                return;
+                            }
+                        };
+                        let pred: Box<dyn HandoverPredictor + Send> = match &o.predictor {
+                            Some(f) => f(),
+                            None => Box::new(NoPrediction),
+                        };
+                        let (engine, events) = Engine::new(session, pred);
+                        map.insert(acc.session, engine.clone());
+                        tokio::spawn(engine.clone().run_timer());
+                        tokio::spawn(session_events(
+                            engine.clone(),
+                            acc.session,
+                            events,
+                            s.clone(),
+                            c.clone(),
+                        ));
+                        (engine, true)
+                    }
+                }
+            };
+            if created {
+                info!(session = format!("{:016x}", acc.session), %peer, "new relay session");
+            }
+            let hello = engine.inspect(|x| x.hello(acc.path).to_vec());
+            let mut stream = acc.stream;
+            if let Err(e) = subflow::send_hello(&mut stream, &hello).await {
+                warn!(%peer, error = %e, "cannot answer Hello");
+                return;
+            }
+            info!(%peer, path = acc.path, "subflow up");
+            let (r, w) = tokio::io::split(stream);
+            let err = engine.run_subflow(acc.path, acc.initial, r, w, acc.tcp_info).await;
+            warn!(%peer, path = acc.path, error = %err, "subflow ended");
+        });
+    }
+}
+
+async fn session_events(
+    engine: Engine,
+    id: u64,
+    mut events: tokio::sync::mpsc::UnboundedReceiver<Event>,
+    sessions: Sessions,
+    connector: Arc<Connector>,
+) {
+    while let Some(ev) = events.recv().await {
+        match ev {
+            Event::FlowRequested { flow, user, dst } => {
+                let (e, c) = (engine.clone(), connector.clone());
+                tokio::spawn(async move {
+                    match c.connect(&dst).await {
+                        Ok(stream) => {
+                            debug!(flow, %user, %dst, "connected");
+                            let Some(sig) = e.flow_signal(flow) else { return };
+                            if e.with(|s, now| s.accept_flow(now, flow)).is_err() {
+                                return;
+                            }
+                            e.pump(flow, sig, stream).await;
+                        }
+                        Err(status) => {
+                            debug!(flow, %user, %dst, ?status, "open refused");
+                            let _ = e.with(|s, now| s.refuse_flow(now, flow, status));
+                        }
+                    }
+                });
+            }
+            Event::Context(ctx) => {
+                debug!(lat = ctx.lat, lon = ctx.lon, speed = ctx.speed_mps, "train context");
+            }
+            Event::SessionLost => {
+                warn!(session = format!("{id:016x}"), "relay gone longer than the hold time; session closed");
+                sessions.lock().unwrap_or_else(|p| p.into_inner()).remove(&id);
+                return;
+            }
+            _ => {}
+        }
+    }
+}

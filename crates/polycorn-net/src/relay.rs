@@ -1,1 +1,423 @@
-//! (in progress)
+//! The on-train relay: intercepts passengers' TCP (transparent TPROXY listeners and SOCKS5),
+//! and carries it to the proxy.
+//!
+//! * `polycorn` mode: one session over one pinned, TLS-encrypted subflow per path; the relay
+//!   schedules the uplink with the configured pipeline and sends train context on every path.
+//! * `mptcp` / `single` modes (baselines, [`crate::direct`]): each passenger connection becomes
+//!   its own kernel-MPTCP connection to the proxy, or its own TCP connection over the path
+//!   assigned to that passenger (passengers round-robin over the SIMs).
+
+use std::net::{IpAddr, SocketAddr};
+use std::sync::Arc;
+use std::time::Duration;
+
+use polycorn_proto::{ContextInfo, Destination, OpenStatus, Role, Session, SessionConfig};
+use polycorn_sched::predict::{HandoverPredictor, NoPrediction};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::mpsc;
+use tokio::task::JoinSet;
+use tracing::{debug, info, warn};
+
+use crate::direct::{self, DirectMode};
+use crate::engine::Engine;
+use crate::socks5;
+use crate::subflow;
+
+/// How passengers' traffic is carried.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Mode {
+    /// polycorn: all flows over all paths, scheduled per chunk.
+    Polycorn,
+    /// Baseline: one kernel MPTCP connection per passenger connection (default scheduler).
+    Mptcp,
+    /// Baseline: one TCP connection per passenger connection over the passenger's SIM.
+    Single,
+}
+
+/// One cellular path as the relay sees it.
+#[derive(Clone, Debug)]
+pub struct RelayPath {
+    /// Display name (metrics, logs).
+    pub name: String,
+    /// Interface the path's socket is bound to.
+    pub device: Option<String>,
+    /// Source address on that interface.
+    pub source: Option<IpAddr>,
+    /// Proxy address reached over this path.
+    pub proxy: SocketAddr,
+}
+
+/// Session tunables shared by relay and proxy.
+#[derive(Clone, Debug)]
+pub struct Tuning {
+    /// Per-flow window, bytes.
+    pub flow_window: u64,
+    /// Per-passenger window, bytes.
+    pub user_window: u64,
+    /// Flow limit.
+    pub max_flows: usize,
+    /// Hold time for outages of every path.
+    pub hold_time: Duration,
+    /// Congestion control for subflows (`None`: the system default).
+    pub congestion: Option<String>,
+}
+
+impl Default for Tuning {
+    fn default() -> Self {
+        Tuning {
+            flow_window: 4 << 20,
+            user_window: 16 << 20,
+            max_flows: 65_536,
+            hold_time: Duration::from_secs(30),
+            congestion: None,
+        }
+    }
+}
+
+impl Tuning {
+    /// A session configuration with these tunables.
+    pub fn session_config(&self, role: Role, id: u64, pipeline: &str) -> SessionConfig {
+        let mut c = SessionConfig::new(role, id, pipeline);
+        c.flow_window = self.flow_window;
+        c.user_window = self.user_window.max(self.flow_window);
+        c.max_flows = self.max_flows;
+        c.hold_time = polycorn_sched::time::Duration::from_micros(self.hold_time.as_micros() as u64);
+        c
+    }
+}
+
+/// Everything the relay needs, already validated.
+#[derive(Clone)]
+pub struct RelayOptions {
+    /// Carriage mode.
+    pub mode: Mode,
+    /// Uplink pipeline spec (polycorn mode).
+    pub pipeline: String,
+    /// Paths, index = position.
+    pub paths: Vec<RelayPath>,
+    /// TLS client configuration (polycorn mode).
+    pub tls: Option<Arc<rustls::ClientConfig>>,
+    /// Transparent (TPROXY) listeners.
+    pub transparent: Vec<SocketAddr>,
+    /// SOCKS5 listener.
+    pub socks5: Option<SocketAddr>,
+    /// DNS: UDP listen address and the resolver reached through the proxy.
+    pub dns: Option<(SocketAddr, SocketAddr)>,
+    /// Proxy port of the baselines' tunnels.
+    pub tunnel_port: u16,
+    /// Session tunables.
+    pub tuning: Tuning,
+}
+
+impl std::fmt::Debug for RelayOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RelayOptions")
+            .field("mode", &self.mode)
+            .field("pipeline", &self.pipeline)
+            .field("paths", &self.paths)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Where passenger connections go: the session (polycorn) or per-connection tunnels.
+#[derive(Clone, Debug)]
+pub enum Carrier {
+    /// The multipath session.
+    Session(Engine),
+    /// Baseline tunnels.
+    Direct(Arc<direct::Tunnels>),
+}
+
+fn random_u64() -> u64 {
+    let mut b = [0u8; 8];
+    if std::fs::File::open("/dev/urandom")
+        .and_then(|mut f| std::io::Read::read_exact(&mut f, &mut b))
+        .is_err()
+    {
+        let t = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default();
+        return t.as_nanos() as u64 ^ u64::from(std::process::id());
+    }
+    u64::from_be_bytes(b)
+}
+
+/// Start the relay: bind listeners (errors name the address), start subflows; returns the
+/// carrier (for metrics and context) and the set of running tasks.
+pub async fn start(
+    opts: RelayOptions,
+    context: Option<mpsc::Receiver<ContextInfo>>,
+) -> Result<(Carrier, JoinSet<()>), String> {
+    let mut tasks = JoinSet::new();
+    let carrier = match opts.mode {
+        Mode::Polycorn => {
+            let tls = opts
+                .tls
+                .clone()
+                .ok_or("polycorn mode needs TLS credentials ([tls])")?;
+            let id = random_u64();
+            let cfg = opts.tuning.session_config(Role::Relay, id, &opts.pipeline);
+            let session = Session::new(cfg).map_err(|e| format!("scheduler `{}`: {e}", opts.pipeline))?;
+            let predictor: Box<dyn HandoverPredictor + Send> = Box::new(NoPrediction);
+            let (engine, events) = Engine::new(session, predictor);
+            info!(session = format!("{id:016x}"), pipeline = %opts.pipeline, paths = opts.paths.len(), "relay session");
+            tasks.spawn(engine.clone().run_timer());
+            tasks.spawn(log_events(events));
+            let connector = subflow::connector(tls);
+            for (i, p) in opts.paths.iter().enumerate() {
+                tasks.spawn(maintain_path(
+                    engine.clone(),
+                    i as u8,
+                    p.clone(),
+                    connector.clone(),
+                    opts.tuning.congestion.clone(),
+                ));
+            }
+            if let Some(mut rx) = context {
+                let e = engine.clone();
+                tasks.spawn(async move {
+                    while let Some(ctx) = rx.recv().await {
+                        e.with(|s, now| s.send_context(now, &ctx));
+                    }
+                });
+            }
+            Carrier::Session(engine)
+        }
+        Mode::Mptcp | Mode::Single => {
+            let mode = if opts.mode == Mode::Mptcp {
+                DirectMode::Mptcp
+            } else {
+                DirectMode::Single
+            };
+            Carrier::Direct(Arc::new(direct::Tunnels::new(
+                mode,
+                opts.paths.clone(),
+                opts.tunnel_port,
+                opts.tuning.congestion.clone(),
+            )))
+        }
+    };
+    for addr in &opts.transparent {
+        let l = crate::intercept::transparent_listener(*addr)
+            .map_err(|e| format!("transparent listener on {addr}: {e}"))?;
+        info!(%addr, "transparent (TPROXY) listener");
+        tasks.spawn(accept_transparent(l, carrier.clone()));
+    }
+    if let Some(addr) = opts.socks5 {
+        let l = TcpListener::bind(addr)
+            .await
+            .map_err(|e| format!("SOCKS5 listener on {addr}: {e}"))?;
+        info!(%addr, "SOCKS5 listener");
+        tasks.spawn(accept_socks5(l, carrier.clone()));
+    }
+    if let Some((listen, upstream)) = opts.dns {
+        let sock = tokio::net::UdpSocket::bind(listen)
+            .await
+            .map_err(|e| format!("DNS listener on {listen}: {e}"))?;
+        info!(%listen, %upstream, "DNS relay");
+        tasks.spawn(crate::dns::serve(sock, upstream, carrier.clone()));
+    }
+    Ok((carrier, tasks))
+}
+
+async fn log_events(mut rx: mpsc::UnboundedReceiver<polycorn_proto::Event>) {
+    while let Some(ev) = rx.recv().await {
+        match ev {
+            polycorn_proto::Event::SessionLost => {
+                warn!("every path has been down longer than the hold time: passengers' connections were reset")
+            }
+            polycorn_proto::Event::FlowOpened { flow, status } if status != OpenStatus::Ok => {
+                debug!(flow, ?status, "proxy could not open flow")
+            }
+            _ => {}
+        }
+    }
+}
+
+/// Keep `path`'s subflow up: connect with backoff, run, and replace it when it stalls.
+async fn maintain_path(
+    engine: Engine,
+    path: u8,
+    p: RelayPath,
+    tls: tokio_rustls::TlsConnector,
+    congestion: Option<String>,
+) {
+    let hello = engine.inspect(|s| s.hello(path).to_vec());
+    let mut backoff = Duration::from_millis(100);
+    let mut next: Option<subflow::Established> = None;
+    loop {
+        let est = match next.take() {
+            Some(e) => e,
+            None => match subflow::relay_connect(
+                &tls,
+                p.proxy,
+                p.source,
+                p.device.as_deref(),
+                congestion.as_deref(),
+                &hello,
+            )
+            .await
+            {
+                Ok(e) => e,
+                Err(e) => {
+                    debug!(path = %p.name, error = %e, "subflow connect failed");
+                    tokio::time::sleep(backoff).await;
+                    backoff = (backoff * 2).min(Duration::from_secs(2));
+                    continue;
+                }
+            },
+        };
+        backoff = Duration::from_millis(100);
+        info!(path = %p.name, proxy = %p.proxy, "subflow up");
+        let (r, w) = tokio::io::split(est.stream);
+        let run = engine.run_subflow(path, est.initial, r, w, est.tcp_info);
+        // Watchdog: a path that stays silent (no frame for the session's stall time) is
+        // probed with a fresh connection; when the probe gets through, it replaces the old
+        // subflow, whose TCP may sit in exponential RTO back-off for a long time.
+        let watchdog = async {
+            let mut silent = 0u32;
+            loop {
+                tokio::time::sleep(Duration::from_millis(500)).await;
+                let stalled = engine.inspect(|s| s.path_attached(path) && !s.path_usable(path));
+                silent = if stalled { silent + 1 } else { 0 };
+                if silent >= 2 {
+                    if let Ok(Ok(e)) = tokio::time::timeout(
+                        Duration::from_millis(1500),
+                        subflow::relay_connect(
+                            &tls,
+                            p.proxy,
+                            p.source,
+                            p.device.as_deref(),
+                            congestion.as_deref(),
+                            &hello,
+                        ),
+                    )
+                    .await
+                    {
+                        return e;
+                    }
+                }
+            }
+        };
+        tokio::select! {
+            e = run => {
+                warn!(path = %p.name, error = %e, "subflow ended; reconnecting");
+            }
+            fresh = watchdog => {
+                info!(path = %p.name, "path silent; replacing its subflow");
+                next = Some(fresh);
+            }
+        }
+    }
+}
+
+async fn accept_transparent(l: TcpListener, carrier: Carrier) {
+    loop {
+        match l.accept().await {
+            Ok((stream, peer)) => {
+                let dst = match stream.local_addr() {
+                    Ok(a) => a,
+                    Err(e) => {
+                        warn!(%peer, error = %e, "no original destination");
+                        continue;
+                    }
+                };
+                let c = carrier.clone();
+                tokio::spawn(async move {
+                    carry(c, stream, peer.ip(), Destination::Addr(dst), None).await;
+                });
+            }
+            Err(e) => {
+                warn!(error = %e, "accept failed");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+    }
+}
+
+async fn accept_socks5(l: TcpListener, carrier: Carrier) {
+    loop {
+        match l.accept().await {
+            Ok((mut stream, peer)) => {
+                let c = carrier.clone();
+                tokio::spawn(async move {
+                    let req = match tokio::time::timeout(
+                        Duration::from_secs(10),
+                        socks5::handshake(&mut stream),
+                    )
+                    .await
+                    {
+                        Ok(Ok(r)) => r,
+                        Ok(Err(e)) => {
+                            debug!(%peer, error = %e, "SOCKS5 handshake failed");
+                            return;
+                        }
+                        Err(_) => return,
+                    };
+                    let dst = match req.target {
+                        socks5::Target::Addr(a) => Destination::Addr(a),
+                        socks5::Target::Name(n, p) => Destination::Name(n, p),
+                    };
+                    carry(c, stream, peer.ip(), dst, Some(())).await;
+                });
+            }
+            Err(e) => {
+                warn!(error = %e, "accept failed");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+    }
+}
+
+/// Reply code for a SOCKS5 client from the proxy's answer.
+pub(crate) fn socks_reply(status: OpenStatus) -> socks5::Reply {
+    match status {
+        OpenStatus::Ok => socks5::Reply::Succeeded(SocketAddr::from(([0, 0, 0, 0], 0))),
+        OpenStatus::Refused => socks5::Reply::ConnectionRefused,
+        OpenStatus::Unreachable => socks5::Reply::HostUnreachable,
+        OpenStatus::Denied => socks5::Reply::NotAllowed,
+        OpenStatus::NameError => socks5::Reply::HostUnreachable,
+        OpenStatus::Failed => socks5::Reply::GeneralFailure,
+    }
+}
+
+/// Carry one passenger connection. `socks` = answer the SOCKS5 client once the proxy answered.
+async fn carry(
+    carrier: Carrier,
+    mut stream: TcpStream,
+    user: IpAddr,
+    dst: Destination,
+    socks: Option<()>,
+) {
+    match carrier {
+        Carrier::Session(engine) => {
+            let (flow, sig, opened) = match engine.open_flow(user, dst.clone()) {
+                Ok(x) => x,
+                Err(e) => {
+                    warn!(%user, %dst, error = %e, "cannot open flow");
+                    if socks.is_some() {
+                        let _ = socks5::reply(&mut stream, socks5::Reply::GeneralFailure).await;
+                    }
+                    let _ = socket2::SockRef::from(&stream).set_linger(Some(Duration::ZERO));
+                    return;
+                }
+            };
+            debug!(flow, %user, %dst, "flow opened");
+            if socks.is_some() {
+                let status = opened.await.unwrap_or(OpenStatus::Failed);
+                if socks5::reply(&mut stream, socks_reply(status)).await.is_err()
+                    || status != OpenStatus::Ok
+                {
+                    if status == OpenStatus::Ok {
+                        engine.reset_flow(flow, polycorn_proto::ResetReason::PeerReset);
+                    }
+                    return;
+                }
+            }
+            engine.pump(flow, sig, stream).await;
+        }
+        Carrier::Direct(t) => {
+            t.carry(stream, user, dst, socks.is_some()).await;
+        }
+    }
+}

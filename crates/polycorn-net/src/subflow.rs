@@ -1,1 +1,253 @@
-//! (in progress)
+//! Subflow setup: the pinned TCP connection per path, TLS, and the Hello exchange.
+//!
+//! The relay opens every subflow (trains sit behind carrier NAT): a TCP socket bound to the
+//! path's device and source address, `TCP_NOTSENT_LOWAT` so the kernel holds few unsent bytes
+//! and polycorn decides late which path carries what, mutual TLS, then Hello both ways. The
+//! proxy accepts, checks the client certificate (TLS) and the Hello, and answers.
+
+use std::io;
+use std::net::{IpAddr, SocketAddr};
+use std::os::fd::AsFd;
+use std::sync::Arc;
+use std::time::Duration;
+
+use polycorn_proto::frame::decode;
+use polycorn_proto::{ProtoError, Role, Session};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::net::TcpStream;
+use tokio_rustls::{TlsAcceptor, TlsConnector};
+
+use crate::engine::TcpInfoFn;
+use crate::sockopt;
+
+/// Time allowed for TCP connect, TLS and Hello.
+pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Unsent bytes the kernel may hold per subflow (`TCP_NOTSENT_LOWAT`). Small, so decisions are
+/// made close to the moment the path can send; large enough for full-rate bursts.
+pub const NOTSENT_LOWAT: u32 = 128 * 1024;
+
+/// Why a subflow could not be set up.
+#[derive(Debug, thiserror::Error)]
+pub enum HandshakeError {
+    /// Socket-level failure (with what was being done).
+    #[error("{what}: {source}")]
+    Io {
+        /// What failed.
+        what: String,
+        /// Cause.
+        source: io::Error,
+    },
+    /// TCP, TLS or Hello took longer than [`HANDSHAKE_TIMEOUT`].
+    #[error("{0} timed out")]
+    Timeout(&'static str),
+    /// The peer's Hello was wrong.
+    #[error("{0}")]
+    Proto(#[from] ProtoError),
+    /// The peer closed the connection during the handshake.
+    #[error("peer closed the connection during the handshake")]
+    Closed,
+}
+
+fn io_err(what: impl Into<String>) -> impl FnOnce(io::Error) -> HandshakeError {
+    let what = what.into();
+    move |source| HandshakeError::Io { what, source }
+}
+
+/// A `TCP_INFO` reader for `stream` (owns a duplicate of the socket descriptor).
+pub fn tcp_info_reader(stream: &TcpStream) -> io::Result<TcpInfoFn> {
+    let dup = socket2::SockRef::from(stream).try_clone()?;
+    Ok(Box::new(move || {
+        sockopt::tcp_info(dup.as_fd()).map(|raw| raw.to_sample())
+    }))
+}
+
+/// Socket options every subflow gets.
+pub fn tune(stream: &TcpStream, congestion: Option<&str>) -> io::Result<()> {
+    stream.set_nodelay(true)?;
+    sockopt::set_notsent_lowat(stream.as_fd(), NOTSENT_LOWAT)?;
+    if let Some(cc) = congestion {
+        sockopt::set_congestion(stream.as_fd(), cc)?;
+    }
+    Ok(())
+}
+
+/// Connect a TCP socket to `proxy`, pinned to `device`/`source` when given.
+pub async fn connect_pinned(
+    proxy: SocketAddr,
+    source: Option<IpAddr>,
+    device: Option<&str>,
+) -> Result<TcpStream, HandshakeError> {
+    let sock = match (source, device) {
+        (Some(src), Some(dev)) => sockopt::pinned_tcp_socket(src, dev)
+            .map_err(io_err(format!("pin socket to {dev} ({src})")))?,
+        _ => {
+            let s = socket2::Socket::new(
+                socket2::Domain::for_address(proxy),
+                socket2::Type::STREAM,
+                Some(socket2::Protocol::TCP),
+            )
+            .map_err(io_err("create socket"))?;
+            if let Some(src) = source {
+                s.bind(&SocketAddr::new(src, 0).into())
+                    .map_err(io_err(format!("bind {src}")))?;
+            }
+            if let Some(dev) = device {
+                sockopt::bind_device(&s, dev).map_err(io_err(format!("bind to device {dev}")))?;
+            }
+            s.set_nonblocking(true).map_err(io_err("set nonblocking"))?;
+            s
+        }
+    };
+    let std_stream: std::net::TcpStream = sock.into();
+    let tsock = tokio::net::TcpSocket::from_std_stream(std_stream);
+    match tokio::time::timeout(HANDSHAKE_TIMEOUT, tsock.connect(proxy)).await {
+        Ok(Ok(s)) => Ok(s),
+        Ok(Err(e)) => Err(HandshakeError::Io {
+            what: format!("connect to {proxy}"),
+            source: e,
+        }),
+        Err(_) => Err(HandshakeError::Timeout("TCP connect")),
+    }
+}
+
+/// Read frames until the first one (which must be a Hello from the other role) is complete.
+/// Returns the session id, the path, and any bytes that followed the Hello.
+pub async fn read_hello<S: AsyncRead + Unpin>(
+    stream: &mut S,
+    our_role: Role,
+) -> Result<(u64, u8, Vec<u8>), HandshakeError> {
+    let mut buf = Vec::with_capacity(4096);
+    loop {
+        if let Some((frame, n)) = decode(&buf).map_err(ProtoError::from)? {
+            let (session, path) = Session::check_hello(our_role, &frame)?;
+            return Ok((session, path, buf[n..].to_vec()));
+        }
+        if buf.len() > 64 * 1024 {
+            return Err(ProtoError::Hello("no Hello in the first 64 KiB".into()).into());
+        }
+        let n = stream
+            .read_buf(&mut buf)
+            .await
+            .map_err(io_err("read Hello"))?;
+        if n == 0 {
+            return Err(HandshakeError::Closed);
+        }
+    }
+}
+
+/// A relay subflow, ready for [`crate::engine::Engine::run_subflow`].
+pub struct Established {
+    /// The TLS stream.
+    pub stream: tokio_rustls::client::TlsStream<TcpStream>,
+    /// Bytes read after the proxy's Hello.
+    pub initial: Vec<u8>,
+    /// `TCP_INFO` of the underlying socket.
+    pub tcp_info: TcpInfoFn,
+}
+
+impl std::fmt::Debug for Established {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Established").finish_non_exhaustive()
+    }
+}
+
+/// Relay side: connect, TLS, Hello for `path` of `session`.
+pub async fn relay_connect(
+    tls: &TlsConnector,
+    proxy: SocketAddr,
+    source: Option<IpAddr>,
+    device: Option<&str>,
+    congestion: Option<&str>,
+    hello: &[u8],
+) -> Result<Established, HandshakeError> {
+    let tcp = connect_pinned(proxy, source, device).await?;
+    tune(&tcp, congestion).map_err(io_err("set subflow socket options"))?;
+    let tcp_info = tcp_info_reader(&tcp).map_err(io_err("duplicate socket"))?;
+    let fut = async {
+        let mut s = tls
+            .connect(crate::tls::proxy_server_name(), tcp)
+            .await
+            .map_err(io_err(format!("TLS handshake with {proxy}")))?;
+        s.write_all(hello).await.map_err(io_err("send Hello"))?;
+        s.flush().await.map_err(io_err("send Hello"))?;
+        let (_, _, initial) = read_hello(&mut s, Role::Relay).await?;
+        Ok::<_, HandshakeError>((s, initial))
+    };
+    let (stream, initial) = tokio::time::timeout(HANDSHAKE_TIMEOUT, fut)
+        .await
+        .map_err(|_| HandshakeError::Timeout("TLS and Hello"))??;
+    Ok(Established {
+        stream,
+        initial,
+        tcp_info,
+    })
+}
+
+/// Proxy side of an accepted subflow before it joins a session.
+pub struct Accepted {
+    /// The TLS stream.
+    pub stream: tokio_rustls::server::TlsStream<TcpStream>,
+    /// Session id from the Hello.
+    pub session: u64,
+    /// Path from the Hello.
+    pub path: u8,
+    /// Bytes read after the Hello.
+    pub initial: Vec<u8>,
+    /// `TCP_INFO` of the underlying socket.
+    pub tcp_info: TcpInfoFn,
+}
+
+impl std::fmt::Debug for Accepted {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Accepted")
+            .field("session", &self.session)
+            .field("path", &self.path)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Proxy side: TLS (client certificate required) and the relay's Hello. The caller answers
+/// with its own Hello.
+pub async fn proxy_accept(
+    acceptor: &TlsAcceptor,
+    tcp: TcpStream,
+    congestion: Option<&str>,
+) -> Result<Accepted, HandshakeError> {
+    tune(&tcp, congestion).map_err(io_err("set subflow socket options"))?;
+    let tcp_info = tcp_info_reader(&tcp).map_err(io_err("duplicate socket"))?;
+    let fut = async {
+        let mut s = acceptor
+            .accept(tcp)
+            .await
+            .map_err(io_err("TLS handshake (client certificate required)"))?;
+        let (session, path, initial) = read_hello(&mut s, Role::Proxy).await?;
+        Ok::<_, HandshakeError>((s, session, path, initial))
+    };
+    let (stream, session, path, initial) = tokio::time::timeout(HANDSHAKE_TIMEOUT, fut)
+        .await
+        .map_err(|_| HandshakeError::Timeout("TLS and Hello"))??;
+    Ok(Accepted {
+        stream,
+        session,
+        path,
+        initial,
+        tcp_info,
+    })
+}
+
+/// Write our Hello on an accepted stream.
+pub async fn send_hello<S: AsyncWrite + Unpin>(s: &mut S, hello: &[u8]) -> io::Result<()> {
+    s.write_all(hello).await?;
+    s.flush().await
+}
+
+/// Shared TLS client/server handles.
+pub fn connector(cfg: Arc<rustls::ClientConfig>) -> TlsConnector {
+    TlsConnector::from(cfg)
+}
+
+/// TLS acceptor from a server config.
+pub fn acceptor(cfg: Arc<rustls::ServerConfig>) -> TlsAcceptor {
+    TlsAcceptor::from(cfg)
+}
