@@ -1,0 +1,391 @@
+//! Train context: a fake gpsd on loopback, and trip context logs.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use polycorn_net::context::{
+    follow_gpsd, read_replay_csv, replay, CellReport, ContextError, ContextFix, GpsdStats,
+    MAX_LINE_BYTES,
+};
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+use tokio::net::tcp::OwnedWriteHalf;
+use tokio::net::TcpListener;
+use tokio::sync::mpsc;
+use tokio::time::timeout;
+
+const VERSION: &str = "{\"class\":\"VERSION\",\"release\":\"fake\",\"rev\":\"1\",\"proto_major\":3,\"proto_minor\":14}\n";
+const WAIT: Duration = Duration::from_secs(10);
+
+/// Accept one client like gpsd: greet, expect `?WATCH`, return the writing half.
+async fn accept_watcher(listener: &TcpListener) -> OwnedWriteHalf {
+    let (s, _) = timeout(WAIT, listener.accept())
+        .await
+        .expect("client did not (re)connect")
+        .unwrap();
+    let (r, mut w) = s.into_split();
+    w.write_all(VERSION.as_bytes()).await.unwrap();
+    let mut line = String::new();
+    BufReader::new(r).read_line(&mut line).await.unwrap();
+    assert_eq!(line, "?WATCH={\"enable\":true,\"json\":true};\n");
+    w
+}
+
+fn tpv(time: &str, lat: f64, lon: f64, speed: f64, track: f64) -> String {
+    format!("{{\"class\":\"TPV\",\"device\":\"polycorn-replay\",\"mode\":3,\"time\":\"{time}\",\"lat\":{lat:.7},\"lon\":{lon:.7},\"speed\":{speed:.2},\"track\":{track:.1}}}\n")
+}
+
+fn polycorn(time: &str, carriers: &str) -> String {
+    format!(
+        "{{\"class\":\"POLYCORN\",\"time\":\"{time}\",\"t_ms\":1000,\"carriers\":[{carriers}]}}\n"
+    )
+}
+
+async fn next(rx: &mut mpsc::Receiver<ContextFix>) -> ContextFix {
+    timeout(WAIT, rx.recv())
+        .await
+        .expect("no fix in time")
+        .expect("client ended")
+}
+
+const T1: &str = "2026-11-21T06:00:01.000Z";
+const T1_MS: u64 = 1_795_240_801_000;
+
+#[tokio::test]
+async fn gpsd_fixes_merge_carriers_skip_garbage_and_survive_restarts() {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let (tx, mut rx) = mpsc::channel(16);
+    let client = tokio::spawn(follow_gpsd(addr, tx));
+
+    let mut w = accept_watcher(&listener).await;
+    let mut script = String::new();
+    script.push_str("{\"class\":\"DEVICES\",\"devices\":[]}\n");
+    script.push_str(&tpv(T1, 39.86, 116.37, 83.3, 160.0));
+    script.push_str(&polycorn(
+        T1,
+        "{\"path\":0,\"name\":\"A\",\"cell\":1203000,\"rsrp\":-85.6},{\"path\":1,\"name\":\"B\",\"cell\":null,\"rsrp\":null}",
+    ));
+    script.push_str("this is not json\n");
+    script.push_str(&format!("{}\n", "x".repeat(MAX_LINE_BYTES + 10)));
+    script.push_str("{\"class\":\"SKY\",\"satellites\":[]}\n");
+    script.push_str("{\"class\":\"TPV\",\"mode\":1}\n");
+    // Carriers first, then the fix of the same second.
+    script.push_str(&polycorn(
+        "2026-11-21T06:00:02.000Z",
+        "{\"path\":0,\"name\":\"A\",\"cell\":1203001,\"rsrp\":-101.0},{\"path\":1,\"name\":\"B\",\"cell\":2201000,\"rsrp\":-90.5}",
+    ));
+    script.push_str(&tpv("2026-11-21T06:00:02.000Z", 39.85, 116.38, 84.0, 161.0));
+    w.write_all(script.as_bytes()).await.unwrap();
+
+    let f1 = next(&mut rx).await;
+    assert_eq!(f1.unix_ms, T1_MS);
+    assert_eq!((f1.lat, f1.lon), (39.86, 116.37));
+    assert_eq!((f1.speed_mps, f1.heading_deg), (83.3, 160.0));
+    assert_eq!(
+        f1.cells,
+        vec![
+            CellReport {
+                path: 0,
+                cell: Some(1_203_000),
+                rsrp_dbm: Some(-85.6)
+            },
+            CellReport {
+                path: 1,
+                cell: None,
+                rsrp_dbm: None
+            },
+        ]
+    );
+    let f2 = next(&mut rx).await;
+    assert_eq!(f2.unix_ms, T1_MS + 1000);
+    assert_eq!(f2.cells[0].cell, Some(1_203_001));
+    assert_eq!(f2.cells[1].rsrp_dbm, Some(-90.5));
+
+    // A fix whose carrier report never comes goes out after a short wait, with the latest
+    // carriers.
+    w.write_all(tpv("2026-11-21T06:00:03.000Z", 39.84, 116.39, 84.0, 161.0).as_bytes())
+        .await
+        .unwrap();
+    let f3 = next(&mut rx).await;
+    assert_eq!(f3.unix_ms, T1_MS + 2000);
+    assert_eq!(f3.cells, f2.cells);
+
+    // gpsd goes away and comes back on the same port: the client reconnects.
+    drop(w);
+    drop(listener);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let listener = TcpListener::bind(addr).await.unwrap();
+    let mut w = accept_watcher(&listener).await;
+    let t4 = "2026-11-21T06:00:04.000Z";
+    let mut script = tpv(t4, 39.83, 116.40, 85.0, 162.0);
+    script.push_str(&polycorn(
+        t4,
+        "{\"path\":0,\"name\":\"A\",\"cell\":null,\"rsrp\":null}",
+    ));
+    w.write_all(script.as_bytes()).await.unwrap();
+    let f4 = next(&mut rx).await;
+    assert_eq!(f4.unix_ms, T1_MS + 3000);
+    assert_eq!(
+        f4.cells,
+        vec![CellReport {
+            path: 0,
+            cell: None,
+            rsrp_dbm: None
+        }]
+    );
+
+    drop(rx);
+    let stats = timeout(WAIT, client).await.expect("client ended").unwrap();
+    assert_eq!(
+        stats,
+        GpsdStats {
+            connections: 2,
+            fixes: 4,
+            malformed_lines: 2,
+            tpv_without_fix: 1,
+        }
+    );
+}
+
+#[tokio::test]
+async fn plain_gpsd_fixes_come_without_cells() {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let (tx, mut rx) = mpsc::channel(16);
+    let client = tokio::spawn(follow_gpsd(listener.local_addr().unwrap(), tx));
+    let mut w = accept_watcher(&listener).await;
+    // No speed or track: NaN.
+    w.write_all(
+        format!(
+            "{{\"class\":\"TPV\",\"mode\":2,\"time\":\"{T1}\",\"lat\":-33.5,\"lon\":151.25}}\n"
+        )
+        .as_bytes(),
+    )
+    .await
+    .unwrap();
+    let f = next(&mut rx).await;
+    assert_eq!((f.unix_ms, f.lat, f.lon), (T1_MS, -33.5, 151.25));
+    assert!(f.speed_mps.is_nan() && f.heading_deg.is_nan());
+    assert!(f.cells.is_empty());
+    drop(rx);
+    timeout(WAIT, client).await.unwrap().unwrap();
+}
+
+#[tokio::test]
+async fn gpsd_client_ends_when_the_receiver_goes_while_nobody_listens() {
+    let addr: SocketAddr = {
+        let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        l.local_addr().unwrap()
+    };
+    let (tx, rx) = mpsc::channel(1);
+    let client = tokio::spawn(follow_gpsd(addr, tx));
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    drop(rx);
+    let stats = timeout(Duration::from_secs(2), client)
+        .await
+        .expect("client kept retrying")
+        .unwrap();
+    assert_eq!(stats.connections, 0);
+}
+
+/// The exact shape `polycorn trip generate` writes.
+const CSV: &str = "t_ms,lat,lon,speed_mps,heading_deg,cell_KT,rsrp_dbm_KT,cell_SKT,rsrp_dbm_SKT
+0,37.5547000,126.9707000,0.00,180.0,1203000,-85.6,2201000,-92.1
+1000,37.5546000,126.9707500,8.33,180.5,,,2201000,-92.4
+2000,37.5545000,126.9708000,16.67,181.0,1203001,-99.0,,
+";
+
+fn write(dir: &tempfile::TempDir, text: &str) -> std::path::PathBuf {
+    let p = dir.path().join("context.csv");
+    std::fs::write(&p, text).unwrap();
+    p
+}
+
+#[test]
+fn replay_csv_reads_the_trip_generator_format() {
+    let dir = tempfile::tempdir().unwrap();
+    let fixes = read_replay_csv(write(&dir, CSV)).unwrap();
+    assert_eq!(fixes.len(), 3);
+    assert_eq!(fixes[0].unix_ms, 0);
+    assert_eq!((fixes[0].lat, fixes[0].lon), (37.5547, 126.9707));
+    assert_eq!(fixes[1].speed_mps, 8.33);
+    assert_eq!(fixes[2].heading_deg, 181.0);
+    assert_eq!(
+        fixes[1].cells,
+        vec![
+            CellReport {
+                path: 0,
+                cell: None,
+                rsrp_dbm: None
+            },
+            CellReport {
+                path: 1,
+                cell: Some(2_201_000),
+                rsrp_dbm: Some(-92.4)
+            },
+        ]
+    );
+    assert_eq!(fixes[2].cells[1].cell, None);
+    // No carriers at all is fine too.
+    let fixes = read_replay_csv(write(
+        &dir,
+        "t_ms,lat,lon,speed_mps,heading_deg\n5,1,2,3,4\n",
+    ))
+    .unwrap();
+    assert!(fixes[0].cells.is_empty());
+}
+
+#[test]
+fn replay_csv_errors_name_file_line_and_column() {
+    let dir = tempfile::tempdir().unwrap();
+    let bad_row = CSV.replace("-92.4", "loud");
+    let e = read_replay_csv(write(&dir, &bad_row)).unwrap_err();
+    assert!(
+        matches!(
+            e,
+            ContextError::Field {
+                line: 3,
+                column: 9,
+                ..
+            }
+        ),
+        "{e:?}"
+    );
+    let msg = e.to_string();
+    assert!(msg.contains("context.csv:3:"), "{msg}");
+    assert!(msg.contains("column 9 (`rsrp_dbm_SKT`)"), "{msg}");
+    assert!(msg.contains("loud"), "{msg}");
+
+    let cases = [
+        (
+            CSV.replace("2000,", "500,"),
+            "context.csv:4: column 1 (`t_ms`)",
+        ),
+        (
+            CSV.replace("37.5546000", "97.5"),
+            "context.csv:3: column 2 (`lat`)",
+        ),
+        (
+            CSV.replace("1203001", "cell-1"),
+            "context.csv:4: column 6 (`cell_KT`)",
+        ),
+        (
+            CSV.replace(",,\n", ",\n"),
+            "context.csv:4: 8 fields, the header has 9",
+        ),
+        (
+            CSV.replace("heading_deg", "heading"),
+            "context.csv:1: bad header",
+        ),
+        (
+            CSV.replace("rsrp_dbm_KT", "rsrp_dbm_XX"),
+            "context.csv:1: bad header",
+        ),
+        (String::new(), "context.csv:1: bad header: empty file"),
+    ];
+    for (text, want) in cases {
+        let msg = read_replay_csv(write(&dir, &text)).unwrap_err().to_string();
+        assert!(msg.contains(want), "want {want:?} in {msg:?}");
+    }
+    let missing = dir.path().join("nope.csv");
+    let msg = read_replay_csv(&missing).unwrap_err().to_string();
+    assert!(msg.contains("nope.csv"), "{msg}");
+}
+
+#[tokio::test]
+async fn replay_paces_and_restamps() {
+    let dir = tempfile::tempdir().unwrap();
+    let fixes = read_replay_csv(write(&dir, CSV)).unwrap();
+    let (tx, mut rx) = mpsc::channel(8);
+    let start = tokio::time::Instant::now();
+    // 2 s of trip at 20x: about 100 ms.
+    let sent = replay(fixes.clone(), tx, 20.0).await.unwrap();
+    let elapsed = start.elapsed();
+    assert_eq!(sent, 3);
+    assert!(elapsed >= Duration::from_millis(95), "{elapsed:?}");
+    assert!(elapsed < Duration::from_secs(2), "{elapsed:?}");
+    let mut got = Vec::new();
+    while let Some(f) = rx.recv().await {
+        got.push(f);
+    }
+    assert_eq!(got.len(), 3);
+    assert!(got[0].unix_ms > 1_700_000_000_000, "wall-clock stamps");
+    assert_eq!(got[1].unix_ms - got[0].unix_ms, 50);
+    assert_eq!(got[2].unix_ms - got[0].unix_ms, 100);
+    assert_eq!(got[2].cells, fixes[2].cells);
+
+    let (tx, _rx) = mpsc::channel(1);
+    assert!(matches!(
+        replay(fixes.clone(), tx, 0.0).await,
+        Err(ContextError::InvalidSpeedup(_))
+    ));
+    // The receiver goes away: replay stops early.
+    let (tx, rx) = mpsc::channel(1);
+    drop(rx);
+    assert_eq!(replay(fixes, tx, 1.0).await.unwrap(), 0);
+}
+
+/// The client against the emulator's own replay server (`polycorn emu run` serves this).
+#[tokio::test]
+async fn follows_the_emulator_context_server() {
+    use polycorn_link::trip::{CarrierContext, ContextRow};
+    use std::sync::atomic::AtomicBool;
+    use std::sync::Arc;
+
+    let row = |t_ms: u64, cell: Option<u32>| ContextRow {
+        t_ms,
+        lat: 39.86 - t_ms as f64 * 1e-6,
+        lon: 116.37,
+        speed_mps: 83.3,
+        heading_deg: 160.0,
+        carriers: vec![
+            CarrierContext {
+                cell,
+                rsrp_dbm: cell.map(|_| -85.6),
+            },
+            CarrierContext {
+                cell: Some(2_201_000),
+                rsrp_dbm: Some(-92.1),
+            },
+        ],
+    };
+    let rows = vec![row(0, Some(1_203_000)), row(400, None)];
+    let stop = Arc::new(AtomicBool::new(false));
+    let server = polycorn_emu::context::ContextServer::start(
+        None,
+        "127.0.0.1:0".parse().unwrap(),
+        rows,
+        vec!["A".into(), "B".into()],
+        stop,
+    )
+    .unwrap();
+    let (tx, mut rx) = mpsc::channel(16);
+    let client = tokio::spawn(follow_gpsd(server.addr(), tx));
+    let first = next(&mut rx).await;
+    assert_eq!(
+        (first.lat, first.speed_mps, first.heading_deg),
+        (39.86, 83.3, 160.0)
+    );
+    assert_eq!(
+        first.cells,
+        vec![
+            CellReport {
+                path: 0,
+                cell: Some(1_203_000),
+                rsrp_dbm: Some(-85.6)
+            },
+            CellReport {
+                path: 1,
+                cell: Some(2_201_000),
+                rsrp_dbm: Some(-92.1)
+            },
+        ]
+    );
+    let second = next(&mut rx).await;
+    assert_eq!(second.unix_ms - first.unix_ms, 400);
+    assert_eq!(second.cells[0].cell, None);
+    assert_eq!(second.cells[0].rsrp_dbm, None);
+    drop(rx);
+    let stats = timeout(WAIT, client).await.unwrap().unwrap();
+    assert_eq!((stats.fixes, stats.malformed_lines), (2, 0));
+    drop(server);
+}
