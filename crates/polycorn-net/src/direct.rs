@@ -68,11 +68,7 @@ impl Tunnels {
     }
 
     /// Open a tunnel for `user` to `dst`; returns the connected stream or the proxy's answer.
-    pub async fn open(
-        &self,
-        user: IpAddr,
-        dst: &Destination,
-    ) -> Result<TcpStream, OpenStatus> {
+    pub async fn open(&self, user: IpAddr, dst: &Destination) -> Result<TcpStream, OpenStatus> {
         let (p, sock) = match self.mode {
             DirectMode::Mptcp => {
                 let p = &self.paths[0];
@@ -105,10 +101,11 @@ impl Tunnels {
         };
         let target = SocketAddr::new(p.proxy.ip(), self.port);
         let tsock = tokio::net::TcpSocket::from_std_stream(sock.into());
-        let mut stream = match tokio::time::timeout(subflow::HANDSHAKE_TIMEOUT, tsock.connect(target)).await {
-            Ok(Ok(s)) => s,
-            _ => return Err(OpenStatus::Unreachable),
-        };
+        let mut stream =
+            match tokio::time::timeout(subflow::HANDSHAKE_TIMEOUT, tsock.connect(target)).await {
+                Ok(Ok(s)) => s,
+                _ => return Err(OpenStatus::Unreachable),
+            };
         let _ = stream.set_nodelay(true);
         if let Some(cc) = &self.congestion {
             let _ = sockopt::set_congestion(stream.as_fd(), cc);
@@ -136,7 +133,13 @@ impl Tunnels {
     }
 
     /// Carry a passenger connection through a tunnel (answering SOCKS5 first if `socks`).
-    pub async fn carry(&self, mut passenger: TcpStream, user: IpAddr, dst: Destination, socks: bool) {
+    pub async fn carry(
+        &self,
+        mut passenger: TcpStream,
+        user: IpAddr,
+        dst: Destination,
+        socks: bool,
+    ) {
         match self.open(user, &dst).await {
             Ok(mut tunnel) => {
                 if socks
@@ -150,7 +153,10 @@ impl Tunnels {
                     return;
                 }
                 let _ = passenger.set_nodelay(true);
-                if tokio::io::copy_bidirectional(&mut passenger, &mut tunnel).await.is_err() {
+                if tokio::io::copy_bidirectional(&mut passenger, &mut tunnel)
+                    .await
+                    .is_err()
+                {
                     let _ = socket2::SockRef::from(&passenger).set_linger(Some(Duration::ZERO));
                     let _ = socket2::SockRef::from(&tunnel).set_linger(Some(Duration::ZERO));
                 }
@@ -173,7 +179,10 @@ async fn read_result(s: &mut TcpStream) -> io::Result<OpenStatus> {
         match decode(&buf) {
             Ok(Some((Frame::OpenResult { status, .. }, _))) => return Ok(status),
             Ok(Some(_)) | Err(_) => {
-                return Err(io::Error::new(io::ErrorKind::InvalidData, "bad tunnel answer"))
+                return Err(io::Error::new(
+                    io::ErrorKind::InvalidData,
+                    "bad tunnel answer",
+                ))
             }
             Ok(None) => {}
         }
@@ -235,7 +244,12 @@ pub async fn serve_tunnels(
             let early = buf[used..].to_vec();
             match c.connect(&dst).await {
                 Ok(mut server) => {
-                    let ok = Frame::OpenResult { cseq: 0, flow: 0, status: OpenStatus::Ok }.to_vec();
+                    let ok = Frame::OpenResult {
+                        cseq: 0,
+                        flow: 0,
+                        status: OpenStatus::Ok,
+                    }
+                    .to_vec();
                     if s.write_all(&ok).await.is_err() {
                         return;
                     }
@@ -244,13 +258,21 @@ pub async fn serve_tunnels(
                     }
                     let _ = s.set_nodelay(true);
                     info!(%user, %dst, "tunnel");
-                    if tokio::io::copy_bidirectional(&mut s, &mut server).await.is_err() {
+                    if tokio::io::copy_bidirectional(&mut s, &mut server)
+                        .await
+                        .is_err()
+                    {
                         let _ = socket2::SockRef::from(&s).set_linger(Some(Duration::ZERO));
                         let _ = socket2::SockRef::from(&server).set_linger(Some(Duration::ZERO));
                     }
                 }
                 Err(status) => {
-                    let r = Frame::OpenResult { cseq: 0, flow: 0, status }.to_vec();
+                    let r = Frame::OpenResult {
+                        cseq: 0,
+                        flow: 0,
+                        status,
+                    }
+                    .to_vec();
                     let _ = s.write_all(&r).await;
                 }
             }
@@ -282,7 +304,15 @@ impl MptcpEndpoints {
     /// first as a `subflow` endpoint (the first path carries the initial subflow).
     pub fn install(paths: &[RelayPath], subflows: usize) -> io::Result<MptcpEndpoints> {
         let n = subflows.clamp(1, 8).to_string();
-        ip_cmd(&["mptcp", "limits", "set", "subflows", &n, "add_addr_accepted", &n])?;
+        ip_cmd(&[
+            "mptcp",
+            "limits",
+            "set",
+            "subflows",
+            &n,
+            "add_addr_accepted",
+            &n,
+        ])?;
         let mut added = Vec::new();
         for p in paths.iter().skip(1) {
             let (Some(src), Some(dev)) = (p.source, p.device.as_deref()) else {
@@ -299,7 +329,15 @@ impl MptcpEndpoints {
     /// Limits only (the proxy side).
     pub fn limits(subflows: usize) -> io::Result<()> {
         let n = subflows.clamp(1, 8).to_string();
-        ip_cmd(&["mptcp", "limits", "set", "subflows", &n, "add_addr_accepted", &n])
+        ip_cmd(&[
+            "mptcp",
+            "limits",
+            "set",
+            "subflows",
+            &n,
+            "add_addr_accepted",
+            &n,
+        ])
     }
 }
 

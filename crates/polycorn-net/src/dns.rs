@@ -67,7 +67,9 @@ async fn query(c: &Carrier, from: SocketAddr, upstream: SocketAddr, q: &[u8]) ->
                     }
                     ReadOutcome::Eof => break,
                     ReadOutcome::WouldBlock => {
-                        if out.len() >= 2 && out.len() >= 2 + usize::from(u16::from_be_bytes([out[0], out[1]])) {
+                        if out.len() >= 2
+                            && out.len() >= 2 + usize::from(u16::from_be_bytes([out[0], out[1]]))
+                        {
                             break;
                         }
                         sig_wait(&sig).await;

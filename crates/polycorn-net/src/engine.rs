@@ -69,6 +69,8 @@ struct Core {
     writers: Vec<Option<Arc<Notify>>>,
     /// Per path: wakes the subflow task that a newer subflow replaced.
     cancel: Vec<Option<Arc<Notify>>>,
+    /// When the timer task will wake up by itself (`None`: it sleeps without a deadline).
+    timer_at: Option<Instant>,
 }
 
 struct Shared {
@@ -117,7 +119,10 @@ impl Drop for DetachGuard<'_> {
         let now = self.engine.now();
         let mut c = self.engine.lock();
         let p = usize::from(self.path);
-        if c.writers[p].as_ref().is_some_and(|w| Arc::ptr_eq(w, &self.notify)) {
+        if c.writers[p]
+            .as_ref()
+            .is_some_and(|w| Arc::ptr_eq(w, &self.notify))
+        {
             c.writers[p] = None;
             c.cancel[p] = None;
             let _ = c.session.detach_path(now, self.path);
@@ -149,6 +154,7 @@ impl Engine {
                 flows: HashMap::new(),
                 writers,
                 cancel,
+                timer_at: None,
             }),
             timer: Notify::new(),
             epoch: std::time::Instant::now(),
@@ -252,19 +258,29 @@ impl Engine {
                 }
             }
         }
-        self.0.timer.notify_one();
+        // Wake the timer only if it must run earlier than it planned to.
+        if let Some(t) = session.poll_timeout() {
+            if c.timer_at.is_none_or(|at| t < at) {
+                c.timer_at = Some(t);
+                self.0.timer.notify_one();
+            }
+        }
     }
 
     /// Runs the session's timers until the engine is dropped by everyone else.
     pub async fn run_timer(self) {
         loop {
-            let deadline = self.lock().session.poll_timeout();
-            let sleep = match deadline {
-                Some(t) => {
-                    let now = self.now();
-                    std::time::Duration::from_micros(t.as_micros().saturating_sub(now.as_micros()))
+            let sleep = {
+                let mut c = self.lock();
+                let deadline = c.session.poll_timeout();
+                c.timer_at = deadline;
+                let now = self.now();
+                match deadline {
+                    Some(t) => std::time::Duration::from_micros(
+                        t.as_micros().saturating_sub(now.as_micros()),
+                    ),
+                    None => std::time::Duration::from_secs(1),
                 }
-                None => std::time::Duration::from_millis(200),
             };
             tokio::select! {
                 _ = tokio::time::sleep(sleep) => {}
@@ -273,7 +289,11 @@ impl Engine {
             if Arc::strong_count(&self.0) <= 1 {
                 return;
             }
-            self.with(|_, _| ());
+            let now = self.now();
+            let mut c = self.lock();
+            // The loop recomputes the deadline right after: this drive need not wake us.
+            c.timer_at = Some(Instant::ZERO);
+            self.drive(&mut c, now);
         }
     }
 

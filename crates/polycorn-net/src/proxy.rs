@@ -100,7 +100,9 @@ type Sessions = Arc<Mutex<HashMap<u64, Engine>>>;
 
 /// Start the proxy: bind listeners (errors name the address); returns the running tasks and
 /// the live sessions (for metrics).
-pub async fn start(opts: ProxyOptions) -> Result<(JoinSet<()>, Arc<Mutex<HashMap<u64, Engine>>>), String> {
+pub async fn start(
+    opts: ProxyOptions,
+) -> Result<(JoinSet<()>, Arc<Mutex<HashMap<u64, Engine>>>), String> {
     let mut tasks = JoinSet::new();
     let sessions: Sessions = Arc::new(Mutex::new(HashMap::new()));
     let connector = Arc::new(Connector::new(opts.policy.clone(), opts.connect_timeout));
@@ -111,7 +113,12 @@ pub async fn start(opts: ProxyOptions) -> Result<(JoinSet<()>, Arc<Mutex<HashMap
             .await
             .map_err(|e| format!("subflow listener on {addr}: {e}"))?;
         info!(%addr, pipeline = %opts.pipeline, "proxy listening");
-        let (a, s, o, c) = (acceptor.clone(), sessions.clone(), opts.clone(), connector.clone());
+        let (a, s, o, c) = (
+            acceptor.clone(),
+            sessions.clone(),
+            opts.clone(),
+            connector.clone(),
+        );
         tasks.spawn(accept_loop(l, a, s, o, c));
     }
     if let Some(addr) = opts.tunnel_listen {
@@ -144,7 +151,12 @@ async fn accept_loop(
                 continue;
             }
         };
-        let (a, s, o, c) = (acceptor.clone(), sessions.clone(), opts.clone(), connector.clone());
+        let (a, s, o, c) = (
+            acceptor.clone(),
+            sessions.clone(),
+            opts.clone(),
+            connector.clone(),
+        );
         tokio::spawn(async move {
             let acc = match subflow::proxy_accept(&a, tcp, o.tuning.congestion.as_deref()).await {
                 Ok(x) => x,
@@ -158,7 +170,9 @@ async fn accept_loop(
                 match map.get(&acc.session) {
                     Some(e) => (e.clone(), false),
                     None => {
-                        let cfg = o.tuning.session_config(Role::Proxy, acc.session, &o.pipeline);
+                        let cfg = o
+                            .tuning
+                            .session_config(Role::Proxy, acc.session, &o.pipeline);
                         let session = match Session::new(cfg) {
                             Ok(s) => s,
                             Err(e) => {
@@ -195,7 +209,9 @@ async fn accept_loop(
             }
             info!(%peer, path = acc.path, "subflow up");
             let (r, w) = tokio::io::split(stream);
-            let err = engine.run_subflow(acc.path, acc.initial, r, w, acc.tcp_info).await;
+            let err = engine
+                .run_subflow(acc.path, acc.initial, r, w, acc.tcp_info)
+                .await;
             warn!(%peer, path = acc.path, error = %err, "subflow ended");
         });
     }
@@ -216,7 +232,9 @@ async fn session_events(
                     match c.connect(&dst).await {
                         Ok(stream) => {
                             debug!(flow, %user, %dst, "connected");
-                            let Some(sig) = e.flow_signal(flow) else { return };
+                            let Some(sig) = e.flow_signal(flow) else {
+                                return;
+                            };
                             if e.with(|s, now| s.accept_flow(now, flow)).is_err() {
                                 return;
                             }
@@ -230,11 +248,22 @@ async fn session_events(
                 });
             }
             Event::Context(ctx) => {
-                debug!(lat = ctx.lat, lon = ctx.lon, speed = ctx.speed_mps, "train context");
+                debug!(
+                    lat = ctx.lat,
+                    lon = ctx.lon,
+                    speed = ctx.speed_mps,
+                    "train context"
+                );
             }
             Event::SessionLost => {
-                warn!(session = format!("{id:016x}"), "relay gone longer than the hold time; session closed");
-                sessions.lock().unwrap_or_else(|p| p.into_inner()).remove(&id);
+                warn!(
+                    session = format!("{id:016x}"),
+                    "relay gone longer than the hold time; session closed"
+                );
+                sessions
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .remove(&id);
                 return;
             }
             _ => {}

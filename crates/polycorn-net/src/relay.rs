@@ -81,7 +81,8 @@ impl Tuning {
         c.flow_window = self.flow_window;
         c.user_window = self.user_window.max(self.flow_window);
         c.max_flows = self.max_flows;
-        c.hold_time = polycorn_sched::time::Duration::from_micros(self.hold_time.as_micros() as u64);
+        c.hold_time =
+            polycorn_sched::time::Duration::from_micros(self.hold_time.as_micros() as u64);
         c
     }
 }
@@ -157,7 +158,8 @@ pub async fn start(
                 .ok_or("polycorn mode needs TLS credentials ([tls])")?;
             let id = random_u64();
             let cfg = opts.tuning.session_config(Role::Relay, id, &opts.pipeline);
-            let session = Session::new(cfg).map_err(|e| format!("scheduler `{}`: {e}", opts.pipeline))?;
+            let session =
+                Session::new(cfg).map_err(|e| format!("scheduler `{}`: {e}", opts.pipeline))?;
             let predictor: Box<dyn HandoverPredictor + Send> = Box::new(NoPrediction);
             let (engine, events) = Engine::new(session, predictor);
             info!(session = format!("{id:016x}"), pipeline = %opts.pipeline, paths = opts.paths.len(), "relay session");
@@ -405,7 +407,9 @@ async fn carry(
             debug!(flow, %user, %dst, "flow opened");
             if socks.is_some() {
                 let status = opened.await.unwrap_or(OpenStatus::Failed);
-                if socks5::reply(&mut stream, socks_reply(status)).await.is_err()
+                if socks5::reply(&mut stream, socks_reply(status))
+                    .await
+                    .is_err()
                     || status != OpenStatus::Ok
                 {
                     if status == OpenStatus::Ok {

@@ -425,7 +425,9 @@ impl Session {
 
     /// Whether `path`'s subflow is attached (possibly stalled).
     pub fn path_attached(&self, path: u8) -> bool {
-        self.paths.get(usize::from(path)).is_some_and(|p| p.attached)
+        self.paths
+            .get(usize::from(path))
+            .is_some_and(|p| p.attached)
     }
 
     /// Flows currently open.
@@ -1494,7 +1496,8 @@ impl Session {
     pub fn poll_timeout(&self) -> Option<Instant> {
         let mut t: Option<Instant> = self.sched.poll_timeout();
         let mut consider = |x: Instant| t = Some(t.map_or(x, |y| y.min(x)));
-        if let Some(d) = self.ack_deadline {
+        let any_attached = self.paths.iter().any(|p| p.attached);
+        if let Some(d) = self.ack_deadline.filter(|_| any_attached) {
             consider(d);
         }
         for p in self.paths.iter().filter(|p| p.attached) {
@@ -1503,8 +1506,10 @@ impl Session {
                 consider(p.last_rx + self.cfg.stall_after);
             }
         }
-        if let Some(e) = self.ctrl_out.values().map(|e| e.sent_at).min() {
-            consider(e.map_or(self.now, |s| s + self.cfg.ctrl_retransmit));
+        if any_attached {
+            if let Some(e) = self.ctrl_out.values().map(|e| e.sent_at).min() {
+                consider(e.map_or(self.now, |s| s + self.cfg.ctrl_retransmit));
+            }
         }
         if let Some(since) = self.all_down_since {
             if !self.flows.is_empty() {

@@ -1,0 +1,193 @@
+//! Relay and proxy in one process over loopback (no namespaces): SOCKS5 passengers, two paths
+//! (two proxy listeners), byte-exact transfers both ways, refused destinations.
+
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::sync::Arc;
+use std::time::Duration;
+
+use polycorn_net::policy::DestinationPolicy;
+use polycorn_net::proxy::{self, ProxyOptions};
+use polycorn_net::relay::{self, Mode, RelayOptions, RelayPath, Tuning};
+use polycorn_net::tls;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+
+fn pattern(seed: u64, len: usize) -> Vec<u8> {
+    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect()
+}
+
+async fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .await
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// A server that reads a 16-byte request (8 bytes: response length, 8 bytes: request length),
+/// reads the request body, checks it, and answers with the response pattern.
+async fn server() -> SocketAddr {
+    let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = l.local_addr().unwrap();
+    tokio::spawn(async move {
+        loop {
+            let (mut s, _) = l.accept().await.unwrap();
+            tokio::spawn(async move {
+                let mut hdr = [0u8; 16];
+                s.read_exact(&mut hdr).await.unwrap();
+                let down = u64::from_be_bytes(hdr[..8].try_into().unwrap()) as usize;
+                let up = u64::from_be_bytes(hdr[8..].try_into().unwrap()) as usize;
+                let mut body = vec![0u8; up];
+                s.read_exact(&mut body).await.unwrap();
+                assert!(
+                    body == pattern(up as u64, up),
+                    "server got corrupted upload"
+                );
+                s.write_all(&pattern(down as u64 + 1, down)).await.unwrap();
+                s.shutdown().await.unwrap();
+            });
+        }
+    });
+    addr
+}
+
+async fn socks_connect(socks: SocketAddr, dst: SocketAddr) -> Result<TcpStream, u8> {
+    let mut s = TcpStream::connect(socks).await.unwrap();
+    s.write_all(&[5, 1, 0]).await.unwrap();
+    let mut r = [0u8; 2];
+    s.read_exact(&mut r).await.unwrap();
+    assert_eq!(r, [5, 0]);
+    let SocketAddr::V4(d) = dst else { panic!() };
+    let mut req = vec![5, 1, 0, 1];
+    req.extend_from_slice(&d.ip().octets());
+    req.extend_from_slice(&d.port().to_be_bytes());
+    s.write_all(&req).await.unwrap();
+    let mut rep = [0u8; 10];
+    s.read_exact(&mut rep).await.unwrap();
+    if rep[1] != 0 {
+        return Err(rep[1]);
+    }
+    Ok(s)
+}
+
+async fn transfer(socks: SocketAddr, dst: SocketAddr, up: usize, down: usize) {
+    let mut s = socks_connect(socks, dst).await.expect("SOCKS5 connect");
+    let mut hdr = Vec::new();
+    hdr.extend_from_slice(&(down as u64).to_be_bytes());
+    hdr.extend_from_slice(&(up as u64).to_be_bytes());
+    s.write_all(&hdr).await.unwrap();
+    let (mut r, mut w) = s.into_split();
+    let writer = tokio::spawn(async move {
+        w.write_all(&pattern(up as u64, up)).await.unwrap();
+        w.shutdown().await.unwrap();
+    });
+    let mut got = Vec::new();
+    r.read_to_end(&mut got).await.unwrap();
+    writer.await.unwrap();
+    assert_eq!(got.len(), down);
+    assert!(got == pattern(down as u64 + 1, down), "download corrupted");
+}
+
+async fn setup(spec: &str) -> (SocketAddr, tempfile::TempDir) {
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+        .with_test_writer()
+        .try_init();
+    let dir = tempfile::tempdir().unwrap();
+    tls::generate(dir.path(), &[], false).unwrap();
+    let p = |f: &str| dir.path().join(f);
+    let listen: Vec<SocketAddr> = vec![
+        SocketAddr::from(([127, 0, 0, 1], free_port().await)),
+        SocketAddr::from(([127, 0, 0, 1], free_port().await)),
+    ];
+    let popts = ProxyOptions {
+        listen: listen.clone(),
+        tunnel_listen: None,
+        tunnel_peers: vec![],
+        tls: tls::server_config(&p("ca.pem"), &p("proxy.pem"), &p("proxy.key")).unwrap(),
+        pipeline: spec.into(),
+        tuning: Tuning::default(),
+        policy: Arc::new(DestinationPolicy::new(
+            &["127.0.0.0/8".parse().unwrap()],
+            &[],
+            false,
+        )),
+        connect_timeout: Duration::from_secs(3),
+        predictor: None,
+    };
+    let (ptasks, _) = proxy::start(popts).await.unwrap();
+    std::mem::forget(ptasks);
+    let socks = SocketAddr::from(([127, 0, 0, 1], free_port().await));
+    let ropts = RelayOptions {
+        mode: Mode::Polycorn,
+        pipeline: spec.into(),
+        paths: listen
+            .iter()
+            .enumerate()
+            .map(|(i, a)| RelayPath {
+                name: format!("p{i}"),
+                device: None,
+                source: Some(IpAddr::V4(Ipv4Addr::LOCALHOST)),
+                proxy: *a,
+            })
+            .collect(),
+        tls: Some(tls::client_config(&p("ca.pem"), &p("relay.pem"), &p("relay.key")).unwrap()),
+        transparent: vec![],
+        socks5: Some(socks),
+        dns: None,
+        tunnel_port: 0,
+        tuning: Tuning::default(),
+    };
+    let (_, rtasks) = relay::start(ropts, None).await.unwrap();
+    std::mem::forget(rtasks);
+    (socks, dir)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn socks5_transfers_are_byte_exact() {
+    let srv = server().await;
+    let (socks, _dir) = setup("hrsch").await;
+    for (up, down) in [(0, 1), (1000, 1000), (100_000, 5_000_000), (3_000_000, 10)] {
+        tokio::time::timeout(Duration::from_secs(60), transfer(socks, srv, up, down))
+            .await
+            .expect("transfer timed out");
+    }
+    let mut all = Vec::new();
+    for i in 0..20 {
+        all.push(tokio::spawn(transfer(socks, srv, 1000 * i, 20_000 * i)));
+    }
+    for t in all {
+        tokio::time::timeout(Duration::from_secs(60), t)
+            .await
+            .unwrap()
+            .unwrap();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn refused_destination_gets_a_socks_error() {
+    let (socks, _dir) = setup("minrtt").await;
+    // Nothing listens there.
+    let closed = SocketAddr::from(([127, 0, 0, 1], free_port().await));
+    assert_eq!(
+        socks_connect(socks, closed).await.unwrap_err(),
+        5,
+        "connection refused"
+    );
+    // Denied by policy: not in 127.0.0.0/8 and private.
+    let denied = SocketAddr::from(([10, 1, 2, 3], 80));
+    assert_eq!(
+        socks_connect(socks, denied).await.unwrap_err(),
+        2,
+        "not allowed"
+    );
+}
