@@ -10,6 +10,7 @@ pub mod direct;
 pub mod dns;
 pub mod engine;
 pub mod intercept;
+pub mod loadgen;
 pub mod metrics;
 pub mod policy;
 pub mod proxy;
