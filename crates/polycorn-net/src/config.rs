@@ -1,1 +1,1235 @@
-//! (in progress)
+//! Configuration files: one TOML file per role (`relay.toml`, `proxy.toml`), validated
+//! completely at start.
+//!
+//! `polycorn config example relay|proxy` prints a commented example ([`RelayConfig::example`],
+//! [`ProxyConfig::example`]); every key below appears there with its default.
+//!
+//! # Errors
+//!
+//! A bad file stops the process before anything is bound or installed, with one message that
+//! names the file and the key:
+//!
+//! ```text
+//! relay.toml: path[1].device: duplicate device "path0" (also used by path[0])
+//! relay.toml:7:15: relay.hold_time_s: invalid type: string "30", expected u64
+//! relay.toml:3:1: relay.shceduler: unknown field `shceduler`, expected one of `mode`, …
+//! ```
+//!
+//! Messages from the TOML parser (syntax and type errors, unknown keys, missing keys) carry
+//! `line:column`; checks made after parsing (ranges, duplicates, files) carry the key only.
+//! Every table rejects unknown keys, so a typo is an error rather than a silently ignored
+//! setting.
+//!
+//! # Files
+//!
+//! Relative file paths (`[tls]`, `context.replay`) are resolved against the directory of the
+//! configuration file, not the working directory, so a unit file can start the process from
+//! anywhere. Files in `[tls]` must exist when the configuration is loaded.
+//!
+//! # Naming
+//!
+//! The TOML array of tables is `[[path]]` (one entry reads naturally as "a path"); in Rust it
+//! is [`RelayConfig::paths`].
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::io;
+use std::net::{IpAddr, SocketAddr};
+use std::ops::Range;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use ipnet::IpNet;
+use serde::de::{self, Deserializer, SeqAccess, Visitor};
+use serde::Deserialize;
+
+use crate::policy::DestinationPolicy;
+
+/// Most paths a relay may have (the scheduler's path-set width).
+pub const MAX_PATHS: usize = polycorn_sched::MAX_PATHS;
+/// Longest allowed `hold_time_s`.
+pub const MAX_HOLD_TIME_S: u64 = 3600;
+/// Longest allowed `connect_timeout_s`.
+pub const MAX_CONNECT_TIMEOUT_S: u64 = 300;
+/// Largest allowed flow or user window.
+pub const MAX_WINDOW_BYTES: u64 = 1 << 30;
+/// Largest allowed `max_flows`.
+pub const MAX_FLOWS: u32 = 1 << 20;
+/// Longest path name (it appears in logs and metric labels).
+pub const MAX_PATH_NAME_BYTES: usize = 32;
+
+/// A configuration that could not be loaded.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// The file could not be read.
+    #[error("{}: cannot read: {source}", file.display())]
+    Read {
+        /// The configuration file.
+        file: PathBuf,
+        /// The I/O error.
+        source: io::Error,
+    },
+    /// The TOML parser refused the file: syntax, a value of the wrong type, an unknown or a
+    /// missing key.
+    #[error("{origin}:{line}:{column}: {}{message}", key.as_deref().map(|k| format!("{k}: ")).unwrap_or_default())]
+    Toml {
+        /// The file's name as given.
+        origin: String,
+        /// 1-based line.
+        line: usize,
+        /// 1-based column (characters).
+        column: usize,
+        /// The key the error is about, when it can be told (`path[1].source`).
+        key: Option<String>,
+        /// What the parser said.
+        message: String,
+    },
+    /// A value parsed but is not acceptable.
+    #[error("{origin}: {key}: {message}")]
+    Invalid {
+        /// The file's name as given.
+        origin: String,
+        /// The key (`relay.scheduler`, `path[1].device`).
+        key: String,
+        /// What is wrong.
+        message: String,
+    },
+}
+
+impl ConfigError {
+    /// The key the error is about, if known.
+    pub fn key(&self) -> Option<&str> {
+        match self {
+            ConfigError::Read { .. } => None,
+            ConfigError::Toml { key, .. } => key.as_deref(),
+            ConfigError::Invalid { key, .. } => Some(key),
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Shared sections
+// ---------------------------------------------------------------------------------------------
+
+/// `[tls]`: the PEM files of this end (see [`crate::tls`]).
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TlsFiles {
+    /// `ca`: the CA certificate both ends trust.
+    pub ca: PathBuf,
+    /// `cert`: this end's certificate.
+    pub cert: PathBuf,
+    /// `key`: this end's private key (keep it mode 0600).
+    pub key: PathBuf,
+}
+
+/// `[limits]`: memory bounds.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Limits {
+    /// `flow_window_bytes`: per-flow receive window and send buffer (default 4 MiB).
+    pub flow_window_bytes: u64,
+    /// `user_window_bytes`: cap over all flows of one passenger (default 16 MiB); at least
+    /// `flow_window_bytes`.
+    pub user_window_bytes: u64,
+    /// `max_flows`: passenger connections open at once (default 65536).
+    pub max_flows: u32,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            flow_window_bytes: 4 << 20,
+            user_window_bytes: 16 << 20,
+            max_flows: 65_536,
+        }
+    }
+}
+
+/// `[metrics]`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct MetricsConfig {
+    /// `listen`: address of the Prometheus endpoint (no authentication; keep it on loopback or
+    /// a management network). None: no endpoint.
+    pub listen: Option<SocketAddr>,
+}
+
+/// Log output format.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LogFormat {
+    /// Human-readable lines.
+    #[default]
+    Text,
+    /// One JSON object per line.
+    Json,
+}
+
+/// `[log]`.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct LogConfig {
+    /// `format`: `text` (default) or `json`.
+    pub format: LogFormat,
+    /// `level`: a level (`trace`, `debug`, `info`, `warn`, `error`, `off`) or a comma-separated
+    /// list of `level` and `target=level` directives (`info,polycorn_net::subflow=debug`).
+    pub level: String,
+}
+
+impl Default for LogConfig {
+    fn default() -> Self {
+        LogConfig {
+            format: LogFormat::Text,
+            level: "info".into(),
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Relay
+// ---------------------------------------------------------------------------------------------
+
+/// How the relay carries passengers' connections.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum RelayMode {
+    /// polycorn: every flow multiplexed over all paths, scheduled by `relay.scheduler`.
+    #[default]
+    Polycorn,
+    /// Baseline: one kernel MPTCP connection per passenger connection to the proxy's
+    /// `tunnel_port`, subflows over every path.
+    Mptcp,
+    /// Baseline: one TCP connection per passenger connection over a single path; passengers
+    /// are assigned to paths round robin (today's one-SIM-per-coach setup).
+    Single,
+}
+
+/// `[relay]`.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RelaySection {
+    /// `mode`: `polycorn` (default), `mptcp` or `single`.
+    #[serde(default)]
+    pub mode: RelayMode,
+    /// `scheduler`: uplink pipeline spec or preset (see `polycorn_sched::spec`); default
+    /// `hrsch`. Validated even when `mode` does not use it.
+    #[serde(default = "default_scheduler")]
+    pub scheduler: String,
+    /// `proxy`: the proxy's subflow address, for every path without its own `proxy`.
+    pub proxy: SocketAddr,
+    /// `tunnel_port`: the proxy's port for the `mptcp` and `single` baselines (default 7701).
+    #[serde(default = "default_tunnel_port")]
+    pub tunnel_port: u16,
+    /// `hold_time_s`: how long passenger connections survive an outage of every path
+    /// (default 30, at most 3600).
+    #[serde(default = "default_hold_time_s")]
+    pub hold_time_s: u64,
+}
+
+impl RelaySection {
+    /// `hold_time_s` as a duration.
+    pub fn hold_time(&self) -> Duration {
+        Duration::from_secs(self.hold_time_s)
+    }
+}
+
+fn default_scheduler() -> String {
+    "hrsch".into()
+}
+
+fn default_tunnel_port() -> u16 {
+    7701
+}
+
+fn default_hold_time_s() -> u64 {
+    30
+}
+
+fn default_connect_timeout_s() -> u64 {
+    10
+}
+
+/// One `[[path]]`: a cellular interface.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PathConfig {
+    /// `name`: short unique name for logs and metrics (`[A-Za-z0-9_.-]`, at most 32 bytes).
+    pub name: String,
+    /// `device`: the network interface (`SO_BINDTODEVICE`).
+    pub device: String,
+    /// `source`: the interface's address the subflow binds to.
+    pub source: IpAddr,
+    /// `proxy`: overrides `relay.proxy` for this path.
+    #[serde(default)]
+    pub proxy: Option<SocketAddr>,
+}
+
+/// What the relay does with passengers' UDP.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum UdpPolicy {
+    /// Reject passengers' UDP except DNS, so QUIC falls back to TCP (which polycorn carries).
+    #[default]
+    Block,
+    /// Leave UDP alone (it is routed, not carried by polycorn).
+    Allow,
+}
+
+/// `[intercept]`: how passengers' connections reach the relay.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct InterceptConfig {
+    /// `transparent`: IPv4 TPROXY listener.
+    pub transparent: Option<SocketAddr>,
+    /// `transparent6`: IPv6 TPROXY listener.
+    pub transparent6: Option<SocketAddr>,
+    /// `socks5`: explicit SOCKS5 listener.
+    pub socks5: Option<SocketAddr>,
+    /// `install_nft`: polycorn installs (and removes on exit) its nftables table and policy
+    /// routing itself (default false: the operator provides them).
+    pub install_nft: bool,
+    /// `lan_device`: the passengers' interface; required when `install_nft` and a transparent
+    /// listener are set.
+    pub lan_device: Option<String>,
+    /// `udp`: `block` (default) or `allow`.
+    pub udp: UdpPolicy,
+}
+
+impl Default for InterceptConfig {
+    fn default() -> Self {
+        InterceptConfig {
+            transparent: None,
+            transparent6: None,
+            socks5: None,
+            install_nft: false,
+            lan_device: None,
+            udp: UdpPolicy::Block,
+        }
+    }
+}
+
+/// `[dns]`: a DNS service for passengers, answered by a resolver behind the proxy.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct DnsConfig {
+    /// `listen`: UDP address passengers send queries to. None: no DNS service.
+    pub listen: Option<SocketAddr>,
+    /// `upstream`: the resolver, reached through the proxy over TCP (so the proxy's
+    /// `[policy]` must allow it). Required with `listen`.
+    pub upstream: Option<SocketAddr>,
+}
+
+/// Where train context (position, speed, serving cells) comes from.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ContextSource {
+    /// No context: handover prediction is off.
+    #[default]
+    None,
+    /// A gpsd daemon at `context.gpsd`.
+    Gpsd,
+    /// A recorded context log at `context.replay` (testbed).
+    Replay,
+}
+
+/// `[context]`.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ContextConfig {
+    /// `source`: `none` (default), `gpsd` or `replay`.
+    pub source: ContextSource,
+    /// `gpsd`: gpsd's address (default 127.0.0.1:2947).
+    pub gpsd: SocketAddr,
+    /// `replay`: the context log; required and must exist when `source = "replay"`.
+    pub replay: Option<PathBuf>,
+}
+
+impl Default for ContextConfig {
+    fn default() -> Self {
+        ContextConfig {
+            source: ContextSource::None,
+            gpsd: SocketAddr::from(([127, 0, 0, 1], 2947)),
+            replay: None,
+        }
+    }
+}
+
+/// A relay's configuration (`relay.toml`).
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RelayConfig {
+    /// `[relay]`.
+    pub relay: RelaySection,
+    /// `[[path]]`: 1 to 32 paths with unique names, devices and sources.
+    #[serde(rename = "path", default)]
+    pub paths: Vec<PathConfig>,
+    /// `[intercept]`.
+    #[serde(default)]
+    pub intercept: InterceptConfig,
+    /// `[dns]`.
+    #[serde(default)]
+    pub dns: DnsConfig,
+    /// `[tls]`: required in `polycorn` mode.
+    #[serde(default)]
+    pub tls: Option<TlsFiles>,
+    /// `[context]`.
+    #[serde(default)]
+    pub context: ContextConfig,
+    /// `[limits]`.
+    #[serde(default)]
+    pub limits: Limits,
+    /// `[metrics]`.
+    #[serde(default)]
+    pub metrics: MetricsConfig,
+    /// `[log]`.
+    #[serde(default)]
+    pub log: LogConfig,
+}
+
+impl RelayConfig {
+    /// Reads and validates `path`; relative file names in it resolve against its directory.
+    pub fn load(path: &Path) -> Result<RelayConfig, ConfigError> {
+        let (text, base) = read(path)?;
+        Self::from_str(&text, &path.display().to_string(), &base)
+    }
+
+    /// Parses and validates `text`; `origin` names it in errors, relative file names resolve
+    /// against `base_dir`.
+    #[allow(clippy::should_implement_trait)]
+    pub fn from_str(text: &str, origin: &str, base_dir: &Path) -> Result<RelayConfig, ConfigError> {
+        let mut config: RelayConfig = parse(text, origin)?;
+        let mut v = Validator { origin };
+        config.validate(&mut v, base_dir)?;
+        Ok(config)
+    }
+
+    /// The proxy address path `path` connects to: its own `proxy` or `relay.proxy`.
+    pub fn proxy_for(&self, path: &PathConfig) -> SocketAddr {
+        path.proxy.unwrap_or(self.relay.proxy)
+    }
+
+    /// A commented example `relay.toml`.
+    pub fn example() -> &'static str {
+        RELAY_EXAMPLE
+    }
+
+    fn validate(&mut self, v: &mut Validator<'_>, base: &Path) -> Result<(), ConfigError> {
+        v.scheduler("relay.scheduler", &self.relay.scheduler)?;
+        v.remote("relay.proxy", self.relay.proxy)?;
+        if self.relay.tunnel_port == 0 {
+            return Err(v.invalid("relay.tunnel_port", "must not be 0"));
+        }
+        v.hold_time("relay.hold_time_s", self.relay.hold_time_s)?;
+
+        if self.paths.is_empty() {
+            return Err(v.invalid(
+                "path",
+                "no [[path]] entries; the relay needs at least one path",
+            ));
+        }
+        if self.paths.len() > MAX_PATHS {
+            return Err(v.invalid(
+                "path",
+                format!(
+                    "{} paths; at most {MAX_PATHS} are supported",
+                    self.paths.len()
+                ),
+            ));
+        }
+        let mut names = BTreeMap::new();
+        let mut devices = BTreeMap::new();
+        let mut sources = BTreeMap::new();
+        for (i, p) in self.paths.iter().enumerate() {
+            let key = |field: &str| format!("path[{i}].{field}");
+            path_name(&p.name).map_err(|m| v.invalid(key("name"), m))?;
+            device_name(&p.device).map_err(|m| v.invalid(key("device"), m))?;
+            if p.source.is_unspecified() || p.source.is_multicast() {
+                return Err(v.invalid(
+                    key("source"),
+                    format!(
+                        "{} is not a unicast address of the path's interface",
+                        p.source
+                    ),
+                ));
+            }
+            if let Some(proxy) = p.proxy {
+                v.remote(&key("proxy"), proxy)?;
+            }
+            if let Some(j) = names.insert(p.name.clone(), i) {
+                return Err(v.invalid(
+                    key("name"),
+                    format!("duplicate name {:?} (also used by path[{j}])", p.name),
+                ));
+            }
+            if let Some(j) = devices.insert(p.device.clone(), i) {
+                return Err(v.invalid(
+                    key("device"),
+                    format!("duplicate device {:?} (also used by path[{j}])", p.device),
+                ));
+            }
+            if let Some(j) = sources.insert(p.source, i) {
+                return Err(v.invalid(
+                    key("source"),
+                    format!("duplicate source {} (also used by path[{j}])", p.source),
+                ));
+            }
+        }
+
+        let ic = &self.intercept;
+        if let Some(a) = ic.transparent {
+            if !a.is_ipv4() {
+                return Err(v.invalid(
+                    "intercept.transparent",
+                    format!("{a} is IPv6; put IPv6 listeners in intercept.transparent6"),
+                ));
+            }
+        }
+        if let Some(a) = ic.transparent6 {
+            if !a.is_ipv6() {
+                return Err(v.invalid(
+                    "intercept.transparent6",
+                    format!("{a} is IPv4; put IPv4 listeners in intercept.transparent"),
+                ));
+            }
+        }
+        if ic.transparent.is_none() && ic.transparent6.is_none() && ic.socks5.is_none() {
+            return Err(v.invalid(
+                "intercept",
+                "no listener; set intercept.transparent, intercept.transparent6 or \
+                 intercept.socks5",
+            ));
+        }
+        if let Some(dev) = &ic.lan_device {
+            device_name(dev).map_err(|m| v.invalid("intercept.lan_device", m))?;
+        } else if ic.install_nft && (ic.transparent.is_some() || ic.transparent6.is_some()) {
+            return Err(v.invalid(
+                "intercept.lan_device",
+                "required when install_nft = true and a transparent listener is set (the \
+                 passengers' interface the TPROXY rule matches)",
+            ));
+        }
+        v.distinct_listeners(&[
+            ("intercept.transparent", ic.transparent),
+            ("intercept.transparent6", ic.transparent6),
+            ("intercept.socks5", ic.socks5),
+            ("metrics.listen", self.metrics.listen),
+        ])?;
+
+        if self.dns.listen.is_some() {
+            match self.dns.upstream {
+                None => {
+                    return Err(v.invalid(
+                        "dns.upstream",
+                        "required when dns.listen is set (the resolver behind the proxy)",
+                    ))
+                }
+                Some(up) => v.remote("dns.upstream", up)?,
+            }
+        }
+
+        match &mut self.tls {
+            Some(tls) => v.tls_files(tls, base)?,
+            None if self.relay.mode == RelayMode::Polycorn => {
+                return Err(v.invalid(
+                    "tls",
+                    "missing [tls] section; mode \"polycorn\" needs ca, cert and key (see \
+                     polycorn_net::tls::generate)",
+                ))
+            }
+            None => {}
+        }
+
+        let ctx = &mut self.context;
+        if let Some(replay) = &mut ctx.replay {
+            *replay = resolve(base, replay);
+        }
+        if ctx.source == ContextSource::Replay {
+            match &ctx.replay {
+                None => {
+                    return Err(v.invalid(
+                        "context.replay",
+                        "required when context.source = \"replay\"",
+                    ))
+                }
+                Some(file) => v.existing_file("context.replay", file)?,
+            }
+        }
+
+        v.limits(&self.limits)?;
+        v.log(&self.log)
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Proxy
+// ---------------------------------------------------------------------------------------------
+
+/// `[proxy]`.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ProxySection {
+    /// `listen`: subflow (TLS) address, or a list of addresses (default 0.0.0.0:7700).
+    #[serde(deserialize_with = "one_or_many_addrs")]
+    pub listen: Vec<SocketAddr>,
+    /// `tunnel_listen`: address for the baselines' per-connection tunnels (kernel MPTCP,
+    /// single path). None: baselines are not served.
+    pub tunnel_listen: Option<SocketAddr>,
+    /// `scheduler`: downlink pipeline spec or preset (default `hrsch`).
+    pub scheduler: String,
+    /// `hold_time_s`: how long a relay's flows survive while it has no subflow (default 30, at
+    /// most 3600).
+    pub hold_time_s: u64,
+    /// `connect_timeout_s`: limit on connecting to a server (default 10, 1..=300).
+    pub connect_timeout_s: u64,
+}
+
+impl Default for ProxySection {
+    fn default() -> Self {
+        ProxySection {
+            listen: vec![SocketAddr::from(([0, 0, 0, 0], 7700))],
+            tunnel_listen: None,
+            scheduler: default_scheduler(),
+            hold_time_s: default_hold_time_s(),
+            connect_timeout_s: default_connect_timeout_s(),
+        }
+    }
+}
+
+impl ProxySection {
+    /// `hold_time_s` as a duration.
+    pub fn hold_time(&self) -> Duration {
+        Duration::from_secs(self.hold_time_s)
+    }
+
+    /// `connect_timeout_s` as a duration.
+    pub fn connect_timeout(&self) -> Duration {
+        Duration::from_secs(self.connect_timeout_s)
+    }
+}
+
+/// `[policy]`: which destinations the proxy connects to (see [`crate::policy`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct PolicyConfig {
+    /// `allow`: CIDRs. Empty: every public address. Entries inside a special range
+    /// (private, loopback, …) open that part of it.
+    pub allow: Vec<IpNet>,
+    /// `deny`: CIDRs refused whatever else says.
+    pub deny: Vec<IpNet>,
+    /// `allow_private`: open private, CGNAT, link-local and ULA space (not loopback).
+    pub allow_private: bool,
+}
+
+impl PolicyConfig {
+    /// The policy these settings describe.
+    pub fn destination_policy(&self) -> DestinationPolicy {
+        DestinationPolicy::new(&self.allow, &self.deny, self.allow_private)
+    }
+}
+
+/// `[linkdb]`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct LinkDbConfig {
+    /// `db`: handover database URL (`sqlite:PATH` or `postgres://…`), passed to LinkDB as is.
+    /// None: no handover prediction on the downlink.
+    pub db: Option<String>,
+}
+
+/// A proxy's configuration (`proxy.toml`).
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ProxyConfig {
+    /// `[proxy]`.
+    #[serde(default)]
+    pub proxy: ProxySection,
+    /// `[tls]`: required.
+    pub tls: TlsFiles,
+    /// `[policy]`.
+    #[serde(default)]
+    pub policy: PolicyConfig,
+    /// `[linkdb]`.
+    #[serde(default)]
+    pub linkdb: LinkDbConfig,
+    /// `[limits]`.
+    #[serde(default)]
+    pub limits: Limits,
+    /// `[metrics]`.
+    #[serde(default)]
+    pub metrics: MetricsConfig,
+    /// `[log]`.
+    #[serde(default)]
+    pub log: LogConfig,
+}
+
+impl ProxyConfig {
+    /// Reads and validates `path`; relative file names in it resolve against its directory.
+    pub fn load(path: &Path) -> Result<ProxyConfig, ConfigError> {
+        let (text, base) = read(path)?;
+        Self::from_str(&text, &path.display().to_string(), &base)
+    }
+
+    /// Parses and validates `text`; `origin` names it in errors, relative file names resolve
+    /// against `base_dir`.
+    #[allow(clippy::should_implement_trait)]
+    pub fn from_str(text: &str, origin: &str, base_dir: &Path) -> Result<ProxyConfig, ConfigError> {
+        let mut config: ProxyConfig = parse(text, origin)?;
+        let mut v = Validator { origin };
+        config.validate(&mut v, base_dir)?;
+        Ok(config)
+    }
+
+    /// A commented example `proxy.toml`.
+    pub fn example() -> &'static str {
+        PROXY_EXAMPLE
+    }
+
+    fn validate(&mut self, v: &mut Validator<'_>, base: &Path) -> Result<(), ConfigError> {
+        let p = &self.proxy;
+        if p.listen.is_empty() {
+            return Err(v.invalid("proxy.listen", "no address; give one or a list"));
+        }
+        let mut listeners: Vec<(String, Option<SocketAddr>)> = p
+            .listen
+            .iter()
+            .enumerate()
+            .map(|(i, a)| (format!("proxy.listen[{i}]"), Some(*a)))
+            .collect();
+        listeners.push(("proxy.tunnel_listen".into(), p.tunnel_listen));
+        listeners.push(("metrics.listen".into(), self.metrics.listen));
+        let named: Vec<(&str, Option<SocketAddr>)> =
+            listeners.iter().map(|(k, a)| (k.as_str(), *a)).collect();
+        v.distinct_listeners(&named)?;
+        v.scheduler("proxy.scheduler", &p.scheduler)?;
+        v.hold_time("proxy.hold_time_s", p.hold_time_s)?;
+        if !(1..=MAX_CONNECT_TIMEOUT_S).contains(&p.connect_timeout_s) {
+            return Err(v.invalid(
+                "proxy.connect_timeout_s",
+                format!(
+                    "{} is out of range 1..={MAX_CONNECT_TIMEOUT_S}",
+                    p.connect_timeout_s
+                ),
+            ));
+        }
+        v.tls_files(&mut self.tls, base)?;
+        for (list, nets) in [("allow", &self.policy.allow), ("deny", &self.policy.deny)] {
+            for (i, net) in nets.iter().enumerate() {
+                if net.trunc() != *net {
+                    return Err(v.invalid(
+                        format!("policy.{list}[{i}]"),
+                        format!(
+                            "\"{net}\" has host bits set; write \"{}\" (or \"{}/{}\" for the \
+                             single address)",
+                            net.trunc(),
+                            net.addr(),
+                            net.max_prefix_len()
+                        ),
+                    ));
+                }
+            }
+        }
+        if let Some(db) = &self.linkdb.db {
+            if db.trim().is_empty() {
+                return Err(v.invalid("linkdb.db", "empty; remove the key to run without LinkDB"));
+            }
+        }
+        v.limits(&self.limits)?;
+        v.log(&self.log)
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Parsing and validation helpers
+// ---------------------------------------------------------------------------------------------
+
+fn read(path: &Path) -> Result<(String, PathBuf), ConfigError> {
+    let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+        file: path.to_path_buf(),
+        source,
+    })?;
+    let base = match path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
+        _ => PathBuf::from("."),
+    };
+    Ok((text, base))
+}
+
+fn resolve(base: &Path, file: &Path) -> PathBuf {
+    if file.is_relative() {
+        base.join(file)
+    } else {
+        file.to_path_buf()
+    }
+}
+
+fn parse<T: for<'de> Deserialize<'de>>(text: &str, origin: &str) -> Result<T, ConfigError> {
+    toml::from_str(text).map_err(|e| {
+        let offset = e.span().map(|s| s.start).unwrap_or(0);
+        let (line, column) = line_column(text, offset);
+        let mut key = e.span().and_then(|s| locate_key(text, s));
+        let message = e.message().trim_end().replace('\n', "; ");
+        // "missing field `x`" is reported on the table; name the key that is missing.
+        if let Some(field) = message
+            .strip_prefix("missing field `")
+            .and_then(|rest| rest.strip_suffix('`'))
+        {
+            key = Some(match key {
+                Some(table) => join(&table, field),
+                None => field.to_owned(),
+            });
+        }
+        let message = hint(&message, key.as_deref());
+        ConfigError::Toml {
+            origin: origin.to_owned(),
+            line,
+            column,
+            key,
+            message,
+        }
+    })
+}
+
+/// Adds the expected form to the standard library's terse address parse errors (`ipnet`
+/// reuses the IP address message for CIDRs, so the key tells them apart).
+fn hint(message: &str, key: Option<&str>) -> String {
+    let cidr = key.is_some_and(|k| k.starts_with("policy."));
+    let extra = match message {
+        "invalid socket address syntax" => {
+            " (expected IP:PORT such as \"10.0.2.1:7700\" or \"[2001:db8::1]:7700\"; host names \
+             are not resolved)"
+        }
+        "invalid IP address syntax" if cidr => {
+            " (expected a CIDR such as \"10.0.0.0/8\" or \"2001:db8::/32\")"
+        }
+        "invalid IP address syntax" => " (expected an IPv4 or IPv6 address, no port)",
+        _ => "",
+    };
+    format!("{message}{extra}")
+}
+
+/// 1-based line and column (in characters) of byte `offset`.
+fn line_column(text: &str, offset: usize) -> (usize, usize) {
+    let offset = offset.min(text.len());
+    let before = text.get(..offset).unwrap_or(text);
+    let line = before.matches('\n').count() + 1;
+    let line_start = before.rfind('\n').map(|i| i + 1).unwrap_or(0);
+    let column = before[line_start..].chars().count() + 1;
+    (line, column)
+}
+
+/// The dotted key path (`path[1].device`) whose key or value is the narrowest span containing
+/// the start of `span`, found by re-parsing `text` with spans kept.
+fn locate_key(text: &str, span: Range<usize>) -> Option<String> {
+    let doc = toml_edit::ImDocument::parse(text).ok()?;
+    let mut best: Option<(usize, String)> = None;
+    walk_table(doc.as_table(), "", span.start, &mut best);
+    best.map(|(_, path)| path)
+}
+
+fn consider(
+    span: Option<Range<usize>>,
+    offset: usize,
+    path: &str,
+    best: &mut Option<(usize, String)>,
+) {
+    let Some(s) = span else { return };
+    if s.start <= offset && offset < s.end.max(s.start + 1) {
+        let width = s.end - s.start;
+        if best.as_ref().is_none_or(|(w, _)| width <= *w) {
+            *best = Some((width, path.to_owned()));
+        }
+    }
+}
+
+fn join(prefix: &str, key: &str) -> String {
+    if prefix.is_empty() {
+        key.to_owned()
+    } else {
+        format!("{prefix}.{key}")
+    }
+}
+
+fn walk_table(
+    table: &dyn toml_edit::TableLike,
+    prefix: &str,
+    offset: usize,
+    best: &mut Option<(usize, String)>,
+) {
+    for (name, item) in table.iter() {
+        let path = join(prefix, name);
+        if let Some((key, _)) = table.get_key_value(name) {
+            consider(key.span(), offset, &path, best);
+        }
+        consider(item.span(), offset, &path, best);
+        match item {
+            toml_edit::Item::Table(t) => walk_table(t, &path, offset, best),
+            toml_edit::Item::ArrayOfTables(a) => {
+                for (i, t) in a.iter().enumerate() {
+                    let p = format!("{path}[{i}]");
+                    consider(t.span(), offset, &p, best);
+                    walk_table(t, &p, offset, best);
+                }
+            }
+            toml_edit::Item::Value(v) => walk_value(v, &path, offset, best),
+            toml_edit::Item::None => {}
+        }
+    }
+}
+
+fn walk_value(
+    value: &toml_edit::Value,
+    path: &str,
+    offset: usize,
+    best: &mut Option<(usize, String)>,
+) {
+    match value {
+        toml_edit::Value::Array(a) => {
+            for (i, v) in a.iter().enumerate() {
+                let p = format!("{path}[{i}]");
+                consider(v.span(), offset, &p, best);
+                walk_value(v, &p, offset, best);
+            }
+        }
+        toml_edit::Value::InlineTable(t) => walk_table(t, path, offset, best),
+        _ => {}
+    }
+}
+
+/// `listen` as one address or a list of addresses.
+fn one_or_many_addrs<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<SocketAddr>, D::Error> {
+    struct V;
+    impl<'de> Visitor<'de> for V {
+        type Value = Vec<SocketAddr>;
+        fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            f.write_str("an address \"IP:PORT\" or a list of them")
+        }
+        fn visit_str<E: de::Error>(self, s: &str) -> Result<Self::Value, E> {
+            s.parse()
+                .map(|a| vec![a])
+                .map_err(|_| E::custom(format!("{s:?}: invalid socket address syntax")))
+        }
+        fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
+            let mut out = Vec::new();
+            while let Some(a) = seq.next_element::<SocketAddr>()? {
+                out.push(a);
+            }
+            Ok(out)
+        }
+    }
+    d.deserialize_any(V)
+}
+
+/// A path name: `[A-Za-z0-9_.-]`, 1 to 32 bytes.
+fn path_name(name: &str) -> Result<(), String> {
+    if name.is_empty() || name.len() > MAX_PATH_NAME_BYTES {
+        return Err(format!(
+            "{name:?} must be 1 to {MAX_PATH_NAME_BYTES} characters"
+        ));
+    }
+    if let Some(c) = name
+        .chars()
+        .find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-')))
+    {
+        return Err(format!(
+            "{name:?} contains {c:?}; use letters, digits, '_', '.' and '-'"
+        ));
+    }
+    Ok(())
+}
+
+/// A Linux interface name: 1 to 15 bytes, no '/', ':' or whitespace, not "." or "..".
+fn device_name(name: &str) -> Result<(), String> {
+    if name.is_empty() || name.len() > 15 {
+        return Err(format!("{name:?} is not an interface name (1 to 15 bytes)"));
+    }
+    if name == "."
+        || name == ".."
+        || name
+            .chars()
+            .any(|c| c == '/' || c == ':' || c.is_whitespace())
+    {
+        return Err(format!(
+            "{name:?} is not an interface name (no '/', ':' or spaces)"
+        ));
+    }
+    Ok(())
+}
+
+/// One validation run over one file: builds errors naming the file.
+struct Validator<'a> {
+    origin: &'a str,
+}
+
+impl Validator<'_> {
+    fn invalid(&self, key: impl Into<String>, message: impl Into<String>) -> ConfigError {
+        ConfigError::Invalid {
+            origin: self.origin.to_owned(),
+            key: key.into(),
+            message: message.into(),
+        }
+    }
+
+    fn scheduler(&self, key: &str, spec: &str) -> Result<(), ConfigError> {
+        polycorn_sched::Pipeline::from_spec(spec)
+            .map(|_| ())
+            .map_err(|e| self.invalid(key, e.to_string()))
+    }
+
+    /// An address to connect to: a real host and port.
+    fn remote(&self, key: &str, addr: SocketAddr) -> Result<(), ConfigError> {
+        if addr.ip().is_unspecified() || addr.ip().is_multicast() {
+            return Err(self.invalid(key, format!("{addr} is not an address to connect to")));
+        }
+        if addr.port() == 0 {
+            return Err(self.invalid(key, format!("{addr}: port must not be 0")));
+        }
+        Ok(())
+    }
+
+    fn hold_time(&self, key: &str, seconds: u64) -> Result<(), ConfigError> {
+        if seconds > MAX_HOLD_TIME_S {
+            return Err(self.invalid(
+                key,
+                format!("{seconds} is out of range 0..={MAX_HOLD_TIME_S}"),
+            ));
+        }
+        Ok(())
+    }
+
+    /// TCP listeners must not share an address (and none may use port 0, which would bind a
+    /// random port nobody can be told about).
+    fn distinct_listeners(&self, list: &[(&str, Option<SocketAddr>)]) -> Result<(), ConfigError> {
+        let mut seen: BTreeMap<SocketAddr, &str> = BTreeMap::new();
+        for (key, addr) in list {
+            let Some(addr) = addr else { continue };
+            if addr.port() == 0 {
+                return Err(self.invalid(*key, format!("{addr}: port must not be 0")));
+            }
+            if let Some(other) = seen.insert(*addr, key) {
+                return Err(self.invalid(*key, format!("{addr} is already used by {other}")));
+            }
+        }
+        Ok(())
+    }
+
+    fn existing_file(&self, key: &str, file: &Path) -> Result<(), ConfigError> {
+        match std::fs::metadata(file) {
+            Ok(m) if m.is_file() => Ok(()),
+            Ok(_) => Err(self.invalid(key, format!("{}: not a regular file", file.display()))),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                Err(self.invalid(key, format!("{}: file not found", file.display())))
+            }
+            Err(e) => Err(self.invalid(key, format!("{}: {e}", file.display()))),
+        }
+    }
+
+    fn tls_files(&self, tls: &mut TlsFiles, base: &Path) -> Result<(), ConfigError> {
+        for (key, file) in [
+            ("tls.ca", &mut tls.ca),
+            ("tls.cert", &mut tls.cert),
+            ("tls.key", &mut tls.key),
+        ] {
+            *file = resolve(base, file);
+            self.existing_file(key, file)?;
+        }
+        Ok(())
+    }
+
+    fn limits(&self, l: &Limits) -> Result<(), ConfigError> {
+        for (key, value) in [
+            ("limits.flow_window_bytes", l.flow_window_bytes),
+            ("limits.user_window_bytes", l.user_window_bytes),
+        ] {
+            if value == 0 || value > MAX_WINDOW_BYTES {
+                return Err(self.invalid(
+                    key,
+                    format!("{value} is out of range 1..={MAX_WINDOW_BYTES}"),
+                ));
+            }
+        }
+        if l.user_window_bytes < l.flow_window_bytes {
+            return Err(self.invalid(
+                "limits.user_window_bytes",
+                format!(
+                    "{} is smaller than limits.flow_window_bytes ({}); a passenger's cap must \
+                     hold at least one flow's window",
+                    l.user_window_bytes, l.flow_window_bytes
+                ),
+            ));
+        }
+        if l.max_flows == 0 || l.max_flows > MAX_FLOWS {
+            return Err(self.invalid(
+                "limits.max_flows",
+                format!("{} is out of range 1..={MAX_FLOWS}", l.max_flows),
+            ));
+        }
+        Ok(())
+    }
+
+    fn log(&self, log: &LogConfig) -> Result<(), ConfigError> {
+        const LEVELS: [&str; 6] = ["trace", "debug", "info", "warn", "error", "off"];
+        let bad = |what: &str| {
+            self.invalid(
+                "log.level",
+                format!(
+                    "{:?}: {what}; expected a level ({}) or `target=level` directives \
+                     separated by commas",
+                    log.level,
+                    LEVELS.join(", ")
+                ),
+            )
+        };
+        if log.level.trim().is_empty() {
+            return Err(bad("empty"));
+        }
+        for directive in log.level.split(',') {
+            let directive = directive.trim();
+            let (target, level) = match directive.split_once('=') {
+                Some((t, l)) => (Some(t.trim()), l.trim()),
+                None => (None, directive),
+            };
+            if let Some(t) = target {
+                if t.is_empty()
+                    || !t
+                        .chars()
+                        .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == ':' || c == '-')
+                {
+                    return Err(bad(&format!("bad target {t:?}")));
+                }
+            }
+            if !LEVELS.contains(&level.to_ascii_lowercase().as_str()) {
+                return Err(bad(&format!("unknown level {level:?}")));
+            }
+        }
+        Ok(())
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Examples
+// ---------------------------------------------------------------------------------------------
+
+const RELAY_EXAMPLE: &str = r#"# polycorn relay configuration (on the train's gateway).
+# Relative file names are resolved against this file's directory.
+
+[relay]
+# polycorn | mptcp | single
+#   polycorn: every passenger flow multiplexed over all paths (needs [tls])
+#   mptcp:    baseline, one kernel MPTCP connection per passenger connection
+#   single:   baseline, one path per passenger, passengers round robin over the paths
+mode = "polycorn"
+# Uplink scheduler: a preset (hrsch, minrtt, roundrobin, redundant, blest, ecf, single,
+# loctable) or a pipeline such as "hpr,minrtt,tpr,ori+er(k=3)".
+scheduler = "hrsch"
+# The proxy's subflow address, for every path that does not set its own.
+proxy = "10.0.2.1:7700"
+# Proxy port of the mptcp / single baselines' tunnels.
+tunnel_port = 7701
+# Passenger connections survive an outage of all paths this long (0..=3600 s).
+hold_time_s = 30
+
+# One [[path]] per cellular interface (1 to 32); names, devices and sources must be unique.
+[[path]]
+name = "A"
+device = "path0"
+source = "10.100.0.1"
+# proxy = "10.100.0.2:7700"   # optional: overrides relay.proxy for this path
+
+[[path]]
+name = "B"
+device = "path1"
+source = "10.101.0.1"
+
+[intercept]
+# TPROXY listeners for passengers' TCP (IPv4 and IPv6); at least one listener is required.
+transparent = "0.0.0.0:7070"
+# transparent6 = "[::]:7070"
+# Explicit SOCKS5 listener, an alternative to transparent interception.
+# socks5 = "10.0.1.1:1080"
+# true: polycorn installs (and removes on exit) its nftables table and policy routing.
+install_nft = true
+# The passengers' interface; required with install_nft and a transparent listener.
+lan_device = "lan0"
+# block: passengers' UDP except DNS is rejected so QUIC falls back to TCP | allow
+udp = "block"
+
+[dns]
+# Optional DNS service for passengers; queries go over TCP through the proxy to upstream
+# (the proxy's [policy] must allow that address).
+# listen = "10.0.1.1:53"
+# upstream = "10.0.2.2:53"
+
+[tls]
+# CA, certificate and key from polycorn's TLS generator (polycorn_net::tls::generate).
+# The CA's private key (ca.key) must stay off the train.
+ca = "ca.pem"
+cert = "relay.pem"
+key = "relay.key"
+
+[context]
+# Train context for handover prediction: none | gpsd | replay
+source = "none"
+gpsd = "127.0.0.1:2947"
+# replay = "context.csv"     # required with source = "replay"
+
+[limits]
+flow_window_bytes = 4194304     # per-flow receive window / send buffer
+user_window_bytes = 16777216    # per-passenger cap (>= flow_window_bytes)
+max_flows = 65536
+
+[metrics]
+# Prometheus endpoint (GET /metrics), no authentication: keep it on loopback.
+# listen = "127.0.0.1:9100"
+
+[log]
+format = "text"                 # text | json
+level = "info"                  # or e.g. "info,polycorn_net::subflow=debug"
+"#;
+
+const PROXY_EXAMPLE: &str = r#"# polycorn proxy configuration (in the cloud).
+# Relative file names are resolved against this file's directory.
+
+[proxy]
+# Subflow (TLS) listener; may also be a list: ["0.0.0.0:7700", "[::]:7700"]
+listen = "0.0.0.0:7700"
+# Optional: the mptcp / single baselines' per-connection tunnels.
+# tunnel_listen = "0.0.0.0:7701"
+# Downlink scheduler, same syntax as the relay's.
+scheduler = "hrsch"
+# A relay's flows survive this long while it has no subflow (0..=3600 s).
+hold_time_s = 30
+# Limit on connecting to a server (1..=300 s).
+connect_timeout_s = 10
+
+[tls]
+ca = "ca.pem"
+cert = "proxy.pem"
+key = "proxy.key"
+
+[policy]
+# The proxy is not an open proxy. Loopback, private, CGNAT, link-local, ULA, multicast and
+# similar ranges are refused unless an allow entry inside the range opens them.
+# Empty allow: every public address. A non-empty allow ALSO restricts public space, so to
+# open one private resolver and keep the Internet: ["0.0.0.0/0", "::/0", "10.0.2.2/32"]
+allow = []
+deny = []
+# true opens private, CGNAT, link-local and ULA space (never loopback: list it in allow).
+allow_private = false
+
+[linkdb]
+# Optional handover database, passed to LinkDB as is.
+# db = "sqlite:/var/lib/polycorn/linkdb.sqlite"
+
+[limits]
+flow_window_bytes = 4194304
+user_window_bytes = 16777216
+max_flows = 65536
+
+[metrics]
+# listen = "127.0.0.1:9100"
+
+[log]
+format = "text"
+level = "info"
+"#;

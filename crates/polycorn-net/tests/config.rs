@@ -1,0 +1,726 @@
+//! Configuration: the examples parse, defaults apply, and every kind of error names the file
+//! and the key.
+
+use std::net::SocketAddr;
+use std::path::Path;
+
+use polycorn_net::config::{
+    ConfigError, ContextSource, LogFormat, ProxyConfig, RelayConfig, RelayMode, UdpPolicy,
+};
+
+/// A directory holding the files the examples and the minimal configs refer to.
+fn files() -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    for f in [
+        "ca.pem",
+        "relay.pem",
+        "relay.key",
+        "proxy.pem",
+        "proxy.key",
+        "context.csv",
+    ] {
+        std::fs::write(dir.path().join(f), b"").unwrap();
+    }
+    dir
+}
+
+const RELAY_MIN: &str = r#"
+[relay]
+proxy = "10.0.2.1:7700"
+
+[[path]]
+name = "A"
+device = "path0"
+source = "10.100.0.1"
+
+[[path]]
+name = "B"
+device = "path1"
+source = "10.101.0.1"
+
+[intercept]
+socks5 = "127.0.0.1:1080"
+
+[tls]
+ca = "ca.pem"
+cert = "relay.pem"
+key = "relay.key"
+"#;
+
+const PROXY_MIN: &str = r#"
+[tls]
+ca = "ca.pem"
+cert = "proxy.pem"
+key = "proxy.key"
+"#;
+
+fn relay(text: &str, dir: &Path) -> Result<RelayConfig, ConfigError> {
+    RelayConfig::from_str(text, "relay.toml", dir)
+}
+
+fn proxy(text: &str, dir: &Path) -> Result<ProxyConfig, ConfigError> {
+    ProxyConfig::from_str(text, "proxy.toml", dir)
+}
+
+/// Replaces the first occurrence of `from` (which must exist) in `base`.
+fn edit(base: &str, from: &str, to: &str) -> String {
+    assert!(base.contains(from), "{from:?} not in the base config");
+    base.replacen(from, to, 1)
+}
+
+#[track_caller]
+fn relay_err(text: &str, dir: &Path, key: &str, words: &str) -> String {
+    let err = relay(text, dir).expect_err("config must be refused");
+    check(err, "relay.toml", key, words)
+}
+
+#[track_caller]
+fn proxy_err(text: &str, dir: &Path, key: &str, words: &str) -> String {
+    let err = proxy(text, dir).expect_err("config must be refused");
+    check(err, "proxy.toml", key, words)
+}
+
+#[track_caller]
+fn check(err: ConfigError, origin: &str, key: &str, words: &str) -> String {
+    let msg = err.to_string();
+    assert_eq!(err.key(), Some(key), "wrong key in: {msg}");
+    assert!(msg.starts_with(origin), "no file name in: {msg}");
+    assert!(msg.contains(key), "no key in: {msg}");
+    assert!(msg.contains(words), "{msg:?} should contain {words:?}");
+    msg
+}
+
+#[test]
+fn examples_parse() {
+    let dir = files();
+    let r = relay(RelayConfig::example(), dir.path()).unwrap();
+    assert_eq!(r.relay.mode, RelayMode::Polycorn);
+    assert_eq!(r.relay.scheduler, "hrsch");
+    assert_eq!(r.paths.len(), 2);
+    assert_eq!(r.paths[0].name, "A");
+    assert_eq!(r.intercept.lan_device.as_deref(), Some("lan0"));
+    assert_eq!(r.intercept.udp, UdpPolicy::Block);
+    assert_eq!(r.tls.as_ref().unwrap().ca, dir.path().join("ca.pem"));
+    assert_eq!(r.limits.flow_window_bytes, 4 << 20);
+
+    let p = proxy(ProxyConfig::example(), dir.path()).unwrap();
+    assert_eq!(
+        p.proxy.listen,
+        vec!["0.0.0.0:7700".parse::<SocketAddr>().unwrap()]
+    );
+    assert_eq!(p.tls.key, dir.path().join("proxy.key"));
+    assert!(p.policy.allow.is_empty());
+    assert!(p.destination_policy_allows("93.184.216.34"));
+    assert!(!p.destination_policy_allows("10.0.0.1"));
+
+    // Every commented-out optional key in the examples is valid when uncommented.
+    let uncomment = |text: &str| {
+        text.lines()
+            .map(|l| match l.strip_prefix("# ") {
+                Some(rest) if rest.contains(" = ") && !rest.starts_with(' ') => rest,
+                _ => l,
+            })
+            .collect::<Vec<_>>()
+            .join("\n")
+    };
+    let r = relay(&uncomment(RelayConfig::example()), dir.path()).unwrap();
+    assert_eq!(r.paths[0].proxy, Some("10.100.0.2:7700".parse().unwrap()));
+    assert_eq!(r.proxy_for(&r.paths[0]), "10.100.0.2:7700".parse().unwrap());
+    assert_eq!(r.proxy_for(&r.paths[1]), "10.0.2.1:7700".parse().unwrap());
+    assert!(r.intercept.transparent6.is_some() && r.intercept.socks5.is_some());
+    assert!(r.dns.listen.is_some() && r.dns.upstream.is_some());
+    assert_eq!(r.context.replay, Some(dir.path().join("context.csv")));
+    let p = proxy(&uncomment(ProxyConfig::example()), dir.path()).unwrap();
+    assert!(p.proxy.tunnel_listen.is_some());
+    assert!(p.linkdb.db.is_some());
+    assert!(p.metrics.listen.is_some());
+}
+
+trait Allows {
+    fn destination_policy_allows(&self, ip: &str) -> bool;
+}
+
+impl Allows for ProxyConfig {
+    fn destination_policy_allows(&self, ip: &str) -> bool {
+        self.policy
+            .destination_policy()
+            .check(ip.parse().unwrap())
+            .is_ok()
+    }
+}
+
+#[test]
+fn defaults_apply() {
+    let dir = files();
+    let r = relay(RELAY_MIN, dir.path()).unwrap();
+    assert_eq!(r.relay.mode, RelayMode::Polycorn);
+    assert_eq!(r.relay.scheduler, "hrsch");
+    assert_eq!(r.relay.tunnel_port, 7701);
+    assert_eq!(r.relay.hold_time().as_secs(), 30);
+    assert!(!r.intercept.install_nft);
+    assert_eq!(r.intercept.udp, UdpPolicy::Block);
+    assert_eq!(r.context.source, ContextSource::None);
+    assert_eq!(r.context.gpsd, "127.0.0.1:2947".parse().unwrap());
+    assert_eq!(r.limits.user_window_bytes, 16 << 20);
+    assert_eq!(r.limits.max_flows, 65_536);
+    assert_eq!(r.log.format, LogFormat::Text);
+    assert_eq!(r.log.level, "info");
+    assert!(r.metrics.listen.is_none());
+
+    let p = proxy(PROXY_MIN, dir.path()).unwrap();
+    assert_eq!(p.proxy.scheduler, "hrsch");
+    assert_eq!(p.proxy.connect_timeout().as_secs(), 10);
+    assert_eq!(p.proxy.hold_time().as_secs(), 30);
+    assert!(!p.policy.allow_private);
+    assert!(p.linkdb.db.is_none());
+}
+
+#[test]
+fn load_resolves_against_the_file_directory() {
+    let dir = files();
+    let file = dir.path().join("relay.toml");
+    std::fs::write(&file, RELAY_MIN).unwrap();
+    let r = RelayConfig::load(&file).unwrap();
+    assert_eq!(r.tls.unwrap().cert, dir.path().join("relay.pem"));
+
+    let absolute = edit(
+        RELAY_MIN,
+        "ca = \"ca.pem\"",
+        &format!("ca = \"{}\"", dir.path().join("ca.pem").display()),
+    );
+    relay(&absolute, Path::new("/nonexistent")).unwrap_err(); // cert, key are relative
+    let err = RelayConfig::load(&dir.path().join("missing.toml")).unwrap_err();
+    assert!(err.to_string().contains("missing.toml"), "{err}");
+
+    let file = dir.path().join("proxy.toml");
+    std::fs::write(&file, PROXY_MIN).unwrap();
+    assert_eq!(
+        ProxyConfig::load(&file).unwrap().tls.ca,
+        dir.path().join("ca.pem")
+    );
+}
+
+#[test]
+fn toml_errors_carry_line_column_and_key() {
+    let dir = files();
+    let d = dir.path();
+    // Type error.
+    let msg = relay_err(
+        &edit(RELAY_MIN, "[relay]\n", "[relay]\nhold_time_s = \"30\"\n"),
+        d,
+        "relay.hold_time_s",
+        "invalid type",
+    );
+    assert!(
+        msg.starts_with("relay.toml:3:15: relay.hold_time_s: "),
+        "{msg}"
+    );
+    // Unknown key (typo) in a section, in an array of tables, and an unknown section.
+    relay_err(
+        &edit(RELAY_MIN, "[relay]\n", "[relay]\nshceduler = \"hrsch\"\n"),
+        d,
+        "relay.shceduler",
+        "unknown field `shceduler`",
+    );
+    relay_err(
+        &edit(
+            RELAY_MIN,
+            "source = \"10.101.0.1\"",
+            "source = \"10.101.0.1\"\ndevise = \"x\"",
+        ),
+        d,
+        "path[1].devise",
+        "unknown field `devise`",
+    );
+    relay_err(
+        &format!("{RELAY_MIN}\n[metric]\nlisten = \"127.0.0.1:9100\"\n"),
+        d,
+        "metric",
+        "unknown field `metric`",
+    );
+    // Bad values for enums and addresses name the key.
+    relay_err(
+        &edit(RELAY_MIN, "[relay]\n", "[relay]\nmode = \"fast\"\n"),
+        d,
+        "relay.mode",
+        "unknown variant `fast`",
+    );
+    relay_err(
+        &edit(
+            RELAY_MIN,
+            "proxy = \"10.0.2.1:7700\"",
+            "proxy = \"10.0.2.1\"",
+        ),
+        d,
+        "relay.proxy",
+        "expected IP:PORT",
+    );
+    relay_err(
+        &edit(
+            RELAY_MIN,
+            "source = \"10.101.0.1\"",
+            "source = \"10.101.0.300\"",
+        ),
+        d,
+        "path[1].source",
+        "invalid IP address syntax",
+    );
+    relay_err(
+        &edit(RELAY_MIN, "[intercept]\n", "[intercept]\nudp = \"drop\"\n"),
+        d,
+        "intercept.udp",
+        "unknown variant `drop`",
+    );
+    // A missing required key names the table it belongs in.
+    relay_err(
+        &edit(RELAY_MIN, "device = \"path1\"\n", ""),
+        d,
+        "path[1].device",
+        "missing field `device`",
+    );
+    relay_err(
+        &edit(RELAY_MIN, "proxy = \"10.0.2.1:7700\"\n", ""),
+        d,
+        "relay.proxy",
+        "missing field `proxy`",
+    );
+    relay_err(
+        &edit(RELAY_MIN, "[relay]\nproxy = \"10.0.2.1:7700\"\n", ""),
+        d,
+        "relay",
+        "missing field `relay`",
+    );
+    // Negative numbers for unsigned keys.
+    relay_err(
+        &format!("{RELAY_MIN}\n[limits]\nmax_flows = -1\n"),
+        d,
+        "limits.max_flows",
+        "-1",
+    );
+    // Proxy lists.
+    proxy_err(
+        &format!("[proxy]\nlisten = [\"0.0.0.0:7700\", \"nope\"]\n{PROXY_MIN}"),
+        d,
+        "proxy.listen[1]",
+        "invalid socket address syntax",
+    );
+    proxy_err(
+        &format!("[policy]\nallow = [\"10.0.0.0/33\"]\n{PROXY_MIN}"),
+        d,
+        "policy.allow[0]",
+        "CIDR",
+    );
+    // Syntax error: position, no key.
+    let err = relay("[relay\nproxy = 1", d).unwrap_err();
+    let msg = err.to_string();
+    assert!(
+        msg.starts_with("relay.toml:1:7: invalid table header"),
+        "{msg}"
+    );
+    assert!(!msg.contains('\n'), "one line: {msg}");
+    assert_eq!(err.key(), None);
+}
+
+#[test]
+fn path_errors() {
+    let dir = files();
+    let d = dir.path();
+    relay_err(
+        &edit(RELAY_MIN, "device = \"path1\"", "device = \"path0\""),
+        d,
+        "path[1].device",
+        "duplicate device \"path0\"",
+    );
+    relay_err(
+        &edit(RELAY_MIN, "name = \"B\"", "name = \"A\""),
+        d,
+        "path[1].name",
+        "duplicate name \"A\"",
+    );
+    relay_err(
+        &edit(
+            RELAY_MIN,
+            "source = \"10.101.0.1\"",
+            "source = \"10.100.0.1\"",
+        ),
+        d,
+        "path[1].source",
+        "duplicate source 10.100.0.1",
+    );
+    relay_err(
+        &edit(RELAY_MIN, "name = \"B\"", "name = \"B side\""),
+        d,
+        "path[1].name",
+        "contains ' '",
+    );
+    relay_err(
+        &edit(
+            RELAY_MIN,
+            "device = \"path1\"",
+            "device = \"a-very-long-ifname\"",
+        ),
+        d,
+        "path[1].device",
+        "not an interface name",
+    );
+    relay_err(
+        &edit(RELAY_MIN, "source = \"10.101.0.1\"", "source = \"0.0.0.0\""),
+        d,
+        "path[1].source",
+        "not a unicast address",
+    );
+    relay_err(
+        &edit(
+            RELAY_MIN,
+            "source = \"10.101.0.1\"",
+            "source = \"10.101.0.1\"\nproxy = \"0.0.0.0:7700\"",
+        ),
+        d,
+        "path[1].proxy",
+        "not an address to connect to",
+    );
+    // IPv6 sources are fine.
+    relay(
+        &edit(
+            RELAY_MIN,
+            "source = \"10.101.0.1\"",
+            "source = \"2001:db8::1\"",
+        ),
+        d,
+    )
+    .unwrap();
+
+    let no_paths: String = RELAY_MIN
+        .split("[[path]]")
+        .next()
+        .unwrap()
+        .to_owned()
+        + "[intercept]\nsocks5 = \"127.0.0.1:1080\"\n[tls]\nca = \"ca.pem\"\ncert = \"relay.pem\"\nkey = \"relay.key\"\n";
+    relay_err(&no_paths, d, "path", "at least one path");
+
+    let mut many = RELAY_MIN.to_owned();
+    for i in 2..=32 {
+        many.push_str(&format!(
+            "\n[[path]]\nname = \"p{i}\"\ndevice = \"path{i}\"\nsource = \"10.{i}.0.1\"\n"
+        ));
+    }
+    relay_err(&many, d, "path", "33 paths; at most 32");
+}
+
+#[test]
+fn relay_section_errors() {
+    let dir = files();
+    let d = dir.path();
+    let msg = relay_err(
+        &edit(
+            RELAY_MIN,
+            "[relay]\n",
+            "[relay]\nscheduler = \"hpr,fastest\"\n",
+        ),
+        d,
+        "relay.scheduler",
+        "unknown stage `fastest`",
+    );
+    assert!(msg.starts_with("relay.toml: relay.scheduler: "), "{msg}");
+    relay(
+        &edit(
+            RELAY_MIN,
+            "[relay]\n",
+            "[relay]\nscheduler = \"minrtt,ecf(beta=0.25)+er(k=2)\"\n",
+        ),
+        d,
+    )
+    .unwrap();
+    relay_err(
+        &edit(RELAY_MIN, "[relay]\n", "[relay]\nhold_time_s = 3601\n"),
+        d,
+        "relay.hold_time_s",
+        "out of range 0..=3600",
+    );
+    relay(
+        &edit(RELAY_MIN, "[relay]\n", "[relay]\nhold_time_s = 0\n"),
+        d,
+    )
+    .unwrap();
+    relay_err(
+        &edit(RELAY_MIN, "[relay]\n", "[relay]\ntunnel_port = 0\n"),
+        d,
+        "relay.tunnel_port",
+        "must not be 0",
+    );
+    relay_err(
+        &edit(
+            RELAY_MIN,
+            "proxy = \"10.0.2.1:7700\"",
+            "proxy = \"10.0.2.1:0\"",
+        ),
+        d,
+        "relay.proxy",
+        "port must not be 0",
+    );
+}
+
+#[test]
+fn tls_errors() {
+    let dir = files();
+    let d = dir.path();
+    let msg = relay_err(
+        &edit(RELAY_MIN, "cert = \"relay.pem\"", "cert = \"nope.pem\""),
+        d,
+        "tls.cert",
+        "file not found",
+    );
+    assert!(
+        msg.contains(&d.join("nope.pem").display().to_string()),
+        "{msg}"
+    );
+    relay_err(
+        &edit(RELAY_MIN, "key = \"relay.key\"", "key = \".\""),
+        d,
+        "tls.key",
+        "not a regular file",
+    );
+    let no_tls = RELAY_MIN.split("[tls]").next().unwrap().to_owned();
+    relay_err(&no_tls, d, "tls", "mode \"polycorn\" needs");
+    // The baselines do not need TLS.
+    let mptcp = edit(&no_tls, "[relay]\n", "[relay]\nmode = \"mptcp\"\n");
+    assert_eq!(relay(&mptcp, d).unwrap().relay.mode, RelayMode::Mptcp);
+    let single = edit(&no_tls, "[relay]\n", "[relay]\nmode = \"single\"\n");
+    assert!(relay(&single, d).unwrap().tls.is_none());
+    // The proxy always needs it.
+    proxy_err("", d, "tls", "missing field `tls`");
+    proxy_err(
+        &edit(PROXY_MIN, "ca = \"ca.pem\"", "ca = \"other/ca.pem\""),
+        d,
+        "tls.ca",
+        "file not found",
+    );
+}
+
+#[test]
+fn intercept_errors() {
+    let dir = files();
+    let d = dir.path();
+    let transparent = edit(
+        RELAY_MIN,
+        "socks5 = \"127.0.0.1:1080\"",
+        "transparent = \"0.0.0.0:7070\"\ninstall_nft = true",
+    );
+    relay_err(
+        &transparent,
+        d,
+        "intercept.lan_device",
+        "required when install_nft",
+    );
+    let ok = edit(
+        &transparent,
+        "install_nft = true",
+        "install_nft = true\nlan_device = \"lan0\"",
+    );
+    relay(&ok, d).unwrap();
+    // Without install_nft the operator provides the rules; no device needed.
+    relay(
+        &edit(&transparent, "install_nft = true", "install_nft = false"),
+        d,
+    )
+    .unwrap();
+    relay_err(
+        &edit(
+            &ok,
+            "transparent = \"0.0.0.0:7070\"",
+            "transparent = \"[::]:7070\"",
+        ),
+        d,
+        "intercept.transparent",
+        "is IPv6",
+    );
+    relay_err(
+        &edit(
+            &ok,
+            "transparent = \"0.0.0.0:7070\"",
+            "transparent6 = \"0.0.0.0:7070\"",
+        ),
+        d,
+        "intercept.transparent6",
+        "is IPv4",
+    );
+    relay_err(
+        &edit(RELAY_MIN, "socks5 = \"127.0.0.1:1080\"", ""),
+        d,
+        "intercept",
+        "no listener",
+    );
+    relay_err(
+        &edit(
+            RELAY_MIN,
+            "socks5 = \"127.0.0.1:1080\"",
+            "socks5 = \"127.0.0.1:1080\"\nlan_device = \"a/b\"",
+        ),
+        d,
+        "intercept.lan_device",
+        "not an interface name",
+    );
+    relay_err(
+        &format!("{RELAY_MIN}\n[metrics]\nlisten = \"127.0.0.1:1080\"\n"),
+        d,
+        "metrics.listen",
+        "already used by intercept.socks5",
+    );
+    relay_err(
+        &format!("{RELAY_MIN}\n[dns]\nlisten = \"10.0.1.1:53\"\n"),
+        d,
+        "dns.upstream",
+        "required when dns.listen",
+    );
+}
+
+#[test]
+fn context_errors() {
+    let dir = files();
+    let d = dir.path();
+    relay_err(
+        &format!("{RELAY_MIN}\n[context]\nsource = \"replay\"\n"),
+        d,
+        "context.replay",
+        "required when context.source",
+    );
+    relay_err(
+        &format!("{RELAY_MIN}\n[context]\nsource = \"replay\"\nreplay = \"trip.csv\"\n"),
+        d,
+        "context.replay",
+        "file not found",
+    );
+    let r = relay(
+        &format!("{RELAY_MIN}\n[context]\nsource = \"replay\"\nreplay = \"context.csv\"\n"),
+        d,
+    )
+    .unwrap();
+    assert_eq!(r.context.replay, Some(d.join("context.csv")));
+    relay_err(
+        &format!("{RELAY_MIN}\n[context]\nsource = \"gpsd\"\ngpsd = \"localhost:2947\"\n"),
+        d,
+        "context.gpsd",
+        "host names are not resolved",
+    );
+}
+
+#[test]
+fn limits_and_log_errors() {
+    let dir = files();
+    let d = dir.path();
+    for (body, key, words) in [
+        (
+            "flow_window_bytes = 0",
+            "limits.flow_window_bytes",
+            "out of range",
+        ),
+        (
+            "user_window_bytes = 0",
+            "limits.user_window_bytes",
+            "out of range",
+        ),
+        (
+            "flow_window_bytes = 8388608\nuser_window_bytes = 4194304",
+            "limits.user_window_bytes",
+            "smaller than limits.flow_window_bytes",
+        ),
+        ("max_flows = 0", "limits.max_flows", "out of range"),
+    ] {
+        relay_err(&format!("{RELAY_MIN}\n[limits]\n{body}\n"), d, key, words);
+        proxy_err(&format!("{PROXY_MIN}\n[limits]\n{body}\n"), d, key, words);
+    }
+    relay_err(
+        &format!("{RELAY_MIN}\n[log]\nlevel = \"verbose\"\n"),
+        d,
+        "log.level",
+        "unknown level \"verbose\"",
+    );
+    relay_err(
+        &format!("{RELAY_MIN}\n[log]\nformat = \"xml\"\n"),
+        d,
+        "log.format",
+        "unknown variant `xml`",
+    );
+    let r = relay(
+        &format!(
+            "{RELAY_MIN}\n[log]\nformat = \"json\"\nlevel = \"info,polycorn_net::subflow=debug\"\n"
+        ),
+        d,
+    )
+    .unwrap();
+    assert_eq!(r.log.format, LogFormat::Json);
+}
+
+#[test]
+fn proxy_errors() {
+    let dir = files();
+    let d = dir.path();
+    let p = proxy(
+        &format!("[proxy]\nlisten = [\"0.0.0.0:7700\", \"[::]:7700\"]\ntunnel_listen = \"0.0.0.0:7701\"\n{PROXY_MIN}"),
+        d,
+    )
+    .unwrap();
+    assert_eq!(p.proxy.listen.len(), 2);
+    proxy_err(
+        &format!("[proxy]\nlisten = []\n{PROXY_MIN}"),
+        d,
+        "proxy.listen",
+        "no address",
+    );
+    proxy_err(
+        &format!("[proxy]\nlisten = [\"0.0.0.0:7700\", \"0.0.0.0:7700\"]\n{PROXY_MIN}"),
+        d,
+        "proxy.listen[1]",
+        "already used by proxy.listen[0]",
+    );
+    proxy_err(
+        &format!("[proxy]\ntunnel_listen = \"0.0.0.0:7700\"\n{PROXY_MIN}"),
+        d,
+        "proxy.tunnel_listen",
+        "already used by proxy.listen[0]",
+    );
+    proxy_err(
+        &format!("[proxy]\nscheduler = \"\"\n{PROXY_MIN}"),
+        d,
+        "proxy.scheduler",
+        "empty scheduler spec",
+    );
+    proxy_err(
+        &format!("[proxy]\nconnect_timeout_s = 0\n{PROXY_MIN}"),
+        d,
+        "proxy.connect_timeout_s",
+        "out of range 1..=300",
+    );
+    proxy_err(
+        &format!("[proxy]\nhold_time_s = 7200\n{PROXY_MIN}"),
+        d,
+        "proxy.hold_time_s",
+        "out of range",
+    );
+    proxy_err(
+        &format!("{PROXY_MIN}\n[policy]\ndeny = [\"10.0.0.1/8\"]\n"),
+        d,
+        "policy.deny[0]",
+        "host bits set; write \"10.0.0.0/8\"",
+    );
+    proxy_err(
+        &format!("{PROXY_MIN}\n[policy]\nallow_privat = true\n"),
+        d,
+        "policy.allow_privat",
+        "unknown field",
+    );
+    proxy_err(
+        &format!("{PROXY_MIN}\n[linkdb]\ndb = \" \"\n"),
+        d,
+        "linkdb.db",
+        "empty",
+    );
+    let p = proxy(
+        &format!("{PROXY_MIN}\n[policy]\nallow = [\"0.0.0.0/0\", \"::/0\", \"10.0.2.2/32\"]\n"),
+        d,
+    )
+    .unwrap();
+    assert!(p.destination_policy_allows("10.0.2.2"));
+    assert!(p.destination_policy_allows("2606:2800:220:1::1"));
+    assert!(!p.destination_policy_allows("10.0.2.3"));
+}
