@@ -55,6 +55,8 @@ pub const MAX_CONNECT_TIMEOUT_S: u64 = 300;
 pub const MAX_WINDOW_BYTES: u64 = 1 << 30;
 /// Largest allowed `max_flows`.
 pub const MAX_FLOWS: u32 = 1 << 20;
+/// Longest congestion control name (the kernel's `TCP_CA_NAME_MAX` is 16 with the NUL).
+pub const MAX_CONGESTION_NAME_BYTES: usize = 15;
 /// Longest path name (it appears in logs and metric labels).
 pub const MAX_PATH_NAME_BYTES: usize = 32;
 
@@ -225,6 +227,10 @@ pub struct RelaySection {
     /// (default 30, at most 3600).
     #[serde(default = "default_hold_time_s")]
     pub hold_time_s: u64,
+    /// `congestion`: TCP congestion control of the subflows and baseline tunnels (`cubic`,
+    /// `bbr`, `reno`, …; must be available in the kernel). None: the system default.
+    #[serde(default)]
+    pub congestion: Option<String>,
 }
 
 impl RelaySection {
@@ -421,6 +427,7 @@ impl RelayConfig {
             return Err(v.invalid("relay.tunnel_port", "must not be 0"));
         }
         v.hold_time("relay.hold_time_s", self.relay.hold_time_s)?;
+        v.congestion("relay.congestion", self.relay.congestion.as_deref())?;
 
         if self.paths.is_empty() {
             return Err(v.invalid(
@@ -575,6 +582,9 @@ pub struct ProxySection {
     /// `tunnel_listen`: address for the baselines' per-connection tunnels (kernel MPTCP,
     /// single path). None: baselines are not served.
     pub tunnel_listen: Option<SocketAddr>,
+    /// `tunnel_peers`: source networks (CIDRs) allowed to open baseline tunnels; required
+    /// with `tunnel_listen`, because tunnels carry no TLS and no client certificate.
+    pub tunnel_peers: Vec<IpNet>,
     /// `scheduler`: downlink pipeline spec or preset (default `hrsch`).
     pub scheduler: String,
     /// `hold_time_s`: how long a relay's flows survive while it has no subflow (default 30, at
@@ -582,6 +592,9 @@ pub struct ProxySection {
     pub hold_time_s: u64,
     /// `connect_timeout_s`: limit on connecting to a server (default 10, 1..=300).
     pub connect_timeout_s: u64,
+    /// `congestion`: TCP congestion control of accepted subflows and tunnels. None: the system
+    /// default.
+    pub congestion: Option<String>,
 }
 
 impl Default for ProxySection {
@@ -589,9 +602,11 @@ impl Default for ProxySection {
         ProxySection {
             listen: vec![SocketAddr::from(([0, 0, 0, 0], 7700))],
             tunnel_listen: None,
+            tunnel_peers: Vec::new(),
             scheduler: default_scheduler(),
             hold_time_s: default_hold_time_s(),
             connect_timeout_s: default_connect_timeout_s(),
+            congestion: None,
         }
     }
 }
@@ -703,6 +718,14 @@ impl ProxyConfig {
         v.distinct_listeners(&named)?;
         v.scheduler("proxy.scheduler", &p.scheduler)?;
         v.hold_time("proxy.hold_time_s", p.hold_time_s)?;
+        v.congestion("proxy.congestion", p.congestion.as_deref())?;
+        if p.tunnel_listen.is_some() && p.tunnel_peers.is_empty() {
+            return Err(v.invalid(
+                "proxy.tunnel_peers",
+                "required when proxy.tunnel_listen is set: baseline tunnels are not \
+                 authenticated, so list the relays' source networks (e.g. [\"10.100.0.0/16\"])",
+            ));
+        }
         if !(1..=MAX_CONNECT_TIMEOUT_S).contains(&p.connect_timeout_s) {
             return Err(v.invalid(
                 "proxy.connect_timeout_s",
@@ -713,11 +736,15 @@ impl ProxyConfig {
             ));
         }
         v.tls_files(&mut self.tls, base)?;
-        for (list, nets) in [("allow", &self.policy.allow), ("deny", &self.policy.deny)] {
+        for (list, nets) in [
+            ("proxy.tunnel_peers", &self.proxy.tunnel_peers),
+            ("policy.allow", &self.policy.allow),
+            ("policy.deny", &self.policy.deny),
+        ] {
             for (i, net) in nets.iter().enumerate() {
                 if net.trunc() != *net {
                     return Err(v.invalid(
-                        format!("policy.{list}[{i}]"),
+                        format!("{list}[{i}]"),
                         format!(
                             "\"{net}\" has host bits set; write \"{}\" (or \"{}/{}\" for the \
                              single address)",
@@ -793,7 +820,7 @@ fn parse<T: for<'de> Deserialize<'de>>(text: &str, origin: &str) -> Result<T, Co
 /// Adds the expected form to the standard library's terse address parse errors (`ipnet`
 /// reuses the IP address message for CIDRs, so the key tells them apart).
 fn hint(message: &str, key: Option<&str>) -> String {
-    let cidr = key.is_some_and(|k| k.starts_with("policy."));
+    let cidr = key.is_some_and(|k| k.starts_with("policy.") || k.starts_with("proxy.tunnel_peers"));
     let extra = match message {
         "invalid socket address syntax" => {
             " (expected IP:PORT such as \"10.0.2.1:7700\" or \"[2001:db8::1]:7700\"; host names \
@@ -997,6 +1024,25 @@ impl Validator<'_> {
         Ok(())
     }
 
+    fn congestion(&self, key: &str, name: Option<&str>) -> Result<(), ConfigError> {
+        let Some(name) = name else { return Ok(()) };
+        let ok = !name.is_empty()
+            && name.len() <= MAX_CONGESTION_NAME_BYTES
+            && name
+                .bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_');
+        if !ok {
+            return Err(self.invalid(
+                key,
+                format!(
+                    "{name:?} is not a congestion control name (lowercase letters, digits, '_'; \
+                     see /proc/sys/net/ipv4/tcp_available_congestion_control)"
+                ),
+            ));
+        }
+        Ok(())
+    }
+
     /// TCP listeners must not share an address (and none may use port 0, which would bind a
     /// random port nobody can be told about).
     fn distinct_listeners(&self, list: &[(&str, Option<SocketAddr>)]) -> Result<(), ConfigError> {
@@ -1128,6 +1174,8 @@ proxy = "10.0.2.1:7700"
 tunnel_port = 7701
 # Passenger connections survive an outage of all paths this long (0..=3600 s).
 hold_time_s = 30
+# TCP congestion control of the subflows (default: the system's, often bbr or cubic).
+# congestion = "cubic"
 
 # One [[path]] per cellular interface (1 to 32); names, devices and sources must be unique.
 [[path]]
@@ -1193,14 +1241,18 @@ const PROXY_EXAMPLE: &str = r#"# polycorn proxy configuration (in the cloud).
 [proxy]
 # Subflow (TLS) listener; may also be a list: ["0.0.0.0:7700", "[::]:7700"]
 listen = "0.0.0.0:7700"
-# Optional: the mptcp / single baselines' per-connection tunnels.
+# Optional: the mptcp / single baselines' per-connection tunnels. They have no TLS, so
+# tunnel_peers (the relays' source networks) is required with tunnel_listen.
 # tunnel_listen = "0.0.0.0:7701"
+# tunnel_peers = ["10.100.0.0/16", "10.101.0.0/16"]
 # Downlink scheduler, same syntax as the relay's.
 scheduler = "hrsch"
 # A relay's flows survive this long while it has no subflow (0..=3600 s).
 hold_time_s = 30
 # Limit on connecting to a server (1..=300 s).
 connect_timeout_s = 10
+# TCP congestion control of accepted subflows (default: the system's).
+# congestion = "cubic"
 
 [tls]
 ca = "ca.pem"

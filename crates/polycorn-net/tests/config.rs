@@ -130,8 +130,11 @@ fn examples_parse() {
     assert!(r.intercept.transparent6.is_some() && r.intercept.socks5.is_some());
     assert!(r.dns.listen.is_some() && r.dns.upstream.is_some());
     assert_eq!(r.context.replay, Some(dir.path().join("context.csv")));
+    assert_eq!(r.relay.congestion.as_deref(), Some("cubic"));
     let p = proxy(&uncomment(ProxyConfig::example()), dir.path()).unwrap();
     assert!(p.proxy.tunnel_listen.is_some());
+    assert_eq!(p.proxy.tunnel_peers.len(), 2);
+    assert_eq!(p.proxy.congestion.as_deref(), Some("cubic"));
     assert!(p.linkdb.db.is_some());
     assert!(p.metrics.listen.is_some());
 }
@@ -443,6 +446,17 @@ fn relay_section_errors() {
     )
     .unwrap();
     relay_err(
+        &edit(RELAY_MIN, "[relay]\n", "[relay]\ncongestion = \"BBR v2\"\n"),
+        d,
+        "relay.congestion",
+        "not a congestion control name",
+    );
+    relay(
+        &edit(RELAY_MIN, "[relay]\n", "[relay]\ncongestion = \"bbr\"\n"),
+        d,
+    )
+    .unwrap();
+    relay_err(
         &edit(RELAY_MIN, "[relay]\n", "[relay]\ntunnel_port = 0\n"),
         d,
         "relay.tunnel_port",
@@ -656,11 +670,38 @@ fn proxy_errors() {
     let dir = files();
     let d = dir.path();
     let p = proxy(
-        &format!("[proxy]\nlisten = [\"0.0.0.0:7700\", \"[::]:7700\"]\ntunnel_listen = \"0.0.0.0:7701\"\n{PROXY_MIN}"),
+        &format!(
+            "[proxy]\nlisten = [\"0.0.0.0:7700\", \"[::]:7700\"]\ntunnel_listen = \"0.0.0.0:7701\"\n\
+             tunnel_peers = [\"10.100.0.0/16\"]\n{PROXY_MIN}"
+        ),
         d,
     )
     .unwrap();
     assert_eq!(p.proxy.listen.len(), 2);
+    proxy_err(
+        &format!("[proxy]\ntunnel_listen = \"0.0.0.0:7701\"\n{PROXY_MIN}"),
+        d,
+        "proxy.tunnel_peers",
+        "required when proxy.tunnel_listen",
+    );
+    proxy_err(
+        &format!("[proxy]\ntunnel_listen = \"0.0.0.0:7701\"\ntunnel_peers = [\"10.100.0.1/16\"]\n{PROXY_MIN}"),
+        d,
+        "proxy.tunnel_peers[0]",
+        "host bits set",
+    );
+    proxy_err(
+        &format!("[proxy]\ntunnel_peers = [\"relay\"]\n{PROXY_MIN}"),
+        d,
+        "proxy.tunnel_peers[0]",
+        "expected a CIDR",
+    );
+    proxy_err(
+        &format!("[proxy]\ncongestion = \"\"\n{PROXY_MIN}"),
+        d,
+        "proxy.congestion",
+        "not a congestion control name",
+    );
     proxy_err(
         &format!("[proxy]\nlisten = []\n{PROXY_MIN}"),
         d,
