@@ -299,6 +299,32 @@ pub fn leave_one_ride_out(trips: &[TripData], kinds: &[ModelKind]) -> Vec<(Model
     reports
 }
 
+/// Leave-one-ride-out totals of the risk model at another decision threshold (sensitivity).
+pub fn leave_one_ride_out_risk(trips: &[TripData], threshold: f64) -> Categories {
+    let mut rides: BTreeMap<&str, Vec<usize>> = BTreeMap::new();
+    for (i, t) in trips.iter().enumerate() {
+        rides.entry(ride_of(t)).or_default().push(i);
+    }
+    let mut total = Categories::default();
+    for held in rides.values() {
+        let train: Vec<&TripData> = trips
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| !held.contains(i))
+            .map(|(_, t)| t)
+            .collect();
+        let index = LinkIndex::build(train.iter().copied());
+        let model = RiskModel::train(&index, &train).with_threshold(threshold);
+        let mut pred = Predictor::new(index, Model::Risk(model));
+        for &i in held {
+            for j in replay(&mut pred, &trips[i]) {
+                total.add(j.failed, j.delta_s);
+            }
+        }
+    }
+    total
+}
+
 fn pct(k: usize, n: usize) -> String {
     if n == 0 {
         "-".into()
