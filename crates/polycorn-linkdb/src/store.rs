@@ -711,6 +711,17 @@ impl Store {
         Ok(out)
     }
 
+    /// Drop every LinkDB table and migrate again: an empty database at the latest schema.
+    pub fn wipe(&mut self) -> Result<i64, StoreError> {
+        self.batch(
+            "wipe",
+            "DROP TABLE IF EXISTS radio_samples; DROP TABLE IF EXISTS samples;
+             DROP TABLE IF EXISTS handovers; DROP TABLE IF EXISTS trips;
+             DROP TABLE IF EXISTS schema_version",
+        )?;
+        self.migrate()
+    }
+
     /// Delete every trip of a source (and its records).
     pub fn delete_source(&mut self, source: Source) -> Result<u64, StoreError> {
         let what = format!("delete source {source}");
