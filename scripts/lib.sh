@@ -13,10 +13,12 @@ as_root() {
 }
 
 # Debian packages every part of polycorn needs (tests create namespaces, veth, nftables rules,
-# kernel MPTCP endpoints; the bench uses iperf3 and mptcpize).
+# kernel MPTCP endpoints; the bench uses iperf3 and mptcpize; LinkDB's store tests run against
+# a throwaway PostgreSQL server).
 APT_PACKAGES=(
   build-essential pkg-config ca-certificates curl git
   iproute2 nftables iptables ethtool iputils-ping iperf3 tcpdump mptcpize
+  postgresql
 )
 
 # Install missing Debian packages; does nothing (and needs no network) when all are present.
@@ -33,6 +35,57 @@ ensure_apt_packages() {
   say "installing Debian packages: ${missing[*]}"
   as_root env DEBIAN_FRONTEND=noninteractive apt-get update -qq
   as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+}
+
+# Start a throwaway PostgreSQL cluster for the tests: a fresh data directory under a temp dir,
+# listening only on a Unix socket in that dir (no TCP port to collide with anything), owned by
+# the `postgres` user when we are root (the server refuses to run as root). Exports
+# POLYCORN_TEST_PG_URL. Call stop_test_postgres when done (test.sh traps it). Under CI=true a
+# failure is fatal; elsewhere the tests skip PostgreSQL with a message.
+PG_TMP=""
+start_test_postgres() {
+  local bindir
+  bindir=$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -n 1)
+  if [ -z "$bindir" ] || [ ! -x "$bindir/initdb" ]; then
+    pg_unavailable "no PostgreSQL server binaries under /usr/lib/postgresql (Debian package postgresql)"
+    return 0
+  fi
+  PG_TMP=$(mktemp -d /tmp/polycorn-pg.XXXXXX)
+  local run=()
+  if [ "$(id -u)" -eq 0 ]; then
+    chown postgres: "$PG_TMP"
+    run=(runuser -u postgres --)
+  fi
+  if ! "${run[@]}" "$bindir/initdb" -D "$PG_TMP/data" -U postgres -A trust --no-sync >"$PG_TMP/initdb.log" 2>&1; then
+    cat "$PG_TMP/initdb.log" >&2
+    pg_unavailable "initdb failed"
+    return 0
+  fi
+  if ! "${run[@]}" "$bindir/pg_ctl" -D "$PG_TMP/data" -l "$PG_TMP/server.log" -w -t 60 \
+      -o "-c listen_addresses='' -k $PG_TMP -p 5432 -c fsync=off" start >/dev/null; then
+    cat "$PG_TMP/server.log" >&2
+    pg_unavailable "the PostgreSQL server did not start"
+    return 0
+  fi
+  export POLYCORN_TEST_PG_URL="postgresql:///postgres?user=postgres&host=$PG_TMP&port=5432"
+  say "PostgreSQL $("$bindir/postgres" --version | awk '{print $3}') for tests: $POLYCORN_TEST_PG_URL"
+}
+
+pg_unavailable() {
+  if [ "${CI:-}" = "true" ]; then die "PostgreSQL for the LinkDB tests: $1"; fi
+  printf 'warning: PostgreSQL for the LinkDB tests: %s; its tests will skip\n' "$1" >&2
+}
+
+stop_test_postgres() {
+  [ -n "$PG_TMP" ] || return 0
+  local bindir run=()
+  bindir=$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -n 1)
+  [ "$(id -u)" -eq 0 ] && run=(runuser -u postgres --)
+  if [ -f "$PG_TMP/data/postmaster.pid" ]; then
+    "${run[@]}" "$bindir/pg_ctl" -D "$PG_TMP/data" -m immediate -w stop >/dev/null 2>&1 || true
+  fi
+  rm -rf "$PG_TMP"
+  PG_TMP=""
 }
 
 # Make cargo available (rustup's default location is added to PATH when present).

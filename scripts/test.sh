@@ -19,8 +19,11 @@ done
 # The crate is #![no_std]: a clock read or socket call does not even compile. Guard the attribute.
 grep -q '^#!\[no_std\]' crates/polycorn-sched/src/lib.rs || die "polycorn-sched lost #![no_std]"
 
-say "tests"
+say "tests (with a throwaway PostgreSQL for LinkDB's store)"
+trap stop_test_postgres EXIT
+start_test_postgres
 cargo test --locked --workspace
+stop_test_postgres
 
 say "benchmarks compile"
 cargo bench --locked --workspace --no-run

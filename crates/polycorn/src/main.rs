@@ -6,6 +6,7 @@
 
 mod calibrate;
 mod demo;
+mod linkdb_cmd;
 mod testbed_cmd;
 mod tripgen;
 
@@ -44,6 +45,11 @@ enum Command {
     Trip {
         #[command(subcommand)]
         action: TripAction,
+    },
+    /// LinkDB: handover history, analyses, failure-predictor validation.
+    Linkdb {
+        #[command(subcommand)]
+        action: linkdb_cmd::LinkdbAction,
     },
     /// List scheduler stages and presets, or check a pipeline spec.
     Schedulers {
@@ -131,6 +137,7 @@ fn run(cli: Cli) -> Result<()> {
         Command::Trip {
             action: TripAction::Generate(args),
         } => tripgen::run(&args)?,
+        Command::Linkdb { action } => linkdb_cmd::run(action)?,
         Command::Schedulers { check: Some(spec) } => {
             let p = polycorn_sched::Pipeline::from_spec(&spec)?;
             println!("ok: {}", p.spec());

@@ -329,3 +329,111 @@ fn testbed_paths_from_recorded_traces() {
     assert!(!ns.contains(name), "{ns}");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn linkdb_import_is_idempotent_and_validate_prints_the_categories() {
+    let dir = std::env::temp_dir().join(format!("polycorn-cli-linkdb-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let db = format!("sqlite:{}", dir.join("l.sqlite").display());
+    let trip = dir.join("trip");
+    let out = polycorn(&[
+        "trip",
+        "generate",
+        "--preset",
+        "ktx",
+        "--route-seed",
+        "4",
+        "--trip-seed",
+        "2",
+        "--interruptions",
+        "builtin",
+        "--out",
+        trip.to_str().unwrap(),
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = |o: &std::process::Output| String::from_utf8_lossy(&o.stdout).into_owned();
+    let out = polycorn(&[
+        "linkdb",
+        "import",
+        "--db",
+        &db,
+        "--trip-dir",
+        trip.to_str().unwrap(),
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        text(&out).contains("1 trips (1 new, 0 already stored)"),
+        "{}",
+        text(&out)
+    );
+    // The same trip generated in process has the same key: nothing new.
+    let out = polycorn(&[
+        "linkdb",
+        "import",
+        "--db",
+        &db,
+        "--simulate",
+        "3",
+        "--preset",
+        "ktx",
+        "--route-seed",
+        "4",
+        "--first-trip-seed",
+        "1",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        text(&out).contains("3 trips (2 new, 1 already stored)"),
+        "{}",
+        text(&out)
+    );
+    let out = polycorn(&["linkdb", "validate", "--db", &db]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let t = text(&out);
+    for needle in [
+        "route ktx/route4: 3 trips in 3 rides",
+        "paper",
+        "risk",
+        "loctable",
+        "failures",
+    ] {
+        assert!(t.contains(needle), "{needle} missing in\n{t}");
+    }
+    let out = polycorn(&["linkdb", "analyze", "--db", &db]);
+    assert!(out.status.success());
+    assert!(text(&out).contains("Distance to EHP < 200m"));
+    let out = polycorn(&["linkdb", "stats", "--db", &db]);
+    assert!(text(&out).contains("3 trips"), "{}", text(&out));
+    // A broken trip directory names the file.
+    std::fs::write(trip.join("handovers.csv"), "carrier,from_cell\nA,1\n").unwrap();
+    let out = polycorn(&[
+        "linkdb",
+        "import",
+        "--db",
+        &db,
+        "--trip-dir",
+        trip.to_str().unwrap(),
+    ]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("handovers.csv:1: no `to_cell` column"));
+    let out = polycorn(&["linkdb", "stats", "--db", "mysql://nope"]);
+    assert!(!out.status.success());
+    std::fs::remove_dir_all(dir).unwrap();
+}

@@ -1,0 +1,190 @@
+//! Importers: the testbed's trip ground truth, WMN Lab metro CSVs, UCC 5G driving CSVs.
+//!
+//! Each importer turns files into [`TripData`] and an [`ImportReport`]. A row that cannot be
+//! used is never dropped silently and never aborts the import: it is counted, and its
+//! `file:line` and the reason are kept in the report. A file that is unusable as a whole (no
+//! header, a missing column) is an error naming the file.
+
+pub mod sim;
+mod time;
+pub mod ucc5g;
+pub mod wmnlab;
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+
+use crate::record::TripData;
+
+/// A row that was not imported, and why.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct BadRow {
+    /// File.
+    pub file: PathBuf,
+    /// 1-based line.
+    pub line: usize,
+    /// What is wrong.
+    pub reason: String,
+}
+
+impl fmt::Display for BadRow {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}:{}: {}", self.file.display(), self.line, self.reason)
+    }
+}
+
+/// What an import produced besides the trips.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ImportReport {
+    /// Files read.
+    pub files: usize,
+    /// Data rows read.
+    pub rows: usize,
+    /// Rows not imported.
+    pub bad: Vec<BadRow>,
+    /// Notes: choices the importer made that change what the data means (counted).
+    pub notes: Vec<String>,
+}
+
+impl ImportReport {
+    pub(crate) fn bad(&mut self, file: &Path, line: usize, reason: impl Into<String>) {
+        self.bad.push(BadRow {
+            file: file.to_path_buf(),
+            line,
+            reason: reason.into(),
+        });
+    }
+
+    /// Merge another report into this one.
+    pub fn merge(&mut self, o: ImportReport) {
+        self.files += o.files;
+        self.rows += o.rows;
+        self.bad.extend(o.bad);
+        self.notes.extend(o.notes);
+    }
+
+    /// Human summary: counts, then at most `max_bad` bad rows with file:line.
+    pub fn summary(&self, max_bad: usize) -> String {
+        let mut s = format!(
+            "{} files, {} rows read, {} bad rows",
+            self.files,
+            self.rows,
+            self.bad.len()
+        );
+        for n in &self.notes {
+            s.push_str("\nnote: ");
+            s.push_str(n);
+        }
+        for b in self.bad.iter().take(max_bad) {
+            s.push_str("\nbad row: ");
+            s.push_str(&b.to_string());
+        }
+        if self.bad.len() > max_bad {
+            s.push_str(&format!(
+                "\n… and {} more bad rows",
+                self.bad.len() - max_bad
+            ));
+        }
+        s
+    }
+}
+
+/// Errors that stop an import of one file or directory.
+#[derive(Debug, thiserror::Error)]
+pub enum ImportError {
+    /// Reading failed.
+    #[error("{path}: {source}")]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// The error.
+        source: std::io::Error,
+    },
+    /// The file is unusable as a whole.
+    #[error("{path}:{line}: {problem}")]
+    Format {
+        /// The file.
+        path: PathBuf,
+        /// 1-based line (1 = header).
+        line: usize,
+        /// What is wrong.
+        problem: String,
+    },
+    /// The trip model rejected its configuration.
+    #[error("trip model: {0}")]
+    Trip(#[from] polycorn_link::trip::TripError),
+}
+
+pub(crate) fn read(path: &Path) -> Result<String, ImportError> {
+    std::fs::read_to_string(path).map_err(|source| ImportError::Io {
+        path: path.to_path_buf(),
+        source,
+    })
+}
+
+/// A CSV header: trimmed column names and lookup by name.
+pub(crate) struct Header {
+    cols: Vec<String>,
+}
+
+impl Header {
+    pub(crate) fn parse(line: &str) -> Header {
+        Header {
+            cols: line
+                .trim_start_matches('\u{feff}')
+                .split(',')
+                .map(|c| c.trim().to_string())
+                .collect(),
+        }
+    }
+    pub(crate) fn col(&self, path: &Path, name: &str) -> Result<usize, ImportError> {
+        self.cols
+            .iter()
+            .position(|c| c == name)
+            .ok_or_else(|| ImportError::Format {
+                path: path.to_path_buf(),
+                line: 1,
+                problem: format!("no `{name}` column in the header"),
+            })
+    }
+    pub(crate) fn len(&self) -> usize {
+        self.cols.len()
+    }
+}
+
+/// Files to import under `path`: the file itself, or the `.csv` files of a directory tree,
+/// sorted (so imports are deterministic).
+pub fn csv_files(path: &Path) -> Result<Vec<PathBuf>, ImportError> {
+    let io = |source| ImportError::Io {
+        path: path.to_path_buf(),
+        source,
+    };
+    let meta = std::fs::metadata(path).map_err(io)?;
+    if meta.is_file() {
+        return Ok(vec![path.to_path_buf()]);
+    }
+    let mut out = Vec::new();
+    let mut stack = vec![path.to_path_buf()];
+    while let Some(dir) = stack.pop() {
+        for e in std::fs::read_dir(&dir).map_err(|source| ImportError::Io {
+            path: dir.clone(),
+            source,
+        })? {
+            let p = e
+                .map_err(|source| ImportError::Io {
+                    path: dir.clone(),
+                    source,
+                })?
+                .path();
+            if p.is_dir() {
+                stack.push(p);
+            } else if p.extension().is_some_and(|x| x.eq_ignore_ascii_case("csv")) {
+                out.push(p);
+            }
+        }
+    }
+    out.sort();
+    Ok(out)
+}
+
+/// All trips of an import plus its report.
+pub type Imported = (Vec<TripData>, ImportReport);

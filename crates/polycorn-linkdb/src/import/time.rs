@@ -1,0 +1,77 @@
+//! Civil timestamps of the measurement CSVs to seconds (UTC-agnostic: only differences matter).
+
+/// Days since 1970-01-01 of a proleptic Gregorian date (Howard Hinnant's algorithm).
+fn days_from_civil(y: i64, m: i64, d: i64) -> i64 {
+    let y = if m <= 2 { y - 1 } else { y };
+    let era = if y >= 0 { y } else { y - 399 } / 400;
+    let yoe = y - era * 400;
+    let mp = (m + 9) % 12;
+    let doy = (153 * mp + 2) / 5 + d - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    era * 146_097 + doe - 719_468
+}
+
+/// Seconds of a timestamp made of six numbers (year, month, day, hour, minute, second)
+/// separated by any non-digit characters, e.g. `2023-03-26 16:36:54` or `2019.12.16_07.22.43`.
+/// Fractional seconds are allowed (`54.250`). `None` if it does not have that shape.
+pub fn parse_seconds(s: &str) -> Option<f64> {
+    let s = s.trim();
+    let mut parts = s
+        .split(|c: char| !c.is_ascii_digit() && c != '.')
+        .filter(|p| !p.is_empty());
+    let mut n = [0i64; 5];
+    for slot in &mut n {
+        let p = parts.next()?;
+        if p.contains('.') {
+            // `2019.12.16` style: split on dots too.
+            return parse_dotted(s);
+        }
+        *slot = p.parse().ok()?;
+    }
+    let sec: f64 = parts.next()?.parse().ok()?;
+    if parts.next().is_some() {
+        return None;
+    }
+    civil(n[0], n[1], n[2], n[3], n[4], sec)
+}
+
+fn parse_dotted(s: &str) -> Option<f64> {
+    let p: Vec<&str> = s
+        .split(|c: char| !c.is_ascii_digit())
+        .filter(|p| !p.is_empty())
+        .collect();
+    if p.len() != 6 {
+        return None;
+    }
+    let n: Vec<i64> = p.iter().map(|x| x.parse().ok()).collect::<Option<_>>()?;
+    civil(n[0], n[1], n[2], n[3], n[4], n[5] as f64)
+}
+
+fn civil(y: i64, mo: i64, d: i64, h: i64, mi: i64, sec: f64) -> Option<f64> {
+    if !(1..=12).contains(&mo)
+        || !(1..=31).contains(&d)
+        || !(0..24).contains(&h)
+        || !(0..60).contains(&mi)
+        || !(0.0..61.0).contains(&sec)
+    {
+        return None;
+    }
+    Some((days_from_civil(y, mo, d) * 86_400 + h * 3600 + mi * 60) as f64 + sec)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    #[test]
+    fn both_formats() {
+        let a = parse_seconds("2023-03-26 16:36:54").unwrap();
+        let b = parse_seconds("2023-03-26 16:36:55 ").unwrap();
+        assert_eq!(b - a, 1.0);
+        let c = parse_seconds("2019.12.16_07.22.43").unwrap();
+        let d = parse_seconds("2019.12.17_07.22.43").unwrap();
+        assert_eq!(d - c, 86_400.0);
+        assert_eq!(parse_seconds("1970-01-01 00:00:00"), Some(0.0));
+        assert!(parse_seconds("2023-13-01 00:00:00").is_none());
+        assert!(parse_seconds("garbage").is_none());
+    }
+}

@@ -1,0 +1,267 @@
+//! What LinkDB stores: trips, their handovers, GPS fixes and per-carrier radio samples.
+//!
+//! These are plain values shared by the importers, the store and the analyses. Times are
+//! milliseconds since the trip began; positions are metres along the line (`position_m`, the
+//! line's own frame) — see [`Direction::progress`] for the direction-of-travel frame the
+//! analyses use.
+
+use core::fmt;
+use core::str::FromStr;
+
+/// Direction of travel of the train along its line (the paper keys cells by ⟨cell, direction⟩).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Direction {
+    /// Towards increasing `position_m`.
+    Up,
+    /// Towards decreasing `position_m`.
+    Down,
+}
+
+impl Direction {
+    /// Position in the direction-of-travel frame: larger = later along the ride.
+    pub fn progress(self, position_m: f64) -> f64 {
+        match self {
+            Direction::Up => position_m,
+            Direction::Down => -position_m,
+        }
+    }
+    /// Inverse of [`Direction::progress`].
+    pub fn position(self, progress_m: f64) -> f64 {
+        self.progress(progress_m)
+    }
+    /// The name stored in the database.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Direction::Up => "up",
+            Direction::Down => "down",
+        }
+    }
+}
+
+impl fmt::Display for Direction {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for Direction {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "up" => Ok(Direction::Up),
+            "down" => Ok(Direction::Down),
+            other => Err(format!("direction `{other}` is not `up` or `down`")),
+        }
+    }
+}
+
+/// Outcome of a handover.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Outcome {
+    /// Joined the target cell.
+    Success,
+    /// Left (lost) the source cell before joining a target: a blackout of seconds.
+    Failure,
+}
+
+impl Outcome {
+    /// The name stored in the database.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Outcome::Success => "success",
+            Outcome::Failure => "failure",
+        }
+    }
+    /// Whether this is a failure.
+    pub fn failed(self) -> bool {
+        self == Outcome::Failure
+    }
+}
+
+impl FromStr for Outcome {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "success" => Ok(Outcome::Success),
+            "failure" => Ok(Outcome::Failure),
+            other => Err(format!("outcome `{other}` is not `success` or `failure`")),
+        }
+    }
+}
+
+/// Where a trip came from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Source {
+    /// polycorn's synthetic trip model (in process or `polycorn trip generate` output).
+    Sim,
+    /// WMN Lab metro measurements (handover and radio-link-failure labels, no cell IDs).
+    Wmnlab,
+    /// UCC 5G driving logs (cell IDs, no failure labels).
+    Ucc5g,
+}
+
+impl Source {
+    /// The name stored in the database.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Source::Sim => "sim",
+            Source::Wmnlab => "wmnlab",
+            Source::Ucc5g => "ucc5g",
+        }
+    }
+}
+
+impl fmt::Display for Source {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for Source {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "sim" => Ok(Source::Sim),
+            "wmnlab" => Ok(Source::Wmnlab),
+            "ucc5g" => Ok(Source::Ucc5g),
+            other => Err(format!("source `{other}` is not one of sim, wmnlab, ucc5g")),
+        }
+    }
+}
+
+/// One ride.
+#[derive(Clone, Debug, PartialEq)]
+pub struct TripMeta {
+    /// Unique key: `source:name:hash` of the content ([`TripData::seal`]). Importing the same
+    /// trip twice finds the key and inserts nothing.
+    pub key: String,
+    /// Origin of the data.
+    pub source: Source,
+    /// Human name (file or directory name, seeds).
+    pub name: String,
+    /// The line: trips of one route share cells and positions (e.g. `hsr/route7`).
+    pub route: String,
+    /// Direction of travel.
+    pub direction: Direction,
+    /// Carrier names; a handover's `carrier` is one of them.
+    pub carriers: Vec<String>,
+    /// Duration, ms.
+    pub duration_ms: u64,
+}
+
+/// One handover as recorded.
+#[derive(Clone, Debug, PartialEq)]
+pub struct HandoverRecord {
+    /// Carrier name (one of the trip's carriers).
+    pub carrier: String,
+    /// Source cell.
+    pub from_cell: String,
+    /// Target cell (for a failure: the cell re-established on, when known).
+    pub to_cell: Option<String>,
+    /// Direction of travel.
+    pub direction: Direction,
+    /// Start, ms since the trip began.
+    pub start_ms: u64,
+    /// Position along the line at the start, m (`None` when the source has no line frame).
+    pub position_m: Option<f64>,
+    /// Latitude at the start (`None` when unknown).
+    pub lat: Option<f64>,
+    /// Longitude at the start.
+    pub lon: Option<f64>,
+    /// Serving-cell RSRP at the start, dBm.
+    pub rsrp_dbm: Option<f64>,
+    /// Success or failure.
+    pub outcome: Outcome,
+    /// Interruption of delivery, ms (`None` when unknown).
+    pub interruption_ms: Option<u64>,
+}
+
+/// One GPS fix.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Sample {
+    /// Time, ms since the trip began.
+    pub t_ms: u64,
+    /// Latitude (`None` without a fix).
+    pub lat: Option<f64>,
+    /// Longitude.
+    pub lon: Option<f64>,
+    /// Position along the line, m.
+    pub position_m: Option<f64>,
+    /// Speed, m/s.
+    pub speed_mps: Option<f64>,
+    /// Heading, degrees clockwise from north.
+    pub heading_deg: Option<f64>,
+}
+
+/// One carrier's serving cell and RSRP at one time.
+#[derive(Clone, Debug, PartialEq)]
+pub struct RadioSample {
+    /// Time, ms since the trip began.
+    pub t_ms: u64,
+    /// Carrier name.
+    pub carrier: String,
+    /// Serving cell (`None` without service).
+    pub cell: Option<String>,
+    /// RSRP, dBm.
+    pub rsrp_dbm: Option<f64>,
+}
+
+/// A trip with everything recorded on it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct TripData {
+    /// The trip.
+    pub meta: TripMeta,
+    /// Handovers in start order.
+    pub handovers: Vec<HandoverRecord>,
+    /// GPS fixes in time order.
+    pub samples: Vec<Sample>,
+    /// Radio samples in time order.
+    pub radio: Vec<RadioSample>,
+}
+
+impl TripData {
+    /// Sort the records, and set `meta.key` to `source:name:hash`, the hash (FNV-1a, 64 bit) taken
+    /// over the exact parts of the content (names, times, cells, outcomes), so a re-import of the
+    /// same file or seeds finds the same key and a changed file gets a new one.
+    pub fn seal(&mut self) {
+        self.handovers
+            .sort_by(|a, b| a.start_ms.cmp(&b.start_ms).then(a.carrier.cmp(&b.carrier)));
+        self.samples.sort_by_key(|s| s.t_ms);
+        self.radio
+            .sort_by(|a, b| a.t_ms.cmp(&b.t_ms).then(a.carrier.cmp(&b.carrier)));
+        let mut h = Fnv::new();
+        h.str(self.meta.source.as_str());
+        h.str(&self.meta.name);
+        h.str(&self.meta.route);
+        h.str(self.meta.direction.as_str());
+        for c in &self.meta.carriers {
+            h.str(c);
+        }
+        // Only exact fields: a trip read back from rounded CSV hashes like the original.
+        for x in &self.handovers {
+            h.str(&x.carrier);
+            h.str(&x.from_cell);
+            h.str(&x.start_ms.to_string());
+            h.str(x.outcome.as_str());
+        }
+        for x in &self.samples {
+            h.str(&x.t_ms.to_string());
+        }
+        h.str(&self.radio.len().to_string());
+        self.meta.key = format!("{}:{}:{:016x}", self.meta.source, self.meta.name, h.0);
+    }
+}
+
+struct Fnv(u64);
+
+impl Fnv {
+    fn new() -> Self {
+        Fnv(0xcbf2_9ce4_8422_2325)
+    }
+    fn str(&mut self, s: &str) {
+        for b in s.bytes().chain(core::iter::once(0xff)) {
+            self.0 ^= u64::from(b);
+            self.0 = self.0.wrapping_mul(0x0000_0100_0000_01b3);
+        }
+    }
+}

@@ -1,0 +1,771 @@
+//! Persistence: one schema and one set of SQL statements for SQLite and PostgreSQL.
+//!
+//! * `sqlite:PATH` (or `sqlite::memory:`) — an embedded SQLite file (rusqlite, bundled SQLite):
+//!   the default on a relay or a laptop.
+//! * `postgres://…` / `postgresql://…` — a PostgreSQL server, for a fleet's shared history.
+//!
+//! Both engines get the *same* SQL text: `$N` placeholders (SQLite reads `$1` as a named
+//! parameter bound by position), `BIGINT`/`DOUBLE PRECISION`/`TEXT` columns, `ON CONFLICT … DO
+//! NOTHING`, no engine-specific auto-increment (rows are keyed by trip and sequence number).
+//! The two backends differ only in how a statement is sent ([`Conn`]).
+//!
+//! Migrations are numbered; `schema_version` holds the highest applied. Opening a database
+//! applies the missing ones in one transaction each; a database newer than this code is
+//! refused. Importing a trip whose key is already stored inserts nothing (the insert of the trip
+//! row does nothing, and its children are skipped) — also when two importers race, since the
+//! loser blocks on the key until the winner commits.
+
+use std::path::PathBuf;
+
+use crate::record::{
+    Direction, HandoverRecord, Outcome, RadioSample, Sample, Source, TripData, TripMeta,
+};
+
+/// Schema migrations: (version, statements). Append only; never edit an applied one.
+pub const MIGRATIONS: &[(i64, &str)] = &[
+    (
+        1,
+        "CREATE TABLE trips (
+            trip_key TEXT PRIMARY KEY,
+            source TEXT NOT NULL,
+            name TEXT NOT NULL,
+            route TEXT NOT NULL,
+            direction TEXT NOT NULL,
+            carriers TEXT NOT NULL,
+            duration_ms BIGINT NOT NULL
+        );
+        CREATE TABLE handovers (
+            trip_key TEXT NOT NULL REFERENCES trips (trip_key) ON DELETE CASCADE,
+            seq BIGINT NOT NULL,
+            carrier TEXT NOT NULL,
+            from_cell TEXT NOT NULL,
+            to_cell TEXT,
+            direction TEXT NOT NULL,
+            start_ms BIGINT NOT NULL,
+            position_m DOUBLE PRECISION,
+            lat DOUBLE PRECISION,
+            lon DOUBLE PRECISION,
+            rsrp_dbm DOUBLE PRECISION,
+            outcome TEXT NOT NULL,
+            interruption_ms BIGINT,
+            PRIMARY KEY (trip_key, seq)
+        );
+        CREATE TABLE samples (
+            trip_key TEXT NOT NULL REFERENCES trips (trip_key) ON DELETE CASCADE,
+            seq BIGINT NOT NULL,
+            t_ms BIGINT NOT NULL,
+            lat DOUBLE PRECISION,
+            lon DOUBLE PRECISION,
+            position_m DOUBLE PRECISION,
+            speed_mps DOUBLE PRECISION,
+            heading_deg DOUBLE PRECISION,
+            PRIMARY KEY (trip_key, seq)
+        );
+        CREATE TABLE radio_samples (
+            trip_key TEXT NOT NULL REFERENCES trips (trip_key) ON DELETE CASCADE,
+            seq BIGINT NOT NULL,
+            t_ms BIGINT NOT NULL,
+            carrier TEXT NOT NULL,
+            cell TEXT,
+            rsrp_dbm DOUBLE PRECISION,
+            PRIMARY KEY (trip_key, seq)
+        )",
+    ),
+    (
+        2,
+        "CREATE INDEX handovers_by_cell ON handovers (carrier, from_cell, direction);
+        CREATE INDEX trips_by_route ON trips (source, route)",
+    ),
+];
+
+/// The schema version this code writes.
+pub fn latest_version() -> i64 {
+    MIGRATIONS.last().map_or(0, |m| m.0)
+}
+
+/// Store errors; each names the statement's purpose or the key involved.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// The `--db` URL is not understood.
+    #[error(
+        "database URL `{0}`: expected sqlite:PATH, sqlite::memory:, postgres://… or postgresql://…"
+    )]
+    BadUrl(String),
+    /// SQLite failed.
+    #[error("sqlite ({what}): {source}")]
+    Sqlite {
+        /// What was being done.
+        what: String,
+        /// The error.
+        source: rusqlite::Error,
+    },
+    /// PostgreSQL failed.
+    #[error("postgres ({what}): {source}")]
+    Postgres {
+        /// What was being done.
+        what: String,
+        /// The error.
+        source: postgres::Error,
+    },
+    /// The database was written by newer code.
+    #[error(
+        "database schema version {found} is newer than this polycorn's ({known}); upgrade polycorn"
+    )]
+    TooNew {
+        /// In the database.
+        found: i64,
+        /// Known here.
+        known: i64,
+    },
+    /// A stored value does not parse.
+    #[error("stored trip `{key}`: {problem}")]
+    Corrupt {
+        /// Trip key.
+        key: String,
+        /// What is wrong.
+        problem: String,
+    },
+}
+
+/// A bound parameter or a read column (typed even when NULL: PostgreSQL checks types).
+#[derive(Clone, Debug, PartialEq)]
+pub enum Value {
+    /// BIGINT.
+    Int(Option<i64>),
+    /// DOUBLE PRECISION.
+    Real(Option<f64>),
+    /// TEXT.
+    Text(Option<String>),
+}
+
+/// Column types of a query's result.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Col {
+    /// BIGINT.
+    Int,
+    /// DOUBLE PRECISION.
+    Real,
+    /// TEXT.
+    Text,
+}
+
+impl Value {
+    fn int(&self) -> Option<i64> {
+        match self {
+            Value::Int(v) => *v,
+            _ => None,
+        }
+    }
+    fn real(&self) -> Option<f64> {
+        match self {
+            Value::Real(v) => *v,
+            _ => None,
+        }
+    }
+    fn text(&self) -> Option<&str> {
+        match self {
+            Value::Text(v) => v.as_deref(),
+            _ => None,
+        }
+    }
+}
+
+/// The two engines behind one interface.
+enum Conn {
+    Sqlite(rusqlite::Connection),
+    Postgres(Box<postgres::Client>),
+}
+
+/// A LinkDB database.
+pub struct Store {
+    conn: Conn,
+    url: String,
+}
+
+impl std::fmt::Debug for Store {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Store")
+            .field("url", &self.redacted_url())
+            .finish()
+    }
+}
+
+/// Which trips to load.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct TripFilter {
+    /// Only this source.
+    pub source: Option<Source>,
+    /// Only this route.
+    pub route: Option<String>,
+}
+
+/// Result of an import.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Imported {
+    /// New trip stored.
+    Inserted,
+    /// The trip's key was already stored; nothing written.
+    AlreadyPresent,
+}
+
+fn sq(what: &str) -> impl FnOnce(rusqlite::Error) -> StoreError + '_ {
+    move |source| StoreError::Sqlite {
+        what: what.to_string(),
+        source,
+    }
+}
+
+fn pg(what: &str) -> impl FnOnce(postgres::Error) -> StoreError + '_ {
+    move |source| StoreError::Postgres {
+        what: what.to_string(),
+        source,
+    }
+}
+
+/// Rows per multi-row INSERT (well under both engines' parameter limits).
+const BATCH_ROWS: usize = 200;
+
+impl Store {
+    /// Open (creating an SQLite file if needed) and migrate to the latest schema.
+    pub fn open(url: &str) -> Result<Store, StoreError> {
+        let conn = if let Some(path) = url.strip_prefix("sqlite:") {
+            let c = if path == ":memory:" {
+                rusqlite::Connection::open_in_memory()
+            } else {
+                if path.is_empty() {
+                    return Err(StoreError::BadUrl(url.into()));
+                }
+                let path = PathBuf::from(path.strip_prefix("//").unwrap_or(path));
+                rusqlite::Connection::open(path)
+            }
+            .map_err(sq("open"))?;
+            c.execute_batch("PRAGMA foreign_keys = ON; PRAGMA journal_mode = WAL;")
+                .map_err(sq("pragmas"))?;
+            c.busy_timeout(std::time::Duration::from_secs(30))
+                .map_err(sq("busy timeout"))?;
+            Conn::Sqlite(c)
+        } else if url.starts_with("postgres://") || url.starts_with("postgresql://") {
+            Conn::Postgres(Box::new(
+                postgres::Client::connect(url, postgres::NoTls).map_err(pg("connect"))?,
+            ))
+        } else {
+            return Err(StoreError::BadUrl(url.into()));
+        };
+        let mut s = Store {
+            conn,
+            url: url.to_string(),
+        };
+        s.migrate()?;
+        Ok(s)
+    }
+
+    /// The URL without a password.
+    pub fn redacted_url(&self) -> String {
+        match (self.url.find("://"), self.url.rfind('@')) {
+            (Some(a), Some(b)) if b > a => {
+                let userinfo = &self.url[a + 3..b];
+                let user = userinfo.split(':').next().unwrap_or("");
+                format!("{}{}@{}", &self.url[..a + 3], user, &self.url[b + 1..])
+            }
+            _ => self.url.clone(),
+        }
+    }
+
+    /// Which engine.
+    pub fn engine(&self) -> &'static str {
+        match self.conn {
+            Conn::Sqlite(_) => "sqlite",
+            Conn::Postgres(_) => "postgres",
+        }
+    }
+
+    fn batch(&mut self, what: &str, sql: &str) -> Result<(), StoreError> {
+        match &mut self.conn {
+            Conn::Sqlite(c) => c.execute_batch(sql).map_err(sq(what)),
+            Conn::Postgres(c) => c.batch_execute(sql).map_err(pg(what)),
+        }
+    }
+
+    fn exec(&mut self, what: &str, sql: &str, params: &[Value]) -> Result<u64, StoreError> {
+        match &mut self.conn {
+            Conn::Sqlite(c) => {
+                let p: Vec<rusqlite::types::Value> = params.iter().map(to_sqlite).collect();
+                c.execute(sql, rusqlite::params_from_iter(p))
+                    .map(|n| n as u64)
+                    .map_err(sq(what))
+            }
+            Conn::Postgres(c) => {
+                let boxed: Vec<Box<dyn postgres::types::ToSql + Sync>> =
+                    params.iter().map(to_pg).collect();
+                let refs: Vec<&(dyn postgres::types::ToSql + Sync)> =
+                    boxed.iter().map(|b| b.as_ref()).collect();
+                c.execute(sql, &refs).map_err(pg(what))
+            }
+        }
+    }
+
+    fn query(
+        &mut self,
+        what: &str,
+        sql: &str,
+        params: &[Value],
+        cols: &[Col],
+    ) -> Result<Vec<Vec<Value>>, StoreError> {
+        match &mut self.conn {
+            Conn::Sqlite(c) => {
+                let p: Vec<rusqlite::types::Value> = params.iter().map(to_sqlite).collect();
+                let mut st = c.prepare_cached(sql).map_err(sq(what))?;
+                let rows = st
+                    .query_map(rusqlite::params_from_iter(p), |r| {
+                        cols.iter()
+                            .enumerate()
+                            .map(|(i, col)| {
+                                Ok(match col {
+                                    Col::Int => Value::Int(r.get(i)?),
+                                    Col::Real => Value::Real(r.get(i)?),
+                                    Col::Text => Value::Text(r.get(i)?),
+                                })
+                            })
+                            .collect::<Result<Vec<_>, rusqlite::Error>>()
+                    })
+                    .map_err(sq(what))?;
+                rows.collect::<Result<Vec<_>, _>>().map_err(sq(what))
+            }
+            Conn::Postgres(c) => {
+                let boxed: Vec<Box<dyn postgres::types::ToSql + Sync>> =
+                    params.iter().map(to_pg).collect();
+                let refs: Vec<&(dyn postgres::types::ToSql + Sync)> =
+                    boxed.iter().map(|b| b.as_ref()).collect();
+                let rows = c.query(sql, &refs).map_err(pg(what))?;
+                rows.iter()
+                    .map(|r| {
+                        cols.iter()
+                            .enumerate()
+                            .map(|(i, col)| {
+                                Ok(match col {
+                                    Col::Int => Value::Int(r.try_get(i).map_err(pg(what))?),
+                                    Col::Real => Value::Real(r.try_get(i).map_err(pg(what))?),
+                                    Col::Text => Value::Text(r.try_get(i).map_err(pg(what))?),
+                                })
+                            })
+                            .collect()
+                    })
+                    .collect()
+            }
+        }
+    }
+
+    /// The applied schema version (0 for an empty database).
+    pub fn schema_version(&mut self) -> Result<i64, StoreError> {
+        let v = self.query(
+            "read schema version",
+            "SELECT MAX(version) FROM schema_version",
+            &[],
+            &[Col::Int],
+        )?;
+        Ok(v.first().and_then(|r| r[0].int()).unwrap_or(0))
+    }
+
+    /// Apply missing migrations; returns the version now in force.
+    pub fn migrate(&mut self) -> Result<i64, StoreError> {
+        self.batch(
+            "create schema_version",
+            "CREATE TABLE IF NOT EXISTS schema_version (version BIGINT PRIMARY KEY)",
+        )?;
+        let current = self.schema_version()?;
+        if current > latest_version() {
+            return Err(StoreError::TooNew {
+                found: current,
+                known: latest_version(),
+            });
+        }
+        for (version, sql) in MIGRATIONS.iter().filter(|m| m.0 > current) {
+            let what = format!("migration {version}");
+            self.batch(&what, "BEGIN")?;
+            let r = self.batch(&what, sql).and_then(|()| {
+                self.exec(
+                    &what,
+                    "INSERT INTO schema_version (version) VALUES ($1) ON CONFLICT (version) DO NOTHING",
+                    &[Value::Int(Some(*version))],
+                )
+            });
+            match r {
+                Ok(_) => self.batch(&what, "COMMIT")?,
+                Err(e) => {
+                    let _ = self.batch(&what, "ROLLBACK");
+                    // Another process may have migrated concurrently: re-read before failing.
+                    if self.schema_version()? >= *version {
+                        continue;
+                    }
+                    return Err(e);
+                }
+            }
+        }
+        self.schema_version()
+    }
+
+    /// Store a trip; nothing is written if its key is already stored.
+    pub fn import(&mut self, trip: &TripData) -> Result<Imported, StoreError> {
+        let what = format!("import trip {}", trip.meta.key);
+        self.batch(&what, "BEGIN")?;
+        match self.import_in_tx(trip, &what) {
+            Ok(r) => {
+                self.batch(&what, "COMMIT")?;
+                Ok(r)
+            }
+            Err(e) => {
+                let _ = self.batch(&what, "ROLLBACK");
+                Err(e)
+            }
+        }
+    }
+
+    fn import_in_tx(&mut self, trip: &TripData, what: &str) -> Result<Imported, StoreError> {
+        let m = &trip.meta;
+        let key = || Value::Text(Some(m.key.clone()));
+        let n = self.exec(
+            what,
+            "INSERT INTO trips (trip_key, source, name, route, direction, carriers, duration_ms)
+             VALUES ($1, $2, $3, $4, $5, $6, $7) ON CONFLICT (trip_key) DO NOTHING",
+            &[
+                key(),
+                Value::Text(Some(m.source.as_str().into())),
+                Value::Text(Some(m.name.clone())),
+                Value::Text(Some(m.route.clone())),
+                Value::Text(Some(m.direction.as_str().into())),
+                Value::Text(Some(m.carriers.join(","))),
+                Value::Int(Some(m.duration_ms as i64)),
+            ],
+        )?;
+        if n == 0 {
+            return Ok(Imported::AlreadyPresent);
+        }
+        let t = |s: &str| Value::Text(Some(s.to_string()));
+        let ot = |s: &Option<String>| Value::Text(s.clone());
+        let hos: Vec<Vec<Value>> = trip
+            .handovers
+            .iter()
+            .enumerate()
+            .map(|(i, h)| {
+                vec![
+                    key(),
+                    Value::Int(Some(i as i64)),
+                    t(&h.carrier),
+                    t(&h.from_cell),
+                    ot(&h.to_cell),
+                    t(h.direction.as_str()),
+                    Value::Int(Some(h.start_ms as i64)),
+                    Value::Real(h.position_m),
+                    Value::Real(h.lat),
+                    Value::Real(h.lon),
+                    Value::Real(h.rsrp_dbm),
+                    t(h.outcome.as_str()),
+                    Value::Int(h.interruption_ms.map(|x| x as i64)),
+                ]
+            })
+            .collect();
+        self.insert_rows(
+            what,
+            "handovers (trip_key, seq, carrier, from_cell, to_cell, direction, start_ms, position_m, lat, lon, rsrp_dbm, outcome, interruption_ms)",
+            &hos,
+        )?;
+        let samples: Vec<Vec<Value>> = trip
+            .samples
+            .iter()
+            .enumerate()
+            .map(|(i, s)| {
+                vec![
+                    key(),
+                    Value::Int(Some(i as i64)),
+                    Value::Int(Some(s.t_ms as i64)),
+                    Value::Real(s.lat),
+                    Value::Real(s.lon),
+                    Value::Real(s.position_m),
+                    Value::Real(s.speed_mps),
+                    Value::Real(s.heading_deg),
+                ]
+            })
+            .collect();
+        self.insert_rows(
+            what,
+            "samples (trip_key, seq, t_ms, lat, lon, position_m, speed_mps, heading_deg)",
+            &samples,
+        )?;
+        let radio: Vec<Vec<Value>> = trip
+            .radio
+            .iter()
+            .enumerate()
+            .map(|(i, r)| {
+                vec![
+                    key(),
+                    Value::Int(Some(i as i64)),
+                    Value::Int(Some(r.t_ms as i64)),
+                    t(&r.carrier),
+                    ot(&r.cell),
+                    Value::Real(r.rsrp_dbm),
+                ]
+            })
+            .collect();
+        self.insert_rows(
+            what,
+            "radio_samples (trip_key, seq, t_ms, carrier, cell, rsrp_dbm)",
+            &radio,
+        )?;
+        Ok(Imported::Inserted)
+    }
+
+    fn insert_rows(
+        &mut self,
+        what: &str,
+        table_cols: &str,
+        rows: &[Vec<Value>],
+    ) -> Result<(), StoreError> {
+        for chunk in rows.chunks(BATCH_ROWS) {
+            let width = chunk[0].len();
+            let mut sql = format!("INSERT INTO {table_cols} VALUES ");
+            let mut n = 1;
+            for (i, _) in chunk.iter().enumerate() {
+                if i > 0 {
+                    sql.push(',');
+                }
+                sql.push('(');
+                for j in 0..width {
+                    if j > 0 {
+                        sql.push(',');
+                    }
+                    sql.push_str(&format!("${n}"));
+                    n += 1;
+                }
+                sql.push(')');
+            }
+            let params: Vec<Value> = chunk.iter().flatten().cloned().collect();
+            self.exec(what, &sql, &params)?;
+        }
+        Ok(())
+    }
+
+    /// Trips matching `filter`, in key order.
+    pub fn trips(&mut self, filter: &TripFilter) -> Result<Vec<TripMeta>, StoreError> {
+        let rows = self.query(
+            "list trips",
+            "SELECT trip_key, source, name, route, direction, carriers, duration_ms FROM trips
+             WHERE ($1 = '' OR source = $1) AND ($2 = '' OR route = $2) ORDER BY trip_key",
+            &[
+                Value::Text(Some(
+                    filter.source.map_or(String::new(), |s| s.as_str().into()),
+                )),
+                Value::Text(Some(filter.route.clone().unwrap_or_default())),
+            ],
+            &[
+                Col::Text,
+                Col::Text,
+                Col::Text,
+                Col::Text,
+                Col::Text,
+                Col::Text,
+                Col::Int,
+            ],
+        )?;
+        rows.into_iter()
+            .map(|r| {
+                let key = r[0].text().unwrap_or_default().to_string();
+                let bad = |problem: String| StoreError::Corrupt {
+                    key: key.clone(),
+                    problem,
+                };
+                Ok(TripMeta {
+                    source: r[1].text().unwrap_or_default().parse().map_err(bad)?,
+                    name: r[2].text().unwrap_or_default().into(),
+                    route: r[3].text().unwrap_or_default().into(),
+                    direction: r[4].text().unwrap_or_default().parse().map_err(bad)?,
+                    carriers: r[5]
+                        .text()
+                        .unwrap_or_default()
+                        .split(',')
+                        .filter(|c| !c.is_empty())
+                        .map(String::from)
+                        .collect(),
+                    duration_ms: r[6].int().unwrap_or(0).max(0) as u64,
+                    key,
+                })
+            })
+            .collect()
+    }
+
+    /// Trips matching `filter` with all their records.
+    pub fn load(&mut self, filter: &TripFilter) -> Result<Vec<TripData>, StoreError> {
+        let metas = self.trips(filter)?;
+        let mut out = Vec::with_capacity(metas.len());
+        for meta in metas {
+            out.push(self.load_one(meta)?);
+        }
+        Ok(out)
+    }
+
+    fn load_one(&mut self, meta: TripMeta) -> Result<TripData, StoreError> {
+        let key = [Value::Text(Some(meta.key.clone()))];
+        let bad = |problem: String| StoreError::Corrupt {
+            key: meta.key.clone(),
+            problem,
+        };
+        let u = |v: &Value| v.int().unwrap_or(0).max(0) as u64;
+        let s = |v: &Value| v.text().map(String::from);
+        let hos = self.query(
+            "load handovers",
+            "SELECT carrier, from_cell, to_cell, direction, start_ms, position_m, lat, lon, rsrp_dbm, outcome, interruption_ms
+             FROM handovers WHERE trip_key = $1 ORDER BY seq",
+            &key,
+            &[Col::Text, Col::Text, Col::Text, Col::Text, Col::Int, Col::Real, Col::Real, Col::Real, Col::Real, Col::Text, Col::Int],
+        )?;
+        let handovers = hos
+            .iter()
+            .map(|r| {
+                Ok(HandoverRecord {
+                    carrier: s(&r[0]).unwrap_or_default(),
+                    from_cell: s(&r[1]).unwrap_or_default(),
+                    to_cell: s(&r[2]),
+                    direction: r[3]
+                        .text()
+                        .unwrap_or_default()
+                        .parse::<Direction>()
+                        .map_err(bad)?,
+                    start_ms: u(&r[4]),
+                    position_m: r[5].real(),
+                    lat: r[6].real(),
+                    lon: r[7].real(),
+                    rsrp_dbm: r[8].real(),
+                    outcome: r[9]
+                        .text()
+                        .unwrap_or_default()
+                        .parse::<Outcome>()
+                        .map_err(bad)?,
+                    interruption_ms: r[10].int().map(|x| x.max(0) as u64),
+                })
+            })
+            .collect::<Result<Vec<_>, StoreError>>()?;
+        let samples = self
+            .query(
+                "load samples",
+                "SELECT t_ms, lat, lon, position_m, speed_mps, heading_deg FROM samples
+                 WHERE trip_key = $1 ORDER BY seq",
+                &key,
+                &[
+                    Col::Int,
+                    Col::Real,
+                    Col::Real,
+                    Col::Real,
+                    Col::Real,
+                    Col::Real,
+                ],
+            )?
+            .iter()
+            .map(|r| Sample {
+                t_ms: u(&r[0]),
+                lat: r[1].real(),
+                lon: r[2].real(),
+                position_m: r[3].real(),
+                speed_mps: r[4].real(),
+                heading_deg: r[5].real(),
+            })
+            .collect();
+        let radio = self
+            .query(
+                "load radio samples",
+                "SELECT t_ms, carrier, cell, rsrp_dbm FROM radio_samples
+                 WHERE trip_key = $1 ORDER BY seq",
+                &key,
+                &[Col::Int, Col::Text, Col::Text, Col::Real],
+            )?
+            .iter()
+            .map(|r| RadioSample {
+                t_ms: u(&r[0]),
+                carrier: s(&r[1]).unwrap_or_default(),
+                cell: s(&r[2]),
+                rsrp_dbm: r[3].real(),
+            })
+            .collect();
+        Ok(TripData {
+            meta,
+            handovers,
+            samples,
+            radio,
+        })
+    }
+
+    /// Counts of stored rows: trips, handovers, failed handovers, samples, radio samples.
+    pub fn counts(&mut self) -> Result<[i64; 5], StoreError> {
+        let mut out = [0; 5];
+        for (i, sql) in [
+            "SELECT COUNT(*) FROM trips",
+            "SELECT COUNT(*) FROM handovers",
+            "SELECT COUNT(*) FROM handovers WHERE outcome = 'failure'",
+            "SELECT COUNT(*) FROM samples",
+            "SELECT COUNT(*) FROM radio_samples",
+        ]
+        .iter()
+        .enumerate()
+        {
+            let r = self.query("count rows", sql, &[], &[Col::Int])?;
+            out[i] = r.first().and_then(|r| r[0].int()).unwrap_or(0);
+        }
+        Ok(out)
+    }
+
+    /// Drop every LinkDB table and migrate again: an empty database at the latest schema.
+    pub fn wipe(&mut self) -> Result<i64, StoreError> {
+        self.batch(
+            "wipe",
+            "DROP TABLE IF EXISTS radio_samples; DROP TABLE IF EXISTS samples;
+             DROP TABLE IF EXISTS handovers; DROP TABLE IF EXISTS trips;
+             DROP TABLE IF EXISTS schema_version",
+        )?;
+        self.migrate()
+    }
+
+    /// Delete every trip of a source (and its records).
+    pub fn delete_source(&mut self, source: Source) -> Result<u64, StoreError> {
+        let what = format!("delete source {source}");
+        self.batch(&what, "BEGIN")?;
+        let r = (|| {
+            let src = [Value::Text(Some(source.as_str().into()))];
+            for t in ["handovers", "samples", "radio_samples"] {
+                self.exec(
+                    &what,
+                    &format!(
+                        "DELETE FROM {t} WHERE trip_key IN (SELECT trip_key FROM trips WHERE source = $1)"
+                    ),
+                    &src,
+                )?;
+            }
+            self.exec(&what, "DELETE FROM trips WHERE source = $1", &src)
+        })();
+        match r {
+            Ok(n) => {
+                self.batch(&what, "COMMIT")?;
+                Ok(n)
+            }
+            Err(e) => {
+                let _ = self.batch(&what, "ROLLBACK");
+                Err(e)
+            }
+        }
+    }
+}
+
+fn to_sqlite(v: &Value) -> rusqlite::types::Value {
+    use rusqlite::types::Value as S;
+    match v {
+        Value::Int(Some(x)) => S::Integer(*x),
+        Value::Real(Some(x)) => S::Real(*x),
+        Value::Text(Some(x)) => S::Text(x.clone()),
+        _ => S::Null,
+    }
+}
+
+fn to_pg(v: &Value) -> Box<dyn postgres::types::ToSql + Sync> {
+    match v {
+        Value::Int(x) => Box::new(*x),
+        Value::Real(x) => Box::new(*x),
+        Value::Text(x) => Box::new(x.clone()),
+    }
+}

@@ -1,0 +1,375 @@
+//! Leave-one-ride-out validation with the paper's categories (NSDI'23 §3, Fig. 5/6).
+//!
+//! For every held-out ride, predictors are built from all *other* rides and the held-out ride is
+//! replayed through the real online [`Predictor`] — the same calls a shell makes: the path's
+//! serving cell when it enters a cell, each GPS fix and radio report as it arrives. For each
+//! handover the replay finds t̂_HOF: the first moment at which the predictor, with what it knew
+//! then, says the failure is due (`next_failure(now) ≤ now`, or comes due before the next
+//! update). Then Δ = t_HO − t̂_HOF with t_HO the handover's recorded start, and:
+//!
+//! | truth   | Δ < t1 (or never) | t1 ≤ Δ ≤ t2 | Δ > t2 |
+//! |---------|-------------------|-------------|--------|
+//! | failure | late              | correct     | early  |
+//! | success | correct           | wrong       | wrong  |
+//!
+//! with t1 = 0 s and t2 = 2.5 s as in the paper. A failure never predicted before it happened is
+//! late; the table also shows how many of those had no prediction at all.
+//!
+//! A *ride* is one pass of a train: for most sources one trip; for wmnlab, several phones on the
+//! same run are separate trips (one per band lock) of one ride, held out together — otherwise a
+//! co-located phone would leak the held-out run into the history.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+
+use polycorn_sched::predict::HandoverPredictor;
+use polycorn_sched::time::Instant;
+use polycorn_sched::PathId;
+
+use crate::index::LinkIndex;
+use crate::predict::{Model, Predictor};
+use crate::record::TripData;
+use crate::risk::RiskModel;
+
+/// The paper's t1, s.
+pub const T1_S: f64 = 0.0;
+/// The paper's t2, s.
+pub const T2_S: f64 = 2.5;
+
+/// Which predictor to validate.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum ModelKind {
+    /// [`Model::Paper`].
+    Paper,
+    /// [`Model::LocationTable`].
+    LocationTable,
+    /// [`Model::Risk`].
+    Risk,
+}
+
+impl ModelKind {
+    /// All kinds, in table order.
+    pub const ALL: [ModelKind; 3] = [ModelKind::Paper, ModelKind::Risk, ModelKind::LocationTable];
+
+    /// Name as in the CLI and tables.
+    pub fn name(self) -> &'static str {
+        match self {
+            ModelKind::Paper => "paper",
+            ModelKind::LocationTable => "loctable",
+            ModelKind::Risk => "risk",
+        }
+    }
+
+    /// Parse a name.
+    pub fn parse(s: &str) -> Option<ModelKind> {
+        ModelKind::ALL.into_iter().find(|k| k.name() == s)
+    }
+
+    /// Build this predictor from training rides.
+    pub fn build(self, train: &[&TripData]) -> Predictor {
+        let index = LinkIndex::build(train.iter().copied());
+        let model = match self {
+            ModelKind::Paper => Model::Paper,
+            ModelKind::LocationTable => Model::LocationTable,
+            ModelKind::Risk => Model::Risk(RiskModel::train(&index, train)),
+        };
+        Predictor::new(index, model)
+    }
+}
+
+/// Counts per category.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Categories {
+    /// Failed handovers.
+    pub failures: usize,
+    /// … predicted within [t1, t2] before they started.
+    pub fail_correct: usize,
+    /// … predicted more than t2 before.
+    pub fail_early: usize,
+    /// … predicted after they started, or never.
+    pub fail_late: usize,
+    /// … of the late ones: never predicted.
+    pub fail_unpredicted: usize,
+    /// Successful handovers.
+    pub successes: usize,
+    /// … with no failure predicted at or before their start.
+    pub success_correct: usize,
+}
+
+impl Categories {
+    fn add(&mut self, failed: bool, delta_s: Option<f64>) {
+        if failed {
+            self.failures += 1;
+            match delta_s {
+                None => {
+                    self.fail_late += 1;
+                    self.fail_unpredicted += 1;
+                }
+                Some(d) if d < T1_S => self.fail_late += 1,
+                Some(d) if d <= T2_S => self.fail_correct += 1,
+                Some(_) => self.fail_early += 1,
+            }
+        } else {
+            self.successes += 1;
+            if delta_s.is_none_or(|d| d < T1_S) {
+                self.success_correct += 1;
+            }
+        }
+    }
+
+    /// Sum of two tables.
+    pub fn merge(&mut self, o: &Categories) {
+        self.failures += o.failures;
+        self.fail_correct += o.fail_correct;
+        self.fail_early += o.fail_early;
+        self.fail_late += o.fail_late;
+        self.fail_unpredicted += o.fail_unpredicted;
+        self.successes += o.successes;
+        self.success_correct += o.success_correct;
+    }
+
+    /// Share of failures predicted correctly.
+    pub fn fail_correct_share(&self) -> f64 {
+        share(self.fail_correct, self.failures)
+    }
+}
+
+fn share(k: usize, n: usize) -> f64 {
+    if n == 0 {
+        f64::NAN
+    } else {
+        k as f64 / n as f64
+    }
+}
+
+/// Result of one handover in the replay.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Judged {
+    /// Carrier.
+    pub carrier: String,
+    /// Whether it failed.
+    pub failed: bool,
+    /// Δ = t_HO − t̂_HOF, s (`None`: no failure predicted for it at all).
+    pub delta_s: Option<f64>,
+}
+
+/// Replay one trip through a predictor built without it.
+pub fn replay(pred: &mut Predictor, trip: &TripData) -> Vec<Judged> {
+    let mut out = Vec::new();
+    let fixes: Vec<(u64, f64, f64)> = trip
+        .samples
+        .iter()
+        .filter_map(|s| Some((s.t_ms, s.position_m?, s.speed_mps?)))
+        .collect();
+    let dir = trip.meta.direction;
+    for (ci, carrier) in trip.meta.carriers.iter().enumerate() {
+        let Some(path) = PathId::new(ci) else { break };
+        pred.map_path(path, carrier);
+        let radio: Vec<(u64, Option<&str>, Option<f64>)> = trip
+            .radio
+            .iter()
+            .filter(|r| &r.carrier == carrier)
+            .map(|r| (r.t_ms, r.cell.as_deref(), r.rsrp_dbm))
+            .collect();
+        let hos: Vec<_> = trip
+            .handovers
+            .iter()
+            .filter(|h| &h.carrier == carrier)
+            .collect();
+        let mut enter_ms = 0u64;
+        for h in hos {
+            let t_ho = h.start_ms;
+            let start = enter_ms.min(t_ho);
+            enter_ms = t_ho + h.interruption_ms.unwrap_or(0);
+            // Updates in [start, t_ho], merged by time: fixes first, then radio reports.
+            let mut times: Vec<u64> = fixes
+                .iter()
+                .map(|f| f.0)
+                .chain(radio.iter().map(|r| r.0))
+                .filter(|t| (start..=t_ho).contains(t))
+                .collect();
+            times.push(start);
+            times.sort_unstable();
+            times.dedup();
+            let us = |ms: u64| Instant::from_micros(ms * 1000);
+            // State as of `start`: last fix at or before it, the handover's source cell.
+            let mut fi = fixes.partition_point(|f| f.0 <= start);
+            if let Some(f) = fi.checked_sub(1).map(|i| fixes[i]) {
+                pred.update_fix(us(f.0), f.1, f.2, dir);
+            }
+            pred.update_cell(us(start), path, Some(&h.from_cell), None);
+            let mut ri = radio.partition_point(|r| r.0 < start);
+            let mut thr: Option<u64> = None;
+            let mut last_pred: Option<u64> = None;
+            for (k, &tau) in times.iter().enumerate() {
+                while fi < fixes.len() && fixes[fi].0 <= tau {
+                    let f = fixes[fi];
+                    pred.update_fix(us(f.0), f.1, f.2, dir);
+                    fi += 1;
+                }
+                while ri < radio.len() && radio[ri].0 <= tau {
+                    let (t, cell, rsrp) = radio[ri];
+                    if t >= start {
+                        pred.update_cell(us(t), path, cell.or(Some(&h.from_cell)), rsrp);
+                    }
+                    ri += 1;
+                }
+                let next = times.get(k + 1).copied().unwrap_or(t_ho);
+                let Some(at) = pred.next_failure(path, us(tau)) else {
+                    last_pred = None;
+                    continue;
+                };
+                let at_ms = at.as_micros() / 1000;
+                last_pred = Some(at_ms);
+                let due = at_ms.max(tau);
+                if due < next || (k + 1 == times.len() && due <= t_ho) {
+                    thr = Some(due);
+                    break;
+                }
+            }
+            let delta_s = match (thr, last_pred) {
+                (Some(t), _) => Some((t_ho as f64 - t as f64) / 1000.0),
+                (None, Some(p)) => Some(((t_ho as f64 - p as f64) / 1000.0).min(-0.001)),
+                (None, None) => None,
+            };
+            out.push(Judged {
+                carrier: carrier.clone(),
+                failed: h.outcome.failed(),
+                delta_s,
+            });
+        }
+    }
+    out
+}
+
+/// The ride a trip belongs to (its name up to the first `/`).
+pub fn ride_of(trip: &TripData) -> &str {
+    trip.meta
+        .name
+        .split_once('/')
+        .map_or(trip.meta.name.as_str(), |(r, _)| r)
+}
+
+/// Validation result of one predictor.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Report {
+    /// Per carrier.
+    pub per_carrier: BTreeMap<String, Categories>,
+    /// All carriers.
+    pub total: Categories,
+    /// Every Δ of a failure that was predicted, s.
+    pub failure_deltas_s: Vec<f64>,
+}
+
+/// Leave-one-ride-out over `trips` (all of one route) for each model kind.
+pub fn leave_one_ride_out(trips: &[TripData], kinds: &[ModelKind]) -> Vec<(ModelKind, Report)> {
+    let mut rides: BTreeMap<&str, Vec<usize>> = BTreeMap::new();
+    for (i, t) in trips.iter().enumerate() {
+        rides.entry(ride_of(t)).or_default().push(i);
+    }
+    let mut reports: Vec<(ModelKind, Report)> =
+        kinds.iter().map(|k| (*k, Report::default())).collect();
+    for held in rides.values() {
+        let train: Vec<&TripData> = trips
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| !held.contains(i))
+            .map(|(_, t)| t)
+            .collect();
+        for (kind, rep) in &mut reports {
+            let mut pred = kind.build(&train);
+            for &i in held {
+                for j in replay(&mut pred, &trips[i]) {
+                    let mut c = Categories::default();
+                    c.add(j.failed, j.delta_s);
+                    rep.per_carrier
+                        .entry(j.carrier.clone())
+                        .or_default()
+                        .merge(&c);
+                    rep.total.merge(&c);
+                    if j.failed {
+                        if let Some(d) = j.delta_s {
+                            rep.failure_deltas_s.push(d);
+                        }
+                    }
+                }
+            }
+        }
+    }
+    reports
+}
+
+/// Leave-one-ride-out totals of the risk model at another decision threshold (sensitivity).
+pub fn leave_one_ride_out_risk(trips: &[TripData], threshold: f64) -> Categories {
+    let mut rides: BTreeMap<&str, Vec<usize>> = BTreeMap::new();
+    for (i, t) in trips.iter().enumerate() {
+        rides.entry(ride_of(t)).or_default().push(i);
+    }
+    let mut total = Categories::default();
+    for held in rides.values() {
+        let train: Vec<&TripData> = trips
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| !held.contains(i))
+            .map(|(_, t)| t)
+            .collect();
+        let index = LinkIndex::build(train.iter().copied());
+        let model = RiskModel::train(&index, &train).with_threshold(threshold);
+        let mut pred = Predictor::new(index, Model::Risk(model));
+        for &i in held {
+            for j in replay(&mut pred, &trips[i]) {
+                total.add(j.failed, j.delta_s);
+            }
+        }
+    }
+    total
+}
+
+fn pct(k: usize, n: usize) -> String {
+    if n == 0 {
+        "-".into()
+    } else {
+        format!("{:.1}%", 100.0 * k as f64 / n as f64)
+    }
+}
+
+/// The category table, one row per predictor and carrier (plus "all").
+pub fn format_table(reports: &[(ModelKind, Report)]) -> String {
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
+        "{:<9} {:<9} {:>8} {:>8} {:>8} {:>8} {:>10} {:>9} {:>10}",
+        "predictor",
+        "carrier",
+        "failures",
+        "correct",
+        "early",
+        "late",
+        "(never)",
+        "successes",
+        "correct"
+    );
+    for (kind, rep) in reports {
+        let rows = rep
+            .per_carrier
+            .iter()
+            .map(|(c, v)| (c.as_str(), v))
+            .chain(std::iter::once(("all", &rep.total)));
+        for (carrier, c) in rows {
+            let _ = writeln!(
+                s,
+                "{:<9} {:<9} {:>8} {:>8} {:>8} {:>8} {:>10} {:>9} {:>10}",
+                kind.name(),
+                carrier,
+                c.failures,
+                pct(c.fail_correct, c.failures),
+                pct(c.fail_early, c.failures),
+                pct(c.fail_late, c.failures),
+                pct(c.fail_unpredicted, c.failures),
+                c.successes,
+                pct(c.success_correct, c.successes)
+            );
+        }
+    }
+    s
+}

@@ -1,0 +1,322 @@
+//! Predictors on hand-made histories, importers on hand-made and real files, and the validation
+//! on simulated HSR trips.
+
+use std::path::{Path, PathBuf};
+
+use polycorn_linkdb::import::{sim, ucc5g, wmnlab};
+use polycorn_linkdb::record::{
+    Direction, HandoverRecord, Outcome, Sample, Source, TripData, TripMeta,
+};
+use polycorn_linkdb::validate::{leave_one_ride_out, ModelKind};
+use polycorn_sched::predict::HandoverPredictor;
+use polycorn_sched::{Duration, Instant, PathId};
+
+fn ho(cell: &str, pos: f64, outcome: Outcome, dir: Direction) -> HandoverRecord {
+    HandoverRecord {
+        carrier: "A".into(),
+        from_cell: cell.into(),
+        to_cell: None,
+        direction: dir,
+        start_ms: 0,
+        position_m: Some(pos),
+        lat: None,
+        lon: None,
+        rsrp_dbm: Some(-100.0),
+        outcome,
+        interruption_ms: Some(if outcome == Outcome::Failure {
+            2000
+        } else {
+            40
+        }),
+    }
+}
+
+fn trip(name: &str, dir: Direction, hos: Vec<HandoverRecord>) -> TripData {
+    let mut t = TripData {
+        meta: TripMeta {
+            key: String::new(),
+            source: Source::Sim,
+            name: name.into(),
+            route: "test".into(),
+            direction: dir,
+            carriers: vec!["A".into()],
+            duration_ms: 100_000,
+        },
+        handovers: hos,
+        samples: vec![Sample {
+            t_ms: 0,
+            lat: None,
+            lon: None,
+            position_m: Some(0.0),
+            speed_mps: Some(50.0),
+            heading_deg: None,
+        }],
+        radio: vec![],
+    };
+    t.seal();
+    t
+}
+
+#[test]
+fn paper_predictor_times_the_mean_failure_position() {
+    let up = Direction::Up;
+    let history = [
+        trip(
+            "t1",
+            up,
+            vec![
+                ho("c1", 900.0, Outcome::Success, up),
+                ho("c2", 2000.0, Outcome::Success, up),
+            ],
+        ),
+        trip("t2", up, vec![ho("c1", 1000.0, Outcome::Failure, up)]),
+        trip("t3", up, vec![ho("c1", 1100.0, Outcome::Failure, up)]),
+    ];
+    let refs: Vec<&TripData> = history.iter().collect();
+    let mut p = ModelKind::Paper.build(&refs);
+    let path = PathId::new(0).unwrap();
+    let now = Instant::from_millis(10_000);
+    p.map_path(path, "A");
+    p.update_fix(now, 850.0, 50.0, up);
+    p.update_cell(now, path, Some("c1"), Some(-100.0));
+    // Mean failure position 1050 m, 200 m ahead at 50 m/s: 4 s from now.
+    assert_eq!(
+        p.next_failure(path, now),
+        Some(now + Duration::from_secs(4))
+    );
+    // Dead reckoning: one second later the prediction does not move.
+    assert_eq!(
+        p.next_failure(path, now + Duration::from_secs(1)),
+        Some(now + Duration::from_secs(4))
+    );
+    // Past it: the prediction lies in the past (HPR rejects at once).
+    p.update_fix(now, 1150.0, 50.0, up);
+    assert_eq!(p.next_failure(path, now), Some(now.saturating_sub_secs(2)));
+    // A cell without recorded failures, an unknown cell, a stopped train: nothing.
+    p.update_cell(now, path, Some("c2"), None);
+    assert_eq!(p.next_failure(path, now), None);
+    p.update_cell(now, path, Some("never-seen"), None);
+    assert_eq!(p.next_failure(path, now), None);
+    p.update_cell(now, path, Some("c1"), None);
+    p.update_fix(now, 850.0, 0.0, up);
+    assert_eq!(p.next_failure(path, now), None);
+    // The other direction is another cell.
+    p.update_fix(now, 850.0, 50.0, Direction::Down);
+    assert_eq!(p.next_failure(path, now), None);
+    // An unmapped path predicts nothing.
+    assert_eq!(p.next_failure(PathId::new(1).unwrap(), now), None);
+}
+
+trait SubSecs {
+    fn saturating_sub_secs(self, s: u64) -> Instant;
+}
+impl SubSecs for Instant {
+    fn saturating_sub_secs(self, s: u64) -> Instant {
+        Instant::from_micros(self.as_micros().saturating_sub(s * 1_000_000))
+    }
+}
+
+#[test]
+fn down_direction_counts_progress_backwards() {
+    let down = Direction::Down;
+    let history = [
+        trip("d1", down, vec![ho("c9", -1000.0, Outcome::Failure, down)]),
+        trip("d2", down, vec![ho("c9", -1200.0, Outcome::Failure, down)]),
+    ];
+    let refs: Vec<&TripData> = history.iter().collect();
+    let mut p = ModelKind::Paper.build(&refs);
+    let path = PathId::new(0).unwrap();
+    p.map_path(path, "A");
+    // Travelling towards decreasing positions from -500: the mean failure (-1100) is 600 m ahead.
+    p.update_fix(Instant::ZERO, -500.0, 100.0, down);
+    p.update_cell(Instant::ZERO, path, Some("c9"), None);
+    assert_eq!(
+        p.next_failure(path, Instant::ZERO),
+        Some(Instant::from_millis(6_000))
+    );
+}
+
+#[test]
+fn location_table_blocks_inside_recorded_zones() {
+    let up = Direction::Up;
+    // A failure at 1000 m with a 2 s interruption at 50 m/s: zone [1000, 1100).
+    let history = [trip("z", up, vec![ho("c1", 1000.0, Outcome::Failure, up)])];
+    let refs: Vec<&TripData> = history.iter().collect();
+    let mut p = ModelKind::LocationTable.build(&refs);
+    let path = PathId::new(0).unwrap();
+    p.map_path(path, "A");
+    p.update_fix(Instant::ZERO, 900.0, 50.0, up);
+    assert!(!p.in_handover_zone(path, Instant::ZERO));
+    assert_eq!(
+        p.next_failure(path, Instant::ZERO),
+        Some(Instant::from_millis(2_000))
+    );
+    assert!(p.in_handover_zone(path, Instant::from_millis(3_000)));
+    assert!(!p.in_handover_zone(path, Instant::from_millis(4_100)));
+}
+
+fn tmp_dir(name: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("polycorn-linkdb-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+const WMN_HEADER: &str = "Timestamp,lat,long,gpsspeed,LTE_HO,MN_HO,eNB_to_ENDC,gNB_Rel,gNB_HO,RLF,SCG_RLF,num_of_neis,RSRP,RSRQ";
+
+#[test]
+fn wmnlab_rows_become_handovers_and_bad_rows_are_reported_with_file_and_line() {
+    let d = tmp_dir("wmn");
+    let f = d.join("2023-04-17_qc01_exp1_#02_B3.csv");
+    let rows = [
+        WMN_HEADER,
+        "2023-04-17 10:00:00,-,-,-,0,0,0,0,0,0,0,1,-80,-10",
+        "2023-04-17 10:00:01,-,-,-,1,0,0,0,0,0,0,1,-81,-10", // success
+        "2023-04-17 10:00:02,-,-,-,0,0",                     // short row (line 4)
+        "2023-04-17 10:00:40,-,-,-,0,0,0,0,0,1,0,1,-99,-12", // RLF = failure
+        "2023-04-17 10:00:41,-,-,-,1,0,0,0,0,0,0,1,-90,-10", // re-establishment, merged
+        "yesterday,-,-,-,0,0,0,0,0,0,0,1,-80,-10",           // bad timestamp (line 7)
+        "2023-04-17 10:00:43,-,-,-,x,0,0,0,0,0,0,1,-80,-10", // bad flag (line 8)
+        "2023-04-17 10:00:44,-,-,-,0,0,0,0,1,0,0,1,-80,-10", // NR event only
+    ];
+    std::fs::write(&f, rows.join("\n")).unwrap();
+    std::fs::write(d.join("notes.csv"), "whatever").unwrap();
+    let (trips, rep) = wmnlab::import(&d, wmnlab::Options::default()).unwrap();
+    assert_eq!(trips.len(), 1);
+    let t = &trips[0];
+    assert_eq!(t.meta.name, "2023-04-17_exp1_#02/qc01");
+    assert_eq!(t.meta.direction, Direction::Down, "even runs go down");
+    assert_eq!(t.meta.carriers, vec!["B3".to_string()]);
+    let outcomes: Vec<Outcome> = t.handovers.iter().map(|h| h.outcome).collect();
+    assert_eq!(outcomes, vec![Outcome::Success, Outcome::Failure]);
+    // Dead reckoning at 10 m/s, down the line; 40 s = 400 m → grid bin 1 of 300 m.
+    let fail = &t.handovers[1];
+    assert_eq!(fail.position_m, Some(-400.0));
+    assert_eq!(fail.from_cell, "g1");
+    assert_eq!(fail.start_ms, 40_000);
+    let lines: Vec<usize> = rep.bad.iter().map(|b| b.line).collect();
+    assert_eq!(lines, vec![4, 7, 8], "{}", rep.summary(10));
+    assert!(rep.bad[0]
+        .to_string()
+        .contains("2023-04-17_qc01_exp1_#02_B3.csv:4:"));
+    assert!(
+        rep.notes.iter().any(|n| n.contains("notes.csv")),
+        "skipped files are named"
+    );
+    assert!(rep
+        .notes
+        .iter()
+        .any(|n| n.starts_with("1 LTE_HO/MN_HO rows within")));
+    std::fs::remove_dir_all(d).unwrap();
+}
+
+#[test]
+fn ucc5g_cell_change_is_a_handover() {
+    let d = tmp_dir("ucc");
+    let sub = d.join("Driving");
+    std::fs::create_dir_all(&sub).unwrap();
+    let h = "Timestamp,Longitude,Latitude,Speed,Operatorname,CellID,NetworkMode,RSRP,RAWCELLID";
+    let rows = [
+        h,
+        "2019.12.16_07.22.43,-8.38,51.93,36,B,12,LTE,-98,100",
+        "2019.12.16_07.22.44,-8.38,51.93,36,B,12,LTE,-99,100",
+        "2019.12.16_07.22.45,-8.38,51.93,36,B,13,LTE,-90,200",
+        "2019.12.16_07.22.46,-8.38,51.93,36,B,13,LTE,-90,-",
+        "2019.12.16_07.22.47,-8.38,51.93,36,C,13,LTE,-90,200",
+        "2019.12.16_07.22.48,-8.38,51.93,36,B,13,LTE,-90,300",
+    ];
+    std::fs::write(sub.join("B_x.csv"), rows.join("\n")).unwrap();
+    let (trips, rep) = ucc5g::import(&d).unwrap();
+    let t = &trips[0];
+    assert_eq!(t.meta.name, "Driving-B_x");
+    let hs: Vec<(&str, Option<&str>, u64, Option<f64>)> = t
+        .handovers
+        .iter()
+        .map(|h| {
+            (
+                h.from_cell.as_str(),
+                h.to_cell.as_deref(),
+                h.start_ms,
+                h.rsrp_dbm,
+            )
+        })
+        .collect();
+    assert_eq!(
+        hs,
+        vec![
+            ("100", Some("200"), 2000, Some(-99.0)),
+            ("200", Some("300"), 5000, Some(-90.0))
+        ]
+    );
+    assert_eq!(rep.bad.len(), 1, "{}", rep.summary(5));
+    assert_eq!(rep.bad[0].line, 6);
+    assert!(t.samples[0]
+        .speed_mps
+        .is_some_and(|v| (v - 10.0).abs() < 1e-9));
+    std::fs::remove_dir_all(d).unwrap();
+}
+
+#[test]
+fn validation_on_simulated_hsr_trips_fills_the_categories() {
+    let trips = sim::simulate("hsr", 2, 1..7).unwrap();
+    let reports = leave_one_ride_out(&trips, &ModelKind::ALL);
+    let n_fail = trips
+        .iter()
+        .flat_map(|t| &t.handovers)
+        .filter(|h| h.outcome.failed())
+        .count();
+    let n_ok = trips.iter().flat_map(|t| &t.handovers).count() - n_fail;
+    assert!(n_fail > 20, "{n_fail} failures");
+    for (kind, r) in &reports {
+        let c = &r.total;
+        assert_eq!((c.failures, c.successes), (n_fail, n_ok), "{kind:?}");
+        assert_eq!(c.fail_correct + c.fail_early + c.fail_late, c.failures);
+        assert!(c.fail_unpredicted <= c.fail_late);
+    }
+    let paper = &reports[0].1.total;
+    // History predicts something: some failures are caught in time, most successes left alone.
+    assert!(
+        paper.fail_correct > 0 && paper.success_correct * 10 > paper.successes * 7,
+        "{paper:?}"
+    );
+    // Determinism.
+    assert_eq!(
+        leave_one_ride_out(&trips, &[ModelKind::Paper])[0].1,
+        reports[0].1
+    );
+}
+
+fn shared_data(name: &str) -> Option<PathBuf> {
+    let p = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../../shared/data")
+        .join(name);
+    if p.exists() {
+        Some(p)
+    } else {
+        println!("skipping: {} not present", p.display());
+        None
+    }
+}
+
+#[test]
+fn real_wmnlab_and_ucc5g_import() {
+    if let Some(p) = shared_data("wmnlab") {
+        let (trips, rep) = wmnlab::import(&p, wmnlab::Options::default()).unwrap();
+        assert!(trips.len() >= 200, "{} trips", trips.len());
+        let fails = trips
+            .iter()
+            .flat_map(|t| &t.handovers)
+            .filter(|h| h.outcome.failed())
+            .count();
+        assert!(fails >= 300, "{fails} failures");
+        for b in &rep.bad {
+            assert!(b.line > 1 && b.file.exists(), "{b}");
+        }
+        println!("wmnlab: {}", rep.summary(5));
+    }
+    if let Some(p) = shared_data("ucc5g") {
+        let (trips, rep) = ucc5g::import(&p).unwrap();
+        assert!(trips.iter().map(|t| t.handovers.len()).sum::<usize>() > 100);
+        println!("ucc5g: {}", rep.summary(5));
+    }
+}

@@ -1,0 +1,165 @@
+//! The store against SQLite and against a real PostgreSQL server.
+//!
+//! PostgreSQL: `scripts/test.sh` starts a throwaway cluster and exports `POLYCORN_TEST_PG_URL`.
+//! Without it the PostgreSQL tests print a skip message — except under `CI=true`, where a
+//! missing server fails them.
+
+use polycorn_linkdb::import::sim;
+use polycorn_linkdb::record::Source;
+use polycorn_linkdb::store::{latest_version, Imported, Store, StoreError, TripFilter};
+use polycorn_linkdb::TripData;
+
+fn pg_url() -> Option<String> {
+    match std::env::var("POLYCORN_TEST_PG_URL") {
+        Ok(u) if !u.is_empty() => Some(u),
+        _ => {
+            if std::env::var("CI").as_deref() == Ok("true") {
+                panic!("CI=true but POLYCORN_TEST_PG_URL is not set: scripts/test.sh must start PostgreSQL");
+            }
+            eprintln!("skipping PostgreSQL store test: POLYCORN_TEST_PG_URL is not set (scripts/test.sh sets it)");
+            None
+        }
+    }
+}
+
+fn trips() -> Vec<TripData> {
+    // KTX trips are 70 s long: quick to generate, still with handovers on both carriers.
+    sim::simulate("ktx", 3, 1..4).unwrap()
+}
+
+fn roundtrip(url: &str) {
+    let mut s = Store::open(url).unwrap();
+    s.wipe().unwrap();
+    assert_eq!(s.schema_version().unwrap(), latest_version());
+    let trips = trips();
+    for t in &trips {
+        assert_eq!(s.import(t).unwrap(), Imported::Inserted, "{}", t.meta.key);
+    }
+    // The same trips again: nothing new.
+    for t in &trips {
+        assert_eq!(s.import(t).unwrap(), Imported::AlreadyPresent);
+    }
+    let [n_trips, n_hos, n_fail, n_samples, n_radio] = s.counts().unwrap();
+    assert_eq!(n_trips, 3);
+    assert_eq!(
+        n_hos as usize,
+        trips.iter().map(|t| t.handovers.len()).sum::<usize>()
+    );
+    assert_eq!(
+        n_fail as usize,
+        trips
+            .iter()
+            .flat_map(|t| &t.handovers)
+            .filter(|h| h.outcome.failed())
+            .count()
+    );
+    assert_eq!(
+        n_samples as usize,
+        trips.iter().map(|t| t.samples.len()).sum::<usize>()
+    );
+    assert_eq!(
+        n_radio as usize,
+        trips.iter().map(|t| t.radio.len()).sum::<usize>()
+    );
+    // Everything reads back exactly (floats included), in key order.
+    let mut want = trips.clone();
+    want.sort_by(|a, b| a.meta.key.cmp(&b.meta.key));
+    let got = s.load(&TripFilter::default()).unwrap();
+    assert_eq!(got, want);
+    let filtered = s
+        .load(&TripFilter {
+            source: Some(Source::Wmnlab),
+            route: None,
+        })
+        .unwrap();
+    assert!(filtered.is_empty());
+    let by_route = s
+        .trips(&TripFilter {
+            source: Some(Source::Sim),
+            route: Some("ktx/route3".into()),
+        })
+        .unwrap();
+    assert_eq!(by_route.len(), 3);
+    assert_eq!(s.delete_source(Source::Sim).unwrap(), 3);
+    assert_eq!(s.counts().unwrap(), [0; 5]);
+}
+
+/// Two writers import the same trip at once: exactly one stores it.
+fn race(url: &str) {
+    let mut s = Store::open(url).unwrap();
+    s.wipe().unwrap();
+    drop(s);
+    let trip = trips().remove(0);
+    let results: Vec<Imported> = std::thread::scope(|sc| {
+        let hs: Vec<_> = (0..2)
+            .map(|_| {
+                let t = &trip;
+                sc.spawn(move || Store::open(url).unwrap().import(t).unwrap())
+            })
+            .collect();
+        hs.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    assert_eq!(
+        results.iter().filter(|r| **r == Imported::Inserted).count(),
+        1,
+        "{results:?}"
+    );
+    let mut s = Store::open(url).unwrap();
+    assert_eq!(s.counts().unwrap()[0], 1);
+}
+
+fn tmp_sqlite(name: &str) -> (std::path::PathBuf, String) {
+    let dir = std::env::temp_dir().join(format!("polycorn-linkdb-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let url = format!("sqlite:{}", dir.join("db.sqlite").display());
+    (dir, url)
+}
+
+#[test]
+fn sqlite_roundtrip_idempotent_import_and_race() {
+    let (dir, url) = tmp_sqlite("rt");
+    roundtrip(&url);
+    race(&url);
+    std::fs::remove_dir_all(dir).unwrap();
+}
+
+#[test]
+fn postgres_roundtrip_idempotent_import_and_race() {
+    let Some(url) = pg_url() else { return };
+    roundtrip(&url);
+    race(&url);
+}
+
+#[test]
+fn migrations_are_versioned_and_a_newer_database_is_refused() {
+    let (dir, url) = tmp_sqlite("mig");
+    let path = url.strip_prefix("sqlite:").unwrap().to_string();
+    {
+        // A database at version 1 (as an older polycorn left it) is migrated forward.
+        let c = rusqlite::Connection::open(&path).unwrap();
+        c.execute_batch("CREATE TABLE schema_version (version BIGINT PRIMARY KEY);")
+            .unwrap();
+        c.execute_batch(polycorn_linkdb::store::MIGRATIONS[0].1)
+            .unwrap();
+        c.execute_batch("INSERT INTO schema_version VALUES (1)")
+            .unwrap();
+    }
+    let mut s = Store::open(&url).unwrap();
+    assert_eq!(s.schema_version().unwrap(), latest_version());
+    drop(s);
+    {
+        let c = rusqlite::Connection::open(&path).unwrap();
+        c.execute_batch("INSERT INTO schema_version VALUES (99)")
+            .unwrap();
+    }
+    match Store::open(&url) {
+        Err(StoreError::TooNew { found: 99, .. }) => {}
+        other => panic!("expected TooNew, got {other:?}"),
+    }
+    assert!(matches!(
+        Store::open("mysql://x"),
+        Err(StoreError::BadUrl(_))
+    ));
+    std::fs::remove_dir_all(dir).unwrap();
+}

@@ -1,0 +1,478 @@
+//! `polycorn linkdb …`: import handover history, print statistics and the paper's analyses,
+//! validate the predictors, ask one prediction. Every command takes `--db sqlite:PATH` or
+//! `--db postgres://…`.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+use anyhow::{bail, Context, Result};
+use clap::{Args, Subcommand};
+use polycorn_linkdb::analysis;
+use polycorn_linkdb::import::{sim, ucc5g, wmnlab, ImportReport};
+use polycorn_linkdb::predict::Predictor;
+use polycorn_linkdb::record::{Direction, Source, TripData};
+use polycorn_linkdb::store::{Imported, Store, TripFilter};
+use polycorn_linkdb::validate::{self, ModelKind};
+use polycorn_sched::predict::HandoverPredictor;
+use polycorn_sched::{Instant, PathId};
+
+/// Where the database is.
+#[derive(Args, Debug, Clone)]
+pub struct DbArgs {
+    /// Database: `sqlite:PATH` (created if missing) or `postgres://user@host/db`.
+    #[arg(long, default_value = "sqlite:linkdb.sqlite")]
+    pub db: String,
+}
+
+/// Which trips an analysis reads.
+#[derive(Args, Debug, Clone)]
+pub struct FilterArgs {
+    /// Only this source (sim, wmnlab, ucc5g).
+    #[arg(long)]
+    pub source: Option<String>,
+    /// Only this route (e.g. hsr/route1, wmnlab/taipei-metro).
+    #[arg(long)]
+    pub route: Option<String>,
+}
+
+impl FilterArgs {
+    fn filter(&self) -> Result<TripFilter> {
+        Ok(TripFilter {
+            source: self
+                .source
+                .as_deref()
+                .map(str::parse::<Source>)
+                .transpose()
+                .map_err(anyhow::Error::msg)?,
+            route: self.route.clone(),
+        })
+    }
+}
+
+/// `linkdb` subcommands.
+#[derive(Subcommand, Debug)]
+pub enum LinkdbAction {
+    /// Import trips: testbed trip directories, WMN Lab or UCC 5G CSVs, or simulated trips.
+    Import(ImportArgs),
+    /// Counts per source and route.
+    Stats {
+        #[command(flatten)]
+        db: DbArgs,
+    },
+    /// EHP per cell, success rates by distance to EHP and RSRP (Table 1), SVM separability.
+    Analyze {
+        #[command(flatten)]
+        db: DbArgs,
+        #[command(flatten)]
+        filter: FilterArgs,
+        /// Also list every cell with its EHP.
+        #[arg(long)]
+        cells: bool,
+    },
+    /// Leave-one-ride-out validation of the predictors, per route, with the paper's categories.
+    Validate {
+        #[command(flatten)]
+        db: DbArgs,
+        #[command(flatten)]
+        filter: FilterArgs,
+        /// Predictors (paper, risk, loctable).
+        #[arg(long, value_delimiter = ',', default_value = "paper,risk,loctable")]
+        models: Vec<String>,
+        /// Also show the risk model at these thresholds (sensitivity; default 0.1 is fixed a priori).
+        #[arg(long, value_delimiter = ',')]
+        risk_thresholds: Vec<f64>,
+    },
+    /// One prediction: when does the next handover of a path on this cell fail?
+    Predict(PredictArgs),
+}
+
+/// Options of `linkdb import`.
+#[derive(Args, Debug)]
+pub struct ImportArgs {
+    #[command(flatten)]
+    pub db: DbArgs,
+    /// A directory written by `polycorn trip generate` (repeatable).
+    #[arg(long)]
+    pub trip_dir: Vec<PathBuf>,
+    /// WMN Lab CSV file or directory.
+    #[arg(long)]
+    pub wmnlab: Option<PathBuf>,
+    /// Location-grid bin standing in for a cell in WMN Lab data, m.
+    #[arg(long, default_value_t = wmnlab::GRID_M)]
+    pub wmnlab_grid_m: f64,
+    /// UCC 5G CSV file or directory.
+    #[arg(long)]
+    pub ucc5g: Option<PathBuf>,
+    /// Generate and import this many trips of `--preset` in process.
+    #[arg(long)]
+    pub simulate: Option<u64>,
+    /// Trip preset for `--simulate` (hsr, ktx).
+    #[arg(long, default_value = "hsr")]
+    pub preset: String,
+    /// Route seed for `--simulate` (all trips share the route).
+    #[arg(long, default_value_t = 1)]
+    pub route_seed: u64,
+    /// First trip seed for `--simulate` (then +1 per trip).
+    #[arg(long, default_value_t = 1)]
+    pub first_trip_seed: u64,
+    /// Bad rows to list (all are counted).
+    #[arg(long, default_value_t = 20)]
+    pub show_bad: usize,
+}
+
+/// Options of `linkdb predict`.
+#[derive(Args, Debug)]
+pub struct PredictArgs {
+    #[command(flatten)]
+    pub db: DbArgs,
+    /// Route whose history to use.
+    #[arg(long)]
+    pub route: String,
+    /// Predictor (paper, risk, loctable).
+    #[arg(long, default_value = "paper")]
+    pub model: String,
+    /// Carrier of the path.
+    #[arg(long)]
+    pub carrier: String,
+    /// Serving cell.
+    #[arg(long)]
+    pub cell: String,
+    /// Train position along the line, m.
+    #[arg(long, allow_hyphen_values = true)]
+    pub position_m: f64,
+    /// Train speed, m/s.
+    #[arg(long)]
+    pub speed_mps: f64,
+    /// Direction of travel (up, down).
+    #[arg(long, default_value = "up")]
+    pub direction: String,
+    /// Serving RSRP, dBm (risk model).
+    #[arg(long, allow_hyphen_values = true)]
+    pub rsrp_dbm: Option<f64>,
+}
+
+fn open(db: &DbArgs) -> Result<Store> {
+    Store::open(&db.db).with_context(|| format!("open {}", db.db))
+}
+
+/// Run a `linkdb` subcommand.
+pub fn run(action: LinkdbAction) -> Result<()> {
+    match action {
+        LinkdbAction::Import(a) => import(&a),
+        LinkdbAction::Stats { db } => stats(&db),
+        LinkdbAction::Analyze { db, filter, cells } => analyze(&db, &filter, cells),
+        LinkdbAction::Validate {
+            db,
+            filter,
+            models,
+            risk_thresholds,
+        } => validate_cmd(&db, &filter, &models, &risk_thresholds),
+        LinkdbAction::Predict(a) => predict(&a),
+    }
+}
+
+fn store_all(
+    store: &mut Store,
+    what: &str,
+    trips: &[TripData],
+    rep: &ImportReport,
+    show: usize,
+) -> Result<()> {
+    let (mut new, mut old) = (0usize, 0usize);
+    for t in trips {
+        match store
+            .import(t)
+            .with_context(|| format!("store trip {}", t.meta.key))?
+        {
+            Imported::Inserted => new += 1,
+            Imported::AlreadyPresent => old += 1,
+        }
+    }
+    let hos: usize = trips.iter().map(|t| t.handovers.len()).sum();
+    let fails: usize = trips
+        .iter()
+        .flat_map(|t| &t.handovers)
+        .filter(|h| h.outcome.failed())
+        .count();
+    println!(
+        "{what}: {} trips ({new} new, {old} already stored), {hos} handovers ({fails} failed)",
+        trips.len()
+    );
+    if rep.files > 0 || !rep.bad.is_empty() || !rep.notes.is_empty() {
+        println!("{}", rep.summary(show));
+    }
+    Ok(())
+}
+
+fn import(a: &ImportArgs) -> Result<()> {
+    if a.trip_dir.is_empty() && a.wmnlab.is_none() && a.ucc5g.is_none() && a.simulate.is_none() {
+        bail!("nothing to import: give --trip-dir, --wmnlab, --ucc5g or --simulate");
+    }
+    let mut store = open(&a.db)?;
+    println!("database: {} ({})", store.redacted_url(), store.engine());
+    for dir in &a.trip_dir {
+        let (trip, rep) =
+            sim::from_dir(dir).with_context(|| format!("import {}", dir.display()))?;
+        store_all(
+            &mut store,
+            &format!("trip {}", dir.display()),
+            &[trip],
+            &rep,
+            a.show_bad,
+        )?;
+    }
+    if let Some(n) = a.simulate {
+        let seeds = a.first_trip_seed..a.first_trip_seed.saturating_add(n);
+        let trips = sim::simulate(&a.preset, a.route_seed, seeds)?;
+        store_all(
+            &mut store,
+            &format!("simulated {} route {}", a.preset, a.route_seed),
+            &trips,
+            &ImportReport::default(),
+            a.show_bad,
+        )?;
+    }
+    if let Some(p) = &a.wmnlab {
+        if !(a.wmnlab_grid_m.is_finite() && a.wmnlab_grid_m >= 10.0) {
+            bail!("--wmnlab-grid-m must be at least 10 m");
+        }
+        let (trips, rep) = wmnlab::import(
+            p,
+            wmnlab::Options {
+                grid_m: a.wmnlab_grid_m,
+            },
+        )
+        .with_context(|| format!("import {}", p.display()))?;
+        store_all(&mut store, "wmnlab", &trips, &rep, a.show_bad)?;
+    }
+    if let Some(p) = &a.ucc5g {
+        let (trips, rep) = ucc5g::import(p).with_context(|| format!("import {}", p.display()))?;
+        store_all(&mut store, "ucc5g", &trips, &rep, a.show_bad)?;
+    }
+    Ok(())
+}
+
+fn stats(db: &DbArgs) -> Result<()> {
+    let mut store = open(db)?;
+    let [trips, hos, fails, samples, radio] = store.counts()?;
+    println!(
+        "database: {} ({}, schema v{})",
+        store.redacted_url(),
+        store.engine(),
+        store.schema_version()?
+    );
+    println!("{trips} trips, {hos} handovers ({fails} failed), {samples} GPS fixes, {radio} radio samples");
+    let all = store.load(&TripFilter::default())?;
+    let mut by_route: BTreeMap<(String, String), Vec<&TripData>> = BTreeMap::new();
+    for t in &all {
+        by_route
+            .entry((t.meta.source.to_string(), t.meta.route.clone()))
+            .or_default()
+            .push(t);
+    }
+    println!(
+        "{:<7} {:<22} {:>5} {:>6} {:>9} {:>8} {:>7} {:>12} {:>11}",
+        "source",
+        "route",
+        "trips",
+        "rides",
+        "handovers",
+        "failed",
+        "cells",
+        "cells w/fail",
+        "h per HO"
+    );
+    for ((source, route), trips) in by_route {
+        let rides: std::collections::BTreeSet<&str> =
+            trips.iter().map(|t| validate::ride_of(t)).collect();
+        let owned: Vec<TripData> = trips.iter().map(|t| (*t).clone()).collect();
+        let cells = analysis::cell_summaries(&owned);
+        let n: usize = cells.iter().map(|c| c.handovers).sum();
+        let f: usize = cells.iter().map(|c| c.failures).sum();
+        let with_fail = cells.iter().filter(|c| c.failures > 0).count();
+        let secs: f64 = trips
+            .iter()
+            .map(|t| t.meta.duration_ms as f64 / 1000.0 * t.meta.carriers.len() as f64)
+            .sum();
+        println!(
+            "{:<7} {:<22} {:>5} {:>6} {:>9} {:>8} {:>7} {:>12} {:>11}",
+            source,
+            route,
+            trips.len(),
+            rides.len(),
+            n,
+            format!("{:.2}%", 100.0 * f as f64 / n.max(1) as f64),
+            cells.len(),
+            format!(
+                "{:.1}%",
+                100.0 * with_fail as f64 / cells.len().max(1) as f64
+            ),
+            if n == 0 {
+                "-".to_string()
+            } else {
+                format!("{:.1}", secs / n as f64)
+            },
+        );
+    }
+    Ok(())
+}
+
+fn by_route(trips: Vec<TripData>) -> BTreeMap<String, Vec<TripData>> {
+    let mut m: BTreeMap<String, Vec<TripData>> = BTreeMap::new();
+    for t in trips {
+        m.entry(t.meta.route.clone()).or_default().push(t);
+    }
+    m
+}
+
+fn analyze(db: &DbArgs, filter: &FilterArgs, list_cells: bool) -> Result<()> {
+    let mut store = open(db)?;
+    let trips = store.load(&filter.filter()?)?;
+    if trips.is_empty() {
+        bail!("no trips match; import some first (polycorn linkdb import …)");
+    }
+    for (route, trips) in by_route(trips) {
+        let cells = analysis::cell_summaries(&trips);
+        println!(
+            "== route {route}: {} trips, {} cells",
+            trips.len(),
+            cells.len()
+        );
+        if list_cells {
+            println!(
+                "{:<10} {:<12} {:<5} {:>9} {:>7} {:>12} {:>14}",
+                "carrier", "cell", "dir", "handovers", "failed", "EHP m", "mean fail m"
+            );
+            for c in &cells {
+                let m = |v: Option<f64>| v.map_or("-".into(), |x| format!("{x:.0}"));
+                println!(
+                    "{:<10} {:<12} {:<5} {:>9} {:>7} {:>12} {:>14}",
+                    c.carrier,
+                    c.cell,
+                    c.direction,
+                    c.handovers,
+                    c.failures,
+                    m(c.ehp_position_m),
+                    m(c.mean_failure_position_m)
+                );
+            }
+        }
+        println!("handover success rate (paper Table 1; handovers in brackets):");
+        print!("{}", analysis::format_table1(&analysis::table1(&trips)));
+        println!("cells whose successes and failures a linear SVM separates (paper §3):");
+        print!(
+            "{}",
+            analysis::format_separability(&analysis::svm_separability(&trips))
+        );
+    }
+    Ok(())
+}
+
+fn validate_cmd(
+    db: &DbArgs,
+    filter: &FilterArgs,
+    models: &[String],
+    thresholds: &[f64],
+) -> Result<()> {
+    let kinds: Vec<ModelKind> = models
+        .iter()
+        .map(|m| {
+            ModelKind::parse(m)
+                .with_context(|| format!("unknown predictor `{m}`; valid: paper, risk, loctable"))
+        })
+        .collect::<Result<_>>()?;
+    let mut store = open(db)?;
+    let trips = store.load(&filter.filter()?)?;
+    if trips.is_empty() {
+        bail!("no trips match; import some first (polycorn linkdb import …)");
+    }
+    for (route, trips) in by_route(trips) {
+        let rides: std::collections::BTreeSet<&str> = trips.iter().map(validate::ride_of).collect();
+        println!(
+            "== route {route}: {} trips in {} rides, leave-one-ride-out; t1 = {} s, t2 = {} s",
+            trips.len(),
+            rides.len(),
+            validate::T1_S,
+            validate::T2_S
+        );
+        if rides.len() < 2 {
+            println!("(needs at least two rides; skipped)");
+            continue;
+        }
+        let reports = validate::leave_one_ride_out(&trips, &kinds);
+        print!("{}", validate::format_table(&reports));
+        if !thresholds.is_empty() {
+            println!("risk model, sensitivity to its threshold (all carriers):");
+            println!(
+                "{:>9} {:>8} {:>8} {:>8} {:>10}",
+                "threshold", "correct", "early", "late", "succ. ok"
+            );
+            for &th in thresholds {
+                let c = validate::leave_one_ride_out_risk(&trips, th);
+                let p = |k: usize, n: usize| format!("{:.1}%", 100.0 * k as f64 / n.max(1) as f64);
+                println!(
+                    "{:>9} {:>8} {:>8} {:>8} {:>10}",
+                    th,
+                    p(c.fail_correct, c.failures),
+                    p(c.fail_early, c.failures),
+                    p(c.fail_late, c.failures),
+                    p(c.success_correct, c.successes)
+                );
+            }
+        }
+    }
+    Ok(())
+}
+
+fn predict(a: &PredictArgs) -> Result<()> {
+    let kind = ModelKind::parse(&a.model).with_context(|| {
+        format!(
+            "unknown predictor `{}`; valid: paper, risk, loctable",
+            a.model
+        )
+    })?;
+    let dir: Direction = a.direction.parse().map_err(anyhow::Error::msg)?;
+    let mut store = open(&a.db)?;
+    let trips = store.load(&TripFilter {
+        source: None,
+        route: Some(a.route.clone()),
+    })?;
+    if trips.is_empty() {
+        bail!("no trips on route `{}`", a.route);
+    }
+    let refs: Vec<&TripData> = trips.iter().collect();
+    let mut p: Predictor = kind.build(&refs);
+    if p.index().carrier_id(&a.carrier).is_none() {
+        bail!(
+            "carrier `{}` has no history on route `{}`",
+            a.carrier,
+            a.route
+        );
+    }
+    let path = PathId::new(0).expect("path 0");
+    let now = Instant::ZERO;
+    p.map_path(path, &a.carrier);
+    p.update_fix(now, a.position_m, a.speed_mps, dir);
+    p.update_cell(now, path, Some(&a.cell), a.rsrp_dbm);
+    match (p.next_failure(path, now), p.failure_progress(path, now)) {
+        (Some(at), Some(prog)) => {
+            let dt = at.as_micros() as f64 / 1e6;
+            println!(
+                "{}: next handover predicted to fail at position {:.0} m, {}",
+                kind.name(),
+                dir.position(prog),
+                if at == Instant::ZERO {
+                    "already due (the train is past it)".to_string()
+                } else {
+                    format!("in {dt:.2} s")
+                }
+            );
+        }
+        _ => println!("{}: no failure predicted", kind.name()),
+    }
+    println!(
+        "inside a recorded handover zone: {}",
+        p.in_handover_zone(path, now)
+    );
+    Ok(())
+}
