@@ -347,6 +347,7 @@ pub struct Session {
     wall_offset_us: i64,
     now: Instant,
     lost: bool,
+    stage_moves: Vec<(&'static str, u64)>,
 }
 
 fn user_id(ip: IpAddr) -> UserId {
@@ -398,6 +399,7 @@ impl Session {
             wall_offset_us: 0,
             now: Instant::ZERO,
             lost: false,
+            stage_moves: Vec::new(),
         })
     }
 
@@ -409,6 +411,21 @@ impl Session {
     /// The scheduler (read-only: path state, stats, trace).
     pub fn scheduler(&self) -> &Scheduler {
         &self.sched
+    }
+
+    /// Path moves made by each scheduler stage so far (how often each stage changed a
+    /// decision), in first-seen order.
+    pub fn stage_moves(&self) -> &[(&'static str, u64)] {
+        &self.stage_moves
+    }
+
+    fn count_moves(&mut self) {
+        for m in self.sched.trace().moves() {
+            match self.stage_moves.iter_mut().find(|(s, _)| *s == m.stage) {
+                Some((_, n)) => *n += 1,
+                None => self.stage_moves.push((m.stage, 1)),
+            }
+        }
     }
 
     /// Counters of `path`.
@@ -1400,7 +1417,9 @@ impl Session {
         }
         // Data.
         for _ in 0..MAX_DECISIONS_PER_POLL {
-            let Some(d) = self.sched.poll_decision(now, predictor) else {
+            let decision = self.sched.poll_decision(now, predictor);
+            self.count_moves();
+            let Some(d) = decision else {
                 break;
             };
             let flow = d.flow.0;
