@@ -8,6 +8,7 @@ mod calibrate;
 mod demo;
 mod linkdb_cmd;
 mod net_cmd;
+mod netbench;
 mod testbed_cmd;
 mod tripgen;
 
@@ -68,6 +69,11 @@ enum Command {
     Tls {
         #[command(subcommand)]
         action: TlsAction,
+    },
+    /// Relay + proxy benchmarks.
+    Net {
+        #[command(subcommand)]
+        action: NetAction,
     },
     /// Configuration files.
     Config {
@@ -140,6 +146,19 @@ enum TlsAction {
 }
 
 #[derive(Subcommand, Debug)]
+enum NetAction {
+    /// One bulk download over two unshaped veth paths: polycorn (TLS) vs kernel MPTCP (root).
+    Bench {
+        /// Seconds measured per system (after 1 s warm-up).
+        #[arg(long, default_value_t = 10.0)]
+        secs: f64,
+        /// Namespace prefix (created and removed).
+        #[arg(long, default_value = "pcnb")]
+        name: String,
+    },
+}
+
+#[derive(Subcommand, Debug)]
 enum ConfigAction {
     /// Print a commented example configuration for `relay` or `proxy`.
     Example {
@@ -193,6 +212,9 @@ fn run(cli: Cli) -> Result<()> {
             action: TripAction::Generate(args),
         } => tripgen::run(&args)?,
         Command::Linkdb { action } => linkdb_cmd::run(action)?,
+        Command::Net {
+            action: NetAction::Bench { secs, name },
+        } => drop(netbench::run(&name, secs)?),
         Command::Relay { config } => net_cmd::relay(&config)?,
         Command::Proxy { config } => net_cmd::proxy(&config)?,
         Command::Tls {
