@@ -77,6 +77,7 @@ struct Shared {
     core: Mutex<Core>,
     timer: Notify,
     epoch: std::time::Instant,
+    metrics: std::sync::OnceLock<Arc<crate::metrics::Metrics>>,
     events: mpsc::UnboundedSender<Event>,
 }
 
@@ -158,6 +159,7 @@ impl Engine {
             }),
             timer: Notify::new(),
             epoch: std::time::Instant::now(),
+            metrics: std::sync::OnceLock::new(),
             events: tx,
         }));
         {
@@ -166,6 +168,11 @@ impl Engine {
             c.session.set_wall_clock(now, unix_epoch_us);
         }
         (e, rx)
+    }
+
+    /// Count passengers' bytes in `metrics` (set once).
+    pub fn set_metrics(&self, metrics: Arc<crate::metrics::Metrics>) {
+        let _ = self.0.metrics.set(metrics);
     }
 
     /// The engine's clock.
@@ -452,7 +459,24 @@ impl Engine {
 
     /// Move bytes between `stream` and `flow` in both directions until both are finished or
     /// the flow is reset (then the socket is closed with RST). Returns whether it ended cleanly.
-    pub async fn pump(&self, flow: u64, sig: Arc<FlowSignal>, stream: TcpStream) -> bool {
+    /// `user` is the passenger; `stream_is_passenger` says whether bytes read from `stream`
+    /// travel up (relay) or down (proxy), for per-passenger byte counts.
+    pub async fn pump(
+        &self,
+        flow: u64,
+        sig: Arc<FlowSignal>,
+        stream: TcpStream,
+        user: std::net::IpAddr,
+        stream_is_passenger: bool,
+    ) -> bool {
+        let counters = self.0.metrics.get().map(|m| {
+            let u = m.user(user);
+            if stream_is_passenger {
+                (u.up_bytes, u.down_bytes)
+            } else {
+                (u.down_bytes, u.up_bytes)
+            }
+        });
         let _ = stream.set_nodelay(true);
         let (mut rd, mut wr) = stream.into_split();
         let upstream = async {
@@ -492,6 +516,9 @@ impl Engine {
                         return true;
                     }
                     Ok(n) => {
+                        if let Some((read, _)) = &counters {
+                            read.inc_by(n as u64);
+                        }
                         let ok = self.with(|s, now| s.send(now, flow, &buf[..n]).is_ok());
                         if !ok {
                             return false;
@@ -513,6 +540,9 @@ impl Engine {
                 let r = self.with(|s, now| s.read(now, flow, &mut buf));
                 match r {
                     ReadOutcome::Data(n) => {
+                        if let Some((_, written)) = &counters {
+                            written.inc_by(n as u64);
+                        }
                         if wr.write_all(&buf[..n]).await.is_err() {
                             self.reset_flow(flow, ResetReason::PeerReset);
                             return false;

@@ -41,6 +41,8 @@ pub struct ProxyOptions {
     pub connect_timeout: Duration,
     /// Predictor per session.
     pub predictor: Option<PredictorFactory>,
+    /// Where to count bytes, refusals and flows.
+    pub metrics: Option<Arc<crate::metrics::Metrics>>,
 }
 
 impl std::fmt::Debug for ProxyOptions {
@@ -162,6 +164,9 @@ async fn accept_loop(
                 Ok(x) => x,
                 Err(e) => {
                     warn!(%peer, error = %e, "subflow refused");
+                    if let Some(m) = &o.metrics {
+                        m.peers_rejected.inc();
+                    }
                     return;
                 }
             };
@@ -185,6 +190,9 @@ async fn accept_loop(
                             None => Box::new(NoPrediction),
                         };
                         let (engine, events) = Engine::new(session, pred);
+                        if let Some(m) = &o.metrics {
+                            engine.set_metrics(m.clone());
+                        }
                         map.insert(acc.session, engine.clone());
                         tokio::spawn(engine.clone().run_timer());
                         tokio::spawn(session_events(
@@ -213,7 +221,22 @@ async fn accept_loop(
                 .run_subflow(acc.path, acc.initial, r, w, acc.tcp_info)
                 .await;
             warn!(%peer, path = acc.path, error = %err, "subflow ended");
+            if let (Some(m), crate::engine::SubflowError::Proto(e)) = (&o.metrics, &err) {
+                m.frame_rejected(proto_reason(e)).inc();
+            }
         });
+    }
+}
+
+fn proto_reason(e: &polycorn_proto::ProtoError) -> &'static str {
+    use polycorn_proto::ProtoError as P;
+    match e {
+        P::Frame(_) => "bad_frame",
+        P::Version { .. } => "version",
+        P::Hello(_) => "hello",
+        P::FlowControl { .. } => "flow_control",
+        P::TooManyFlows(_) => "too_many_flows",
+        _ => "protocol",
     }
 }
 
@@ -238,7 +261,7 @@ async fn session_events(
                             if e.with(|s, now| s.accept_flow(now, flow)).is_err() {
                                 return;
                             }
-                            e.pump(flow, sig, stream).await;
+                            e.pump(flow, sig, stream, user, false).await;
                         }
                         Err(status) => {
                             debug!(flow, %user, %dst, ?status, "open refused");

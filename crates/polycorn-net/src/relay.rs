@@ -418,7 +418,7 @@ async fn carry(
                     return;
                 }
             }
-            engine.pump(flow, sig, stream).await;
+            engine.pump(flow, sig, stream, user, true).await;
         }
         Carrier::Direct(t) => {
             t.carry(stream, user, dst, socks.is_some()).await;

@@ -252,6 +252,7 @@ pub fn relay(path: &Path) -> Result<()> {
             .await
             .map_err(anyhow::Error::msg)?;
         if let Carrier::Session(engine) = &carrier {
+            engine.set_metrics(metrics.clone());
             sample_metrics(
                 engine.clone(),
                 paths.iter().map(|p| p.name.clone()).collect(),
@@ -281,6 +282,7 @@ pub fn proxy(path: &Path) -> Result<()> {
     let rt = runtime()?;
     rt.block_on(async move {
         let tls_cfg = tls::server_config(&cfg.tls.ca, &cfg.tls.cert, &cfg.tls.key)?;
+        let metrics = Arc::new(Metrics::new());
         let opts = ProxyOptions {
             listen: cfg.proxy.listen.clone(),
             tunnel_listen: cfg.proxy.tunnel_listen,
@@ -295,8 +297,8 @@ pub fn proxy(path: &Path) -> Result<()> {
             policy: Arc::new(cfg.policy.destination_policy()),
             connect_timeout: cfg.proxy.connect_timeout(),
             predictor: None,
+            metrics: Some(metrics.clone()),
         };
-        let metrics = Arc::new(Metrics::new());
         serve_metrics(&cfg.metrics, metrics.clone()).await?;
         let (mut tasks, sessions) = proxy::start(opts).await.map_err(anyhow::Error::msg)?;
         {

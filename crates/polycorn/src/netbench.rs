@@ -45,7 +45,20 @@ impl Topology {
             ip_in(&t.ns(r), &["link", "set", "lo", "up"])?;
         }
         let pair = |a: &str, b: &str, dev: &str| -> Result<()> {
-            ip(&["link", "add", "pcnb-tmp-a", "netns", a, "type", "veth", "peer", "name", "pcnb-tmp-b", "netns", b])?;
+            ip(&[
+                "link",
+                "add",
+                "pcnb-tmp-a",
+                "netns",
+                a,
+                "type",
+                "veth",
+                "peer",
+                "name",
+                "pcnb-tmp-b",
+                "netns",
+                b,
+            ])?;
             ip_in(a, &["link", "set", "pcnb-tmp-a", "name", dev])?;
             ip_in(b, &["link", "set", "pcnb-tmp-b", "name", dev])?;
             ip_in(a, &["link", "set", dev, "up"])?;
@@ -67,10 +80,29 @@ impl Topology {
         for i in 0..2 {
             let dev = format!("path{i}");
             let table = (100 + i).to_string();
-            ip_in(&r, &["addr", "add", &format!("10.100.{i}.1/24"), "dev", &dev])?;
-            ip_in(&p, &["addr", "add", &format!("10.100.{i}.2/24"), "dev", &dev])?;
-            ip_in(&r, &["route", "add", "default", "dev", &dev, "table", &table])?;
-            ip_in(&r, &["rule", "add", "from", &format!("10.100.{i}.1"), "table", &table])?;
+            ip_in(
+                &r,
+                &["addr", "add", &format!("10.100.{i}.1/24"), "dev", &dev],
+            )?;
+            ip_in(
+                &p,
+                &["addr", "add", &format!("10.100.{i}.2/24"), "dev", &dev],
+            )?;
+            ip_in(
+                &r,
+                &["route", "add", "default", "dev", &dev, "table", &table],
+            )?;
+            ip_in(
+                &r,
+                &[
+                    "rule",
+                    "add",
+                    "from",
+                    &format!("10.100.{i}.1"),
+                    "table",
+                    &table,
+                ],
+            )?;
             ip_in(&r, &["rule", "add", "oif", &dev, "table", &table])?;
         }
         Ok(t)
@@ -92,7 +124,9 @@ struct Daemon(Child);
 
 impl Drop for Daemon {
     fn drop(&mut self) {
-        let _ = Command::new("kill").args(["-TERM", &self.0.id().to_string()]).status();
+        let _ = Command::new("kill")
+            .args(["-TERM", &self.0.id().to_string()])
+            .status();
         let t0 = Instant::now();
         while t0.elapsed() < Duration::from_secs(5) {
             if let Ok(Some(_)) = self.0.try_wait() {
@@ -123,7 +157,12 @@ fn spawn(ns: &str, role: &str, config: &Path, log: &Path) -> Result<Daemon> {
 fn wait_log(log: &Path, what: &str, count: usize) -> Result<()> {
     let t0 = Instant::now();
     while t0.elapsed() < Duration::from_secs(20) {
-        if std::fs::read_to_string(log).unwrap_or_default().matches(what).count() >= count {
+        if std::fs::read_to_string(log)
+            .unwrap_or_default()
+            .matches(what)
+            .count()
+            >= count
+        {
             return Ok(());
         }
         std::thread::sleep(Duration::from_millis(50));
@@ -161,7 +200,8 @@ fn start_server(ns: &str) -> Result<()> {
             });
         }
     });
-    rx.recv_timeout(Duration::from_secs(5)).context("bench server did not start")?;
+    rx.recv_timeout(Duration::from_secs(5))
+        .context("bench server did not start")?;
     Ok(())
 }
 
@@ -221,7 +261,10 @@ pub fn run(name: &str, secs: f64) -> Result<Vec<Measured>> {
     let proxy = spawn(&topo.ns("p"), "proxy", &proxy_cfg, &proxy_log)?;
     wait_log(&proxy_log, "proxy running", 1)?;
     let mut out = Vec::new();
-    for (mode, label) in [("polycorn", "polycorn (hrsch, TLS 1.3)"), ("mptcp", "kernel MPTCP (plain)")] {
+    for (mode, label) in [
+        ("polycorn", "polycorn (hrsch, TLS 1.3)"),
+        ("mptcp", "kernel MPTCP (plain)"),
+    ] {
         let (relay_cfg, _) = write_configs(&dir, mode)?;
         let log = dir.join(format!("relay-{mode}.log"));
         let relay = spawn(&topo.ns("r"), "relay", &relay_cfg, &log)?;
@@ -245,8 +288,14 @@ pub fn run(name: &str, secs: f64) -> Result<Vec<Measured>> {
     drop(proxy);
     drop(topo);
     let _ = std::fs::remove_dir_all(&dir);
-    println!("one bulk download, 2 unshaped veth paths, {secs:.0} s after 1 s warm-up ({} cores):", num_cpus());
-    println!("{:<28} {:>8} {:>11} {:>11}", "system", "Gbit/s", "relay CPU", "proxy CPU");
+    println!(
+        "one bulk download, 2 unshaped veth paths, {secs:.0} s after 1 s warm-up ({} cores):",
+        num_cpus()
+    );
+    println!(
+        "{:<28} {:>8} {:>11} {:>11}",
+        "system", "Gbit/s", "relay CPU", "proxy CPU"
+    );
     for m in &out {
         println!(
             "{:<28} {:>8.2} {:>10.0}% {:>10.0}%",
@@ -256,7 +305,9 @@ pub fn run(name: &str, secs: f64) -> Result<Vec<Measured>> {
     if out.len() == 2 && out[1].gbit > 0.0 {
         println!("polycorn / kernel MPTCP: {:.2}x", out[0].gbit / out[1].gbit);
     }
-    println!("(CPU % of one core, from /proc user+system time; client and server share the same cores)");
+    println!(
+        "(CPU % of one core, from /proc user+system time; client and server share the same cores)"
+    );
     Ok(out)
 }
 

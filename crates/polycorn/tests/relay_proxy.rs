@@ -143,9 +143,9 @@ fn configs(bed: &Bed, dir: &Path, mode: &str, spec: &str, paths: usize) -> (Path
         );
     }
     relay += "[intercept]\ntransparent = \"0.0.0.0:7070\"\ntransparent6 = \"[::]:7070\"\nsocks5 = \"10.0.1.1:1080\"\ninstall_nft = true\nlan_device = \"lan0\"\n\n";
-    relay += "[tls]\nca = \"ca.pem\"\ncert = \"relay.pem\"\nkey = \"relay.key\"\n";
+    relay += "[tls]\nca = \"ca.pem\"\ncert = \"relay.pem\"\nkey = \"relay.key\"\n\n[metrics]\nlisten = \"127.0.0.1:9100\"\n";
     let proxy = format!(
-        "[proxy]\nlisten = \"0.0.0.0:7700\"\ntunnel_listen = \"0.0.0.0:7701\"\ntunnel_peers = [\"10.100.0.0/16\"]\nscheduler = \"{spec}\"\ncongestion = \"cubic\"\n\n[tls]\nca = \"ca.pem\"\ncert = \"proxy.pem\"\nkey = \"proxy.key\"\n\n[policy]\nallow = [\"10.0.2.0/24\", \"fd00:2::/64\"]\n"
+        "[proxy]\nlisten = \"0.0.0.0:7700\"\ntunnel_listen = \"0.0.0.0:7701\"\ntunnel_peers = [\"10.100.0.0/16\"]\nscheduler = \"{spec}\"\ncongestion = \"cubic\"\n\n[tls]\nca = \"ca.pem\"\ncert = \"proxy.pem\"\nkey = \"proxy.key\"\n\n[policy]\nallow = [\"10.0.2.0/24\", \"fd00:2::/64\"]\n\n[metrics]\nlisten = \"127.0.0.1:9100\"\n"
     );
     let _ = bed;
     let r = dir.join("relay.toml");
@@ -425,6 +425,39 @@ fn hundred_passengers_five_flows_each() {
         failed.len(),
         &failed[..failed.len().min(10)],
         tail(&stack.relay.log())
+    );
+    let scrape = |ns: String| {
+        in_ns(&ns, || {
+            Box::pin(async move {
+                use tokio::io::{AsyncReadExt, AsyncWriteExt};
+                let mut s = TcpStream::connect("127.0.0.1:9100").await.unwrap();
+                s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+                    .await
+                    .unwrap();
+                let mut body = String::new();
+                s.read_to_string(&mut body).await.unwrap();
+                body
+            })
+        })
+    };
+    std::thread::sleep(Duration::from_millis(1500));
+    let relay_metrics = scrape(bed.ns("relay"));
+    for needle in [
+        "polycorn_path_rtt_seconds{path=\"p0\"}",
+        "polycorn_path_cwnd_bytes{path=\"p1\"}",
+        "polycorn_user_bytes_total{user=\"10.0.1.150\",direction=\"up\"}",
+        "polycorn_stage_decisions_total{stage=\"minrtt\"}",
+        "polycorn_path_sent_bytes_total{path=\"p0\"}",
+    ] {
+        assert!(
+            relay_metrics.contains(needle),
+            "relay metrics lack {needle}:\n{relay_metrics}"
+        );
+    }
+    let proxy_metrics = scrape(bed.ns("proxy"));
+    assert!(
+        proxy_metrics.contains("polycorn_user_bytes_total{user=\"10.0.1.199\",direction=\"down\"}"),
+        "{proxy_metrics}"
     );
     let slowest = results
         .iter()
