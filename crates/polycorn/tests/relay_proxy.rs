@@ -143,7 +143,7 @@ fn configs(bed: &Bed, dir: &Path, mode: &str, spec: &str, paths: usize) -> (Path
         );
     }
     relay += "[intercept]\ntransparent = \"0.0.0.0:7070\"\ntransparent6 = \"[::]:7070\"\nsocks5 = \"10.0.1.1:1080\"\ninstall_nft = true\nlan_device = \"lan0\"\n\n";
-    relay += "[tls]\nca = \"ca.pem\"\ncert = \"relay.pem\"\nkey = \"relay.key\"\n\n[metrics]\nlisten = \"127.0.0.1:9100\"\n";
+    relay += "[dns]\nlisten = \"10.0.1.1:53\"\nupstream = \"10.0.2.2:53\"\n\n[tls]\nca = \"ca.pem\"\ncert = \"relay.pem\"\nkey = \"relay.key\"\n\n[metrics]\nlisten = \"127.0.0.1:9100\"\n";
     let proxy = format!(
         "[proxy]\nlisten = \"0.0.0.0:7700\"\ntunnel_listen = \"0.0.0.0:7701\"\ntunnel_peers = [\"10.100.0.0/16\"]\nscheduler = \"{spec}\"\ncongestion = \"cubic\"\n\n[tls]\nca = \"ca.pem\"\ncert = \"proxy.pem\"\nkey = \"proxy.key\"\n\n[policy]\nallow = [\"10.0.2.0/24\", \"fd00:2::/64\"]\n\n[metrics]\nlisten = \"127.0.0.1:9100\"\n"
     );
@@ -221,10 +221,40 @@ fn start_server(bed: &Bed) {
                 .await
                 .unwrap();
             tx.send(()).unwrap();
-            tokio::join!(loadgen::serve(l4), loadgen::serve(l6));
+            let dns = tokio::net::TcpListener::bind("10.0.2.2:53").await.unwrap();
+            tokio::join!(loadgen::serve(l4), loadgen::serve(l6), dns_over_tcp(dns));
         });
     });
     rx.recv_timeout(Duration::from_secs(10)).unwrap();
+}
+
+/// A resolver that answers every query over TCP with one A record 192.0.2.1 (same ID and
+/// question), enough to check that passengers' DNS goes through relay and proxy.
+async fn dns_over_tcp(l: tokio::net::TcpListener) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    loop {
+        let Ok((mut s, _)) = l.accept().await else {
+            continue;
+        };
+        tokio::spawn(async move {
+            let mut len = [0u8; 2];
+            if s.read_exact(&mut len).await.is_err() {
+                return;
+            }
+            let mut q = vec![0u8; usize::from(u16::from_be_bytes(len))];
+            if s.read_exact(&mut q).await.is_err() || q.len() < 12 {
+                return;
+            }
+            let mut r = q.clone();
+            r[2] = 0x81; // response, recursion desired
+            r[3] = 0x80; // recursion available, no error
+            r[6..8].copy_from_slice(&1u16.to_be_bytes()); // one answer
+            r.extend_from_slice(&[0xC0, 0x0C, 0, 1, 0, 1, 0, 0, 0, 60, 0, 4, 192, 0, 2, 1]);
+            let mut out = (r.len() as u16).to_be_bytes().to_vec();
+            out.extend_from_slice(&r);
+            let _ = s.write_all(&out).await;
+        });
+    }
 }
 
 const SERVER4: &str = "10.0.2.2:9000";
@@ -441,6 +471,28 @@ fn hundred_passengers_five_flows_each() {
         })
     };
     std::thread::sleep(Duration::from_millis(1500));
+    // Passengers' DNS: UDP to the relay, carried over TCP through the proxy to the resolver.
+    let answer = in_ns(&bed.ns("client"), || {
+        Box::pin(async move {
+            let u = tokio::net::UdpSocket::bind("10.0.1.2:0").await.unwrap();
+            // Query id 0x1234, one question: example.org A IN.
+            let mut q = vec![0x12, 0x34, 1, 0, 0, 1, 0, 0, 0, 0, 0, 0];
+            q.extend_from_slice(b"\x07example\x03org\x00\x00\x01\x00\x01");
+            u.send_to(&q, "10.0.1.1:53").await.unwrap();
+            let mut b = [0u8; 512];
+            let n = tokio::time::timeout(Duration::from_secs(5), u.recv(&mut b))
+                .await
+                .unwrap()
+                .unwrap();
+            b[..n].to_vec()
+        })
+    });
+    assert_eq!(&answer[..2], &[0x12, 0x34], "answer carries the query id");
+    assert_eq!(
+        &answer[answer.len() - 4..],
+        &[192, 0, 2, 1],
+        "answer carries the record"
+    );
     let relay_metrics = scrape(bed.ns("relay"));
     for needle in [
         "polycorn_path_rtt_seconds{path=\"p0\"}",
