@@ -216,7 +216,9 @@ fn download(ns: &str, secs: f64) -> Result<f64> {
         // Warm-up: let congestion windows open.
         let t0 = Instant::now();
         while t0.elapsed() < Duration::from_secs(1) {
-            s.read(&mut buf)?;
+            if s.read(&mut buf)? == 0 {
+                bail!("server closed during warm-up");
+            }
         }
         let t1 = Instant::now();
         let mut bytes = 0u64;
