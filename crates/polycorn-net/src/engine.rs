@@ -15,7 +15,6 @@ use polycorn_proto::{
     Destination, Event, OpenStatus, ProtoError, ReadOutcome, ResetReason, Session,
 };
 use polycorn_sched::path::{TcpInfoSample, MAX_PATHS};
-use polycorn_sched::predict::HandoverPredictor;
 use polycorn_sched::time::Instant;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
@@ -64,7 +63,7 @@ impl FlowSignal {
 
 struct Core {
     session: Session,
-    predictor: Box<dyn HandoverPredictor + Send>,
+    predictor: Box<dyn crate::predictor::TrainPredictor>,
     flows: HashMap<u64, Arc<FlowSignal>>,
     writers: Vec<Option<Arc<Notify>>>,
     /// Per path: wakes the subflow task that a newer subflow replaced.
@@ -138,7 +137,7 @@ impl Engine {
     /// receiver.
     pub fn new(
         session: Session,
-        predictor: Box<dyn HandoverPredictor + Send>,
+        predictor: Box<dyn crate::predictor::TrainPredictor>,
     ) -> (Engine, mpsc::UnboundedReceiver<Event>) {
         let (tx, rx) = mpsc::unbounded_channel();
         let unix_epoch_us = std::time::SystemTime::now()
@@ -198,10 +197,12 @@ impl Engine {
         f(&self.lock().session)
     }
 
-    /// Replace the handover predictor (e.g. after a LinkDB update).
-    pub fn with_predictor(&self, f: impl FnOnce(&mut dyn HandoverPredictor)) {
+    /// Feed train context to the handover predictor (then the scheduler runs with it).
+    pub fn on_context(&self, ctx: &polycorn_proto::ContextInfo) {
+        let now = self.now();
         let mut c = self.lock();
-        f(c.predictor.as_mut());
+        c.predictor.on_context(now, ctx);
+        self.drive(&mut c, now);
     }
 
     fn drive(&self, c: &mut Core, now: Instant) {
@@ -212,7 +213,7 @@ impl Engine {
             writers,
             ..
         } = c;
-        session.poll_transmit(now, predictor.as_ref());
+        session.poll_transmit(now, &**predictor);
         for (p, w) in writers.iter().enumerate() {
             if let Some(w) = w {
                 if session.has_output(p as u8) {

@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use polycorn_proto::{Destination, Event, OpenStatus, Role, Session};
-use polycorn_sched::predict::{HandoverPredictor, NoPrediction};
+use polycorn_sched::predict::NoPrediction;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::task::JoinSet;
 use tracing::{debug, info, warn};
@@ -18,7 +18,8 @@ use crate::relay::Tuning;
 use crate::subflow;
 
 /// Builds a handover predictor for a new session (LinkDB in production).
-pub type PredictorFactory = Arc<dyn Fn() -> Box<dyn HandoverPredictor + Send> + Send + Sync>;
+pub type PredictorFactory =
+    Arc<dyn Fn() -> Box<dyn crate::predictor::TrainPredictor> + Send + Sync>;
 
 /// Everything the proxy needs, already validated.
 #[derive(Clone)]
@@ -185,7 +186,7 @@ async fn accept_loop(
                                 return;
                             }
                         };
-                        let pred: Box<dyn HandoverPredictor + Send> = match &o.predictor {
+                        let pred: Box<dyn crate::predictor::TrainPredictor> = match &o.predictor {
                             Some(f) => f(),
                             None => Box::new(NoPrediction),
                         };
@@ -247,6 +248,7 @@ async fn session_events(
     sessions: Sessions,
     connector: Arc<Connector>,
 ) {
+    let mut first_context = true;
     while let Some(ev) = events.recv().await {
         match ev {
             Event::FlowRequested { flow, user, dst } => {
@@ -271,12 +273,23 @@ async fn session_events(
                 });
             }
             Event::Context(ctx) => {
+                if first_context {
+                    first_context = false;
+                    info!(
+                        lat = ctx.lat,
+                        lon = ctx.lon,
+                        speed = ctx.speed_mps,
+                        cells = ctx.cells.len(),
+                        "first train context from the relay"
+                    );
+                }
                 debug!(
                     lat = ctx.lat,
                     lon = ctx.lon,
                     speed = ctx.speed_mps,
                     "train context"
                 );
+                engine.on_context(&ctx);
             }
             Event::SessionLost => {
                 warn!(

@@ -279,6 +279,8 @@ pub fn relay(path: &Path) -> Result<()> {
 pub fn proxy(path: &Path) -> Result<()> {
     let cfg = ProxyConfig::load(path)?;
     init_logging(&cfg.log)?;
+    // LinkDB is loaded before the async runtime starts (its PostgreSQL client blocks).
+    let predictor = load_predictor(&cfg.linkdb)?;
     let rt = runtime()?;
     rt.block_on(async move {
         let tls_cfg = tls::server_config(&cfg.tls.ca, &cfg.tls.cert, &cfg.tls.key)?;
@@ -296,7 +298,7 @@ pub fn proxy(path: &Path) -> Result<()> {
             ),
             policy: Arc::new(cfg.policy.destination_policy()),
             connect_timeout: cfg.proxy.connect_timeout(),
-            predictor: None,
+            predictor,
             metrics: Some(metrics.clone()),
         };
         serve_metrics(&cfg.metrics, metrics.clone()).await?;
@@ -342,6 +344,43 @@ pub fn proxy(path: &Path) -> Result<()> {
         tasks.abort_all();
         Ok(())
     })
+}
+
+/// Build the downlink handover predictor from LinkDB, if configured.
+fn load_predictor(
+    cfg: &polycorn_net::config::LinkDbConfig,
+) -> Result<Option<polycorn_net::proxy::PredictorFactory>> {
+    let Some(url) = &cfg.db else { return Ok(None) };
+    let mut store = polycorn_linkdb::store::Store::open(url)
+        .with_context(|| format!("linkdb.db: open {url}"))?;
+    let filter = polycorn_linkdb::store::TripFilter {
+        source: None,
+        route: cfg.route.clone(),
+    };
+    let trips = store
+        .load(&filter)
+        .with_context(|| format!("linkdb.db: load rides from {url}"))?;
+    let kind = polycorn_linkdb::ModelKind::parse(&cfg.model)
+        .with_context(|| format!("linkdb.model: unknown `{}`", cfg.model))?;
+    let refs: Vec<&polycorn_linkdb::record::TripData> = trips.iter().collect();
+    let predictor = kind.build(&refs);
+    let [lat, lon] = cfg
+        .track_origin
+        .context("linkdb.track_origin: required with linkdb.db")?;
+    let track = polycorn_linkdb::Track {
+        origin: (lat, lon),
+        heading_deg: cfg.track_heading_deg,
+    };
+    info!(
+        rides = trips.len(),
+        cells = predictor.index().cells().len(),
+        model = kind.name(),
+        "LinkDB predictor loaded"
+    );
+    let wrapped = polycorn_net::predictor::LinkDbPredictor::new(predictor, track, &cfg.carriers);
+    Ok(Some(Arc::new(move || {
+        Box::new(wrapped.clone()) as Box<dyn polycorn_net::predictor::TrainPredictor>
+    })))
 }
 
 /// `polycorn tls generate DIR`.

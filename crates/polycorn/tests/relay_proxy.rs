@@ -133,7 +133,14 @@ struct Stack {
     relay: Daemon,
 }
 
-fn configs(bed: &Bed, dir: &Path, mode: &str, spec: &str, paths: usize) -> (PathBuf, PathBuf) {
+fn configs(
+    bed: &Bed,
+    dir: &Path,
+    mode: &str,
+    spec: &str,
+    paths: usize,
+    extra: (&str, &str),
+) -> (PathBuf, PathBuf) {
     let mut relay = format!(
         "[relay]\nmode = \"{mode}\"\nscheduler = \"{spec}\"\nproxy = \"10.100.0.2:7700\"\ncongestion = \"cubic\"\n\n"
     );
@@ -148,6 +155,8 @@ fn configs(bed: &Bed, dir: &Path, mode: &str, spec: &str, paths: usize) -> (Path
         "[proxy]\nlisten = \"0.0.0.0:7700\"\ntunnel_listen = \"0.0.0.0:7701\"\ntunnel_peers = [\"10.100.0.0/16\"]\nscheduler = \"{spec}\"\ncongestion = \"cubic\"\n\n[tls]\nca = \"ca.pem\"\ncert = \"proxy.pem\"\nkey = \"proxy.key\"\n\n[policy]\nallow = [\"10.0.2.0/24\", \"fd00:2::/64\"]\n\n[metrics]\nlisten = \"127.0.0.1:9100\"\n"
     );
     let _ = bed;
+    let relay = relay + extra.0;
+    let proxy = proxy + extra.1;
     let r = dir.join("relay.toml");
     let p = dir.join("proxy.toml");
     std::fs::File::create(&r)
@@ -162,7 +171,24 @@ fn configs(bed: &Bed, dir: &Path, mode: &str, spec: &str, paths: usize) -> (Path
 }
 
 fn start_stack(bed: &Bed, mode: &str, spec: &str, paths: usize) -> Stack {
-    let dir = tempfile::tempdir().unwrap();
+    start_stack_with(
+        bed,
+        mode,
+        spec,
+        paths,
+        ("", ""),
+        tempfile::tempdir().unwrap(),
+    )
+}
+
+fn start_stack_with(
+    bed: &Bed,
+    mode: &str,
+    spec: &str,
+    paths: usize,
+    extra: (&str, &str),
+    dir: tempfile::TempDir,
+) -> Stack {
     let out = Command::new(bin())
         .arg("tls")
         .arg("generate")
@@ -174,7 +200,7 @@ fn start_stack(bed: &Bed, mode: &str, spec: &str, paths: usize) -> Stack {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let (r, p) = configs(bed, dir.path(), mode, spec, paths);
+    let (r, p) = configs(bed, dir.path(), mode, spec, paths, extra);
     let mut proxy = Daemon::start(&bed.ns("proxy"), "proxy", &p, dir.path().join("proxy.log"));
     proxy.wait_for("proxy running", 1);
     let mut relay = Daemon::start(&bed.ns("relay"), "relay", &r, dir.path().join("relay.log"));
@@ -772,6 +798,70 @@ fn hostile_peers_are_refused_and_passengers_unaffected() {
     assert!(
         log.contains("protocol violation") || log.contains("bad frame"),
         "bad frames are logged:\n{}",
+        tail(&log)
+    );
+}
+
+#[test]
+fn hsr_trip_with_train_context_and_linkdb_predictions() {
+    let _s = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    if !is_root() {
+        return;
+    }
+    // LinkDB from other rides of the same route (never the replayed ride, trip seed 1).
+    let dir = tempfile::tempdir().unwrap();
+    let db = format!("sqlite:{}", dir.path().join("linkdb.sqlite").display());
+    let out = Command::new(bin())
+        .args([
+            "linkdb",
+            "import",
+            "--db",
+            &db,
+            "--simulate",
+            "6",
+            "--preset",
+            "hsr",
+        ])
+        .args(["--route-seed", "1", "--first-trip-seed", "100"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let bed = Bed::up(
+        "e",
+        &["--preset", "hsr", "--route-seed", "1", "--trip-seed", "1"],
+    );
+    start_server(&bed);
+    let relay_extra = "\n[context]\nsource = \"gpsd\"\ngpsd = \"127.0.0.1:2947\"\n".to_string();
+    let proxy_extra = format!(
+        "\n[linkdb]\ndb = \"{db}\"\nmodel = \"paper\"\nroute = \"hsr/route1\"\ncarriers = [\"A\", \"B\"]\ntrack_origin = [39.865, 116.378]\ntrack_heading_deg = 160.0\n"
+    );
+    let mut stack = start_stack_with(
+        &bed,
+        "polycorn",
+        "hrsch",
+        2,
+        (&relay_extra, &proxy_extra),
+        dir,
+    );
+    stack.proxy.wait_for("LinkDB predictor loaded", 1);
+    stack.proxy.wait_for("first train context", 1);
+    transfers(
+        &bed,
+        vec![
+            (Via::Transparent4, 10 * KB, 4 * MB),
+            (Via::Socks5, MB, 256 * KB),
+        ],
+        "hsr+linkdb",
+        &stack,
+    );
+    let log = stack.proxy.log();
+    assert!(
+        !log.contains("rides=0"),
+        "LinkDB must have rides:\n{}",
         tail(&log)
     );
 }
