@@ -69,6 +69,10 @@ pub struct SessionConfig {
     pub stall_after: Duration,
     /// Flows survive while every path is down for up to this long, then are reset. Default 30 s.
     pub hold_time: Duration,
+    /// A flow with data or FIN sent and no acknowledgement progress for this long gets an
+    /// empty data frame that makes the peer acknowledge again (acknowledgements can die with a
+    /// subflow). Default 1 s.
+    pub ack_probe: Duration,
     /// Scheduler pipeline (text spec, e.g. `hrsch`).
     pub pipeline: String,
     /// Scheduler tunables.
@@ -90,6 +94,7 @@ impl SessionConfig {
             ctrl_retransmit: Duration::from_millis(500),
             stall_after: Duration::from_millis(1500),
             hold_time: Duration::from_secs(30),
+            ack_probe: Duration::from_secs(1),
             pipeline: pipeline.to_string(),
             sched: SchedConfig::default(),
         }
@@ -275,6 +280,10 @@ struct SendSide {
     fin: bool,
     acked: u64,
     blocked: bool,
+    /// Highest sequence sent so far (data bytes, plus one once the FIN went out).
+    sent: u64,
+    /// When the peer's acknowledgement last advanced (or the last probe went out).
+    progress_at: Instant,
 }
 
 impl SendSide {
@@ -610,6 +619,8 @@ impl Session {
                 fin: false,
                 acked: 0,
                 blocked: false,
+                sent: 0,
+                progress_at: self.now,
             },
             recv: RecvSide {
                 next: 0,
@@ -1229,6 +1240,7 @@ impl Session {
         }
         let f = self.flows.get_mut(&flow).expect("present");
         f.send.acked = next;
+        f.send.progress_at = now;
         let data_acked = next.min(f.send.end());
         let drop = (data_acked - f.send.base) as usize;
         f.send.buf.drain(..drop);
@@ -1415,6 +1427,19 @@ impl Session {
                 self.ack_deadline = None;
             }
         }
+        // Acknowledgement probes.
+        if let Some(best) = self.best_path() {
+            let probe = self.cfg.ack_probe;
+            for (&flow, f) in self.flows.iter_mut() {
+                let s = &mut f.send;
+                if s.sent > s.acked && now >= s.progress_at + probe {
+                    s.progress_at = now;
+                    let data_end = s.sent.min(s.end());
+                    let fin = s.sent > s.end();
+                    encode_data_header(&mut self.paths[best].prio, flow, data_end, fin, 0);
+                }
+            }
+        }
         // Data.
         for _ in 0..MAX_DECISIONS_PER_POLL {
             let decision = self.sched.poll_decision(now, predictor);
@@ -1423,9 +1448,17 @@ impl Session {
                 break;
             };
             let flow = d.flow.0;
-            let Some(f) = self.flows.get(&flow) else {
+            let Some(f) = self.flows.get_mut(&flow) else {
                 continue;
             };
+            let end_seq = d.offset + d.seq_len();
+            if end_seq > f.send.sent {
+                if f.send.sent <= f.send.acked {
+                    // Nothing was outstanding: the probe clock starts now.
+                    f.send.progress_at = now;
+                }
+                f.send.sent = end_seq;
+            }
             let s = &f.send;
             if d.offset < s.base || d.offset + u64::from(d.len) > s.end() {
                 continue;
@@ -1528,6 +1561,13 @@ impl Session {
         if any_attached {
             if let Some(e) = self.ctrl_out.values().map(|e| e.sent_at).min() {
                 consider(e.map_or(self.now, |s| s + self.cfg.ctrl_retransmit));
+            }
+        }
+        if any_attached {
+            for f in self.flows.values() {
+                if f.send.sent > f.send.acked {
+                    consider(f.send.progress_at + self.cfg.ack_probe);
+                }
             }
         }
         if let Some(since) = self.all_down_since {
