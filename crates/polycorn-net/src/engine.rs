@@ -20,8 +20,9 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::sync::{mpsc, oneshot, Notify};
 
-/// Reads `TCP_INFO` of a subflow's socket.
-pub type TcpInfoFn = Box<dyn Fn() -> io::Result<TcpInfoSample> + Send + Sync>;
+/// Reads `TCP_INFO` of a subflow's socket: the scheduler's sample and the kernel's total
+/// retransmission count of the connection.
+pub type TcpInfoFn = Box<dyn Fn() -> io::Result<(TcpInfoSample, u64)> + Send + Sync>;
 
 /// How often an idle subflow's `TCP_INFO` is sampled (RTO back-off shows up here).
 const TCP_INFO_PERIOD: std::time::Duration = std::time::Duration::from_millis(10);
@@ -70,6 +71,8 @@ struct Core {
     cancel: Vec<Option<Arc<Notify>>>,
     /// When the timer task will wake up by itself (`None`: it sleeps without a deadline).
     timer_at: Option<Instant>,
+    /// Per path: the kernel's retransmission count of the current subflow connection.
+    retrans: Vec<u64>,
 }
 
 struct Shared {
@@ -155,6 +158,7 @@ impl Engine {
                 writers,
                 cancel,
                 timer_at: None,
+                retrans: vec![0; MAX_PATHS],
             }),
             timer: Notify::new(),
             epoch: std::time::Instant::now(),
@@ -400,11 +404,12 @@ impl Engine {
                         writer.write_all(&out).await?;
                         writer.flush().await?;
                     }
-                    let sample = tcp_info()?;
+                    let (sample, retrans) = tcp_info()?;
                     let more = {
                         let now = self.now();
                         let mut c = self.lock();
                         c.session.on_tcp_info(now, path, &sample, 0)?;
+                        c.retrans[usize::from(path)] = retrans;
                         self.drive(&mut c, now);
                         c.session.has_output(path)
                     };
@@ -421,6 +426,15 @@ impl Engine {
             r = write_loop => r.err().unwrap_or(SubflowError::Closed),
             _ = cancel.notified() => SubflowError::Replaced,
         }
+    }
+
+    /// The kernel's retransmission count of `path`'s current subflow connection.
+    pub fn path_retransmissions(&self, path: u8) -> u64 {
+        self.lock()
+            .retrans
+            .get(usize::from(path))
+            .copied()
+            .unwrap_or(0)
     }
 
     /// (relay) Open a flow; the receiver yields the proxy's answer.

@@ -127,6 +127,15 @@ fn sample_metrics(engine: polycorn_net::engine::Engine, names: Vec<String>, metr
                     m.set_cwnd_bytes(cwnd);
                 }
                 m.up.set(i64::from(up));
+                if c.attaches > l.attaches {
+                    // A new subflow connection: its kernel counters start from zero.
+                    if l.attaches == 0 {
+                        m.connected();
+                    } else {
+                        m.reconnected();
+                    }
+                }
+                m.set_kernel_retransmissions(engine.path_retransmissions(i as u8));
                 last[i] = c;
             }
             metrics.flows_open.set(open as i64);
