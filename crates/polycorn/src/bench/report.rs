@@ -502,6 +502,11 @@ pub const PLOT_IDS: &[&str] = &[
 
 // ----- HTML and SVG ------------------------------------------------------------------------
 
+/// A named line: (x, y) points.
+type LineSeries = (String, Vec<(f64, f64)>);
+/// A named bar series: (value, CI low, CI high) per group.
+type BarSeries = (String, Vec<(f64, f64, f64)>);
+
 const COLORS: [&str; 12] = [
     "#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f",
     "#bcbd22", "#17becf", "#393b79", "#637939",
@@ -634,14 +639,7 @@ fn tick(v: f64) -> String {
 }
 
 /// Line chart: one polyline (class `series`) per series.
-fn lines(
-    id: &str,
-    title: &str,
-    xl: &str,
-    yl: &str,
-    series: &[(String, Vec<(f64, f64)>)],
-    step: bool,
-) -> String {
+fn lines(id: &str, title: &str, xl: &str, yl: &str, series: &[LineSeries], step: bool) -> String {
     let pts = series.iter().flat_map(|s| s.1.iter());
     let (mut x0, mut x1, mut y1) = (f64::MAX, f64::MIN, 0.0f64);
     for &(x, y) in pts {
@@ -694,7 +692,7 @@ fn bars(
     title: &str,
     yl: &str,
     groups: &[String],
-    series: &[(String, Vec<(f64, f64, f64)>)],
+    series: &[BarSeries],
     reference_line: Option<f64>,
 ) -> String {
     let mut y1 = reference_line.unwrap_or(0.0);
@@ -779,7 +777,7 @@ fn cdf(v: &[f64]) -> Vec<(f64, f64)> {
 /// The trip time series: capacity per path, failed (red) and successful (grey) handovers,
 /// bulk flow starts, IM segments.
 fn trip_plot(r: &Results) -> String {
-    let series: Vec<(String, Vec<(f64, f64)>)> = r
+    let series: Vec<LineSeries> = r
         .capacity
         .iter()
         .enumerate()
@@ -921,7 +919,7 @@ pub fn html(r: &Results) -> String {
     // Bulk: FCT CDFs.
     h.push_str("<h2>Bulk downloads</h2><div class=\"plots\">");
     for &size in &BULK_SIZES {
-        let series: Vec<(String, Vec<(f64, f64)>)> = ok_runs
+        let series: Vec<LineSeries> = ok_runs
             .iter()
             .map(|run| {
                 let v: Vec<f64> = run
@@ -955,7 +953,7 @@ pub fn html(r: &Results) -> String {
     let groups: Vec<String> = BULK_SIZES.iter().map(|s| size_label(*s)).collect();
     for reference in ["vanilla", "mptcp"] {
         let refr = r.run(reference);
-        let series: Vec<(String, Vec<(f64, f64, f64)>)> = ok_runs
+        let series: Vec<BarSeries> = ok_runs
             .iter()
             .filter(|x| x.system != reference)
             .filter_map(|x| refr.map(|refr| (*x, refr)))
@@ -1029,7 +1027,7 @@ pub fn html(r: &Results) -> String {
     h.push_str("</table>");
     // IM.
     h.push_str("<h2>Instant messaging</h2><div class=\"plots\">");
-    let im_series: Vec<(String, Vec<(f64, f64)>)> = ok_runs
+    let im_series: Vec<LineSeries> = ok_runs
         .iter()
         .map(|run| {
             (
@@ -1049,7 +1047,7 @@ pub fn html(r: &Results) -> String {
         &im_series,
         false,
     ));
-    let im_p90: Vec<(String, Vec<(f64, f64)>)> = ok_runs
+    let im_p90: Vec<LineSeries> = ok_runs
         .iter()
         .map(|run| {
             (
@@ -1093,7 +1091,7 @@ pub fn html(r: &Results) -> String {
         r.hofs_s.len(),
         esc(&r.meta.carriers.get(r.worse_path).cloned().unwrap_or_default())
     );
-    let hof_series: Vec<(String, Vec<(f64, f64, f64)>)> = ok_runs
+    let hof_series: Vec<BarSeries> = ok_runs
         .iter()
         .map(|run| {
             let g = Summary::of(&an::goodput_after_hof(run, &r.hofs_s));

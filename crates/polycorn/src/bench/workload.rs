@@ -341,7 +341,7 @@ async fn im_user(
     };
     let reader = async {
         let mut a = [0u8; IM_DOWN_BYTES];
-        for k in 0..sends.len() {
+        for (k, slot) in out.iter_mut().enumerate() {
             if r.read_exact(&mut a).await.is_err() {
                 return;
             }
@@ -350,7 +350,7 @@ async fn im_user(
                 return; // an answer out of order or corrupted: stop counting this user
             }
             if let Some(t) = sent_at.lock().unwrap_or_else(|p| p.into_inner())[k] {
-                out[k].delivery_s = Some((now - t).as_secs_f64());
+                slot.delivery_s = Some((now - t).as_secs_f64());
             }
         }
     };
