@@ -1,9 +1,8 @@
 //! polycorn: multipath networking for high-speed trains.
 //!
-//! One binary for every role. Today: `demo` (the scheduler deciding in scripted situations)
-//! and `schedulers` (the stages and presets a config or bench may name). The relay, proxy,
-//! testbed, LinkDB and bench subcommands arrive with their crates.
+//! One binary for every role: relay, proxy, testbed, trip, LinkDB, bench, demo, schedulers.
 
+mod bench;
 mod calibrate;
 mod demo;
 mod linkdb_cmd;
@@ -80,6 +79,9 @@ enum Command {
         #[command(subcommand)]
         action: ConfigAction,
     },
+    /// The paper's evaluation side by side (kernel MPTCP, single path, polycorn schedulers) on
+    /// one emulated trip; writes CSV/JSON and an HTML report. Root.
+    Bench(bench::BenchArgs),
     /// List scheduler stages and presets, or check a pipeline spec.
     Schedulers {
         /// A spec to validate, e.g. "hpr,minrtt,tpr,ori+er(k=3)".
@@ -233,6 +235,7 @@ fn run(cli: Cli) -> Result<()> {
             }
             println!("ok: {}", file.display());
         }
+        Command::Bench(args) => bench::run(&args)?,
         Command::Schedulers { check: Some(spec) } => {
             let p = polycorn_sched::Pipeline::from_spec(&spec)?;
             println!("ok: {}", p.spec());
