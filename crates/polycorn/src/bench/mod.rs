@@ -272,7 +272,7 @@ pub fn run(args: &BenchArgs) -> Result<()> {
         );
     }
     let trip = window(&full, from_ms, window_ms);
-    std::fs::create_dir_all(&out_dir_for(args))
+    std::fs::create_dir_all(out_dir_for(args))
         .with_context(|| format!("create {}", out_dir_for(args).display()))?;
     // HRSCH's HPR stage needs LinkDB: train it on other rides of the same route (trip seeds
     // disjoint from the replayed one), never on the ride being replayed.
