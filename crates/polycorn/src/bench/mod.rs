@@ -303,7 +303,12 @@ pub fn run(args: &BenchArgs) -> Result<()> {
         queue_bytes: args.queue_bytes,
         carriers: trip.paths.iter().map(|p| p.name.clone()).collect(),
         interruptions: source.clone(),
-        prediction: "none: LinkDB is not wired into the proxy yet, so HRSCH's HPR stage never fires (HRSCH here = minRTT+TPR+ORI+ER with an inert HPR)".into(),
+        prediction: format!(
+            "LinkDB paper predictor in the proxy (downlink), trained on {} simulated rides of route {} with trip seeds from {} (never the replayed ride); the relay's uplink runs without prediction",
+            if args.quick { 8 } else { 20 },
+            args.trip.route_seed,
+            args.trip.trip_seed.saturating_add(1000)
+        ),
         started: utc_now(),
     };
     eprintln!(
