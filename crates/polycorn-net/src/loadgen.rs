@@ -158,10 +158,18 @@ pub async fn transfer(mut s: TcpStream, up: u64, down: u64) -> io::Result<Transf
     match tokio::time::timeout(Duration::from_secs(30), r.read(&mut extra)).await {
         Ok(Ok(0)) => {}
         Ok(Ok(_)) => {
-            return Err(io::Error::new(io::ErrorKind::InvalidData, "bytes after the download"))
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                "bytes after the download",
+            ))
         }
         Ok(Err(e)) => return Err(e),
-        Err(_) => return Err(io::Error::new(io::ErrorKind::TimedOut, "no FIN after the download")),
+        Err(_) => {
+            return Err(io::Error::new(
+                io::ErrorKind::TimedOut,
+                "no FIN after the download",
+            ))
+        }
     }
     Ok(Transfer {
         up,
