@@ -222,7 +222,7 @@ fn hsr_handover(hard_share: f64, weak_logit: f64) -> HandoverConfig {
         ehp_lead_m: 150.0,
         lateness_mean_m: 150.0,
         hard_share,
-        late_share: (0.03, 0.6),
+        late_share: (0.02, 0.5),
         edge_after_m: (40.0, 120.0),
         edge_jitter_m: 8.0,
         edge_drop_db: (12.0, 24.0),
@@ -330,8 +330,8 @@ impl TripConfig {
             gps_sigma_m: 5.0,
             interruption: Interruption::builtin(),
             carriers: vec![
-                carrier("A", 892.0, 8.4, hsr_handover(0.36, -6.5), 15.0),
-                carrier("B", 633.0, 12.0, hsr_handover(0.30, -6.5), 25.0),
+                carrier("A", 892.0, 8.4, hsr_handover(0.42, -6.5), 15.0),
+                carrier("B", 633.0, 12.0, hsr_handover(0.38, -6.5), 25.0),
             ],
         }
     }
@@ -675,12 +675,15 @@ struct Route {
 }
 
 const SHADOW_GRID_M: f64 = 10.0;
+/// Fractional part of the golden ratio: consecutive multiples are evenly spread over [0, 1).
+const GOLDEN_FRACTION: f64 = 0.618_033_988_749_895;
 
 impl Route {
     fn build(c: &CarrierConfig, carrier: usize, length_m: f64, seed: u64) -> Route {
         let mut rng = Rand::new(seed, 1000 + carrier as u64);
         let id_base = 10_000 * (carrier as u32 + 1) + (rng.uniform() * 1000.0) as u32 * 10;
         let mut cells = Vec::new();
+        let hard_offset = Rand::new(seed, 2000 + carrier as u64).uniform();
         let mut start = -rng.range(0.0, c.cell_spacing_m);
         let mut i = 0u32;
         while start < length_m + c.cell_spacing_m {
@@ -689,7 +692,12 @@ impl Route {
             let h = &c.handover;
             let tower_x_m = start + len * rng.range(0.35, 0.65);
             let tower_offset_m = rng.range(c.tower_offset_m.0, c.tower_offset_m.1);
-            let hard = rng.uniform() < h.hard_share;
+            // Hard cells are spread by a golden-ratio sequence (random offset per route and
+            // carrier) rather than drawn one by one: the share of hard cells is a property of
+            // the line, and ~90 independent draws per 60 km would move it by ±5 points between
+            // routes. The draw is kept so the other route draws stay in place.
+            let _ = rng.uniform();
+            let hard = (hard_offset + f64::from(i) * GOLDEN_FRACTION).fract() < h.hard_share;
             let (ln_lo, ln_hi) = (h.late_share.0.ln(), h.late_share.1.ln());
             let late_share = (ln_lo + (ln_hi - ln_lo) * rng.uniform()).exp();
             let after_m = rng.range(h.edge_after_m.0, h.edge_after_m.1);
