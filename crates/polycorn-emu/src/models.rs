@@ -6,11 +6,20 @@ use polycorn_link::trip::{PathProcess, Trip, STEP_MS};
 
 use crate::forward::{DirectionModel, PathModel};
 
-/// Default droptail queue of an emulated cellular path: 175 kB, 140 ms at 10 Mbit/s — cellular
+/// Default droptail queue of constant and trace-replay paths: 175 kB, 140 ms at 10 Mbit/s — cellular
 /// base stations buffer deeply (bufferbloat), which is why RTT under load on HSR is far above
 /// the idle RTT. Calibrated with `polycorn testbed calibrate` (was 375 kB: RTT under BBR load
-/// p50 255-330 ms against the published 185-191 ms).
+/// p50 255-330 ms against the published 185-191 ms). Trip paths size theirs in time
+/// instead ([`trip_queue`]).
 pub const DEFAULT_QUEUE_BYTES: u64 = 175_000;
+
+/// A trip path's queue: `queue_ms` of its carrier's median downlink capacity (the preset's
+/// `dl_median_bps`; at least 3 kB), so the slower carrier does not queue longer than the
+/// faster one.
+pub fn trip_queue(trip: &Trip, path: usize) -> QueueLimit {
+    let c = &trip.config.carriers[path];
+    QueueLimit::Bytes(((c.dl_median_bps / 8.0 * c.queue_ms / 1000.0) as u64).max(3_000))
+}
 
 /// One direction of a trip path as a link config: the trip's capacity (played once), delay
 /// series and outages (packets arriving during an outage are dropped, as a detached radio
@@ -44,15 +53,17 @@ fn direction(
     Ok(cfg)
 }
 
-/// Both directions of every carrier of `trip`.
-pub fn from_trip(trip: &Trip, queue: QueueLimit) -> Result<Vec<PathModel>, TraceError> {
+/// Both directions of every carrier of `trip`: with `queue`, or (`None`) each carrier's
+/// time-sized queue ([`trip_queue`]). Radio loss is in the trip's outages (deep fades).
+pub fn from_trip(trip: &Trip, queue: Option<QueueLimit>) -> Result<Vec<PathModel>, TraceError> {
     trip.paths
         .iter()
         .enumerate()
         .map(|(i, p)| {
+            let q = queue.unwrap_or_else(|| trip_queue(trip, i));
             Ok(PathModel {
-                uplink: DirectionModel::Shaped(direction(&p.ul_bps, p, queue, 2 * i as u64)?),
-                downlink: DirectionModel::Shaped(direction(&p.dl_bps, p, queue, 2 * i as u64 + 1)?),
+                uplink: DirectionModel::Shaped(direction(&p.ul_bps, p, q, 2 * i as u64)?),
+                downlink: DirectionModel::Shaped(direction(&p.dl_bps, p, q, 2 * i as u64 + 1)?),
             })
         })
         .collect()

@@ -284,7 +284,7 @@ fn trip_context_is_replayed_to_the_relay_over_gpsd_json_in_step() {
     }
     let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let trip = Trip::generate(&TripConfig::ktx(2, 3)).unwrap();
-    let models = polycorn_emu::models::from_trip(&trip, QueueLimit::Bytes(375_000)).unwrap();
+    let models = polycorn_emu::models::from_trip(&trip, Some(QueueLimit::Bytes(375_000))).unwrap();
     let bed = Bed::new("pct-ctx", models);
     let names: Vec<String> = trip.paths.iter().map(|p| p.name.clone()).collect();
     let addr = std::net::SocketAddr::from(([127, 0, 0, 1], 2947));

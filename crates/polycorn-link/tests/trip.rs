@@ -159,3 +159,33 @@ fn bad_configs_are_refused_with_the_field_named() {
         .contains("hsr, ktx"));
     assert!(Trip::generate(&TripConfig::ktx(1, 1)).is_ok());
 }
+
+#[test]
+fn failures_recur_at_consistent_spots_of_their_cells() {
+    // POLYCORN §2.3/§3: failures happen at location-determined spots (the mean failure location
+    // of a cell predicts the next one). Over 12 rides of one route, most failures out of a cell
+    // with several failures lie within 30 m of that cell's median failure position.
+    let ts = trips(12);
+    let mut per_cell: BTreeMap<(usize, u32), Vec<f64>> = BTreeMap::new();
+    for h in ts.iter().flat_map(|t| &t.handovers) {
+        if h.outcome == Outcome::Failure {
+            per_cell
+                .entry((h.carrier, h.from_cell))
+                .or_default()
+                .push(h.position_m);
+        }
+    }
+    let (mut near, mut total) = (0usize, 0usize);
+    for v in per_cell.values_mut().filter(|v| v.len() >= 3) {
+        v.sort_by(f64::total_cmp);
+        let median = v[v.len() / 2];
+        total += v.len();
+        near += v.iter().filter(|p| (*p - median).abs() <= 30.0).count();
+    }
+    println!("{near} of {total} failures within 30 m of their cell's median failure position");
+    assert!(total >= 20, "too few repeated failures to judge: {total}");
+    assert!(
+        near * 10 >= total * 7,
+        "failures are not location-consistent: {near} of {total} within 30 m"
+    );
+}

@@ -36,6 +36,36 @@ pub const T1_S: f64 = 0.0;
 /// The paper's t2, s.
 pub const T2_S: f64 = 2.5;
 
+/// How long before t̂_HOF the path is taken as throttled. [`Lead::NONE`] (the default) judges
+/// the predictor itself: throttled from t̂_HOF. HPR (NSDI'23 §4.3, DESIGN §3) disables a path
+/// once the predicted time to the failure is below L = RTT + E_GPS / V_HSR, so with a lead the
+/// replay judges the throttling HPR would do: from t̂_HOF − L, V_HSR the fix's speed.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Lead {
+    /// RTT term of L, ms.
+    pub rtt_ms: f64,
+    /// E_GPS, m (the paper uses 20 m).
+    pub gps_error_m: f64,
+}
+
+impl Lead {
+    /// No lead: t̂_HOF itself.
+    pub const NONE: Lead = Lead {
+        rtt_ms: 0.0,
+        gps_error_m: 0.0,
+    };
+
+    /// L at `speed_mps`, ms.
+    pub fn ms(&self, speed_mps: f64) -> f64 {
+        let gps = if speed_mps > 0.0 {
+            1000.0 * self.gps_error_m / speed_mps
+        } else {
+            0.0
+        };
+        (self.rtt_ms + gps).max(0.0)
+    }
+}
+
 /// Which predictor to validate.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum ModelKind {
@@ -155,6 +185,11 @@ pub struct Judged {
 
 /// Replay one trip through a predictor built without it.
 pub fn replay(pred: &mut Predictor, trip: &TripData) -> Vec<Judged> {
+    replay_with(pred, trip, Lead::NONE)
+}
+
+/// [`replay`] with the path throttled `lead` before t̂_HOF.
+pub fn replay_with(pred: &mut Predictor, trip: &TripData, lead: Lead) -> Vec<Judged> {
     let mut out = Vec::new();
     let fixes: Vec<(u64, f64, f64)> = trip
         .samples
@@ -219,7 +254,8 @@ pub fn replay(pred: &mut Predictor, trip: &TripData) -> Vec<Judged> {
                     last_pred = None;
                     continue;
                 };
-                let at_ms = at.as_micros() / 1000;
+                let speed = pred.fix().map_or(0.0, |f| f.speed_mps);
+                let at_ms = ((at.as_micros() / 1000) as f64 - lead.ms(speed)).max(0.0) as u64;
                 last_pred = Some(at_ms);
                 let due = at_ms.max(tau);
                 if due < next || (k + 1 == times.len() && due <= t_ho) {
@@ -263,6 +299,15 @@ pub struct Report {
 
 /// Leave-one-ride-out over `trips` (all of one route) for each model kind.
 pub fn leave_one_ride_out(trips: &[TripData], kinds: &[ModelKind]) -> Vec<(ModelKind, Report)> {
+    leave_one_ride_out_with(trips, kinds, Lead::NONE)
+}
+
+/// [`leave_one_ride_out`] with the path throttled `lead` before t̂_HOF.
+pub fn leave_one_ride_out_with(
+    trips: &[TripData],
+    kinds: &[ModelKind],
+    lead: Lead,
+) -> Vec<(ModelKind, Report)> {
     let mut rides: BTreeMap<&str, Vec<usize>> = BTreeMap::new();
     for (i, t) in trips.iter().enumerate() {
         rides.entry(ride_of(t)).or_default().push(i);
@@ -279,7 +324,7 @@ pub fn leave_one_ride_out(trips: &[TripData], kinds: &[ModelKind]) -> Vec<(Model
         for (kind, rep) in &mut reports {
             let mut pred = kind.build(&train);
             for &i in held {
-                for j in replay(&mut pred, &trips[i]) {
+                for j in replay_with(&mut pred, &trips[i], lead) {
                     let mut c = Categories::default();
                     c.add(j.failed, j.delta_s);
                     rep.per_carrier

@@ -7,7 +7,7 @@ use polycorn_linkdb::import::{sim, ucc5g, wmnlab};
 use polycorn_linkdb::record::{
     Direction, HandoverRecord, Outcome, Sample, Source, TripData, TripMeta,
 };
-use polycorn_linkdb::validate::{leave_one_ride_out, ModelKind};
+use polycorn_linkdb::validate::{leave_one_ride_out, leave_one_ride_out_with, Lead, ModelKind};
 use polycorn_sched::predict::HandoverPredictor;
 use polycorn_sched::{Duration, Instant, PathId};
 
@@ -283,6 +283,39 @@ fn validation_on_simulated_hsr_trips_fills_the_categories() {
     assert_eq!(
         leave_one_ride_out(&trips, &[ModelKind::Paper])[0].1,
         reports[0].1
+    );
+}
+
+#[test]
+fn hpr_lead_throttles_rtt_plus_gps_margin_before_the_predicted_failure() {
+    // Two rides fail out of cell X at 1000 m; the held-out ride fails 5 m earlier, at 50 m/s:
+    // the predictor alone is 0.1 s late; HPR's L = 185 ms + 20 m / 50 m/s = 585 ms is in time.
+    let ride = |name: &str, pos: f64| {
+        let mut h = ho("X", pos, Outcome::Failure, Direction::Up);
+        h.start_ms = (pos / 50.0 * 1000.0) as u64;
+        trip(name, Direction::Up, vec![h])
+    };
+    let trips = vec![ride("r1", 1000.0), ride("r2", 1000.0), ride("r3", 995.0)];
+    let judged = |lead: Lead| {
+        let r = &leave_one_ride_out_with(&trips, &[ModelKind::Paper], lead)[0].1;
+        r.failure_deltas_s.clone()
+    };
+    let strict = judged(Lead::NONE);
+    let lead = Lead {
+        rtt_ms: 185.0,
+        gps_error_m: 20.0,
+    };
+    assert!((lead.ms(50.0) - 585.0).abs() < 1e-9);
+    let hpr = judged(lead);
+    // r1 and r2 are held out against a mean that includes r3 (997.5 m): 0.05 s early either way;
+    // r3 is 0.1 s late alone and 0.485 s in time with the lead.
+    assert_eq!(strict.len(), 3);
+    assert!(strict.iter().any(|d| (d + 0.1).abs() < 0.02), "{strict:?}");
+    assert!(hpr.iter().all(|d| *d >= 0.0), "{hpr:?}");
+    assert!(hpr.iter().any(|d| (d - 0.485).abs() < 0.02), "{hpr:?}");
+    assert_eq!(
+        leave_one_ride_out_with(&trips, &[ModelKind::Paper], Lead::NONE),
+        leave_one_ride_out(&trips, &[ModelKind::Paper])
     );
 }
 

@@ -64,7 +64,7 @@ use anyhow::{anyhow, bail, Context, Result};
 use clap::Args;
 use nix::sys::socket::{self, sockopt, AddressFamily, SockFlag, SockType, SockaddrIn};
 use polycorn_emu::forward::{DirStats, EmuError, Emulator};
-use polycorn_emu::models::{self, DEFAULT_QUEUE_BYTES};
+use polycorn_emu::models;
 use polycorn_emu::netns::{self, InNamespace};
 use polycorn_emu::testbed::{self, TestbedSpec};
 use polycorn_link::link::QueueLimit;
@@ -91,9 +91,10 @@ pub struct CalibrateArgs {
     /// Output directory [default: results/calibrate-<preset>-<route>-<trip>].
     #[arg(long)]
     pub out: Option<PathBuf>,
-    /// Droptail queue per path and direction, bytes.
-    #[arg(long, default_value_t = DEFAULT_QUEUE_BYTES)]
-    pub queue_bytes: u64,
+    /// Droptail queue per path and direction, bytes [default: each carrier's time-sized queue,
+    /// the preset's `queue_ms` of its median capacity].
+    #[arg(long)]
+    pub queue_bytes: Option<u64>,
     /// Seconds after the start excluded from statistics (connection setup, slow start).
     #[arg(long, default_value_t = 3.0)]
     pub warmup_secs: f64,
@@ -215,6 +216,19 @@ pub fn run(args: &CalibrateArgs) -> Result<()> {
         warmup_ms: (args.warmup_secs * 1000.0) as u64,
         end_ms: run_ms,
     };
+    let queue_desc = match args.queue_bytes {
+        Some(b) => format!("{b} B"),
+        None => trip
+            .paths
+            .iter()
+            .enumerate()
+            .map(|(i, p)| match models::trip_queue(&trip, i) {
+                QueueLimit::Bytes(b) => format!("{} {b} B", p.name),
+                QueueLimit::Packets(n) => format!("{} {n} packets", p.name),
+            })
+            .collect::<Vec<_>>()
+            .join(", "),
+    };
     let moving_s = (0..run_ms / STEP_MS)
         .filter(|s| mask.valid_ms(s * STEP_MS))
         .count() as f64
@@ -228,7 +242,7 @@ pub fn run(args: &CalibrateArgs) -> Result<()> {
     });
     fs::create_dir_all(&out_dir).with_context(|| format!("create {}", out_dir.display()))?;
     eprintln!(
-        "trip `{}` route {} trip {}: emulating {:.1} s from trip time {:.1} s ({:.1} s of it above 250 km/h after the warm-up); {} carriers; queue {} B; output {}",
+        "trip `{}` route {} trip {}: emulating {:.1} s from trip time {:.1} s ({:.1} s of it above 250 km/h after the warm-up); {} carriers; queue {}; output {}",
         args.trip.preset,
         args.trip.route_seed,
         args.trip.trip_seed,
@@ -236,7 +250,7 @@ pub fn run(args: &CalibrateArgs) -> Result<()> {
         offset_ms as f64 / 1000.0,
         moving_s,
         trip.paths.len(),
-        args.queue_bytes,
+        queue_desc,
         out_dir.display()
     );
     let model = model_stats(args)?;
@@ -272,14 +286,14 @@ pub fn run(args: &CalibrateArgs) -> Result<()> {
     let rows = table(&names, &results, &model, &trip_model);
     let text = render(&rows, &ccs);
     println!(
-        "calibration of `{}` (route {}, trip {}): {:.1} s emulated from trip time {:.1} s, {:.1} s above 250 km/h measured; queue {} B",
+        "calibration of `{}` (route {}, trip {}): {:.1} s emulated from trip time {:.1} s, {:.1} s above 250 km/h measured; queue {}",
         args.trip.preset,
         args.trip.route_seed,
         args.trip.trip_seed,
         run_ms as f64 / 1000.0,
         offset_ms as f64 / 1000.0,
         moving_s,
-        args.queue_bytes
+        queue_desc
     );
     print!("{text}");
     let summary = json!({
@@ -290,7 +304,7 @@ pub fn run(args: &CalibrateArgs) -> Result<()> {
         "run_ms": run_ms,
         "measured_s": moving_s,
         "warmup_secs": args.warmup_secs,
-        "queue_bytes": args.queue_bytes,
+        "queue": queue_desc,
         "sample_ms": args.sample_ms,
         "model_trips": args.model_trips,
         "ccs": ccs,
@@ -322,10 +336,10 @@ fn check_args(args: &CalibrateArgs) -> Result<Vec<String>> {
             args.model_trips
         );
     }
-    if args.queue_bytes < 3000 {
+    if args.queue_bytes.is_some_and(|q| q < 3000) {
         bail!(
             "--queue-bytes must be at least 3000, got {}",
-            args.queue_bytes
+            args.queue_bytes.unwrap_or_default()
         );
     }
     let ccs: Vec<String> = args
@@ -568,7 +582,7 @@ fn measure(
         name: args.name.clone(),
         paths: n,
     };
-    let path_models = models::from_trip(trip, QueueLimit::Bytes(args.queue_bytes))?;
+    let path_models = models::from_trip(trip, args.queue_bytes.map(QueueLimit::Bytes))?;
     testbed::up(&spec).with_context(|| format!("build testbed `{}`", spec.name))?;
     let mut bed = Bed {
         name: spec.name.clone(),

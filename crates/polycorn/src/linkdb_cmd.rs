@@ -81,6 +81,10 @@ pub enum LinkdbAction {
         /// Also show the risk model at these thresholds (sensitivity; default 0.1 is fixed a priori).
         #[arg(long, value_delimiter = ',')]
         risk_thresholds: Vec<f64>,
+        /// Also judge the throttling HPR does: from t̂_HOF − L, L = RTT + E_GPS / speed, with
+        /// this RTT (ms) and E_GPS = 20 m (NSDI'23 §4.3). Default: no such table.
+        #[arg(long)]
+        hpr_rtt_ms: Option<f64>,
     },
     /// One prediction: when does the next handover of a path on this cell fail?
     Predict(PredictArgs),
@@ -166,7 +170,8 @@ pub fn run(action: LinkdbAction) -> Result<()> {
             filter,
             models,
             risk_thresholds,
-        } => validate_cmd(&db, &filter, &models, &risk_thresholds),
+            hpr_rtt_ms,
+        } => validate_cmd(&db, &filter, &models, &risk_thresholds, hpr_rtt_ms),
         LinkdbAction::Predict(a) => predict(&a),
     }
 }
@@ -373,7 +378,13 @@ fn validate_cmd(
     filter: &FilterArgs,
     models: &[String],
     thresholds: &[f64],
+    hpr_rtt_ms: Option<f64>,
 ) -> Result<()> {
+    if let Some(r) = hpr_rtt_ms {
+        if !(r.is_finite() && r >= 0.0) {
+            bail!("--hpr-rtt-ms must be a number >= 0, got {r}");
+        }
+    }
     let kinds: Vec<ModelKind> = models
         .iter()
         .map(|m| {
@@ -401,6 +412,18 @@ fn validate_cmd(
         }
         let reports = validate::leave_one_ride_out(&trips, &kinds);
         print!("{}", validate::format_table(&reports));
+        if let Some(rtt_ms) = hpr_rtt_ms {
+            let lead = validate::Lead {
+                rtt_ms,
+                gps_error_m: 20.0,
+            };
+            println!(
+                "as HPR throttles: from t̂_HOF − L, L = {rtt_ms} ms + 20 m / speed ({:.0} ms at 300 km/h):",
+                lead.ms(300.0 / 3.6)
+            );
+            let reports = validate::leave_one_ride_out_with(&trips, &kinds, lead);
+            print!("{}", validate::format_table(&reports));
+        }
         if !thresholds.is_empty() {
             println!("risk model, sensitivity to its threshold (all carriers):");
             println!(

@@ -41,9 +41,11 @@ pub struct ModelArgs {
     /// Number of constant paths.
     #[arg(long, default_value_t = 2)]
     pub paths: usize,
-    /// Droptail queue per path and direction, bytes.
-    #[arg(long, default_value_t = DEFAULT_QUEUE_BYTES)]
-    pub queue_bytes: u64,
+    /// Droptail queue per path and direction, bytes [default: a trip's carriers size theirs in
+    /// time (the preset's `queue_ms` of the carrier's median capacity); constant and trace
+    /// paths 175000].
+    #[arg(long)]
+    pub queue_bytes: Option<u64>,
 }
 
 impl ModelArgs {
@@ -54,8 +56,10 @@ impl ModelArgs {
             format!("--interruptions={}", self.trip.interruptions),
             format!("--delay-ms={}", self.delay_ms),
             format!("--paths={}", self.paths),
-            format!("--queue-bytes={}", self.queue_bytes),
         ];
+        if let Some(q) = self.queue_bytes {
+            v.push(format!("--queue-bytes={q}"));
+        }
         match self.constant_mbit {
             Some(m) => v.push(format!("--constant-mbit={m}")),
             None if self.traces.is_empty() => v.push(format!("--preset={}", self.trip.preset)),
@@ -74,7 +78,7 @@ impl ModelArgs {
 
     /// Build the per-path models, and the trip they come from (if any).
     pub fn build(&self) -> Result<(Vec<PathModel>, Option<Trip>)> {
-        let queue = QueueLimit::Bytes(self.queue_bytes);
+        let queue = QueueLimit::Bytes(self.queue_bytes.unwrap_or(DEFAULT_QUEUE_BYTES));
         if !self.traces.is_empty() {
             if !(self.delay_ms.is_finite() && self.delay_ms >= 0.0) {
                 bail!("--delay-ms must be a number >= 0, got {}", self.delay_ms);
@@ -100,6 +104,7 @@ impl ModelArgs {
         let (cfg, source) = self.trip.config()?;
         eprintln!("successful-handover interruptions: {source}");
         let trip = Trip::generate(&cfg)?;
+        let queue = self.queue_bytes.map(QueueLimit::Bytes);
         Ok((models::from_trip(&trip, queue)?, Some(trip)))
     }
 }
