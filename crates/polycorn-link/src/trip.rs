@@ -421,7 +421,9 @@ impl TripConfig {
                     "must be >= 100",
                 ));
             }
-            if !(c.queue_ms.is_finite() && c.queue_ms > 0.0) || !(c.deep_fade_db > 0.0) {
+            let queue_ok = c.queue_ms.is_finite() && c.queue_ms > 0.0;
+            let fade_ok = c.deep_fade_db > 0.0;
+            if !queue_ok || !fade_ok {
                 return Err(bad(
                     &format!("carriers.{}", c.name),
                     "queue_ms and deep_fade_db must be > 0",
@@ -434,9 +436,10 @@ impl TripConfig {
                 ));
             }
             let h = &c.handover;
+            let late_ok = h.late_share.0 > 0.0 && h.late_share.0 <= h.late_share.1;
             if !(0.0..=1.0).contains(&h.hard_share)
                 || !(0.0..=1.0).contains(&c.spacing_jitter)
-                || !(h.late_share.0 > 0.0 && h.late_share.0 <= h.late_share.1)
+                || !late_ok
                 || h.late_share.1 >= 1.0
             {
                 return Err(bad(
@@ -1306,7 +1309,8 @@ mod tests {
             println!("{:?}", t.pair_stats());
         }
         // Per carrier and cell: (position, rsrp, failed) of every handover out of it.
-        let mut cells: [BTreeMap<u32, Vec<(f64, f64, bool)>>; 2] = Default::default();
+        type Outcomes = BTreeMap<u32, Vec<(f64, f64, bool)>>;
+        let mut cells: [Outcomes; 2] = Default::default();
         let mut interval = [0.0f64; 2];
         for t in &trips {
             for s in t.carrier_stats().iter().enumerate() {

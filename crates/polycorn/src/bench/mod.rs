@@ -34,7 +34,7 @@ use anyhow::{bail, Context, Result};
 use clap::Args;
 use polycorn_emu::context::{ContextServer, GPSD_PORT};
 use polycorn_emu::forward::Emulator;
-use polycorn_emu::models::{self, DEFAULT_QUEUE_BYTES};
+use polycorn_emu::models;
 use polycorn_emu::testbed::{self, TestbedSpec};
 use polycorn_link::link::QueueLimit;
 use polycorn_link::trip::{Trip, STEP_MS};
@@ -74,9 +74,10 @@ pub struct BenchArgs {
     /// Testbed name (namespace prefix) used for every system; created and removed.
     #[arg(long)]
     pub name: Option<String>,
-    /// Droptail queue per path and direction, bytes.
-    #[arg(long, default_value_t = DEFAULT_QUEUE_BYTES)]
-    pub queue_bytes: u64,
+    /// Droptail queue per path and direction, bytes (default: each carrier's queue from the
+    /// trip model, sized in time).
+    #[arg(long)]
+    pub queue_bytes: Option<u64>,
 }
 
 /// A system under test.
@@ -159,8 +160,8 @@ pub struct Meta {
     pub from_s: f64,
     /// Window length, s.
     pub window_s: f64,
-    /// Queue per path and direction, bytes.
-    pub queue_bytes: u64,
+    /// Queue per path and direction, bytes (None: per carrier, from the trip model).
+    pub queue_bytes: Option<u64>,
     /// Carrier names.
     pub carriers: Vec<String>,
     /// Where successful-handover interruption times came from (part of the trip's identity).
@@ -542,7 +543,7 @@ fn run_system(
     linkdb: Option<&str>,
     trip: &Trip,
     plan: &Plan,
-    queue_bytes: u64,
+    queue_bytes: Option<u64>,
     out: &Path,
     label: &str,
 ) -> Result<SystemRun> {
@@ -562,7 +563,7 @@ fn run_system(
     let max_users = plan.im.iter().map(|s| s.users).max().unwrap_or(0);
     workload::add_user_addresses(&spec.ns("client"), max_users)?;
     let _servers = workload::Servers::start(&spec.ns("server"))?;
-    let models = models::from_trip(trip, QueueLimit::Bytes(queue_bytes))?;
+    let models = models::from_trip(trip, queue_bytes.map(QueueLimit::Bytes))?;
     let emu_stop = Arc::new(AtomicBool::new(false));
     let mut emu = Emulator::attach(&spec, &models, emu_stop.clone())?;
     let t0 = Instant::now();

@@ -891,9 +891,9 @@ pub fn html(r: &Results) -> String {
     );
     let _ = write!(
         h,
-        "<h1>polycorn bench — {} mode</h1><p>polycorn {} · kernel {} · preset <b>{}</b>, route seed {}, trip seed {}, workload seed {} · trip window {:.0}–{:.0} s ({} carriers: {}) · queue {} B · handover interruptions: {} · started {}</p>",
+        "<h1>polycorn bench — {} mode</h1><p>polycorn {} · kernel {} · preset <b>{}</b>, route seed {}, trip seed {}, workload seed {} · trip window {:.0}–{:.0} s ({} carriers: {}) · queue {} · handover interruptions: {} · started {}</p>",
         esc(&m.mode), esc(&m.version), esc(&m.kernel), esc(&m.preset), m.route_seed, m.trip_seed, m.seed,
-        m.from_s, m.from_s + r.plan.end_s, m.carriers.len(), esc(&m.carriers.join(", ")), m.queue_bytes, esc(&m.interruptions), esc(&m.started)
+        m.from_s, m.from_s + r.plan.end_s, m.carriers.len(), esc(&m.carriers.join(", ")), m.queue_bytes.map_or("per carrier (trip model)".to_string(), |q| format!("{q} B")), esc(&m.interruptions), esc(&m.started)
     );
     let _ = write!(
         h,
@@ -1229,7 +1229,7 @@ mod tests {
             mode: "quick".into(),
             from_s: 150.0,
             window_s: 120.0,
-            queue_bytes: 1,
+            queue_bytes: Some(1),
             carriers: vec!["A".into(), "B".into()],
             interruptions: "builtin".into(),
             prediction: "none".into(),
