@@ -10,10 +10,11 @@
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
+
+use crate::bench::Daemon;
 use polycorn_emu::netns::{ip, ip_in, InNamespace};
 
 /// One measurement.
@@ -120,60 +121,6 @@ impl Drop for Topology {
     }
 }
 
-struct Daemon(Child);
-
-impl Drop for Daemon {
-    fn drop(&mut self) {
-        let _ = Command::new("kill")
-            .args(["-TERM", &self.0.id().to_string()])
-            .status();
-        let t0 = Instant::now();
-        while t0.elapsed() < Duration::from_secs(5) {
-            if let Ok(Some(_)) = self.0.try_wait() {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn spawn(ns: &str, role: &str, config: &Path, log: &Path) -> Result<Daemon> {
-    let exe = std::env::current_exe().context("find the polycorn binary")?;
-    let f = std::fs::File::create(log)?;
-    let c = Command::new("ip")
-        .args(["netns", "exec", ns])
-        .arg(exe)
-        .args([role, "--config"])
-        .arg(config)
-        .stdout(Stdio::null())
-        .stderr(f)
-        .spawn()
-        .with_context(|| format!("start {role}"))?;
-    Ok(Daemon(c))
-}
-
-fn wait_log(log: &Path, what: &str, count: usize) -> Result<()> {
-    let t0 = Instant::now();
-    while t0.elapsed() < Duration::from_secs(20) {
-        if std::fs::read_to_string(log)
-            .unwrap_or_default()
-            .matches(what)
-            .count()
-            >= count
-        {
-            return Ok(());
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    bail!(
-        "no `{what}` in {} within 20 s:\n{}",
-        log.display(),
-        std::fs::read_to_string(log).unwrap_or_default()
-    )
-}
-
 /// CPU seconds (user + system) of a process.
 fn cpu_secs(pid: u32) -> f64 {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
@@ -260,8 +207,9 @@ pub fn run(name: &str, secs: f64) -> Result<Vec<Measured>> {
     start_server(&topo.ns("s"))?;
     let (_, proxy_cfg) = write_configs(&dir, "polycorn")?;
     let proxy_log = dir.join("proxy.log");
-    let proxy = spawn(&topo.ns("p"), "proxy", &proxy_cfg, &proxy_log)?;
-    wait_log(&proxy_log, "proxy running", 1)?;
+    let ready_by = || Instant::now() + Duration::from_secs(20);
+    let mut proxy = Daemon::start(&topo.ns("p"), "proxy", &proxy_cfg, proxy_log)?;
+    proxy.wait_for("proxy running", 1, ready_by())?;
     let mut out = Vec::new();
     for (mode, label) in [
         ("polycorn", "polycorn (hrsch, TLS 1.3)"),
@@ -269,16 +217,16 @@ pub fn run(name: &str, secs: f64) -> Result<Vec<Measured>> {
     ] {
         let (relay_cfg, _) = write_configs(&dir, mode)?;
         let log = dir.join(format!("relay-{mode}.log"));
-        let relay = spawn(&topo.ns("r"), "relay", &relay_cfg, &log)?;
-        wait_log(&log, "relay running", 1)?;
+        let mut relay = Daemon::start(&topo.ns("r"), "relay", &relay_cfg, log)?;
+        relay.wait_for("relay running", 1, ready_by())?;
         if mode == "polycorn" {
-            wait_log(&log, "subflow up", 2)?;
+            relay.wait_for("subflow up", 2, ready_by())?;
         }
-        let (r0, p0) = (cpu_secs(relay.0.id()), cpu_secs(proxy.0.id()));
+        let (r0, p0) = (cpu_secs(relay.pid()), cpu_secs(proxy.pid()));
         let t0 = Instant::now();
         let gbit = download(&topo.ns("c"), secs)?;
         let wall = t0.elapsed().as_secs_f64();
-        let (r1, p1) = (cpu_secs(relay.0.id()), cpu_secs(proxy.0.id()));
+        let (r1, p1) = (cpu_secs(relay.pid()), cpu_secs(proxy.pid()));
         out.push(Measured {
             system: label.into(),
             gbit,

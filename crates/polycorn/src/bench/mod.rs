@@ -397,14 +397,15 @@ impl Drop for Teardown {
     }
 }
 
-/// A `polycorn relay|proxy` child in a namespace; SIGTERM, then SIGKILL, on drop.
-struct Daemon {
+/// A `polycorn relay|proxy` child in a namespace; SIGTERM, then SIGKILL, on drop. Shared by
+/// `polycorn bench` and `polycorn net bench`.
+pub(crate) struct Daemon {
     child: Child,
     log: PathBuf,
 }
 
 impl Daemon {
-    fn start(ns: &str, role: &str, config: &Path, log: PathBuf) -> Result<Daemon> {
+    pub(crate) fn start(ns: &str, role: &str, config: &Path, log: PathBuf) -> Result<Daemon> {
         let f = std::fs::File::create(&log)?;
         let exe = std::env::current_exe()?;
         let child = Command::new("ip")
@@ -423,7 +424,11 @@ impl Daemon {
     fn log(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
-    fn wait_for(&mut self, what: &str, count: usize, until: Instant) -> Result<()> {
+    /// The child's PID (CPU accounting).
+    pub(crate) fn pid(&self) -> u32 {
+        self.child.id()
+    }
+    pub(crate) fn wait_for(&mut self, what: &str, count: usize, until: Instant) -> Result<()> {
         loop {
             if self.log().matches(what).count() >= count {
                 return Ok(());
