@@ -290,6 +290,11 @@ impl SendSide {
     fn end(&self) -> u64 {
         self.base + self.buf.len() as u64
     }
+
+    /// Something sent is unacknowledged, or there is something to send and nothing in flight.
+    fn needs_probe(&self) -> bool {
+        self.sent > self.acked || (self.sent == self.acked && self.end() > self.sent)
+    }
 }
 
 #[derive(Debug)]
@@ -540,6 +545,11 @@ impl Session {
         for e in self.ctrl_out.values_mut() {
             e.sent_at = None;
         }
+        // Acknowledgements and credit sent on a subflow that died may never have arrived:
+        // repeat both (a lost credit would leave a sender with nothing in flight waiting).
+        for f in self.flows.values_mut() {
+            f.recv.credit_sent = 0;
+        }
         self.ack_dirty.extend(self.flows.keys().copied());
         self.ack_deadline = Some(now);
         self.ctrl_ack_due = true;
@@ -760,6 +770,10 @@ impl Session {
         }
         if n == 0 {
             return Ok(0);
+        }
+        if f.send.sent == f.send.acked && f.send.sent >= f.send.end() {
+            // An idle flow has data again: the probe clock starts now.
+            f.send.progress_at = now;
         }
         f.send.buf.extend(&data[..n]);
         if f.in_sched {
@@ -1201,6 +1215,11 @@ impl Session {
         }
         // Acknowledge: promptly at FIN or after enough bytes; otherwise within ack_delay.
         // Duplicates are acknowledged too, so the sender stops reinjecting them.
+        if !advanced {
+            // A duplicate or a probe: the sender may be missing our credit as well as our
+            // acknowledgement, so both go out again.
+            self.flows.get_mut(&flow).expect("present").recv.credit_sent = 0;
+        }
         let r = &self.flows[&flow].recv;
         let urgent = r.fin_in_order() || r.next - r.acked_sent >= self.cfg.ack_bytes || !advanced;
         self.ack_dirty.insert(flow);
@@ -1427,12 +1446,14 @@ impl Session {
                 self.ack_deadline = None;
             }
         }
-        // Acknowledgement probes.
+        // Probes: a flow whose sent bytes stay unacknowledged, or that has bytes to send but
+        // nothing in flight (waiting for credit that may have been lost), asks the peer to
+        // repeat its acknowledgement and credit.
         if let Some(best) = self.best_path() {
             let probe = self.cfg.ack_probe;
             for (&flow, f) in self.flows.iter_mut() {
                 let s = &mut f.send;
-                if s.sent > s.acked && now >= s.progress_at + probe {
+                if s.needs_probe() && now >= s.progress_at + probe {
                     s.progress_at = now;
                     let data_end = s.sent.min(s.end());
                     let fin = s.sent > s.end();
@@ -1565,7 +1586,7 @@ impl Session {
         }
         if any_attached {
             for f in self.flows.values() {
-                if f.send.sent > f.send.acked {
+                if f.send.needs_probe() {
                     consider(f.send.progress_at + self.cfg.ack_probe);
                 }
             }

@@ -30,6 +30,8 @@ struct Net {
     now_ms: u64,
     relay_events: Vec<Event>,
     proxy_events: Vec<Event>,
+    /// The relay's application stops reading (its receive window fills up).
+    relay_reads_paused: bool,
 }
 
 fn t(ms: u64) -> Instant {
@@ -70,6 +72,7 @@ impl Net {
             now_ms: 0,
             relay_events: Vec::new(),
             proxy_events: Vec::new(),
+            relay_reads_paused: false,
         }
     }
 
@@ -241,7 +244,10 @@ fn exchange(
                 got_up.extend_from_slice(&buf[..n]);
             }
         }
-        while let ReadOutcome::Data(n) = net.relay.read(now, flow, &mut buf) {
+        while !net.relay_reads_paused {
+            let ReadOutcome::Data(n) = net.relay.read(now, flow, &mut buf) else {
+                break;
+            };
             got_down.extend_from_slice(&buf[..n]);
         }
         net.step();
@@ -328,6 +334,53 @@ fn survives_all_paths_dead_within_hold_time() {
         300_000,
         1_000_000,
         &[(50, kill), (20_050, revive)],
+    );
+}
+
+/// Regression (CI, all paths blackholed for 20 s): the credit the receiver grants after it
+/// drains a full window is lost with the dead subflows. The sender, with nothing unacknowledged
+/// and no credit left, must not wait forever: the credit is granted again when paths come back.
+#[test]
+fn credit_lost_with_dead_subflows_is_granted_again() {
+    let pause: &dyn Fn(&mut Net) = &|n| n.relay_reads_paused = true;
+    let resume: &dyn Fn(&mut Net) = &|n| n.relay_reads_paused = false;
+    let kill: &dyn Fn(&mut Net) = &|n| {
+        n.kill(0);
+        n.kill(1)
+    };
+    let revive: &dyn Fn(&mut Net) = &|n| {
+        n.revive(0);
+        n.revive(1)
+    };
+    // The reader stalls at once, so the sender uses up its 4 MiB window; at 3000 ms the
+    // reader drains everything and credit goes out, and one millisecond later every subflow
+    // dies with it in flight.
+    exchange(
+        "hrsch",
+        &[10, 35],
+        1_000,
+        12 << 20,
+        &[(0, pause), (3_000, resume), (3_001, kill), (5_000, revive)],
+    );
+}
+
+/// The same loss, but the paths never die: the credit frame alone vanishes (a subflow that is
+/// replaced while it still held unsent bytes). The sender's probe recovers it.
+#[test]
+fn credit_lost_on_a_live_path_is_recovered_by_probes() {
+    let pause: &dyn Fn(&mut Net) = &|n| n.relay_reads_paused = true;
+    let resume: &dyn Fn(&mut Net) = &|n| n.relay_reads_paused = false;
+    let drop_inflight: &dyn Fn(&mut Net) = &|n| {
+        for p in n.pipes.iter_mut() {
+            p.0 = Pipe::default();
+        }
+    };
+    exchange(
+        "minrtt",
+        &[10, 35],
+        1_000,
+        12 << 20,
+        &[(0, pause), (3_000, resume), (3_001, drop_inflight)],
     );
 }
 

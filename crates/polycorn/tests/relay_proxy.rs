@@ -84,7 +84,11 @@ impl Daemon {
         let child = Command::new("ip")
             .args(["netns", "exec", ns, bin(), role, "--config"])
             .arg(config)
-            .env("RUST_LOG", "info")
+            // POLYCORN_TEST_LOG raises the daemons' log level when debugging a failure.
+            .env(
+                "RUST_LOG",
+                std::env::var("POLYCORN_TEST_LOG").unwrap_or_else(|_| "info".into()),
+            )
             .stdout(Stdio::null())
             .stderr(f)
             .spawn()
