@@ -22,8 +22,8 @@
 //!   starting later than that quantile of the lateness cannot complete before the edge, so the
 //!   link degrades from the start until the train reaches the edge (± `edge_jitter_m` per ride)
 //!   and is lost there — also when the handover had not started yet. Such a failure is recorded
-//!   where and when the UE loses the source cell (the paper's SVM features are taken when the
-//!   UE disconnects from the source), with the source's RSRP there (it fades out by
+//!   where and when the UE loses the source cell (the paper takes its SVM features at the moment
+//!   the link to the source is gone), with the source's RSRP there (it fades out by
 //!   `edge_drop_db` over `edge_ramp_m` before the edge). Anywhere, a handover can also fail
 //!   because its command is lost in a fade: log-odds `weak_logit` + `weak_logit_per_5db` per
 //!   5 dB of start RSRP below −95 dBm; recorded at its start. A success interrupts the carrier
