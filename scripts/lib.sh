@@ -13,12 +13,12 @@ as_root() {
 }
 
 # Debian packages every part of polycorn needs (tests create namespaces, veth, nftables rules,
-# kernel MPTCP endpoints; the bench uses iperf3 and mptcpize; LinkDB's store tests run against
-# a throwaway PostgreSQL server).
+# kernel MPTCP endpoints; `emu bench` uses iperf3; LinkDB's store tests run against a throwaway
+# PostgreSQL server; the bench report's render test uses headless chromium).
 APT_PACKAGES=(
   build-essential pkg-config ca-certificates curl git
   iproute2 nftables iptables ethtool iputils-ping iperf3 tcpdump mptcpize
-  postgresql
+  postgresql chromium
 )
 
 # Install missing Debian packages; does nothing (and needs no network) when all are present.

@@ -25,6 +25,15 @@ start_test_postgres
 cargo test --locked --workspace
 stop_test_postgres
 
+say "quick bench end to end (polycorn bench --quick: every stage of the pipeline, outputs checked)"
+cargo build --release --locked -p polycorn
+bench_out=$(mktemp -d /tmp/polycorn-bench-ci.XXXXXX)
+as_root ./target/release/polycorn bench --quick --out "$bench_out" --name "bci$$"
+for f in flows.csv im.csv results.json report.html; do
+  [ -s "$bench_out/$f" ] || die "quick bench: $f missing or empty"
+done
+rm -rf "$bench_out"
+
 say "benchmarks compile"
 cargo bench --locked --workspace --no-run
 

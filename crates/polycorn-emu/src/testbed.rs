@@ -284,8 +284,13 @@ fn build(spec: &TestbedSpec) -> Result<(), TestbedError> {
             )?;
             ip_in(ns, &["rule", "add", "from", &local, "table", &table])?;
             ip_in(ns, &["rule", "add", "oif", &dev, "table", &table])?;
+            // Traffic to the peer's address on this path takes this path, whatever our source
+            // address: kernel MPTCP joins a second subflow from the relay's path-1 address to
+            // the proxy's path-0 address, and without this rule the proxy's replies left on
+            // path 0 (the baseline then silently ran on one path). Added last, so it is
+            // consulted before the `from` rule.
+            ip_in(ns, &["rule", "add", "to", &peer, "table", &table])?;
             sysctl_in(ns, &format!("net.ipv4.conf.{dev}.rp_filter"), "0")?;
-            let _ = peer;
         }
     }
     Ok(())

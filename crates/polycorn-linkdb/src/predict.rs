@@ -80,6 +80,7 @@ struct PathState {
 }
 
 /// An online predictor over a [`LinkIndex`].
+#[derive(Clone)]
 pub struct Predictor {
     index: LinkIndex,
     model: Model,

@@ -643,17 +643,42 @@ impl PolicyConfig {
     }
 }
 
-/// `[linkdb]`.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+/// `[linkdb]`: handover-failure prediction for the downlink scheduler (HRSCH's HPR stage).
+#[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct LinkDbConfig {
     /// `db`: handover database URL (`sqlite:PATH` or `postgres://…`), passed to LinkDB as is.
     /// None: no handover prediction on the downlink.
     pub db: Option<String>,
+    /// `model`: `paper` (default: mean failure position of the serving cell), `risk` or
+    /// `loctable`.
+    pub model: String,
+    /// `route`: only rides of this route are loaded (None: all).
+    pub route: Option<String>,
+    /// `carriers`: carrier name of each path index as LinkDB knows it (default `["A", "B"]`).
+    pub carriers: Vec<String>,
+    /// `track_origin`: `[lat, lon]` of position 0 of the line; GPS fixes are projected on the
+    /// straight line from there along `track_heading_deg` (required with `db`).
+    pub track_origin: Option<[f64; 2]>,
+    /// `track_heading_deg`: heading of increasing position, degrees from north.
+    pub track_heading_deg: f64,
+}
+
+impl Default for LinkDbConfig {
+    fn default() -> Self {
+        LinkDbConfig {
+            db: None,
+            model: "paper".into(),
+            route: None,
+            carriers: vec!["A".into(), "B".into()],
+            track_origin: None,
+            track_heading_deg: 0.0,
+        }
+    }
 }
 
 /// A proxy's configuration (`proxy.toml`).
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ProxyConfig {
     /// `[proxy]`.
@@ -759,6 +784,37 @@ impl ProxyConfig {
         if let Some(db) = &self.linkdb.db {
             if db.trim().is_empty() {
                 return Err(v.invalid("linkdb.db", "empty; remove the key to run without LinkDB"));
+            }
+            if !["paper", "risk", "loctable"].contains(&self.linkdb.model.as_str()) {
+                return Err(v.invalid(
+                    "linkdb.model",
+                    format!(
+                        "unknown model `{}`: expected paper, risk or loctable",
+                        self.linkdb.model
+                    ),
+                ));
+            }
+            match self.linkdb.track_origin {
+                Some([lat, lon])
+                    if (-90.0..=90.0).contains(&lat) && (-180.0..=180.0).contains(&lon) => {}
+                Some(_) => {
+                    return Err(v.invalid("linkdb.track_origin", "must be [lat, lon] in degrees"))
+                }
+                None => {
+                    return Err(v.invalid(
+                        "linkdb.track_origin",
+                        "required with linkdb.db: [lat, lon] of position 0 of the line",
+                    ))
+                }
+            }
+            if !self.linkdb.track_heading_deg.is_finite() {
+                return Err(v.invalid("linkdb.track_heading_deg", "must be a number of degrees"));
+            }
+            if self.linkdb.carriers.is_empty() || self.linkdb.carriers.len() > 32 {
+                return Err(v.invalid(
+                    "linkdb.carriers",
+                    "1 to 32 carrier names, one per path index",
+                ));
             }
         }
         v.limits(&self.limits)?;
@@ -1270,8 +1326,14 @@ deny = []
 allow_private = false
 
 [linkdb]
-# Optional handover database, passed to LinkDB as is.
+# Optional handover database (see `polycorn linkdb`): the downlink scheduler's HPR stage uses
+# its failure predictions, fed with the train context the relay sends.
 # db = "sqlite:/var/lib/polycorn/linkdb.sqlite"
+# model = "paper"                 # paper | risk | loctable
+# route = "hsr-1"                 # only rides of this route
+# carriers = ["A", "B"]           # carrier of path 0, path 1, ... as LinkDB names them
+# track_origin = [39.86, 116.37]  # [lat, lon] of position 0 of the line (required with db)
+# track_heading_deg = 160.0       # heading of increasing position
 
 [limits]
 flow_window_bytes = 4194304

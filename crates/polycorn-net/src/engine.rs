@@ -15,14 +15,14 @@ use polycorn_proto::{
     Destination, Event, OpenStatus, ProtoError, ReadOutcome, ResetReason, Session,
 };
 use polycorn_sched::path::{TcpInfoSample, MAX_PATHS};
-use polycorn_sched::predict::HandoverPredictor;
 use polycorn_sched::time::Instant;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::sync::{mpsc, oneshot, Notify};
 
-/// Reads `TCP_INFO` of a subflow's socket.
-pub type TcpInfoFn = Box<dyn Fn() -> io::Result<TcpInfoSample> + Send + Sync>;
+/// Reads `TCP_INFO` of a subflow's socket: the scheduler's sample and the kernel's total
+/// retransmission count of the connection.
+pub type TcpInfoFn = Box<dyn Fn() -> io::Result<(TcpInfoSample, u64)> + Send + Sync>;
 
 /// How often an idle subflow's `TCP_INFO` is sampled (RTO back-off shows up here).
 const TCP_INFO_PERIOD: std::time::Duration = std::time::Duration::from_millis(10);
@@ -64,19 +64,22 @@ impl FlowSignal {
 
 struct Core {
     session: Session,
-    predictor: Box<dyn HandoverPredictor + Send>,
+    predictor: Box<dyn crate::predictor::TrainPredictor>,
     flows: HashMap<u64, Arc<FlowSignal>>,
     writers: Vec<Option<Arc<Notify>>>,
     /// Per path: wakes the subflow task that a newer subflow replaced.
     cancel: Vec<Option<Arc<Notify>>>,
     /// When the timer task will wake up by itself (`None`: it sleeps without a deadline).
     timer_at: Option<Instant>,
+    /// Per path: the kernel's retransmission count of the current subflow connection.
+    retrans: Vec<u64>,
 }
 
 struct Shared {
     core: Mutex<Core>,
     timer: Notify,
     epoch: std::time::Instant,
+    metrics: std::sync::OnceLock<Arc<crate::metrics::Metrics>>,
     events: mpsc::UnboundedSender<Event>,
 }
 
@@ -137,7 +140,7 @@ impl Engine {
     /// receiver.
     pub fn new(
         session: Session,
-        predictor: Box<dyn HandoverPredictor + Send>,
+        predictor: Box<dyn crate::predictor::TrainPredictor>,
     ) -> (Engine, mpsc::UnboundedReceiver<Event>) {
         let (tx, rx) = mpsc::unbounded_channel();
         let unix_epoch_us = std::time::SystemTime::now()
@@ -155,9 +158,11 @@ impl Engine {
                 writers,
                 cancel,
                 timer_at: None,
+                retrans: vec![0; MAX_PATHS],
             }),
             timer: Notify::new(),
             epoch: std::time::Instant::now(),
+            metrics: std::sync::OnceLock::new(),
             events: tx,
         }));
         {
@@ -166,6 +171,11 @@ impl Engine {
             c.session.set_wall_clock(now, unix_epoch_us);
         }
         (e, rx)
+    }
+
+    /// Count passengers' bytes in `metrics` (set once).
+    pub fn set_metrics(&self, metrics: Arc<crate::metrics::Metrics>) {
+        let _ = self.0.metrics.set(metrics);
     }
 
     /// The engine's clock.
@@ -191,10 +201,12 @@ impl Engine {
         f(&self.lock().session)
     }
 
-    /// Replace the handover predictor (e.g. after a LinkDB update).
-    pub fn with_predictor(&self, f: impl FnOnce(&mut dyn HandoverPredictor)) {
+    /// Feed train context to the handover predictor (then the scheduler runs with it).
+    pub fn on_context(&self, ctx: &polycorn_proto::ContextInfo) {
+        let now = self.now();
         let mut c = self.lock();
-        f(c.predictor.as_mut());
+        c.predictor.on_context(now, ctx);
+        self.drive(&mut c, now);
     }
 
     fn drive(&self, c: &mut Core, now: Instant) {
@@ -205,7 +217,7 @@ impl Engine {
             writers,
             ..
         } = c;
-        session.poll_transmit(now, predictor.as_ref());
+        session.poll_transmit(now, &**predictor);
         for (p, w) in writers.iter().enumerate() {
             if let Some(w) = w {
                 if session.has_output(p as u8) {
@@ -392,11 +404,12 @@ impl Engine {
                         writer.write_all(&out).await?;
                         writer.flush().await?;
                     }
-                    let sample = tcp_info()?;
+                    let (sample, retrans) = tcp_info()?;
                     let more = {
                         let now = self.now();
                         let mut c = self.lock();
                         c.session.on_tcp_info(now, path, &sample, 0)?;
+                        c.retrans[usize::from(path)] = retrans;
                         self.drive(&mut c, now);
                         c.session.has_output(path)
                     };
@@ -413,6 +426,15 @@ impl Engine {
             r = write_loop => r.err().unwrap_or(SubflowError::Closed),
             _ = cancel.notified() => SubflowError::Replaced,
         }
+    }
+
+    /// The kernel's retransmission count of `path`'s current subflow connection.
+    pub fn path_retransmissions(&self, path: u8) -> u64 {
+        self.lock()
+            .retrans
+            .get(usize::from(path))
+            .copied()
+            .unwrap_or(0)
     }
 
     /// (relay) Open a flow; the receiver yields the proxy's answer.
@@ -452,7 +474,24 @@ impl Engine {
 
     /// Move bytes between `stream` and `flow` in both directions until both are finished or
     /// the flow is reset (then the socket is closed with RST). Returns whether it ended cleanly.
-    pub async fn pump(&self, flow: u64, sig: Arc<FlowSignal>, stream: TcpStream) -> bool {
+    /// `user` is the passenger; `stream_is_passenger` says whether bytes read from `stream`
+    /// travel up (relay) or down (proxy), for per-passenger byte counts.
+    pub async fn pump(
+        &self,
+        flow: u64,
+        sig: Arc<FlowSignal>,
+        stream: TcpStream,
+        user: std::net::IpAddr,
+        stream_is_passenger: bool,
+    ) -> bool {
+        let counters = self.0.metrics.get().map(|m| {
+            let u = m.user(user);
+            if stream_is_passenger {
+                (u.up_bytes, u.down_bytes)
+            } else {
+                (u.down_bytes, u.up_bytes)
+            }
+        });
         let _ = stream.set_nodelay(true);
         let (mut rd, mut wr) = stream.into_split();
         let upstream = async {
@@ -492,6 +531,9 @@ impl Engine {
                         return true;
                     }
                     Ok(n) => {
+                        if let Some((read, _)) = &counters {
+                            read.inc_by(n as u64);
+                        }
                         let ok = self.with(|s, now| s.send(now, flow, &buf[..n]).is_ok());
                         if !ok {
                             return false;
@@ -513,6 +555,9 @@ impl Engine {
                 let r = self.with(|s, now| s.read(now, flow, &mut buf));
                 match r {
                     ReadOutcome::Data(n) => {
+                        if let Some((_, written)) = &counters {
+                            written.inc_by(n as u64);
+                        }
                         if wr.write_all(&buf[..n]).await.is_err() {
                             self.reset_flow(flow, ResetReason::PeerReset);
                             return false;

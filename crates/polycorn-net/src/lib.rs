@@ -13,6 +13,7 @@ pub mod intercept;
 pub mod loadgen;
 pub mod metrics;
 pub mod policy;
+pub mod predictor;
 pub mod proxy;
 pub mod relay;
 pub mod sockopt;

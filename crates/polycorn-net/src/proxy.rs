@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use polycorn_proto::{Destination, Event, OpenStatus, Role, Session};
-use polycorn_sched::predict::{HandoverPredictor, NoPrediction};
+use polycorn_sched::predict::NoPrediction;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::task::JoinSet;
 use tracing::{debug, info, warn};
@@ -18,7 +18,8 @@ use crate::relay::Tuning;
 use crate::subflow;
 
 /// Builds a handover predictor for a new session (LinkDB in production).
-pub type PredictorFactory = Arc<dyn Fn() -> Box<dyn HandoverPredictor + Send> + Send + Sync>;
+pub type PredictorFactory =
+    Arc<dyn Fn() -> Box<dyn crate::predictor::TrainPredictor> + Send + Sync>;
 
 /// Everything the proxy needs, already validated.
 #[derive(Clone)]
@@ -41,6 +42,8 @@ pub struct ProxyOptions {
     pub connect_timeout: Duration,
     /// Predictor per session.
     pub predictor: Option<PredictorFactory>,
+    /// Where to count bytes, refusals and flows.
+    pub metrics: Option<Arc<crate::metrics::Metrics>>,
 }
 
 impl std::fmt::Debug for ProxyOptions {
@@ -162,6 +165,9 @@ async fn accept_loop(
                 Ok(x) => x,
                 Err(e) => {
                     warn!(%peer, error = %e, "subflow refused");
+                    if let Some(m) = &o.metrics {
+                        m.peers_rejected.inc();
+                    }
                     return;
                 }
             };
@@ -180,11 +186,14 @@ async fn accept_loop(
                                 return;
                             }
                         };
-                        let pred: Box<dyn HandoverPredictor + Send> = match &o.predictor {
+                        let pred: Box<dyn crate::predictor::TrainPredictor> = match &o.predictor {
                             Some(f) => f(),
                             None => Box::new(NoPrediction),
                         };
                         let (engine, events) = Engine::new(session, pred);
+                        if let Some(m) = &o.metrics {
+                            engine.set_metrics(m.clone());
+                        }
                         map.insert(acc.session, engine.clone());
                         tokio::spawn(engine.clone().run_timer());
                         tokio::spawn(session_events(
@@ -213,7 +222,22 @@ async fn accept_loop(
                 .run_subflow(acc.path, acc.initial, r, w, acc.tcp_info)
                 .await;
             warn!(%peer, path = acc.path, error = %err, "subflow ended");
+            if let (Some(m), crate::engine::SubflowError::Proto(e)) = (&o.metrics, &err) {
+                m.frame_rejected(proto_reason(e)).inc();
+            }
         });
+    }
+}
+
+fn proto_reason(e: &polycorn_proto::ProtoError) -> &'static str {
+    use polycorn_proto::ProtoError as P;
+    match e {
+        P::Frame(_) => "bad_frame",
+        P::Version { .. } => "version",
+        P::Hello(_) => "hello",
+        P::FlowControl { .. } => "flow_control",
+        P::TooManyFlows(_) => "too_many_flows",
+        _ => "protocol",
     }
 }
 
@@ -224,6 +248,7 @@ async fn session_events(
     sessions: Sessions,
     connector: Arc<Connector>,
 ) {
+    let mut first_context = true;
     while let Some(ev) = events.recv().await {
         match ev {
             Event::FlowRequested { flow, user, dst } => {
@@ -238,7 +263,7 @@ async fn session_events(
                             if e.with(|s, now| s.accept_flow(now, flow)).is_err() {
                                 return;
                             }
-                            e.pump(flow, sig, stream).await;
+                            e.pump(flow, sig, stream, user, false).await;
                         }
                         Err(status) => {
                             debug!(flow, %user, %dst, ?status, "open refused");
@@ -248,12 +273,23 @@ async fn session_events(
                 });
             }
             Event::Context(ctx) => {
+                if first_context {
+                    first_context = false;
+                    info!(
+                        lat = ctx.lat,
+                        lon = ctx.lon,
+                        speed = ctx.speed_mps,
+                        cells = ctx.cells.len(),
+                        "first train context from the relay"
+                    );
+                }
                 debug!(
                     lat = ctx.lat,
                     lon = ctx.lon,
                     speed = ctx.speed_mps,
                     "train context"
                 );
+                engine.on_context(&ctx);
             }
             Event::SessionLost => {
                 warn!(

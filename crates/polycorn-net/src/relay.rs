@@ -12,7 +12,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use polycorn_proto::{ContextInfo, Destination, OpenStatus, Role, Session, SessionConfig};
-use polycorn_sched::predict::{HandoverPredictor, NoPrediction};
+use polycorn_sched::predict::NoPrediction;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::mpsc;
 use tokio::task::JoinSet;
@@ -160,7 +160,7 @@ pub async fn start(
             let cfg = opts.tuning.session_config(Role::Relay, id, &opts.pipeline);
             let session =
                 Session::new(cfg).map_err(|e| format!("scheduler `{}`: {e}", opts.pipeline))?;
-            let predictor: Box<dyn HandoverPredictor + Send> = Box::new(NoPrediction);
+            let predictor: Box<dyn crate::predictor::TrainPredictor> = Box::new(NoPrediction);
             let (engine, events) = Engine::new(session, predictor);
             info!(session = format!("{id:016x}"), pipeline = %opts.pipeline, paths = opts.paths.len(), "relay session");
             tasks.spawn(engine.clone().run_timer());
@@ -418,7 +418,7 @@ async fn carry(
                     return;
                 }
             }
-            engine.pump(flow, sig, stream).await;
+            engine.pump(flow, sig, stream, user, true).await;
         }
         Carrier::Direct(t) => {
             t.carry(stream, user, dst, socks.is_some()).await;

@@ -58,7 +58,7 @@ fn io_err(what: impl Into<String>) -> impl FnOnce(io::Error) -> HandshakeError {
 pub fn tcp_info_reader(stream: &TcpStream) -> io::Result<TcpInfoFn> {
     let dup = socket2::SockRef::from(stream).try_clone()?;
     Ok(Box::new(move || {
-        sockopt::tcp_info(dup.as_fd()).map(|raw| raw.to_sample())
+        sockopt::tcp_info(dup.as_fd()).map(|raw| (raw.to_sample(), u64::from(raw.total_retrans)))
     }))
 }
 

@@ -123,6 +123,7 @@ async fn setup(spec: &str) -> (SocketAddr, tempfile::TempDir) {
         )),
         connect_timeout: Duration::from_secs(3),
         predictor: None,
+        metrics: None,
     };
     let (ptasks, _) = proxy::start(popts).await.unwrap();
     std::mem::forget(ptasks);

@@ -69,6 +69,10 @@ pub struct SessionConfig {
     pub stall_after: Duration,
     /// Flows survive while every path is down for up to this long, then are reset. Default 30 s.
     pub hold_time: Duration,
+    /// A flow with data or FIN sent and no acknowledgement progress for this long gets an
+    /// empty data frame that makes the peer acknowledge again (acknowledgements can die with a
+    /// subflow). Default 1 s.
+    pub ack_probe: Duration,
     /// Scheduler pipeline (text spec, e.g. `hrsch`).
     pub pipeline: String,
     /// Scheduler tunables.
@@ -90,6 +94,7 @@ impl SessionConfig {
             ctrl_retransmit: Duration::from_millis(500),
             stall_after: Duration::from_millis(1500),
             hold_time: Duration::from_secs(30),
+            ack_probe: Duration::from_secs(1),
             pipeline: pipeline.to_string(),
             sched: SchedConfig::default(),
         }
@@ -275,6 +280,10 @@ struct SendSide {
     fin: bool,
     acked: u64,
     blocked: bool,
+    /// Highest sequence sent so far (data bytes, plus one once the FIN went out).
+    sent: u64,
+    /// When the peer's acknowledgement last advanced (or the last probe went out).
+    progress_at: Instant,
 }
 
 impl SendSide {
@@ -347,6 +356,7 @@ pub struct Session {
     wall_offset_us: i64,
     now: Instant,
     lost: bool,
+    stage_moves: Vec<(&'static str, u64)>,
 }
 
 fn user_id(ip: IpAddr) -> UserId {
@@ -398,6 +408,7 @@ impl Session {
             wall_offset_us: 0,
             now: Instant::ZERO,
             lost: false,
+            stage_moves: Vec::new(),
         })
     }
 
@@ -409,6 +420,21 @@ impl Session {
     /// The scheduler (read-only: path state, stats, trace).
     pub fn scheduler(&self) -> &Scheduler {
         &self.sched
+    }
+
+    /// Path moves made by each scheduler stage so far (how often each stage changed a
+    /// decision), in first-seen order.
+    pub fn stage_moves(&self) -> &[(&'static str, u64)] {
+        &self.stage_moves
+    }
+
+    fn count_moves(&mut self) {
+        for m in self.sched.trace().moves() {
+            match self.stage_moves.iter_mut().find(|(s, _)| *s == m.stage) {
+                Some((_, n)) => *n += 1,
+                None => self.stage_moves.push((m.stage, 1)),
+            }
+        }
     }
 
     /// Counters of `path`.
@@ -593,6 +619,8 @@ impl Session {
                 fin: false,
                 acked: 0,
                 blocked: false,
+                sent: 0,
+                progress_at: self.now,
             },
             recv: RecvSide {
                 next: 0,
@@ -1212,6 +1240,7 @@ impl Session {
         }
         let f = self.flows.get_mut(&flow).expect("present");
         f.send.acked = next;
+        f.send.progress_at = now;
         let data_acked = next.min(f.send.end());
         let drop = (data_acked - f.send.base) as usize;
         f.send.buf.drain(..drop);
@@ -1398,15 +1427,38 @@ impl Session {
                 self.ack_deadline = None;
             }
         }
+        // Acknowledgement probes.
+        if let Some(best) = self.best_path() {
+            let probe = self.cfg.ack_probe;
+            for (&flow, f) in self.flows.iter_mut() {
+                let s = &mut f.send;
+                if s.sent > s.acked && now >= s.progress_at + probe {
+                    s.progress_at = now;
+                    let data_end = s.sent.min(s.end());
+                    let fin = s.sent > s.end();
+                    encode_data_header(&mut self.paths[best].prio, flow, data_end, fin, 0);
+                }
+            }
+        }
         // Data.
         for _ in 0..MAX_DECISIONS_PER_POLL {
-            let Some(d) = self.sched.poll_decision(now, predictor) else {
+            let decision = self.sched.poll_decision(now, predictor);
+            self.count_moves();
+            let Some(d) = decision else {
                 break;
             };
             let flow = d.flow.0;
-            let Some(f) = self.flows.get(&flow) else {
+            let Some(f) = self.flows.get_mut(&flow) else {
                 continue;
             };
+            let end_seq = d.offset + d.seq_len();
+            if end_seq > f.send.sent {
+                if f.send.sent <= f.send.acked {
+                    // Nothing was outstanding: the probe clock starts now.
+                    f.send.progress_at = now;
+                }
+                f.send.sent = end_seq;
+            }
             let s = &f.send;
             if d.offset < s.base || d.offset + u64::from(d.len) > s.end() {
                 continue;
@@ -1509,6 +1561,13 @@ impl Session {
         if any_attached {
             if let Some(e) = self.ctrl_out.values().map(|e| e.sent_at).min() {
                 consider(e.map_or(self.now, |s| s + self.cfg.ctrl_retransmit));
+            }
+        }
+        if any_attached {
+            for f in self.flows.values() {
+                if f.send.sent > f.send.acked {
+                    consider(f.send.progress_at + self.cfg.ack_probe);
+                }
             }
         }
         if let Some(since) = self.all_down_since {

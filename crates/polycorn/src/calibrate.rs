@@ -117,7 +117,7 @@ pub struct CalibrateArgs {
 }
 
 /// Speed above which samples count, m/s (the paper's "HSR" is > 250 km/h).
-const HSR_SPEED_MPS: f64 = 250.0 / 3.6;
+pub(crate) const HSR_SPEED_MPS: f64 = 250.0 / 3.6;
 /// Receiver goodput bin, ms (the paper's Δt).
 const BIN_MS: u64 = 200;
 /// Bins per 1 s window.
@@ -446,7 +446,7 @@ fn preflight() -> Result<()> {
 // ----- trip window and time mask -------------------------------------------------------------
 
 /// `trip` from `from_ms` for `len_ms` (clipped to its end), with time re-based to 0.
-fn window(trip: &Trip, from_ms: u64, len_ms: u64) -> Trip {
+pub(crate) fn window(trip: &Trip, from_ms: u64, len_ms: u64) -> Trip {
     let s = ((from_ms / STEP_MS) as usize).min(trip.speed_mps.len());
     let e = (s + (len_ms / STEP_MS) as usize).min(trip.speed_mps.len());
     let (from, to) = (s as u64 * STEP_MS, e as u64 * STEP_MS);

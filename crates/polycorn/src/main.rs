@@ -1,12 +1,13 @@
 //! polycorn: multipath networking for high-speed trains.
 //!
-//! One binary for every role. Today: `demo` (the scheduler deciding in scripted situations)
-//! and `schedulers` (the stages and presets a config or bench may name). The relay, proxy,
-//! testbed, LinkDB and bench subcommands arrive with their crates.
+//! One binary for every role: relay, proxy, testbed, trip, LinkDB, bench, demo, schedulers.
 
+mod bench;
 mod calibrate;
 mod demo;
 mod linkdb_cmd;
+mod net_cmd;
+mod netbench;
 mod testbed_cmd;
 mod tripgen;
 
@@ -51,6 +52,36 @@ enum Command {
         #[command(subcommand)]
         action: linkdb_cmd::LinkdbAction,
     },
+    /// Run the on-train relay (passengers' TCP over every path to the proxy).
+    Relay {
+        /// relay.toml (`polycorn config example relay` prints a commented one).
+        #[arg(long)]
+        config: std::path::PathBuf,
+    },
+    /// Run the cloud proxy (terminates relays' subflows, connects to servers).
+    Proxy {
+        /// proxy.toml (`polycorn config example proxy` prints a commented one).
+        #[arg(long)]
+        config: std::path::PathBuf,
+    },
+    /// Credentials for relay and proxy (mutual TLS).
+    Tls {
+        #[command(subcommand)]
+        action: TlsAction,
+    },
+    /// Relay + proxy benchmarks.
+    Net {
+        #[command(subcommand)]
+        action: NetAction,
+    },
+    /// Configuration files.
+    Config {
+        #[command(subcommand)]
+        action: ConfigAction,
+    },
+    /// The paper's evaluation side by side (kernel MPTCP, single path, polycorn schedulers) on
+    /// one emulated trip; writes CSV/JSON and an HTML report. Root.
+    Bench(bench::BenchArgs),
     /// List scheduler stages and presets, or check a pipeline spec.
     Schedulers {
         /// A spec to validate, e.g. "hpr,minrtt,tpr,ori+er(k=3)".
@@ -101,6 +132,51 @@ enum EmuAction {
 }
 
 #[derive(Subcommand, Debug)]
+enum TlsAction {
+    /// Create a private CA and certificates for one proxy and its relays in DIR.
+    Generate {
+        /// Output directory (created if missing).
+        dir: std::path::PathBuf,
+        /// Extra names or addresses for the proxy certificate (relays always verify the name
+        /// `polycorn-proxy`).
+        #[arg(long)]
+        san: Vec<String>,
+        /// Overwrite existing files.
+        #[arg(long)]
+        force: bool,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+enum NetAction {
+    /// One bulk download over two unshaped veth paths: polycorn (TLS) vs kernel MPTCP (root).
+    Bench {
+        /// Seconds measured per system (after 1 s warm-up).
+        #[arg(long, default_value_t = 10.0)]
+        secs: f64,
+        /// Namespace prefix (created and removed).
+        #[arg(long, default_value = "pcnb")]
+        name: String,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+enum ConfigAction {
+    /// Print a commented example configuration for `relay` or `proxy`.
+    Example {
+        /// relay or proxy.
+        role: String,
+    },
+    /// Validate a configuration file without starting anything.
+    Check {
+        /// relay or proxy.
+        role: String,
+        /// The file.
+        file: std::path::PathBuf,
+    },
+}
+
+#[derive(Subcommand, Debug)]
 enum TripAction {
     /// Generate a trip and write its traces, context log and ground truth to a directory.
     Generate(tripgen::GenerateArgs),
@@ -138,6 +214,28 @@ fn run(cli: Cli) -> Result<()> {
             action: TripAction::Generate(args),
         } => tripgen::run(&args)?,
         Command::Linkdb { action } => linkdb_cmd::run(action)?,
+        Command::Net {
+            action: NetAction::Bench { secs, name },
+        } => drop(netbench::run(&name, secs)?),
+        Command::Relay { config } => net_cmd::relay(&config)?,
+        Command::Proxy { config } => net_cmd::proxy(&config)?,
+        Command::Tls {
+            action: TlsAction::Generate { dir, san, force },
+        } => net_cmd::tls_generate(&dir, &san, force)?,
+        Command::Config {
+            action: ConfigAction::Example { role },
+        } => net_cmd::config_example(&role)?,
+        Command::Config {
+            action: ConfigAction::Check { role, file },
+        } => {
+            match role.as_str() {
+                "relay" => drop(polycorn_net::config::RelayConfig::load(&file)?),
+                "proxy" => drop(polycorn_net::config::ProxyConfig::load(&file)?),
+                other => anyhow::bail!("unknown role `{other}`: expected `relay` or `proxy`"),
+            }
+            println!("ok: {}", file.display());
+        }
+        Command::Bench(args) => bench::run(&args)?,
         Command::Schedulers { check: Some(spec) } => {
             let p = polycorn_sched::Pipeline::from_spec(&spec)?;
             println!("ok: {}", p.spec());

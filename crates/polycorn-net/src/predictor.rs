@@ -1,0 +1,68 @@
+//! Handover predictors as the shells hold them: a `polycorn-sched` predictor that also takes
+//! train context (GPS fix, speed, heading, serving cells) as it arrives.
+
+use polycorn_linkdb::record::Direction;
+use polycorn_linkdb::{Predictor, Track};
+use polycorn_proto::ContextInfo;
+use polycorn_sched::path::PathId;
+use polycorn_sched::predict::{HandoverPredictor, NoPrediction};
+use polycorn_sched::time::Instant;
+
+/// A handover predictor fed with train context.
+pub trait TrainPredictor: HandoverPredictor + Send {
+    /// New context (from the relay's GPS and modems).
+    fn on_context(&mut self, now: Instant, ctx: &ContextInfo);
+}
+
+impl TrainPredictor for NoPrediction {
+    fn on_context(&mut self, _now: Instant, _ctx: &ContextInfo) {}
+}
+
+/// LinkDB's online predictor behind a straight-track projection of GPS fixes.
+#[derive(Clone, Debug)]
+pub struct LinkDbPredictor {
+    inner: Predictor,
+    track: Track,
+}
+
+impl LinkDbPredictor {
+    /// Wrap `inner`; path `i` carries `carriers[i]`.
+    pub fn new(mut inner: Predictor, track: Track, carriers: &[String]) -> LinkDbPredictor {
+        for (i, c) in carriers.iter().enumerate() {
+            if let Some(p) = PathId::new(i) {
+                inner.map_path(p, c);
+            }
+        }
+        LinkDbPredictor { inner, track }
+    }
+}
+
+impl HandoverPredictor for LinkDbPredictor {
+    fn next_failure(&self, path: PathId, now: Instant) -> Option<Instant> {
+        self.inner.next_failure(path, now)
+    }
+    fn in_handover_zone(&self, path: PathId, now: Instant) -> bool {
+        self.inner.in_handover_zone(path, now)
+    }
+}
+
+impl TrainPredictor for LinkDbPredictor {
+    fn on_context(&mut self, now: Instant, ctx: &ContextInfo) {
+        let pos = self.track.position_m(ctx.lat, ctx.lon);
+        let diff = (f64::from(ctx.heading_deg) - self.track.heading_deg).to_radians();
+        let dir = if diff.cos() >= 0.0 {
+            Direction::Up
+        } else {
+            Direction::Down
+        };
+        self.inner
+            .update_fix(now, pos, f64::from(ctx.speed_mps), dir);
+        for c in &ctx.cells {
+            if let Some(p) = PathId::new(usize::from(c.path)) {
+                let cell = c.cell.map(|v| v.to_string());
+                self.inner
+                    .update_cell(now, p, cell.as_deref(), c.rsrp_dbm.map(f64::from));
+            }
+        }
+    }
+}

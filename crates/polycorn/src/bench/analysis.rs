@@ -1,0 +1,412 @@
+//! What a bench run measured, and everything computed from it: per-size goodput and FCT,
+//! per-flow goodput ratios with their spread and a confidence interval, the oracle FCT lower
+//! bound from the emulated trip, IM delivery times, and the per-stage views of the paper's
+//! Fig. 11. Pure: no I/O, no clock.
+
+use std::collections::BTreeMap;
+
+use polycorn_link::trip::{Outcome, Trip, STEP_MS};
+
+/// Width of a receive-progress bin, ms.
+pub const BIN_MS: u64 = 100;
+/// Share of a flow's bytes whose delivery counts as its "tail".
+pub const TAIL_SHARE: f64 = 0.1;
+/// Window after a failed handover for the Fig. 11a view, s.
+pub const HOF_WINDOW_S: f64 = 2.0;
+
+/// One bulk download as measured at the client.
+#[derive(Debug, Clone, PartialEq)]
+pub struct FlowResult {
+    /// Plan index.
+    pub idx: usize,
+    /// Size, bytes.
+    pub size: u64,
+    /// Planned start, s after the emulator started.
+    pub start_s: f64,
+    /// Completed and every byte verified.
+    pub ok: bool,
+    /// Why not, when not.
+    pub error: Option<String>,
+    /// Request start to first byte, s.
+    pub first_byte_s: f64,
+    /// Request start to last byte, s (for a failed flow: when it was given up).
+    pub fct_s: f64,
+    /// Time from the first (1 − TAIL_SHARE) of the bytes to the last byte, s.
+    pub tail_s: f64,
+    /// Bytes received per BIN_MS bin from the flow's start.
+    pub bins: Vec<u64>,
+}
+
+impl FlowResult {
+    /// Goodput, Mbit/s (size / FCT).
+    pub fn goodput_mbps(&self) -> f64 {
+        if self.fct_s > 0.0 {
+            self.size as f64 * 8.0 / self.fct_s / 1e6
+        } else {
+            0.0
+        }
+    }
+}
+
+/// One IM message.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ImResult {
+    /// Users in the segment.
+    pub users: usize,
+    /// This user.
+    pub user: usize,
+    /// Message index.
+    pub msg: usize,
+    /// Planned send time, s after the emulator started.
+    pub send_s: f64,
+    /// Send to answer, s; None if the answer never came.
+    pub delivery_s: Option<f64>,
+}
+
+/// Everything measured for one system.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SystemRun {
+    /// Short name (`hrsch`, `mptcp`, …).
+    pub system: String,
+    /// Relay mode and scheduler spec.
+    pub mode: String,
+    /// Scheduler spec (polycorn modes) or "-".
+    pub spec: String,
+    /// Seconds from emulator start until relay and proxy were ready.
+    pub ready_s: f64,
+    /// The run could not be carried out (daemon failed); results then are empty.
+    pub error: Option<String>,
+    /// Bulk flows.
+    pub flows: Vec<FlowResult>,
+    /// IM messages.
+    pub im: Vec<ImResult>,
+    /// Downlink bytes the emulator delivered per path.
+    pub path_down_bytes: Vec<u64>,
+}
+
+/// p-quantile (0..=1) of `v` by linear interpolation; NaN when empty.
+pub fn quantile(v: &[f64], p: f64) -> f64 {
+    if v.is_empty() {
+        return f64::NAN;
+    }
+    let mut s = v.to_vec();
+    s.sort_by(|a, b| a.total_cmp(b));
+    let x = p.clamp(0.0, 1.0) * (s.len() - 1) as f64;
+    let (lo, hi) = (x.floor() as usize, x.ceil() as usize);
+    s[lo] + (s[hi] - s[lo]) * (x - lo as f64)
+}
+
+/// Mean; NaN when empty.
+pub fn mean(v: &[f64]) -> f64 {
+    if v.is_empty() {
+        f64::NAN
+    } else {
+        v.iter().sum::<f64>() / v.len() as f64
+    }
+}
+
+/// Sample standard deviation; NaN with fewer than two values.
+pub fn stddev(v: &[f64]) -> f64 {
+    if v.len() < 2 {
+        return f64::NAN;
+    }
+    let m = mean(v);
+    (v.iter().map(|x| (x - m) * (x - m)).sum::<f64>() / (v.len() - 1) as f64).sqrt()
+}
+
+/// Two-sided 97.5% quantile of Student's t with `df` degrees of freedom (table, then normal).
+fn t975(df: usize) -> f64 {
+    const T: [f64; 30] = [
+        12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160,
+        2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056,
+        2.052, 2.048, 2.045, 2.042,
+    ];
+    match df {
+        0 => f64::NAN,
+        d if d <= 30 => T[d - 1],
+        _ => 1.96,
+    }
+}
+
+/// Summary of a sample: n, mean, median, p10, p90, 95% CI of the mean (Student's t).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Summary {
+    /// Sample size.
+    pub n: usize,
+    /// Mean.
+    pub mean: f64,
+    /// Median.
+    pub median: f64,
+    /// 10th percentile.
+    pub p10: f64,
+    /// 90th percentile.
+    pub p90: f64,
+    /// 95% confidence interval of the mean, low end.
+    pub ci_lo: f64,
+    /// High end.
+    pub ci_hi: f64,
+}
+
+impl Summary {
+    /// Summarise `v`.
+    pub fn of(v: &[f64]) -> Summary {
+        let m = mean(v);
+        let half = t975(v.len().saturating_sub(1)) * stddev(v) / (v.len() as f64).sqrt();
+        Summary {
+            n: v.len(),
+            mean: m,
+            median: quantile(v, 0.5),
+            p10: quantile(v, 0.1),
+            p90: quantile(v, 0.9),
+            ci_lo: m - half,
+            ci_hi: m + half,
+        }
+    }
+}
+
+/// Oracle lower bound on the FCT of a `size`-byte download requested at `start_s` (seconds into
+/// the emulated trip): the request crosses the first path that is not in an outage with that
+/// path's one-way delay, then every path sends at its full emulated downlink capacity from that
+/// moment (no slow start, no queueing, no header bytes, zero capacity during outages), each
+/// 10 ms step's bytes arriving one one-way delay later. `None` if the trip ends first.
+pub fn oracle_fct_s(trip: &Trip, start_s: f64, size: u64) -> Option<f64> {
+    let steps = trip.speed_mps.len();
+    let in_outage = |p: usize, t_ms: u64| {
+        trip.paths[p]
+            .outages_ms
+            .iter()
+            .any(|(a, b)| (*a..*b).contains(&t_ms))
+    };
+    let start_ms = (start_s * 1000.0) as u64;
+    // Request: earliest arrival at the proxy over any path.
+    let mut req_us: Option<u64> = None;
+    let first = (start_ms / STEP_MS) as usize;
+    for k in first..steps {
+        let t_ms = (k as u64 * STEP_MS).max(start_ms);
+        for (p, path) in trip.paths.iter().enumerate() {
+            if !in_outage(p, t_ms) {
+                let at = t_ms * 1000 + path.owd_us[k];
+                req_us = Some(req_us.map_or(at, |r: u64| r.min(at)));
+            }
+        }
+        if req_us.is_some() {
+            break;
+        }
+    }
+    let req_us = req_us?;
+    let mut arrivals: Vec<(u64, f64)> = Vec::new();
+    let k0 = (req_us / 1000 / STEP_MS) as usize;
+    for k in k0..steps {
+        for path in &trip.paths {
+            let bytes = path.dl_bps[k].max(0.0) * STEP_MS as f64 / 1000.0 / 8.0;
+            if bytes > 0.0 {
+                let send_us = (k as u64 * STEP_MS * 1000).max(req_us);
+                arrivals.push((send_us + STEP_MS * 1000 + path.owd_us[k], bytes));
+            }
+        }
+        // Enough in flight for certain: stop collecting.
+        if arrivals.iter().map(|a| a.1).sum::<f64>() >= size as f64 * 2.0 + 1e6 {
+            break;
+        }
+    }
+    arrivals.sort_by_key(|a| a.0);
+    let mut got = 0.0;
+    for (at_us, b) in arrivals {
+        got += b;
+        if got >= size as f64 {
+            return Some(at_us as f64 / 1e6 - start_s);
+        }
+    }
+    None
+}
+
+/// Mean downlink capacity per path over `[from_s, to_s)`, Mbit/s.
+pub fn mean_capacity_mbps(trip: &Trip, from_s: f64, to_s: f64) -> Vec<f64> {
+    let a = ((from_s * 1000.0) as u64 / STEP_MS) as usize;
+    let b = (((to_s * 1000.0) as u64 / STEP_MS) as usize).min(trip.speed_mps.len());
+    trip.paths
+        .iter()
+        .map(|p| mean(&p.dl_bps[a.min(b)..b]) / 1e6)
+        .collect()
+}
+
+/// Failed handover start times inside `[from_s, to_s)`, s.
+pub fn failed_handovers_s(trip: &Trip, from_s: f64, to_s: f64) -> Vec<f64> {
+    trip.handovers
+        .iter()
+        .filter(|h| h.outcome == Outcome::Failure)
+        .map(|h| h.start_ms as f64 / 1000.0)
+        .filter(|t| (from_s..to_s).contains(t))
+        .collect()
+}
+
+/// Fig. 11a view: goodput (Mbit/s) of the system's bulk downloads in the HOF_WINDOW_S after
+/// each failed handover during which at least one of its bulk flows was running throughout.
+pub fn goodput_after_hof(run: &SystemRun, hofs_s: &[f64]) -> Vec<f64> {
+    let mut out = Vec::new();
+    for &h in hofs_s {
+        let (a, b) = (h, h + HOF_WINDOW_S);
+        let active = run
+            .flows
+            .iter()
+            .any(|f| f.start_s <= a && f.start_s + f.fct_s >= b);
+        if !active {
+            continue;
+        }
+        let mut bytes = 0u64;
+        for f in &run.flows {
+            for (j, n) in f.bins.iter().enumerate() {
+                let t = f.start_s + (j as u64 * BIN_MS) as f64 / 1000.0;
+                if t >= a && t < b {
+                    bytes += n;
+                }
+            }
+        }
+        out.push(bytes as f64 * 8.0 / HOF_WINDOW_S / 1e6);
+    }
+    out
+}
+
+/// Per-flow goodput ratios `sys / reference` over flows that completed in both.
+pub fn goodput_ratios(sys: &SystemRun, reference: &SystemRun, size: u64) -> Vec<f64> {
+    let r: BTreeMap<usize, &FlowResult> = reference
+        .flows
+        .iter()
+        .filter(|f| f.ok && f.size == size)
+        .map(|f| (f.idx, f))
+        .collect();
+    sys.flows
+        .iter()
+        .filter(|f| f.ok && f.size == size)
+        .filter_map(|f| r.get(&f.idx).map(|g| f.goodput_mbps() / g.goodput_mbps()))
+        .filter(|x| x.is_finite())
+        .collect()
+}
+
+/// IM statistics of one segment: mean and p90 delivery time (s), coefficient of variation of
+/// the per-user mean delivery times, delivered and sent counts.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct ImStats {
+    /// Users.
+    pub users: usize,
+    /// Mean delivery time, s.
+    pub mean_s: f64,
+    /// p90 delivery time, s.
+    pub p90_s: f64,
+    /// Standard deviation / mean of the users' mean delivery times.
+    pub cv: f64,
+    /// Answers received.
+    pub delivered: usize,
+    /// Messages planned.
+    pub sent: usize,
+}
+
+/// IM statistics for `users`.
+pub fn im_stats(run: &SystemRun, users: usize) -> ImStats {
+    let msgs: Vec<&ImResult> = run.im.iter().filter(|m| m.users == users).collect();
+    let d: Vec<f64> = msgs.iter().filter_map(|m| m.delivery_s).collect();
+    let per_user: Vec<f64> = (0..users)
+        .map(|u| {
+            let v: Vec<f64> = msgs
+                .iter()
+                .filter(|m| m.user == u)
+                .filter_map(|m| m.delivery_s)
+                .collect();
+            mean(&v)
+        })
+        .filter(|x| x.is_finite())
+        .collect();
+    ImStats {
+        users,
+        mean_s: mean(&d),
+        p90_s: quantile(&d, 0.9),
+        cv: stddev(&per_user) / mean(&per_user),
+        delivered: d.len(),
+        sent: msgs.len(),
+    }
+}
+
+/// Share of all emulated downlink bytes carried by path `worse`.
+pub fn path_share(run: &SystemRun, worse: usize) -> f64 {
+    let total: u64 = run.path_down_bytes.iter().sum();
+    if total == 0 {
+        return f64::NAN;
+    }
+    run.path_down_bytes.get(worse).copied().unwrap_or(0) as f64 / total as f64
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use polycorn_link::trip::TripConfig;
+
+    #[test]
+    fn quantiles_and_summary() {
+        let v: Vec<f64> = (1..=11).map(f64::from).collect();
+        assert_eq!(quantile(&v, 0.5), 6.0);
+        assert_eq!(quantile(&v, 0.1), 2.0);
+        assert_eq!(quantile(&v, 0.9), 10.0);
+        let s = Summary::of(&v);
+        assert_eq!(s.n, 11);
+        assert!((s.mean - 6.0).abs() < 1e-12);
+        assert!(s.ci_lo < 6.0 && s.ci_hi > 6.0);
+        assert!(quantile(&[], 0.5).is_nan());
+    }
+
+    #[test]
+    fn oracle_is_at_least_one_way_delays_and_grows_with_size() {
+        let cfg = TripConfig::preset("hsr", 1, 1).unwrap();
+        let trip = Trip::generate(&cfg).unwrap();
+        let t = 200.0;
+        let small = oracle_fct_s(&trip, t, 256 * 1024).unwrap();
+        let big = oracle_fct_s(&trip, t, 4 * 1024 * 1024).unwrap();
+        let k = (t * 100.0) as usize;
+        let min_owd = trip.paths.iter().map(|p| p.owd_us[k]).min().unwrap() as f64 / 1e6;
+        assert!(small >= 2.0 * min_owd * 0.9, "{small} vs owd {min_owd}");
+        assert!(big > small);
+        // 4 MB cannot arrive faster than the summed peak capacity allows.
+        let peak: f64 = trip
+            .paths
+            .iter()
+            .map(|p| p.dl_bps.iter().cloned().fold(0.0, f64::max))
+            .sum();
+        assert!(big >= 4.0 * 1024.0 * 1024.0 * 8.0 / peak);
+    }
+
+    #[test]
+    fn ratios_pair_by_index_and_skip_failures() {
+        let flow = |idx, fct_s: f64, ok| FlowResult {
+            idx,
+            size: 1000,
+            start_s: 0.0,
+            ok,
+            error: None,
+            first_byte_s: 0.1,
+            fct_s,
+            tail_s: 0.0,
+            bins: vec![],
+        };
+        let run = |flows| SystemRun {
+            system: "x".into(),
+            mode: "polycorn".into(),
+            spec: "-".into(),
+            ready_s: 1.0,
+            error: None,
+            flows,
+            im: vec![],
+            path_down_bytes: vec![1, 3],
+        };
+        let a = run(vec![
+            flow(0, 1.0, true),
+            flow(1, 1.0, true),
+            flow(2, 1.0, false),
+        ]);
+        let b = run(vec![
+            flow(0, 2.0, true),
+            flow(1, 1.0, false),
+            flow(2, 1.0, true),
+        ]);
+        assert_eq!(goodput_ratios(&a, &b, 1000), vec![2.0]);
+        assert_eq!(path_share(&a, 1), 0.75);
+    }
+}

@@ -1,0 +1,703 @@
+//! `polycorn bench`: the paper's evaluation (§6) side by side, every system under test on the
+//! same emulated trip.
+//!
+//! ## One run
+//! The preset's trip is generated from its seeds and cut to a window starting at the first
+//! moment above 250 km/h. For each system, in turn: a fresh testbed (`bch…` namespaces), the
+//! emulator started in-process on the window (its start is `t0`), the trip's context served
+//! gpsd-style to the relay, the IM and bulk servers in the server namespace, `polycorn proxy` and
+//! `polycorn relay` as child processes in their namespaces with the system's mode and scheduler,
+//! then the [`plan::Plan`] played from the client namespace at fixed times after `t0`; then
+//! everything is stopped and the testbed removed. So every system sees the same capacity,
+//! delay and outages at the same moments of its workload. Daemons must be ready before the
+//! plan's lead-in ends; a system whose daemons are late or die is reported as failed, not
+//! silently dropped.
+//!
+//! ## Outputs (`--out`, default `results/bench-<preset>-r<route>-t<trip>-<quick|full>/`)
+//! `flows.csv` (one row per bulk flow and system), `im.csv` (one row per IM message and
+//! system), `results.json` (metadata, raw results, summaries), `report.html` (self-contained:
+//! tables and inline SVG plots), `logs/` (relay and proxy logs per system).
+
+pub mod analysis;
+pub mod plan;
+pub mod report;
+pub mod workload;
+
+use std::io::{IsTerminal, Write as _};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+use clap::Args;
+use polycorn_emu::context::{ContextServer, GPSD_PORT};
+use polycorn_emu::forward::Emulator;
+use polycorn_emu::models;
+use polycorn_emu::testbed::{self, TestbedSpec};
+use polycorn_link::link::QueueLimit;
+use polycorn_link::trip::{Trip, STEP_MS};
+
+use crate::calibrate::{window, HSR_SPEED_MPS};
+use crate::tripgen::TripArgs;
+use analysis::SystemRun;
+use plan::{Plan, PlanParams};
+
+/// Options of `polycorn bench`.
+#[derive(Args, Debug, Clone)]
+pub struct BenchArgs {
+    /// Quick mode for CI: four systems (mptcp, single, vanilla, hrsch), a short trip window
+    /// (about 65 s each, under 5 minutes in all).
+    #[arg(long)]
+    pub quick: bool,
+    /// The trip (preset and seeds) every system replays.
+    #[command(flatten)]
+    pub trip: TripArgs,
+    /// Workload seed (IM message times). Default: the trip seed.
+    #[arg(long)]
+    pub seed: Option<u64>,
+    /// Systems to run, comma-separated (default: all in full mode, four in quick mode). Known:
+    /// mptcp, single, vanilla, blest, ecf, redundant, roundrobin, hrsch, hrsch-hpr, hrsch-tpr,
+    /// hrsch-ori, hrsch-er (HRSCH without that stage), or `polycorn:SPEC` for any pipeline.
+    #[arg(long, value_delimiter = ',')]
+    pub systems: Vec<String>,
+    /// Bulk flows (cycled over 256 KB, 1 MB, 4 MB); default 6 quick, 12 full.
+    #[arg(long)]
+    pub bulk_flows: Option<usize>,
+    /// Seconds into the trip where the window starts (default: first moment above 250 km/h).
+    #[arg(long)]
+    pub from_s: Option<f64>,
+    /// Output directory.
+    #[arg(long)]
+    pub out: Option<PathBuf>,
+    /// Testbed name (namespace prefix) used for every system; created and removed.
+    #[arg(long)]
+    pub name: Option<String>,
+    /// Droptail queue per path and direction, bytes (default: each carrier's queue from the
+    /// trip model, sized in time).
+    #[arg(long)]
+    pub queue_bytes: Option<u64>,
+}
+
+/// A system under test.
+#[derive(Debug, Clone, PartialEq)]
+pub struct System {
+    /// Short name.
+    pub name: String,
+    /// Relay mode: polycorn, mptcp, single.
+    pub mode: String,
+    /// Scheduler spec (ignored by mptcp and single modes, which do their own).
+    pub spec: String,
+}
+
+/// The systems of full mode, in report order.
+pub const FULL_SYSTEMS: &[&str] = &[
+    "mptcp",
+    "single",
+    "vanilla",
+    "blest",
+    "ecf",
+    "redundant",
+    "hrsch",
+    "hrsch-hpr",
+    "hrsch-tpr",
+    "hrsch-ori",
+    "hrsch-er",
+];
+/// The systems of quick mode.
+pub const QUICK_SYSTEMS: &[&str] = &["mptcp", "single", "vanilla", "hrsch"];
+
+/// Resolve a system name.
+pub fn system(name: &str) -> Result<System> {
+    let pc = |spec: &str| System {
+        name: name.into(),
+        mode: "polycorn".into(),
+        spec: spec.into(),
+    };
+    Ok(match name {
+        "mptcp" | "single" => System {
+            name: name.into(),
+            mode: name.into(),
+            spec: "-".into(),
+        },
+        "vanilla" | "blest" | "ecf" | "redundant" | "roundrobin" | "hrsch" | "minrtt" => pc(name),
+        "hrsch-hpr" => pc("minrtt,tpr,ori+er(k=3)"),
+        "hrsch-tpr" => pc("hpr,minrtt,ori+er(k=3)"),
+        "hrsch-ori" => pc("hpr,minrtt,tpr+er(k=3)"),
+        "hrsch-er" => pc("hpr,minrtt,tpr,ori+rto"),
+        other => match other.strip_prefix("polycorn:") {
+            Some(spec) => {
+                polycorn_sched::Pipeline::from_spec(spec)?;
+                pc(spec)
+            }
+            None => bail!(
+                "unknown system `{other}`; known: {}, roundrobin, or polycorn:SPEC",
+                FULL_SYSTEMS.join(", ")
+            ),
+        },
+    })
+}
+
+/// Metadata recorded with every result.
+#[derive(Debug, Clone)]
+pub struct Meta {
+    /// polycorn version (and git commit when known).
+    pub version: String,
+    /// Kernel release.
+    pub kernel: String,
+    /// Trip preset.
+    pub preset: String,
+    /// Route seed.
+    pub route_seed: u64,
+    /// Trip seed.
+    pub trip_seed: u64,
+    /// Workload seed.
+    pub seed: u64,
+    /// quick or full.
+    pub mode: String,
+    /// Window start in the trip, s.
+    pub from_s: f64,
+    /// Window length, s.
+    pub window_s: f64,
+    /// Queue per path and direction, bytes (None: per carrier, from the trip model).
+    pub queue_bytes: Option<u64>,
+    /// Carrier names.
+    pub carriers: Vec<String>,
+    /// Where successful-handover interruption times came from (part of the trip's identity).
+    pub interruptions: String,
+    /// Whether HRSCH's HPR had a handover predictor.
+    pub prediction: String,
+    /// Wall-clock start (UTC, RFC 3339-ish).
+    pub started: String,
+}
+
+fn kernel() -> String {
+    nix::sys::utsname::uname()
+        .map(|u| u.release().to_string_lossy().into_owned())
+        .unwrap_or_else(|_| "unknown".into())
+}
+
+fn version() -> String {
+    let v = env!("CARGO_PKG_VERSION").to_string();
+    let git = Command::new("git")
+        .args(["rev-parse", "--short", "HEAD"])
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .ok()
+        .filter(|o| o.status.success())
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string());
+    match git {
+        Some(g) if !g.is_empty() => format!("{v} ({g})"),
+        _ => v,
+    }
+}
+
+fn utc_now() -> String {
+    let s = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    let (days, rem) = (s / 86_400, s % 86_400);
+    // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).
+    let z = days as i64 + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    format!(
+        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}Z",
+        rem / 3600,
+        rem % 3600 / 60,
+        rem % 60
+    )
+}
+
+/// `polycorn bench`.
+pub fn run(args: &BenchArgs) -> Result<()> {
+    if !nix::unistd::geteuid().is_root() {
+        bail!("the bench needs root (network namespaces, TUN devices, kernel MPTCP endpoints)");
+    }
+    let names: Vec<String> = if args.systems.is_empty() {
+        let d = if args.quick {
+            QUICK_SYSTEMS
+        } else {
+            FULL_SYSTEMS
+        };
+        d.iter().map(|s| s.to_string()).collect()
+    } else {
+        args.systems.clone()
+    };
+    let systems: Vec<System> = names.iter().map(|n| system(n)).collect::<Result<_>>()?;
+    let mut params = if args.quick {
+        PlanParams::quick()
+    } else {
+        PlanParams::full()
+    };
+    if let Some(n) = args.bulk_flows {
+        if n == 0 {
+            bail!("--bulk-flows must be at least 1");
+        }
+        params.bulk_flows = n;
+    }
+    let seed = args.seed.unwrap_or(args.trip.trip_seed);
+    let plan = Plan::new(&params, seed);
+    let (cfg, source) = args.trip.config()?;
+    let full = Trip::generate(&cfg)?;
+    let from_ms = match args.from_s {
+        Some(s) if s.is_finite() && s >= 0.0 => (s * 1000.0) as u64 / STEP_MS * STEP_MS,
+        Some(s) => bail!("--from-s must be >= 0, got {s}"),
+        None => full
+            .speed_mps
+            .iter()
+            .position(|v| *v > HSR_SPEED_MPS)
+            .map(|s| s as u64 * STEP_MS)
+            .with_context(|| {
+                format!(
+                    "the `{}` trip never exceeds 250 km/h; pass --from-s",
+                    args.trip.preset
+                )
+            })?,
+    };
+    // Slack after the plan so late flows still see the trip, not a dead link.
+    let window_ms = ((plan.end_s + plan.bulk_timeout_s + 5.0) * 1000.0) as u64;
+    if from_ms + window_ms > full.duration_ms {
+        bail!(
+            "the trip has {:.0} s after {:.0} s; the plan needs {:.0} s",
+            full.duration_ms.saturating_sub(from_ms) as f64 / 1000.0,
+            from_ms as f64 / 1000.0,
+            window_ms as f64 / 1000.0
+        );
+    }
+    let trip = window(&full, from_ms, window_ms);
+    std::fs::create_dir_all(out_dir_for(args))
+        .with_context(|| format!("create {}", out_dir_for(args).display()))?;
+    // HRSCH's HPR stage needs LinkDB: train it on other rides of the same route (trip seeds
+    // disjoint from the replayed one), never on the ride being replayed.
+    let linkdb = Some(build_linkdb(
+        &out_dir_for(args),
+        &args.trip,
+        &cfg,
+        if args.quick { 8 } else { 20 },
+    )?);
+    let mode = if args.quick { "quick" } else { "full" };
+    let out = out_dir_for(args);
+    std::fs::create_dir_all(out.join("logs"))
+        .with_context(|| format!("create {}", out.display()))?;
+    let name = args
+        .name
+        .clone()
+        .unwrap_or_else(|| format!("bch{}", std::process::id() % 100_000));
+    let meta = Meta {
+        version: version(),
+        kernel: kernel(),
+        preset: args.trip.preset.clone(),
+        route_seed: args.trip.route_seed,
+        trip_seed: args.trip.trip_seed,
+        seed,
+        mode: mode.into(),
+        from_s: from_ms as f64 / 1000.0,
+        window_s: window_ms as f64 / 1000.0,
+        queue_bytes: args.queue_bytes,
+        carriers: trip.paths.iter().map(|p| p.name.clone()).collect(),
+        interruptions: source.clone(),
+        prediction: format!(
+            "LinkDB paper predictor in the proxy (downlink), trained on {} simulated rides of route {} with trip seeds from {} (never the replayed ride); the relay's uplink runs without prediction",
+            if args.quick { 8 } else { 20 },
+            args.trip.route_seed,
+            args.trip.trip_seed.saturating_add(1000)
+        ),
+        started: utc_now(),
+    };
+    eprintln!(
+        "bench ({mode}): preset {} route {} trip {} (interruptions: {source}), window {:.1}-{:.1} s of the trip, workload seed {seed}, {} systems x {:.0} s, testbed `{name}`, output {}",
+        meta.preset,
+        meta.route_seed,
+        meta.trip_seed,
+        meta.from_s,
+        meta.from_s + plan.end_s,
+        systems.len(),
+        plan.end_s,
+        out.display()
+    );
+    eprintln!("note: {}", meta.prediction);
+    let interrupted = Arc::new(AtomicBool::new(false));
+    for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+        signal_hook::flag::register_conditional_shutdown(sig, 1, interrupted.clone())?;
+        signal_hook::flag::register(sig, interrupted.clone())?;
+    }
+    let mut runs = Vec::new();
+    for (k, sys) in systems.iter().enumerate() {
+        if interrupted.load(Ordering::Relaxed) {
+            bail!("interrupted");
+        }
+        let label = format!("[{}/{}] {}", k + 1, systems.len(), sys.name);
+        let r = run_system(
+            &name,
+            sys,
+            linkdb.as_deref(),
+            &trip,
+            &plan,
+            args.queue_bytes,
+            &out,
+            &label,
+        )
+        .unwrap_or_else(|e| SystemRun {
+            system: sys.name.clone(),
+            mode: sys.mode.clone(),
+            spec: sys.spec.clone(),
+            ready_s: f64::NAN,
+            error: Some(format!("{e:#}")),
+            flows: vec![],
+            im: vec![],
+            path_down_bytes: vec![],
+        });
+        match &r.error {
+            Some(e) => eprintln!("{label}: FAILED: {e}"),
+            None => eprintln!(
+                "{label}: {}/{} bulk flows complete, {}/{} IM answers",
+                r.flows.iter().filter(|f| f.ok).count(),
+                r.flows.len(),
+                r.im.iter().filter(|m| m.delivery_s.is_some()).count(),
+                r.im.len()
+            ),
+        }
+        runs.push(r);
+    }
+    let results = report::Results::new(meta, plan, &trip, runs);
+    results.write_all(&out)?;
+    print!("{}", report::table(&results));
+    let html = report::write_html(&out, &results)?;
+    println!(
+        "raw: {} {} {}",
+        out.join("flows.csv").display(),
+        out.join("im.csv").display(),
+        out.join("results.json").display()
+    );
+    println!("report: {}", html.display());
+    report::verify(&out, &results).context("the outputs are incomplete or inconsistent")?;
+    println!(
+        "outputs complete and consistent ({} systems)",
+        results.runs.len()
+    );
+    Ok(())
+}
+
+/// Removes a testbed when dropped.
+struct Teardown(String);
+
+impl Drop for Teardown {
+    fn drop(&mut self) {
+        if let Err(e) = testbed::down(&self.0) {
+            eprintln!("warning: removing testbed `{}`: {e}", self.0);
+        }
+    }
+}
+
+/// A `polycorn relay|proxy` child in a namespace; SIGTERM, then SIGKILL, on drop. Shared by
+/// `polycorn bench` and `polycorn net bench`.
+pub(crate) struct Daemon {
+    child: Child,
+    log: PathBuf,
+}
+
+impl Daemon {
+    pub(crate) fn start(ns: &str, role: &str, config: &Path, log: PathBuf) -> Result<Daemon> {
+        let f = std::fs::File::create(&log)?;
+        let exe = std::env::current_exe()?;
+        let child = Command::new("ip")
+            .args(["netns", "exec", ns])
+            .arg(exe)
+            .args([role, "--config"])
+            .arg(config)
+            .env("RUST_LOG", "info")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(f)
+            .spawn()
+            .with_context(|| format!("start {role} in {ns}"))?;
+        Ok(Daemon { child, log })
+    }
+    fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+    /// The child's PID (CPU accounting).
+    pub(crate) fn pid(&self) -> u32 {
+        self.child.id()
+    }
+    pub(crate) fn wait_for(&mut self, what: &str, count: usize, until: Instant) -> Result<()> {
+        loop {
+            if self.log().matches(what).count() >= count {
+                return Ok(());
+            }
+            if let Some(st) = self.child.try_wait()? {
+                bail!("exited ({st}) before `{what}`; log {}", self.log.display());
+            }
+            if Instant::now() >= until {
+                bail!(
+                    "no `{what}` x{count} before the workload started; log {}",
+                    self.log.display()
+                );
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        let pid = self.child.id() as i32;
+        let _ = nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(pid),
+            nix::sys::signal::Signal::SIGTERM,
+        );
+        let t = Instant::now();
+        while t.elapsed() < Duration::from_secs(5) {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn write_configs(
+    dir: &Path,
+    sys: &System,
+    paths: usize,
+    linkdb: Option<&str>,
+) -> Result<(PathBuf, PathBuf)> {
+    let spec = if sys.mode == "polycorn" {
+        sys.spec.as_str()
+    } else {
+        "minrtt"
+    };
+    let mut relay = format!(
+        "[relay]\nmode = \"{}\"\nscheduler = \"{spec}\"\nproxy = \"10.100.0.2:7700\"\ncongestion = \"cubic\"\n\n",
+        sys.mode
+    );
+    for i in 0..paths {
+        relay += &format!(
+            "[[path]]\nname = \"p{i}\"\ndevice = \"path{i}\"\nsource = \"10.100.{i}.1\"\nproxy = \"10.100.{i}.2:7700\"\n\n"
+        );
+    }
+    relay += "[intercept]\ntransparent = \"0.0.0.0:7070\"\ninstall_nft = true\nlan_device = \"lan0\"\n\n";
+    if sys.mode == "polycorn" {
+        relay += &format!("[context]\nsource = \"gpsd\"\ngpsd = \"127.0.0.1:{GPSD_PORT}\"\n\n");
+    }
+    relay += "[tls]\nca = \"ca.pem\"\ncert = \"relay.pem\"\nkey = \"relay.key\"\n";
+    let proxy = format!(
+        "[proxy]\nlisten = \"0.0.0.0:7700\"\ntunnel_listen = \"0.0.0.0:7701\"\ntunnel_peers = [\"10.100.0.0/16\"]\nscheduler = \"{spec}\"\ncongestion = \"cubic\"\n\n[tls]\nca = \"ca.pem\"\ncert = \"proxy.pem\"\nkey = \"proxy.key\"\n\n[policy]\nallow = [\"10.0.2.0/24\"]\n"
+    );
+    let mut proxy = proxy;
+    if let (Some(l), "polycorn") = (linkdb, sys.mode.as_str()) {
+        proxy += l;
+    }
+    let (r, p) = (dir.join("relay.toml"), dir.join("proxy.toml"));
+    std::fs::write(&r, relay)?;
+    std::fs::write(&p, proxy)?;
+    Ok((r, p))
+}
+
+/// Progress bar on stderr: redrawn in place on a terminal, one line per 15 s otherwise.
+fn progress(
+    label: String,
+    t0: Instant,
+    total_s: f64,
+    done: Arc<AtomicBool>,
+) -> std::thread::JoinHandle<()> {
+    std::thread::spawn(move || {
+        let tty = std::io::stderr().is_terminal();
+        let mut last_line = Instant::now();
+        while !done.load(Ordering::Relaxed) {
+            let el = t0.elapsed().as_secs_f64();
+            let frac = (el / total_s).clamp(0.0, 1.0);
+            let w = 30usize;
+            let fill = (frac * w as f64) as usize;
+            let bar = format!(
+                "{label} [{}{}] {:>3.0} / {:.0} s",
+                "#".repeat(fill),
+                "-".repeat(w - fill),
+                el.min(total_s),
+                total_s
+            );
+            if tty {
+                eprint!("\r{bar}");
+                let _ = std::io::stderr().flush();
+            } else if last_line.elapsed() >= Duration::from_secs(15) {
+                eprintln!("{bar}");
+                last_line = Instant::now();
+            }
+            std::thread::sleep(Duration::from_millis(500));
+        }
+        if tty {
+            eprint!("\r{}\r", " ".repeat(label.len() + 50));
+        }
+    })
+}
+
+#[allow(clippy::too_many_arguments)]
+fn run_system(
+    name: &str,
+    sys: &System,
+    linkdb: Option<&str>,
+    trip: &Trip,
+    plan: &Plan,
+    queue_bytes: Option<u64>,
+    out: &Path,
+    label: &str,
+) -> Result<SystemRun> {
+    let n = trip.paths.len();
+    let spec = TestbedSpec {
+        name: name.into(),
+        paths: n,
+    };
+    let _ = testbed::down(name);
+    testbed::up(&spec).with_context(|| format!("build testbed `{name}`"))?;
+    let _teardown = Teardown(name.into());
+    // Replies to a relay path address leave on that path: `testbed::up` adds the rule.
+    let dir = out.join("logs").join(&sys.name);
+    std::fs::create_dir_all(&dir)?;
+    polycorn_net::tls::generate(&dir, &[], true)?;
+    let (relay_cfg, proxy_cfg) = write_configs(&dir, sys, n, linkdb)?;
+    let max_users = plan.im.iter().map(|s| s.users).max().unwrap_or(0);
+    workload::add_user_addresses(&spec.ns("client"), max_users)?;
+    let _servers = workload::Servers::start(&spec.ns("server"))?;
+    let models = models::from_trip(trip, queue_bytes.map(QueueLimit::Bytes))?;
+    let emu_stop = Arc::new(AtomicBool::new(false));
+    let mut emu = Emulator::attach(&spec, &models, emu_stop.clone())?;
+    let t0 = Instant::now();
+    let emu_thread = std::thread::Builder::new()
+        .name("emulator".into())
+        .spawn(move || emu.run())?;
+    // Stop the emulator however this function ends.
+    struct StopEmu(Arc<AtomicBool>);
+    impl Drop for StopEmu {
+        fn drop(&mut self) {
+            self.0.store(true, Ordering::Relaxed);
+        }
+    }
+    let stop_guard = StopEmu(emu_stop.clone());
+    let names = trip.paths.iter().map(|p| p.name.clone()).collect();
+    let addr = std::net::SocketAddr::from(([127, 0, 0, 1], GPSD_PORT));
+    let _context = ContextServer::start(
+        Some(&spec.ns("relay")),
+        addr,
+        trip.context.clone(),
+        names,
+        emu_stop.clone(),
+    )?;
+    let lead_end = t0 + Duration::from_secs_f64(plan.lead_s);
+    let mut proxy = Daemon::start(
+        &spec.ns("proxy"),
+        "proxy",
+        &proxy_cfg,
+        dir.join("proxy.log"),
+    )?;
+    proxy
+        .wait_for("proxy running", 1, lead_end)
+        .context("proxy")?;
+    let mut relay = Daemon::start(
+        &spec.ns("relay"),
+        "relay",
+        &relay_cfg,
+        dir.join("relay.log"),
+    )?;
+    relay
+        .wait_for("relay running", 1, lead_end)
+        .context("relay")?;
+    if sys.mode == "polycorn" {
+        relay.wait_for("subflow up", n, lead_end).context("relay")?;
+    }
+    let ready_s = t0.elapsed().as_secs_f64();
+    let done = Arc::new(AtomicBool::new(false));
+    let bar = progress(label.to_string(), t0, plan.end_s, done.clone());
+    let res = workload::run_client(&spec.ns("client"), plan, t0);
+    done.store(true, Ordering::Relaxed);
+    let _ = bar.join();
+    let (flows, im) = res?;
+    drop(relay);
+    drop(proxy);
+    drop(stop_guard);
+    let stats = emu_thread
+        .join()
+        .map_err(|_| anyhow::anyhow!("emulator thread panicked"))??;
+    Ok(SystemRun {
+        system: sys.name.clone(),
+        mode: sys.mode.clone(),
+        spec: sys.spec.clone(),
+        ready_s,
+        error: None,
+        flows,
+        im,
+        path_down_bytes: stats.iter().map(|(_, d)| d.bytes_out).collect(),
+    })
+}
+
+fn out_dir_for(args: &BenchArgs) -> PathBuf {
+    let mode = if args.quick { "quick" } else { "full" };
+    args.out.clone().unwrap_or_else(|| {
+        PathBuf::from(format!(
+            "results/bench-{}-r{}-t{}-{mode}",
+            args.trip.preset, args.trip.route_seed, args.trip.trip_seed
+        ))
+    })
+}
+
+/// Build a LinkDB of `rides` simulated rides of the replayed trip's route (trip seeds from
+/// `trip_seed + 1000`, so never the replayed ride) and return the proxy's `[linkdb]` section.
+fn build_linkdb(
+    out: &Path,
+    t: &crate::tripgen::TripArgs,
+    cfg: &polycorn_link::trip::TripConfig,
+    rides: u64,
+) -> Result<String> {
+    let db = std::fs::canonicalize(out)?.join("linkdb.sqlite");
+    let _ = std::fs::remove_file(&db);
+    let url = format!("sqlite:{}", db.display());
+    let exe = std::env::current_exe().context("find the polycorn binary")?;
+    let first = t.trip_seed.saturating_add(1000).to_string();
+    let o = std::process::Command::new(exe)
+        .args([
+            "linkdb",
+            "import",
+            "--db",
+            &url,
+            "--simulate",
+            &rides.to_string(),
+        ])
+        .args([
+            "--preset",
+            &t.preset,
+            "--route-seed",
+            &t.route_seed.to_string(),
+        ])
+        .args(["--first-trip-seed", &first])
+        .output()
+        .context("run polycorn linkdb import")?;
+    if !o.status.success() {
+        bail!(
+            "linkdb import failed: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+    }
+    let carriers: Vec<String> = cfg
+        .carriers
+        .iter()
+        .map(|c| format!("\"{}\"", c.name))
+        .collect();
+    Ok(format!(
+        "\n[linkdb]\ndb = \"{url}\"\nmodel = \"paper\"\nroute = \"{}/route{}\"\ncarriers = [{}]\ntrack_origin = [{}, {}]\ntrack_heading_deg = {}\n",
+        t.preset,
+        t.route_seed,
+        carriers.join(", "),
+        cfg.origin.0,
+        cfg.origin.1,
+        cfg.heading_deg
+    ))
+}

@@ -1,0 +1,425 @@
+//! `polycorn relay`, `polycorn proxy`, `polycorn tls generate`, `polycorn config example`.
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{bail, Context, Result};
+use polycorn_net::config::{
+    ContextSource, LogConfig, LogFormat, MetricsConfig, ProxyConfig, RelayConfig, RelayMode,
+    UdpPolicy,
+};
+use polycorn_net::intercept::{NftTproxy, TproxyOptions};
+use polycorn_net::metrics::Metrics;
+use polycorn_net::proxy::{self, ProxyOptions};
+use polycorn_net::relay::{self, Carrier, Mode, RelayOptions, RelayPath, Tuning};
+use polycorn_net::{context, tls};
+use polycorn_proto::{CellInfo, ContextInfo};
+use tracing::{info, warn};
+
+fn init_logging(log: &LogConfig) -> Result<()> {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .or_else(|_| tracing_subscriber::EnvFilter::try_new(&log.level))
+        .with_context(|| format!("log.level: invalid filter `{}`", log.level))?;
+    let b = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .with_writer(std::io::stderr);
+    match log.format {
+        LogFormat::Json => b.json().init(),
+        LogFormat::Text => b.init(),
+    }
+    Ok(())
+}
+
+fn runtime() -> Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .context("start the async runtime")
+}
+
+/// Wait for SIGINT or SIGTERM.
+async fn shutdown_signal() {
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        .expect("install SIGTERM handler");
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = term.recv() => {}
+    }
+}
+
+fn tuning(limits: &polycorn_net::config::Limits, hold: Duration, cc: Option<String>) -> Tuning {
+    Tuning {
+        flow_window: limits.flow_window_bytes,
+        user_window: limits.user_window_bytes,
+        max_flows: limits.max_flows as usize,
+        hold_time: hold,
+        congestion: cc,
+    }
+}
+
+fn fix_to_info(f: &context::ContextFix) -> ContextInfo {
+    let finite = |v: f64| if v.is_finite() { v as f32 } else { 0.0 };
+    ContextInfo {
+        unix_ms: f.unix_ms,
+        lat: f.lat.clamp(-90.0, 90.0),
+        lon: f.lon.clamp(-180.0, 180.0),
+        speed_mps: finite(f.speed_mps).max(0.0),
+        heading_deg: finite(f.heading_deg),
+        cells: f
+            .cells
+            .iter()
+            .take(polycorn_proto::frame::MAX_CONTEXT_CELLS)
+            .map(|c| CellInfo {
+                path: c.path,
+                cell: c.cell,
+                rsrp_dbm: c.rsrp_dbm.filter(|r| r.is_finite()),
+            })
+            .collect(),
+    }
+}
+
+async fn serve_metrics(cfg: &MetricsConfig, metrics: Arc<Metrics>) -> Result<()> {
+    if let Some(addr) = cfg.listen {
+        let l = tokio::net::TcpListener::bind(addr)
+            .await
+            .with_context(|| format!("metrics.listen: bind {addr}"))?;
+        info!(%addr, "metrics on http://{addr}/metrics");
+        tokio::spawn(polycorn_net::metrics::serve(l, metrics));
+    }
+    Ok(())
+}
+
+/// Copy the session's counters into the metrics every second.
+fn sample_metrics(engine: polycorn_net::engine::Engine, names: Vec<String>, metrics: Arc<Metrics>) {
+    tokio::spawn(async move {
+        let mut last = vec![polycorn_proto::PathCounters::default(); names.len()];
+        let mut tick = tokio::time::interval(Duration::from_secs(1));
+        loop {
+            tick.tick().await;
+            let snapshot = engine.inspect(|s| {
+                let paths: Vec<_> = (0..names.len())
+                    .map(|i| {
+                        let c = s.path_counters(i as u8).unwrap_or_default();
+                        let st = polycorn_sched::PathId::new(i)
+                            .and_then(|id| s.scheduler().path(id))
+                            .map(|p| (p.srtt, p.cwnd_bytes));
+                        (c, st, s.path_usable(i as u8))
+                    })
+                    .collect();
+                (paths, s.open_flows(), s.stage_moves().to_vec())
+            });
+            let (paths, open, stages) = snapshot;
+            for (i, (c, st, up)) in paths.into_iter().enumerate() {
+                let m = metrics.path(&names[i]);
+                let l = last[i];
+                m.sent_bytes.inc_by(c.tx_bytes.saturating_sub(l.tx_bytes));
+                m.received_bytes
+                    .inc_by(c.rx_bytes.saturating_sub(l.rx_bytes));
+                m.reinjected_bytes
+                    .inc_by(c.reinjected_bytes.saturating_sub(l.reinjected_bytes));
+                m.redundant_bytes
+                    .inc_by(c.redundant_bytes.saturating_sub(l.redundant_bytes));
+                if let Some((srtt, cwnd)) = st {
+                    m.set_rtt(Duration::from_micros(srtt.as_micros()));
+                    m.set_cwnd_bytes(cwnd);
+                }
+                m.up.set(i64::from(up));
+                if c.attaches > l.attaches {
+                    // A new subflow connection: its kernel counters start from zero.
+                    if l.attaches == 0 {
+                        m.connected();
+                    } else {
+                        m.reconnected();
+                    }
+                }
+                m.set_kernel_retransmissions(engine.path_retransmissions(i as u8));
+                last[i] = c;
+            }
+            metrics.flows_open.set(open as i64);
+            for (stage, n) in stages {
+                let c = metrics.stage(stage);
+                let have = c.get();
+                c.inc_by(n.saturating_sub(have));
+            }
+        }
+    });
+}
+
+/// `polycorn relay --config FILE`.
+pub fn relay(path: &Path) -> Result<()> {
+    let cfg = RelayConfig::load(path)?;
+    init_logging(&cfg.log)?;
+    let rt = runtime()?;
+    rt.block_on(async move {
+        let mode = match cfg.relay.mode {
+            RelayMode::Polycorn => Mode::Polycorn,
+            RelayMode::Mptcp => Mode::Mptcp,
+            RelayMode::Single => Mode::Single,
+        };
+        let paths: Vec<RelayPath> = cfg
+            .paths
+            .iter()
+            .map(|p| RelayPath {
+                name: p.name.clone(),
+                device: Some(p.device.clone()),
+                source: Some(p.source),
+                proxy: cfg.proxy_for(p),
+            })
+            .collect();
+        let tls_cfg = match (&cfg.tls, mode) {
+            (Some(t), _) => Some(tls::client_config(&t.ca, &t.cert, &t.key)?),
+            (None, Mode::Polycorn) => bail!("[tls]: required in polycorn mode"),
+            (None, _) => None,
+        };
+        // Interception rules first: a half-configured relay should fail before it starts.
+        let mut nft = None;
+        if cfg.intercept.install_nft
+            && (cfg.intercept.transparent.is_some() || cfg.intercept.transparent6.is_some())
+        {
+            let lan = cfg
+                .intercept
+                .lan_device
+                .clone()
+                .context("intercept.lan_device: required with install_nft")?;
+            let mut o = TproxyOptions::new("polycorn_relay", lan);
+            o.v4_port = cfg.intercept.transparent.map(|a| a.port());
+            o.v6_port = cfg.intercept.transparent6.map(|a| a.port());
+            o.udp_block = cfg.intercept.udp == UdpPolicy::Block;
+            nft = Some(NftTproxy::install(o).context("install the TPROXY rules (nftables)")?);
+            info!("TPROXY rules installed (nftables table inet polycorn_relay)");
+        }
+        let mut endpoints = None;
+        if mode == Mode::Mptcp {
+            endpoints = Some(
+                polycorn_net::direct::MptcpEndpoints::install(&paths, paths.len())
+                    .context("configure kernel MPTCP endpoints (ip mptcp)")?,
+            );
+        }
+        let (ctx_tx, ctx_rx) = tokio::sync::mpsc::channel::<ContextInfo>(64);
+        match cfg.context.source {
+            ContextSource::None => {}
+            ContextSource::Gpsd => {
+                let (tx, mut rx) = tokio::sync::mpsc::channel(64);
+                let addr = cfg.context.gpsd;
+                tokio::spawn(async move {
+                    let _ = context::follow_gpsd(addr, tx).await;
+                });
+                let out = ctx_tx.clone();
+                tokio::spawn(async move {
+                    while let Some(f) = rx.recv().await {
+                        let _ = out.send(fix_to_info(&f)).await;
+                    }
+                });
+                info!(%addr, "context from gpsd");
+            }
+            ContextSource::Replay => {
+                let file = cfg
+                    .context
+                    .replay
+                    .clone()
+                    .context("context.replay: required with source = \"replay\"")?;
+                let fixes = context::read_replay_csv(&file)?;
+                let (tx, mut rx) = tokio::sync::mpsc::channel(64);
+                tokio::spawn(async move {
+                    let _ = context::replay(fixes, tx, 1.0).await;
+                });
+                let out = ctx_tx.clone();
+                tokio::spawn(async move {
+                    while let Some(f) = rx.recv().await {
+                        let _ = out.send(fix_to_info(&f)).await;
+                    }
+                });
+                info!(file = %file.display(), "context replayed from a log");
+            }
+        }
+        let opts = RelayOptions {
+            mode,
+            pipeline: cfg.relay.scheduler.clone(),
+            paths: paths.clone(),
+            tls: tls_cfg,
+            transparent: cfg
+                .intercept
+                .transparent
+                .into_iter()
+                .chain(cfg.intercept.transparent6)
+                .collect(),
+            socks5: cfg.intercept.socks5,
+            dns: cfg.dns.listen.zip(cfg.dns.upstream),
+            tunnel_port: cfg.relay.tunnel_port,
+            tuning: tuning(
+                &cfg.limits,
+                cfg.relay.hold_time(),
+                cfg.relay.congestion.clone(),
+            ),
+        };
+        let metrics = Arc::new(Metrics::new());
+        serve_metrics(&cfg.metrics, metrics.clone()).await?;
+        let (carrier, mut tasks) = relay::start(opts, Some(ctx_rx))
+            .await
+            .map_err(anyhow::Error::msg)?;
+        if let Carrier::Session(engine) = &carrier {
+            engine.set_metrics(metrics.clone());
+            sample_metrics(
+                engine.clone(),
+                paths.iter().map(|p| p.name.clone()).collect(),
+                metrics,
+            );
+        }
+        info!(mode = ?mode, "relay running");
+        tokio::select! {
+            _ = shutdown_signal() => info!("shutting down"),
+            Some(r) = tasks.join_next() => warn!(?r, "a relay task ended"),
+        }
+        tasks.abort_all();
+        drop(endpoints);
+        if let Some(mut n) = nft {
+            if let Err(e) = n.uninstall() {
+                warn!(error = %e, "removing the TPROXY rules failed");
+            }
+        }
+        Ok(())
+    })
+}
+
+/// `polycorn proxy --config FILE`.
+pub fn proxy(path: &Path) -> Result<()> {
+    let cfg = ProxyConfig::load(path)?;
+    init_logging(&cfg.log)?;
+    // LinkDB is loaded before the async runtime starts (its PostgreSQL client blocks).
+    let predictor = load_predictor(&cfg.linkdb)?;
+    let rt = runtime()?;
+    rt.block_on(async move {
+        let tls_cfg = tls::server_config(&cfg.tls.ca, &cfg.tls.cert, &cfg.tls.key)?;
+        let metrics = Arc::new(Metrics::new());
+        let opts = ProxyOptions {
+            listen: cfg.proxy.listen.clone(),
+            tunnel_listen: cfg.proxy.tunnel_listen,
+            tunnel_peers: cfg.proxy.tunnel_peers.clone(),
+            tls: tls_cfg,
+            pipeline: cfg.proxy.scheduler.clone(),
+            tuning: tuning(
+                &cfg.limits,
+                cfg.proxy.hold_time(),
+                cfg.proxy.congestion.clone(),
+            ),
+            policy: Arc::new(cfg.policy.destination_policy()),
+            connect_timeout: cfg.proxy.connect_timeout(),
+            predictor,
+            metrics: Some(metrics.clone()),
+        };
+        serve_metrics(&cfg.metrics, metrics.clone()).await?;
+        let (mut tasks, sessions) = proxy::start(opts).await.map_err(anyhow::Error::msg)?;
+        {
+            // Per-path metrics of every live session (paths are named by index on the proxy).
+            let m = metrics.clone();
+            tokio::spawn(async move {
+                let mut started = std::collections::HashSet::new();
+                let mut tick = tokio::time::interval(Duration::from_secs(1));
+                loop {
+                    tick.tick().await;
+                    let live: Vec<(u64, polycorn_net::engine::Engine)> = sessions
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .iter()
+                        .map(|(k, v)| (*k, v.clone()))
+                        .collect();
+                    for (id, e) in live {
+                        if started.insert(id) {
+                            let names = (0..polycorn_sched::MAX_PATHS)
+                                .map(|i| format!("{i}"))
+                                .collect::<Vec<_>>();
+                            let n = e.inspect(|s| {
+                                (0..names.len())
+                                    .filter(|i| {
+                                        s.path_counters(*i as u8).is_some_and(|c| c.attaches > 0)
+                                    })
+                                    .count()
+                                    .max(1)
+                            });
+                            sample_metrics(e, names[..n.max(2)].to_vec(), m.clone());
+                        }
+                    }
+                }
+            });
+        }
+        info!("proxy running");
+        tokio::select! {
+            _ = shutdown_signal() => info!("shutting down"),
+            Some(r) = tasks.join_next() => warn!(?r, "a proxy task ended"),
+        }
+        tasks.abort_all();
+        Ok(())
+    })
+}
+
+/// Build the downlink handover predictor from LinkDB, if configured.
+fn load_predictor(
+    cfg: &polycorn_net::config::LinkDbConfig,
+) -> Result<Option<polycorn_net::proxy::PredictorFactory>> {
+    let Some(url) = &cfg.db else { return Ok(None) };
+    let mut store = polycorn_linkdb::store::Store::open(url)
+        .with_context(|| format!("linkdb.db: open {url}"))?;
+    let filter = polycorn_linkdb::store::TripFilter {
+        source: None,
+        route: cfg.route.clone(),
+    };
+    let trips = store
+        .load(&filter)
+        .with_context(|| format!("linkdb.db: load rides from {url}"))?;
+    let kind = polycorn_linkdb::ModelKind::parse(&cfg.model)
+        .with_context(|| format!("linkdb.model: unknown `{}`", cfg.model))?;
+    let refs: Vec<&polycorn_linkdb::record::TripData> = trips.iter().collect();
+    let predictor = kind.build(&refs);
+    let [lat, lon] = cfg
+        .track_origin
+        .context("linkdb.track_origin: required with linkdb.db")?;
+    let track = polycorn_linkdb::Track {
+        origin: (lat, lon),
+        heading_deg: cfg.track_heading_deg,
+    };
+    info!(
+        rides = trips.len(),
+        cells = predictor.index().cells().len(),
+        model = kind.name(),
+        "LinkDB predictor loaded"
+    );
+    let wrapped = polycorn_net::predictor::LinkDbPredictor::new(predictor, track, &cfg.carriers);
+    Ok(Some(Arc::new(move || {
+        Box::new(wrapped.clone()) as Box<dyn polycorn_net::predictor::TrainPredictor>
+    })))
+}
+
+/// `polycorn tls generate DIR`.
+pub fn tls_generate(dir: &Path, san: &[String], force: bool) -> Result<()> {
+    let g = tls::generate(dir, san, force)?;
+    println!("wrote {}", dir.display());
+    println!(
+        "  proxy: {} {}",
+        g.proxy_cert.display(),
+        g.proxy_key.display()
+    );
+    println!(
+        "  relay: {} {}",
+        g.relay_cert.display(),
+        g.relay_key.display()
+    );
+    println!("  CA:    {} (give to both)", g.ca_cert.display());
+    println!(
+        "  keep {} off the train and off the proxy: whoever has it can mint relays",
+        g.ca_key.display()
+    );
+    Ok(())
+}
+
+/// `polycorn config example relay|proxy`.
+pub fn config_example(role: &str) -> Result<()> {
+    match role {
+        "relay" => print!("{}", RelayConfig::example()),
+        "proxy" => print!("{}", ProxyConfig::example()),
+        other => bail!("unknown role `{other}`: expected `relay` or `proxy`"),
+    }
+    Ok(())
+}

@@ -1,0 +1,272 @@
+//! `polycorn net bench`: how fast relay + proxy carry one bulk download over two unshaped veth
+//! paths with encryption on, and kernel MPTCP over the same paths in the same run.
+//!
+//! Topology (namespaces `{name}-c/-r/-p/-s`, removed at the end):
+//! client 10.0.1.2 ─lan0─ relay 10.0.1.1 ═path0/path1 (veth, 10.100.i.1 ⇄ 10.100.i.2)═ proxy
+//! ─wan0─ server 10.0.2.2. The client's connection is intercepted transparently (TPROXY).
+//! Throughput is counted at the client; CPU time of the relay and proxy processes comes from
+//! /proc (user + system), as a share of one core.
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+
+use crate::bench::Daemon;
+use polycorn_emu::netns::{ip, ip_in, InNamespace};
+
+/// One measurement.
+#[derive(Debug, Clone)]
+pub struct Measured {
+    /// System label.
+    pub system: String,
+    /// Goodput at the client, Gbit/s.
+    pub gbit: f64,
+    /// Relay CPU, % of one core.
+    pub relay_cpu: f64,
+    /// Proxy CPU, % of one core.
+    pub proxy_cpu: f64,
+}
+
+struct Topology {
+    name: String,
+}
+
+impl Topology {
+    fn ns(&self, r: &str) -> String {
+        format!("{}-{r}", self.name)
+    }
+    fn up(name: &str) -> Result<Topology> {
+        let t = Topology { name: name.into() };
+        t.down();
+        for r in ["c", "r", "p", "s"] {
+            ip(&["netns", "add", &t.ns(r)])?;
+            ip_in(&t.ns(r), &["link", "set", "lo", "up"])?;
+        }
+        let pair = |a: &str, b: &str, dev: &str| -> Result<()> {
+            ip(&[
+                "link",
+                "add",
+                "pcnb-tmp-a",
+                "netns",
+                a,
+                "type",
+                "veth",
+                "peer",
+                "name",
+                "pcnb-tmp-b",
+                "netns",
+                b,
+            ])?;
+            ip_in(a, &["link", "set", "pcnb-tmp-a", "name", dev])?;
+            ip_in(b, &["link", "set", "pcnb-tmp-b", "name", dev])?;
+            ip_in(a, &["link", "set", dev, "up"])?;
+            ip_in(b, &["link", "set", dev, "up"])?;
+            Ok(())
+        };
+        let (c, r, p, s) = (t.ns("c"), t.ns("r"), t.ns("p"), t.ns("s"));
+        pair(&c, &r, "lan0")?;
+        pair(&p, &s, "wan0")?;
+        for i in 0..2 {
+            pair(&r, &p, &format!("path{i}"))?;
+        }
+        ip_in(&c, &["addr", "add", "10.0.1.2/24", "dev", "lan0"])?;
+        ip_in(&r, &["addr", "add", "10.0.1.1/24", "dev", "lan0"])?;
+        ip_in(&c, &["route", "add", "default", "via", "10.0.1.1"])?;
+        ip_in(&p, &["addr", "add", "10.0.2.1/24", "dev", "wan0"])?;
+        ip_in(&s, &["addr", "add", "10.0.2.2/24", "dev", "wan0"])?;
+        ip_in(&s, &["route", "add", "default", "via", "10.0.2.1"])?;
+        for i in 0..2 {
+            let dev = format!("path{i}");
+            let table = (100 + i).to_string();
+            ip_in(
+                &r,
+                &["addr", "add", &format!("10.100.{i}.1/24"), "dev", &dev],
+            )?;
+            ip_in(
+                &p,
+                &["addr", "add", &format!("10.100.{i}.2/24"), "dev", &dev],
+            )?;
+            ip_in(
+                &r,
+                &["route", "add", "default", "dev", &dev, "table", &table],
+            )?;
+            ip_in(
+                &r,
+                &[
+                    "rule",
+                    "add",
+                    "from",
+                    &format!("10.100.{i}.1"),
+                    "table",
+                    &table,
+                ],
+            )?;
+            ip_in(&r, &["rule", "add", "oif", &dev, "table", &table])?;
+        }
+        Ok(t)
+    }
+    fn down(&self) {
+        for r in ["c", "r", "p", "s"] {
+            let _ = ip(&["netns", "del", &self.ns(r)]);
+        }
+    }
+}
+
+impl Drop for Topology {
+    fn drop(&mut self) {
+        self.down();
+    }
+}
+
+/// CPU seconds (user + system) of a process.
+fn cpu_secs(pid: u32) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    // Fields after the command name (which may contain spaces) start after the last ')'.
+    let rest = stat.rsplit(')').next().unwrap_or("");
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let ticks = |i: usize| f.get(i).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
+    // utime and stime are fields 14 and 15 of stat; here index 11 and 12.
+    (ticks(11) + ticks(12)) / 100.0
+}
+
+fn start_server(ns: &str) -> Result<()> {
+    let ns = ns.to_string();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _g = InNamespace::enter(&ns).expect("enter server namespace");
+        let l = TcpListener::bind("10.0.2.2:5201").expect("bind bench server");
+        tx.send(()).ok();
+        for s in l.incoming().flatten() {
+            std::thread::spawn(move || {
+                let mut s = s;
+                let buf = vec![0u8; 256 * 1024];
+                while s.write_all(&buf).is_ok() {}
+            });
+        }
+    });
+    rx.recv_timeout(Duration::from_secs(5))
+        .context("bench server did not start")?;
+    Ok(())
+}
+
+fn download(ns: &str, secs: f64) -> Result<f64> {
+    let ns = ns.to_string();
+    std::thread::spawn(move || -> Result<f64> {
+        let _g = InNamespace::enter(&ns)?;
+        let dst: SocketAddr = "10.0.2.2:5201".parse().expect("literal");
+        let mut s = TcpStream::connect_timeout(&dst, Duration::from_secs(10))?;
+        s.set_read_timeout(Some(Duration::from_secs(10)))?;
+        let mut buf = vec![0u8; 1 << 20];
+        // Warm-up: let congestion windows open.
+        let t0 = Instant::now();
+        while t0.elapsed() < Duration::from_secs(1) {
+            if s.read(&mut buf)? == 0 {
+                bail!("server closed during warm-up");
+            }
+        }
+        let t1 = Instant::now();
+        let mut bytes = 0u64;
+        while t1.elapsed().as_secs_f64() < secs {
+            let n = s.read(&mut buf)?;
+            if n == 0 {
+                bail!("server closed");
+            }
+            bytes += n as u64;
+        }
+        Ok(bytes as f64 * 8.0 / t1.elapsed().as_secs_f64() / 1e9)
+    })
+    .join()
+    .map_err(|_| anyhow::anyhow!("client thread panicked"))?
+}
+
+fn write_configs(dir: &Path, mode: &str) -> Result<(std::path::PathBuf, std::path::PathBuf)> {
+    let relay = format!(
+        "[relay]\nmode = \"{mode}\"\nscheduler = \"hrsch\"\nproxy = \"10.100.0.2:7700\"\n\n\
+         [[path]]\nname = \"p0\"\ndevice = \"path0\"\nsource = \"10.100.0.1\"\nproxy = \"10.100.0.2:7700\"\n\n\
+         [[path]]\nname = \"p1\"\ndevice = \"path1\"\nsource = \"10.100.1.1\"\nproxy = \"10.100.1.2:7700\"\n\n\
+         [intercept]\ntransparent = \"0.0.0.0:7070\"\ninstall_nft = true\nlan_device = \"lan0\"\n\n\
+         [tls]\nca = \"ca.pem\"\ncert = \"relay.pem\"\nkey = \"relay.key\"\n\n[log]\nlevel = \"info\"\n"
+    );
+    let proxy = "[proxy]\nlisten = \"0.0.0.0:7700\"\ntunnel_listen = \"0.0.0.0:7701\"\ntunnel_peers = [\"10.100.0.0/16\"]\nscheduler = \"hrsch\"\n\n\
+                 [tls]\nca = \"ca.pem\"\ncert = \"proxy.pem\"\nkey = \"proxy.key\"\n\n[policy]\nallow = [\"10.0.2.0/24\"]\n";
+    let r = dir.join(format!("relay-{mode}.toml"));
+    let p = dir.join("proxy.toml");
+    std::fs::write(&r, relay)?;
+    std::fs::write(&p, proxy)?;
+    Ok((r, p))
+}
+
+/// Run the benchmark; prints a table and returns the measurements.
+pub fn run(name: &str, secs: f64) -> Result<Vec<Measured>> {
+    let dir = tempdir()?;
+    polycorn_net::tls::generate(&dir, &[], true)?;
+    let topo = Topology::up(name)?;
+    start_server(&topo.ns("s"))?;
+    let (_, proxy_cfg) = write_configs(&dir, "polycorn")?;
+    let proxy_log = dir.join("proxy.log");
+    let ready_by = || Instant::now() + Duration::from_secs(20);
+    let mut proxy = Daemon::start(&topo.ns("p"), "proxy", &proxy_cfg, proxy_log)?;
+    proxy.wait_for("proxy running", 1, ready_by())?;
+    let mut out = Vec::new();
+    for (mode, label) in [
+        ("polycorn", "polycorn (hrsch, TLS 1.3)"),
+        ("mptcp", "kernel MPTCP (plain)"),
+    ] {
+        let (relay_cfg, _) = write_configs(&dir, mode)?;
+        let log = dir.join(format!("relay-{mode}.log"));
+        let mut relay = Daemon::start(&topo.ns("r"), "relay", &relay_cfg, log)?;
+        relay.wait_for("relay running", 1, ready_by())?;
+        if mode == "polycorn" {
+            relay.wait_for("subflow up", 2, ready_by())?;
+        }
+        let (r0, p0) = (cpu_secs(relay.pid()), cpu_secs(proxy.pid()));
+        let t0 = Instant::now();
+        let gbit = download(&topo.ns("c"), secs)?;
+        let wall = t0.elapsed().as_secs_f64();
+        let (r1, p1) = (cpu_secs(relay.pid()), cpu_secs(proxy.pid()));
+        out.push(Measured {
+            system: label.into(),
+            gbit,
+            relay_cpu: (r1 - r0) / wall * 100.0,
+            proxy_cpu: (p1 - p0) / wall * 100.0,
+        });
+        drop(relay);
+    }
+    drop(proxy);
+    drop(topo);
+    let _ = std::fs::remove_dir_all(&dir);
+    println!(
+        "one bulk download, 2 unshaped veth paths, {secs:.0} s after 1 s warm-up ({} cores):",
+        num_cpus()
+    );
+    println!(
+        "{:<28} {:>8} {:>11} {:>11}",
+        "system", "Gbit/s", "relay CPU", "proxy CPU"
+    );
+    for m in &out {
+        println!(
+            "{:<28} {:>8.2} {:>10.0}% {:>10.0}%",
+            m.system, m.gbit, m.relay_cpu, m.proxy_cpu
+        );
+    }
+    if out.len() == 2 && out[1].gbit > 0.0 {
+        println!("polycorn / kernel MPTCP: {:.2}x", out[0].gbit / out[1].gbit);
+    }
+    println!(
+        "(CPU % of one core, from /proc user+system time; client and server share the same cores)"
+    );
+    Ok(out)
+}
+
+fn num_cpus() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get())
+}
+
+fn tempdir() -> Result<std::path::PathBuf> {
+    let d = std::env::temp_dir().join(format!("polycorn-netbench-{}", std::process::id()));
+    std::fs::create_dir_all(&d)?;
+    Ok(d)
+}

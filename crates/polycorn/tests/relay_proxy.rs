@@ -1,0 +1,867 @@
+//! Relay and proxy as an operator runs them (`polycorn relay|proxy --config`), in the testbed's
+//! namespaces: client — relay — N emulated paths — proxy — server. Every transfer is checked
+//! byte by byte (polycorn_net::loadgen). Root only; tests run one at a time (they share CPU).
+
+use std::io::Write;
+use std::net::{IpAddr, SocketAddr};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use polycorn_emu::netns::{ip_in, InNamespace};
+use polycorn_net::loadgen;
+use tokio::net::{TcpSocket, TcpStream};
+
+static SERIAL: Mutex<()> = Mutex::new(());
+
+fn bin() -> &'static str {
+    env!("CARGO_BIN_EXE_polycorn")
+}
+
+fn is_root() -> bool {
+    let root = Command::new("id")
+        .arg("-u")
+        .output()
+        .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).trim() == "0");
+    if !root && std::env::var("CI").is_ok_and(|v| v == "true") {
+        panic!("relay/proxy tests need root and CI=true forbids skipping them");
+    }
+    if !root {
+        eprintln!("skipped: needs root");
+    }
+    root
+}
+
+/// A testbed; removed on drop.
+struct Bed {
+    name: String,
+}
+
+impl Bed {
+    fn up(tag: &str, model: &[&str]) -> Bed {
+        let name = format!("rp{}{tag}", std::process::id() % 10_000);
+        let _ = Command::new(bin())
+            .args(["testbed", "down", "--name", &name])
+            .output();
+        let mut args = vec!["testbed", "up", "--name", &name];
+        args.extend_from_slice(model);
+        let out = Command::new(bin()).args(&args).output().unwrap();
+        assert!(
+            out.status.success(),
+            "testbed up: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        Bed { name }
+    }
+    fn ns(&self, role: &str) -> String {
+        format!("{}-{role}", self.name)
+    }
+}
+
+impl Drop for Bed {
+    fn drop(&mut self) {
+        let out = Command::new(bin())
+            .args(["testbed", "down", "--name", &self.name])
+            .output();
+        if let Ok(o) = out {
+            if !o.status.success() {
+                eprintln!("testbed down: {}", String::from_utf8_lossy(&o.stderr));
+            }
+        }
+    }
+}
+
+/// A `polycorn relay|proxy` process in a namespace; SIGTERM then SIGKILL on drop.
+struct Daemon {
+    child: Child,
+    log: PathBuf,
+}
+
+impl Daemon {
+    fn start(ns: &str, role: &str, config: &Path, log: PathBuf) -> Daemon {
+        let f = std::fs::File::create(&log).unwrap();
+        let child = Command::new("ip")
+            .args(["netns", "exec", ns, bin(), role, "--config"])
+            .arg(config)
+            .env("RUST_LOG", "info")
+            .stdout(Stdio::null())
+            .stderr(f)
+            .spawn()
+            .unwrap();
+        Daemon { child, log }
+    }
+    fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+    fn wait_for(&mut self, what: &str, count: usize) {
+        let t0 = Instant::now();
+        while t0.elapsed() < Duration::from_secs(20) {
+            if self.log().matches(what).count() >= count {
+                return;
+            }
+            if let Ok(Some(st)) = self.child.try_wait() {
+                panic!("daemon exited ({st}) before `{what}`:\n{}", self.log());
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        panic!("no `{what}` ×{count} within 20 s:\n{}", self.log());
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        let pid = self.child.id() as i32;
+        let _ = Command::new("kill")
+            .args(["-TERM", &pid.to_string()])
+            .status();
+        let t0 = Instant::now();
+        while t0.elapsed() < Duration::from_secs(5) {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+struct Stack {
+    dir: tempfile::TempDir,
+    proxy: Daemon,
+    relay: Daemon,
+}
+
+fn configs(
+    bed: &Bed,
+    dir: &Path,
+    mode: &str,
+    spec: &str,
+    paths: usize,
+    extra: (&str, &str),
+) -> (PathBuf, PathBuf) {
+    let mut relay = format!(
+        "[relay]\nmode = \"{mode}\"\nscheduler = \"{spec}\"\nproxy = \"10.100.0.2:7700\"\ncongestion = \"cubic\"\n\n"
+    );
+    for i in 0..paths {
+        relay += &format!(
+            "[[path]]\nname = \"p{i}\"\ndevice = \"path{i}\"\nsource = \"10.100.{i}.1\"\nproxy = \"10.100.{i}.2:7700\"\n\n"
+        );
+    }
+    relay += "[intercept]\ntransparent = \"0.0.0.0:7070\"\ntransparent6 = \"[::]:7070\"\nsocks5 = \"10.0.1.1:1080\"\ninstall_nft = true\nlan_device = \"lan0\"\n\n";
+    relay += "[dns]\nlisten = \"10.0.1.1:53\"\nupstream = \"10.0.2.2:53\"\n\n[tls]\nca = \"ca.pem\"\ncert = \"relay.pem\"\nkey = \"relay.key\"\n\n[metrics]\nlisten = \"127.0.0.1:9100\"\n";
+    let proxy = format!(
+        "[proxy]\nlisten = \"0.0.0.0:7700\"\ntunnel_listen = \"0.0.0.0:7701\"\ntunnel_peers = [\"10.100.0.0/16\"]\nscheduler = \"{spec}\"\ncongestion = \"cubic\"\n\n[tls]\nca = \"ca.pem\"\ncert = \"proxy.pem\"\nkey = \"proxy.key\"\n\n[policy]\nallow = [\"10.0.2.0/24\", \"fd00:2::/64\"]\n\n[metrics]\nlisten = \"127.0.0.1:9100\"\n"
+    );
+    let _ = bed;
+    let relay = relay + extra.0;
+    let proxy = proxy + extra.1;
+    let r = dir.join("relay.toml");
+    let p = dir.join("proxy.toml");
+    std::fs::File::create(&r)
+        .unwrap()
+        .write_all(relay.as_bytes())
+        .unwrap();
+    std::fs::File::create(&p)
+        .unwrap()
+        .write_all(proxy.as_bytes())
+        .unwrap();
+    (r, p)
+}
+
+fn start_stack(bed: &Bed, mode: &str, spec: &str, paths: usize) -> Stack {
+    start_stack_with(
+        bed,
+        mode,
+        spec,
+        paths,
+        ("", ""),
+        tempfile::tempdir().unwrap(),
+    )
+}
+
+fn start_stack_with(
+    bed: &Bed,
+    mode: &str,
+    spec: &str,
+    paths: usize,
+    extra: (&str, &str),
+    dir: tempfile::TempDir,
+) -> Stack {
+    let out = Command::new(bin())
+        .arg("tls")
+        .arg("generate")
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let (r, p) = configs(bed, dir.path(), mode, spec, paths, extra);
+    let mut proxy = Daemon::start(&bed.ns("proxy"), "proxy", &p, dir.path().join("proxy.log"));
+    proxy.wait_for("proxy running", 1);
+    let mut relay = Daemon::start(&bed.ns("relay"), "relay", &r, dir.path().join("relay.log"));
+    relay.wait_for("relay running", 1);
+    if mode == "polycorn" {
+        relay.wait_for("subflow up", paths);
+    }
+    Stack { dir, proxy, relay }
+}
+
+/// Run `f` on a fresh single-threaded runtime in namespace `ns`.
+fn in_ns<T: Send + 'static>(
+    ns: &str,
+    f: impl FnOnce() -> std::pin::Pin<Box<dyn std::future::Future<Output = T>>> + Send + 'static,
+) -> T {
+    let ns = ns.to_string();
+    std::thread::spawn(move || {
+        let _g = InNamespace::enter(&ns).unwrap();
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(f())
+    })
+    .join()
+    .unwrap()
+}
+
+/// Start the checked server on 10.0.2.2:9000 and [fd00:2::2]:9000 (thread lives on).
+fn start_server(bed: &Bed) {
+    let ns = bed.ns("server");
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _g = InNamespace::enter(&ns).unwrap();
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async move {
+            let l4 = tokio::net::TcpListener::bind("10.0.2.2:9000")
+                .await
+                .unwrap();
+            let l6 = tokio::net::TcpListener::bind("[fd00:2::2]:9000")
+                .await
+                .unwrap();
+            tx.send(()).unwrap();
+            let dns = tokio::net::TcpListener::bind("10.0.2.2:53").await.unwrap();
+            tokio::join!(loadgen::serve(l4), loadgen::serve(l6), dns_over_tcp(dns));
+        });
+    });
+    rx.recv_timeout(Duration::from_secs(10)).unwrap();
+}
+
+/// A resolver that answers every query over TCP with one A record 192.0.2.1 (same ID and
+/// question), enough to check that passengers' DNS goes through relay and proxy.
+async fn dns_over_tcp(l: tokio::net::TcpListener) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    loop {
+        let Ok((mut s, _)) = l.accept().await else {
+            continue;
+        };
+        tokio::spawn(async move {
+            let mut len = [0u8; 2];
+            if s.read_exact(&mut len).await.is_err() {
+                return;
+            }
+            let mut q = vec![0u8; usize::from(u16::from_be_bytes(len))];
+            if s.read_exact(&mut q).await.is_err() || q.len() < 12 {
+                return;
+            }
+            let mut r = q.clone();
+            r[2] = 0x81; // response, recursion desired
+            r[3] = 0x80; // recursion available, no error
+            r[6..8].copy_from_slice(&1u16.to_be_bytes()); // one answer
+            r.extend_from_slice(&[0xC0, 0x0C, 0, 1, 0, 1, 0, 0, 0, 60, 0, 4, 192, 0, 2, 1]);
+            let mut out = (r.len() as u16).to_be_bytes().to_vec();
+            out.extend_from_slice(&r);
+            let _ = s.write_all(&out).await;
+        });
+    }
+}
+
+const SERVER4: &str = "10.0.2.2:9000";
+const SERVER6: &str = "[fd00:2::2]:9000";
+
+async fn socks_connect(dst: SocketAddr) -> std::io::Result<TcpStream> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut s = TcpStream::connect("10.0.1.1:1080").await?;
+    s.write_all(&[5, 1, 0]).await?;
+    let mut r = [0u8; 2];
+    s.read_exact(&mut r).await?;
+    let mut req = vec![5, 1, 0];
+    match dst.ip() {
+        IpAddr::V4(a) => {
+            req.push(1);
+            req.extend_from_slice(&a.octets());
+        }
+        IpAddr::V6(a) => {
+            req.push(4);
+            req.extend_from_slice(&a.octets());
+        }
+    }
+    req.extend_from_slice(&dst.port().to_be_bytes());
+    s.write_all(&req).await?;
+    let mut rep = [0u8; 10];
+    s.read_exact(&mut rep).await?;
+    if rep[1] != 0 {
+        return Err(std::io::Error::other(format!("SOCKS5 reply {}", rep[1])));
+    }
+    Ok(s)
+}
+
+#[derive(Clone, Copy, Debug)]
+enum Via {
+    Transparent4,
+    Transparent6,
+    Socks5,
+}
+
+async fn one(
+    via: Via,
+    up: u64,
+    down: u64,
+    source: Option<IpAddr>,
+) -> std::io::Result<loadgen::Transfer> {
+    let s = match via {
+        Via::Transparent4 => match source {
+            Some(src) => {
+                let sock = TcpSocket::new_v4()?;
+                sock.bind(SocketAddr::new(src, 0))?;
+                sock.connect(SERVER4.parse().unwrap()).await?
+            }
+            None => TcpStream::connect(SERVER4).await?,
+        },
+        Via::Transparent6 => TcpStream::connect(SERVER6).await?,
+        Via::Socks5 => socks_connect(SERVER4.parse().unwrap()).await?,
+    };
+    loadgen::transfer(s, up, down).await
+}
+
+fn transfers(bed: &Bed, list: Vec<(Via, u64, u64)>, label: &str, stack: &Stack) {
+    let label = label.to_string();
+    let res = in_ns(&bed.ns("client"), move || {
+        Box::pin(async move {
+            let mut out = Vec::new();
+            for (via, up, down) in list {
+                let r =
+                    tokio::time::timeout(Duration::from_secs(120), one(via, up, down, None)).await;
+                out.push((
+                    via,
+                    up,
+                    down,
+                    r.map_err(|_| std::io::Error::other("timed out"))
+                        .and_then(|r| r),
+                ));
+            }
+            out
+        })
+    });
+    for (via, up, down, r) in res {
+        match r {
+            Ok(t) => eprintln!("{label}: {via:?} up {up} down {down}: {:.2} s", t.complete.as_secs_f64()),
+            Err(e) => panic!(
+                "{label}: {via:?} up {up} down {down} failed: {e}\n--- relay log ---\n{}\n--- proxy log ---\n{}",
+                tail(&stack.relay.log()),
+                tail(&stack.proxy.log())
+            ),
+        }
+    }
+}
+
+fn tail(s: &str) -> String {
+    let lines: Vec<&str> = s.lines().collect();
+    lines[lines.len().saturating_sub(40)..].join("\n")
+}
+
+const KB: u64 = 1024;
+const MB: u64 = 1024 * 1024;
+
+#[test]
+fn every_scheduler_and_both_baselines_carry_byte_exact() {
+    let _s = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    if !is_root() {
+        return;
+    }
+    let bed = Bed::up(
+        "a",
+        &["--paths", "2", "--constant-mbit", "300", "--delay-ms", "5"],
+    );
+    start_server(&bed);
+    let mut modes: Vec<(&str, &str)> = polycorn_sched::PRESETS
+        .iter()
+        .map(|(n, _)| ("polycorn", *n))
+        .collect();
+    modes.push(("mptcp", "minrtt"));
+    modes.push(("single", "minrtt"));
+    for (mode, spec) in modes {
+        let stack = start_stack(&bed, mode, spec, 2);
+        let list = vec![
+            (Via::Transparent4, KB, KB),
+            (Via::Transparent4, MB, 64 * MB),
+            (Via::Transparent4, 64 * MB, KB),
+            (Via::Transparent6, 100 * KB, MB),
+            (Via::Socks5, KB, 64 * MB),
+            (Via::Socks5, 3 * MB, 1),
+        ];
+        transfers(&bed, list, &format!("{mode}/{spec}"), &stack);
+        drop(stack);
+    }
+}
+
+#[test]
+fn hundred_passengers_five_flows_each() {
+    let _s = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    if !is_root() {
+        return;
+    }
+    let bed = Bed::up(
+        "b",
+        &["--paths", "2", "--constant-mbit", "200", "--delay-ms", "10"],
+    );
+    start_server(&bed);
+    for i in 0..100 {
+        ip_in(
+            &bed.ns("client"),
+            &[
+                "addr",
+                "add",
+                &format!("10.0.1.{}/24", 100 + i),
+                "dev",
+                "lan0",
+            ],
+        )
+        .unwrap();
+    }
+    let stack = start_stack(&bed, "polycorn", "hrsch", 2);
+    let results = in_ns(&bed.ns("client"), move || {
+        Box::pin(async move {
+            let mut set = tokio::task::JoinSet::new();
+            for u in 0..100u64 {
+                for f in 0..5u64 {
+                    let src: IpAddr = format!("10.0.1.{}", 100 + u).parse().unwrap();
+                    let (up, down) = (4 * KB + f * 1000 + u, 200 * KB + f * 17_000 + u * 13);
+                    set.spawn(async move {
+                        let r = tokio::time::timeout(
+                            Duration::from_secs(120),
+                            one(Via::Transparent4, up, down, Some(src)),
+                        )
+                        .await;
+                        (
+                            u,
+                            f,
+                            r.map_err(|_| std::io::Error::other("timed out"))
+                                .and_then(|r| r),
+                        )
+                    });
+                }
+            }
+            let mut out = Vec::new();
+            while let Some(r) = set.join_next().await {
+                out.push(r.unwrap());
+            }
+            out
+        })
+    });
+    assert_eq!(results.len(), 500);
+    let failed: Vec<String> = results
+        .iter()
+        .filter_map(|(u, f, r)| {
+            r.as_ref()
+                .err()
+                .map(|e| format!("passenger {u} flow {f}: {e}"))
+        })
+        .collect();
+    assert!(
+        failed.is_empty(),
+        "{} of 500 flows failed: {:?}\n{}",
+        failed.len(),
+        &failed[..failed.len().min(10)],
+        tail(&stack.relay.log())
+    );
+    let scrape = |ns: String| {
+        in_ns(&ns, || {
+            Box::pin(async move {
+                use tokio::io::{AsyncReadExt, AsyncWriteExt};
+                let mut s = TcpStream::connect("127.0.0.1:9100").await.unwrap();
+                s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+                    .await
+                    .unwrap();
+                let mut body = String::new();
+                s.read_to_string(&mut body).await.unwrap();
+                body
+            })
+        })
+    };
+    std::thread::sleep(Duration::from_millis(1500));
+    // Passengers' DNS: UDP to the relay, carried over TCP through the proxy to the resolver.
+    let answer = in_ns(&bed.ns("client"), || {
+        Box::pin(async move {
+            let u = tokio::net::UdpSocket::bind("10.0.1.2:0").await.unwrap();
+            // Query id 0x1234, one question: example.org A IN.
+            let mut q = vec![0x12, 0x34, 1, 0, 0, 1, 0, 0, 0, 0, 0, 0];
+            q.extend_from_slice(b"\x07example\x03org\x00\x00\x01\x00\x01");
+            u.send_to(&q, "10.0.1.1:53").await.unwrap();
+            let mut b = [0u8; 512];
+            let n = tokio::time::timeout(Duration::from_secs(5), u.recv(&mut b))
+                .await
+                .unwrap()
+                .unwrap();
+            b[..n].to_vec()
+        })
+    });
+    assert_eq!(&answer[..2], &[0x12, 0x34], "answer carries the query id");
+    assert_eq!(
+        &answer[answer.len() - 4..],
+        &[192, 0, 2, 1],
+        "answer carries the record"
+    );
+    let relay_metrics = scrape(bed.ns("relay"));
+    for needle in [
+        "polycorn_path_rtt_seconds{path=\"p0\"}",
+        "polycorn_path_cwnd_bytes{path=\"p1\"}",
+        "polycorn_user_bytes_total{user=\"10.0.1.150\",direction=\"up\"}",
+        "polycorn_stage_decisions_total{stage=\"minrtt\"}",
+        "polycorn_path_sent_bytes_total{path=\"p0\"}",
+    ] {
+        assert!(
+            relay_metrics.contains(needle),
+            "relay metrics lack {needle}:\n{relay_metrics}"
+        );
+    }
+    let proxy_metrics = scrape(bed.ns("proxy"));
+    assert!(
+        proxy_metrics.contains("polycorn_user_bytes_total{user=\"10.0.1.199\",direction=\"down\"}"),
+        "{proxy_metrics}"
+    );
+    let slowest = results
+        .iter()
+        .filter_map(|(_, _, r)| r.as_ref().ok())
+        .map(|t| t.complete)
+        .max()
+        .unwrap();
+    eprintln!(
+        "500 flows byte-exact; slowest {:.2} s",
+        slowest.as_secs_f64()
+    );
+}
+
+/// Drop everything on the relay's `devices` (ingress and egress) until the guard is dropped.
+struct Blackhole {
+    ns: String,
+    table: String,
+}
+
+impl Blackhole {
+    fn new(ns: &str, devices: &[&str]) -> Blackhole {
+        let table = "pctestdrop".to_string();
+        let mut rules = format!("table netdev {table} {{\n");
+        for d in devices {
+            rules += &format!(
+                "  chain in_{d} {{ type filter hook ingress device \"{d}\" priority 0; policy drop; }}\n  chain out_{d} {{ type filter hook egress device \"{d}\" priority 0; policy drop; }}\n"
+            );
+        }
+        rules += "}\n";
+        let mut c = Command::new("ip")
+            .args(["netns", "exec", ns, "nft", "-f", "-"])
+            .stdin(Stdio::piped())
+            .spawn()
+            .unwrap();
+        c.stdin.take().unwrap().write_all(rules.as_bytes()).unwrap();
+        assert!(c.wait().unwrap().success(), "nft drop rules");
+        Blackhole {
+            ns: ns.into(),
+            table,
+        }
+    }
+}
+
+impl Drop for Blackhole {
+    fn drop(&mut self) {
+        let _ = Command::new("ip")
+            .args([
+                "netns",
+                "exec",
+                &self.ns,
+                "nft",
+                "delete",
+                "table",
+                "netdev",
+                &self.table,
+            ])
+            .status();
+    }
+}
+
+fn transfer_with_outage(
+    bed: &Bed,
+    stack: &Stack,
+    devices: &'static [&'static str],
+    after: Duration,
+    outage: Duration,
+) {
+    let ns = bed.ns("relay");
+    let cut = std::thread::spawn(move || {
+        std::thread::sleep(after);
+        let b = Blackhole::new(&ns, devices);
+        eprintln!("outage of {devices:?} for {} s", outage.as_secs());
+        std::thread::sleep(outage);
+        drop(b);
+        eprintln!("outage over");
+    });
+    let r = in_ns(&bed.ns("client"), move || {
+        Box::pin(async move {
+            tokio::time::timeout(
+                Duration::from_secs(180),
+                one(Via::Transparent4, MB, 64 * MB, None),
+            )
+            .await
+        })
+    });
+    cut.join().unwrap();
+    match r {
+        Ok(Ok(t)) => eprintln!(
+            "64 MB with {devices:?} out for {} s: {:.1} s",
+            outage.as_secs(),
+            t.complete.as_secs_f64()
+        ),
+        other => panic!(
+            "transfer across the outage failed: {other:?}\n--- relay ---\n{}\n--- proxy ---\n{}",
+            tail(&stack.relay.log()),
+            tail(&stack.proxy.log())
+        ),
+    }
+    assert!(
+        !stack.relay.log().contains("hold time"),
+        "flows must not be reset"
+    );
+}
+
+#[test]
+fn transfers_survive_one_path_down_10s_and_all_paths_down_20s() {
+    let _s = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    if !is_root() {
+        return;
+    }
+    let bed = Bed::up(
+        "c",
+        &["--paths", "2", "--constant-mbit", "40", "--delay-ms", "20"],
+    );
+    start_server(&bed);
+    let stack = start_stack(&bed, "polycorn", "hrsch", 2);
+    transfer_with_outage(
+        &bed,
+        &stack,
+        &["path0"],
+        Duration::from_secs(3),
+        Duration::from_secs(10),
+    );
+    transfer_with_outage(
+        &bed,
+        &stack,
+        &["path0", "path1"],
+        Duration::from_secs(3),
+        Duration::from_secs(20),
+    );
+    eprintln!("logs in {}", stack.dir.path().display());
+}
+
+#[test]
+fn hostile_peers_are_refused_and_passengers_unaffected() {
+    let _s = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    if !is_root() {
+        return;
+    }
+    let bed = Bed::up(
+        "d",
+        &["--paths", "2", "--constant-mbit", "100", "--delay-ms", "10"],
+    );
+    start_server(&bed);
+    let stack = start_stack(&bed, "polycorn", "hrsch", 2);
+    let certs = stack.dir.path().to_path_buf();
+    // A passenger transfer runs throughout.
+    let client_ns = bed.ns("client");
+    let passenger = std::thread::spawn(move || {
+        in_ns(&client_ns, move || {
+            Box::pin(async move {
+                tokio::time::timeout(
+                    Duration::from_secs(120),
+                    one(Via::Transparent4, 8 * MB, 32 * MB, None),
+                )
+                .await
+            })
+        })
+    });
+    let other = tempfile::tempdir().unwrap();
+    polycorn_net::tls::generate(other.path(), &[], false).unwrap();
+    let other_dir = other.path().to_path_buf();
+    in_ns(&bed.ns("relay"), move || {
+        Box::pin(async move {
+            use tokio::io::{AsyncReadExt, AsyncWriteExt};
+            let proxy: SocketAddr = "10.100.0.2:7700".parse().unwrap();
+            // 1. Random bytes instead of TLS.
+            let mut s = TcpStream::connect(proxy).await.unwrap();
+            let junk: Vec<u8> = (0..4096u32)
+                .map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8)
+                .collect();
+            let _ = s.write_all(&junk).await;
+            let mut b = [0u8; 64];
+            // At most a TLS alert comes back, then the proxy closes.
+            let mut answered = Vec::new();
+            let closed = loop {
+                match tokio::time::timeout(Duration::from_secs(15), s.read(&mut b)).await {
+                    Ok(Ok(0)) | Ok(Err(_)) => break true,
+                    Ok(Ok(n)) => answered.extend_from_slice(&b[..n]),
+                    Err(_) => break false,
+                }
+            };
+            assert!(closed, "proxy must close a non-TLS peer");
+            assert!(
+                answered.len() <= 7,
+                "only a TLS alert may come back: {answered:?}"
+            );
+            // 2. TLS with a client certificate from another CA (trusting the right CA).
+            let bad = polycorn_net::tls::client_config(
+                &certs.join("ca.pem"),
+                &other_dir.join("relay.pem"),
+                &other_dir.join("relay.key"),
+            )
+            .unwrap();
+            let tcp = TcpStream::connect(proxy).await.unwrap();
+            let c = tokio_rustls::TlsConnector::from(bad);
+            let r = c.connect(polycorn_net::tls::proxy_server_name(), tcp).await;
+            if let Ok(mut s) = r {
+                let _ = s.write_all(b"hello?").await;
+                let r = tokio::time::timeout(Duration::from_secs(15), s.read(&mut b)).await;
+                assert!(
+                    !matches!(r, Ok(Ok(n)) if n > 0),
+                    "wrong credentials must not get data"
+                );
+            }
+            // 3. Valid credentials, valid Hello, then a truncated and a garbage frame.
+            let good = polycorn_net::tls::client_config(
+                &certs.join("ca.pem"),
+                &certs.join("relay.pem"),
+                &certs.join("relay.key"),
+            )
+            .unwrap();
+            for payload in [&[4u8, 0, 0, 0, 40, 0, 0, 0][..], &[0xEE; 64][..]] {
+                let tcp = TcpStream::connect(proxy).await.unwrap();
+                let mut s = tokio_rustls::TlsConnector::from(good.clone())
+                    .connect(polycorn_net::tls::proxy_server_name(), tcp)
+                    .await
+                    .unwrap();
+                let hello = polycorn_proto::Frame::Hello {
+                    version: polycorn_proto::VERSION,
+                    role: polycorn_proto::Role::Relay,
+                    session: 0xBAD,
+                    path: 0,
+                }
+                .to_vec();
+                s.write_all(&hello).await.unwrap();
+                s.write_all(payload).await.unwrap();
+                s.flush().await.unwrap();
+                if payload[0] == 4 {
+                    // Truncated: then close our side; the proxy must drop the subflow.
+                    let _ = s.shutdown().await;
+                }
+                let t0 = Instant::now();
+                let mut closed = false;
+                while t0.elapsed() < Duration::from_secs(15) {
+                    match tokio::time::timeout(Duration::from_secs(15), s.read(&mut b)).await {
+                        Ok(Ok(0)) | Ok(Err(_)) => {
+                            closed = true;
+                            break;
+                        }
+                        Ok(Ok(_)) => continue, // its Hello and pings
+                        Err(_) => break,
+                    }
+                }
+                assert!(closed, "proxy must close a subflow that sent {payload:?}");
+            }
+        })
+    });
+    let r = passenger.join().unwrap();
+    assert!(
+        matches!(r, Ok(Ok(_))),
+        "passenger transfer disturbed: {r:?}"
+    );
+    let log = stack.proxy.log();
+    assert!(
+        log.contains("subflow refused"),
+        "refusals are logged:\n{}",
+        tail(&log)
+    );
+    assert!(
+        log.contains("protocol violation") || log.contains("bad frame"),
+        "bad frames are logged:\n{}",
+        tail(&log)
+    );
+}
+
+#[test]
+fn hsr_trip_with_train_context_and_linkdb_predictions() {
+    let _s = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    if !is_root() {
+        return;
+    }
+    // LinkDB from other rides of the same route (never the replayed ride, trip seed 1).
+    let dir = tempfile::tempdir().unwrap();
+    let db = format!("sqlite:{}", dir.path().join("linkdb.sqlite").display());
+    let out = Command::new(bin())
+        .args([
+            "linkdb",
+            "import",
+            "--db",
+            &db,
+            "--simulate",
+            "6",
+            "--preset",
+            "hsr",
+        ])
+        .args(["--route-seed", "1", "--first-trip-seed", "100"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let bed = Bed::up(
+        "e",
+        &["--preset", "hsr", "--route-seed", "1", "--trip-seed", "1"],
+    );
+    start_server(&bed);
+    let relay_extra = "\n[context]\nsource = \"gpsd\"\ngpsd = \"127.0.0.1:2947\"\n".to_string();
+    let proxy_extra = format!(
+        "\n[linkdb]\ndb = \"{db}\"\nmodel = \"paper\"\nroute = \"hsr/route1\"\ncarriers = [\"A\", \"B\"]\ntrack_origin = [39.865, 116.378]\ntrack_heading_deg = 160.0\n"
+    );
+    let mut stack = start_stack_with(
+        &bed,
+        "polycorn",
+        "hrsch",
+        2,
+        (&relay_extra, &proxy_extra),
+        dir,
+    );
+    stack.proxy.wait_for("LinkDB predictor loaded", 1);
+    stack.proxy.wait_for("first train context", 1);
+    transfers(
+        &bed,
+        vec![
+            (Via::Transparent4, 10 * KB, 4 * MB),
+            (Via::Socks5, MB, 256 * KB),
+        ],
+        "hsr+linkdb",
+        &stack,
+    );
+    let log = stack.proxy.log();
+    assert!(
+        !log.contains("rides=0"),
+        "LinkDB must have rides:\n{}",
+        tail(&log)
+    );
+}
