@@ -107,6 +107,10 @@ pub struct CalibrateArgs {
     /// Emulate the trip from its very start (standstill) instead of from 250 km/h.
     #[arg(long)]
     pub from_start: bool,
+    /// Run the congestion controls at the same time, each in its own testbed
+    /// (`<name><k>`, ports `port + 100·k`): the wall time of one run for all of them.
+    #[arg(long)]
+    pub parallel: bool,
     /// First TCP port; carrier i uses port + i.
     #[arg(long, default_value_t = 5400)]
     pub port: u16,
@@ -158,20 +162,25 @@ mod published {
 pub fn run(args: &CalibrateArgs) -> Result<()> {
     let ccs = check_args(args)?;
     preflight()?;
-    let probe = TestbedSpec {
-        name: args.name.clone(),
-        paths: 1,
-    };
+    let runs: Vec<CalibrateArgs> = (0..ccs.len())
+        .map(|k| run_args(args, k))
+        .collect::<Result<_>>()?;
     let existing = netns::list_namespaces()?;
-    if testbed::ROLES
-        .iter()
-        .any(|r| existing.contains(&probe.ns(r)))
-        || testbed::read_state(&args.name)?.is_some()
-    {
-        bail!(
-            "testbed `{0}` (or a namespace of it) already exists; run `polycorn testbed down --name {0}` first, or pass another --name",
-            args.name
-        );
+    for a in &runs {
+        let probe = TestbedSpec {
+            name: a.name.clone(),
+            paths: 1,
+        };
+        if testbed::ROLES
+            .iter()
+            .any(|r| existing.contains(&probe.ns(r)))
+            || testbed::read_state(&a.name)?.is_some()
+        {
+            bail!(
+                "testbed `{0}` (or a namespace of it) already exists; run `polycorn testbed down --name {0}` first, or pass another --name",
+                a.name
+            );
+        }
     }
     let (cfg, source) = args.trip.config()?;
     eprintln!("successful-handover interruptions: {source}");
@@ -260,13 +269,45 @@ pub fn run(args: &CalibrateArgs) -> Result<()> {
         signal_hook::flag::register_conditional_shutdown(sig, 1, interrupted.clone())?;
         signal_hook::flag::register(sig, interrupted.clone())?;
     }
+    let mut raws: Vec<RawRun> = Vec::new();
+    if args.parallel {
+        let done: Vec<Result<RawRun>> = thread::scope(|scope| {
+            let handles: Vec<_> = ccs
+                .iter()
+                .zip(&runs)
+                .map(|(cc, a)| {
+                    eprintln!("[{cc}] building testbed `{}`", a.name);
+                    let (trip, interrupted) = (&trip, &interrupted);
+                    scope.spawn(move || {
+                        measure(a, trip, cc, run_ms, interrupted)
+                            .with_context(|| format!("calibration run with {cc}"))
+                    })
+                })
+                .collect();
+            handles
+                .into_iter()
+                .map(|h| {
+                    h.join()
+                        .unwrap_or_else(|_| Err(anyhow!("a calibration thread panicked")))
+                })
+                .collect()
+        });
+        for r in done {
+            raws.push(r?);
+        }
+    } else {
+        for (cc, a) in ccs.iter().zip(&runs) {
+            eprintln!("[{cc}] building testbed `{}`", a.name);
+            raws.push(
+                measure(a, &trip, cc, run_ms, &interrupted)
+                    .with_context(|| format!("calibration run with {cc}"))?,
+            );
+        }
+    }
     let mut results = Vec::new();
-    for cc in &ccs {
-        eprintln!("[{cc}] building testbed `{}`", args.name);
-        let raw = measure(args, &trip, cc, run_ms, &interrupted)
-            .with_context(|| format!("calibration run with {cc}"))?;
-        write_raw(&out_dir, &raw, &mask)?;
-        let res = analyse(&raw, &mask, trip.paths.len());
+    for (cc, raw) in ccs.iter().zip(&raws) {
+        write_raw(&out_dir, raw, &mask)?;
+        let res = analyse(raw, &mask, trip.paths.len());
         eprintln!(
             "[{cc}] done: {}",
             res.carriers
@@ -320,6 +361,20 @@ pub fn run(args: &CalibrateArgs) -> Result<()> {
     Ok(())
 }
 
+/// The testbed name and ports of run `k`: all runs share `--name`/`--port` one after the
+/// other, or get `<name><k>` and `port + 100·k` with `--parallel`.
+fn run_args(args: &CalibrateArgs, k: usize) -> Result<CalibrateArgs> {
+    let mut a = args.clone();
+    if args.parallel {
+        a.name = format!("{}{k}", args.name);
+        a.port = u16::try_from(usize::from(args.port) + 100 * k)
+            .ok()
+            .filter(|p| p.checked_add(8).is_some())
+            .with_context(|| format!("--port {} leaves no room for run {k}", args.port))?;
+    }
+    Ok(a)
+}
+
 fn check_args(args: &CalibrateArgs) -> Result<Vec<String>> {
     if !(args.minutes.is_finite() && args.minutes > 0.0 && args.minutes <= 120.0) {
         bail!("--minutes must be in (0, 120], got {}", args.minutes);
@@ -357,11 +412,13 @@ fn check_args(args: &CalibrateArgs) -> Result<Vec<String>> {
         }
     }
     TripConfig::preset(&args.trip.preset, args.trip.route_seed, args.trip.trip_seed)?;
-    TestbedSpec {
-        name: args.name.clone(),
-        paths: 1,
+    for k in 0..ccs.len() {
+        TestbedSpec {
+            name: run_args(args, k)?.name,
+            paths: 1,
+        }
+        .validate()?;
     }
-    .validate()?;
     Ok(ccs)
 }
 
@@ -1941,6 +1998,36 @@ mod tests {
     use super::*;
 
     const SS: &str = "ESTAB 0      812345       10.100.0.2:41234      10.100.0.1:5400 \n\t cubic wscale:10,10 rto:616 backoff:2 rtt:212.5/40.25 mss:1448 cwnd:37 ssthresh:20 bytes_sent:9000 bytes_retrans:2896 bytes_acked:6000 segs_out:9 data_segs_out:8 retrans:1/5 lost:3 unacked:12 delivery_rate 5.2Mbps\nESTAB 0 0 10.100.1.2:50000 10.100.1.1:5401\n\t ts sack bbr rto:204 rtt:90/4 cwnd:50 bytes_acked:100 data_segs_out:3 delivery_rate 800000bps\nESTAB 0 0 10.100.1.2:50001 10.100.1.1:22\n\t cubic rtt:1/1\n";
+
+    #[test]
+    fn parallel_runs_get_their_own_testbed_and_ports() {
+        use clap::Parser;
+        #[derive(Parser)]
+        struct Cli {
+            #[command(flatten)]
+            a: CalibrateArgs,
+        }
+        let seq = Cli::parse_from(["x", "--name", "cal", "--port", "5400"]).a;
+        assert_eq!(
+            (
+                run_args(&seq, 1).unwrap().name,
+                run_args(&seq, 1).unwrap().port
+            ),
+            ("cal".into(), 5400)
+        );
+        let par = Cli::parse_from(["x", "--name", "cal", "--port", "5400", "--parallel"]).a;
+        let r: Vec<(String, u16)> = (0..2)
+            .map(|k| run_args(&par, k).map(|a| (a.name, a.port)).unwrap())
+            .collect();
+        assert_eq!(r, vec![("cal0".into(), 5400), ("cal1".into(), 5500)]);
+        let high = Cli::parse_from(["x", "--port", "65500", "--parallel"]).a;
+        assert!(run_args(&high, 1).is_err());
+        let long = Cli::parse_from(["x", "--name", "a-twenty-char-name-x", "--parallel"]).a;
+        assert!(
+            check_args(&long).is_err(),
+            "name + run index exceeds the testbed name limit"
+        );
+    }
 
     #[test]
     fn ss_lines_map_to_carriers() {
