@@ -19,6 +19,7 @@
 //! | `polycorn_path_reconnects_total` | counter | `path` | subflow reconnections after the first connect |
 //! | `polycorn_user_bytes_total` | counter | `user`, `direction` | passenger payload bytes, `up` (to servers) or `down` |
 //! | `polycorn_stage_decisions_total` | counter | `stage` | scheduling decisions in which the stage moved a path |
+//! | `polycorn_reorder_wait_seconds` | histogram | | per data segment that arrived out of order: time until it could be delivered in order (the receive side's out-of-order delay) |
 //! | `polycorn_flows_open` | gauge | | passenger connections open now |
 //! | `polycorn_flows_total` | counter | | passenger connections opened |
 //! | `polycorn_flows_reset_total` | counter | | passenger connections ended by a reset |
@@ -61,6 +62,7 @@ use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::{Registry, Unit};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
@@ -87,6 +89,11 @@ pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
 pub const MAX_CONNECTIONS: usize = 16;
 /// The `Content-Type` of `/metrics`.
 pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+
+/// Upper bounds of the `polycorn_reorder_wait_seconds` buckets.
+pub const REORDER_WAIT_BUCKETS: [f64; 11] = [
+    0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
+];
 
 /// A gauge holding an `f64`.
 pub type GaugeF64 = Gauge<f64, AtomicU64>;
@@ -284,6 +291,8 @@ pub struct Metrics {
     user_bytes: Family<UserLabels, Counter>,
     stage_decisions: Family<StageLabels, Counter>,
     frames_rejected: Family<ReasonLabels, Counter>,
+    /// `polycorn_reorder_wait_seconds`.
+    pub reorder_wait: Histogram,
     /// `polycorn_flows_open`.
     pub flows_open: Gauge,
     /// `polycorn_flows_total`.
@@ -327,6 +336,7 @@ impl Metrics {
             user_bytes: Family::default(),
             stage_decisions: Family::default(),
             frames_rejected: Family::default(),
+            reorder_wait: Histogram::new(REORDER_WAIT_BUCKETS.iter().copied()),
             flows_open: Gauge::default(),
             flows_total: Counter::default(),
             flows_reset: Counter::default(),
@@ -394,6 +404,12 @@ impl Metrics {
             "polycorn_stage_decisions",
             "Scheduling decisions in which the stage moved a path",
             m.stage_decisions.clone(),
+        );
+        r.register_with_unit(
+            "polycorn_reorder_wait",
+            "Per out-of-order data segment, time until it could be delivered in order",
+            Unit::Seconds,
+            m.reorder_wait.clone(),
         );
         r.register(
             "polycorn_flows_open",

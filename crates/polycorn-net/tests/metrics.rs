@@ -66,6 +66,8 @@ async fn scrape_shows_labelled_values() {
     m.flows_reset.inc();
     m.frame_rejected("unknown_flow").inc();
     m.peers_rejected.inc_by(2);
+    m.reorder_wait.observe(0.02);
+    m.reorder_wait.observe(3.0);
 
     let addr = server(m.clone()).await;
     let (code, head, body) = fetch(addr, GET).await;
@@ -94,6 +96,10 @@ async fn scrape_shows_labelled_values() {
         "polycorn_flows_reset_total 1",
         "polycorn_frames_rejected_total{reason=\"unknown_flow\"} 1",
         "polycorn_peers_rejected_total 2",
+        "polycorn_reorder_wait_seconds_count 2",
+        "polycorn_reorder_wait_seconds_sum 3.02",
+        "polycorn_reorder_wait_seconds_bucket{le=\"0.025\"} 1",
+        "polycorn_reorder_wait_seconds_bucket{le=\"5.0\"} 2",
         "# TYPE polycorn_path_rtt_seconds gauge",
         "# UNIT polycorn_path_rtt_seconds seconds",
         "# TYPE polycorn_path_sent_bytes counter",

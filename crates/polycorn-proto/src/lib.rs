@@ -18,4 +18,6 @@ pub use frame::{
     decode, CellInfo, CloseReason, ContextInfo, Destination, Frame, FrameError, OpenStatus,
     ResetReason, Role, VERSION,
 };
-pub use session::{Event, PathCounters, ProtoError, ReadOutcome, Session, SessionConfig};
+pub use session::{
+    Event, PathCounters, ProtoError, ReadOutcome, ReorderStats, Session, SessionConfig,
+};

@@ -229,6 +229,27 @@ pub enum ReadOutcome {
     Eof,
 }
 
+/// Data segments that arrived out of order and waited for a gap to fill (receive side, all
+/// flows): the out-of-order delay of POLYCORN's Fig. 11.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ReorderStats {
+    /// Segments that arrived ahead of a gap and were later delivered in order.
+    pub segments: u64,
+    /// Sum of their waits from arrival to in-order delivery.
+    pub wait_sum: Duration,
+    /// Longest wait.
+    pub wait_max: Duration,
+    /// Waits not kept for [`Session::take_reorder_waits`] because the shell did not collect
+    /// them in time (they still count in `segments` and `wait_sum`).
+    pub waits_dropped: u64,
+}
+
+/// Out-of-order segments of one flow whose arrival time is tracked; beyond it, new ones are
+/// not timed (bounded memory against a peer sending tiny segments out of order).
+pub const MAX_TIMED_OOO_SEGMENTS: usize = 4096;
+/// Individual waits kept until the shell takes them.
+pub const MAX_PENDING_REORDER_WAITS: usize = 65_536;
+
 /// Per-path counters.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct PathCounters {
@@ -301,6 +322,8 @@ impl SendSide {
 struct RecvSide {
     next: u64,
     ooo: BTreeMap<u64, Vec<u8>>,
+    /// End offset of each out-of-order segment -> when it first arrived (for the reorder wait).
+    ooo_since: BTreeMap<u64, Instant>,
     fin_at: Option<u64>,
     ready: VecDeque<Vec<u8>>,
     ready_off: usize,
@@ -362,6 +385,8 @@ pub struct Session {
     now: Instant,
     lost: bool,
     stage_moves: Vec<(&'static str, u64)>,
+    reorder: ReorderStats,
+    reorder_waits: Vec<Duration>,
 }
 
 fn user_id(ip: IpAddr) -> UserId {
@@ -414,7 +439,19 @@ impl Session {
             now: Instant::ZERO,
             lost: false,
             stage_moves: Vec::new(),
+            reorder: ReorderStats::default(),
+            reorder_waits: Vec::new(),
         })
+    }
+
+    /// Out-of-order delay counters (receive side).
+    pub fn reorder_stats(&self) -> ReorderStats {
+        self.reorder
+    }
+
+    /// Move the reorder waits recorded since the last call into `out` (for a histogram).
+    pub fn take_reorder_waits(&mut self, out: &mut Vec<Duration>) {
+        out.append(&mut self.reorder_waits);
     }
 
     /// The configuration.
@@ -635,6 +672,7 @@ impl Session {
             recv: RecvSide {
                 next: 0,
                 ooo: BTreeMap::new(),
+                ooo_since: BTreeMap::new(),
                 fin_at: None,
                 ready: VecDeque::new(),
                 ready_off: 0,
@@ -1203,6 +1241,26 @@ impl Session {
                 }
             } else {
                 insert_ooo(&mut r.ooo, s, d);
+                let seg_end = s + d.len() as u64;
+                if r.ooo_since.len() < MAX_TIMED_OOO_SEGMENTS || r.ooo_since.contains_key(&seg_end)
+                {
+                    r.ooo_since.entry(seg_end).or_insert(now);
+                }
+            }
+        }
+        // Out-of-order segments the advance delivered: their reorder wait ends now.
+        while let Some(e) = r.ooo_since.first_entry() {
+            if *e.key() > r.next {
+                break;
+            }
+            let wait = now.saturating_duration_since(e.remove());
+            self.reorder.segments += 1;
+            self.reorder.wait_sum = self.reorder.wait_sum + wait;
+            self.reorder.wait_max = self.reorder.wait_max.max(wait);
+            if self.reorder_waits.len() < MAX_PENDING_REORDER_WAITS {
+                self.reorder_waits.push(wait);
+            } else {
+                self.reorder.waits_dropped += 1;
             }
         }
         if r.fin_at == Some(r.next) {

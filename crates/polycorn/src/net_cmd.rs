@@ -97,8 +97,13 @@ fn sample_metrics(engine: polycorn_net::engine::Engine, names: Vec<String>, metr
     tokio::spawn(async move {
         let mut last = vec![polycorn_proto::PathCounters::default(); names.len()];
         let mut tick = tokio::time::interval(Duration::from_secs(1));
+        let mut waits = Vec::new();
         loop {
             tick.tick().await;
+            engine.with(|s, _| s.take_reorder_waits(&mut waits));
+            for w in waits.drain(..) {
+                metrics.reorder_wait.observe(w.as_micros() as f64 / 1e6);
+            }
             let snapshot = engine.inspect(|s| {
                 let paths: Vec<_> = (0..names.len())
                     .map(|i| {

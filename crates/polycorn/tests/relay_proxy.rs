@@ -530,6 +530,7 @@ fn hundred_passengers_five_flows_each() {
         "polycorn_user_bytes_total{user=\"10.0.1.150\",direction=\"up\"}",
         "polycorn_stage_decisions_total{stage=\"minrtt\"}",
         "polycorn_path_sent_bytes_total{path=\"p0\"}",
+        "polycorn_reorder_wait_seconds_count",
     ] {
         assert!(
             relay_metrics.contains(needle),

@@ -82,6 +82,60 @@ pub struct SystemRun {
     pub im: Vec<ImResult>,
     /// Downlink bytes the emulator delivered per path.
     pub path_down_bytes: Vec<u64>,
+    /// Relay and proxy metric samples at the end of the run (`relay:name{labels}` -> value;
+    /// see `parse_counters`); empty for systems without them.
+    pub counters: std::collections::BTreeMap<String, f64>,
+}
+
+/// Sum of the counters of `role` (`relay` or `proxy`) whose sample name starts with `prefix`.
+pub fn counter_sum(run: &SystemRun, role: &str, prefix: &str) -> f64 {
+    let key = format!("{role}:{prefix}");
+    run.counters
+        .iter()
+        .filter(|(k, _)| k.starts_with(&key))
+        .map(|(_, v)| v)
+        .sum()
+}
+
+/// One line on what the schedulers did: per role, the stages' decision counts, reinjected and
+/// redundant MB, reconnects.
+pub fn activity_line(run: &SystemRun) -> String {
+    let mut out = Vec::new();
+    for role in ["proxy", "relay"] {
+        let key = format!("{role}:polycorn_stage_decisions_total{{stage=\"");
+        let stages: Vec<String> = run
+            .counters
+            .iter()
+            .filter_map(|(k, v)| {
+                let stage = k.strip_prefix(&key)?.strip_suffix("\"}")?;
+                Some(format!("{stage} {v:.0}"))
+            })
+            .collect();
+        out.push(format!(
+            "{role}: {}; reinjected {:.2} MB, redundant {:.2} MB, reconnects {:.0}",
+            if stages.is_empty() {
+                "no stage moves".to_string()
+            } else {
+                stages.join(", ")
+            },
+            counter_sum(run, role, "polycorn_path_reinjected_bytes_total") / 1e6,
+            counter_sum(run, role, "polycorn_path_redundant_bytes_total") / 1e6,
+            counter_sum(run, role, "polycorn_path_reconnects_total"),
+        ));
+    }
+    out.join(" | ")
+}
+
+/// Mean out-of-order delay of the downlink (seconds per segment that waited for a gap at the
+/// relay), or `None` without the relay's reorder histogram or without reordering.
+pub fn out_of_order_delay_s(run: &SystemRun) -> Option<f64> {
+    let n = *run
+        .counters
+        .get("relay:polycorn_reorder_wait_seconds_count")?;
+    let sum = *run
+        .counters
+        .get("relay:polycorn_reorder_wait_seconds_sum")?;
+    (n > 0.0).then(|| sum / n)
 }
 
 /// p-quantile (0..=1) of `v` by linear interpolation; NaN when empty.
@@ -395,6 +449,7 @@ mod tests {
             flows,
             im: vec![],
             path_down_bytes: vec![1, 3],
+            counters: Default::default(),
         };
         let a = run(vec![
             flow(0, 1.0, true),
@@ -408,5 +463,55 @@ mod tests {
         ]);
         assert_eq!(goodput_ratios(&a, &b, 1000), vec![2.0]);
         assert_eq!(path_share(&a, 1), 0.75);
+    }
+}
+
+#[cfg(test)]
+mod counter_tests {
+    use super::*;
+
+    #[test]
+    fn metrics_become_counters_ooo_delay_and_activity() {
+        let body = "# TYPE polycorn_stage_decisions counter\n\
+            polycorn_stage_decisions_total{stage=\"hpr\"} 12\n\
+            polycorn_stage_decisions_total{stage=\"minrtt\"} 900\n\
+            polycorn_path_reinjected_bytes_total{path=\"p0\"} 1500000\n\
+            polycorn_path_reinjected_bytes_total{path=\"p1\"} 500000\n\
+            polycorn_path_rtt_seconds{path=\"p0\"} 0.2\n\
+            polycorn_reorder_wait_seconds_sum 1.5\n\
+            polycorn_reorder_wait_seconds_count 30\n\
+            polycorn_reorder_wait_seconds_bucket{le=\"0.005\"} 3\n\
+            # EOF\n";
+        let parsed = crate::bench::parse_counters(body);
+        assert_eq!(parsed.len(), 6, "{parsed:?}");
+        assert!(!parsed
+            .keys()
+            .any(|k| k.contains("rtt_seconds") || k.contains("bucket")));
+        let mut run = SystemRun {
+            system: "hrsch".into(),
+            mode: "polycorn".into(),
+            spec: "hrsch".into(),
+            ready_s: 1.0,
+            error: None,
+            flows: vec![],
+            im: vec![],
+            path_down_bytes: vec![],
+            counters: Default::default(),
+        };
+        assert_eq!(out_of_order_delay_s(&run), None);
+        for role in ["relay", "proxy"] {
+            run.counters
+                .extend(parsed.iter().map(|(k, v)| (format!("{role}:{k}"), *v)));
+        }
+        assert_eq!(out_of_order_delay_s(&run), Some(0.05));
+        assert_eq!(
+            counter_sum(&run, "proxy", "polycorn_path_reinjected_bytes_total"),
+            2e6
+        );
+        let line = activity_line(&run);
+        assert!(
+            line.starts_with("proxy: hpr 12, minrtt 900; reinjected 2.00 MB"),
+            "{line}"
+        );
     }
 }

@@ -354,6 +354,7 @@ pub fn run(args: &BenchArgs) -> Result<()> {
             flows: vec![],
             im: vec![],
             path_down_bytes: vec![],
+            counters: Default::default(),
         });
         match &r.error {
             Some(e) => eprintln!("{label}: FAILED: {e}"),
@@ -491,10 +492,12 @@ fn write_configs(
         relay += &format!("[context]\nsource = \"gpsd\"\ngpsd = \"127.0.0.1:{GPSD_PORT}\"\n\n");
     }
     relay += "[tls]\nca = \"ca.pem\"\ncert = \"relay.pem\"\nkey = \"relay.key\"\n";
+    relay += &format!("\n[metrics]\nlisten = \"{METRICS_ADDR}\"\n");
     let proxy = format!(
         "[proxy]\nlisten = \"0.0.0.0:7700\"\ntunnel_listen = \"0.0.0.0:7701\"\ntunnel_peers = [\"10.100.0.0/16\"]\nscheduler = \"{spec}\"\ncongestion = \"cubic\"\n\n[tls]\nca = \"ca.pem\"\ncert = \"proxy.pem\"\nkey = \"proxy.key\"\n\n[policy]\nallow = [\"10.0.2.0/24\"]\n"
     );
     let mut proxy = proxy;
+    proxy += &format!("\n[metrics]\nlisten = \"{METRICS_ADDR}\"\n");
     if let (Some(l), "polycorn") = (linkdb, sys.mode.as_str()) {
         proxy += l;
     }
@@ -621,6 +624,19 @@ fn run_system(
     done.store(true, Ordering::Relaxed);
     let _ = bar.join();
     let (flows, im) = res?;
+    // The daemons copy session counters into their metrics once a second.
+    std::thread::sleep(Duration::from_millis(1200));
+    let mut counters = std::collections::BTreeMap::new();
+    for role in ["relay", "proxy"] {
+        match scrape_metrics(&spec.ns(role)) {
+            Ok(body) => counters.extend(
+                parse_counters(&body)
+                    .into_iter()
+                    .map(|(k, v)| (format!("{role}:{k}"), v)),
+            ),
+            Err(e) => eprintln!("{}: {role} metrics not collected: {e:#}", sys.name),
+        }
+    }
     drop(relay);
     drop(proxy);
     drop(stop_guard);
@@ -636,7 +652,62 @@ fn run_system(
         flows,
         im,
         path_down_bytes: stats.iter().map(|(_, d)| d.bytes_out).collect(),
+        counters,
     })
+}
+
+/// Where relay and proxy serve metrics inside their namespaces.
+const METRICS_ADDR: &str = "127.0.0.1:9100";
+
+/// `GET /metrics` from the daemon listening on [`METRICS_ADDR`] inside namespace `ns`.
+fn scrape_metrics(ns: &str) -> Result<String> {
+    use std::io::Read as _;
+    let ns = ns.to_string();
+    std::thread::spawn(move || -> Result<String> {
+        let _in = polycorn_emu::netns::InNamespace::enter(&ns)?;
+        let addr: std::net::SocketAddr = METRICS_ADDR.parse()?;
+        let mut c = std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(2))
+            .with_context(|| format!("connect to {addr} in {ns}"))?;
+        c.set_read_timeout(Some(Duration::from_secs(5)))?;
+        c.write_all(b"GET /metrics HTTP/1.0\r\n\r\n")?;
+        let mut text = String::new();
+        c.read_to_string(&mut text)?;
+        let (head, body) = text
+            .split_once("\r\n\r\n")
+            .context("metrics response has no header end")?;
+        if !head.starts_with("HTTP/1.0 200") && !head.starts_with("HTTP/1.1 200") {
+            bail!(
+                "metrics endpoint answered {}",
+                head.lines().next().unwrap_or("")
+            );
+        }
+        Ok(body.to_string())
+    })
+    .join()
+    .map_err(|_| anyhow::anyhow!("metrics scrape thread panicked"))?
+}
+
+/// The samples of the metric families the bench keeps (per-stage decisions, per-path
+/// reinjected/redundant bytes, retransmissions and reconnects, the reorder-wait histogram's
+/// sum and count, reset flows), as `name{labels}` -> value.
+pub(crate) fn parse_counters(body: &str) -> std::collections::BTreeMap<String, f64> {
+    const KEEP: [&str; 7] = [
+        "polycorn_stage_decisions_total",
+        "polycorn_path_reinjected_bytes_total",
+        "polycorn_path_redundant_bytes_total",
+        "polycorn_path_retransmissions_total",
+        "polycorn_path_reconnects_total",
+        "polycorn_reorder_wait_seconds_",
+        "polycorn_flows_reset_total",
+    ];
+    body.lines()
+        .filter(|l| !l.starts_with('#') && !l.contains("_bucket{"))
+        .filter(|l| KEEP.iter().any(|k| l.starts_with(k)))
+        .filter_map(|l| {
+            let (k, v) = l.rsplit_once(' ')?;
+            Some((k.to_string(), v.parse().ok()?))
+        })
+        .collect()
 }
 
 fn out_dir_for(args: &BenchArgs) -> PathBuf {

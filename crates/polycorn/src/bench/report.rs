@@ -221,12 +221,13 @@ impl Results {
                     "system": r.system, "mode": r.mode, "spec": r.spec,
                     "ready_s": num(r.ready_s), "error": r.error,
                     "path_down_bytes": r.path_down_bytes,
+                    "counters": r.counters,
                     "bulk": per_size,
                     "im": im,
                     "stage_views": {
                         "goodput_after_hof_mbps": summ(&Summary::of(&an::goodput_after_hof(r, &self.hofs_s))),
                         "tail_delay_s": {"mean": num(an::mean(&tails)), "p95": num(an::quantile(&tails, 0.95))},
-                        "out_of_order_delay_s": Value::Null,
+                        "out_of_order_delay_s": an::out_of_order_delay_s(r).map_or(Value::Null, num),
                         "worse_path_share": num(an::path_share(r, self.worse_path)),
                     },
                     "flows": r.flows.iter().map(|f| json!({
@@ -389,15 +390,27 @@ pub fn table(r: &Results) -> String {
             .collect();
         let _ = writeln!(
             o,
-            "{:<11} {:>6}/{:<6} ({:>2})  tail {:>6}/{:<6}  ooo n/a  worse path {:>5}%",
+            "{:<11} {:>6}/{:<6} ({:>2})  tail {:>6}/{:<6}  ooo {:>6} ms  worse path {:>5}%",
             run.system,
             f(an::mean(&g), 2),
             f(an::quantile(&g, 0.5), 2),
             g.len(),
             f(an::mean(&tails), 3),
             f(an::quantile(&tails, 0.95), 3),
+            f(an::out_of_order_delay_s(run).unwrap_or(f64::NAN) * 1e3, 1),
             f(100.0 * an::path_share(run, r.worse_path), 1)
         );
+    }
+    let with_counters: Vec<_> = r.runs.iter().filter(|x| !x.counters.is_empty()).collect();
+    if !with_counters.is_empty() {
+        let _ = writeln!(
+            o,
+            "
+scheduler activity (proxy = downlink, relay = uplink): decisions in which each stage moved a path; reinjected and redundant MB; subflow reconnects"
+        );
+        for run in with_counters {
+            let _ = writeln!(o, "{:<11} {}", run.system, an::activity_line(run));
+        }
     }
     o
 }
@@ -483,6 +496,15 @@ pub fn verify(dir: &Path, r: &Results) -> Result<()> {
             "{}: the emulator carried nothing",
             run.system
         );
+        anyhow::ensure!(
+            run.mode != "polycorn"
+                || run
+                    .counters
+                    .keys()
+                    .any(|k| k.starts_with("proxy:polycorn_stage_decisions_total")),
+            "{}: the proxy's scheduler metrics were not collected",
+            run.system
+        );
     }
     Ok(())
 }
@@ -531,6 +553,8 @@ struct Frame {
     x1: f64,
     y0: f64,
     y1: f64,
+    /// Numeric ticks under the x axis (off for bar charts, whose groups are named instead).
+    x_ticks: bool,
 }
 
 impl Frame {
@@ -546,6 +570,7 @@ impl Frame {
             r: 130.0,
             t: 28.0,
             b: 42.0,
+            x_ticks: true,
             x0,
             x1,
             y0,
@@ -579,13 +604,15 @@ impl Frame {
         for k in 0..=4 {
             let xv = self.x0 + (self.x1 - self.x0) * k as f64 / 4.0;
             let yv = self.y0 + (self.y1 - self.y0) * k as f64 / 4.0;
-            let _ = write!(
-                s,
-                "<text x=\"{:.1}\" y=\"{:.1}\" font-size=\"10\" text-anchor=\"middle\">{}</text>",
-                self.x(xv),
-                pb + 14.0,
-                tick(xv)
-            );
+            if self.x_ticks {
+                let _ = write!(
+                    s,
+                    "<text x=\"{:.1}\" y=\"{:.1}\" font-size=\"10\" text-anchor=\"middle\">{}</text>",
+                    self.x(xv),
+                    pb + 14.0,
+                    tick(xv)
+                );
+            }
             let _ = write!(
                 s,
                 "<text x=\"{:.1}\" y=\"{:.1}\" font-size=\"10\" text-anchor=\"end\">{}</text><line x1=\"{pl}\" x2=\"{pr}\" y1=\"{:.1}\" y2=\"{:.1}\" stroke=\"#eee\"/>",
@@ -705,7 +732,8 @@ fn bars(
             }
         }
     }
-    let fr = Frame::new(0.0, groups.len() as f64, 0.0, y1 * 1.1);
+    let mut fr = Frame::new(0.0, groups.len() as f64, 0.0, y1 * 1.1);
+    fr.x_ticks = false;
     let mut s = fr.open(id, title, "", yl);
     let gw = (fr.w - fr.l - fr.r) / groups.len().max(1) as f64;
     let bw = gw * 0.8 / series.len().max(1) as f64;
@@ -714,7 +742,7 @@ fn bars(
             s,
             "<text x=\"{:.1}\" y=\"{:.1}\" font-size=\"11\" text-anchor=\"middle\">{}</text>",
             fr.l + gw * (g as f64 + 0.5),
-            fr.h - fr.b + 28.0,
+            fr.h - fr.b + 16.0,
             esc(name)
         );
     }
@@ -1087,7 +1115,7 @@ pub fn html(r: &Results) -> String {
     // Stage views.
     let _ = write!(
         h,
-        "<h2>Per-stage views (Fig. 11)</h2><p>Goodput of the system's bulk downloads in the 2 s after each of the {} failed handovers in the bulk phase (only windows with a flow running throughout); tail delay = time from 90% to 100% of a flow's bytes; out-of-order delay is not measured yet (the relay does not export its reorder-buffer times); worse path = {} (lower mean capacity in the bulk phase), share of all emulated downlink bytes it carried.</p>",
+        "<h2>Per-stage views (Fig. 11)</h2><p>Goodput of the system's bulk downloads in the 2 s after each of the {} failed handovers in the bulk phase (only windows with a flow running throughout); tail delay = time from 90% to 100% of a flow's bytes; out-of-order delay = mean wait, at the relay, of the downlink segments that arrived ahead of a gap until they could be delivered in order (kernel MPTCP and single path: not measured); worse path = {} (lower mean capacity in the bulk phase), share of all emulated downlink bytes it carried.</p>",
         r.hofs_s.len(),
         esc(&r.meta.carriers.get(r.worse_path).cloned().unwrap_or_default())
     );
@@ -1137,14 +1165,24 @@ pub fn html(r: &Results) -> String {
             .collect();
         let _ = write!(
             h,
-            "<tr><td>{}</td><td>{} / {} ({})</td><td>{} / {}</td><td>n/a</td><td>{}%</td></tr>",
+            "<tr><td>{}</td><td>{} / {} ({})</td><td>{} / {}</td><td>{}</td><td>{}%</td></tr>",
             esc(&run.system),
             f(an::mean(&g), 2),
             f(an::quantile(&g, 0.5), 2),
             g.len(),
             f(an::mean(&t), 3),
             f(an::quantile(&t, 0.95), 3),
+            an::out_of_order_delay_s(run).map_or("n/a".into(), |d| format!("{} ms", f(d * 1e3, 1))),
             f(100.0 * an::path_share(run, r.worse_path), 1)
+        );
+    }
+    h.push_str("</table><h2>Scheduler activity</h2><p>From the relay's and proxy's metrics at the end of each run: decisions in which each stage moved a path (proxy = downlink, relay = uplink), reinjected and redundant megabytes, subflow reconnects.</p><table><tr><th>system</th><th>activity</th></tr>");
+    for run in r.runs.iter().filter(|x| !x.counters.is_empty()) {
+        let _ = write!(
+            h,
+            "<tr><td>{}</td><td>{}</td></tr>",
+            esc(&run.system),
+            esc(&an::activity_line(run))
         );
     }
     h.push_str("</table><h2>Systems</h2><table><tr><th>system</th><th>relay mode</th><th>scheduler</th><th>ready after s</th></tr>");
@@ -1217,6 +1255,7 @@ mod tests {
                     })
                     .collect(),
                 path_down_bytes: vec![1000, 3000],
+                counters: Default::default(),
             })
             .collect();
         let meta = Meta {
