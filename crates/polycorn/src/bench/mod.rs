@@ -78,6 +78,11 @@ pub struct BenchArgs {
     /// trip model, sized in time).
     #[arg(long)]
     pub queue_bytes: Option<u64>,
+    /// Rides to replay: trip seeds TRIP_SEED .. TRIP_SEED+N-1 of the same route, each a whole
+    /// bench in `trip-<seed>/` of the output directory; the per-flow ratios and IM times are
+    /// then pooled over all rides (`pooled.txt`, `pooled.json`).
+    #[arg(long, default_value_t = 1)]
+    pub trips: u64,
 }
 
 /// A system under test.
@@ -243,8 +248,90 @@ pub fn run(args: &BenchArgs) -> Result<()> {
         }
         params.bulk_flows = n;
     }
+    if args.trips == 0 || args.trips >= LINKDB_SEED_OFFSET {
+        bail!("--trips must be 1 to {}", LINKDB_SEED_OFFSET - 1);
+    }
+    let (cfg, _) = args.trip.config()?;
+    let top = out_dir_for(args);
+    std::fs::create_dir_all(&top).with_context(|| format!("create {}", top.display()))?;
+    // HRSCH's HPR stage needs LinkDB: train it on other rides of the same route (trip seeds
+    // disjoint from every replayed one), never on a ride being replayed.
+    let training = (
+        if args.quick { 8 } else { 20 },
+        args.trip.trip_seed + LINKDB_SEED_OFFSET,
+    );
+    let linkdb = build_linkdb(&top, &args.trip, &cfg, training.0)?;
+    let name = args
+        .name
+        .clone()
+        .unwrap_or_else(|| format!("bch{}", std::process::id() % 100_000));
+    let interrupted = Arc::new(AtomicBool::new(false));
+    for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+        signal_hook::flag::register_conditional_shutdown(sig, 1, interrupted.clone())?;
+        signal_hook::flag::register(sig, interrupted.clone())?;
+    }
+    let mut all = Vec::new();
+    for k in 0..args.trips {
+        let mut a = args.clone();
+        a.trip.trip_seed = args.trip.trip_seed + k;
+        let out = if args.trips == 1 {
+            top.clone()
+        } else {
+            top.join(format!("trip-{}", a.trip.trip_seed))
+        };
+        if args.trips > 1 {
+            eprintln!(
+                "== ride {}/{} (trip seed {})",
+                k + 1,
+                args.trips,
+                a.trip.trip_seed
+            );
+        }
+        all.push(run_trip(
+            &a,
+            &systems,
+            &params,
+            &out,
+            &linkdb,
+            training,
+            &name,
+            &interrupted,
+        )?);
+    }
+    if args.trips > 1 {
+        let (text, json) = report::pooled(&all);
+        print!("{text}");
+        std::fs::write(top.join("pooled.txt"), &text)?;
+        std::fs::write(
+            top.join("pooled.json"),
+            serde_json::to_string_pretty(&json)?,
+        )?;
+        println!(
+            "pooled over {} rides: {}",
+            all.len(),
+            top.join("pooled.txt").display()
+        );
+    }
+    Ok(())
+}
+
+/// Trip seeds of LinkDB's training rides start this far above the replayed trip seed.
+const LINKDB_SEED_OFFSET: u64 = 1000;
+
+/// One ride: every system on the same window of trip `args.trip`, outputs in `out`.
+#[allow(clippy::too_many_arguments)]
+fn run_trip(
+    args: &BenchArgs,
+    systems: &[System],
+    params: &PlanParams,
+    out: &Path,
+    linkdb: &str,
+    training: (u64, u64),
+    name: &str,
+    interrupted: &AtomicBool,
+) -> Result<report::Results> {
     let seed = args.seed.unwrap_or(args.trip.trip_seed);
-    let plan = Plan::new(&params, seed);
+    let plan = Plan::new(params, seed);
     let (cfg, source) = args.trip.config()?;
     let full = Trip::generate(&cfg)?;
     let from_ms = match args.from_s {
@@ -273,24 +360,9 @@ pub fn run(args: &BenchArgs) -> Result<()> {
         );
     }
     let trip = window(&full, from_ms, window_ms);
-    std::fs::create_dir_all(out_dir_for(args))
-        .with_context(|| format!("create {}", out_dir_for(args).display()))?;
-    // HRSCH's HPR stage needs LinkDB: train it on other rides of the same route (trip seeds
-    // disjoint from the replayed one), never on the ride being replayed.
-    let linkdb = Some(build_linkdb(
-        &out_dir_for(args),
-        &args.trip,
-        &cfg,
-        if args.quick { 8 } else { 20 },
-    )?);
     let mode = if args.quick { "quick" } else { "full" };
-    let out = out_dir_for(args);
     std::fs::create_dir_all(out.join("logs"))
         .with_context(|| format!("create {}", out.display()))?;
-    let name = args
-        .name
-        .clone()
-        .unwrap_or_else(|| format!("bch{}", std::process::id() % 100_000));
     let meta = Meta {
         version: version(),
         kernel: kernel(),
@@ -306,9 +378,9 @@ pub fn run(args: &BenchArgs) -> Result<()> {
         interruptions: source.clone(),
         prediction: format!(
             "LinkDB paper predictor in the proxy (downlink), trained on {} simulated rides of route {} with trip seeds from {} (never the replayed ride); the relay's uplink runs without prediction",
-            if args.quick { 8 } else { 20 },
+            training.0,
             args.trip.route_seed,
-            args.trip.trip_seed.saturating_add(1000)
+            training.1
         ),
         started: utc_now(),
     };
@@ -324,11 +396,6 @@ pub fn run(args: &BenchArgs) -> Result<()> {
         out.display()
     );
     eprintln!("note: {}", meta.prediction);
-    let interrupted = Arc::new(AtomicBool::new(false));
-    for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
-        signal_hook::flag::register_conditional_shutdown(sig, 1, interrupted.clone())?;
-        signal_hook::flag::register(sig, interrupted.clone())?;
-    }
     let mut runs = Vec::new();
     for (k, sys) in systems.iter().enumerate() {
         if interrupted.load(Ordering::Relaxed) {
@@ -336,13 +403,13 @@ pub fn run(args: &BenchArgs) -> Result<()> {
         }
         let label = format!("[{}/{}] {}", k + 1, systems.len(), sys.name);
         let r = run_system(
-            &name,
+            name,
             sys,
-            linkdb.as_deref(),
+            Some(linkdb),
             &trip,
             &plan,
             args.queue_bytes,
-            &out,
+            out,
             &label,
         )
         .unwrap_or_else(|e| SystemRun {
@@ -369,9 +436,9 @@ pub fn run(args: &BenchArgs) -> Result<()> {
         runs.push(r);
     }
     let results = report::Results::new(meta, plan, &trip, runs);
-    results.write_all(&out)?;
+    results.write_all(out)?;
     print!("{}", report::table(&results));
-    let html = report::write_html(&out, &results)?;
+    let html = report::write_html(out, &results)?;
     println!(
         "raw: {} {} {}",
         out.join("flows.csv").display(),
@@ -379,12 +446,12 @@ pub fn run(args: &BenchArgs) -> Result<()> {
         out.join("results.json").display()
     );
     println!("report: {}", html.display());
-    report::verify(&out, &results).context("the outputs are incomplete or inconsistent")?;
+    report::verify(out, &results).context("the outputs are incomplete or inconsistent")?;
     println!(
         "outputs complete and consistent ({} systems)",
         results.runs.len()
     );
-    Ok(())
+    Ok(results)
 }
 
 /// Removes a testbed when dropped.
@@ -732,7 +799,7 @@ fn build_linkdb(
     let _ = std::fs::remove_file(&db);
     let url = format!("sqlite:{}", db.display());
     let exe = std::env::current_exe().context("find the polycorn binary")?;
-    let first = t.trip_seed.saturating_add(1000).to_string();
+    let first = t.trip_seed.saturating_add(LINKDB_SEED_OFFSET).to_string();
     let o = std::process::Command::new(exe)
         .args([
             "linkdb",

@@ -1204,6 +1204,177 @@ pub fn html(r: &Results) -> String {
     h
 }
 
+/// Results of several rides pooled: per-flow goodput ratios (vs vanilla and vs kernel MPTCP,
+/// each pair from the same ride), FCT ÷ oracle, IM delivery times (all messages of all rides)
+/// and their change against single path and kernel MPTCP. Text table and JSON.
+pub fn pooled(rides: &[Results]) -> (String, Value) {
+    let num = |x: f64| if x.is_finite() { json!(x) } else { Value::Null };
+    let summ = |s: &Summary| {
+        json!({"n": s.n, "mean": num(s.mean), "median": num(s.median), "p10": num(s.p10),
+               "p90": num(s.p90), "ci95": [num(s.ci_lo), num(s.ci_hi)]})
+    };
+    let mut names: Vec<String> = Vec::new();
+    for r in rides {
+        for run in &r.runs {
+            if !names.contains(&run.system) {
+                names.push(run.system.clone());
+            }
+        }
+    }
+    let seeds: Vec<u64> = rides.iter().map(|r| r.meta.trip_seed).collect();
+    let mut o = String::new();
+    let _ = writeln!(
+        o,
+        "\npooled over {} rides (trip seeds {:?}), route {} of preset {}",
+        rides.len(),
+        seeds,
+        rides.first().map_or(0, |r| r.meta.route_seed),
+        rides.first().map_or("", |r| r.meta.preset.as_str())
+    );
+    let mut systems = serde_json::Map::new();
+    for name in &names {
+        systems.insert(name.clone(), json!({"bulk": {}, "im": {}}));
+    }
+    for reference in ["vanilla", "mptcp"] {
+        if !rides.iter().any(|r| r.run(reference).is_some()) {
+            continue;
+        }
+        let _ = writeln!(
+            o,
+            "\nper-flow goodput ratio vs {reference}, pooled: mean [95% CI] median (pairs)"
+        );
+        for name in names.iter().filter(|n| *n != reference) {
+            let _ = write!(o, "{name:<11}");
+            for &size in &BULK_SIZES {
+                let v: Vec<f64> = rides
+                    .iter()
+                    .filter_map(|r| Some(an::goodput_ratios(r.run(name)?, r.run(reference)?, size)))
+                    .flatten()
+                    .collect();
+                let s = Summary::of(&v);
+                let cell = format!(
+                    "{} [{},{}] {} ({})",
+                    f(s.mean, 2),
+                    f(s.ci_lo, 2),
+                    f(s.ci_hi, 2),
+                    f(s.median, 2),
+                    s.n
+                );
+                let _ = write!(o, " {cell:>28}");
+                systems[name]["bulk"][size.to_string()][format!("goodput_ratio_vs_{reference}")] =
+                    summ(&s);
+            }
+            o.push('\n');
+        }
+    }
+    let _ = writeln!(o, "\nFCT / oracle, pooled: median (completed/flows)");
+    for name in &names {
+        let _ = write!(o, "{name:<11}");
+        for &size in &BULK_SIZES {
+            let v: Vec<f64> = rides
+                .iter()
+                .filter_map(|r| Some(r.fct_over_oracle(r.run(name)?, size)))
+                .flatten()
+                .collect();
+            let flows = rides
+                .iter()
+                .filter_map(|r| r.runs.iter().find(|x| &x.system == name))
+                .flat_map(|x| x.flows.iter().filter(|f| f.size == size))
+                .count();
+            let _ = write!(
+                o,
+                " {:>16}",
+                format!("{} ({}/{})", f(an::quantile(&v, 0.5), 1), v.len(), flows)
+            );
+            systems[name]["bulk"][size.to_string()]["fct_over_oracle"] = summ(&Summary::of(&v));
+            systems[name]["bulk"][size.to_string()]["flows"] = json!(flows);
+        }
+        o.push('\n');
+    }
+    // IM: every delivered answer of every ride.
+    let im = |name: &str, users: usize| -> (Vec<f64>, usize, Vec<f64>) {
+        let mut d = Vec::new();
+        let mut sent = 0;
+        let mut cvs = Vec::new();
+        for r in rides {
+            if let Some(run) = r.run(name) {
+                let st = an::im_stats(run, users);
+                sent += st.sent;
+                if st.cv.is_finite() {
+                    cvs.push(st.cv);
+                }
+                d.extend(
+                    run.im
+                        .iter()
+                        .filter(|m| m.users == users)
+                        .filter_map(|m| m.delivery_s),
+                );
+            }
+        }
+        (d, sent, cvs)
+    };
+    let _ = writeln!(
+        o,
+        "\ninstant messaging, pooled: mean / p90 delivery ms, mean CV; change of the mean vs single and vs mptcp"
+    );
+    for name in &names {
+        let _ = write!(o, "{name:<11}");
+        for &u in &IM_USERS {
+            let (d, sent, cvs) = im(name, u);
+            let m = an::mean(&d);
+            let vs = |other: &str| {
+                let (od, _, _) = im(other, u);
+                (m / an::mean(&od) - 1.0) * 100.0
+            };
+            let (vs_single, vs_mptcp) = (vs("single"), vs("mptcp"));
+            let _ = write!(
+                o,
+                " {:>40}",
+                format!(
+                    "{u}u {}/{} cv {} ({}% / {}%)",
+                    f(m * 1e3, 0),
+                    f(an::quantile(&d, 0.9) * 1e3, 0),
+                    f(an::mean(&cvs), 2),
+                    f(vs_single, 1),
+                    f(vs_mptcp, 1)
+                )
+            );
+            systems[name]["im"][u.to_string()] = json!({
+                "mean_s": num(m), "p90_s": num(an::quantile(&d, 0.9)), "cv_mean": num(an::mean(&cvs)),
+                "delivered": d.len(), "sent": sent,
+                "mean_change_vs_single_pct": num(vs_single), "mean_change_vs_mptcp_pct": num(vs_mptcp),
+            });
+        }
+        o.push('\n');
+    }
+    let failed: Vec<String> = rides
+        .iter()
+        .flat_map(|r| {
+            r.runs
+                .iter()
+                .filter(|x| x.error.is_some())
+                .map(move |x| format!("{} in ride {}", x.system, r.meta.trip_seed))
+        })
+        .collect();
+    if !failed.is_empty() {
+        let _ = writeln!(
+            o,
+            "\nnot run (see the ride's report): {}",
+            failed.join(", ")
+        );
+    }
+    let j = json!({
+        "rides": seeds,
+        "route_seed": rides.first().map(|r| r.meta.route_seed),
+        "preset": rides.first().map(|r| r.meta.preset.clone()),
+        "mode": rides.first().map(|r| r.meta.mode.clone()),
+        "version": rides.first().map(|r| r.meta.version.clone()),
+        "systems": systems,
+        "failed": failed,
+    });
+    (o, j)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1275,6 +1446,27 @@ mod tests {
             started: "now".into(),
         };
         Results::new(meta, plan, &trip, runs)
+    }
+
+    #[test]
+    fn rides_pool_pairwise() {
+        let a = synthetic();
+        let mut b = synthetic();
+        b.meta.trip_seed = 2;
+        let (text, j) = pooled(&[a.clone(), b]);
+        let per_ride = a.plan.bulk.iter().filter(|f| f.size == 262_144).count();
+        let r = &j["systems"]["hrsch"]["bulk"]["262144"]["goodput_ratio_vs_vanilla"];
+        assert_eq!(r["n"], json!(2 * per_ride), "{j}");
+        // hrsch's synthetic flows are faster than vanilla's, and its IM answers slower than
+        // single path's.
+        assert!(r["mean"].as_f64().unwrap() > 1.0, "{r}");
+        let im = &j["systems"]["hrsch"]["im"]["10"];
+        assert!(
+            im["mean_change_vs_single_pct"].as_f64().unwrap() > 0.0,
+            "{im}"
+        );
+        assert_eq!(j["rides"], json!([1, 2]));
+        assert!(text.contains("pooled over 2 rides"), "{text}");
     }
 
     #[test]
