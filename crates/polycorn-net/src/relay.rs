@@ -236,6 +236,27 @@ async fn log_events(mut rx: mpsc::UnboundedReceiver<polycorn_proto::Event>) {
     }
 }
 
+/// How long a probe connection for a silent path may take.
+const PROBE_CONNECT_TIMEOUT: Duration = Duration::from_millis(1500);
+/// How often the relay looks at an idle subflow's congestion state.
+const REFRESH_CHECK: Duration = Duration::from_secs(1);
+/// A subflow younger than this is never refreshed (at most one refresh per path this often).
+const REFRESH_MIN_AGE: Duration = Duration::from_secs(5);
+/// A slow-start threshold below this many segments means a loss hit the subflow while its
+/// window was small (idle): worth a fresh connection.
+const REFRESH_SSTHRESH_SEGMENTS: u32 = 20;
+/// A path counts as idle when fewer bytes than this crossed it (either way) in the last
+/// [`REFRESH_CHECK`] (probes and their answers are far below).
+const REFRESH_QUIET_BYTES: u64 = 4096;
+
+/// Why a subflow was replaced by a fresh connection.
+enum Replace {
+    /// The path stayed silent.
+    Silent,
+    /// Refresh of an idle subflow whose slow-start threshold collapsed (segments).
+    Refresh(u32),
+}
+
 /// Keep `path`'s subflow up: connect with backoff, run, and replace it when it stalls.
 async fn maintain_path(
     engine: Engine,
@@ -272,7 +293,29 @@ async fn maintain_path(
         backoff = Duration::from_millis(100);
         info!(path = %p.name, proxy = %p.proxy, "subflow up");
         let (r, w) = tokio::io::split(est.stream);
+        let raw_info = est.raw_info;
         let run = engine.run_subflow(path, est.initial, r, w, est.tcp_info);
+        let probing = std::sync::atomic::AtomicBool::new(false);
+        let probe = || async {
+            probing.store(true, std::sync::atomic::Ordering::Relaxed);
+            let r = tokio::time::timeout(
+                PROBE_CONNECT_TIMEOUT,
+                subflow::relay_connect(
+                    &tls,
+                    p.proxy,
+                    p.source,
+                    p.device.as_deref(),
+                    congestion.as_deref(),
+                    &hello,
+                ),
+            )
+            .await;
+            probing.store(false, std::sync::atomic::Ordering::Relaxed);
+            match r {
+                Ok(Ok(e)) => Some(e),
+                _ => None,
+            }
+        };
         // Watchdog: a path that stays silent (no frame for the session's stall time) is
         // probed with a fresh connection; when the probe gets through, it replaces the old
         // subflow, whose TCP may sit in exponential RTO back-off for a long time.
@@ -283,31 +326,74 @@ async fn maintain_path(
                 let stalled = engine.inspect(|s| s.path_attached(path) && !s.path_usable(path));
                 silent = if stalled { silent + 1 } else { 0 };
                 if silent >= 2 {
-                    if let Ok(Ok(e)) = tokio::time::timeout(
-                        Duration::from_millis(1500),
-                        subflow::relay_connect(
-                            &tls,
-                            p.proxy,
-                            p.source,
-                            p.device.as_deref(),
-                            congestion.as_deref(),
-                            &hello,
-                        ),
-                    )
-                    .await
-                    {
-                        return e;
+                    if let Some(e) = probe().await {
+                        return (e, Replace::Silent);
                     }
                 }
             }
         };
-        tokio::select! {
-            e = run => {
-                warn!(path = %p.name, error = %e, "subflow ended; reconnecting");
+        // Refresh: a blackout that hits an idle subflow (only probes in flight) cuts its
+        // slow-start threshold to a few segments, and loss-based congestion control then
+        // grows the window linearly for many seconds when passengers' data comes back. Such a
+        // subflow is replaced, while the path is idle, by a fresh connection that starts in
+        // slow start (make before break: nothing in flight is lost).
+        let refresher = async {
+            let started = std::time::Instant::now();
+            let mut last = engine.inspect(|s| s.path_counters(path).unwrap_or_default());
+            loop {
+                tokio::time::sleep(REFRESH_CHECK).await;
+                let now = engine.inspect(|s| s.path_counters(path).unwrap_or_default());
+                let quiet = now.rx_bytes.saturating_sub(last.rx_bytes) < REFRESH_QUIET_BYTES
+                    && now.tx_bytes.saturating_sub(last.tx_bytes) < REFRESH_QUIET_BYTES;
+                last = now;
+                if started.elapsed() < REFRESH_MIN_AGE || !quiet {
+                    continue;
+                }
+                let Ok(i) = raw_info() else { continue };
+                let collapsed = i.snd_ssthresh < REFRESH_SSTHRESH_SEGMENTS;
+                let idle = i.unacked == 0 && i.notsent_bytes == 0 && i.backoff == 0;
+                if collapsed && idle && engine.inspect(|s| s.path_usable(path)) {
+                    if let Some(e) = probe().await {
+                        return (e, Replace::Refresh(i.snd_ssthresh));
+                    }
+                }
             }
-            fresh = watchdog => {
-                info!(path = %p.name, "path silent; replacing its subflow");
-                next = Some(fresh);
+        };
+        let fresh = async {
+            tokio::select! {
+                f = watchdog => f,
+                f = refresher => f,
+            }
+        };
+        tokio::pin!(run, fresh);
+        let log_replace = |why: &Replace| match why {
+            Replace::Silent => info!(path = %p.name, "path silent; replaced its subflow"),
+            Replace::Refresh(ssthresh) => info!(
+                path = %p.name,
+                ssthresh,
+                "idle subflow's congestion state collapsed; replaced it with a fresh connection"
+            ),
+        };
+        tokio::select! {
+            e = &mut run => {
+                // The proxy drops the old subflow as soon as the probe's Hello arrives, which
+                // can end this one before the probe's connect returns here: keep the probe.
+                let f = if probing.load(std::sync::atomic::Ordering::Relaxed) {
+                    tokio::time::timeout(PROBE_CONNECT_TIMEOUT, &mut fresh).await.ok()
+                } else {
+                    None
+                };
+                match f {
+                    Some((f, why)) => {
+                        log_replace(&why);
+                        next = Some(f);
+                    }
+                    None => warn!(path = %p.name, error = %e, "subflow ended; reconnecting"),
+                }
+            }
+            (f, why) = &mut fresh => {
+                log_replace(&why);
+                next = Some(f);
             }
         }
     }

@@ -54,6 +54,9 @@ const _: () = {
     assert!(offset_of!(libc::tcp_info, tcpi_bytes_retrans) == 208);
 };
 
+/// `tcpi_snd_ssthresh` before any loss (the kernel's `TCP_INFINITE_SSTHRESH`).
+pub const SSTHRESH_INFINITE: u32 = 0x7fff_ffff;
+
 /// The fields of the kernel's `struct tcp_info` that polycorn reads, in the kernel's units.
 ///
 /// Fields a (older) kernel does not report read as zero.
@@ -67,6 +70,9 @@ pub struct TcpInfoRaw {
     pub min_rtt_us: u32,
     /// Congestion window, segments (`tcpi_snd_cwnd`).
     pub snd_cwnd: u32,
+    /// Slow-start threshold, segments (`tcpi_snd_ssthresh`; [`SSTHRESH_INFINITE`] or more
+    /// until the first loss).
+    pub snd_ssthresh: u32,
     /// Sender MSS, bytes (`tcpi_snd_mss`).
     pub snd_mss: u32,
     /// Segments sent and not yet acknowledged (`tcpi_unacked`).
@@ -151,6 +157,7 @@ pub fn tcp_info(fd: BorrowedFd<'_>) -> io::Result<TcpInfoRaw> {
         rttvar_us: i.tcpi_rttvar,
         min_rtt_us: i.tcpi_min_rtt,
         snd_cwnd: i.tcpi_snd_cwnd,
+        snd_ssthresh: i.tcpi_snd_ssthresh,
         snd_mss: i.tcpi_snd_mss,
         unacked: i.tcpi_unacked,
         notsent_bytes: i.tcpi_notsent_bytes,

@@ -144,6 +144,17 @@ pub struct Established {
     pub initial: Vec<u8>,
     /// `TCP_INFO` of the underlying socket.
     pub tcp_info: TcpInfoFn,
+    /// The raw `TCP_INFO` of the underlying socket (congestion state for the relay's refresh).
+    pub raw_info: RawInfoFn,
+}
+
+/// Reads the raw `TCP_INFO` of a subflow's socket.
+pub type RawInfoFn = Box<dyn Fn() -> io::Result<sockopt::TcpInfoRaw> + Send + Sync>;
+
+/// A raw `TCP_INFO` reader for `stream` (owns a duplicate of the socket descriptor).
+pub fn raw_info_reader(stream: &TcpStream) -> io::Result<RawInfoFn> {
+    let dup = socket2::SockRef::from(stream).try_clone()?;
+    Ok(Box::new(move || sockopt::tcp_info(dup.as_fd())))
 }
 
 impl std::fmt::Debug for Established {
@@ -164,6 +175,7 @@ pub async fn relay_connect(
     let tcp = connect_pinned(proxy, source, device).await?;
     tune(&tcp, congestion).map_err(io_err("set subflow socket options"))?;
     let tcp_info = tcp_info_reader(&tcp).map_err(io_err("duplicate socket"))?;
+    let raw_info = raw_info_reader(&tcp).map_err(io_err("duplicate socket"))?;
     let fut = async {
         let mut s = tls
             .connect(crate::tls::proxy_server_name(), tcp)
@@ -181,6 +193,7 @@ pub async fn relay_connect(
         stream,
         initial,
         tcp_info,
+        raw_info,
     })
 }
 

@@ -870,3 +870,49 @@ fn hsr_trip_with_train_context_and_linkdb_predictions() {
         tail(&log)
     );
 }
+
+/// A short blackout of an idle path (only probes in flight) cuts its subflow's slow-start
+/// threshold to a few segments; the relay replaces that subflow with a fresh connection once
+/// the path is back and idle, and traffic afterwards is byte-exact.
+#[test]
+fn idle_path_blackout_refreshes_its_subflow() {
+    let _s = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    if !is_root() {
+        return;
+    }
+    let bed = Bed::up(
+        "f",
+        &["--paths", "2", "--constant-mbit", "40", "--delay-ms", "20"],
+    );
+    start_server(&bed);
+    let stack = start_stack(&bed, "polycorn", "minrtt", 2);
+    std::thread::sleep(Duration::from_secs(2));
+    {
+        // Shorter than the stall time, so the watchdog does not replace the subflow first.
+        let _b = Blackhole::new(&bed.ns("relay"), &["path0"]);
+        std::thread::sleep(Duration::from_millis(1200));
+    }
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !stack.relay.log().contains("congestion state collapsed") {
+        assert!(
+            Instant::now() < deadline,
+            "no refresh after an idle blackout:\n{}",
+            tail(&stack.relay.log())
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let r = in_ns(&bed.ns("client"), move || {
+        Box::pin(async move {
+            tokio::time::timeout(
+                Duration::from_secs(60),
+                one(Via::Transparent4, KB, 8 * MB, None),
+            )
+            .await
+        })
+    });
+    assert!(
+        matches!(r, Ok(Ok(_))),
+        "transfer after the refresh: {r:?}\n{}",
+        tail(&stack.relay.log())
+    );
+}
