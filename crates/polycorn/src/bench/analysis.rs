@@ -94,7 +94,8 @@ pub fn counter_sum(run: &SystemRun, role: &str, prefix: &str) -> f64 {
         .iter()
         .filter(|(k, _)| k.starts_with(&key))
         .map(|(_, v)| v)
-        .sum()
+        .sum::<f64>()
+        + 0.0 // an empty sum is -0.0
 }
 
 /// One line on what the schedulers did: per role, the stages' decision counts, reinjected and

@@ -401,7 +401,11 @@ pub fn table(r: &Results) -> String {
             f(100.0 * an::path_share(run, r.worse_path), 1)
         );
     }
-    let with_counters: Vec<_> = r.runs.iter().filter(|x| !x.counters.is_empty()).collect();
+    let with_counters: Vec<_> = r
+        .runs
+        .iter()
+        .filter(|x| x.mode == "polycorn" && !x.counters.is_empty())
+        .collect();
     if !with_counters.is_empty() {
         let _ = writeln!(
             o,
@@ -1177,7 +1181,11 @@ pub fn html(r: &Results) -> String {
         );
     }
     h.push_str("</table><h2>Scheduler activity</h2><p>From the relay's and proxy's metrics at the end of each run: decisions in which each stage moved a path (proxy = downlink, relay = uplink), reinjected and redundant megabytes, subflow reconnects.</p><table><tr><th>system</th><th>activity</th></tr>");
-    for run in r.runs.iter().filter(|x| !x.counters.is_empty()) {
+    for run in r
+        .runs
+        .iter()
+        .filter(|x| x.mode == "polycorn" && !x.counters.is_empty())
+    {
         let _ = write!(
             h,
             "<tr><td>{}</td><td>{}</td></tr>",
