@@ -266,21 +266,22 @@ async fn maintain_path(
     congestion: Option<String>,
 ) {
     let hello = engine.inspect(|s| s.hello(path).to_vec());
+    let connect = || {
+        subflow::relay_connect(
+            &tls,
+            p.proxy,
+            p.source,
+            p.device.as_deref(),
+            congestion.as_deref(),
+            &hello,
+        )
+    };
     let mut backoff = Duration::from_millis(100);
     let mut next: Option<subflow::Established> = None;
     loop {
         let est = match next.take() {
             Some(e) => e,
-            None => match subflow::relay_connect(
-                &tls,
-                p.proxy,
-                p.source,
-                p.device.as_deref(),
-                congestion.as_deref(),
-                &hello,
-            )
-            .await
-            {
+            None => match connect().await {
                 Ok(e) => e,
                 Err(e) => {
                     debug!(path = %p.name, error = %e, "subflow connect failed");
@@ -298,18 +299,7 @@ async fn maintain_path(
         let probing = std::sync::atomic::AtomicBool::new(false);
         let probe = || async {
             probing.store(true, std::sync::atomic::Ordering::Relaxed);
-            let r = tokio::time::timeout(
-                PROBE_CONNECT_TIMEOUT,
-                subflow::relay_connect(
-                    &tls,
-                    p.proxy,
-                    p.source,
-                    p.device.as_deref(),
-                    congestion.as_deref(),
-                    &hello,
-                ),
-            )
-            .await;
+            let r = tokio::time::timeout(PROBE_CONNECT_TIMEOUT, connect()).await;
             probing.store(false, std::sync::atomic::Ordering::Relaxed);
             match r {
                 Ok(Ok(e)) => Some(e),

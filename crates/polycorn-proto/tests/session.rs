@@ -85,6 +85,14 @@ impl Net {
         self.proxy.detach_path(now, p as u8).unwrap();
     }
 
+    fn kill_all(&mut self) {
+        (0..self.up.len()).for_each(|p| self.kill(p));
+    }
+
+    fn revive_all(&mut self) {
+        (0..self.up.len()).for_each(|p| self.revive(p));
+    }
+
     fn revive(&mut self, p: usize) {
         self.up[p] = true;
         let now = t(self.now_ms);
@@ -320,14 +328,8 @@ fn survives_a_dead_subflow_and_reattaches() {
 
 #[test]
 fn survives_all_paths_dead_within_hold_time() {
-    let kill: &dyn Fn(&mut Net) = &|n| {
-        n.kill(0);
-        n.kill(1)
-    };
-    let revive: &dyn Fn(&mut Net) = &|n| {
-        n.revive(0);
-        n.revive(1)
-    };
+    let kill: &dyn Fn(&mut Net) = &|n| n.kill_all();
+    let revive: &dyn Fn(&mut Net) = &|n| n.revive_all();
     exchange(
         "hrsch",
         &[10, 35],
@@ -344,14 +346,8 @@ fn survives_all_paths_dead_within_hold_time() {
 fn credit_lost_with_dead_subflows_is_granted_again() {
     let pause: &dyn Fn(&mut Net) = &|n| n.relay_reads_paused = true;
     let resume: &dyn Fn(&mut Net) = &|n| n.relay_reads_paused = false;
-    let kill: &dyn Fn(&mut Net) = &|n| {
-        n.kill(0);
-        n.kill(1)
-    };
-    let revive: &dyn Fn(&mut Net) = &|n| {
-        n.revive(0);
-        n.revive(1)
-    };
+    let kill: &dyn Fn(&mut Net) = &|n| n.kill_all();
+    let revive: &dyn Fn(&mut Net) = &|n| n.revive_all();
     // The reader stalls at once, so the sender uses up its 4 MiB window; at 3000 ms the
     // reader drains everything and credit goes out, and one millisecond later every subflow
     // dies with it in flight.
