@@ -224,6 +224,10 @@ impl Emulator {
 
     /// Forward until the stop flag is set. Returns the counters.
     pub fn run(&mut self) -> Result<Vec<(DirStats, DirStats)>, EmuError> {
+        // The kernel may fire a thread's timers up to its timer slack late (50 µs by default),
+        // which would add to every emulated delay; ask for none. Best effort: an older kernel
+        // that refuses only costs that precision.
+        let _ = nix::sys::prctl::set_timerslack(1);
         while !self.stop.load(Ordering::Relaxed) {
             let now = self.now_us();
             let mut wait_us = MAX_WAIT_US;
