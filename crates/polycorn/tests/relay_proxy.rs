@@ -54,6 +54,21 @@ impl Bed {
         );
         Bed { name }
     }
+    /// Two paths of constant capacity and one-way delay.
+    fn constant(tag: &str, mbit: u32, delay_ms: u32) -> Bed {
+        let (mbit, delay_ms) = (mbit.to_string(), delay_ms.to_string());
+        Bed::up(
+            tag,
+            &[
+                "--paths",
+                "2",
+                "--constant-mbit",
+                &mbit,
+                "--delay-ms",
+                &delay_ms,
+            ],
+        )
+    }
     fn ns(&self, role: &str) -> String {
         format!("{}-{role}", self.name)
     }
@@ -390,10 +405,7 @@ fn every_scheduler_and_both_baselines_carry_byte_exact() {
     if !is_root() {
         return;
     }
-    let bed = Bed::up(
-        "a",
-        &["--paths", "2", "--constant-mbit", "300", "--delay-ms", "5"],
-    );
+    let bed = Bed::constant("a", 300, 5);
     start_server(&bed);
     let mut modes: Vec<(&str, &str)> = polycorn_sched::PRESETS
         .iter()
@@ -422,10 +434,7 @@ fn hundred_passengers_five_flows_each() {
     if !is_root() {
         return;
     }
-    let bed = Bed::up(
-        "b",
-        &["--paths", "2", "--constant-mbit", "200", "--delay-ms", "10"],
-    );
+    let bed = Bed::constant("b", 200, 10);
     start_server(&bed);
     for i in 0..100 {
         ip_in(
@@ -651,10 +660,7 @@ fn transfers_survive_one_path_down_10s_and_all_paths_down_20s() {
     if !is_root() {
         return;
     }
-    let bed = Bed::up(
-        "c",
-        &["--paths", "2", "--constant-mbit", "40", "--delay-ms", "20"],
-    );
+    let bed = Bed::constant("c", 40, 20);
     start_server(&bed);
     let stack = start_stack(&bed, "polycorn", "hrsch", 2);
     transfer_with_outage(
@@ -680,10 +686,7 @@ fn hostile_peers_are_refused_and_passengers_unaffected() {
     if !is_root() {
         return;
     }
-    let bed = Bed::up(
-        "d",
-        &["--paths", "2", "--constant-mbit", "100", "--delay-ms", "10"],
-    );
+    let bed = Bed::constant("d", 100, 10);
     start_server(&bed);
     let stack = start_stack(&bed, "polycorn", "hrsch", 2);
     let certs = stack.dir.path().to_path_buf();
@@ -880,10 +883,7 @@ fn idle_path_blackout_refreshes_its_subflow() {
     if !is_root() {
         return;
     }
-    let bed = Bed::up(
-        "f",
-        &["--paths", "2", "--constant-mbit", "40", "--delay-ms", "20"],
-    );
+    let bed = Bed::constant("f", 40, 20);
     start_server(&bed);
     let stack = start_stack(&bed, "polycorn", "minrtt", 2);
     std::thread::sleep(Duration::from_secs(2));
