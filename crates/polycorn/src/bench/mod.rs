@@ -65,6 +65,11 @@ pub struct BenchArgs {
     /// Bulk flows (cycled over 256 KB, 1 MB, 4 MB); default 6 quick, 12 full.
     #[arg(long)]
     pub bulk_flows: Option<usize>,
+    /// Workloads to run, comma-separated: `bulk` (downloads), `im` (instant messaging). Leaving
+    /// one out shortens every system's window, so more rides fit in the same time; the other
+    /// workload's schedule is unchanged but starts right after the lead-in.
+    #[arg(long, value_delimiter = ',', default_value = "bulk,im")]
+    pub workloads: Vec<Workload>,
     /// Seconds into the trip where the window starts (default: first moment above 250 km/h).
     #[arg(long)]
     pub from_s: Option<f64>,
@@ -83,6 +88,15 @@ pub struct BenchArgs {
     /// then pooled over all rides (`pooled.txt`, `pooled.json`).
     #[arg(long, default_value_t = 1)]
     pub trips: u64,
+}
+
+/// A workload of the bench.
+#[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Workload {
+    /// Bulk downloads of 256 KB, 1 MB and 4 MB.
+    Bulk,
+    /// Instant messaging with 10, 20 and 30 users.
+    Im,
 }
 
 /// A system under test.
@@ -242,11 +256,17 @@ pub fn run(args: &BenchArgs) -> Result<()> {
     } else {
         PlanParams::full()
     };
-    if let Some(n) = args.bulk_flows {
-        if n == 0 {
-            bail!("--bulk-flows must be at least 1");
-        }
-        params.bulk_flows = n;
+    if args.workloads.is_empty() {
+        bail!("--workloads needs at least one of: bulk, im");
+    }
+    let bulk = args.workloads.contains(&Workload::Bulk);
+    params.im = args.workloads.contains(&Workload::Im);
+    match args.bulk_flows {
+        Some(_) if !bulk => bail!("--bulk-flows needs the bulk workload (--workloads)"),
+        Some(0) => bail!("--bulk-flows must be at least 1"),
+        Some(n) => params.bulk_flows = n,
+        None if !bulk => params.bulk_flows = 0,
+        None => {}
     }
     if args.trips == 0 || args.trips >= LINKDB_SEED_OFFSET {
         bail!("--trips must be 1 to {}", LINKDB_SEED_OFFSET - 1);

@@ -69,6 +69,8 @@ pub struct PlanParams {
     pub im_mean_gap_s: f64,
     /// Seconds each IM segment lasts (last answers must arrive by then).
     pub im_segment_s: f64,
+    /// Whether the instant-messaging segments run (`--workloads`).
+    pub im: bool,
 }
 
 impl PlanParams {
@@ -82,6 +84,7 @@ impl PlanParams {
             drain_s: 3.0,
             im_mean_gap_s: 0.07,
             im_segment_s: 9.0,
+            im: true,
         }
     }
     /// Full mode.
@@ -94,6 +97,7 @@ impl PlanParams {
             drain_s: 6.0,
             im_mean_gap_s: 0.15,
             im_segment_s: 20.0,
+            im: true,
         }
     }
 }
@@ -137,10 +141,17 @@ impl Plan {
                 size: BULK_SIZES[idx % BULK_SIZES.len()],
             })
             .collect();
-        let mut t = p.lead_s + p.bulk_flows as f64 * p.bulk_gap_s + p.drain_s;
+        // Without bulk flows, IM starts right after the lead; without IM, the run ends when the
+        // last bulk flow's timeout would.
+        let mut t = match bulk.last() {
+            Some(f) if !p.im => f.start_s + p.bulk_timeout_s,
+            Some(_) => p.lead_s + p.bulk_flows as f64 * p.bulk_gap_s + p.drain_s,
+            None => p.lead_s,
+        };
         let mut im = Vec::new();
         let budget_s = (p.im_segment_s - 1.5).max(0.5);
-        for &users in &IM_USERS {
+        let users_per_segment: &[usize] = if p.im { &IM_USERS } else { &[] };
+        for &users in users_per_segment {
             let sends_s = (0..users)
                 .map(|_| {
                     let mut acc = 0.0;
@@ -198,6 +209,34 @@ mod tests {
             }
         }
         assert!(a.end_s > a.im[2].start_s);
+    }
+
+    #[test]
+    fn either_workload_can_be_left_out() {
+        let im_only = Plan::new(
+            &PlanParams {
+                bulk_flows: 0,
+                ..PlanParams::full()
+            },
+            1,
+        );
+        assert!(im_only.bulk.is_empty());
+        assert_eq!(im_only.im.len(), 3);
+        // IM starts right after the lead; the messages are the same as with bulk flows.
+        assert_eq!(im_only.im[0].start_s, PlanParams::full().lead_s);
+        let both = Plan::new(&PlanParams::full(), 1);
+        assert_eq!(im_only.im[0].sends_s, both.im[0].sends_s);
+        let bulk_only = Plan::new(
+            &PlanParams {
+                im: false,
+                ..PlanParams::full()
+            },
+            1,
+        );
+        assert!(bulk_only.im.is_empty());
+        assert_eq!(bulk_only.bulk, both.bulk);
+        let last = bulk_only.bulk.last().unwrap();
+        assert_eq!(bulk_only.end_s, last.start_s + bulk_only.bulk_timeout_s);
     }
 
     #[test]
