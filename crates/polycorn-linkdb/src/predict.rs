@@ -77,6 +77,11 @@ struct PathState {
     /// Progress when the path last changed cell: the location table skips the zone of the
     /// handover the path has already made.
     changed_at_m: Option<f64>,
+    /// Whether the modem ever reported a serving cell for this path.
+    reported: bool,
+    /// Since when the modem has reported no serving cell after reporting one: the failure is
+    /// under way, and the path stays failed until a cell is reported again.
+    no_service_since: Option<Instant>,
 }
 
 /// An online predictor over a [`LinkIndex`].
@@ -126,6 +131,8 @@ impl Predictor {
         st.cell = None;
         st.rsrp.clear();
         st.changed_at_m = None;
+        st.reported = false;
+        st.no_service_since = None;
     }
 
     /// A GPS fix: position along the line, speed, direction of travel.
@@ -146,6 +153,15 @@ impl Predictor {
     }
 
     /// A modem report for `path`: serving cell (`None` without service) and RSRP.
+    ///
+    /// A path whose modem had a cell and now reports none has lost its connection (a failed
+    /// handover's blackout): from then until a cell is reported again, [`next_failure`] says
+    /// the failure began at that moment, so HPR keeps the path out — the paper re-enables a
+    /// rejected path only once it is connected to the next cell. (Before, losing the cell
+    /// also dropped the cell's prediction and released the path at the very moment it went
+    /// dark.) A path that never reported a cell (no modem reports at all) is unaffected.
+    ///
+    /// [`next_failure`]: HandoverPredictor::next_failure
     pub fn update_cell(
         &mut self,
         now: Instant,
@@ -156,6 +172,16 @@ impl Predictor {
         let id = cell.and_then(|c| self.index.cell_id(c));
         let here = self.progress_at(now);
         let st = &mut self.paths[path.index()];
+        match cell {
+            Some(_) => {
+                st.reported = true;
+                st.no_service_since = None;
+            }
+            None if st.reported && st.no_service_since.is_none() => {
+                st.no_service_since = Some(now);
+            }
+            None => {}
+        }
         if st.cell != id {
             st.rsrp.clear();
             if id.is_some() {
@@ -221,6 +247,9 @@ impl Predictor {
 
 impl HandoverPredictor for Predictor {
     fn next_failure(&self, path: PathId, now: Instant) -> Option<Instant> {
+        if let Some(t) = self.paths.get(path.index())?.no_service_since {
+            return Some(t);
+        }
         let fix = self.fix?;
         if fix.speed_mps < MIN_SPEED_MPS {
             return None;

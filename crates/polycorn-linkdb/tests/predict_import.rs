@@ -107,6 +107,52 @@ fn paper_predictor_times_the_mean_failure_position() {
     assert_eq!(p.next_failure(PathId::new(1).unwrap(), now), None);
 }
 
+/// Losing the serving cell (a blackout) keeps the path failed until a cell is back, whether or
+/// not the lost cell had a prediction; a path that never reported a cell is left alone.
+#[test]
+fn a_lost_cell_keeps_the_path_failed_until_a_cell_is_back() {
+    let up = Direction::Up;
+    let history = [
+        trip("t1", up, vec![ho("c1", 1000.0, Outcome::Failure, up)]),
+        trip("t2", up, vec![ho("c2", 2000.0, Outcome::Success, up)]),
+    ];
+    let refs: Vec<&TripData> = history.iter().collect();
+    let mut p = ModelKind::Paper.build(&refs);
+    let (a, b) = (PathId::new(0).unwrap(), PathId::new(1).unwrap());
+    let t0 = Instant::from_millis(10_000);
+    let later = t0 + Duration::from_secs(3);
+    p.map_path(a, "A");
+    p.map_path(b, "A");
+    p.update_fix(t0, 990.0, 50.0, up);
+    // A path without any cell report predicts nothing, before and after a `None` report.
+    p.update_cell(t0, b, None, None);
+    assert_eq!(p.next_failure(b, later), None);
+    // Path a: predicted at 1000 m, then the cell is lost at t0: failed since t0, and the
+    // prediction does not wander with the fixes that follow.
+    p.update_cell(t0, a, Some("c1"), Some(-110.0));
+    assert_eq!(p.next_failure(a, t0), Some(t0 + Duration::from_millis(200)));
+    p.update_cell(t0, a, None, None);
+    p.update_fix(later, 1140.0, 50.0, up);
+    p.update_cell(later, a, None, None);
+    assert_eq!(p.next_failure(a, later), Some(t0));
+    // A new cell ends it: c2 has no failure history.
+    p.update_cell(later, a, Some("c2"), Some(-90.0));
+    assert_eq!(p.next_failure(a, later), None);
+    // Also a cell without any prediction: losing it is a failure under way, and an unknown
+    // cell coming back ends it too.
+    p.update_cell(later, a, None, None);
+    assert_eq!(
+        p.next_failure(a, later + Duration::from_secs(1)),
+        Some(later)
+    );
+    p.update_cell(later, a, Some("never-seen"), None);
+    assert_eq!(p.next_failure(a, later), None);
+    // Re-mapping a path forgets it.
+    p.update_cell(later, a, None, None);
+    p.map_path(a, "A");
+    assert_eq!(p.next_failure(a, later), None);
+}
+
 trait SubSecs {
     fn saturating_sub_secs(self, s: u64) -> Instant;
 }

@@ -362,7 +362,7 @@ impl Default for ContextConfig {
 }
 
 /// A relay's configuration (`relay.toml`).
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RelayConfig {
     /// `[relay]`.
@@ -382,6 +382,9 @@ pub struct RelayConfig {
     /// `[context]`.
     #[serde(default)]
     pub context: ContextConfig,
+    /// `[linkdb]`: handover-failure prediction for the uplink scheduler (HPR on the relay).
+    #[serde(default)]
+    pub linkdb: LinkDbConfig,
     /// `[limits]`.
     #[serde(default)]
     pub limits: Limits,
@@ -562,6 +565,13 @@ impl RelayConfig {
                 Some(file) => v.existing_file("context.replay", file)?,
             }
         }
+        v.linkdb(&self.linkdb)?;
+        if self.linkdb.db.is_some() && ctx.source == ContextSource::None {
+            return Err(v.invalid(
+                "linkdb.db",
+                "the uplink predictor follows the train's context; set context.source too",
+            ));
+        }
 
         v.limits(&self.limits)?;
         v.log(&self.log)
@@ -643,7 +653,8 @@ impl PolicyConfig {
     }
 }
 
-/// `[linkdb]`: handover-failure prediction for the downlink scheduler (HRSCH's HPR stage).
+/// `[linkdb]`: handover-failure prediction for HRSCH's HPR stage: on the proxy for the
+/// downlink, on the relay for the uplink.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct LinkDbConfig {
@@ -781,42 +792,7 @@ impl ProxyConfig {
                 }
             }
         }
-        if let Some(db) = &self.linkdb.db {
-            if db.trim().is_empty() {
-                return Err(v.invalid("linkdb.db", "empty; remove the key to run without LinkDB"));
-            }
-            if !["paper", "risk", "loctable"].contains(&self.linkdb.model.as_str()) {
-                return Err(v.invalid(
-                    "linkdb.model",
-                    format!(
-                        "unknown model `{}`: expected paper, risk or loctable",
-                        self.linkdb.model
-                    ),
-                ));
-            }
-            match self.linkdb.track_origin {
-                Some([lat, lon])
-                    if (-90.0..=90.0).contains(&lat) && (-180.0..=180.0).contains(&lon) => {}
-                Some(_) => {
-                    return Err(v.invalid("linkdb.track_origin", "must be [lat, lon] in degrees"))
-                }
-                None => {
-                    return Err(v.invalid(
-                        "linkdb.track_origin",
-                        "required with linkdb.db: [lat, lon] of position 0 of the line",
-                    ))
-                }
-            }
-            if !self.linkdb.track_heading_deg.is_finite() {
-                return Err(v.invalid("linkdb.track_heading_deg", "must be a number of degrees"));
-            }
-            if self.linkdb.carriers.is_empty() || self.linkdb.carriers.len() > 32 {
-                return Err(v.invalid(
-                    "linkdb.carriers",
-                    "1 to 32 carrier names, one per path index",
-                ));
-            }
-        }
+        v.linkdb(&self.linkdb)?;
         v.limits(&self.limits)?;
         v.log(&self.log)
     }
@@ -1138,6 +1114,48 @@ impl Validator<'_> {
         Ok(())
     }
 
+    fn linkdb(&self, l: &LinkDbConfig) -> Result<(), ConfigError> {
+        if let Some(db) = &l.db {
+            if db.trim().is_empty() {
+                return Err(
+                    self.invalid("linkdb.db", "empty; remove the key to run without LinkDB")
+                );
+            }
+            if !["paper", "risk", "loctable"].contains(&l.model.as_str()) {
+                return Err(self.invalid(
+                    "linkdb.model",
+                    format!(
+                        "unknown model `{}`: expected paper, risk or loctable",
+                        l.model
+                    ),
+                ));
+            }
+            match l.track_origin {
+                Some([lat, lon])
+                    if (-90.0..=90.0).contains(&lat) && (-180.0..=180.0).contains(&lon) => {}
+                Some(_) => {
+                    return Err(self.invalid("linkdb.track_origin", "must be [lat, lon] in degrees"))
+                }
+                None => {
+                    return Err(self.invalid(
+                        "linkdb.track_origin",
+                        "required with linkdb.db: [lat, lon] of position 0 of the line",
+                    ))
+                }
+            }
+            if !l.track_heading_deg.is_finite() {
+                return Err(self.invalid("linkdb.track_heading_deg", "must be a number of degrees"));
+            }
+            if l.carriers.is_empty() || l.carriers.len() > 32 {
+                return Err(self.invalid(
+                    "linkdb.carriers",
+                    "1 to 32 carrier names, one per path index",
+                ));
+            }
+        }
+        Ok(())
+    }
+
     fn limits(&self, l: &Limits) -> Result<(), ConfigError> {
         for (key, value) in [
             ("limits.flow_window_bytes", l.flow_window_bytes),
@@ -1276,6 +1294,17 @@ key = "relay.key"
 source = "none"
 gpsd = "127.0.0.1:2947"
 # replay = "context.csv"     # required with source = "replay"
+
+[linkdb]
+# Optional handover database (see `polycorn linkdb`), the same one the proxy uses: the uplink
+# scheduler's HPR stage stops sending on a path before a predicted handover failure. Needs
+# context.source; the paths' order must match `carriers`.
+# db = "sqlite:/var/lib/polycorn/linkdb.sqlite"
+# model = "paper"                 # paper | risk | loctable
+# route = "hsr-1"                 # only rides of this route
+# carriers = ["A", "B"]           # carrier of path 0, path 1, ... as LinkDB names them
+# track_origin = [39.86, 116.37]  # [lat, lon] of position 0 of the line (required with db)
+# track_heading_deg = 160.0       # heading of increasing position
 
 [limits]
 flow_window_bytes = 4194304     # per-flow receive window / send buffer

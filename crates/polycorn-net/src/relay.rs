@@ -108,6 +108,9 @@ pub struct RelayOptions {
     pub tunnel_port: u16,
     /// Session tunables.
     pub tuning: Tuning,
+    /// Handover predictor of the uplink scheduler (LinkDB), fed with the relay's own context.
+    /// None: no prediction (HPR never throttles).
+    pub predictor: Option<crate::proxy::PredictorFactory>,
 }
 
 impl std::fmt::Debug for RelayOptions {
@@ -160,7 +163,10 @@ pub async fn start(
             let cfg = opts.tuning.session_config(Role::Relay, id, &opts.pipeline);
             let session =
                 Session::new(cfg).map_err(|e| format!("scheduler `{}`: {e}", opts.pipeline))?;
-            let predictor: Box<dyn crate::predictor::TrainPredictor> = Box::new(NoPrediction);
+            let predictor: Box<dyn crate::predictor::TrainPredictor> = match &opts.predictor {
+                Some(make) => make(),
+                None => Box::new(NoPrediction),
+            };
             let (engine, events) = Engine::new(session, predictor);
             info!(session = format!("{id:016x}"), pipeline = %opts.pipeline, paths = opts.paths.len(), "relay session");
             tasks.spawn(engine.clone().run_timer());
@@ -179,6 +185,8 @@ pub async fn start(
                 let e = engine.clone();
                 tasks.spawn(async move {
                     while let Some(ctx) = rx.recv().await {
+                        // Our own predictor first (uplink), then the proxy's (downlink).
+                        e.on_context(&ctx);
                         e.with(|s, now| s.send_context(now, &ctx));
                     }
                 });

@@ -619,6 +619,38 @@ fn context_errors() {
 }
 
 #[test]
+fn relay_linkdb_errors() {
+    let dir = files();
+    let d = dir.path();
+    let gpsd = "\n[context]\nsource = \"gpsd\"\n";
+    let db = "\n[linkdb]\ndb = \"sqlite:/tmp/x.sqlite\"\ntrack_origin = [39.86, 116.37]\n";
+    let r = relay(&format!("{RELAY_MIN}{gpsd}{db}"), d).unwrap();
+    assert_eq!(r.linkdb.db.as_deref(), Some("sqlite:/tmp/x.sqlite"));
+    assert_eq!(r.linkdb.model, "paper");
+    assert!(relay(RELAY_MIN, d).unwrap().linkdb.db.is_none());
+    // The uplink predictor follows the relay's own context.
+    relay_err(
+        &format!("{RELAY_MIN}{db}"),
+        d,
+        "linkdb.db",
+        "context.source",
+    );
+    // The same checks as the proxy's section.
+    relay_err(
+        &format!("{RELAY_MIN}{gpsd}\n[linkdb]\ndb = \"sqlite:/tmp/x.sqlite\"\n"),
+        d,
+        "linkdb.track_origin",
+        "required with linkdb.db",
+    );
+    relay_err(
+        &format!("{RELAY_MIN}{gpsd}{db}model = \"svm\"\n"),
+        d,
+        "linkdb.model",
+        "unknown model",
+    );
+}
+
+#[test]
 fn limits_and_log_errors() {
     let dir = files();
     let d = dir.path();

@@ -157,6 +157,15 @@ fn sample_metrics(engine: polycorn_net::engine::Engine, names: Vec<String>, metr
 pub fn relay(path: &Path) -> Result<()> {
     let cfg = RelayConfig::load(path)?;
     init_logging(&cfg.log)?;
+    // The uplink's handover predictor (HPR on the relay), loaded before the runtime starts.
+    let predictor = if cfg.relay.mode == RelayMode::Polycorn {
+        load_predictor(&cfg.linkdb)?
+    } else {
+        if cfg.linkdb.db.is_some() {
+            warn!("linkdb.db is ignored: only mode \"polycorn\" schedules the uplink");
+        }
+        None
+    };
     let rt = runtime()?;
     rt.block_on(async move {
         let mode = match cfg.relay.mode {
@@ -259,6 +268,7 @@ pub fn relay(path: &Path) -> Result<()> {
                 cfg.relay.hold_time(),
                 cfg.relay.congestion.clone(),
             ),
+            predictor,
         };
         let metrics = Arc::new(Metrics::new());
         serve_metrics(&cfg.metrics, metrics.clone()).await?;
@@ -360,7 +370,7 @@ pub fn proxy(path: &Path) -> Result<()> {
     })
 }
 
-/// Build the downlink handover predictor from LinkDB, if configured.
+/// Build a handover predictor from LinkDB, if configured (proxy: downlink, relay: uplink).
 fn load_predictor(
     cfg: &polycorn_net::config::LinkDbConfig,
 ) -> Result<Option<polycorn_net::proxy::PredictorFactory>> {

@@ -843,10 +843,14 @@ fn hsr_trip_with_train_context_and_linkdb_predictions() {
         &["--preset", "hsr", "--route-seed", "1", "--trip-seed", "1"],
     );
     start_server(&bed);
-    let relay_extra = "\n[context]\nsource = \"gpsd\"\ngpsd = \"127.0.0.1:2947\"\n".to_string();
-    let proxy_extra = format!(
+    // The same LinkDB on both ends: the proxy predicts for the downlink, the relay for the
+    // uplink.
+    let linkdb = format!(
         "\n[linkdb]\ndb = \"{db}\"\nmodel = \"paper\"\nroute = \"hsr/route1\"\ncarriers = [\"A\", \"B\"]\ntrack_origin = [39.865, 116.378]\ntrack_heading_deg = 160.0\n"
     );
+    let relay_extra =
+        format!("\n[context]\nsource = \"gpsd\"\ngpsd = \"127.0.0.1:2947\"\n{linkdb}");
+    let proxy_extra = linkdb;
     let mut stack = start_stack_with(
         &bed,
         "polycorn",
@@ -856,6 +860,7 @@ fn hsr_trip_with_train_context_and_linkdb_predictions() {
         dir,
     );
     stack.proxy.wait_for("LinkDB predictor loaded", 1);
+    stack.relay.wait_for("LinkDB predictor loaded", 1);
     stack.proxy.wait_for("first train context", 1);
     transfers(
         &bed,
@@ -866,12 +871,13 @@ fn hsr_trip_with_train_context_and_linkdb_predictions() {
         "hsr+linkdb",
         &stack,
     );
-    let log = stack.proxy.log();
-    assert!(
-        !log.contains("rides=0"),
-        "LinkDB must have rides:\n{}",
-        tail(&log)
-    );
+    for log in [stack.proxy.log(), stack.relay.log()] {
+        assert!(
+            !log.contains("rides=0"),
+            "LinkDB must have rides:\n{}",
+            tail(&log)
+        );
+    }
 }
 
 /// A short blackout of an idle path (only probes in flight) cuts its subflow's slow-start

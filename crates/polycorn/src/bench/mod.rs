@@ -70,6 +70,10 @@ pub struct BenchArgs {
     /// workload's schedule is unchanged but starts right after the lead-in.
     #[arg(long, value_delimiter = ',', default_value = "bulk,im")]
     pub workloads: Vec<Workload>,
+    /// Where polycorn systems get LinkDB's handover-failure predictions: `both` (proxy for the
+    /// downlink and relay for the uplink, as in the paper), `proxy` (downlink only) or `none`.
+    #[arg(long, value_enum, default_value_t = PredictAt::Both)]
+    pub prediction: PredictAt,
     /// Seconds into the trip where the window starts (default: first moment above 250 km/h).
     #[arg(long)]
     pub from_s: Option<f64>,
@@ -97,6 +101,17 @@ pub enum Workload {
     Bulk,
     /// Instant messaging with 10, 20 and 30 users.
     Im,
+}
+
+/// Which ends of a polycorn system run LinkDB's predictor.
+#[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PredictAt {
+    /// Proxy (downlink) and relay (uplink).
+    Both,
+    /// Proxy only (downlink).
+    Proxy,
+    /// Neither: HPR never throttles.
+    None,
 }
 
 /// A system under test.
@@ -280,7 +295,10 @@ pub fn run(args: &BenchArgs) -> Result<()> {
         if args.quick { 8 } else { 20 },
         args.trip.trip_seed + LINKDB_SEED_OFFSET,
     );
-    let linkdb = build_linkdb(&top, &args.trip, &cfg, training.0)?;
+    let linkdb = match args.prediction {
+        PredictAt::None => None,
+        _ => Some(build_linkdb(&top, &args.trip, &cfg, training.0)?),
+    };
     let name = args
         .name
         .clone()
@@ -312,7 +330,7 @@ pub fn run(args: &BenchArgs) -> Result<()> {
             &systems,
             &params,
             &out,
-            &linkdb,
+            linkdb.as_deref(),
             training,
             &name,
             &interrupted,
@@ -345,7 +363,7 @@ fn run_trip(
     systems: &[System],
     params: &PlanParams,
     out: &Path,
-    linkdb: &str,
+    linkdb: Option<&str>,
     training: (u64, u64),
     name: &str,
     interrupted: &AtomicBool,
@@ -396,12 +414,20 @@ fn run_trip(
         queue_bytes: args.queue_bytes,
         carriers: trip.paths.iter().map(|p| p.name.clone()).collect(),
         interruptions: source.clone(),
-        prediction: format!(
-            "LinkDB paper predictor in the proxy (downlink), trained on {} simulated rides of route {} with trip seeds from {} (never the replayed ride); the relay's uplink runs without prediction",
-            training.0,
-            args.trip.route_seed,
-            training.1
-        ),
+        prediction: match args.prediction {
+            PredictAt::None => "none: LinkDB not loaded, HPR never throttles".to_string(),
+            at => format!(
+                "LinkDB paper predictor in {}, trained on {} simulated rides of route {} with trip seeds from {} (never the replayed ride)",
+                if at == PredictAt::Both {
+                    "the proxy (downlink) and the relay (uplink)"
+                } else {
+                    "the proxy (downlink); the relay's uplink runs without prediction"
+                },
+                training.0,
+                args.trip.route_seed,
+                training.1
+            ),
+        },
         started: utc_now(),
     };
     eprintln!(
@@ -425,7 +451,7 @@ fn run_trip(
         let r = run_system(
             name,
             sys,
-            Some(linkdb),
+            linkdb.map(|l| (l, args.prediction == PredictAt::Both)),
             &trip,
             &plan,
             args.queue_bytes,
@@ -558,7 +584,7 @@ fn write_configs(
     dir: &Path,
     sys: &System,
     paths: usize,
-    linkdb: Option<&str>,
+    linkdb: Option<(&str, bool)>,
 ) -> Result<(PathBuf, PathBuf)> {
     let spec = if sys.mode == "polycorn" {
         sys.spec.as_str()
@@ -580,12 +606,15 @@ fn write_configs(
     }
     relay += "[tls]\nca = \"ca.pem\"\ncert = \"relay.pem\"\nkey = \"relay.key\"\n";
     relay += &format!("\n[metrics]\nlisten = \"{METRICS_ADDR}\"\n");
+    if let (Some((l, true)), "polycorn") = (linkdb, sys.mode.as_str()) {
+        relay += l;
+    }
     let proxy = format!(
         "[proxy]\nlisten = \"0.0.0.0:7700\"\ntunnel_listen = \"0.0.0.0:7701\"\ntunnel_peers = [\"10.100.0.0/16\"]\nscheduler = \"{spec}\"\ncongestion = \"cubic\"\n\n[tls]\nca = \"ca.pem\"\ncert = \"proxy.pem\"\nkey = \"proxy.key\"\n\n[policy]\nallow = [\"10.0.2.0/24\"]\n"
     );
     let mut proxy = proxy;
     proxy += &format!("\n[metrics]\nlisten = \"{METRICS_ADDR}\"\n");
-    if let (Some(l), "polycorn") = (linkdb, sys.mode.as_str()) {
+    if let (Some((l, _)), "polycorn") = (linkdb, sys.mode.as_str()) {
         proxy += l;
     }
     let (r, p) = (dir.join("relay.toml"), dir.join("proxy.toml"));
@@ -635,7 +664,7 @@ fn progress(
 fn run_system(
     name: &str,
     sys: &System,
-    linkdb: Option<&str>,
+    linkdb: Option<(&str, bool)>,
     trip: &Trip,
     plan: &Plan,
     queue_bytes: Option<u64>,
