@@ -123,7 +123,14 @@ fn examples_parse() {
             .collect::<Vec<_>>()
             .join("\n")
     };
-    let r = relay(&uncomment(RelayConfig::example()), dir.path()).unwrap();
+    // (The uplink's [linkdb] needs a context source; the example's is "none".)
+    let all = edit(
+        &uncomment(RelayConfig::example()),
+        "source = \"none\"",
+        "source = \"gpsd\"",
+    );
+    let r = relay(&all, dir.path()).unwrap();
+    assert!(r.linkdb.db.is_some());
     assert_eq!(r.paths[0].proxy, Some("10.100.0.2:7700".parse().unwrap()));
     assert_eq!(r.proxy_for(&r.paths[0]), "10.100.0.2:7700".parse().unwrap());
     assert_eq!(r.proxy_for(&r.paths[1]), "10.0.2.1:7700".parse().unwrap());
