@@ -1230,7 +1230,21 @@ impl Validator<'_> {
 // Examples
 // ---------------------------------------------------------------------------------------------
 
-const RELAY_EXAMPLE: &str = r#"# polycorn relay configuration (on the train's gateway).
+/// The `[linkdb]` keys, commented out, shared by the relay's and the proxy's example.
+macro_rules! linkdb_example_keys {
+    () => {
+        r#"# db = "sqlite:/var/lib/polycorn/linkdb.sqlite"
+# model = "paper"                 # paper | risk | loctable
+# route = "hsr-1"                 # only rides of this route
+# carriers = ["A", "B"]           # carrier of path 0, path 1, ... as LinkDB names them
+# track_origin = [39.86, 116.37]  # [lat, lon] of position 0 of the line (required with db)
+# track_heading_deg = 160.0       # heading of increasing position
+"#
+    };
+}
+
+const RELAY_EXAMPLE: &str = concat!(
+    r#"# polycorn relay configuration (on the train's gateway).
 # Relative file names are resolved against this file's directory.
 
 [relay]
@@ -1299,13 +1313,9 @@ gpsd = "127.0.0.1:2947"
 # Optional handover database (see `polycorn linkdb`), the same one the proxy uses: the uplink
 # scheduler's HPR stage stops sending on a path before a predicted handover failure. Needs
 # context.source; the paths' order must match `carriers`.
-# db = "sqlite:/var/lib/polycorn/linkdb.sqlite"
-# model = "paper"                 # paper | risk | loctable
-# route = "hsr-1"                 # only rides of this route
-# carriers = ["A", "B"]           # carrier of path 0, path 1, ... as LinkDB names them
-# track_origin = [39.86, 116.37]  # [lat, lon] of position 0 of the line (required with db)
-# track_heading_deg = 160.0       # heading of increasing position
-
+"#,
+    linkdb_example_keys!(),
+    r#"
 [limits]
 flow_window_bytes = 4194304     # per-flow receive window / send buffer
 user_window_bytes = 16777216    # per-passenger cap (>= flow_window_bytes)
@@ -1318,9 +1328,11 @@ max_flows = 65536
 [log]
 format = "text"                 # text | json
 level = "info"                  # or e.g. "info,polycorn_net::subflow=debug"
-"#;
+"#
+);
 
-const PROXY_EXAMPLE: &str = r#"# polycorn proxy configuration (in the cloud).
+const PROXY_EXAMPLE: &str = concat!(
+    r#"# polycorn proxy configuration (in the cloud).
 # Relative file names are resolved against this file's directory.
 
 [proxy]
@@ -1357,13 +1369,9 @@ allow_private = false
 [linkdb]
 # Optional handover database (see `polycorn linkdb`): the downlink scheduler's HPR stage uses
 # its failure predictions, fed with the train context the relay sends.
-# db = "sqlite:/var/lib/polycorn/linkdb.sqlite"
-# model = "paper"                 # paper | risk | loctable
-# route = "hsr-1"                 # only rides of this route
-# carriers = ["A", "B"]           # carrier of path 0, path 1, ... as LinkDB names them
-# track_origin = [39.86, 116.37]  # [lat, lon] of position 0 of the line (required with db)
-# track_heading_deg = 160.0       # heading of increasing position
-
+"#,
+    linkdb_example_keys!(),
+    r#"
 [limits]
 flow_window_bytes = 4194304
 user_window_bytes = 16777216
@@ -1375,4 +1383,5 @@ max_flows = 65536
 [log]
 format = "text"
 level = "info"
-"#;
+"#
+);
