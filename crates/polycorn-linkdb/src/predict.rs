@@ -246,6 +246,10 @@ impl Predictor {
 }
 
 impl HandoverPredictor for Predictor {
+    fn cell_lost_since(&self, path: PathId, _now: Instant) -> Option<Instant> {
+        self.paths.get(path.index())?.no_service_since
+    }
+
     fn next_failure(&self, path: PathId, now: Instant) -> Option<Instant> {
         if let Some(t) = self.paths.get(path.index())?.no_service_since {
             return Some(t);

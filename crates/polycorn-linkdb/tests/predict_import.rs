@@ -135,9 +135,13 @@ fn a_lost_cell_keeps_the_path_failed_until_a_cell_is_back() {
     p.update_fix(later, 1140.0, 50.0, up);
     p.update_cell(later, a, None, None);
     assert_eq!(p.next_failure(a, later), Some(t0));
+    // The loss itself is known too (ER with `cell_loss` reinjects on it); b never had a cell.
+    assert_eq!(p.cell_lost_since(a, later), Some(t0));
+    assert_eq!(p.cell_lost_since(b, later), None);
     // A new cell ends it: c2 has no failure history.
     p.update_cell(later, a, Some("c2"), Some(-90.0));
     assert_eq!(p.next_failure(a, later), None);
+    assert_eq!(p.cell_lost_since(a, later), None);
     // Also a cell without any prediction: losing it is a failure under way, and an unknown
     // cell coming back ends it too.
     p.update_cell(later, a, None, None);

@@ -44,6 +44,9 @@ impl HandoverPredictor for LinkDbPredictor {
     fn in_handover_zone(&self, path: PathId, now: Instant) -> bool {
         self.inner.in_handover_zone(path, now)
     }
+    fn cell_lost_since(&self, path: PathId, now: Instant) -> Option<Instant> {
+        self.inner.cell_lost_since(path, now)
+    }
 }
 
 impl TrainPredictor for LinkDbPredictor {
@@ -64,5 +67,50 @@ impl TrainPredictor for LinkDbPredictor {
                     .update_cell(now, p, cell.as_deref(), c.rsrp_dbm.map(f64::from));
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use polycorn_proto::CellInfo;
+
+    fn ctx(cell: Option<u64>) -> ContextInfo {
+        ContextInfo {
+            unix_ms: 0,
+            lat: 31.0,
+            lon: 121.0,
+            speed_mps: 80.0,
+            heading_deg: 90.0,
+            cells: vec![CellInfo {
+                path: 0,
+                cell,
+                rsrp_dbm: Some(-90.0),
+            }],
+        }
+    }
+
+    /// The wrapper answers every question of the interface from LinkDB, not the trait's
+    /// defaults: a modem losing its cell is a failure under way and a known cell loss.
+    #[test]
+    fn the_wrapper_forwards_cell_losses_from_the_relay() {
+        let predictor = polycorn_linkdb::ModelKind::Paper.build(&[]);
+        let track = Track {
+            origin: (31.0, 121.0),
+            heading_deg: 90.0,
+        };
+        let mut p = LinkDbPredictor::new(predictor, track, &["A".into(), "B".into()]);
+        let a = PathId::new(0).unwrap();
+        let (t0, t1) = (Instant::from_millis(1_000), Instant::from_millis(2_000));
+        p.on_context(t0, &ctx(Some(7)));
+        assert_eq!(p.cell_lost_since(a, t0), None);
+        assert_eq!(p.next_failure(a, t0), None);
+        p.on_context(t1, &ctx(None));
+        assert_eq!(p.cell_lost_since(a, t1), Some(t1));
+        assert_eq!(p.next_failure(a, t1), Some(t1));
+        let dynp: &dyn HandoverPredictor = &p;
+        assert_eq!(dynp.cell_lost_since(a, t1), Some(t1));
+        p.on_context(t1, &ctx(Some(8)));
+        assert_eq!(p.cell_lost_since(a, t1), None);
     }
 }

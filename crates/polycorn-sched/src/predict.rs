@@ -20,6 +20,14 @@ pub trait HandoverPredictor {
     fn in_handover_zone(&self, _path: PathId, _now: Instant) -> bool {
         false
     }
+
+    /// Since when `path`'s modem has reported no serving cell (a handover failure under way,
+    /// known from the relay's cell reports rather than predicted), or `None` while it is
+    /// connected or nothing is known. ER with `cell_loss` reinjects the path's unacknowledged
+    /// data once per such loss. Default: never known.
+    fn cell_lost_since(&self, _path: PathId, _now: Instant) -> Option<Instant> {
+        None
+    }
 }
 
 /// A predictor that never predicts anything (no LinkDB, or a baseline without prediction).
@@ -36,6 +44,7 @@ impl HandoverPredictor for NoPrediction {
 #[derive(Clone, Debug)]
 pub struct FixedPredictions {
     failures: Vec<Option<Instant>>,
+    lost: Vec<Option<Instant>>,
     zones: PathSet,
 }
 
@@ -44,12 +53,17 @@ impl FixedPredictions {
     pub fn new() -> Self {
         FixedPredictions {
             failures: alloc::vec![None; MAX_PATHS],
+            lost: alloc::vec![None; MAX_PATHS],
             zones: PathSet::EMPTY,
         }
     }
     /// Predict that `path`'s next handover fails at `at` (`None`: no failure expected).
     pub fn set_failure(&mut self, path: PathId, at: Option<Instant>) {
         self.failures[path.index()] = at;
+    }
+    /// Report that `path` has had no serving cell since `since` (`None`: connected).
+    pub fn set_cell_lost(&mut self, path: PathId, since: Option<Instant>) {
+        self.lost[path.index()] = since;
     }
     /// Mark whether the train is inside a handover zone of `path`.
     pub fn set_in_zone(&mut self, path: PathId, inside: bool) {
@@ -73,5 +87,8 @@ impl HandoverPredictor for FixedPredictions {
     }
     fn in_handover_zone(&self, path: PathId, _now: Instant) -> bool {
         self.zones.contains(path)
+    }
+    fn cell_lost_since(&self, path: PathId, _now: Instant) -> Option<Instant> {
+        self.lost.get(path.index()).copied().flatten()
     }
 }

@@ -23,17 +23,35 @@ pub enum Reinjection {
     Extended {
         /// Consecutive RTOs that trigger the batch.
         k: u32,
+        /// Beyond the paper: also reinject all of a path's unacknowledged chunks as soon as the
+        /// handover predictor reports that the path lost its serving cell (the relay's modem
+        /// report of a failed handover), once per loss, instead of waiting for the k-th RTO.
+        cell_loss: bool,
     },
 }
 
 impl Reinjection {
-    /// The spec name (`none`, `rto`, `er(k=N)`).
+    /// The spec name (`none`, `rto`, `er(k=N)`, `er(k=N,cell_loss=1)`).
     pub fn spec(&self) -> alloc::string::String {
         match self {
             Reinjection::None => "none".into(),
             Reinjection::OldestOnRto => "rto".into(),
-            Reinjection::Extended { k } => alloc::format!("er(k={k})"),
+            Reinjection::Extended { k, cell_loss: true } => {
+                alloc::format!("er(k={k},cell_loss=1)")
+            }
+            Reinjection::Extended { k, .. } => alloc::format!("er(k={k})"),
         }
+    }
+
+    /// Whether a reported loss of a path's serving cell reinjects all its unacknowledged chunks.
+    pub fn on_cell_loss(&self) -> bool {
+        matches!(
+            self,
+            Reinjection::Extended {
+                cell_loss: true,
+                ..
+            }
+        )
     }
 
     /// What to do when a path reaches its `consecutive`-th RTO.
@@ -41,7 +59,7 @@ impl Reinjection {
         match *self {
             Reinjection::None => ReinjectAction::Nothing,
             Reinjection::OldestOnRto => ReinjectAction::Oldest,
-            Reinjection::Extended { k } if consecutive >= k.max(1) => ReinjectAction::All,
+            Reinjection::Extended { k, .. } if consecutive >= k.max(1) => ReinjectAction::All,
             Reinjection::Extended { .. } => ReinjectAction::Nothing,
         }
     }

@@ -143,8 +143,11 @@ pub struct SchedStats {
     pub reinjected_bytes: u64,
     /// Sequence units of extra copies (redundant, ORI) beyond the first.
     pub redundant_bytes: u64,
-    /// Reinjection triggers (an RTO that moved chunks back, or a path reset).
+    /// Reinjection triggers (an RTO that moved chunks back, a path reset, or a reported cell
+    /// loss under ER with `cell_loss`).
     pub reinjection_events: u64,
+    /// Reported cell losses that moved a path's chunks back (ER with `cell_loss`).
+    pub cell_loss_reinjections: u64,
     /// Sequence units scheduled per path (every copy).
     pub path_bytes: [u64; MAX_PATHS],
 }
@@ -208,6 +211,8 @@ pub struct Scheduler {
     attempts: Vec<Attempt>,
     last_now: Instant,
     waiting_at: Option<Instant>,
+    /// Per path, the cell loss (its start) whose chunks were already reinjected.
+    cell_loss_seen: [Option<Instant>; MAX_PATHS],
     stats: SchedStats,
 }
 
@@ -236,6 +241,7 @@ impl Scheduler {
             attempts: Vec::with_capacity(usize::from(cfg.max_attempts_per_poll)),
             last_now: Instant::ZERO,
             waiting_at: None,
+            cell_loss_seen: [None; MAX_PATHS],
             stats: SchedStats::default(),
             cfg,
         }
@@ -509,6 +515,30 @@ impl Scheduler {
                 for r in records {
                     self.reinject(r);
                 }
+            }
+        }
+    }
+
+    /// ER with `cell_loss`: a path whose modem reports no serving cell is dark until its next
+    /// cell; move its unacknowledged chunks back once per loss instead of waiting for RTOs.
+    fn reinject_lost_cells(&mut self, now: Instant, predictor: &dyn HandoverPredictor) {
+        for path in self.configured.iter() {
+            let i = path.index();
+            let lost = predictor.cell_lost_since(path, now);
+            if lost.is_none() || lost == self.cell_loss_seen[i] {
+                self.cell_loss_seen[i] = lost;
+                continue;
+            }
+            self.cell_loss_seen[i] = lost;
+            self.prune(path);
+            let records: Vec<SentRecord> = self.inflight[i].drain(..).collect();
+            if records.is_empty() {
+                continue;
+            }
+            self.stats.reinjection_events += 1;
+            self.stats.cell_loss_reinjections += 1;
+            for r in records {
+                self.reinject(r);
             }
         }
     }
@@ -808,6 +838,9 @@ impl Scheduler {
         self.trace.clear();
         self.attempts.clear();
         self.poll_stamp += 1;
+        if self.pipeline.reinjection.on_cell_loss() {
+            self.reinject_lost_cells(now, predictor);
+        }
         let live = self.live_paths();
         let any_room = live.iter().any(|p| {
             self.paths[p.index()]

@@ -4,10 +4,12 @@
 //! spec    := preset | stages [ "+" reinj ]
 //! stages  := stage { "," stage }
 //! stage   := name [ "(" key "=" value { "," key "=" value } ")" ]
-//! reinj   := "er" [ "(" "k" "=" N ")" ] | "rto" | "none"
+//! reinj   := "er" [ "(" "k" "=" N [ "," "cell_loss" "=" ("1"|"0") ] ")" ] | "rto" | "none"
 //! ```
 //!
-//! Without `+reinj` the policy is `rto`, Linux MPTCP's behaviour. Examples: `hrsch`,
+//! Without `+reinj` the policy is `rto`, Linux MPTCP's behaviour. `er(cell_loss=1)` also
+//! reinjects a path's unacknowledged data as soon as the relay reports that path lost its cell
+//! (beyond the paper; preset `polycorn`). Examples: `hrsch`,
 //! `hpr,minrtt,tpr,ori+er`, `minrtt,ecf(beta=0.25)`, `hpr(e_gps_m=30),minrtt+er(k=2)`.
 
 use alloc::boxed::Box;
@@ -67,6 +69,7 @@ pub const STAGES: &[(&str, &str)] = &[
 /// Named presets and the specs they stand for.
 pub const PRESETS: &[(&str, &str)] = &[
     ("hrsch", "hpr,minrtt,tpr,ori+er"),
+    ("polycorn", "hpr,minrtt,tpr,ori+er(k=3,cell_loss=1)"),
     ("vanilla", "minrtt+rto"),
     ("minrtt", "minrtt+rto"),
     ("roundrobin", "rr+rto"),
@@ -260,16 +263,24 @@ impl Pipeline {
                     }
                     "er" => {
                         let mut k = DEFAULT_ER_K;
+                        let mut cell_loss = false;
                         for (key, v) in &params {
                             match *key {
                                 "k" => k = parse_num("er", key, v, "an integer >= 1")?,
-                                _ => return Err(unknown_param("er", key, "k")),
+                                "cell_loss" => {
+                                    cell_loss = match *v {
+                                        "1" | "on" | "true" => true,
+                                        "0" | "off" | "false" => false,
+                                        _ => return Err(bad("er", key, v, "1 or 0")),
+                                    }
+                                }
+                                _ => return Err(unknown_param("er", key, "k, cell_loss")),
                             }
                         }
                         if k == 0 {
                             return Err(bad("er", "k", "0", "an integer >= 1"));
                         }
-                        Reinjection::Extended { k }
+                        Reinjection::Extended { k, cell_loss }
                     }
                     other => {
                         return Err(SpecError::UnknownReinjection {
@@ -496,7 +507,13 @@ mod tests {
         let p = Pipeline::from_spec(" hpr(e_gps_m=30), minrtt ,ori(alpha_ms=500,tau=4)+er(k=2)")
             .unwrap();
         assert_eq!(p.spec(), "hpr,minrtt,ori+er(k=2)");
-        assert_eq!(p.reinjection(), Reinjection::Extended { k: 2 });
+        assert_eq!(
+            p.reinjection(),
+            Reinjection::Extended {
+                k: 2,
+                cell_loss: false
+            }
+        );
         assert_eq!(
             Pipeline::from_spec("minrtt").unwrap().reinjection(),
             Reinjection::OldestOnRto

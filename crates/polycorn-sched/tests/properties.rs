@@ -92,7 +92,14 @@ impl Spec {
                     Box::new(Blest::default()),
                     Box::new(ReviveEven),
                 ];
-                let p = Pipeline::new(stages, Reinjection::Extended { k: 1 }).expect("pipeline");
+                let p = Pipeline::new(
+                    stages,
+                    Reinjection::Extended {
+                        k: 1,
+                        cell_loss: false,
+                    },
+                )
+                .expect("pipeline");
                 Scheduler::new(cfg.clone(), p)
             }
         }

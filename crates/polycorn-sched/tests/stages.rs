@@ -703,6 +703,63 @@ fn er_reinjects_all_unacked_chunks_on_the_kth_rto() {
 }
 
 #[test]
+fn er_cell_loss_reinjects_once_per_reported_loss_without_waiting_for_rtos() {
+    let f = FlowId(1);
+    let mut lost = FixedPredictions::new();
+    lost.set_cell_lost(p(A), Some(after_ms(5)));
+
+    // The paper's ER ignores the report: nothing moves until the k-th RTO.
+    let mut s = five_chunks_on_a("minrtt+er(k=3)");
+    assert_eq!(s.poll_decision(after_ms(10), &lost), None);
+    assert_eq!(s.flow_pending_reinjection(f), Some(0));
+
+    let mut s = five_chunks_on_a("minrtt+er(k=3,cell_loss=1)");
+    assert_eq!(s.poll_decision(after_ms(8), &NoPrediction), None);
+    assert_eq!(
+        s.flow_pending_reinjection(f),
+        Some(0),
+        "no loss reported yet"
+    );
+    // The report moves A's four unacknowledged chunks to B at once, no RTO needed.
+    let d = s.poll_decision(after_ms(10), &lost).expect("a reinjection");
+    assert_eq!((d.offset, d.paths, d.reinjection), (CHUNK, set(&[B]), true));
+    assert_eq!(s.stats().cell_loss_reinjections, 1);
+    assert_eq!(s.path_unacked_chunks(p(A)), 0);
+    for off in [2, 3, 4].map(|i| i * CHUNK) {
+        let d = s.poll_decision(after_ms(10), &lost).expect("a reinjection");
+        assert_eq!((d.offset, d.paths), (off, set(&[B])));
+    }
+    // The same loss does not fire again, and later RTOs of A find nothing left to move.
+    s.on_flow_data(after_ms(20), f, CHUNK).unwrap();
+    let d = s.poll_decision(after_ms(20), &lost).expect("new data");
+    assert_eq!((d.offset, d.paths), (5 * CHUNK, set(&[A])));
+    assert_eq!(s.stats().cell_loss_reinjections, 1);
+    assert_eq!(s.flow_pending_reinjection(f), Some(0));
+    // Back on a cell, then lost again: the new loss moves what A carries now.
+    assert_eq!(s.poll_decision(after_ms(30), &NoPrediction), None);
+    lost.set_cell_lost(p(A), Some(after_ms(40)));
+    let d = s.poll_decision(after_ms(40), &lost).expect("a reinjection");
+    assert_eq!(
+        (d.offset, d.paths, d.reinjection),
+        (5 * CHUNK, set(&[B]), true)
+    );
+    assert_eq!(s.stats().cell_loss_reinjections, 2);
+}
+
+#[test]
+fn er_cell_loss_spec_round_trips_and_refuses_bad_values() {
+    let p = Pipeline::from_spec("polycorn").unwrap();
+    assert_eq!(p.spec(), "hpr,minrtt,tpr,ori+er(k=3,cell_loss=1)");
+    assert!(p.reinjection().on_cell_loss());
+    assert!(!Pipeline::from_spec("hrsch")
+        .unwrap()
+        .reinjection()
+        .on_cell_loss());
+    let e = Pipeline::from_spec("minrtt+er(cell_loss=maybe)").unwrap_err();
+    assert!(e.to_string().contains("cell_loss"), "{e}");
+}
+
+#[test]
 fn er_trims_partially_acknowledged_chunks() {
     let mut s = five_chunks_on_a("minrtt+er(k=3)");
     // The ack ends inside the second chunk [1400, 2800): only [2100, 7000) is reinjected.

@@ -219,6 +219,42 @@ impl Summary {
     }
 }
 
+/// Geometric mean of positive ratios with a 95% CI (Student's t on the logs): the summary to
+/// judge "A is x times B" by. The arithmetic mean of per-flow ratios is biased upward by noise
+/// alone (E[X/Y] > 1 for two equally fast systems with noisy X and Y: in an A/A run of the same
+/// scheduler twice it read 1.50 at 256 KB, see the README), while the geometric mean of A/B is
+/// exactly the inverse of B/A's.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct GeoSummary {
+    /// Ratios used (positive and finite).
+    pub n: usize,
+    /// exp(mean(ln x)).
+    pub gmean: f64,
+    /// 95% CI, low end.
+    pub ci_lo: f64,
+    /// High end.
+    pub ci_hi: f64,
+}
+
+impl GeoSummary {
+    /// Summarise the positive, finite values of `v` (others are left out).
+    pub fn of(v: &[f64]) -> GeoSummary {
+        let logs: Vec<f64> = v
+            .iter()
+            .filter(|x| x.is_finite() && **x > 0.0)
+            .map(|x| x.ln())
+            .collect();
+        let m = mean(&logs);
+        let half = t975(logs.len().saturating_sub(1)) * stddev(&logs) / (logs.len() as f64).sqrt();
+        GeoSummary {
+            n: logs.len(),
+            gmean: m.exp(),
+            ci_lo: (m - half).exp(),
+            ci_hi: (m + half).exp(),
+        }
+    }
+}
+
 /// Oracle lower bound on the FCT of a `size`-byte download requested at `start_s` (seconds into
 /// the emulated trip): the request crosses the first path that is not in an outage with that
 /// path's one-way delay, then every path sends at its full emulated downlink capacity from that
@@ -406,6 +442,24 @@ mod tests {
         assert!((s.mean - 6.0).abs() < 1e-12);
         assert!(s.ci_lo < 6.0 && s.ci_hi > 6.0);
         assert!(quantile(&[], 0.5).is_nan());
+    }
+
+    #[test]
+    fn geometric_mean_of_ratios_is_symmetric_where_the_mean_is_not() {
+        let ab = [2.0, 0.5, 4.0, 0.25, 1.0];
+        let ba: Vec<f64> = ab.iter().map(|x| 1.0 / x).collect();
+        // Two equally fast systems: the mean says both are 55% faster than the other.
+        assert!((Summary::of(&ab).mean - 1.55).abs() < 1e-12);
+        assert!((Summary::of(&ba).mean - 1.55).abs() < 1e-12);
+        let (g, h) = (GeoSummary::of(&ab), GeoSummary::of(&ba));
+        assert!((g.gmean - 1.0).abs() < 1e-12 && (h.gmean - 1.0).abs() < 1e-12);
+        assert!(g.ci_lo < 1.0 && g.ci_hi > 1.0);
+        assert!((g.ci_lo * h.ci_hi - 1.0).abs() < 1e-9);
+        // Zero, negative and non-finite ratios are left out, not turned into NaN.
+        let s = GeoSummary::of(&[4.0, 0.0, -1.0, f64::NAN, 1.0]);
+        assert_eq!(s.n, 2);
+        assert!((s.gmean - 2.0).abs() < 1e-12);
+        assert!(GeoSummary::of(&[]).gmean.is_nan());
     }
 
     #[test]

@@ -58,8 +58,10 @@ pub struct BenchArgs {
     #[arg(long)]
     pub seed: Option<u64>,
     /// Systems to run, comma-separated (default: all in full mode, four in quick mode). Known:
-    /// mptcp, single, vanilla, blest, ecf, redundant, roundrobin, hrsch, hrsch-hpr, hrsch-tpr,
-    /// hrsch-ori, hrsch-er (HRSCH without that stage), or `polycorn:SPEC` for any pipeline.
+    /// mptcp, single, vanilla, blest, ecf, redundant, roundrobin, hrsch, polycorn (HRSCH that
+    /// also reinjects a path's data when the relay reports its cell lost), hrsch-hpr, hrsch-tpr,
+    /// hrsch-ori, hrsch-er (HRSCH without that stage), or `polycorn:SPEC` for any pipeline. A
+    /// system named twice runs twice, the second as `NAME#2` (an A/A run measures the noise).
     #[arg(long, value_delimiter = ',')]
     pub systems: Vec<String>,
     /// Bulk flows (cycled over 256 KB, 1 MB, 4 MB); default 6 quick, 12 full.
@@ -134,6 +136,7 @@ pub const FULL_SYSTEMS: &[&str] = &[
     "ecf",
     "redundant",
     "hrsch",
+    "polycorn",
     "hrsch-hpr",
     "hrsch-tpr",
     "hrsch-ori",
@@ -155,7 +158,8 @@ pub fn system(name: &str) -> Result<System> {
             mode: name.into(),
             spec: "-".into(),
         },
-        "vanilla" | "blest" | "ecf" | "redundant" | "roundrobin" | "hrsch" | "minrtt" => pc(name),
+        "vanilla" | "blest" | "ecf" | "redundant" | "roundrobin" | "hrsch" | "minrtt"
+        | "polycorn" => pc(name),
         "hrsch-hpr" => pc("minrtt,tpr,ori+er(k=3)"),
         "hrsch-tpr" => pc("hpr,minrtt,ori+er(k=3)"),
         "hrsch-ori" => pc("hpr,minrtt,tpr+er(k=3)"),
@@ -171,6 +175,25 @@ pub fn system(name: &str) -> Result<System> {
             ),
         },
     })
+}
+
+/// Resolve the `--systems` list. A system named again runs again under `NAME#2`, `NAME#3`, …
+/// (an A/A run: the same system twice on the same ride measures the bench's own noise).
+pub fn systems_named(names: &[String]) -> Result<Vec<System>> {
+    let mut out: Vec<System> = Vec::new();
+    for n in names {
+        let mut sys = system(n)?;
+        let seen = names
+            .iter()
+            .take_while(|m| !std::ptr::eq(*m, n))
+            .filter(|m| *m == n)
+            .count();
+        if seen > 0 {
+            sys.name = format!("{}#{}", sys.name, seen + 1);
+        }
+        out.push(sys);
+    }
+    Ok(out)
 }
 
 /// Metadata recorded with every result.
@@ -265,7 +288,7 @@ pub fn run(args: &BenchArgs) -> Result<()> {
     } else {
         args.systems.clone()
     };
-    let systems: Vec<System> = names.iter().map(|n| system(n)).collect::<Result<_>>()?;
+    let systems = systems_named(&names)?;
     let mut params = if args.quick {
         PlanParams::quick()
     } else {
@@ -328,6 +351,7 @@ pub fn run(args: &BenchArgs) -> Result<()> {
         all.push(run_trip(
             &a,
             &systems,
+            k as usize,
             &params,
             &out,
             linkdb.as_deref(),
@@ -356,11 +380,19 @@ pub fn run(args: &BenchArgs) -> Result<()> {
 /// Trip seeds of LinkDB's training rides start this far above the replayed trip seed.
 const LINKDB_SEED_OFFSET: u64 = 1000;
 
+/// The order in which ride number `ride` (from 0) runs `n` systems: rotated by one per ride, so
+/// over `n` rides every system runs once in every position. Systems run one after another in
+/// real time; rotating keeps any drift along a ride's run order out of the comparisons.
+pub fn run_order(n: usize, ride: usize) -> Vec<usize> {
+    (0..n).map(|j| (j + ride) % n.max(1)).collect()
+}
+
 /// One ride: every system on the same window of trip `args.trip`, outputs in `out`.
 #[allow(clippy::too_many_arguments)]
 fn run_trip(
     args: &BenchArgs,
     systems: &[System],
+    ride: usize,
     params: &PlanParams,
     out: &Path,
     linkdb: Option<&str>,
@@ -443,7 +475,8 @@ fn run_trip(
     );
     eprintln!("note: {}", meta.prediction);
     let mut runs = Vec::new();
-    for (k, sys) in systems.iter().enumerate() {
+    for (k, idx) in run_order(systems.len(), ride).into_iter().enumerate() {
+        let sys = &systems[idx];
         if interrupted.load(Ordering::Relaxed) {
             bail!("interrupted");
         }
@@ -479,8 +512,11 @@ fn run_trip(
                 r.im.len()
             ),
         }
-        runs.push(r);
+        runs.push((idx, r));
     }
+    // Results keep the order of `--systems`, whatever order they ran in.
+    runs.sort_by_key(|(idx, _)| *idx);
+    let runs = runs.into_iter().map(|(_, r)| r).collect();
     let results = report::Results::new(meta, plan, &trip, runs);
     results.write_all(out)?;
     print!("{}", report::table(&results));
@@ -887,4 +923,41 @@ fn build_linkdb(
         cfg.origin.1,
         cfg.heading_deg
     ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_system_named_again_runs_again_under_a_numbered_name() {
+        let names: Vec<String> = ["hrsch", "vanilla", "hrsch", "polycorn", "hrsch"]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+        let s = systems_named(&names).unwrap();
+        let got: Vec<&str> = s.iter().map(|x| x.name.as_str()).collect();
+        assert_eq!(got, ["hrsch", "vanilla", "hrsch#2", "polycorn", "hrsch#3"]);
+        // The copies run the same thing.
+        assert_eq!(
+            (s[2].mode.as_str(), s[2].spec.as_str()),
+            ("polycorn", "hrsch")
+        );
+        assert_eq!(s[3].spec, "polycorn");
+        let e = systems_named(&["hrsch".into(), "fastest".into()]).unwrap_err();
+        assert!(e.to_string().contains("unknown system `fastest`"), "{e}");
+    }
+
+    #[test]
+    fn rides_rotate_the_run_order_so_every_system_runs_in_every_position() {
+        assert_eq!(run_order(3, 0), [0, 1, 2]);
+        assert_eq!(run_order(3, 1), [1, 2, 0]);
+        assert_eq!(run_order(3, 5), [2, 0, 1]);
+        for pos in 0..4 {
+            let mut seen: Vec<usize> = (0..4).map(|ride| run_order(4, ride)[pos]).collect();
+            seen.sort_unstable();
+            assert_eq!(seen, [0, 1, 2, 3], "position {pos}");
+        }
+        assert!(run_order(0, 3).is_empty());
+    }
 }

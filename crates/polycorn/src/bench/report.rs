@@ -197,8 +197,10 @@ impl Results {
                     });
                     for reference in ["vanilla", "mptcp"] {
                         if let Some(refr) = self.run(reference) {
-                            v[format!("goodput_ratio_vs_{reference}")] =
-                                summ(&Summary::of(&an::goodput_ratios(r, refr, size)));
+                            let ratios = an::goodput_ratios(r, refr, size);
+                            let mut sv = summ(&Summary::of(&ratios));
+                            geo_into(&mut sv, &ratios);
+                            v[format!("goodput_ratio_vs_{reference}")] = sv;
                         }
                     }
                     per_size.insert(size.to_string(), v);
@@ -1212,6 +1214,14 @@ pub fn html(r: &Results) -> String {
     h
 }
 
+/// Add the geometric mean of `ratios` and its 95% CI to a ratio summary's JSON.
+fn geo_into(v: &mut Value, ratios: &[f64]) {
+    let num = |x: f64| if x.is_finite() { json!(x) } else { Value::Null };
+    let g = an::GeoSummary::of(ratios);
+    v["geomean"] = num(g.gmean);
+    v["geomean_ci95"] = json!([num(g.ci_lo), num(g.ci_hi)]);
+}
+
 /// Results of several rides pooled: per-flow goodput ratios (vs vanilla and vs kernel MPTCP,
 /// each pair from the same ride), FCT ÷ oracle, IM delivery times (all messages of all rides)
 /// and their change against single path and kernel MPTCP. Text table and JSON.
@@ -1269,8 +1279,28 @@ pub fn pooled(rides: &[Results]) -> (String, Value) {
                     s.n
                 );
                 let _ = write!(o, " {cell:>28}");
+                let mut sv = summ(&s);
+                geo_into(&mut sv, &v);
                 systems[name]["bulk"][size.to_string()][format!("goodput_ratio_vs_{reference}")] =
-                    summ(&s);
+                    sv;
+            }
+            o.push('\n');
+        }
+        let _ = writeln!(
+            o,
+            "  geometric mean [95% CI] of the same ratios (symmetric: A/B = 1/(B/A); the mean above is biased up by noise)"
+        );
+        for name in names.iter().filter(|n| *n != reference) {
+            let _ = write!(o, "{name:<11}");
+            for &size in &BULK_SIZES {
+                let v: Vec<f64> = rides
+                    .iter()
+                    .filter_map(|r| Some(an::goodput_ratios(r.run(name)?, r.run(reference)?, size)))
+                    .flatten()
+                    .collect();
+                let g = an::GeoSummary::of(&v);
+                let cell = format!("{} [{},{}]", f(g.gmean, 2), f(g.ci_lo, 2), f(g.ci_hi, 2));
+                let _ = write!(o, " {cell:>28}");
             }
             o.push('\n');
         }
@@ -1477,6 +1507,23 @@ mod tests {
         // hrsch's synthetic flows are faster than vanilla's, and its IM answers slower than
         // single path's.
         assert!(r["mean"].as_f64().unwrap() > 1.0, "{r}");
+        // The geometric mean sits beside it, with its interval around it.
+        let g = r["geomean"].as_f64().unwrap();
+        let ci = &r["geomean_ci95"];
+        assert!(g > 1.0 && g <= r["mean"].as_f64().unwrap(), "{r}");
+        assert!(
+            ci[0].as_f64().unwrap() <= g && g <= ci[1].as_f64().unwrap(),
+            "{r}"
+        );
+        assert!(text.contains("geometric mean"), "{text}");
+        let one = a.to_json();
+        let hr = one["runs"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|x| x["system"] == "hrsch")
+            .unwrap();
+        assert!(hr["bulk"]["262144"]["goodput_ratio_vs_vanilla"]["geomean"].is_number());
         let im = &j["systems"]["hrsch"]["im"]["10"];
         assert!(
             im["mean_change_vs_single_pct"].as_f64().unwrap() > 0.0,
