@@ -508,13 +508,7 @@ impl Scheduler {
                 }
             }
             ReinjectAction::All => {
-                let records: Vec<SentRecord> = self.inflight[path.index()].drain(..).collect();
-                if !records.is_empty() {
-                    self.stats.reinjection_events += 1;
-                }
-                for r in records {
-                    self.reinject(r);
-                }
+                self.reinject_all(path);
             }
         }
     }
@@ -531,16 +525,23 @@ impl Scheduler {
             }
             self.cell_loss_seen[i] = lost;
             self.prune(path);
-            let records: Vec<SentRecord> = self.inflight[i].drain(..).collect();
-            if records.is_empty() {
-                continue;
-            }
-            self.stats.reinjection_events += 1;
-            self.stats.cell_loss_reinjections += 1;
-            for r in records {
-                self.reinject(r);
+            if self.reinject_all(path) {
+                self.stats.cell_loss_reinjections += 1;
             }
         }
+    }
+
+    /// Move every chunk `path` still holds back to its flow (ER's batch); whether any moved.
+    fn reinject_all(&mut self, path: PathId) -> bool {
+        let records: Vec<SentRecord> = self.inflight[path.index()].drain(..).collect();
+        if records.is_empty() {
+            return false;
+        }
+        self.stats.reinjection_events += 1;
+        for r in records {
+            self.reinject(r);
+        }
+        true
     }
 
     fn reinject(&mut self, r: SentRecord) {

@@ -181,13 +181,9 @@ pub fn system(name: &str) -> Result<System> {
 /// (an A/A run: the same system twice on the same ride measures the bench's own noise).
 pub fn systems_named(names: &[String]) -> Result<Vec<System>> {
     let mut out: Vec<System> = Vec::new();
-    for n in names {
+    for (i, n) in names.iter().enumerate() {
         let mut sys = system(n)?;
-        let seen = names
-            .iter()
-            .take_while(|m| !std::ptr::eq(*m, n))
-            .filter(|m| *m == n)
-            .count();
+        let seen = names[..i].iter().filter(|m| *m == n).count();
         if seen > 0 {
             sys.name = format!("{}#{}", sys.name, seen + 1);
         }

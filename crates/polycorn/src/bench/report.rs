@@ -1214,12 +1214,13 @@ pub fn html(r: &Results) -> String {
     h
 }
 
-/// Add the geometric mean of `ratios` and its 95% CI to a ratio summary's JSON.
-fn geo_into(v: &mut Value, ratios: &[f64]) {
+/// Add the geometric mean of `ratios` and its 95% CI to a ratio summary's JSON; returns it.
+fn geo_into(v: &mut Value, ratios: &[f64]) -> an::GeoSummary {
     let num = |x: f64| if x.is_finite() { json!(x) } else { Value::Null };
     let g = an::GeoSummary::of(ratios);
     v["geomean"] = num(g.gmean);
     v["geomean_ci95"] = json!([num(g.ci_lo), num(g.ci_hi)]);
+    g
 }
 
 /// Results of several rides pooled: per-flow goodput ratios (vs vanilla and vs kernel MPTCP,
@@ -1261,8 +1262,11 @@ pub fn pooled(rides: &[Results]) -> (String, Value) {
             o,
             "\nper-flow goodput ratio vs {reference}, pooled: mean [95% CI] median (pairs)"
         );
+        // The geometric means of the same ratios, printed as a second block below.
+        let mut geo = String::new();
         for name in names.iter().filter(|n| *n != reference) {
             let _ = write!(o, "{name:<11}");
+            let _ = write!(geo, "{name:<11}");
             for &size in &BULK_SIZES {
                 let v: Vec<f64> = rides
                     .iter()
@@ -1280,30 +1284,20 @@ pub fn pooled(rides: &[Results]) -> (String, Value) {
                 );
                 let _ = write!(o, " {cell:>28}");
                 let mut sv = summ(&s);
-                geo_into(&mut sv, &v);
+                let g = geo_into(&mut sv, &v);
+                let cell = format!("{} [{},{}]", f(g.gmean, 2), f(g.ci_lo, 2), f(g.ci_hi, 2));
+                let _ = write!(geo, " {cell:>28}");
                 systems[name]["bulk"][size.to_string()][format!("goodput_ratio_vs_{reference}")] =
                     sv;
             }
             o.push('\n');
+            geo.push('\n');
         }
         let _ = writeln!(
             o,
             "  geometric mean [95% CI] of the same ratios (symmetric: A/B = 1/(B/A); the mean above is biased up by noise)"
         );
-        for name in names.iter().filter(|n| *n != reference) {
-            let _ = write!(o, "{name:<11}");
-            for &size in &BULK_SIZES {
-                let v: Vec<f64> = rides
-                    .iter()
-                    .filter_map(|r| Some(an::goodput_ratios(r.run(name)?, r.run(reference)?, size)))
-                    .flatten()
-                    .collect();
-                let g = an::GeoSummary::of(&v);
-                let cell = format!("{} [{},{}]", f(g.gmean, 2), f(g.ci_lo, 2), f(g.ci_hi, 2));
-                let _ = write!(o, " {cell:>28}");
-            }
-            o.push('\n');
-        }
+        o.push_str(&geo);
     }
     let _ = writeln!(o, "\nFCT / oracle, pooled: median (completed/flows)");
     for name in &names {
