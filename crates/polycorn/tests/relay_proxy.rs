@@ -894,12 +894,21 @@ fn idle_path_blackout_refreshes_its_subflow() {
     let stack = start_stack(&bed, "polycorn", "minrtt", 2);
     std::thread::sleep(Duration::from_secs(2));
     {
-        // Shorter than the stall time, so the watchdog does not replace the subflow first.
+        // Long enough for two RTOs of the probes in flight (which collapse the slow-start
+        // threshold), and short enough that the second retransmission (about 0.7 s after the
+        // first loss) gets through: the path then never stays silent for the stall time
+        // (1.5 s), so the watchdog does not replace the subflow first. A 1.2 s blackout
+        // pushed the next retransmission to about 1.7 s and raced the watchdog.
         let _b = Blackhole::new(&bed.ns("relay"), &["path0"]);
-        std::thread::sleep(Duration::from_millis(1200));
+        std::thread::sleep(Duration::from_millis(650));
     }
     let deadline = Instant::now() + Duration::from_secs(20);
     while !stack.relay.log().contains("congestion state collapsed") {
+        assert!(
+            !stack.relay.log().contains("path silent"),
+            "the watchdog replaced the subflow before the refresh could:\n{}",
+            tail(&stack.relay.log())
+        );
         assert!(
             Instant::now() < deadline,
             "no refresh after an idle blackout:\n{}",
