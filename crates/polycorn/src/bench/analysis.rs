@@ -255,6 +255,42 @@ impl GeoSummary {
     }
 }
 
+/// A 95% CI for the geometric mean of ratios pooled over rides that treats the *ride*, not the
+/// flow, as the independent unit: Student's t over the rides' mean log ratios. Flows of one ride
+/// share that ride's luck (which system ran first, what else the two cores were doing, where
+/// TCP's chaos went), so the per-flow interval of [`GeoSummary`] is too narrow when pooled
+/// over rides; this one is wider and honest about it. Rides without a usable ratio are left out;
+/// fewer than two rides give NaN ends.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct RideCi {
+    /// Rides with at least one usable ratio.
+    pub rides: usize,
+    /// 95% CI, low end.
+    pub ci_lo: f64,
+    /// High end.
+    pub ci_hi: f64,
+}
+
+impl RideCi {
+    /// From each ride's ratios (positive, finite values used).
+    pub fn of(per_ride: &[Vec<f64>]) -> RideCi {
+        let means: Vec<f64> = per_ride
+            .iter()
+            .map(|v| GeoSummary::of(v))
+            .filter(|g| g.n > 0)
+            .map(|g| g.gmean.ln())
+            .collect();
+        let m = mean(&means);
+        let half =
+            t975(means.len().saturating_sub(1)) * stddev(&means) / (means.len() as f64).sqrt();
+        RideCi {
+            rides: means.len(),
+            ci_lo: (m - half).exp(),
+            ci_hi: (m + half).exp(),
+        }
+    }
+}
+
 /// Oracle lower bound on the FCT of a `size`-byte download requested at `start_s` (seconds into
 /// the emulated trip): the request crosses the first path that is not in an outage with that
 /// path's one-way delay, then every path sends at its full emulated downlink capacity from that
@@ -460,6 +496,27 @@ mod tests {
         assert_eq!(s.n, 2);
         assert!((s.gmean - 2.0).abs() < 1e-12);
         assert!(GeoSummary::of(&[]).gmean.is_nan());
+    }
+
+    #[test]
+    fn ride_clustered_interval_is_wider_when_rides_disagree() {
+        // Two rides, each internally consistent, that disagree with each other: the per-flow
+        // interval (40 flows) is narrow, the ride-level one must not be.
+        let a = vec![1.6; 20];
+        let b = vec![1.1; 20];
+        let all: Vec<f64> = a.iter().chain(&b).copied().collect();
+        let flows = GeoSummary::of(&all);
+        let rides = RideCi::of(&[a.clone(), b.clone(), vec![], vec![f64::NAN]]);
+        assert_eq!(rides.rides, 2);
+        assert!(flows.ci_lo > 1.0, "{flows:?}");
+        assert!(rides.ci_lo < 1.0 && rides.ci_hi > 1.6, "{rides:?}");
+        // Rides that agree give an interval around their common value.
+        let same = RideCi::of(&[vec![1.2, 1.3], vec![1.25, 1.25], vec![1.3, 1.2]]);
+        assert!(
+            same.ci_lo < 1.25 && same.ci_hi > 1.24 && same.ci_hi < 1.3,
+            "{same:?}"
+        );
+        assert!(RideCi::of(&[a]).ci_lo.is_nan());
     }
 
     #[test]

@@ -1268,11 +1268,11 @@ pub fn pooled(rides: &[Results]) -> (String, Value) {
             let _ = write!(o, "{name:<11}");
             let _ = write!(geo, "{name:<11}");
             for &size in &BULK_SIZES {
-                let v: Vec<f64> = rides
+                let per_ride: Vec<Vec<f64>> = rides
                     .iter()
                     .filter_map(|r| Some(an::goodput_ratios(r.run(name)?, r.run(reference)?, size)))
-                    .flatten()
                     .collect();
+                let v = per_ride.concat();
                 let s = Summary::of(&v);
                 let cell = format!(
                     "{} [{},{}] {} ({})",
@@ -1285,7 +1285,17 @@ pub fn pooled(rides: &[Results]) -> (String, Value) {
                 let _ = write!(o, " {cell:>28}");
                 let mut sv = summ(&s);
                 let g = geo_into(&mut sv, &v);
-                let cell = format!("{} [{},{}]", f(g.gmean, 2), f(g.ci_lo, 2), f(g.ci_hi, 2));
+                let rc = an::RideCi::of(&per_ride);
+                sv["geomean_ride_ci95"] = json!([num(rc.ci_lo), num(rc.ci_hi)]);
+                sv["rides"] = json!(rc.rides);
+                let cell = format!(
+                    "{} [{},{}] [{},{}]",
+                    f(g.gmean, 2),
+                    f(g.ci_lo, 2),
+                    f(g.ci_hi, 2),
+                    f(rc.ci_lo, 2),
+                    f(rc.ci_hi, 2)
+                );
                 let _ = write!(geo, " {cell:>28}");
                 systems[name]["bulk"][size.to_string()][format!("goodput_ratio_vs_{reference}")] =
                     sv;
@@ -1295,7 +1305,7 @@ pub fn pooled(rides: &[Results]) -> (String, Value) {
         }
         let _ = writeln!(
             o,
-            "  geometric mean [95% CI] of the same ratios (symmetric: A/B = 1/(B/A); the mean above is biased up by noise)"
+            "  geometric mean [95% CI over flows] [95% CI over rides] of the same ratios (symmetric: A/B = 1/(B/A); the mean above is biased up by noise; flows of one ride share its luck, so judge by the interval over rides)"
         );
         o.push_str(&geo);
     }
@@ -1510,6 +1520,9 @@ mod tests {
             "{r}"
         );
         assert!(text.contains("geometric mean"), "{text}");
+        // Two rides: the interval over rides exists, and the rides are counted.
+        assert_eq!(r["rides"], json!(2), "{r}");
+        assert!(r["geomean_ride_ci95"][0].is_number(), "{r}");
         let one = a.to_json();
         let hr = one["runs"]
             .as_array()
