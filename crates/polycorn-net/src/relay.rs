@@ -257,12 +257,21 @@ const REFRESH_SSTHRESH_SEGMENTS: u32 = 20;
 /// [`REFRESH_CHECK`] (probes and their answers are far below).
 const REFRESH_QUIET_BYTES: u64 = 4096;
 
+/// How often the relay looks for a subflow stuck in RTO back-off on a path that works.
+const BACKOFF_CHECK: Duration = Duration::from_millis(250);
+/// A subflow whose own TCP has stayed in RTO back-off this long, while frames from the proxy
+/// keep arriving on its path, is replaced.
+const BACKOFF_MIN: Duration = Duration::from_millis(500);
+
 /// Why a subflow was replaced by a fresh connection.
 enum Replace {
     /// The path stayed silent.
     Silent,
     /// Refresh of an idle subflow whose slow-start threshold collapsed (segments).
     Refresh(u32),
+    /// The path carries the proxy's frames again but this subflow's TCP still waits out an
+    /// exponentially backed-off retransmission timer (consecutive back-offs).
+    BackedOff(u8),
 }
 
 /// Keep `path`'s subflow up: connect with backoff, run, and replace it when it stalls.
@@ -357,10 +366,41 @@ async fn maintain_path(
                 }
             }
         };
+        // Back-off: after a blackout the proxy's retransmission may get through first; its
+        // frames then arrive again (the path is not silent), while this end's own
+        // retransmission timer, doubled at every RTO of the blackout, can hold everything the
+        // relay sends on the path for seconds more. Once frames have arrived during such a
+        // back-off, the subflow is replaced (what it had in flight is sent again on the other
+        // paths and on the fresh connection).
+        let backed_off = async {
+            // (when the back-off was first seen, frames received by then)
+            let mut since: Option<(std::time::Instant, u64)> = None;
+            loop {
+                tokio::time::sleep(BACKOFF_CHECK).await;
+                let rx = engine.inspect(|s| s.path_counters(path).unwrap_or_default().rx_frames);
+                let Ok(i) = raw_info() else { continue };
+                if i.backoff == 0 || i.unacked == 0 {
+                    since = None;
+                    continue;
+                }
+                let (first, rx0) = *since.get_or_insert((std::time::Instant::now(), rx));
+                if first.elapsed() >= BACKOFF_MIN
+                    && rx > rx0
+                    && !probing.load(std::sync::atomic::Ordering::Relaxed)
+                {
+                    if let Some(e) = probe().await {
+                        return (e, Replace::BackedOff(i.backoff));
+                    }
+                    // Probe failed: wait for more frames from the proxy before the next one.
+                    since = Some((std::time::Instant::now(), rx));
+                }
+            }
+        };
         let fresh = async {
             tokio::select! {
                 f = watchdog => f,
                 f = refresher => f,
+                f = backed_off => f,
             }
         };
         tokio::pin!(run, fresh);
@@ -370,6 +410,11 @@ async fn maintain_path(
                 path = %p.name,
                 ssthresh,
                 "idle subflow's congestion state collapsed; replaced it with a fresh connection"
+            ),
+            Replace::BackedOff(backoff) => info!(
+                path = %p.name,
+                backoff,
+                "path works again but the subflow waits in RTO back-off; replaced it with a fresh connection"
             ),
         };
         tokio::select! {

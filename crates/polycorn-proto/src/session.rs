@@ -255,8 +255,10 @@ pub const MAX_PENDING_REORDER_WAITS: usize = 65_536;
 pub struct PathCounters {
     /// Frame bytes queued for sending.
     pub tx_bytes: u64,
-    /// Frame bytes received.
+    /// Bytes of data frames received (headers included).
     pub rx_bytes: u64,
+    /// Frames of any kind received (probes and control included).
+    pub rx_frames: u64,
     /// Flow data bytes sent (including copies).
     pub data_bytes: u64,
     /// Data bytes sent again after an earlier copy (reinjection).
@@ -952,6 +954,7 @@ impl Session {
         {
             let slot = &mut self.paths[usize::from(path)];
             slot.last_rx = now;
+            slot.counters.rx_frames += 1;
             if slot.stalled {
                 slot.stalled = false;
                 let id = path_id(path)?;

@@ -571,14 +571,33 @@ struct Blackhole {
 
 impl Blackhole {
     fn new(ns: &str, devices: &[&str]) -> Blackhole {
-        let table = "pctestdrop".to_string();
-        let mut rules = format!("table netdev {table} {{\n");
+        let mut rules = String::new();
         for d in devices {
             rules += &format!(
                 "  chain in_{d} {{ type filter hook ingress device \"{d}\" priority 0; policy drop; }}\n  chain out_{d} {{ type filter hook egress device \"{d}\" priority 0; policy drop; }}\n"
             );
         }
-        rules += "}\n";
+        Blackhole::with_rules(ns, &rules)
+    }
+
+    /// In the namespace `ns`, drop the IPv4 packets arriving on `device` from TCP port `port`
+    /// that carry payload (longer than a pure ACK with options): the data of that one
+    /// connection's sender is lost on the way, while its acknowledgements and every other
+    /// connection pass. (Dropping at the sender's egress instead would report a local
+    /// transmit failure to its TCP, which then neither counts the segment in flight nor backs
+    /// off.)
+    fn incoming_data(ns: &str, device: &str, port: u16) -> Blackhole {
+        Blackhole::with_rules(
+            ns,
+            &format!(
+                "  chain in_{device} {{ type filter hook ingress device \"{device}\" priority 0; policy accept; meta protocol ip ip protocol tcp tcp sport {port} ip length > 60 drop; }}\n"
+            ),
+        )
+    }
+
+    fn with_rules(ns: &str, chains: &str) -> Blackhole {
+        let table = "pctestdrop".to_string();
+        let rules = format!("table netdev {table} {{\n{chains}}}\n");
         let mut c = Command::new("ip")
             .args(["netns", "exec", ns, "nft", "-f", "-"])
             .stdin(Stdio::piped())
@@ -928,6 +947,78 @@ fn idle_path_blackout_refreshes_its_subflow() {
     assert!(
         matches!(r, Ok(Ok(_))),
         "transfer after the refresh: {r:?}\n{}",
+        tail(&stack.relay.log())
+    );
+}
+
+/// The local port of the relay's subflow to `proxy` (an established TCP connection).
+fn subflow_port(ns: &str, proxy: &str) -> u16 {
+    let out = Command::new("ip")
+        .args(["netns", "exec", ns, "ss", "-Htn", "state", "established"])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    let ports: Vec<u16> = text
+        .lines()
+        .filter_map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            let (local, peer) = (f.get(2)?, f.get(3)?);
+            (*peer == proxy).then(|| local.rsplit(':').next()?.parse().ok())?
+        })
+        .collect();
+    assert_eq!(ports.len(), 1, "one subflow to {proxy}:\n{text}");
+    ports[0]
+}
+
+/// After a blackout the proxy's frames can get through again while the relay's own TCP on
+/// that path still waits out a backed-off retransmission timer. Here only the data the relay
+/// sends on path0's subflow is lost, on its way into the proxy (its acknowledgements and any
+/// new connection pass), so
+/// the path keeps receiving while that subflow backs off: the relay replaces it (it is
+/// neither silent nor idle), and traffic afterwards is byte-exact.
+#[test]
+fn backed_off_subflow_on_a_working_path_is_replaced() {
+    let _s = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    if !is_root() {
+        return;
+    }
+    let bed = Bed::constant("g", 40, 20);
+    start_server(&bed);
+    let stack = start_stack(&bed, "polycorn", "minrtt", 2);
+    std::thread::sleep(Duration::from_secs(2));
+    let port = subflow_port(&bed.ns("relay"), "10.100.0.2:7700");
+    {
+        // Probes go out every 200 ms, so the relay always has data in flight to back off on.
+        // Its RTOs come about 0.24, 0.72, 1.7 and 3.6 s after the first loss.
+        let _b = Blackhole::incoming_data(&bed.ns("proxy"), "path0", port);
+        std::thread::sleep(Duration::from_secs(4));
+    }
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !stack.relay.log().contains("waits in RTO back-off") {
+        assert!(
+            !stack.relay.log().contains("path silent"),
+            "the path kept receiving, yet the watchdog took it for silent:\n{}",
+            tail(&stack.relay.log())
+        );
+        assert!(
+            Instant::now() < deadline,
+            "the backed-off subflow was not replaced:\n{}",
+            tail(&stack.relay.log())
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let r = in_ns(&bed.ns("client"), move || {
+        Box::pin(async move {
+            tokio::time::timeout(
+                Duration::from_secs(60),
+                one(Via::Transparent4, 256 * KB, 4 * MB, None),
+            )
+            .await
+        })
+    });
+    assert!(
+        matches!(r, Ok(Ok(_))),
+        "transfer after the replacement: {r:?}\n{}",
         tail(&stack.relay.log())
     );
 }

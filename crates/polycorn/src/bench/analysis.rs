@@ -276,9 +276,14 @@ impl RideCi {
     pub fn of(per_ride: &[Vec<f64>]) -> RideCi {
         let means: Vec<f64> = per_ride
             .iter()
-            .map(|v| GeoSummary::of(v))
-            .filter(|g| g.n > 0)
-            .map(|g| g.gmean.ln())
+            .filter_map(|v| {
+                let logs: Vec<f64> = v
+                    .iter()
+                    .filter(|x| x.is_finite() && **x > 0.0)
+                    .map(|x| x.ln())
+                    .collect();
+                (!logs.is_empty()).then(|| mean(&logs))
+            })
             .collect();
         let m = mean(&means);
         let half =

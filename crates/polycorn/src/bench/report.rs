@@ -1296,7 +1296,7 @@ pub fn pooled(rides: &[Results]) -> (String, Value) {
                     f(rc.ci_lo, 2),
                     f(rc.ci_hi, 2)
                 );
-                let _ = write!(geo, " {cell:>28}");
+                let _ = write!(geo, " {cell:>32}");
                 systems[name]["bulk"][size.to_string()][format!("goodput_ratio_vs_{reference}")] =
                     sv;
             }
