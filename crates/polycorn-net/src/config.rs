@@ -231,6 +231,28 @@ pub struct RelaySection {
     /// `bbr`, `reno`, …; must be available in the kernel). None: the system default.
     #[serde(default)]
     pub congestion: Option<String>,
+    /// `idle_refresh`: which idle subflows the relay replaces with a fresh connection
+    /// (`collapsed`, default; `used`; `off`), see [`IdleRefresh`].
+    #[serde(default)]
+    pub idle_refresh: IdleRefresh,
+}
+
+/// Which idle subflows the relay replaces with a fresh connection (make before break), at most
+/// once per 5 s per path, when the path is usable and nothing crossed it for a second.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum IdleRefresh {
+    /// Only a subflow whose own slow-start threshold collapsed below 20 segments (a blackout
+    /// hit it while it carried only probes).
+    #[default]
+    Collapsed,
+    /// Also every subflow that carried 256 KB or more of passengers' downlink data since it
+    /// came up: the proxy's congestion state for it (window, slow-start threshold) then
+    /// describes a cell that is gone, and the fresh connection slow-starts to what the path
+    /// carries now, as a new kernel MPTCP connection does.
+    Used,
+    /// Never.
+    Off,
 }
 
 impl RelaySection {
@@ -1264,6 +1286,9 @@ tunnel_port = 7701
 hold_time_s = 30
 # TCP congestion control of the subflows (default: the system's, often bbr or cubic).
 # congestion = "cubic"
+# Idle subflows replaced with a fresh connection: "collapsed" (slow-start threshold below 20
+# segments after a blackout), "used" (also after carrying 256 KB of downlink data), "off".
+# idle_refresh = "collapsed"
 
 # One [[path]] per cellular interface (1 to 32); names, devices and sources must be unique.
 [[path]]

@@ -108,6 +108,8 @@ pub struct RelayOptions {
     pub tunnel_port: u16,
     /// Session tunables.
     pub tuning: Tuning,
+    /// Which idle subflows are replaced with a fresh connection.
+    pub idle_refresh: crate::config::IdleRefresh,
     /// Handover predictor of the uplink scheduler (LinkDB), fed with the relay's own context.
     /// None: no prediction (HPR never throttles).
     pub predictor: Option<crate::proxy::PredictorFactory>,
@@ -179,6 +181,7 @@ pub async fn start(
                     p.clone(),
                     connector.clone(),
                     opts.tuning.congestion.clone(),
+                    opts.idle_refresh,
                 ));
             }
             if let Some(mut rx) = context {
@@ -253,6 +256,9 @@ const REFRESH_MIN_AGE: Duration = Duration::from_secs(5);
 /// A slow-start threshold below this many segments means a loss hit the subflow while its
 /// window was small (idle): worth a fresh connection.
 const REFRESH_SSTHRESH_SEGMENTS: u32 = 20;
+/// With [`IdleRefresh::Used`](crate::config::IdleRefresh::Used), an idle subflow that carried
+/// this many bytes of downlink data frames since it came up is replaced.
+const REFRESH_USED_BYTES: u64 = 256 << 10;
 /// A path counts as idle when fewer bytes than this crossed it (either way) in the last
 /// [`REFRESH_CHECK`] (probes and their answers are far below).
 const REFRESH_QUIET_BYTES: u64 = 4096;
@@ -269,6 +275,8 @@ enum Replace {
     Silent,
     /// Refresh of an idle subflow whose slow-start threshold collapsed (segments).
     Refresh(u32),
+    /// Refresh of an idle subflow that carried this many downlink bytes.
+    Used(u64),
     /// The path carries the proxy's frames again but this subflow's TCP still waits out an
     /// exponentially backed-off retransmission timer (consecutive back-offs).
     BackedOff(u8),
@@ -281,6 +289,7 @@ async fn maintain_path(
     p: RelayPath,
     tls: tokio_rustls::TlsConnector,
     congestion: Option<String>,
+    idle_refresh: crate::config::IdleRefresh,
 ) {
     let hello = engine.inspect(|s| s.hello(path).to_vec());
     let connect = || {
@@ -345,9 +354,14 @@ async fn maintain_path(
         // subflow is replaced, while the path is idle, by a fresh connection that starts in
         // slow start (make before break: nothing in flight is lost).
         let refresher = async {
+            use crate::config::IdleRefresh;
             let started = std::time::Instant::now();
             let mut last = engine.inspect(|s| s.path_counters(path).unwrap_or_default());
+            let rx_at_start = last.rx_bytes;
             loop {
+                if idle_refresh == IdleRefresh::Off {
+                    std::future::pending::<()>().await;
+                }
                 tokio::time::sleep(REFRESH_CHECK).await;
                 let now = engine.inspect(|s| s.path_counters(path).unwrap_or_default());
                 let quiet = now.rx_bytes.saturating_sub(last.rx_bytes) < REFRESH_QUIET_BYTES
@@ -358,10 +372,17 @@ async fn maintain_path(
                 }
                 let Ok(i) = raw_info() else { continue };
                 let collapsed = i.snd_ssthresh < REFRESH_SSTHRESH_SEGMENTS;
+                let carried = now.rx_bytes.saturating_sub(rx_at_start);
+                let used = idle_refresh == IdleRefresh::Used && carried >= REFRESH_USED_BYTES;
                 let idle = i.unacked == 0 && i.notsent_bytes == 0 && i.backoff == 0;
-                if collapsed && idle && engine.inspect(|s| s.path_usable(path)) {
+                if (collapsed || used) && idle && engine.inspect(|s| s.path_usable(path)) {
                     if let Some(e) = probe().await {
-                        return (e, Replace::Refresh(i.snd_ssthresh));
+                        let why = if collapsed {
+                            Replace::Refresh(i.snd_ssthresh)
+                        } else {
+                            Replace::Used(carried)
+                        };
+                        return (e, why);
                     }
                 }
             }
@@ -410,6 +431,11 @@ async fn maintain_path(
                 path = %p.name,
                 ssthresh,
                 "idle subflow's congestion state collapsed; replaced it with a fresh connection"
+            ),
+            Replace::Used(bytes) => info!(
+                path = %p.name,
+                bytes,
+                "idle subflow carried data under past conditions; replaced it with a fresh connection"
             ),
             Replace::BackedOff(backoff) => info!(
                 path = %p.name,

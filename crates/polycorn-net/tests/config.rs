@@ -5,7 +5,8 @@ use std::net::SocketAddr;
 use std::path::Path;
 
 use polycorn_net::config::{
-    ConfigError, ContextSource, LogFormat, ProxyConfig, RelayConfig, RelayMode, UdpPolicy,
+    ConfigError, ContextSource, IdleRefresh, LogFormat, ProxyConfig, RelayConfig, RelayMode,
+    UdpPolicy,
 };
 
 /// A directory holding the files the examples and the minimal configs refer to.
@@ -167,6 +168,7 @@ fn defaults_apply() {
     assert_eq!(r.relay.scheduler, "hrsch");
     assert_eq!(r.relay.tunnel_port, 7701);
     assert_eq!(r.relay.hold_time().as_secs(), 30);
+    assert_eq!(r.relay.idle_refresh, IdleRefresh::Collapsed);
     assert!(!r.intercept.install_nft);
     assert_eq!(r.intercept.udp, UdpPolicy::Block);
     assert_eq!(r.context.source, ContextSource::None);
@@ -441,6 +443,22 @@ fn relay_section_errors() {
         d,
     )
     .unwrap();
+    let used = relay(
+        &edit(RELAY_MIN, "[relay]\n", "[relay]\nidle_refresh = \"used\"\n"),
+        d,
+    )
+    .unwrap();
+    assert_eq!(used.relay.idle_refresh, IdleRefresh::Used);
+    relay_err(
+        &edit(
+            RELAY_MIN,
+            "[relay]\n",
+            "[relay]\nidle_refresh = \"always\"\n",
+        ),
+        d,
+        "relay.idle_refresh",
+        "unknown variant `always`",
+    );
     relay_err(
         &edit(RELAY_MIN, "[relay]\n", "[relay]\nhold_time_s = 3601\n"),
         d,

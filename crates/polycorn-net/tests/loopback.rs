@@ -147,6 +147,7 @@ async fn setup(spec: &str) -> (SocketAddr, tempfile::TempDir) {
         dns: None,
         tunnel_port: 0,
         tuning: Tuning::default(),
+        idle_refresh: Default::default(),
         predictor: None,
     };
     let (_, rtasks) = relay::start(ropts, None).await.unwrap();

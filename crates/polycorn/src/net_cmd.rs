@@ -268,6 +268,7 @@ pub fn relay(path: &Path) -> Result<()> {
                 cfg.relay.hold_time(),
                 cfg.relay.congestion.clone(),
             ),
+            idle_refresh: cfg.relay.idle_refresh,
             predictor,
         };
         let metrics = Arc::new(Metrics::new());

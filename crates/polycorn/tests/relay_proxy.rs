@@ -160,8 +160,12 @@ fn configs(
     paths: usize,
     extra: (&str, &str),
 ) -> (PathBuf, PathBuf) {
+    // Leading `key = value` lines of the relay's extra text belong to `[relay]`; the rest
+    // (tables) is appended.
+    let split = extra.0.find('[').unwrap_or(extra.0.len());
+    let (relay_keys, relay_tables) = extra.0.split_at(split);
     let mut relay = format!(
-        "[relay]\nmode = \"{mode}\"\nscheduler = \"{spec}\"\nproxy = \"10.100.0.2:7700\"\ncongestion = \"cubic\"\n\n"
+        "[relay]\nmode = \"{mode}\"\nscheduler = \"{spec}\"\nproxy = \"10.100.0.2:7700\"\ncongestion = \"cubic\"\n{relay_keys}\n"
     );
     for i in 0..paths {
         relay += &format!(
@@ -174,7 +178,7 @@ fn configs(
         "[proxy]\nlisten = \"0.0.0.0:7700\"\ntunnel_listen = \"0.0.0.0:7701\"\ntunnel_peers = [\"10.100.0.0/16\"]\nscheduler = \"{spec}\"\ncongestion = \"cubic\"\n\n[tls]\nca = \"ca.pem\"\ncert = \"proxy.pem\"\nkey = \"proxy.key\"\n\n[policy]\nallow = [\"10.0.2.0/24\", \"fd00:2::/64\"]\n\n[metrics]\nlisten = \"127.0.0.1:9100\"\n"
     );
     let _ = bed;
-    let relay = relay + extra.0;
+    let relay = relay + relay_tables;
     let proxy = proxy + extra.1;
     let r = dir.join("relay.toml");
     let p = dir.join("proxy.toml");
@@ -1019,6 +1023,61 @@ fn backed_off_subflow_on_a_working_path_is_replaced() {
     assert!(
         matches!(r, Ok(Ok(_))),
         "transfer after the replacement: {r:?}\n{}",
+        tail(&stack.relay.log())
+    );
+}
+
+/// With `idle_refresh = "used"`, a subflow that carried a download is replaced by a fresh
+/// connection once the path is idle (the proxy's congestion state for it is from the past),
+/// and traffic afterwards is byte-exact.
+#[test]
+fn used_subflow_is_refreshed_when_idle_if_configured() {
+    let _s = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    if !is_root() {
+        return;
+    }
+    let bed = Bed::constant("h", 40, 20);
+    start_server(&bed);
+    let stack = start_stack_with(
+        &bed,
+        "polycorn",
+        "minrtt",
+        2,
+        ("idle_refresh = \"used\"\n", ""),
+        tempfile::tempdir().unwrap(),
+    );
+    let fetch = |down: u64| {
+        in_ns(&bed.ns("client"), move || {
+            Box::pin(async move {
+                tokio::time::timeout(
+                    Duration::from_secs(60),
+                    one(Via::Transparent4, KB, down, None),
+                )
+                .await
+            })
+        })
+    };
+    // Subflows are at least 5 s old before a refresh; 4 MB crosses both paths.
+    std::thread::sleep(Duration::from_secs(4));
+    let r = fetch(4 * MB);
+    assert!(matches!(r, Ok(Ok(_))), "first download: {r:?}");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !stack
+        .relay
+        .log()
+        .contains("carried data under past conditions")
+    {
+        assert!(
+            Instant::now() < deadline,
+            "no refresh of a used idle subflow:\n{}",
+            tail(&stack.relay.log())
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let r = fetch(8 * MB);
+    assert!(
+        matches!(r, Ok(Ok(_))),
+        "download after the refresh: {r:?}\n{}",
         tail(&stack.relay.log())
     );
 }

@@ -61,7 +61,9 @@ pub struct BenchArgs {
     /// mptcp, single, vanilla, blest, ecf, redundant, roundrobin, hrsch, polycorn (HRSCH that
     /// also reinjects a path's data when the relay reports its cell lost), hrsch-hpr, hrsch-tpr,
     /// hrsch-ori, hrsch-er (HRSCH without that stage), or `polycorn:SPEC` for any pipeline. A
-    /// system named twice runs twice, the second as `NAME#2` (an A/A run measures the noise).
+    /// polycorn system with `+fresh` appended (e.g. `hrsch+fresh`) runs with the relay's
+    /// `idle_refresh = "used"`. A system named twice runs twice, the second as `NAME#2` (an
+    /// A/A run measures the noise).
     #[arg(long, value_delimiter = ',')]
     pub systems: Vec<String>,
     /// Bulk flows (cycled over 256 KB, 1 MB, 4 MB); default 6 quick, 12 full.
@@ -125,6 +127,8 @@ pub struct System {
     pub mode: String,
     /// Scheduler spec (ignored by mptcp and single modes, which do their own).
     pub spec: String,
+    /// The relay's `idle_refresh` (None: the default).
+    pub idle_refresh: Option<&'static str>,
 }
 
 /// The systems of full mode, in report order.
@@ -147,16 +151,27 @@ pub const QUICK_SYSTEMS: &[&str] = &["mptcp", "single", "vanilla", "hrsch"];
 
 /// Resolve a system name.
 pub fn system(name: &str) -> Result<System> {
+    if let Some(base) = name.strip_suffix("+fresh") {
+        let mut sys = system(base)?;
+        if sys.mode != "polycorn" {
+            bail!("`{name}`: +fresh (idle_refresh = \"used\") applies to polycorn systems only");
+        }
+        sys.name = name.into();
+        sys.idle_refresh = Some("used");
+        return Ok(sys);
+    }
     let pc = |spec: &str| System {
         name: name.into(),
         mode: "polycorn".into(),
         spec: spec.into(),
+        idle_refresh: None,
     };
     Ok(match name {
         "mptcp" | "single" => System {
             name: name.into(),
             mode: name.into(),
             spec: "-".into(),
+            idle_refresh: None,
         },
         "vanilla" | "blest" | "ecf" | "redundant" | "roundrobin" | "hrsch" | "minrtt"
         | "polycorn" => pc(name),
@@ -624,9 +639,13 @@ fn write_configs(
         "minrtt"
     };
     let mut relay = format!(
-        "[relay]\nmode = \"{}\"\nscheduler = \"{spec}\"\nproxy = \"10.100.0.2:7700\"\ncongestion = \"cubic\"\n\n",
+        "[relay]\nmode = \"{}\"\nscheduler = \"{spec}\"\nproxy = \"10.100.0.2:7700\"\ncongestion = \"cubic\"\n",
         sys.mode
     );
+    if let Some(r) = sys.idle_refresh {
+        relay += &format!("idle_refresh = \"{r}\"\n");
+    }
+    relay.push('\n');
     for i in 0..paths {
         relay += &format!(
             "[[path]]\nname = \"p{i}\"\ndevice = \"path{i}\"\nsource = \"10.100.{i}.1\"\nproxy = \"10.100.{i}.2:7700\"\n\n"
@@ -942,6 +961,24 @@ mod tests {
         assert_eq!(s[3].spec, "polycorn");
         let e = systems_named(&["hrsch".into(), "fastest".into()]).unwrap_err();
         assert!(e.to_string().contains("unknown system `fastest`"), "{e}");
+    }
+
+    #[test]
+    fn fresh_suffix_sets_the_relays_idle_refresh_and_only_for_polycorn() {
+        let s = system("hrsch+fresh").unwrap();
+        assert_eq!(
+            (s.name.as_str(), s.spec.as_str(), s.idle_refresh),
+            ("hrsch+fresh", "hrsch", Some("used"))
+        );
+        assert_eq!(system("hrsch").unwrap().idle_refresh, None);
+        let dir = std::env::temp_dir().join(format!("pc-fresh-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let (relay, _) = write_configs(&dir, &s, 2, None).unwrap();
+        let text = std::fs::read_to_string(relay).unwrap();
+        std::fs::remove_dir_all(&dir).unwrap();
+        assert!(text.contains("idle_refresh = \"used\""), "{text}");
+        let e = system("mptcp+fresh").unwrap_err();
+        assert!(e.to_string().contains("polycorn systems only"), "{e}");
     }
 
     #[test]
