@@ -903,6 +903,46 @@ fn hsr_trip_with_train_context_and_linkdb_predictions() {
     }
 }
 
+/// Wait up to 20 s for `want` in the relay's log; fail at once if `forbid` (with its reason)
+/// appears first, and with `missing` if the time runs out.
+fn wait_for_relay_log(stack: &Stack, want: &str, forbid: Option<(&str, &str)>, missing: &str) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !stack.relay.log().contains(want) {
+        if let Some((line, why)) = forbid {
+            assert!(
+                !stack.relay.log().contains(line),
+                "{why}:\n{}",
+                tail(&stack.relay.log())
+            );
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{missing}:\n{}",
+            tail(&stack.relay.log())
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+/// One transparent transfer from the client (`up` bytes up, `down` down, byte-checked) that
+/// must finish within 60 s.
+fn fetch_ok(bed: &Bed, stack: &Stack, up: u64, down: u64, what: &str) {
+    let r = in_ns(&bed.ns("client"), move || {
+        Box::pin(async move {
+            tokio::time::timeout(
+                Duration::from_secs(60),
+                one(Via::Transparent4, up, down, None),
+            )
+            .await
+        })
+    });
+    assert!(
+        matches!(r, Ok(Ok(_))),
+        "{what}: {r:?}\n{}",
+        tail(&stack.relay.log())
+    );
+}
+
 /// A short blackout of an idle path (only probes in flight) cuts its subflow's slow-start
 /// threshold to a few segments; the relay replaces that subflow with a fresh connection once
 /// the path is back and idle, and traffic afterwards is byte-exact.
@@ -925,34 +965,16 @@ fn idle_path_blackout_refreshes_its_subflow() {
         let _b = Blackhole::new(&bed.ns("relay"), &["path0"]);
         std::thread::sleep(Duration::from_millis(650));
     }
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while !stack.relay.log().contains("congestion state collapsed") {
-        assert!(
-            !stack.relay.log().contains("path silent"),
-            "the watchdog replaced the subflow before the refresh could:\n{}",
-            tail(&stack.relay.log())
-        );
-        assert!(
-            Instant::now() < deadline,
-            "no refresh after an idle blackout:\n{}",
-            tail(&stack.relay.log())
-        );
-        std::thread::sleep(Duration::from_millis(200));
-    }
-    let r = in_ns(&bed.ns("client"), move || {
-        Box::pin(async move {
-            tokio::time::timeout(
-                Duration::from_secs(60),
-                one(Via::Transparent4, KB, 8 * MB, None),
-            )
-            .await
-        })
-    });
-    assert!(
-        matches!(r, Ok(Ok(_))),
-        "transfer after the refresh: {r:?}\n{}",
-        tail(&stack.relay.log())
+    wait_for_relay_log(
+        &stack,
+        "congestion state collapsed",
+        Some((
+            "path silent",
+            "the watchdog replaced the subflow before the refresh could",
+        )),
+        "no refresh after an idle blackout",
     );
+    fetch_ok(&bed, &stack, KB, 8 * MB, "transfer after the refresh");
 }
 
 /// The local port of the relay's subflow to `proxy` (an established TCP connection).
@@ -997,33 +1019,21 @@ fn backed_off_subflow_on_a_working_path_is_replaced() {
         let _b = Blackhole::incoming_data(&bed.ns("proxy"), "path0", port);
         std::thread::sleep(Duration::from_secs(4));
     }
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while !stack.relay.log().contains("waits in RTO back-off") {
-        assert!(
-            !stack.relay.log().contains("path silent"),
-            "the path kept receiving, yet the watchdog took it for silent:\n{}",
-            tail(&stack.relay.log())
-        );
-        assert!(
-            Instant::now() < deadline,
-            "the backed-off subflow was not replaced:\n{}",
-            tail(&stack.relay.log())
-        );
-        std::thread::sleep(Duration::from_millis(200));
-    }
-    let r = in_ns(&bed.ns("client"), move || {
-        Box::pin(async move {
-            tokio::time::timeout(
-                Duration::from_secs(60),
-                one(Via::Transparent4, 256 * KB, 4 * MB, None),
-            )
-            .await
-        })
-    });
-    assert!(
-        matches!(r, Ok(Ok(_))),
-        "transfer after the replacement: {r:?}\n{}",
-        tail(&stack.relay.log())
+    wait_for_relay_log(
+        &stack,
+        "waits in RTO back-off",
+        Some((
+            "path silent",
+            "the path kept receiving, yet the watchdog took it for silent",
+        )),
+        "the backed-off subflow was not replaced",
+    );
+    fetch_ok(
+        &bed,
+        &stack,
+        256 * KB,
+        4 * MB,
+        "transfer after the replacement",
     );
 }
 
@@ -1046,38 +1056,14 @@ fn used_subflow_is_refreshed_when_idle_if_configured() {
         ("idle_refresh = \"used\"\n", ""),
         tempfile::tempdir().unwrap(),
     );
-    let fetch = |down: u64| {
-        in_ns(&bed.ns("client"), move || {
-            Box::pin(async move {
-                tokio::time::timeout(
-                    Duration::from_secs(60),
-                    one(Via::Transparent4, KB, down, None),
-                )
-                .await
-            })
-        })
-    };
     // Subflows are at least 5 s old before a refresh; 4 MB crosses both paths.
     std::thread::sleep(Duration::from_secs(4));
-    let r = fetch(4 * MB);
-    assert!(matches!(r, Ok(Ok(_))), "first download: {r:?}");
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while !stack
-        .relay
-        .log()
-        .contains("carried data under past conditions")
-    {
-        assert!(
-            Instant::now() < deadline,
-            "no refresh of a used idle subflow:\n{}",
-            tail(&stack.relay.log())
-        );
-        std::thread::sleep(Duration::from_millis(200));
-    }
-    let r = fetch(8 * MB);
-    assert!(
-        matches!(r, Ok(Ok(_))),
-        "download after the refresh: {r:?}\n{}",
-        tail(&stack.relay.log())
+    fetch_ok(&bed, &stack, KB, 4 * MB, "first download");
+    wait_for_relay_log(
+        &stack,
+        "carried data under past conditions",
+        None,
+        "no refresh of a used idle subflow",
     );
+    fetch_ok(&bed, &stack, KB, 8 * MB, "download after the refresh");
 }
