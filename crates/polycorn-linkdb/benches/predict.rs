@@ -50,6 +50,7 @@ fn trips() -> Vec<TripData> {
                         Outcome::Success
                     },
                     interruption_ms: Some(if failed { 3000 } else { 40 }),
+                    lost: None,
                 });
             }
         }

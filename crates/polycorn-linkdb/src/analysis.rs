@@ -45,7 +45,7 @@ pub struct CellSummary {
     pub failures: usize,
     /// EHP as a line position, m (`None` without positions).
     pub ehp_position_m: Option<f64>,
-    /// Mean failure start as a line position, m.
+    /// Mean start of the failed handovers as a line position, m (the paper's L̂_HOF).
     pub mean_failure_position_m: Option<f64>,
 }
 
@@ -202,7 +202,7 @@ pub struct Separability {
     pub single_outcome_cells: usize,
     /// Separable by location (lat/lon in local metres, or the line position without lat/lon).
     pub location: Rate,
-    /// Separable by RSRP at the start.
+    /// Separable by RSRP where the UE disconnected from the source.
     pub rsrp: Rate,
     /// Separable by both.
     pub both: Rate,
@@ -230,7 +230,10 @@ pub fn svm_separability(trips: &[TripData]) -> Vec<Separability> {
         row.mixed_cells += 1;
         all.mixed_cells += 1;
         let loc = location_features(&hs);
-        let rsrp: Option<Vec<Vec<f64>>> = hs.iter().map(|h| h.rsrp_dbm.map(|r| vec![r])).collect();
+        let rsrp: Option<Vec<Vec<f64>>> = hs
+            .iter()
+            .map(|h| h.disconnect_rsrp_dbm().map(|r| vec![r]))
+            .collect();
         if let Some(l) = &loc {
             let ok = svm::separable(l, &y);
             row.location.add(ok);
@@ -255,12 +258,13 @@ pub fn svm_separability(trips: &[TripData]) -> Vec<Separability> {
     per.into_values().chain(std::iter::once(all)).collect()
 }
 
-/// Location features of a cell's handovers: (east, north) metres from the first fix when all
-/// have lat/lon, else the line position, else `None`.
+/// Location features of a cell's handovers where the UE disconnected from the source (the
+/// paper's SVM features; for a failure recorded with a later loss, the loss): (east, north)
+/// metres from the first one when all have lat/lon, else the line position, else `None`.
 fn location_features(hs: &[&HandoverRecord]) -> Option<Vec<Vec<f64>>> {
     if let Some(ll) = hs
         .iter()
-        .map(|h| Some((h.lat?, h.lon?)))
+        .map(|h| h.disconnect_lat_lon())
         .collect::<Option<Vec<_>>>()
     {
         let (lat0, lon0) = ll[0];
@@ -271,7 +275,9 @@ fn location_features(hs: &[&HandoverRecord]) -> Option<Vec<Vec<f64>>> {
                 .collect(),
         );
     }
-    hs.iter().map(|h| h.position_m.map(|p| vec![p])).collect()
+    hs.iter()
+        .map(|h| h.disconnect_position_m().map(|p| vec![p]))
+        .collect()
 }
 
 /// Format the separability table: share of mixed cells separable (separable / counted).

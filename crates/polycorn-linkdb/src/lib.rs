@@ -21,7 +21,7 @@
 //! * [`import`] — the trip model (in process or `polycorn trip generate` output), WMN Lab metro
 //!   CSVs (location grid × band instead of cell IDs), UCC 5G driving CSVs.
 //! * [`store`] — SQLite/PostgreSQL persistence and migrations.
-//! * [`index`] — per-cell statistics (EHP, mean failure position) and the location table.
+//! * [`index`] — per-cell statistics (EHP, mean start of the failures) and the location table.
 //! * [`predict`] — the online predictors: the paper's, Kim & Cho's location table, and
 //!   [`risk`], a logistic model (this project's addition).
 //! * [`analysis`] — EHP, the paper's Table 1, per-cell linear-SVM separability.
@@ -40,6 +40,6 @@ pub mod validate;
 pub use index::{CellKey, CellStats, LinkIndex};
 pub use predict::{Model, Predictor, Track};
 pub use record::{
-    Direction, HandoverRecord, Outcome, RadioSample, Sample, Source, TripData, TripMeta,
+    Direction, HandoverRecord, LossRecord, Outcome, RadioSample, Sample, Source, TripData, TripMeta,
 };
 pub use validate::{leave_one_ride_out, ModelKind};

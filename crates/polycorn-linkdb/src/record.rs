@@ -172,8 +172,54 @@ pub struct HandoverRecord {
     pub rsrp_dbm: Option<f64>,
     /// Success or failure.
     pub outcome: Outcome,
-    /// Interruption of delivery, ms (`None` when unknown).
+    /// Interruption of delivery from the start, ms (`None` when unknown).
     pub interruption_ms: Option<u64>,
+    /// For a failure: when and where the UE lost the source cell, if that is known and differs
+    /// from the start (a handover that starts too late degrades the link until the source is
+    /// lost). `None`: lost at the start, or not known.
+    pub lost: Option<LossRecord>,
+}
+
+/// When and where a failing handover lost its source cell.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct LossRecord {
+    /// Time, ms since the trip began.
+    pub t_ms: u64,
+    /// Position along the line, m.
+    pub position_m: Option<f64>,
+    /// Latitude.
+    pub lat: Option<f64>,
+    /// Longitude.
+    pub lon: Option<f64>,
+    /// Source-cell RSRP then, dBm.
+    pub rsrp_dbm: Option<f64>,
+}
+
+impl HandoverRecord {
+    /// When the handover disrupts the path for good, ms: for a failure the loss of the source
+    /// (what a throttle must come before), for a success its start.
+    pub fn disruption_ms(&self) -> u64 {
+        self.lost.map_or(self.start_ms, |l| l.t_ms)
+    }
+
+    /// Position when the UE disconnected from the source (the loss for a failure, else the
+    /// start): the paper's SVM features are taken there.
+    pub fn disconnect_position_m(&self) -> Option<f64> {
+        self.lost.map_or(self.position_m, |l| l.position_m)
+    }
+
+    /// Latitude and longitude when the UE disconnected from the source.
+    pub fn disconnect_lat_lon(&self) -> Option<(f64, f64)> {
+        match self.lost {
+            Some(l) => Some((l.lat?, l.lon?)),
+            None => Some((self.lat?, self.lon?)),
+        }
+    }
+
+    /// RSRP when the UE disconnected from the source.
+    pub fn disconnect_rsrp_dbm(&self) -> Option<f64> {
+        self.lost.map_or(self.rsrp_dbm, |l| l.rsrp_dbm)
+    }
 }
 
 /// One GPS fix.
@@ -243,6 +289,9 @@ impl TripData {
             h.str(&x.from_cell);
             h.str(&x.start_ms.to_string());
             h.str(x.outcome.as_str());
+            if let Some(l) = x.lost {
+                h.str(&l.t_ms.to_string());
+            }
         }
         for x in &self.samples {
             h.str(&x.t_ms.to_string());

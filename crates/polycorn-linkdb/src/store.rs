@@ -18,7 +18,7 @@
 use std::path::PathBuf;
 
 use crate::record::{
-    Direction, HandoverRecord, Outcome, RadioSample, Sample, Source, TripData, TripMeta,
+    Direction, HandoverRecord, LossRecord, Outcome, RadioSample, Sample, Source, TripData, TripMeta,
 };
 
 /// Schema migrations: (version, statements). Append only; never edit an applied one.
@@ -75,6 +75,15 @@ pub const MIGRATIONS: &[(i64, &str)] = &[
         2,
         "CREATE INDEX handovers_by_cell ON handovers (carrier, from_cell, direction);
         CREATE INDEX trips_by_route ON trips (source, route)",
+    ),
+    (
+        3,
+        // Where a failing handover lost its source cell, when not at its start.
+        "ALTER TABLE handovers ADD COLUMN lost_ms BIGINT;
+        ALTER TABLE handovers ADD COLUMN lost_position_m DOUBLE PRECISION;
+        ALTER TABLE handovers ADD COLUMN lost_lat DOUBLE PRECISION;
+        ALTER TABLE handovers ADD COLUMN lost_lon DOUBLE PRECISION;
+        ALTER TABLE handovers ADD COLUMN lost_rsrp_dbm DOUBLE PRECISION",
     ),
 ];
 
@@ -461,12 +470,17 @@ impl Store {
                     Value::Real(h.rsrp_dbm),
                     t(h.outcome.as_str()),
                     Value::Int(h.interruption_ms.map(|x| x as i64)),
+                    Value::Int(h.lost.map(|l| l.t_ms as i64)),
+                    Value::Real(h.lost.and_then(|l| l.position_m)),
+                    Value::Real(h.lost.and_then(|l| l.lat)),
+                    Value::Real(h.lost.and_then(|l| l.lon)),
+                    Value::Real(h.lost.and_then(|l| l.rsrp_dbm)),
                 ]
             })
             .collect();
         self.insert_rows(
             what,
-            "handovers (trip_key, seq, carrier, from_cell, to_cell, direction, start_ms, position_m, lat, lon, rsrp_dbm, outcome, interruption_ms)",
+            "handovers (trip_key, seq, carrier, from_cell, to_cell, direction, start_ms, position_m, lat, lon, rsrp_dbm, outcome, interruption_ms, lost_ms, lost_position_m, lost_lat, lost_lon, lost_rsrp_dbm)",
             &hos,
         )?;
         let samples: Vec<Vec<Value>> = trip
@@ -612,10 +626,12 @@ impl Store {
         let s = |v: &Value| v.text().map(String::from);
         let hos = self.query(
             "load handovers",
-            "SELECT carrier, from_cell, to_cell, direction, start_ms, position_m, lat, lon, rsrp_dbm, outcome, interruption_ms
+            "SELECT carrier, from_cell, to_cell, direction, start_ms, position_m, lat, lon, rsrp_dbm, outcome, interruption_ms,
+                    lost_ms, lost_position_m, lost_lat, lost_lon, lost_rsrp_dbm
              FROM handovers WHERE trip_key = $1 ORDER BY seq",
             &key,
-            &[Col::Text, Col::Text, Col::Text, Col::Text, Col::Int, Col::Real, Col::Real, Col::Real, Col::Real, Col::Text, Col::Int],
+            &[Col::Text, Col::Text, Col::Text, Col::Text, Col::Int, Col::Real, Col::Real, Col::Real, Col::Real, Col::Text, Col::Int,
+              Col::Int, Col::Real, Col::Real, Col::Real, Col::Real],
         )?;
         let handovers = hos
             .iter()
@@ -640,6 +656,13 @@ impl Store {
                         .parse::<Outcome>()
                         .map_err(bad)?,
                     interruption_ms: r[10].int().map(|x| x.max(0) as u64),
+                    lost: r[11].int().map(|t| LossRecord {
+                        t_ms: t.max(0) as u64,
+                        position_m: r[12].real(),
+                        lat: r[13].real(),
+                        lon: r[14].real(),
+                        rsrp_dbm: r[15].real(),
+                    }),
                 })
             })
             .collect::<Result<Vec<_>, StoreError>>()?;

@@ -5,7 +5,7 @@
 //! serving cell when it enters a cell, each GPS fix and radio report as it arrives. For each
 //! handover the replay finds t̂_HOF: the first moment at which the predictor, with what it knew
 //! then, says the failure is due (`next_failure(now) ≤ now`, or comes due before the next
-//! update). Then Δ = t_HO − t̂_HOF with t_HO the handover's recorded start, and:
+//! update). Then Δ = t_HO − t̂_HOF, and:
 //!
 //! | truth   | Δ < t1 (or never) | t1 ≤ Δ ≤ t2 | Δ > t2 |
 //! |---------|-------------------|-------------|--------|
@@ -14,6 +14,17 @@
 //!
 //! with t1 = 0 s and t2 = 2.5 s as in the paper. A failure never predicted before it happened is
 //! late; the table also shows how many of those had no prediction at all.
+//!
+//! **t_HO** is when the handover disrupts the path for good: for a failure, the moment the UE
+//! loses the source cell (the blackout begins; [`HandoverRecord::disruption_ms`]), for a
+//! success its start. The throttle exists to drain the path before that moment (paper §3: the
+//! path is throttled from t̂_HOF until the UE is on the next cell). L̂_HOF averages where the
+//! recorded failures *started* — the point past which starting a handover is too late — so a
+//! failure that starts late and loses the source at a coverage edge further on is caught ahead
+//! of its loss. Judging a failure against its own start instead (`Truth::Start`) compares the
+//! mean of a cell's failure starts with one more start: per cell the leave-one-out deviations
+//! sum to zero, so about half of the failures come out late however tight the spot (the paper
+//! reports 1.3% late, which that reading cannot produce).
 //!
 //! A *ride* is one pass of a train: for most sources one trip; for wmnlab, several phones on the
 //! same run are separate trips (one per band lock) of one ride, held out together — otherwise a
@@ -28,7 +39,7 @@ use polycorn_sched::PathId;
 
 use crate::index::LinkIndex;
 use crate::predict::{Model, Predictor};
-use crate::record::TripData;
+use crate::record::{HandoverRecord, TripData};
 use crate::risk::RiskModel;
 
 /// The paper's t1, s.
@@ -63,6 +74,27 @@ impl Lead {
             0.0
         };
         (self.rtt_ms + gps).max(0.0)
+    }
+}
+
+/// Which moment of a held-out handover a prediction is judged against (t_HO).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Truth {
+    /// When the handover disrupts the path for good: a failure's loss of the source cell, a
+    /// success's start (the default; see the module docs).
+    #[default]
+    Disruption,
+    /// The recorded start of every handover, failures included.
+    Start,
+}
+
+impl Truth {
+    /// t_HO of `h` under this reading, ms.
+    pub fn t_ho_ms(self, h: &HandoverRecord) -> u64 {
+        match self {
+            Truth::Disruption => h.disruption_ms().max(h.start_ms),
+            Truth::Start => h.start_ms,
+        }
     }
 }
 
@@ -190,6 +222,16 @@ pub fn replay(pred: &mut Predictor, trip: &TripData) -> Vec<Judged> {
 
 /// [`replay`] with the path throttled `lead` before t̂_HOF.
 pub fn replay_with(pred: &mut Predictor, trip: &TripData, lead: Lead) -> Vec<Judged> {
+    replay_judged(pred, trip, lead, Truth::default())
+}
+
+/// [`replay_with`], judged against `truth`.
+pub fn replay_judged(
+    pred: &mut Predictor,
+    trip: &TripData,
+    lead: Lead,
+    truth: Truth,
+) -> Vec<Judged> {
     let mut out = Vec::new();
     let fixes: Vec<(u64, f64, f64)> = trip
         .samples
@@ -213,9 +255,9 @@ pub fn replay_with(pred: &mut Predictor, trip: &TripData, lead: Lead) -> Vec<Jud
             .collect();
         let mut enter_ms = 0u64;
         for h in hos {
-            let t_ho = h.start_ms;
-            let start = enter_ms.min(t_ho);
-            enter_ms = t_ho + h.interruption_ms.unwrap_or(0);
+            let t_ho = truth.t_ho_ms(h);
+            let start = enter_ms.min(h.start_ms);
+            enter_ms = (h.start_ms + h.interruption_ms.unwrap_or(0)).max(t_ho);
             // Updates in [start, t_ho], merged by time: fixes first, then radio reports.
             let mut times: Vec<u64> = fixes
                 .iter()
@@ -308,6 +350,16 @@ pub fn leave_one_ride_out_with(
     kinds: &[ModelKind],
     lead: Lead,
 ) -> Vec<(ModelKind, Report)> {
+    leave_one_ride_out_judged(trips, kinds, lead, Truth::default())
+}
+
+/// [`leave_one_ride_out_with`], judged against `truth`.
+pub fn leave_one_ride_out_judged(
+    trips: &[TripData],
+    kinds: &[ModelKind],
+    lead: Lead,
+    truth: Truth,
+) -> Vec<(ModelKind, Report)> {
     let mut rides: BTreeMap<&str, Vec<usize>> = BTreeMap::new();
     for (i, t) in trips.iter().enumerate() {
         rides.entry(ride_of(t)).or_default().push(i);
@@ -324,7 +376,7 @@ pub fn leave_one_ride_out_with(
         for (kind, rep) in &mut reports {
             let mut pred = kind.build(&train);
             for &i in held {
-                for j in replay_with(&mut pred, &trips[i], lead) {
+                for j in replay_judged(&mut pred, &trips[i], lead, truth) {
                     let mut c = Categories::default();
                     c.add(j.failed, j.delta_s);
                     rep.per_carrier
@@ -345,7 +397,7 @@ pub fn leave_one_ride_out_with(
 }
 
 /// Leave-one-ride-out totals of the risk model at another decision threshold (sensitivity).
-pub fn leave_one_ride_out_risk(trips: &[TripData], threshold: f64) -> Categories {
+pub fn leave_one_ride_out_risk(trips: &[TripData], threshold: f64, truth: Truth) -> Categories {
     let mut rides: BTreeMap<&str, Vec<usize>> = BTreeMap::new();
     for (i, t) in trips.iter().enumerate() {
         rides.entry(ride_of(t)).or_default().push(i);
@@ -362,7 +414,7 @@ pub fn leave_one_ride_out_risk(trips: &[TripData], threshold: f64) -> Categories
         let model = RiskModel::train(&index, &train).with_threshold(threshold);
         let mut pred = Predictor::new(index, Model::Risk(model));
         for &i in held {
-            for j in replay(&mut pred, &trips[i]) {
+            for j in replay_judged(&mut pred, &trips[i], Lead::NONE, truth) {
                 total.add(j.failed, j.delta_s);
             }
         }

@@ -5,9 +5,11 @@ use std::path::{Path, PathBuf};
 
 use polycorn_linkdb::import::{sim, ucc5g, wmnlab};
 use polycorn_linkdb::record::{
-    Direction, HandoverRecord, Outcome, Sample, Source, TripData, TripMeta,
+    Direction, HandoverRecord, LossRecord, Outcome, Sample, Source, TripData, TripMeta,
 };
-use polycorn_linkdb::validate::{leave_one_ride_out, leave_one_ride_out_with, Lead, ModelKind};
+use polycorn_linkdb::validate::{
+    leave_one_ride_out, leave_one_ride_out_judged, leave_one_ride_out_with, Lead, ModelKind, Truth,
+};
 use polycorn_sched::predict::HandoverPredictor;
 use polycorn_sched::{Duration, Instant, PathId};
 
@@ -28,6 +30,7 @@ fn ho(cell: &str, pos: f64, outcome: Outcome, dir: Direction) -> HandoverRecord 
         } else {
             40
         }),
+        lost: None,
     }
 }
 
@@ -367,6 +370,124 @@ fn hpr_lead_throttles_rtt_plus_gps_margin_before_the_predicted_failure() {
         leave_one_ride_out_with(&trips, &[ModelKind::Paper], Lead::NONE),
         leave_one_ride_out(&trips, &[ModelKind::Paper])
     );
+}
+
+#[test]
+fn failures_are_judged_against_the_loss_of_the_source() {
+    // Cell X has a coverage edge at 1100 m: rides whose handover starts late (950–1050 m) fail
+    // there. L̂_HOF is the mean start of the other rides' failures (≤ 1025 m), so every loss
+    // is caught 1.5–3 s ahead at 50 m/s; against its own start the earliest starter is late.
+    let ride = |name: &str, start: f64, edge: f64| {
+        let mut h = ho("X", start, Outcome::Failure, Direction::Up);
+        h.start_ms = (start / 50.0 * 1000.0) as u64;
+        h.lost = Some(LossRecord {
+            t_ms: (edge / 50.0 * 1000.0) as u64,
+            position_m: Some(edge),
+            lat: None,
+            lon: None,
+            rsrp_dbm: Some(-120.0),
+        });
+        trip(name, Direction::Up, vec![h])
+    };
+    let trips = vec![
+        ride("r1", 950.0, 1101.0),
+        ride("r2", 1000.0, 1098.0),
+        ride("r3", 1050.0, 1100.0),
+    ];
+    let judge = |truth| {
+        leave_one_ride_out_judged(&trips, &[ModelKind::Paper], Lead::NONE, truth)[0]
+            .1
+            .total
+            .clone()
+    };
+    let loss = judge(Truth::Disruption);
+    assert_eq!((loss.failures, loss.fail_correct), (3, 3), "{loss:?}");
+    let start = judge(Truth::Start);
+    // r1 (950 m vs a mean of 1025 m) and r2 (1000 m vs 1000 m, due exactly then: correct).
+    assert_eq!((start.fail_correct, start.fail_late), (2, 1), "{start:?}");
+    // The default judges against the loss.
+    assert_eq!(
+        leave_one_ride_out(&trips, &[ModelKind::Paper])[0].1.total,
+        loss
+    );
+}
+
+#[test]
+fn simulated_failures_record_where_the_source_was_lost() {
+    let trips = sim::simulate("hsr", 1, 1..4).unwrap();
+    let hos: Vec<&HandoverRecord> = trips.iter().flat_map(|t| &t.handovers).collect();
+    let mut later = 0;
+    for h in &hos {
+        match (h.outcome, h.lost) {
+            (Outcome::Success, None) => {}
+            (Outcome::Failure, Some(l)) => {
+                assert!(l.t_ms >= h.start_ms, "{h:?}");
+                assert!(l.position_m >= h.position_m, "{h:?}");
+                // The interruption runs from the start until the UE is on a cell again.
+                assert!(h.interruption_ms.unwrap() > l.t_ms - h.start_ms, "{h:?}");
+                later += usize::from(l.t_ms > h.start_ms);
+            }
+            _ => panic!("success with a loss, or failure without: {h:?}"),
+        }
+    }
+    // Handovers started too late degrade the link until the source is lost further on.
+    assert!(later >= 5, "{later} failures lost after their start");
+}
+
+#[test]
+fn trip_dir_reads_the_loss_columns_and_files_written_before_them() {
+    let d = tmp_dir("tripdir");
+    std::fs::write(
+        d.join("trip.json"),
+        "{\"preset\": \"ktx\", \"route_seed\": 1, \"trip_seed\": 2, \"duration_ms\": 9000, \"carriers\": [\"A\"]}",
+    )
+    .unwrap();
+    std::fs::write(
+        d.join("context.csv"),
+        "t_ms,lat,lon,speed_mps,heading_deg,cell_A,rsrp_dbm_A\n0,37.5,127.0,80.0,90.0,1,-90.0\n",
+    )
+    .unwrap();
+    let head =
+        "carrier,from_cell,to_cell,start_ms,position_m,lat,lon,rsrp_dbm,outcome,interruption_ms";
+    std::fs::write(
+        d.join("handovers.csv"),
+        format!(
+            "{head},lost_ms,lost_position_m,lost_lat,lost_lon,lost_rsrp_dbm\n\
+             A,1,2,1000,80.0,,,-100.0,failure,3000,1500,120.0,,,-115.0\n\
+             A,2,3,5000,400.0,,,-90.0,success,40,,,,,\n\
+             A,3,4,7000,560.0,,,-99.0,failure,2000,soon,,,,\n"
+        ),
+    )
+    .unwrap();
+    let (t, rep) = sim::from_dir(&d).unwrap();
+    let lost: Vec<Option<LossRecord>> = t.handovers.iter().map(|h| h.lost).collect();
+    let want = LossRecord {
+        t_ms: 1500,
+        position_m: Some(120.0),
+        lat: None,
+        lon: None,
+        rsrp_dbm: Some(-115.0),
+    };
+    assert_eq!(lost, vec![Some(want), None]);
+    assert_eq!(t.handovers[0].disruption_ms(), 1500);
+    assert_eq!(rep.bad.len(), 1, "{}", rep.summary(5));
+    assert_eq!(rep.bad[0].line, 4);
+    assert!(
+        rep.summary(5).contains("lost_ms `soon`"),
+        "{}",
+        rep.summary(5)
+    );
+    // A file from before the loss was recorded: every failure is lost at its start.
+    std::fs::write(
+        d.join("handovers.csv"),
+        format!("{head}\nA,1,2,1000,80.0,,,-100.0,failure,3000\n"),
+    )
+    .unwrap();
+    let (t, rep) = sim::from_dir(&d).unwrap();
+    assert!(rep.bad.is_empty());
+    assert_eq!(t.handovers[0].lost, None);
+    assert_eq!(t.handovers[0].disruption_ms(), 1000);
+    std::fs::remove_dir_all(d).unwrap();
 }
 
 fn shared_data(name: &str) -> Option<PathBuf> {

@@ -32,6 +32,14 @@ fn roundtrip(url: &str) {
     s.wipe().unwrap();
     assert_eq!(s.schema_version().unwrap(), latest_version());
     let trips = trips();
+    // Failures carry where the source was lost, which must read back too.
+    assert!(
+        trips
+            .iter()
+            .flat_map(|t| &t.handovers)
+            .any(|h| h.lost.is_some_and(|l| l.t_ms > h.start_ms)),
+        "no failure lost after its start in the test trips"
+    );
     for t in &trips {
         assert_eq!(s.import(t).unwrap(), Imported::Inserted, "{}", t.meta.key);
     }
@@ -144,9 +152,22 @@ fn migrations_are_versioned_and_a_newer_database_is_refused() {
             .unwrap();
         c.execute_batch("INSERT INTO schema_version VALUES (1)")
             .unwrap();
+        // A failure recorded before the loss of the source had columns of its own.
+        c.execute_batch(
+            "INSERT INTO trips VALUES ('sim:old:1', 'sim', 'old', 'r', 'up', 'A', 1000);
+             INSERT INTO handovers VALUES ('sim:old:1', 0, 'A', '7', NULL, 'up', 500, 10.0,
+                 NULL, NULL, -101.0, 'failure', 2000)",
+        )
+        .unwrap();
     }
     let mut s = Store::open(&url).unwrap();
     assert_eq!(s.schema_version().unwrap(), latest_version());
+    // Its rows survive the migrations: lost at the start, as it was recorded.
+    let old = s.load(&TripFilter::default()).unwrap();
+    assert_eq!(old.len(), 1);
+    let h = &old[0].handovers[0];
+    assert_eq!((h.start_ms, h.rsrp_dbm, h.lost), (500, Some(-101.0), None));
+    assert_eq!(h.disruption_ms(), 500);
     drop(s);
     {
         let c = rusqlite::Connection::open(&path).unwrap();

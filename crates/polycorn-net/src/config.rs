@@ -683,7 +683,7 @@ pub struct LinkDbConfig {
     /// `db`: handover database URL (`sqlite:PATH` or `postgres://…`), passed to LinkDB as is.
     /// None: no handover prediction on the downlink.
     pub db: Option<String>,
-    /// `model`: `paper` (default: mean failure position of the serving cell), `risk` or
+    /// `model`: `paper` (default: mean start of the serving cell's recorded failures), `risk` or
     /// `loctable`.
     pub model: String,
     /// `route`: only rides of this route are loaded (None: all).

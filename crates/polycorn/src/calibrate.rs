@@ -468,6 +468,9 @@ pub(crate) fn window(trip: &Trip, from_ms: u64, len_ms: u64) -> Trip {
     t.handovers.retain(|h| (from..to).contains(&h.start_ms));
     for h in &mut t.handovers {
         h.start_ms -= from;
+        if let Some(l) = &mut h.lost {
+            l.t_ms -= from;
+        }
     }
     t.context.retain(|c| (from..to).contains(&c.t_ms));
     for c in &mut t.context {

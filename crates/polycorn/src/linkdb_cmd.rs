@@ -85,6 +85,11 @@ pub enum LinkdbAction {
         /// this RTT (ms) and E_GPS = 20 m (NSDI'23 §4.3). Default: no such table.
         #[arg(long)]
         hpr_rtt_ms: Option<f64>,
+        /// What a failure's Δ = t_HO − t̂_HOF is measured to: `loss`, the moment the UE lost
+        /// the source cell (the blackout begins; the default), or `start`, the handover's
+        /// recorded start. Successes are judged at their start either way.
+        #[arg(long, default_value = "loss", value_parser = ["loss", "start"])]
+        truth: String,
     },
     /// One prediction: when does the next handover of a path on this cell fail?
     Predict(PredictArgs),
@@ -171,7 +176,15 @@ pub fn run(action: LinkdbAction) -> Result<()> {
             models,
             risk_thresholds,
             hpr_rtt_ms,
-        } => validate_cmd(&db, &filter, &models, &risk_thresholds, hpr_rtt_ms),
+            truth,
+        } => {
+            let truth = if truth == "start" {
+                validate::Truth::Start
+            } else {
+                validate::Truth::Disruption
+            };
+            validate_cmd(&db, &filter, &models, &risk_thresholds, hpr_rtt_ms, truth)
+        }
         LinkdbAction::Predict(a) => predict(&a),
     }
 }
@@ -346,7 +359,7 @@ fn analyze(db: &DbArgs, filter: &FilterArgs, list_cells: bool) -> Result<()> {
         if list_cells {
             println!(
                 "{:<10} {:<12} {:<5} {:>9} {:>7} {:>12} {:>14}",
-                "carrier", "cell", "dir", "handovers", "failed", "EHP m", "mean fail m"
+                "carrier", "cell", "dir", "handovers", "failed", "EHP m", "fail start m"
             );
             for c in &cells {
                 let m = |v: Option<f64>| v.map_or("-".into(), |x| format!("{x:.0}"));
@@ -379,6 +392,7 @@ fn validate_cmd(
     models: &[String],
     thresholds: &[f64],
     hpr_rtt_ms: Option<f64>,
+    truth: validate::Truth,
 ) -> Result<()> {
     if let Some(r) = hpr_rtt_ms {
         if !(r.is_finite() && r >= 0.0) {
@@ -400,17 +414,22 @@ fn validate_cmd(
     for (route, trips) in by_route(trips) {
         let rides: std::collections::BTreeSet<&str> = trips.iter().map(validate::ride_of).collect();
         println!(
-            "== route {route}: {} trips in {} rides, leave-one-ride-out; t1 = {} s, t2 = {} s",
+            "== route {route}: {} trips in {} rides, leave-one-ride-out; t1 = {} s, t2 = {} s; {}",
             trips.len(),
             rides.len(),
             validate::T1_S,
-            validate::T2_S
+            validate::T2_S,
+            match truth {
+                validate::Truth::Disruption => "failures judged at the loss of the source cell",
+                validate::Truth::Start => "failures judged at their start",
+            }
         );
         if rides.len() < 2 {
             println!("(needs at least two rides; skipped)");
             continue;
         }
-        let reports = validate::leave_one_ride_out(&trips, &kinds);
+        let reports =
+            validate::leave_one_ride_out_judged(&trips, &kinds, validate::Lead::NONE, truth);
         print!("{}", validate::format_table(&reports));
         if let Some(rtt_ms) = hpr_rtt_ms {
             let lead = validate::Lead {
@@ -421,7 +440,7 @@ fn validate_cmd(
                 "as HPR throttles: from t̂_HOF − L, L = {rtt_ms} ms + 20 m / speed ({:.0} ms at 300 km/h):",
                 lead.ms(300.0 / 3.6)
             );
-            let reports = validate::leave_one_ride_out_with(&trips, &kinds, lead);
+            let reports = validate::leave_one_ride_out_judged(&trips, &kinds, lead, truth);
             print!("{}", validate::format_table(&reports));
         }
         if !thresholds.is_empty() {
@@ -431,7 +450,7 @@ fn validate_cmd(
                 "threshold", "correct", "early", "late", "succ. ok"
             );
             for &th in thresholds {
-                let c = validate::leave_one_ride_out_risk(&trips, th);
+                let c = validate::leave_one_ride_out_risk(&trips, th, truth);
                 let p = |k: usize, n: usize| format!("{:.1}%", 100.0 * k as f64 / n.max(1) as f64);
                 println!(
                     "{:>9} {:>8} {:>8} {:>8} {:>10}",

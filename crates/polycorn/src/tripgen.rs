@@ -202,16 +202,23 @@ pub fn run(args: &GenerateArgs) -> Result<()> {
     }
     write(dir, "context.csv", &ctx)?;
     let mut ho = String::from(
-        "carrier,from_cell,to_cell,start_ms,position_m,lat,lon,rsrp_dbm,outcome,interruption_ms\n",
+        "carrier,from_cell,to_cell,start_ms,position_m,lat,lon,rsrp_dbm,outcome,interruption_ms,\
+         lost_ms,lost_position_m,lost_lat,lost_lon,lost_rsrp_dbm\n",
     );
     for h in &trip.handovers {
         let outcome = match h.outcome {
             Outcome::Success => "success",
             Outcome::Failure => "failure",
         };
+        let lost = h.lost.map_or(",,,,".to_string(), |l| {
+            format!(
+                "{},{:.1},{:.7},{:.7},{:.1}",
+                l.t_ms, l.position_m, l.lat, l.lon, l.rsrp_dbm
+            )
+        });
         let _ = writeln!(
             ho,
-            "{},{},{},{},{:.1},{:.7},{:.7},{:.1},{outcome},{}",
+            "{},{},{},{},{:.1},{:.7},{:.7},{:.1},{outcome},{},{lost}",
             trip.paths[h.carrier].name,
             h.from_cell,
             h.to_cell,

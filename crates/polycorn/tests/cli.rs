@@ -413,9 +413,15 @@ fn linkdb_import_is_idempotent_and_validate_prints_the_categories() {
         "risk",
         "loctable",
         "failures",
+        "failures judged at the loss of the source cell",
     ] {
         assert!(t.contains(needle), "{needle} missing in\n{t}");
     }
+    let out = polycorn(&["linkdb", "validate", "--db", &db, "--truth", "start"]);
+    assert!(text(&out).contains("failures judged at their start"));
+    let out = polycorn(&["linkdb", "validate", "--db", &db, "--truth", "end"]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--truth"));
     let out = polycorn(&["linkdb", "analyze", "--db", &db]);
     assert!(out.status.success());
     assert!(text(&out).contains("Distance to EHP < 200m"));

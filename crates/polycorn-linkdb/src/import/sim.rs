@@ -12,7 +12,7 @@ use polycorn_link::trip::{Outcome as TruthOutcome, Trip, TripConfig};
 use super::{read, Header, ImportError, ImportReport};
 use crate::predict::Track;
 use crate::record::{
-    Direction, HandoverRecord, Outcome, RadioSample, Sample, Source, TripData, TripMeta,
+    Direction, HandoverRecord, LossRecord, Outcome, RadioSample, Sample, Source, TripData, TripMeta,
 };
 
 /// The route name shared by all trips of a preset and route seed.
@@ -55,6 +55,13 @@ pub fn from_trip(trip: &Trip) -> TripData {
                 TruthOutcome::Failure => Outcome::Failure,
             },
             interruption_ms: Some(h.interruption_ms),
+            lost: h.lost.map(|l| LossRecord {
+                t_ms: l.t_ms,
+                position_m: Some(l.position_m),
+                lat: Some(l.lat),
+                lon: Some(l.lon),
+                rsrp_dbm: Some(l.rsrp_dbm),
+            }),
         })
         .collect();
     let mut samples = Vec::with_capacity(trip.context.len());
@@ -178,6 +185,16 @@ pub fn from_dir(dir: &Path) -> Result<(TripData, ImportReport), ImportError> {
         hc("outcome")?,
         hc("interruption_ms")?,
     );
+    // Written since the loss of the source was recorded apart from the start; older files
+    // have none (every failure then counts as lost at its start).
+    let c_lost = [
+        "lost_ms",
+        "lost_position_m",
+        "lost_lat",
+        "lost_lon",
+        "lost_rsrp_dbm",
+    ]
+    .map(|n| header.col(&hpath, n).ok());
     let mut handovers = Vec::new();
     for (i, line) in lines.enumerate() {
         let lineno = i + 2;
@@ -202,6 +219,19 @@ pub fn from_dir(dir: &Path) -> Result<(TripData, ImportReport), ImportError> {
             if f[c_from].is_empty() {
                 return Err("empty from_cell".into());
             }
+            let lost_num = |k: usize| c_lost[k].and_then(num);
+            let lost = match c_lost[0].map(|c| f[c]).filter(|v| !v.is_empty()) {
+                None => None,
+                Some(v) => Some(LossRecord {
+                    t_ms: v
+                        .parse()
+                        .map_err(|_| format!("lost_ms `{v}` is not a whole number"))?,
+                    position_m: lost_num(1),
+                    lat: lost_num(2),
+                    lon: lost_num(3),
+                    rsrp_dbm: lost_num(4),
+                }),
+            };
             Ok(HandoverRecord {
                 carrier: f[c_car].to_string(),
                 from_cell: f[c_from].to_string(),
@@ -216,6 +246,7 @@ pub fn from_dir(dir: &Path) -> Result<(TripData, ImportReport), ImportError> {
                 rsrp_dbm: num(c_rsrp),
                 outcome: f[c_out].parse()?,
                 interruption_ms: f[c_int].parse().ok(),
+                lost,
             })
         })();
         match row {

@@ -163,6 +163,7 @@ fn import_file(file: &Path, rep: &mut ImportReport) -> Result<(TripData, usize),
                     rsrp_dbm: *prsrp,
                     outcome: Outcome::Success,
                     interruption_ms: None,
+                    lost: None,
                 });
             }
         }

@@ -261,6 +261,7 @@ fn import_file(
             rsrp_dbm: rsrp,
             outcome,
             interruption_ms: None,
+            lost: None,
         };
         if rlf {
             handovers.push(record(Outcome::Failure));

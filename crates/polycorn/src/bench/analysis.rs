@@ -362,12 +362,13 @@ pub fn mean_capacity_mbps(trip: &Trip, from_s: f64, to_s: f64) -> Vec<f64> {
         .collect()
 }
 
-/// Failed handover start times inside `[from_s, to_s)`, s.
+/// Times inside `[from_s, to_s)` at which failed handovers lost their source cell (the
+/// blackout begins; a handover started too late degrades the link before that), s.
 pub fn failed_handovers_s(trip: &Trip, from_s: f64, to_s: f64) -> Vec<f64> {
     trip.handovers
         .iter()
         .filter(|h| h.outcome == Outcome::Failure)
-        .map(|h| h.start_ms as f64 / 1000.0)
+        .map(|h| h.disruption_ms() as f64 / 1000.0)
         .filter(|t| (from_s..to_s).contains(t))
         .collect()
 }

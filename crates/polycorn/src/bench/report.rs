@@ -22,9 +22,10 @@ pub struct Results {
     pub plan: Plan,
     /// Oracle FCT per bulk flow index, s.
     pub oracle: BTreeMap<usize, Option<f64>>,
-    /// Failed handover starts inside the bulk phase, s after t0.
+    /// Failed handovers inside the bulk phase (when the source was lost), s after t0.
     pub hofs_s: Vec<f64>,
-    /// Every handover in the window: (s after t0, carrier, failed).
+    /// Every handover in the window: (s after t0 — a failure at the loss of its source —,
+    /// carrier, failed).
     pub handovers: Vec<(f64, usize, bool)>,
     /// Downlink capacity per path, 1 s means, Mbit/s.
     pub capacity: Vec<Vec<f64>>,
@@ -60,7 +61,7 @@ impl Results {
             .iter()
             .map(|h| {
                 (
-                    h.start_ms as f64 / 1000.0,
+                    h.disruption_ms() as f64 / 1000.0,
                     h.carrier,
                     h.outcome == Outcome::Failure,
                 )
