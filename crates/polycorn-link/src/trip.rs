@@ -887,6 +887,7 @@ impl Trip {
                 let fade = fading.step(&mut r);
                 let (s, f) = (slow.step(&mut r), fast.step(&mut r));
                 let ow = owd_ou.step(&mut r);
+                // This moment of the ride, with the serving cell's RSRP.
                 let loss_here = |serving: usize| {
                     let (lat, lon) = latlon(cfg, x, 0.0);
                     SourceLoss {
@@ -898,16 +899,16 @@ impl Trip {
                     }
                 };
                 let record = |serving: usize, outcome, to_cell, interruption_ms| {
-                    let (lat, lon) = latlon(cfg, x, 0.0);
+                    let at = loss_here(serving);
                     HandoverTruth {
                         carrier: ci,
                         from_cell: route.cells[serving].id,
                         to_cell,
-                        start_ms: now_ms,
-                        position_m: x,
-                        lat,
-                        lon,
-                        rsrp_dbm: route.rsrp(c, serving, x, fade),
+                        start_ms: at.t_ms,
+                        position_m: at.position_m,
+                        lat: at.lat,
+                        lon: at.lon,
+                        rsrp_dbm: at.rsrp_dbm,
                         outcome,
                         interruption_ms,
                         lost: None,
