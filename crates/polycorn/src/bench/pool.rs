@@ -1,0 +1,483 @@
+//! `polycorn bench pool`: pool rides that earlier invocations wrote, without running anything.
+//!
+//! One `polycorn bench --trips N` invocation pools its own rides (`pooled.txt`). Between
+//! invocations the whole run can move by more than one run's intervals, so a researcher runs
+//! more rides later (other trip seeds, or the same command again on another day) and pools
+//! everything. Each ride is read back from its `results.json` (which holds every flow and
+//! message raw), checked against the others — same preset, route, mode and interruption
+//! source; no ride twice, since the intervals treat rides as independent — and handed to the
+//! same pooling code the bench itself uses.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use anyhow::{bail, Context, Result};
+use serde_json::Value;
+
+use super::analysis::{FlowResult, ImResult, SystemRun};
+use super::plan::{BulkFlow, ImSegment, Plan};
+use super::report::{self, Results};
+use super::Meta;
+
+/// Options of `polycorn bench pool`.
+#[derive(clap::Args, Debug, Clone)]
+pub struct PoolArgs {
+    /// Bench output directories: a multi-ride run (its `trip-*/` rides are read) or one ride's
+    /// directory (holding `results.json`). Rides of every directory are pooled together.
+    #[arg(required = true, num_args = 1..)]
+    pub dirs: Vec<PathBuf>,
+    /// Also write `pooled.txt` and `pooled.json` here (created if missing).
+    #[arg(long)]
+    pub out: Option<PathBuf>,
+}
+
+/// `polycorn bench pool`.
+pub fn run(args: &PoolArgs) -> Result<()> {
+    let rides = load_dirs(&args.dirs)?;
+    let versions: Vec<String> = {
+        let mut v: Vec<String> = rides.iter().map(|(_, r)| r.meta.version.clone()).collect();
+        v.sort_unstable();
+        v.dedup();
+        v
+    };
+    let results: Vec<Results> = rides.into_iter().map(|(_, r)| r).collect();
+    let (text, json) = report::pooled(&results);
+    print!("{text}");
+    if versions.len() > 1 {
+        println!(
+            "\nnote: the rides come from {} builds ({}); compare like with like",
+            versions.len(),
+            versions.join(", ")
+        );
+    }
+    if let Some(out) = &args.out {
+        std::fs::create_dir_all(out).with_context(|| format!("create {}", out.display()))?;
+        std::fs::write(out.join("pooled.txt"), &text)
+            .with_context(|| format!("write {}", out.join("pooled.txt").display()))?;
+        std::fs::write(out.join("pooled.json"), serde_json::to_string_pretty(&json)?)
+            .with_context(|| format!("write {}", out.join("pooled.json").display()))?;
+        println!(
+            "pooled over {} rides: {}",
+            results.len(),
+            out.join("pooled.txt").display()
+        );
+    }
+    Ok(())
+}
+
+/// Every ride under `dirs`, in the order given (rides of a multi-ride directory by trip seed),
+/// each with the `results.json` it came from. Errors name the file or directory at fault.
+pub fn load_dirs(dirs: &[PathBuf]) -> Result<Vec<(PathBuf, Results)>> {
+    let mut files = Vec::new();
+    for dir in dirs {
+        files.extend(ride_files(dir)?);
+    }
+    let mut rides: Vec<(PathBuf, Results)> = Vec::new();
+    for file in files {
+        let text = std::fs::read_to_string(&file)
+            .with_context(|| format!("read {}", file.display()))?;
+        let v: Value = serde_json::from_str(&text)
+            .with_context(|| format!("{}: not valid JSON", file.display()))?;
+        let r = from_json(&v).with_context(|| format!("{}", file.display()))?;
+        if let Some((first, f)) = rides.first() {
+            for (what, a, b) in [
+                ("preset", &f.meta.preset, &r.meta.preset),
+                ("mode (quick/full)", &f.meta.mode, &r.meta.mode),
+                (
+                    "interruption source",
+                    &f.meta.interruptions,
+                    &r.meta.interruptions,
+                ),
+            ] {
+                if a != b {
+                    bail!(
+                        "{}: {what} `{b}` differs from `{a}` in {}; only rides of one preset, mode and route pool",
+                        file.display(),
+                        first.display()
+                    );
+                }
+            }
+            if f.meta.route_seed != r.meta.route_seed {
+                bail!(
+                    "{}: route {} differs from route {} in {}; only rides of one route pool",
+                    file.display(),
+                    r.meta.route_seed,
+                    f.meta.route_seed,
+                    first.display()
+                );
+            }
+        }
+        if let Some((other, _)) = rides
+            .iter()
+            .find(|(_, x)| x.meta.trip_seed == r.meta.trip_seed)
+        {
+            bail!(
+                "{}: ride (trip seed {}) is already pooled from {}; the intervals treat rides as independent, so a ride counts once",
+                file.display(),
+                r.meta.trip_seed,
+                other.display()
+            );
+        }
+        rides.push((file, r));
+    }
+    Ok(rides)
+}
+
+/// The `results.json` files of one directory: its own, or those of its `trip-<seed>/` rides
+/// in trip-seed order.
+fn ride_files(dir: &Path) -> Result<Vec<PathBuf>> {
+    if !dir.is_dir() {
+        bail!("{}: no such directory", dir.display());
+    }
+    let own = dir.join("results.json");
+    if own.is_file() {
+        return Ok(vec![own]);
+    }
+    let mut rides: Vec<(u64, PathBuf)> = Vec::new();
+    for e in std::fs::read_dir(dir).with_context(|| format!("list {}", dir.display()))? {
+        let e = e.with_context(|| format!("list {}", dir.display()))?;
+        let name = e.file_name().to_string_lossy().into_owned();
+        let Some(seed) = name.strip_prefix("trip-").and_then(|s| s.parse().ok()) else {
+            continue;
+        };
+        let f = e.path().join("results.json");
+        if !f.is_file() {
+            bail!(
+                "{}: ride directory without results.json (an interrupted run?)",
+                e.path().display()
+            );
+        }
+        rides.push((seed, f));
+    }
+    if rides.is_empty() {
+        bail!(
+            "{}: neither results.json nor trip-<seed>/results.json: not a bench output directory",
+            dir.display()
+        );
+    }
+    rides.sort();
+    Ok(rides.into_iter().map(|(_, f)| f).collect())
+}
+
+/// `v[path]` by a dotted path, for error messages.
+fn at<'a>(v: &'a Value, path: &str) -> Result<&'a Value> {
+    let mut cur = v;
+    for key in path.split('.') {
+        cur = cur
+            .get(key)
+            .with_context(|| format!("lacks `{path}` (not a polycorn bench results.json?)"))?;
+    }
+    Ok(cur)
+}
+
+fn string(v: &Value, path: &str) -> Result<String> {
+    at(v, path)?
+        .as_str()
+        .map(str::to_string)
+        .with_context(|| format!("`{path}` is not a string"))
+}
+
+fn uint(v: &Value, path: &str) -> Result<u64> {
+    at(v, path)?
+        .as_u64()
+        .with_context(|| format!("`{path}` is not a non-negative integer"))
+}
+
+/// A number; JSON `null` (how a non-finite value is written) reads as NaN.
+fn float(v: &Value, path: &str) -> Result<f64> {
+    let x = at(v, path)?;
+    if x.is_null() {
+        return Ok(f64::NAN);
+    }
+    x.as_f64()
+        .with_context(|| format!("`{path}` is not a number"))
+}
+
+fn array<'a>(v: &'a Value, path: &str) -> Result<&'a Vec<Value>> {
+    at(v, path)?
+        .as_array()
+        .with_context(|| format!("`{path}` is not an array"))
+}
+
+/// A ride back from what [`Results::to_json`] wrote. IM send schedules are not stored (only
+/// each message's planned send time), so the plan's IM segments come back without them.
+pub fn from_json(v: &Value) -> Result<Results> {
+    let meta = Meta {
+        version: string(v, "meta.version")?,
+        kernel: string(v, "meta.kernel")?,
+        preset: string(v, "meta.preset")?,
+        route_seed: uint(v, "meta.route_seed")?,
+        trip_seed: uint(v, "meta.trip_seed")?,
+        seed: uint(v, "meta.workload_seed")?,
+        mode: string(v, "meta.mode")?,
+        from_s: float(v, "meta.window_from_s")?,
+        window_s: float(v, "meta.window_s")?,
+        queue_bytes: at(v, "meta.queue_bytes")?.as_u64(),
+        carriers: array(v, "meta.carriers")?
+            .iter()
+            .map(|c| c.as_str().map(str::to_string))
+            .collect::<Option<_>>()
+            .context("`meta.carriers` holds a non-string")?,
+        interruptions: string(v, "meta.interruptions")?,
+        prediction: string(v, "meta.handover_prediction")?,
+        started: string(v, "meta.started")?,
+    };
+    let mut oracle = BTreeMap::new();
+    let mut bulk = Vec::new();
+    for (k, b) in array(v, "plan.bulk")?.iter().enumerate() {
+        let p = |f: &str| format!("plan.bulk.{k}.{f}");
+        let idx = uint(b, "idx").with_context(|| p("idx"))? as usize;
+        let o = b.get("oracle_fct_s").and_then(Value::as_f64);
+        oracle.insert(idx, o);
+        bulk.push(BulkFlow {
+            idx,
+            start_s: float(b, "start_s").with_context(|| p("start_s"))?,
+            size: uint(b, "size").with_context(|| p("size"))?,
+        });
+    }
+    let mut im = Vec::new();
+    for (k, s) in array(v, "plan.im")?.iter().enumerate() {
+        let p = |f: &str| format!("plan.im.{k}.{f}");
+        im.push(ImSegment {
+            users: uint(s, "users").with_context(|| p("users"))? as usize,
+            start_s: float(s, "start_s").with_context(|| p("start_s"))?,
+            sends_s: Vec::new(),
+            deadline_s: float(s, "deadline_s").with_context(|| p("deadline_s"))?,
+        });
+    }
+    let plan = Plan {
+        lead_s: float(v, "plan.lead_s")?,
+        bulk,
+        bulk_timeout_s: float(v, "plan.bulk_timeout_s")?,
+        im,
+        end_s: float(v, "plan.end_s")?,
+    };
+    let hofs_s = array(v, "trip.failed_handovers_in_bulk_phase_s")?
+        .iter()
+        .map(|x| x.as_f64().unwrap_or(f64::NAN))
+        .collect();
+    let handovers = array(v, "trip.handovers")?
+        .iter()
+        .enumerate()
+        .map(|(k, h)| -> Result<(f64, usize, bool)> {
+            let c = || format!("trip.handovers.{k}");
+            Ok((
+                float(h, "t_s").with_context(c)?,
+                uint(h, "carrier").with_context(c)? as usize,
+                at(h, "failed")
+                    .with_context(c)?
+                    .as_bool()
+                    .with_context(c)?,
+            ))
+        })
+        .collect::<Result<_>>()?;
+    let capacity = array(v, "trip.capacity_mbps_1s")?
+        .iter()
+        .map(|p| {
+            p.as_array()
+                .map(|s| s.iter().map(|x| x.as_f64().unwrap_or(f64::NAN)).collect())
+        })
+        .collect::<Option<_>>()
+        .context("`trip.capacity_mbps_1s` is not an array of arrays")?;
+    let worse_path = uint(v, "trip.worse_path")? as usize;
+    let runs = array(v, "runs")?
+        .iter()
+        .enumerate()
+        .map(|(k, r)| run_from_json(r).with_context(|| format!("runs.{k}")))
+        .collect::<Result<_>>()?;
+    Ok(Results {
+        meta,
+        plan,
+        oracle,
+        hofs_s,
+        handovers,
+        capacity,
+        worse_path,
+        runs,
+    })
+}
+
+fn run_from_json(r: &Value) -> Result<SystemRun> {
+    let flows = array(r, "flows")?
+        .iter()
+        .enumerate()
+        .map(|(k, f)| -> Result<FlowResult> {
+            let c = || format!("flows.{k}");
+            Ok(FlowResult {
+                idx: uint(f, "idx").with_context(c)? as usize,
+                size: uint(f, "size").with_context(c)?,
+                start_s: float(f, "start_s").with_context(c)?,
+                ok: at(f, "ok")
+                    .with_context(c)?
+                    .as_bool()
+                    .with_context(|| format!("flows.{k}.ok is not a boolean"))?,
+                error: f.get("error").and_then(Value::as_str).map(str::to_string),
+                first_byte_s: float(f, "first_byte_s").with_context(c)?,
+                fct_s: float(f, "fct_s").with_context(c)?,
+                tail_s: float(f, "tail_s").with_context(c)?,
+                bins: array(f, "bins_100ms")
+                    .with_context(c)?
+                    .iter()
+                    .map(Value::as_u64)
+                    .collect::<Option<_>>()
+                    .with_context(|| format!("flows.{k}.bins_100ms holds a non-integer"))?,
+            })
+        })
+        .collect::<Result<_>>()?;
+    let im = array(r, "im_messages")?
+        .iter()
+        .enumerate()
+        .map(|(k, m)| -> Result<ImResult> {
+            let bad = || format!("im_messages.{k}: expected [users, user, msg, send_s, delivery_s]");
+            let a = m.as_array().with_context(bad)?;
+            if a.len() != 5 {
+                bail!(bad());
+            }
+            let u = |i: usize| a[i].as_u64().map(|x| x as usize).with_context(bad);
+            Ok(ImResult {
+                users: u(0)?,
+                user: u(1)?,
+                msg: u(2)?,
+                send_s: a[3].as_f64().with_context(bad)?,
+                delivery_s: if a[4].is_null() {
+                    None
+                } else {
+                    Some(a[4].as_f64().with_context(bad)?)
+                },
+            })
+        })
+        .collect::<Result<_>>()?;
+    Ok(SystemRun {
+        system: string(r, "system")?,
+        mode: string(r, "mode")?,
+        spec: string(r, "spec")?,
+        ready_s: float(r, "ready_s")?,
+        error: r.get("error").and_then(Value::as_str).map(str::to_string),
+        flows,
+        im,
+        path_down_bytes: array(r, "path_down_bytes")?
+            .iter()
+            .map(Value::as_u64)
+            .collect::<Option<_>>()
+            .context("`path_down_bytes` holds a non-integer")?,
+        counters: at(r, "counters")?
+            .as_object()
+            .context("`counters` is not an object")?
+            .iter()
+            .map(|(k, x)| (k.clone(), x.as_f64().unwrap_or(f64::NAN)))
+            .collect(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ride(seed: u64) -> Results {
+        let mut r = report::tests::synthetic();
+        r.meta.trip_seed = seed;
+        r
+    }
+
+    fn write(dir: &Path, r: &Results) {
+        std::fs::create_dir_all(dir).unwrap();
+        r.write_all(dir).unwrap();
+    }
+
+    #[test]
+    fn a_ride_reads_back_as_written() {
+        let mut r = ride(4);
+        // A failed flow and an unanswered message survive the trip through JSON too.
+        r.runs[1].flows[0].ok = false;
+        r.runs[1].flows[0].error = Some("timed out".into());
+        r.runs[2].im[0].delivery_s = None;
+        // Through text, as on disk: every number must come back bit for bit.
+        let text = |r: &Results| serde_json::from_str(&r.to_json().to_string()).unwrap();
+        let back = from_json(&text(&r)).unwrap();
+        assert_eq!(back.runs, r.runs);
+        assert_eq!(back.oracle, r.oracle);
+        assert_eq!(back.plan.bulk, r.plan.bulk);
+        assert_eq!(back.hofs_s, r.hofs_s);
+        assert_eq!(back.handovers, r.handovers);
+        assert_eq!(back.worse_path, r.worse_path);
+        assert_eq!(back.meta.trip_seed, 4);
+        assert_eq!(back.meta.queue_bytes, r.meta.queue_bytes);
+        // Pooling what was read gives what pooling the originals gives.
+        let mut r2 = ride(5);
+        r2.runs[3].flows[1].fct_s *= 2.0;
+        let back2 = from_json(&text(&r2)).unwrap();
+        assert_eq!(
+            report::pooled(&[back, back2]).0,
+            report::pooled(&[r, r2]).0
+        );
+    }
+
+    #[test]
+    fn rides_of_several_invocations_pool_together() {
+        let dir = tempfile::tempdir().unwrap();
+        let (multi, single) = (dir.path().join("multi"), dir.path().join("one"));
+        write(&multi.join("trip-10"), &ride(10));
+        write(&multi.join("trip-9"), &ride(9));
+        write(&single, &ride(30));
+        let rides = load_dirs(&[single.clone(), multi.clone()]).unwrap();
+        let seeds: Vec<u64> = rides.iter().map(|(_, r)| r.meta.trip_seed).collect();
+        assert_eq!(seeds, [30, 9, 10], "given order, rides by seed");
+        let out = dir.path().join("pooled");
+        run(&PoolArgs {
+            dirs: vec![multi.clone(), single.clone()],
+            out: Some(out.clone()),
+        })
+        .unwrap();
+        let text = std::fs::read_to_string(out.join("pooled.txt")).unwrap();
+        assert!(text.contains("pooled over 3 rides (trip seeds [9, 10, 30])"), "{text}");
+        let j: Value =
+            serde_json::from_str(&std::fs::read_to_string(out.join("pooled.json")).unwrap())
+                .unwrap();
+        assert_eq!(
+            j["systems"]["hrsch"]["bulk"]["262144"]["goodput_ratio_vs_vanilla"]["rides"],
+            3
+        );
+    }
+
+    #[test]
+    fn what_cannot_pool_is_refused_with_the_file_named() {
+        let dir = tempfile::tempdir().unwrap();
+        let d = |n: &str| dir.path().join(n);
+        write(&d("a"), &ride(1));
+        write(&d("again"), &ride(1));
+        let e = format!("{:#}", load_dirs(&[d("a"), d("again")]).unwrap_err());
+        assert!(e.contains("already pooled") && e.contains("again"), "{e}");
+
+        let mut other = ride(2);
+        other.meta.route_seed = 7;
+        write(&d("route7"), &other);
+        let e = format!("{:#}", load_dirs(&[d("a"), d("route7")]).unwrap_err());
+        assert!(e.contains("route 7 differs from route 1"), "{e}");
+
+        let mut full = ride(3);
+        full.meta.mode = "full".into();
+        write(&d("full"), &full);
+        let e = format!("{:#}", load_dirs(&[d("a"), d("full")]).unwrap_err());
+        assert!(e.contains("mode") && e.contains("full"), "{e}");
+
+        std::fs::create_dir_all(d("empty")).unwrap();
+        let e = format!("{:#}", load_dirs(&[d("empty")]).unwrap_err());
+        assert!(e.contains("not a bench output directory"), "{e}");
+        let e = format!("{:#}", load_dirs(&[d("missing")]).unwrap_err());
+        assert!(e.contains("no such directory"), "{e}");
+
+        std::fs::create_dir_all(d("broken/trip-4")).unwrap();
+        std::fs::write(d("broken/trip-4/results.json"), "{\"meta\": ").unwrap();
+        let e = format!("{:#}", load_dirs(&[d("broken")]).unwrap_err());
+        assert!(e.contains("trip-4/results.json") && e.contains("not valid JSON"), "{e}");
+
+        std::fs::create_dir_all(d("partial/trip-5")).unwrap();
+        std::fs::write(d("partial/trip-5/results.json"), "{\"meta\": {}}").unwrap();
+        let e = format!("{:#}", load_dirs(&[d("partial")]).unwrap_err());
+        assert!(e.contains("trip-5/results.json") && e.contains("meta.version"), "{e}");
+
+        std::fs::create_dir_all(d("cut/trip-6")).unwrap();
+        let e = format!("{:#}", load_dirs(&[d("cut")]).unwrap_err());
+        assert!(e.contains("without results.json"), "{e}");
+    }
+}
