@@ -81,13 +81,27 @@ enum Command {
     },
     /// The paper's evaluation side by side (kernel MPTCP, single path, polycorn schedulers) on
     /// one emulated trip; writes CSV/JSON and an HTML report. Root.
-    Bench(bench::BenchArgs),
+    #[command(args_conflicts_with_subcommands = true)]
+    Bench {
+        #[command(flatten)]
+        args: bench::BenchArgs,
+        #[command(subcommand)]
+        action: Option<BenchAction>,
+    },
     /// List scheduler stages and presets, or check a pipeline spec.
     Schedulers {
         /// A spec to validate, e.g. "hpr,minrtt,tpr,ori+er(k=3)".
         #[arg(long)]
         check: Option<String>,
     },
+}
+
+#[derive(Subcommand, Debug)]
+enum BenchAction {
+    /// Pool the rides of earlier bench runs (other trip seeds, other invocations) into one
+    /// table: per-flow ratios with intervals over all rides, FCT / oracle, IM. Runs nothing;
+    /// no root needed.
+    Pool(bench::pool::PoolArgs),
 }
 
 #[derive(Subcommand, Debug)]
@@ -235,7 +249,11 @@ fn run(cli: Cli) -> Result<()> {
             }
             println!("ok: {}", file.display());
         }
-        Command::Bench(args) => bench::run(&args)?,
+        Command::Bench {
+            action: Some(BenchAction::Pool(args)),
+            ..
+        } => bench::pool::run(&args)?,
+        Command::Bench { args, action: None } => bench::run(&args)?,
         Command::Schedulers { check: Some(spec) } => {
             let p = polycorn_sched::Pipeline::from_spec(&spec)?;
             println!("ok: {}", p.spec());

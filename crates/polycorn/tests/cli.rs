@@ -443,3 +443,28 @@ fn linkdb_import_is_idempotent_and_validate_prints_the_categories() {
     assert!(!out.status.success());
     std::fs::remove_dir_all(dir).unwrap();
 }
+
+/// `bench pool` parses as a subcommand beside the bench's own options and names what it
+/// cannot read (pooling real rides is tested in the bench's unit tests).
+#[test]
+fn bench_pool_names_what_it_cannot_read() {
+    let dir = tempfile::tempdir().unwrap();
+    let missing = dir.path().join("nothing-here");
+    let out = polycorn(&["bench", "pool", missing.to_str().unwrap()]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.starts_with("error: ") && err.contains("nothing-here: no such directory"),
+        "{err}"
+    );
+    let out = polycorn(&["bench", "pool", dir.path().to_str().unwrap()]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && err.contains("not a bench output directory"),
+        "{err}"
+    );
+    // No directory at all is a usage error, not a run of the bench.
+    let out = polycorn(&["bench", "pool"]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("Usage"));
+}

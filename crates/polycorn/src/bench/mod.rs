@@ -20,6 +20,7 @@
 
 pub mod analysis;
 pub mod plan;
+pub mod pool;
 pub mod report;
 pub mod workload;
 

@@ -54,8 +54,11 @@ pub fn run(args: &PoolArgs) -> Result<()> {
         std::fs::create_dir_all(out).with_context(|| format!("create {}", out.display()))?;
         std::fs::write(out.join("pooled.txt"), &text)
             .with_context(|| format!("write {}", out.join("pooled.txt").display()))?;
-        std::fs::write(out.join("pooled.json"), serde_json::to_string_pretty(&json)?)
-            .with_context(|| format!("write {}", out.join("pooled.json").display()))?;
+        std::fs::write(
+            out.join("pooled.json"),
+            serde_json::to_string_pretty(&json)?,
+        )
+        .with_context(|| format!("write {}", out.join("pooled.json").display()))?;
         println!(
             "pooled over {} rides: {}",
             results.len(),
@@ -74,8 +77,8 @@ pub fn load_dirs(dirs: &[PathBuf]) -> Result<Vec<(PathBuf, Results)>> {
     }
     let mut rides: Vec<(PathBuf, Results)> = Vec::new();
     for file in files {
-        let text = std::fs::read_to_string(&file)
-            .with_context(|| format!("read {}", file.display()))?;
+        let text =
+            std::fs::read_to_string(&file).with_context(|| format!("read {}", file.display()))?;
         let v: Value = serde_json::from_str(&text)
             .with_context(|| format!("{}: not valid JSON", file.display()))?;
         let r = from_json(&v).with_context(|| format!("{}", file.display()))?;
@@ -264,10 +267,7 @@ pub fn from_json(v: &Value) -> Result<Results> {
             Ok((
                 float(h, "t_s").with_context(c)?,
                 uint(h, "carrier").with_context(c)? as usize,
-                at(h, "failed")
-                    .with_context(c)?
-                    .as_bool()
-                    .with_context(c)?,
+                at(h, "failed").with_context(c)?.as_bool().with_context(c)?,
             ))
         })
         .collect::<Result<_>>()?;
@@ -328,7 +328,8 @@ fn run_from_json(r: &Value) -> Result<SystemRun> {
         .iter()
         .enumerate()
         .map(|(k, m)| -> Result<ImResult> {
-            let bad = || format!("im_messages.{k}: expected [users, user, msg, send_s, delivery_s]");
+            let bad =
+                || format!("im_messages.{k}: expected [users, user, msg, send_s, delivery_s]");
             let a = m.as_array().with_context(bad)?;
             if a.len() != 5 {
                 bail!(bad());
@@ -406,10 +407,7 @@ mod tests {
         let mut r2 = ride(5);
         r2.runs[3].flows[1].fct_s *= 2.0;
         let back2 = from_json(&text(&r2)).unwrap();
-        assert_eq!(
-            report::pooled(&[back, back2]).0,
-            report::pooled(&[r, r2]).0
-        );
+        assert_eq!(report::pooled(&[back, back2]).0, report::pooled(&[r, r2]).0);
     }
 
     #[test]
@@ -429,7 +427,10 @@ mod tests {
         })
         .unwrap();
         let text = std::fs::read_to_string(out.join("pooled.txt")).unwrap();
-        assert!(text.contains("pooled over 3 rides (trip seeds [9, 10, 30])"), "{text}");
+        assert!(
+            text.contains("pooled over 3 rides (trip seeds [9, 10, 30])"),
+            "{text}"
+        );
         let j: Value =
             serde_json::from_str(&std::fs::read_to_string(out.join("pooled.json")).unwrap())
                 .unwrap();
@@ -469,12 +470,18 @@ mod tests {
         std::fs::create_dir_all(d("broken/trip-4")).unwrap();
         std::fs::write(d("broken/trip-4/results.json"), "{\"meta\": ").unwrap();
         let e = format!("{:#}", load_dirs(&[d("broken")]).unwrap_err());
-        assert!(e.contains("trip-4/results.json") && e.contains("not valid JSON"), "{e}");
+        assert!(
+            e.contains("trip-4/results.json") && e.contains("not valid JSON"),
+            "{e}"
+        );
 
         std::fs::create_dir_all(d("partial/trip-5")).unwrap();
         std::fs::write(d("partial/trip-5/results.json"), "{\"meta\": {}}").unwrap();
         let e = format!("{:#}", load_dirs(&[d("partial")]).unwrap_err());
-        assert!(e.contains("trip-5/results.json") && e.contains("meta.version"), "{e}");
+        assert!(
+            e.contains("trip-5/results.json") && e.contains("meta.version"),
+            "{e}"
+        );
 
         std::fs::create_dir_all(d("cut/trip-6")).unwrap();
         let e = format!("{:#}", load_dirs(&[d("cut")]).unwrap_err());

@@ -1419,13 +1419,14 @@ pub fn pooled(rides: &[Results]) -> (String, Value) {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::bench::analysis::{FlowResult, ImResult};
     use crate::bench::plan::PlanParams;
     use polycorn_link::trip::TripConfig;
 
-    fn synthetic() -> Results {
+    /// A made-up quick run of four systems (also used by `pool`'s tests).
+    pub(crate) fn synthetic() -> Results {
         synthetic_with(PlanParams::quick())
     }
 
