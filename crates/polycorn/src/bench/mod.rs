@@ -373,19 +373,25 @@ pub fn run(args: &BenchArgs) -> Result<()> {
         )?);
     }
     if args.trips > 1 {
-        let (text, json) = report::pooled(&all);
-        print!("{text}");
-        std::fs::write(top.join("pooled.txt"), &text)?;
-        std::fs::write(
-            top.join("pooled.json"),
-            serde_json::to_string_pretty(&json)?,
-        )?;
-        println!(
-            "pooled over {} rides: {}",
-            all.len(),
-            top.join("pooled.txt").display()
-        );
+        print_pooled(&all, Some(&top))?;
     }
+    Ok(())
+}
+
+/// Print the rides pooled (`report::pooled`) and, with `out`, write `pooled.txt` and
+/// `pooled.json` there. Shared by `--trips N` and `bench pool`.
+pub fn print_pooled(rides: &[report::Results], out: Option<&Path>) -> Result<()> {
+    let (text, json) = report::pooled(rides);
+    print!("{text}");
+    let Some(out) = out else {
+        return Ok(());
+    };
+    std::fs::create_dir_all(out).with_context(|| format!("create {}", out.display()))?;
+    let (txt, js) = (out.join("pooled.txt"), out.join("pooled.json"));
+    std::fs::write(&txt, &text).with_context(|| format!("write {}", txt.display()))?;
+    std::fs::write(&js, serde_json::to_string_pretty(&json)?)
+        .with_context(|| format!("write {}", js.display()))?;
+    println!("pooled over {} rides: {}", rides.len(), txt.display());
     Ok(())
 }
 

@@ -16,7 +16,7 @@ use serde_json::Value;
 
 use super::analysis::{FlowResult, ImResult, SystemRun};
 use super::plan::{BulkFlow, ImSegment, Plan};
-use super::report::{self, Results};
+use super::report::Results;
 use super::Meta;
 
 /// Options of `polycorn bench pool`.
@@ -40,32 +40,15 @@ pub fn run(args: &PoolArgs) -> Result<()> {
         v.dedup();
         v
     };
-    let results: Vec<Results> = rides.into_iter().map(|(_, r)| r).collect();
-    let (text, json) = report::pooled(&results);
-    print!("{text}");
     if versions.len() > 1 {
         println!(
-            "\nnote: the rides come from {} builds ({}); compare like with like",
+            "note: the rides come from {} builds ({}); compare like with like",
             versions.len(),
             versions.join(", ")
         );
     }
-    if let Some(out) = &args.out {
-        std::fs::create_dir_all(out).with_context(|| format!("create {}", out.display()))?;
-        std::fs::write(out.join("pooled.txt"), &text)
-            .with_context(|| format!("write {}", out.join("pooled.txt").display()))?;
-        std::fs::write(
-            out.join("pooled.json"),
-            serde_json::to_string_pretty(&json)?,
-        )
-        .with_context(|| format!("write {}", out.join("pooled.json").display()))?;
-        println!(
-            "pooled over {} rides: {}",
-            results.len(),
-            out.join("pooled.txt").display()
-        );
-    }
-    Ok(())
+    let results: Vec<Results> = rides.into_iter().map(|(_, r)| r).collect();
+    super::print_pooled(&results, args.out.as_deref())
 }
 
 /// Every ride under `dirs`, in the order given (rides of a multi-ride directory by trip seed),
@@ -373,6 +356,7 @@ fn run_from_json(r: &Value) -> Result<SystemRun> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::bench::report;
 
     fn ride(seed: u64) -> Results {
         let mut r = report::tests::synthetic();
@@ -446,45 +430,38 @@ mod tests {
         let d = |n: &str| dir.path().join(n);
         write(&d("a"), &ride(1));
         write(&d("again"), &ride(1));
-        let e = format!("{:#}", load_dirs(&[d("a"), d("again")]).unwrap_err());
-        assert!(e.contains("already pooled") && e.contains("again"), "{e}");
+        let refused = |dirs: &[&str], needles: &[&str]| {
+            let dirs: Vec<PathBuf> = dirs.iter().map(|n| d(n)).collect();
+            let e = format!("{:#}", load_dirs(&dirs).unwrap_err());
+            for n in needles {
+                assert!(e.contains(n), "`{n}` not in: {e}");
+            }
+        };
+        refused(&["a", "again"], &["already pooled", "again"]);
 
         let mut other = ride(2);
         other.meta.route_seed = 7;
         write(&d("route7"), &other);
-        let e = format!("{:#}", load_dirs(&[d("a"), d("route7")]).unwrap_err());
-        assert!(e.contains("route 7 differs from route 1"), "{e}");
+        refused(&["a", "route7"], &["route 7 differs from route 1"]);
 
         let mut full = ride(3);
         full.meta.mode = "full".into();
         write(&d("full"), &full);
-        let e = format!("{:#}", load_dirs(&[d("a"), d("full")]).unwrap_err());
-        assert!(e.contains("mode") && e.contains("full"), "{e}");
+        refused(&["a", "full"], &["mode", "full"]);
 
         std::fs::create_dir_all(d("empty")).unwrap();
-        let e = format!("{:#}", load_dirs(&[d("empty")]).unwrap_err());
-        assert!(e.contains("not a bench output directory"), "{e}");
-        let e = format!("{:#}", load_dirs(&[d("missing")]).unwrap_err());
-        assert!(e.contains("no such directory"), "{e}");
+        refused(&["empty"], &["not a bench output directory"]);
+        refused(&["missing"], &["no such directory"]);
 
         std::fs::create_dir_all(d("broken/trip-4")).unwrap();
         std::fs::write(d("broken/trip-4/results.json"), "{\"meta\": ").unwrap();
-        let e = format!("{:#}", load_dirs(&[d("broken")]).unwrap_err());
-        assert!(
-            e.contains("trip-4/results.json") && e.contains("not valid JSON"),
-            "{e}"
-        );
+        refused(&["broken"], &["trip-4/results.json", "not valid JSON"]);
 
         std::fs::create_dir_all(d("partial/trip-5")).unwrap();
         std::fs::write(d("partial/trip-5/results.json"), "{\"meta\": {}}").unwrap();
-        let e = format!("{:#}", load_dirs(&[d("partial")]).unwrap_err());
-        assert!(
-            e.contains("trip-5/results.json") && e.contains("meta.version"),
-            "{e}"
-        );
+        refused(&["partial"], &["trip-5/results.json", "meta.version"]);
 
         std::fs::create_dir_all(d("cut/trip-6")).unwrap();
-        let e = format!("{:#}", load_dirs(&[d("cut")]).unwrap_err());
-        assert!(e.contains("without results.json"), "{e}");
+        refused(&["cut"], &["without results.json"]);
     }
 }
