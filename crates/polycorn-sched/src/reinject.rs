@@ -20,9 +20,17 @@ pub enum Reinjection {
     OldestOnRto,
     /// ER, extended reinjection (POLYCORN §4.5): on the k-th consecutive RTO of a path, *all*
     /// its unacknowledged chunks are reinjected.
+    ///
+    /// The paper presents ER as an extension of MPTCP's per-packet reinjection, which it calls
+    /// too conservative for HSR, not as a replacement that does nothing before the k-th RTO.
+    /// So by default (`oldest`) RTOs below k still reinject the path's oldest chunk, as
+    /// [`Reinjection::OldestOnRto`] does; `oldest = false` (`er(k=N,oldest=0)`) is the batch
+    /// alone.
     Extended {
         /// Consecutive RTOs that trigger the batch.
         k: u32,
+        /// RTOs below k reinject the oldest unacknowledged chunk (MPTCP's behaviour).
+        oldest: bool,
         /// Beyond the paper: also reinject all of a path's unacknowledged chunks as soon as the
         /// handover predictor reports that the path lost its serving cell (the relay's modem
         /// report of a failed handover), once per loss, instead of waiting for the k-th RTO.
@@ -31,15 +39,35 @@ pub enum Reinjection {
 }
 
 impl Reinjection {
-    /// The spec name (`none`, `rto`, `er(k=N)`, `er(k=N,cell_loss=1)`).
+    /// The spec name (`none`, `rto`, `er(k=N)`, `er(k=N,cell_loss=1)`, `er(k=N,oldest=0)`).
     pub fn spec(&self) -> alloc::string::String {
-        match self {
+        match *self {
             Reinjection::None => "none".into(),
             Reinjection::OldestOnRto => "rto".into(),
-            Reinjection::Extended { k, cell_loss: true } => {
-                alloc::format!("er(k={k},cell_loss=1)")
+            Reinjection::Extended {
+                k,
+                oldest,
+                cell_loss,
+            } => {
+                let mut s = alloc::format!("er(k={k}");
+                if cell_loss {
+                    s.push_str(",cell_loss=1");
+                }
+                if !oldest {
+                    s.push_str(",oldest=0");
+                }
+                s.push(')');
+                s
             }
-            Reinjection::Extended { k, .. } => alloc::format!("er(k={k})"),
+        }
+    }
+
+    /// ER with the paper's k, per-RTO reinjection below it, no cell-loss trigger.
+    pub const fn extended(k: u32) -> Self {
+        Reinjection::Extended {
+            k,
+            oldest: true,
+            cell_loss: false,
         }
     }
 
@@ -60,7 +88,8 @@ impl Reinjection {
             Reinjection::None => ReinjectAction::Nothing,
             Reinjection::OldestOnRto => ReinjectAction::Oldest,
             Reinjection::Extended { k, .. } if consecutive >= k.max(1) => ReinjectAction::All,
-            Reinjection::Extended { .. } => ReinjectAction::Nothing,
+            Reinjection::Extended { oldest: true, .. } => ReinjectAction::Oldest,
+            Reinjection::Extended { oldest: false, .. } => ReinjectAction::Nothing,
         }
     }
 }

@@ -4,12 +4,14 @@
 //! spec    := preset | stages [ "+" reinj ]
 //! stages  := stage { "," stage }
 //! stage   := name [ "(" key "=" value { "," key "=" value } ")" ]
-//! reinj   := "er" [ "(" "k" "=" N [ "," "cell_loss" "=" ("1"|"0") ] ")" ] | "rto" | "none"
+//! reinj   := "er" [ "(" er_param { "," er_param } ")" ] | "rto" | "none"
+//! er_param := "k" "=" N | "cell_loss" "=" ("1"|"0") | "oldest" "=" ("1"|"0")
 //! ```
 //!
-//! Without `+reinj` the policy is `rto`, Linux MPTCP's behaviour. `er(cell_loss=1)` also
-//! reinjects a path's unacknowledged data as soon as the relay reports that path lost its cell
-//! (beyond the paper; preset `polycorn`). Examples: `hrsch`,
+//! Without `+reinj` the policy is `rto`, Linux MPTCP's behaviour. `er` keeps that behaviour
+//! below the k-th RTO and adds the batch at k; `er(oldest=0)` is the batch alone.
+//! `er(cell_loss=1)` also reinjects a path's unacknowledged data as soon as the relay reports
+//! that path lost its cell (beyond the paper; preset `polycorn`). Examples: `hrsch`,
 //! `hpr,minrtt,tpr,ori+er`, `minrtt,ecf(beta=0.25)`, `hpr(e_gps_m=30),minrtt+er(k=2)`.
 
 use alloc::boxed::Box;
@@ -104,7 +106,7 @@ pub enum SpecError {
         presets: String,
     },
     /// The part after `+` is not a reinjection policy.
-    #[error("unknown reinjection policy `{name}` in `{spec}`; valid: er, er(k=N), rto, none")]
+    #[error("unknown reinjection policy `{name}` in `{spec}`; valid: er, er(k=N,cell_loss=0|1,oldest=0|1), rto, none")]
     UnknownReinjection {
         /// The offending name.
         name: String,
@@ -264,23 +266,28 @@ impl Pipeline {
                     "er" => {
                         let mut k = DEFAULT_ER_K;
                         let mut cell_loss = false;
+                        let mut oldest = true;
+                        let flag = |key: &str, v: &str| match v {
+                            "1" | "on" | "true" => Ok(true),
+                            "0" | "off" | "false" => Ok(false),
+                            _ => Err(bad("er", key, v, "1 or 0")),
+                        };
                         for (key, v) in &params {
                             match *key {
                                 "k" => k = parse_num("er", key, v, "an integer >= 1")?,
-                                "cell_loss" => {
-                                    cell_loss = match *v {
-                                        "1" | "on" | "true" => true,
-                                        "0" | "off" | "false" => false,
-                                        _ => return Err(bad("er", key, v, "1 or 0")),
-                                    }
-                                }
-                                _ => return Err(unknown_param("er", key, "k, cell_loss")),
+                                "cell_loss" => cell_loss = flag(key, v)?,
+                                "oldest" => oldest = flag(key, v)?,
+                                _ => return Err(unknown_param("er", key, "k, cell_loss, oldest")),
                             }
                         }
                         if k == 0 {
                             return Err(bad("er", "k", "0", "an integer >= 1"));
                         }
-                        Reinjection::Extended { k, cell_loss }
+                        Reinjection::Extended {
+                            k,
+                            oldest,
+                            cell_loss,
+                        }
                     }
                     other => {
                         return Err(SpecError::UnknownReinjection {
@@ -511,6 +518,7 @@ mod tests {
             p.reinjection(),
             Reinjection::Extended {
                 k: 2,
+                oldest: true,
                 cell_loss: false
             }
         );

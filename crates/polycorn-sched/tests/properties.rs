@@ -92,14 +92,7 @@ impl Spec {
                     Box::new(Blest::default()),
                     Box::new(ReviveEven),
                 ];
-                let p = Pipeline::new(
-                    stages,
-                    Reinjection::Extended {
-                        k: 1,
-                        cell_loss: false,
-                    },
-                )
-                .expect("pipeline");
+                let p = Pipeline::new(stages, Reinjection::extended(1)).expect("pipeline");
                 Scheduler::new(cfg.clone(), p)
             }
         }

@@ -660,8 +660,32 @@ fn five_chunks_on_a(spec: &str) -> Scheduler {
 }
 
 #[test]
-fn er_reinjects_all_unacked_chunks_on_the_kth_rto() {
+fn er_reinjects_the_oldest_chunk_below_k_and_all_unacked_chunks_at_k() {
+    // ER extends MPTCP's per-RTO reinjection: RTOs 1 and 2 move A's oldest chunk each, the
+    // third moves everything A still holds.
     let mut s = five_chunks_on_a("minrtt+er(k=3)");
+    let f = FlowId(1);
+    s.on_rto(after_ms(10), p(A)).unwrap();
+    assert_eq!(s.flow_pending_reinjection(f), Some(CHUNK));
+    s.on_rto(after_ms(20), p(A)).unwrap();
+    assert_eq!(s.flow_pending_reinjection(f), Some(2 * CHUNK));
+    assert_eq!(s.path_unacked_chunks(p(A)), 2);
+    assert_eq!(s.stats().reinjection_events, 2);
+    s.on_rto(after_ms(30), p(A)).unwrap();
+    assert_eq!(s.flow_pending_reinjection(f), Some(4 * CHUNK));
+    assert_eq!(s.path_unacked_chunks(p(A)), 0);
+    assert_eq!(s.stats().reinjection_events, 3);
+    for off in [1, 2, 3, 4].map(|i| i * CHUNK) {
+        let d = poll_some(&mut s, after_ms(30));
+        assert_eq!((d.offset, d.paths, d.reinjection), (off, set(&[B]), true));
+    }
+    assert_eq!(poll(&mut s, after_ms(30)), None);
+    assert_eq!(s.stats().reinjected_bytes, 4 * CHUNK);
+}
+
+#[test]
+fn er_batch_alone_reinjects_all_unacked_chunks_on_the_kth_rto() {
+    let mut s = five_chunks_on_a("minrtt+er(k=3,oldest=0)");
     let f = FlowId(1);
 
     s.on_rto(after_ms(10), p(A)).unwrap();
@@ -757,6 +781,14 @@ fn er_cell_loss_spec_round_trips_and_refuses_bad_values() {
         .on_cell_loss());
     let e = Pipeline::from_spec("minrtt+er(cell_loss=maybe)").unwrap_err();
     assert!(e.to_string().contains("cell_loss"), "{e}");
+    let p = Pipeline::from_spec("minrtt+er(oldest=0,k=2)").unwrap();
+    assert_eq!(p.spec(), "minrtt+er(k=2,oldest=0)");
+    assert_eq!(
+        Pipeline::from_spec(p.spec()).unwrap().reinjection(),
+        p.reinjection()
+    );
+    let e = Pipeline::from_spec("minrtt+er(oldest=2)").unwrap_err();
+    assert!(e.to_string().contains("oldest"), "{e}");
 }
 
 #[test]
@@ -797,8 +829,20 @@ fn er_reinjected_chunk_waits_rather_than_returning_to_its_path() {
 
 #[test]
 fn er_is_triggered_by_tcp_info_backoff() {
+    // A backoff of 2 seen at once is two RTOs: two oldest chunks move, then the third RTO
+    // moves the rest.
     let mut s = five_chunks_on_a("minrtt+er(k=3)");
     let mut smp = Link::rtt(50).sample();
+    smp.rto_backoff = 2;
+    s.on_tcp_info(after_ms(10), p(A), &smp).unwrap();
+    assert_eq!(s.flow_pending_reinjection(FlowId(1)), Some(2 * CHUNK));
+    assert_eq!(s.stats().reinjection_events, 2);
+    smp.rto_backoff = 3;
+    s.on_tcp_info(after_ms(20), p(A), &smp).unwrap();
+    assert_eq!(s.flow_pending_reinjection(FlowId(1)), Some(4 * CHUNK));
+    assert_eq!(s.stats().reinjection_events, 3);
+
+    let mut s = five_chunks_on_a("minrtt+er(k=3,oldest=0)");
     smp.rto_backoff = 2;
     s.on_tcp_info(after_ms(10), p(A), &smp).unwrap();
     assert_eq!(s.flow_pending_reinjection(FlowId(1)), Some(0));
@@ -810,7 +854,7 @@ fn er_is_triggered_by_tcp_info_backoff() {
 
 #[test]
 fn er_rto_count_restarts_after_progress() {
-    let mut s = five_chunks_on_a("minrtt+er(k=3)");
+    let mut s = five_chunks_on_a("minrtt+er(k=3,oldest=0)");
     s.on_rto(after_ms(10), p(A)).unwrap();
     s.on_rto(after_ms(20), p(A)).unwrap();
     s.on_path_progress(after_ms(25), p(A)).unwrap();

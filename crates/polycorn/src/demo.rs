@@ -26,7 +26,7 @@ pub const SCENARIOS: &[(&str, &str)] = &[
     ),
     (
         "blackout",
-        "ER (§4.5): after the 3rd RTO all of a path's chunks move to another path",
+        "ER (§4.5): one chunk per RTO as MPTCP, then at the 3rd RTO all of a path's chunks move",
     ),
     (
         "idle",
@@ -229,7 +229,7 @@ fn handover() -> Result<String> {
         mbit: 10,
     };
     let _ = writeln!(out, "  path0: 100 ms; path1: 200 ms; 83.3 m/s; LinkDB predicts path0's handover fails at t=0.25 s.");
-    for spec in ["vanilla", "hrsch"] {
+    for spec in ["vanilla", "hrsch", "hpr,minrtt,tpr,ori+er(k=3,oldest=0)"] {
         let mut r = Run::new(spec, &[a, b])?;
         let _ = writeln!(r.out, "  -- {spec} ({})", r.sched.pipeline().spec());
         r.sched.on_train_speed(r.now, 83.3);
@@ -277,7 +277,7 @@ fn blackout() -> Result<String> {
         out,
         "  path0 carries 10 chunks, then blacks out and reaches RTO 1, 2, 3; path1 is healthy."
     );
-    for spec in ["vanilla", "hrsch"] {
+    for spec in ["vanilla", "hrsch", "hpr,minrtt,tpr,ori+er(k=3,oldest=0)"] {
         let mut r = Run::new(spec, &[a, b])?;
         let _ = writeln!(r.out, "  -- {spec} ({})", r.sched.pipeline().spec());
         r.sched.open_flow(r.now, FlowId(1), UserId(1))?;
@@ -341,7 +341,7 @@ fn idle() -> Result<String> {
         out,
         "  path0: 50 ms; path1: 300 ms, idle. 20 chunks to send."
     );
-    for spec in ["vanilla", "hrsch"] {
+    for spec in ["vanilla", "hrsch", "hpr,minrtt,tpr,ori+er(k=3,oldest=0)"] {
         let mut r = Run::new(spec, &[a, b])?;
         let _ = writeln!(r.out, "  -- {spec} ({})", r.sched.pipeline().spec());
         r.sched.open_flow(r.now, FlowId(1), UserId(1))?;

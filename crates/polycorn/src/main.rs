@@ -14,10 +14,21 @@ mod tripgen;
 use anyhow::Result;
 use clap::{Parser, Subcommand};
 
+/// `polycorn --version`: the crate version and the commit the binary was built from.
+pub(crate) const VERSION: &str = match env!("POLYCORN_BUILD_COMMIT").len() {
+    0 => env!("CARGO_PKG_VERSION"),
+    _ => concat!(
+        env!("CARGO_PKG_VERSION"),
+        " (",
+        env!("POLYCORN_BUILD_COMMIT"),
+        ")"
+    ),
+};
+
 #[derive(Parser, Debug)]
 #[command(
     name = "polycorn",
-    version,
+    version = VERSION,
     about = "Multipath networking for high-speed trains"
 )]
 struct Cli {
@@ -263,7 +274,7 @@ fn run(cli: Cli) -> Result<()> {
             for (name, what) in polycorn_sched::STAGES {
                 println!("  {name:<10} {what}");
             }
-            println!("reinjection (after `+`): er(k=N) extended reinjection (default k=3), rto (MPTCP: oldest chunk per RTO, the default), none");
+            println!("reinjection (after `+`): rto (MPTCP: oldest chunk per RTO, the default), er(k=N) extended reinjection (rto below the k-th RTO, all unacknowledged chunks at it; default k=3; oldest=0: the batch alone; cell_loss=1: also on a reported cell loss), none");
             println!("presets:");
             for (name, spec) in polycorn_sched::PRESETS {
                 println!("  {name:<10} {spec}");

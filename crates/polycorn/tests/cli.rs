@@ -21,6 +21,24 @@ fn is_root() -> bool {
 }
 
 #[test]
+fn version_names_the_commit_the_binary_was_built_from() {
+    let out = polycorn(&["--version"]);
+    assert!(out.status.success());
+    let v = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    assert!(v.starts_with("polycorn 0."), "{v}");
+    let head = Command::new("git")
+        .args(["rev-parse", "--short", "HEAD"])
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .ok()
+        .filter(|o| o.status.success())
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string());
+    if let Some(head) = head {
+        assert!(v.contains(&format!("({head}")), "{v} should name {head}");
+    }
+}
+
+#[test]
 fn schedulers_check_accepts_and_refuses_with_the_valid_names() {
     let ok = polycorn(&["schedulers", "--check", "hpr,minrtt,tpr,ori+er(k=2)"]);
     assert!(ok.status.success());

@@ -64,8 +64,9 @@ pub struct BenchArgs {
     /// hrsch-ori, hrsch-er (HRSCH without that stage), or `polycorn:SPEC` for any pipeline. A
     /// polycorn system with `+fresh` appended (e.g. `hrsch+fresh`) runs with the relay's
     /// `idle_refresh = "used"`. A system named twice runs twice, the second as `NAME#2` (an
-    /// A/A run measures the noise).
-    #[arg(long, value_delimiter = ',')]
+    /// A/A run measures the noise). A SPEC with commas needs `;` between the systems instead
+    /// (`--systems 'vanilla;polycorn:minrtt,tpr'`), or a `--systems` of its own.
+    #[arg(long)]
     pub systems: Vec<String>,
     /// Bulk flows (cycled over 256 KB, 1 MB, 4 MB); default 6 quick, 12 full.
     #[arg(long)]
@@ -186,11 +187,38 @@ pub fn system(name: &str) -> Result<System> {
                 pc(spec)
             }
             None => bail!(
-                "unknown system `{other}`; known: {}, roundrobin, or polycorn:SPEC",
+                "unknown system `{other}`; known: {}, roundrobin, or polycorn:SPEC (separate \
+                 systems with `;` when a SPEC has commas)",
                 FULL_SYSTEMS.join(", ")
             ),
         },
     })
+}
+
+/// The system names of the `--systems` values: each value is a list separated by `;` when it
+/// holds one (a `polycorn:SPEC` has commas of its own), else by `,`, or one `polycorn:SPEC`.
+pub fn split_systems(values: &[String]) -> Result<Vec<String>> {
+    let mut out = Vec::new();
+    for v in values {
+        let parts: Vec<&str> = if v.contains(';') {
+            v.split(';').collect()
+        } else if v.trim_start().starts_with("polycorn:") {
+            vec![v.as_str()]
+        } else {
+            v.split(',').collect()
+        };
+        for part in parts {
+            let part = part.trim();
+            if part.is_empty() {
+                bail!("--systems `{v}`: an empty system name");
+            }
+            if part.contains(',') && !part.starts_with("polycorn:") {
+                bail!("--systems `{v}`: `{part}` is not a system name");
+            }
+            out.push(part.to_string());
+        }
+    }
+    Ok(out)
 }
 
 /// Resolve the `--systems` list. A system named again runs again under `NAME#2`, `NAME#3`, …
@@ -247,19 +275,9 @@ fn kernel() -> String {
         .unwrap_or_else(|_| "unknown".into())
 }
 
-fn version() -> String {
-    let v = env!("CARGO_PKG_VERSION").to_string();
-    let git = Command::new("git")
-        .args(["rev-parse", "--short", "HEAD"])
-        .current_dir(env!("CARGO_MANIFEST_DIR"))
-        .output()
-        .ok()
-        .filter(|o| o.status.success())
-        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string());
-    match git {
-        Some(g) if !g.is_empty() => format!("{v} ({g})"),
-        _ => v,
-    }
+/// The crate version and the commit the binary was built from (see `build.rs`).
+pub fn version() -> String {
+    crate::VERSION.to_string()
 }
 
 fn utc_now() -> String {
@@ -298,7 +316,7 @@ pub fn run(args: &BenchArgs) -> Result<()> {
         };
         d.iter().map(|s| s.to_string()).collect()
     } else {
-        args.systems.clone()
+        split_systems(&args.systems)?
     };
     let systems = systems_named(&names)?;
     let mut params = if args.quick {
@@ -968,6 +986,33 @@ mod tests {
         assert_eq!(s[3].spec, "polycorn");
         let e = systems_named(&["hrsch".into(), "fastest".into()]).unwrap_err();
         assert!(e.to_string().contains("unknown system `fastest`"), "{e}");
+    }
+
+    #[test]
+    fn systems_split_on_semicolons_when_a_spec_has_commas() {
+        let v = |xs: &[&str]| xs.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        assert_eq!(
+            split_systems(&v(&["vanilla,mptcp", "hrsch"])).unwrap(),
+            v(&["vanilla", "mptcp", "hrsch"])
+        );
+        let spec = "polycorn:hpr,minrtt,tpr,ori+er(k=3,oldest=0)";
+        assert_eq!(
+            split_systems(&v(&[&format!("vanilla; hrsch;{spec}")])).unwrap(),
+            v(&["vanilla", "hrsch", spec])
+        );
+        assert_eq!(
+            split_systems(&v(&["vanilla", spec])).unwrap(),
+            v(&["vanilla", spec])
+        );
+        let names = split_systems(&v(&[&format!("hrsch;{spec}")])).unwrap();
+        let s = systems_named(&names).unwrap();
+        assert_eq!(s[1].spec, "hpr,minrtt,tpr,ori+er(k=3,oldest=0)");
+        let e = split_systems(&v(&["vanilla;;hrsch"])).unwrap_err();
+        assert!(e.to_string().contains("empty system name"), "{e}");
+        // Split on commas, a spec's stages are not systems: the error says what to do.
+        let names = split_systems(&v(&["vanilla,polycorn:minrtt,tpr"])).unwrap();
+        let e = systems_named(&names).unwrap_err();
+        assert!(e.to_string().contains("`;`"), "{e}");
     }
 
     #[test]
