@@ -292,13 +292,14 @@ pub fn table(r: &Results) -> String {
         o,
         "\nbulk downloads: median goodput Mbit/s / median FCT s / median FCT÷oracle (completed/flows)"
     );
-    let _ = write!(o, "{:<11}", "system");
+    let w = name_width(r.runs.iter().map(|x| x.system.as_str()));
+    let _ = write!(o, "{:<w$}", "system");
     for &s in &BULK_SIZES {
         let _ = write!(o, " {:>26}", size_label(s));
     }
     o.push('\n');
     for run in &r.runs {
-        let _ = write!(o, "{:<11}", run.system);
+        let _ = write!(o, "{:<w$}", run.system);
         if let Some(e) = &run.error {
             let _ = writeln!(o, " FAILED: {e}");
             continue;
@@ -335,7 +336,7 @@ pub fn table(r: &Results) -> String {
             .iter()
             .filter(|x| x.error.is_none() && x.system != reference)
         {
-            let _ = write!(o, "{:<11}", run.system);
+            let _ = write!(o, "{:<w$}", run.system);
             for &s in &BULK_SIZES {
                 let v = Summary::of(&an::goodput_ratios(run, refr, s));
                 let cell = format!(
@@ -357,13 +358,13 @@ pub fn table(r: &Results) -> String {
         o,
         "\ninstant messaging: mean / p90 delivery time ms, CV across users (answers/messages)"
     );
-    let _ = write!(o, "{:<11}", "system");
+    let _ = write!(o, "{:<w$}", "system");
     for &u in &IM_USERS {
         let _ = write!(o, " {:>28}", format!("{u} users"));
     }
     o.push('\n');
     for run in r.runs.iter().filter(|x| x.error.is_none()) {
-        let _ = write!(o, "{:<11}", run.system);
+        let _ = write!(o, "{:<w$}", run.system);
         for &u in &IM_USERS {
             let s = an::im_stats(run, u);
             let cell = format!(
@@ -393,7 +394,7 @@ pub fn table(r: &Results) -> String {
             .collect();
         let _ = writeln!(
             o,
-            "{:<11} {:>6}/{:<6} ({:>2})  tail {:>6}/{:<6}  ooo {:>6} ms  worse path {:>5}%",
+            "{:<w$} {:>6}/{:<6} ({:>2})  tail {:>6}/{:<6}  ooo {:>6} ms  worse path {:>5}%",
             run.system,
             f(an::mean(&g), 2),
             f(an::quantile(&g, 0.5), 2),
@@ -416,10 +417,16 @@ pub fn table(r: &Results) -> String {
 scheduler activity (proxy = downlink, relay = uplink): decisions in which each stage moved a path; reinjected and redundant MB; subflow reconnects"
         );
         for run in with_counters {
-            let _ = writeln!(o, "{:<11} {}", run.system, an::activity_line(run));
+            let _ = writeln!(o, "{:<w$} {}", run.system, an::activity_line(run));
         }
     }
     o
+}
+
+/// Width of the system-name column: the longest name (a `polycorn:SPEC` can be long), at least
+/// 11 characters.
+fn name_width<'a>(names: impl Iterator<Item = &'a str>) -> usize {
+    names.map(|n| n.chars().count()).max().unwrap_or(0).max(11)
 }
 
 /// Read the written outputs back and check they are complete and consistent with the run:
@@ -1255,6 +1262,7 @@ pub fn pooled(rides: &[Results]) -> (String, Value) {
     for name in &names {
         systems.insert(name.clone(), json!({"bulk": {}, "im": {}}));
     }
+    let w = name_width(names.iter().map(String::as_str));
     for reference in ["vanilla", "mptcp"] {
         if !rides.iter().any(|r| r.run(reference).is_some()) {
             continue;
@@ -1266,8 +1274,8 @@ pub fn pooled(rides: &[Results]) -> (String, Value) {
         // The geometric means of the same ratios, printed as a second block below.
         let mut geo = String::new();
         for name in names.iter().filter(|n| *n != reference) {
-            let _ = write!(o, "{name:<11}");
-            let _ = write!(geo, "{name:<11}");
+            let _ = write!(o, "{name:<w$}");
+            let _ = write!(geo, "{name:<w$}");
             for &size in &BULK_SIZES {
                 let per_ride: Vec<Vec<f64>> = rides
                     .iter()
@@ -1312,7 +1320,7 @@ pub fn pooled(rides: &[Results]) -> (String, Value) {
     }
     let _ = writeln!(o, "\nFCT / oracle, pooled: median (completed/flows)");
     for name in &names {
-        let _ = write!(o, "{name:<11}");
+        let _ = write!(o, "{name:<w$}");
         for &size in &BULK_SIZES {
             let v: Vec<f64> = rides
                 .iter()
@@ -1361,7 +1369,7 @@ pub fn pooled(rides: &[Results]) -> (String, Value) {
         "\ninstant messaging, pooled: mean / p90 delivery ms, mean CV; change of the mean vs single and vs mptcp"
     );
     for name in &names {
-        let _ = write!(o, "{name:<11}");
+        let _ = write!(o, "{name:<w$}");
         for &u in &IM_USERS {
             let (d, sent, cvs) = im(name, u);
             let m = an::mean(&d);
