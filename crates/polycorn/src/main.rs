@@ -207,6 +207,17 @@ enum TripAction {
     Generate(tripgen::GenerateArgs),
 }
 
+/// Write `text` to stdout. A reader that closed the pipe early (`polycorn demo | head`) ends the
+/// output quietly instead of a panic.
+pub(crate) fn emit(text: &str) -> Result<()> {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
+        r => Ok(r?),
+    }
+}
+
 fn main() -> std::process::ExitCode {
     match run(Cli::parse()) {
         Ok(()) => std::process::ExitCode::SUCCESS,
@@ -219,7 +230,7 @@ fn main() -> std::process::ExitCode {
 
 fn run(cli: Cli) -> Result<()> {
     match cli.command {
-        Command::Demo { scenarios } => print!("{}", demo::run(&scenarios)?),
+        Command::Demo { scenarios } => emit(&demo::run(&scenarios)?)?,
         Command::Testbed {
             action: TestbedAction::Up { name, model },
         } => testbed_cmd::up(&name, &model)?,

@@ -39,6 +39,22 @@ fn version_names_the_commit_the_binary_was_built_from() {
 }
 
 #[test]
+fn output_into_a_closed_pipe_ends_quietly() {
+    // `polycorn demo | head -1`: the reader is gone before the output is written.
+    let mut child = Command::new(env!("CARGO_BIN_EXE_polycorn"))
+        .arg("demo")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("run polycorn demo");
+    drop(child.stdout.take());
+    let out = child.wait_with_output().expect("wait");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{:?} {err}", out.status);
+    assert!(!err.contains("panicked"), "{err}");
+}
+
+#[test]
 fn schedulers_check_accepts_and_refuses_with_the_valid_names() {
     let ok = polycorn(&["schedulers", "--check", "hpr,minrtt,tpr,ori+er(k=2)"]);
     assert!(ok.status.success());

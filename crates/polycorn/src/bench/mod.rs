@@ -400,17 +400,20 @@ pub fn run(args: &BenchArgs) -> Result<()> {
 /// `pooled.json` there. Shared by `--trips N` and `bench pool`.
 pub fn print_pooled(rides: &[report::Results], out: Option<&Path>) -> Result<()> {
     let (text, json) = report::pooled(rides);
-    print!("{text}");
     let Some(out) = out else {
-        return Ok(());
+        return crate::emit(&text);
     };
+    // Files first: a reader that stops early (`| head`) must not cost the outputs.
     std::fs::create_dir_all(out).with_context(|| format!("create {}", out.display()))?;
     let (txt, js) = (out.join("pooled.txt"), out.join("pooled.json"));
     std::fs::write(&txt, &text).with_context(|| format!("write {}", txt.display()))?;
     std::fs::write(&js, serde_json::to_string_pretty(&json)?)
         .with_context(|| format!("write {}", js.display()))?;
-    println!("pooled over {} rides: {}", rides.len(), txt.display());
-    Ok(())
+    crate::emit(&format!(
+        "{text}pooled over {} rides: {}\n",
+        rides.len(),
+        txt.display()
+    ))
 }
 
 /// Trip seeds of LinkDB's training rides start this far above the replayed trip seed.
