@@ -62,7 +62,7 @@ impl Reinjection {
         }
     }
 
-    /// ER with the paper's k, per-RTO reinjection below it, no cell-loss trigger.
+    /// ER with its batch on the k-th RTO, per-RTO reinjection below it, no cell-loss trigger.
     pub const fn extended(k: u32) -> Self {
         Reinjection::Extended {
             k,
