@@ -275,11 +275,6 @@ fn kernel() -> String {
         .unwrap_or_else(|_| "unknown".into())
 }
 
-/// The crate version and the commit the binary was built from (see `build.rs`).
-pub fn version() -> String {
-    crate::VERSION.to_string()
-}
-
 fn utc_now() -> String {
     let s = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -473,7 +468,7 @@ fn run_trip(
     std::fs::create_dir_all(out.join("logs"))
         .with_context(|| format!("create {}", out.display()))?;
     let meta = Meta {
-        version: version(),
+        version: crate::VERSION.to_string(),
         kernel: kernel(),
         preset: args.trip.preset.clone(),
         route_seed: args.trip.route_seed,
