@@ -235,6 +235,11 @@ pub struct RelaySection {
     /// (`collapsed`, default; `used`; `off`), see [`IdleRefresh`].
     #[serde(default)]
     pub idle_refresh: IdleRefresh,
+    /// `slow_start_after_idle`: the relay sets `net.ipv4.tcp_slow_start_after_idle` of its
+    /// network namespace to this at startup (uplink subflows keep their congestion window
+    /// across idle gaps when false). None: the system's setting is left alone.
+    #[serde(default)]
+    pub slow_start_after_idle: Option<bool>,
 }
 
 /// Which idle subflows the relay replaces with a fresh connection (make before break), at most
@@ -627,6 +632,10 @@ pub struct ProxySection {
     /// `congestion`: TCP congestion control of accepted subflows and tunnels. None: the system
     /// default.
     pub congestion: Option<String>,
+    /// `slow_start_after_idle`: the proxy sets `net.ipv4.tcp_slow_start_after_idle` of its
+    /// network namespace to this at startup (downlink subflows keep their congestion window
+    /// across idle gaps when false). None: the system's setting is left alone.
+    pub slow_start_after_idle: Option<bool>,
 }
 
 impl Default for ProxySection {
@@ -639,6 +648,7 @@ impl Default for ProxySection {
             hold_time_s: default_hold_time_s(),
             connect_timeout_s: default_connect_timeout_s(),
             congestion: None,
+            slow_start_after_idle: None,
         }
     }
 }
@@ -1289,6 +1299,10 @@ hold_time_s = 30
 # Idle subflows replaced with a fresh connection: "collapsed" (slow-start threshold below 20
 # segments after a blackout), "used" (also after carrying 256 KB of downlink data), "off".
 # idle_refresh = "collapsed"
+# Set net.ipv4.tcp_slow_start_after_idle in the relay's network namespace at startup (affects
+# every TCP socket there). false: uplink subflows keep their congestion window across idle
+# gaps instead of restarting from 10 segments. Default: leave the system's setting (1).
+# slow_start_after_idle = false
 
 # One [[path]] per cellular interface (1 to 32); names, devices and sources must be unique.
 [[path]]
@@ -1375,6 +1389,10 @@ hold_time_s = 30
 connect_timeout_s = 10
 # TCP congestion control of accepted subflows (default: the system's).
 # congestion = "cubic"
+# Set net.ipv4.tcp_slow_start_after_idle in the proxy's network namespace at startup (affects
+# every TCP socket there). false: downlink subflows keep their congestion window across idle
+# gaps instead of restarting from 10 segments. Default: leave the system's setting (1).
+# slow_start_after_idle = false
 
 [tls]
 ca = "ca.pem"

@@ -9,6 +9,7 @@
 //! | kernel TCP state of a subflow | [`tcp_info`], [`TcpInfoRaw::to_sample`] | the scheduler's RTT, cwnd, in-flight and delivery-rate inputs |
 //! | keep the send queue short | [`set_notsent_lowat`] | bytes sit in our scheduler, not in a stale kernel queue |
 //! | congestion control per socket | [`set_congestion`] | the machine default is BBR; subflows set theirs explicitly |
+//! | keep the window across idle gaps | [`set_slow_start_after_idle`] | a sysctl of the namespace, no socket option exists |
 //! | pin a subflow to a modem | [`pinned_tcp_socket`], [`bind_device`] | both `SO_BINDTODEVICE` and a bound source address are needed (DESIGN §7) |
 //! | abortive close | [`set_linger_zero`] | close sends RST: the passenger sees the server's reset |
 //! | REDIRECT interception | [`original_dst`] | where the passenger meant to connect |
@@ -273,6 +274,41 @@ pub fn set_congestion(fd: BorrowedFd<'_>, name: &str) -> io::Result<()> {
             };
             io::Error::new(e.kind(), format!("set congestion control `{name}`: {hint}"))
         })
+}
+
+/// Where the kernel keeps `net.ipv4.tcp_slow_start_after_idle` (per network namespace).
+pub const SLOW_START_AFTER_IDLE: &str = "/proc/sys/net/ipv4/tcp_slow_start_after_idle";
+
+/// Set `net.ipv4.tcp_slow_start_after_idle` of the calling thread's network namespace; returns
+/// the previous value. With 0 a TCP sender keeps its congestion window across idle gaps
+/// instead of restarting from the initial window (RFC 5681 §4.1); there is no per-socket
+/// option, so the setting covers every TCP socket of the namespace.
+pub fn set_slow_start_after_idle(on: bool) -> io::Result<bool> {
+    let what = |e: io::Error| {
+        let hint = match e.kind() {
+            io::ErrorKind::PermissionDenied => {
+                " (needs root or CAP_NET_ADMIN in this network \
+                                                namespace)"
+            }
+            _ => "",
+        };
+        io::Error::new(e.kind(), format!("{SLOW_START_AFTER_IDLE}: {e}{hint}"))
+    };
+    let before = std::fs::read_to_string(SLOW_START_AFTER_IDLE).map_err(what)?;
+    let before = match before.trim() {
+        "0" => false,
+        "1" => true,
+        other => {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!("{SLOW_START_AFTER_IDLE}: unexpected value `{other}`"),
+            ))
+        }
+    };
+    if before != on {
+        std::fs::write(SLOW_START_AFTER_IDLE, if on { "1\n" } else { "0\n" }).map_err(what)?;
+    }
+    Ok(before)
 }
 
 /// The socket's congestion control (`TCP_CONGESTION`).

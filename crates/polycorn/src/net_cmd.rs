@@ -50,6 +50,19 @@ async fn shutdown_signal() {
     }
 }
 
+/// Apply `slow_start_after_idle` of a daemon's config to its network namespace.
+fn apply_slow_start_after_idle(key: &str, want: Option<bool>) -> Result<()> {
+    let Some(on) = want else { return Ok(()) };
+    let before = polycorn_net::sockopt::set_slow_start_after_idle(on)
+        .with_context(|| format!("{key} = {on}"))?;
+    info!(
+        value = on as u8,
+        was = before as u8,
+        "net.ipv4.tcp_slow_start_after_idle set for this network namespace ({key})"
+    );
+    Ok(())
+}
+
 fn tuning(limits: &polycorn_net::config::Limits, hold: Duration, cc: Option<String>) -> Tuning {
     Tuning {
         flow_window: limits.flow_window_bytes,
@@ -166,6 +179,10 @@ pub fn relay(path: &Path) -> Result<()> {
         }
         None
     };
+    apply_slow_start_after_idle(
+        "relay.slow_start_after_idle",
+        cfg.relay.slow_start_after_idle,
+    )?;
     let rt = runtime()?;
     rt.block_on(async move {
         let mode = match cfg.relay.mode {
@@ -306,6 +323,10 @@ pub fn proxy(path: &Path) -> Result<()> {
     init_logging(&cfg.log)?;
     // LinkDB is loaded before the async runtime starts (its PostgreSQL client blocks).
     let predictor = load_predictor(&cfg.linkdb)?;
+    apply_slow_start_after_idle(
+        "proxy.slow_start_after_idle",
+        cfg.proxy.slow_start_after_idle,
+    )?;
     let rt = runtime()?;
     rt.block_on(async move {
         let tls_cfg = tls::server_config(&cfg.tls.ca, &cfg.tls.cert, &cfg.tls.key)?;

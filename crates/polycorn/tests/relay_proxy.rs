@@ -179,7 +179,10 @@ fn configs(
     );
     let _ = bed;
     let relay = relay + relay_tables;
-    let proxy = proxy + extra.1;
+    // The same for the proxy's extra text and `[proxy]`.
+    let split = extra.1.find('[').unwrap_or(extra.1.len());
+    let (proxy_keys, proxy_tables) = extra.1.split_at(split);
+    let proxy = proxy.replacen("\n\n[tls]", &format!("\n{proxy_keys}\n[tls]"), 1) + proxy_tables;
     let r = dir.join("relay.toml");
     let p = dir.join("proxy.toml");
     std::fs::File::create(&r)
@@ -1066,4 +1069,53 @@ fn used_subflow_is_refreshed_when_idle_if_configured() {
         "no refresh of a used idle subflow",
     );
     fetch_ok(&bed, &stack, KB, 8 * MB, "download after the refresh");
+}
+
+/// `slow_start_after_idle = false` is applied to the daemons' own network namespaces at startup
+/// (and to nothing else), and traffic over subflows that keep their window is byte-exact.
+#[test]
+fn slow_start_after_idle_false_applies_to_the_daemons_namespaces_only() {
+    let _s = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    if !is_root() {
+        return;
+    }
+    let bed = Bed::constant("w", 40, 20);
+    start_server(&bed);
+    let sysctl = |role: &str| {
+        let out = Command::new("ip")
+            .args(["netns", "exec", &bed.ns(role), "cat"])
+            .arg("/proc/sys/net/ipv4/tcp_slow_start_after_idle")
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{out:?}");
+        String::from_utf8_lossy(&out.stdout).trim().to_string()
+    };
+    assert_eq!(
+        sysctl("proxy"),
+        "1",
+        "the kernel default before the daemons start"
+    );
+    let stack = start_stack_with(
+        &bed,
+        "polycorn",
+        "minrtt",
+        2,
+        (
+            "slow_start_after_idle = false\n",
+            "slow_start_after_idle = false\n",
+        ),
+        tempfile::tempdir().unwrap(),
+    );
+    assert_eq!(sysctl("proxy"), "0");
+    assert_eq!(sysctl("relay"), "0");
+    assert_eq!(sysctl("server"), "1", "another namespace is left alone");
+    assert!(
+        stack.proxy.log().contains("tcp_slow_start_after_idle set"),
+        "{}",
+        tail(&stack.proxy.log())
+    );
+    fetch_ok(&bed, &stack, KB, 4 * MB, "download");
+    // Idle for longer than an RTO, then again: the kept window carries the second download.
+    std::thread::sleep(Duration::from_secs(2));
+    fetch_ok(&bed, &stack, 64 * KB, 4 * MB, "download after an idle gap");
 }

@@ -63,7 +63,8 @@ pub struct BenchArgs {
     /// also reinjects a path's data when the relay reports its cell lost), hrsch-hpr, hrsch-tpr,
     /// hrsch-ori, hrsch-er (HRSCH without that stage), or `polycorn:SPEC` for any pipeline. A
     /// polycorn system with `+fresh` appended (e.g. `hrsch+fresh`) runs with the relay's
-    /// `idle_refresh = "used"`. A system named twice runs twice, the second as `NAME#2` (an
+    /// `idle_refresh = "used"`, with `+warm` with `slow_start_after_idle = false` on relay and
+    /// proxy (subflows keep their congestion window between flows). A system named twice runs twice, the second as `NAME#2` (an
     /// A/A run measures the noise). A SPEC with commas needs `;` between the systems instead
     /// (`--systems 'vanilla;polycorn:minrtt,tpr'`), or a `--systems` of its own.
     #[arg(long)]
@@ -131,6 +132,8 @@ pub struct System {
     pub spec: String,
     /// The relay's `idle_refresh` (None: the default).
     pub idle_refresh: Option<&'static str>,
+    /// `slow_start_after_idle = false` for relay and proxy (`+warm`).
+    pub warm: bool,
 }
 
 /// The systems of full mode, in report order.
@@ -162,11 +165,24 @@ pub fn system(name: &str) -> Result<System> {
         sys.idle_refresh = Some("used");
         return Ok(sys);
     }
+    if let Some(base) = name.strip_suffix("+warm") {
+        let mut sys = system(base)?;
+        if sys.mode != "polycorn" {
+            bail!(
+                "`{name}`: +warm (slow_start_after_idle = false) applies to polycorn systems \
+                 only: a baseline's connections live as long as the passenger's"
+            );
+        }
+        sys.name = name.into();
+        sys.warm = true;
+        return Ok(sys);
+    }
     let pc = |spec: &str| System {
         name: name.into(),
         mode: "polycorn".into(),
         spec: spec.into(),
         idle_refresh: None,
+        warm: false,
     };
     Ok(match name {
         "mptcp" | "single" => System {
@@ -174,6 +190,7 @@ pub fn system(name: &str) -> Result<System> {
             mode: name.into(),
             spec: "-".into(),
             idle_refresh: None,
+            warm: false,
         },
         "vanilla" | "blest" | "ecf" | "redundant" | "roundrobin" | "hrsch" | "minrtt"
         | "polycorn" => pc(name),
@@ -668,6 +685,12 @@ fn write_configs(
     if let Some(r) = sys.idle_refresh {
         relay += &format!("idle_refresh = \"{r}\"\n");
     }
+    let warm = if sys.warm {
+        "slow_start_after_idle = false\n"
+    } else {
+        ""
+    };
+    relay += warm;
     relay.push('\n');
     for i in 0..paths {
         relay += &format!(
@@ -684,7 +707,7 @@ fn write_configs(
         relay += l;
     }
     let proxy = format!(
-        "[proxy]\nlisten = \"0.0.0.0:7700\"\ntunnel_listen = \"0.0.0.0:7701\"\ntunnel_peers = [\"10.100.0.0/16\"]\nscheduler = \"{spec}\"\ncongestion = \"cubic\"\n\n[tls]\nca = \"ca.pem\"\ncert = \"proxy.pem\"\nkey = \"proxy.key\"\n\n[policy]\nallow = [\"10.0.2.0/24\"]\n"
+        "[proxy]\nlisten = \"0.0.0.0:7700\"\ntunnel_listen = \"0.0.0.0:7701\"\ntunnel_peers = [\"10.100.0.0/16\"]\nscheduler = \"{spec}\"\ncongestion = \"cubic\"\n{warm}\n[tls]\nca = \"ca.pem\"\ncert = \"proxy.pem\"\nkey = \"proxy.key\"\n\n[policy]\nallow = [\"10.0.2.0/24\"]\n"
     );
     let mut proxy = proxy;
     proxy += &format!("\n[metrics]\nlisten = \"{METRICS_ADDR}\"\n");
@@ -1028,6 +1051,29 @@ mod tests {
         std::fs::remove_dir_all(&dir).unwrap();
         assert!(text.contains("idle_refresh = \"used\""), "{text}");
         let e = system("mptcp+fresh").unwrap_err();
+        assert!(e.to_string().contains("polycorn systems only"), "{e}");
+    }
+
+    #[test]
+    fn warm_suffix_turns_slow_start_after_idle_off_on_both_ends_and_only_for_polycorn() {
+        let s = system("hrsch+fresh+warm").unwrap();
+        assert_eq!(
+            (s.name.as_str(), s.spec.as_str(), s.idle_refresh, s.warm),
+            ("hrsch+fresh+warm", "hrsch", Some("used"), true)
+        );
+        assert!(!system("hrsch").unwrap().warm);
+        let dir = std::env::temp_dir().join(format!("pc-warm-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        for f in ["ca.pem", "relay.pem", "relay.key", "proxy.pem", "proxy.key"] {
+            std::fs::write(dir.join(f), "").unwrap();
+        }
+        let (relay, proxy) = write_configs(&dir, &s, 2, None).unwrap();
+        let relay = polycorn_net::config::RelayConfig::load(&relay);
+        let proxy = polycorn_net::config::ProxyConfig::load(&proxy);
+        std::fs::remove_dir_all(&dir).unwrap();
+        assert_eq!(relay.unwrap().relay.slow_start_after_idle, Some(false));
+        assert_eq!(proxy.unwrap().proxy.slow_start_after_idle, Some(false));
+        let e = system("single+warm").unwrap_err();
         assert!(e.to_string().contains("polycorn systems only"), "{e}");
     }
 
