@@ -282,13 +282,13 @@ pub const SLOW_START_AFTER_IDLE: &str = "/proc/sys/net/ipv4/tcp_slow_start_after
 /// Set `net.ipv4.tcp_slow_start_after_idle` of the calling thread's network namespace; returns
 /// the previous value. With 0 a TCP sender keeps its congestion window across idle gaps
 /// instead of restarting from the initial window (RFC 5681 §4.1); there is no per-socket
-/// option, so the setting covers every TCP socket of the namespace.
+/// option, so the setting covers every TCP socket of the namespace, and it stays after the
+/// process exits (like an entry in `sysctl.conf`).
 pub fn set_slow_start_after_idle(on: bool) -> io::Result<bool> {
     let what = |e: io::Error| {
-        let hint = match e.kind() {
-            io::ErrorKind::PermissionDenied => {
-                " (needs root or CAP_NET_ADMIN in this network \
-                                                namespace)"
+        let hint = match e.raw_os_error() {
+            Some(libc::EACCES | libc::EPERM | libc::EROFS) => {
+                " (needs root or CAP_NET_ADMIN, and /proc/sys writable, in this network namespace)"
             }
             _ => "",
         };
