@@ -64,8 +64,8 @@ pub struct BenchArgs {
     /// hrsch-ori, hrsch-er (HRSCH without that stage), or `polycorn:SPEC` for any pipeline. A
     /// polycorn system with `+fresh` appended (e.g. `hrsch+fresh`) runs with the relay's
     /// `idle_refresh = "used"`, with `+warm` with `slow_start_after_idle = false` on relay and
-    /// proxy (subflows keep their congestion window between flows). A system named twice runs twice, the second as `NAME#2` (an
-    /// A/A run measures the noise). A SPEC with commas needs `;` between the systems instead
+    /// proxy (subflows keep their congestion window between flows); suffixes combine. A system
+    /// named twice runs twice, the second as `NAME#2` (an A/A run measures the noise). A SPEC with commas needs `;` between the systems instead
     /// (`--systems 'vanilla;polycorn:minrtt,tpr'`), or a `--systems` of its own.
     #[arg(long)]
     pub systems: Vec<String>,
@@ -156,26 +156,27 @@ pub const QUICK_SYSTEMS: &[&str] = &["mptcp", "single", "vanilla", "hrsch"];
 
 /// Resolve a system name.
 pub fn system(name: &str) -> Result<System> {
-    if let Some(base) = name.strip_suffix("+fresh") {
-        let mut sys = system(base)?;
-        if sys.mode != "polycorn" {
-            bail!("`{name}`: +fresh (idle_refresh = \"used\") applies to polycorn systems only");
+    // Option suffixes: (suffix, what it sets, how it changes the system).
+    type Apply = fn(&mut System);
+    const SUFFIXES: [(&str, &str, Apply); 2] = [
+        ("+fresh", "idle_refresh = \"used\"", |s| {
+            s.idle_refresh = Some("used")
+        }),
+        ("+warm", "slow_start_after_idle = false", |s| s.warm = true),
+    ];
+    for (suffix, what, apply) in SUFFIXES {
+        if let Some(base) = name.strip_suffix(suffix) {
+            let mut sys = system(base)?;
+            if sys.mode != "polycorn" {
+                bail!(
+                    "`{name}`: {suffix} ({what}) applies to polycorn systems only: a baseline's \
+                     connections live as long as the passenger's"
+                );
+            }
+            sys.name = name.into();
+            apply(&mut sys);
+            return Ok(sys);
         }
-        sys.name = name.into();
-        sys.idle_refresh = Some("used");
-        return Ok(sys);
-    }
-    if let Some(base) = name.strip_suffix("+warm") {
-        let mut sys = system(base)?;
-        if sys.mode != "polycorn" {
-            bail!(
-                "`{name}`: +warm (slow_start_after_idle = false) applies to polycorn systems \
-                 only: a baseline's connections live as long as the passenger's"
-            );
-        }
-        sys.name = name.into();
-        sys.warm = true;
-        return Ok(sys);
     }
     let pc = |spec: &str| System {
         name: name.into(),
