@@ -108,7 +108,9 @@ impl Tunnels {
             };
         let _ = stream.set_nodelay(true);
         if let Some(cc) = &self.congestion {
-            let _ = sockopt::set_congestion(stream.as_fd(), cc);
+            if let Err(e) = sockopt::set_congestion(stream.as_fd(), cc) {
+                warn!(error = %e, "tunnel keeps the system's congestion control");
+            }
         }
         let open = Frame::OpenFlow {
             cseq: 0,
@@ -207,7 +209,10 @@ pub async fn serve_tunnels(
     listener: TcpListener,
     peers: Arc<Vec<ipnet::IpNet>>,
     connector: Arc<crate::proxy::Connector>,
+    congestion: Option<String>,
 ) {
+    // Warn once, not per tunnel, when the congestion control cannot be set.
+    let mut cc_warned = false;
     loop {
         let (mut s, peer) = match listener.accept().await {
             Ok(x) => x,
@@ -222,6 +227,15 @@ pub async fn serve_tunnels(
             warn!(%peer, "tunnel from a peer outside proxy.tunnel_peers refused");
             let _ = socket2::SockRef::from(&s).set_linger(Some(Duration::ZERO));
             continue;
+        }
+        // The proxy sends the downlink: its congestion control is the tunnel's (on an MPTCP
+        // connection the kernel applies it to every subflow, present and joining).
+        if let Some(cc) = &congestion {
+            if let Err(e) = sockopt::set_congestion(s.as_fd(), cc) {
+                if !std::mem::replace(&mut cc_warned, true) {
+                    warn!(error = %e, "tunnel keeps the system's congestion control");
+                }
+            }
         }
         let c = connector.clone();
         tokio::spawn(async move {

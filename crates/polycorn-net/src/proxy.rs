@@ -133,6 +133,7 @@ pub async fn start(
             l,
             Arc::new(opts.tunnel_peers.clone()),
             connector.clone(),
+            opts.tuning.congestion.clone(),
         ));
     }
     Ok((tasks, sessions))

@@ -64,7 +64,9 @@ pub struct BenchArgs {
     /// hrsch-ori, hrsch-er (HRSCH without that stage), or `polycorn:SPEC` for any pipeline. A
     /// polycorn system with `+fresh` appended (e.g. `hrsch+fresh`) runs with the relay's
     /// `idle_refresh = "used"`, with `+warm` with `slow_start_after_idle = false` on relay and
-    /// proxy (subflows keep their congestion window between flows); suffixes combine. A system
+    /// proxy (subflows keep their congestion window between flows); any system with `+bbr`
+    /// with BBR instead of CUBIC on relay and proxy (subflows, or the baselines' tunnels);
+    /// suffixes combine. A system
     /// named twice runs twice, the second as `NAME#2` (an A/A run measures the noise). A SPEC with commas needs `;` between the systems instead
     /// (`--systems 'vanilla;polycorn:minrtt,tpr'`), or a `--systems` of its own.
     #[arg(long)]
@@ -134,6 +136,9 @@ pub struct System {
     pub idle_refresh: Option<&'static str>,
     /// `slow_start_after_idle = false` for relay and proxy (`+warm`).
     pub warm: bool,
+    /// TCP congestion control of relay and proxy (subflows or tunnels): `cubic`, `bbr` with
+    /// `+bbr`.
+    pub congestion: &'static str,
 }
 
 /// The systems of full mode, in report order.
@@ -156,18 +161,23 @@ pub const QUICK_SYSTEMS: &[&str] = &["mptcp", "single", "vanilla", "hrsch"];
 
 /// Resolve a system name.
 pub fn system(name: &str) -> Result<System> {
-    // Option suffixes: (suffix, what it sets, how it changes the system).
+    // Option suffixes: (suffix, what it sets, polycorn systems only, how it changes the system).
     type Apply = fn(&mut System);
-    const SUFFIXES: [(&str, &str, Apply); 2] = [
-        ("+fresh", "idle_refresh = \"used\"", |s| {
+    const SUFFIXES: [(&str, &str, bool, Apply); 3] = [
+        ("+fresh", "idle_refresh = \"used\"", true, |s| {
             s.idle_refresh = Some("used")
         }),
-        ("+warm", "slow_start_after_idle = false", |s| s.warm = true),
+        ("+warm", "slow_start_after_idle = false", true, |s| {
+            s.warm = true
+        }),
+        ("+bbr", "congestion = \"bbr\"", false, |s| {
+            s.congestion = "bbr"
+        }),
     ];
-    for (suffix, what, apply) in SUFFIXES {
+    for (suffix, what, polycorn_only, apply) in SUFFIXES {
         if let Some(base) = name.strip_suffix(suffix) {
             let mut sys = system(base)?;
-            if sys.mode != "polycorn" {
+            if polycorn_only && sys.mode != "polycorn" {
                 bail!(
                     "`{name}`: {suffix} ({what}) applies to polycorn systems only: a baseline's \
                      connections live as long as the passenger's"
@@ -184,6 +194,7 @@ pub fn system(name: &str) -> Result<System> {
         spec: spec.into(),
         idle_refresh: None,
         warm: false,
+        congestion: "cubic",
     };
     Ok(match name {
         "mptcp" | "single" => System {
@@ -192,6 +203,7 @@ pub fn system(name: &str) -> Result<System> {
             spec: "-".into(),
             idle_refresh: None,
             warm: false,
+            congestion: "cubic",
         },
         "vanilla" | "blest" | "ecf" | "redundant" | "roundrobin" | "hrsch" | "minrtt"
         | "polycorn" => pc(name),
@@ -679,8 +691,9 @@ fn write_configs(
     } else {
         "minrtt"
     };
+    let cc = sys.congestion;
     let mut relay = format!(
-        "[relay]\nmode = \"{}\"\nscheduler = \"{spec}\"\nproxy = \"10.100.0.2:7700\"\ncongestion = \"cubic\"\n",
+        "[relay]\nmode = \"{}\"\nscheduler = \"{spec}\"\nproxy = \"10.100.0.2:7700\"\ncongestion = \"{cc}\"\n",
         sys.mode
     );
     if let Some(r) = sys.idle_refresh {
@@ -708,7 +721,7 @@ fn write_configs(
         relay += l;
     }
     let proxy = format!(
-        "[proxy]\nlisten = \"0.0.0.0:7700\"\ntunnel_listen = \"0.0.0.0:7701\"\ntunnel_peers = [\"10.100.0.0/16\"]\nscheduler = \"{spec}\"\ncongestion = \"cubic\"\n{warm}\n[tls]\nca = \"ca.pem\"\ncert = \"proxy.pem\"\nkey = \"proxy.key\"\n\n[policy]\nallow = [\"10.0.2.0/24\"]\n"
+        "[proxy]\nlisten = \"0.0.0.0:7700\"\ntunnel_listen = \"0.0.0.0:7701\"\ntunnel_peers = [\"10.100.0.0/16\"]\nscheduler = \"{spec}\"\ncongestion = \"{cc}\"\n{warm}\n[tls]\nca = \"ca.pem\"\ncert = \"proxy.pem\"\nkey = \"proxy.key\"\n\n[policy]\nallow = [\"10.0.2.0/24\"]\n"
     );
     let mut proxy = proxy;
     proxy += &format!("\n[metrics]\nlisten = \"{METRICS_ADDR}\"\n");
@@ -1076,6 +1089,28 @@ mod tests {
         assert_eq!(proxy.unwrap().proxy.slow_start_after_idle, Some(false));
         let e = system("single+warm").unwrap_err();
         assert!(e.to_string().contains("polycorn systems only"), "{e}");
+    }
+
+    #[test]
+    fn bbr_suffix_sets_the_congestion_control_of_both_ends_for_every_system() {
+        assert_eq!(system("hrsch").unwrap().congestion, "cubic");
+        assert_eq!(system("mptcp").unwrap().congestion, "cubic");
+        let dir = std::env::temp_dir().join(format!("pc-bbr-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        for f in ["ca.pem", "relay.pem", "relay.key", "proxy.pem", "proxy.key"] {
+            std::fs::write(dir.join(f), "").unwrap();
+        }
+        for name in ["mptcp+bbr", "single+bbr", "hrsch+warm+bbr"] {
+            let s = system(name).unwrap();
+            assert_eq!((s.name.as_str(), s.congestion), (name, "bbr"));
+            let (relay, proxy) = write_configs(&dir, &s, 2, None).unwrap();
+            let relay = polycorn_net::config::RelayConfig::load(&relay).unwrap();
+            let proxy = polycorn_net::config::ProxyConfig::load(&proxy).unwrap();
+            assert_eq!(relay.relay.congestion.as_deref(), Some("bbr"), "{name}");
+            assert_eq!(proxy.proxy.congestion.as_deref(), Some("bbr"), "{name}");
+        }
+        std::fs::remove_dir_all(&dir).unwrap();
+        assert!(system("hrsch+warm+bbr").unwrap().warm);
     }
 
     #[test]
