@@ -23,7 +23,7 @@
 use std::io;
 use std::mem::{size_of, MaybeUninit};
 use std::net::{IpAddr, SocketAddr};
-use std::os::fd::{AsRawFd, BorrowedFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
 use std::time::Duration as StdDuration;
 
 use polycorn_sched::path::TcpInfoSample;
@@ -274,6 +274,15 @@ pub fn set_congestion(fd: BorrowedFd<'_>, name: &str) -> io::Result<()> {
             };
             io::Error::new(e.kind(), format!("set congestion control `{name}`: {hint}"))
         })
+}
+
+/// Whether this process can give a TCP socket the congestion control `name` (tried on a
+/// throwaway socket; loading its kernel module if needed and allowed). The daemons call it
+/// at startup so that a missing algorithm stops them with the reason instead of failing every
+/// subflow later.
+pub fn check_congestion(name: &str) -> io::Result<()> {
+    let s = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None)?;
+    set_congestion(s.as_fd(), name)
 }
 
 /// Where the kernel keeps `net.ipv4.tcp_slow_start_after_idle` (per network namespace).

@@ -100,6 +100,17 @@ fn congestion_reads_back_and_unknown_names_the_algorithm() {
 }
 
 #[test]
+fn startup_check_of_a_congestion_control_accepts_reno_and_names_a_missing_one() {
+    sockopt::check_congestion("reno").unwrap();
+    let e = sockopt::check_congestion("nosuchcc").unwrap_err();
+    let text = e.to_string();
+    assert!(
+        text.contains("nosuchcc") && text.contains("reno"),
+        "names the algorithm and the available ones: {text}"
+    );
+}
+
+#[test]
 fn linger_zero_close_resets_the_peer() {
     let (c, mut s) = pair();
     sockopt::set_linger_zero(c.as_fd()).unwrap();

@@ -63,6 +63,14 @@ fn apply_slow_start_after_idle(key: &str, want: Option<bool>) -> Result<()> {
     Ok(())
 }
 
+/// Stop startup if the configured congestion control cannot be set.
+fn check_congestion(key: &str, name: Option<&str>) -> Result<()> {
+    if let Some(cc) = name {
+        polycorn_net::sockopt::check_congestion(cc).with_context(|| format!("{key} = {cc:?}"))?;
+    }
+    Ok(())
+}
+
 fn tuning(limits: &polycorn_net::config::Limits, hold: Duration, cc: Option<String>) -> Tuning {
     Tuning {
         flow_window: limits.flow_window_bytes,
@@ -183,6 +191,7 @@ pub fn relay(path: &Path) -> Result<()> {
         "relay.slow_start_after_idle",
         cfg.relay.slow_start_after_idle,
     )?;
+    check_congestion("relay.congestion", cfg.relay.congestion.as_deref())?;
     let rt = runtime()?;
     rt.block_on(async move {
         let mode = match cfg.relay.mode {
@@ -327,6 +336,7 @@ pub fn proxy(path: &Path) -> Result<()> {
         "proxy.slow_start_after_idle",
         cfg.proxy.slow_start_after_idle,
     )?;
+    check_congestion("proxy.congestion", cfg.proxy.congestion.as_deref())?;
     let rt = runtime()?;
     rt.block_on(async move {
         let tls_cfg = tls::server_config(&cfg.tls.ca, &cfg.tls.cert, &cfg.tls.key)?;

@@ -55,6 +55,30 @@ fn output_into_a_closed_pipe_ends_quietly() {
 }
 
 #[test]
+fn proxy_with_a_congestion_control_the_kernel_lacks_stops_at_startup() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path().to_str().unwrap();
+    let out = polycorn(&["tls", "generate", d]);
+    assert!(out.status.success(), "{out:?}");
+    let cfg = dir.path().join("proxy.toml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "[proxy]\nlisten = \"127.0.0.1:17700\"\ncongestion = \"nosuchcc\"\n\n[tls]\n\
+             ca = \"{d}/ca.pem\"\ncert = \"{d}/proxy.pem\"\nkey = \"{d}/proxy.key\"\n"
+        ),
+    )
+    .unwrap();
+    let out = polycorn(&["proxy", "--config", cfg.to_str().unwrap()]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{err}");
+    assert!(
+        err.contains("proxy.congestion = \"nosuchcc\"") && err.contains("available"),
+        "names the key and what the kernel has: {err}"
+    );
+}
+
+#[test]
 fn schedulers_check_accepts_and_refuses_with_the_valid_names() {
     let ok = polycorn(&["schedulers", "--check", "hpr,minrtt,tpr,ori+er(k=2)"]);
     assert!(ok.status.success());
