@@ -138,11 +138,11 @@ fn examples_parse() {
     assert!(r.intercept.transparent6.is_some() && r.intercept.socks5.is_some());
     assert!(r.dns.listen.is_some() && r.dns.upstream.is_some());
     assert_eq!(r.context.replay, Some(dir.path().join("context.csv")));
-    assert_eq!(r.relay.congestion.as_deref(), Some("cubic"));
+    assert_eq!(r.relay.congestion.as_deref(), Some("bbr"));
     let p = proxy(&uncomment(ProxyConfig::example()), dir.path()).unwrap();
     assert!(p.proxy.tunnel_listen.is_some());
     assert_eq!(p.proxy.tunnel_peers.len(), 2);
-    assert_eq!(p.proxy.congestion.as_deref(), Some("cubic"));
+    assert_eq!(p.proxy.congestion.as_deref(), Some("bbr"));
     assert!(p.linkdb.db.is_some());
     assert!(p.metrics.listen.is_some());
 }
