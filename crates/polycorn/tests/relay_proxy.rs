@@ -164,8 +164,17 @@ fn configs(
     // (tables) is appended.
     let split = extra.0.find('[').unwrap_or(extra.0.len());
     let (relay_keys, relay_tables) = extra.0.split_at(split);
+    // cubic unless the extra keys choose a congestion control.
+    let cc = |keys: &str| {
+        if keys.contains("congestion =") {
+            ""
+        } else {
+            "congestion = \"cubic\"\n"
+        }
+    };
     let mut relay = format!(
-        "[relay]\nmode = \"{mode}\"\nscheduler = \"{spec}\"\nproxy = \"10.100.0.2:7700\"\ncongestion = \"cubic\"\n{relay_keys}\n"
+        "[relay]\nmode = \"{mode}\"\nscheduler = \"{spec}\"\nproxy = \"10.100.0.2:7700\"\n{}{relay_keys}\n",
+        cc(relay_keys)
     );
     for i in 0..paths {
         relay += &format!(
@@ -174,14 +183,15 @@ fn configs(
     }
     relay += "[intercept]\ntransparent = \"0.0.0.0:7070\"\ntransparent6 = \"[::]:7070\"\nsocks5 = \"10.0.1.1:1080\"\ninstall_nft = true\nlan_device = \"lan0\"\n\n";
     relay += "[dns]\nlisten = \"10.0.1.1:53\"\nupstream = \"10.0.2.2:53\"\n\n[tls]\nca = \"ca.pem\"\ncert = \"relay.pem\"\nkey = \"relay.key\"\n\n[metrics]\nlisten = \"127.0.0.1:9100\"\n";
-    let proxy = format!(
-        "[proxy]\nlisten = \"0.0.0.0:7700\"\ntunnel_listen = \"0.0.0.0:7701\"\ntunnel_peers = [\"10.100.0.0/16\"]\nscheduler = \"{spec}\"\ncongestion = \"cubic\"\n\n[tls]\nca = \"ca.pem\"\ncert = \"proxy.pem\"\nkey = \"proxy.key\"\n\n[policy]\nallow = [\"10.0.2.0/24\", \"fd00:2::/64\"]\n\n[metrics]\nlisten = \"127.0.0.1:9100\"\n"
-    );
-    let _ = bed;
-    let relay = relay + relay_tables;
     // The same for the proxy's extra text and `[proxy]`.
     let split = extra.1.find('[').unwrap_or(extra.1.len());
     let (proxy_keys, proxy_tables) = extra.1.split_at(split);
+    let proxy = format!(
+        "[proxy]\nlisten = \"0.0.0.0:7700\"\ntunnel_listen = \"0.0.0.0:7701\"\ntunnel_peers = [\"10.100.0.0/16\"]\nscheduler = \"{spec}\"\n{}\n[tls]\nca = \"ca.pem\"\ncert = \"proxy.pem\"\nkey = \"proxy.key\"\n\n[policy]\nallow = [\"10.0.2.0/24\", \"fd00:2::/64\"]\n\n[metrics]\nlisten = \"127.0.0.1:9100\"\n",
+        cc(proxy_keys)
+    );
+    let _ = bed;
+    let relay = relay + relay_tables;
     let proxy = proxy.replacen("\n\n[tls]", &format!("\n{proxy_keys}\n[tls]"), 1) + proxy_tables;
     let r = dir.join("relay.toml");
     let p = dir.join("proxy.toml");
@@ -1159,26 +1169,15 @@ fn baseline_tunnels_use_the_configured_congestion_control_on_every_subflow() {
     }
     let bed = Bed::constant("cc", 20, 20);
     start_server(&bed);
-    let dir = tempfile::tempdir().unwrap();
-    let out = Command::new(bin())
-        .args(["tls", "generate"])
-        .arg(dir.path())
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "{out:?}");
-    let (r, p) = configs(&bed, dir.path(), "mptcp", "minrtt", 2, ("", ""));
-    for f in [&r, &p] {
-        let t = std::fs::read_to_string(f).unwrap();
-        std::fs::write(
-            f,
-            t.replace("congestion = \"cubic\"", "congestion = \"reno\""),
-        )
-        .unwrap();
-    }
-    let mut proxy = Daemon::start(&bed.ns("proxy"), "proxy", &p, dir.path().join("proxy.log"));
-    proxy.wait_for("proxy running", 1);
-    let mut relay = Daemon::start(&bed.ns("relay"), "relay", &r, dir.path().join("relay.log"));
-    relay.wait_for("relay running", 1);
+    let reno = "congestion = \"reno\"\n";
+    let stack = start_stack_with(
+        &bed,
+        "mptcp",
+        "minrtt",
+        2,
+        (reno, reno),
+        tempfile::tempdir().unwrap(),
+    );
     // A download long enough (16 MB at 2 × 20 Mbit/s: several seconds) to look at its
     // subflows while it runs.
     let ns = bed.ns("client");
@@ -1207,7 +1206,7 @@ fn baseline_tunnels_use_the_configured_congestion_control_on_every_subflow() {
     assert!(
         matches!(r, Ok(Ok(_))),
         "download: {r:?}\n{}",
-        tail(&relay.log())
+        tail(&stack.relay.log())
     );
     assert!(
         at_proxy.len() >= 2 && at_relay.len() >= 2,
@@ -1216,9 +1215,8 @@ fn baseline_tunnels_use_the_configured_congestion_control_on_every_subflow() {
     assert!(
         at_proxy.iter().chain(&at_relay).all(|c| c == "reno"),
         "proxy {at_proxy:?}, relay {at_relay:?}\n{}",
-        tail(&proxy.log())
+        tail(&stack.proxy.log())
     );
-    let stack = Stack { dir, proxy, relay };
     assert!(!stack
         .proxy
         .log()

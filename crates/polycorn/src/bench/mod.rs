@@ -66,8 +66,8 @@ pub struct BenchArgs {
     /// `idle_refresh = "used"`, with `+warm` with `slow_start_after_idle = false` on relay and
     /// proxy (subflows keep their congestion window between flows); any system with `+bbr`
     /// with BBR instead of CUBIC on relay and proxy (subflows, or the baselines' tunnels);
-    /// suffixes combine. A system
-    /// named twice runs twice, the second as `NAME#2` (an A/A run measures the noise). A SPEC with commas needs `;` between the systems instead
+    /// suffixes combine. A system named twice runs twice, the second as `NAME#2` (an A/A run
+    /// measures the noise). A SPEC with commas needs `;` between the systems instead
     /// (`--systems 'vanilla;polycorn:minrtt,tpr'`), or a `--systems` of its own.
     #[arg(long)]
     pub systems: Vec<String>,
