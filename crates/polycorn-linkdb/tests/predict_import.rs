@@ -325,7 +325,24 @@ fn validation_on_simulated_hsr_trips_fills_the_categories() {
         assert_eq!((c.failures, c.successes), (n_fail, n_ok), "{kind:?}");
         assert_eq!(c.fail_correct + c.fail_early + c.fail_late, c.failures);
         assert!(c.fail_unpredicted <= c.fail_late);
+        let h = &r.with_history_total;
+        assert!(h.failures <= c.failures && h.successes <= c.successes);
+        assert_eq!(h.fail_correct + h.fail_early + h.fail_late, h.failures);
     }
+    // The split by history: with 5 rides of history, some failures come out of cells that failed
+    // in no other ride, and the paper's predictor (a mean failure location per cell) predicts
+    // nothing for exactly those.
+    let (all, hist) = (&reports[0].1.total, &reports[0].1.with_history_total);
+    assert!(
+        hist.failures > 0 && hist.failures < all.failures,
+        "{hist:?} of {all:?}"
+    );
+    assert_eq!(
+        all.fail_unpredicted - hist.fail_unpredicted,
+        all.failures - hist.failures,
+        "every failure out of a cell without a recorded failure is never predicted"
+    );
+    assert_eq!(hist.fail_correct, all.fail_correct);
     let paper = &reports[0].1.total;
     // History predicts something: some failures are caught in time, most successes left alone.
     assert!(

@@ -430,7 +430,7 @@ fn validate_cmd(
         }
         let reports =
             validate::leave_one_ride_out_judged(&trips, &kinds, validate::Lead::NONE, truth);
-        print!("{}", validate::format_table(&reports));
+        print_reports(&reports);
         if let Some(rtt_ms) = hpr_rtt_ms {
             let lead = validate::Lead {
                 rtt_ms,
@@ -441,7 +441,7 @@ fn validate_cmd(
                 lead.ms(300.0 / 3.6)
             );
             let reports = validate::leave_one_ride_out_judged(&trips, &kinds, lead, truth);
-            print!("{}", validate::format_table(&reports));
+            print_reports(&reports);
         }
         if !thresholds.is_empty() {
             println!("risk model, sensitivity to its threshold (all carriers):");
@@ -464,6 +464,14 @@ fn validate_cmd(
         }
     }
     Ok(())
+}
+
+/// The category table over every handover, then over the handovers out of cells with a failure
+/// in the other rides (the population the paper's Fig. 6 shares can refer to; README, LinkDB).
+fn print_reports(reports: &[(ModelKind, validate::Report)]) {
+    print!("{}", validate::format_table(reports));
+    println!("only handovers out of a cell with a failure in the other rides (a failure location exists):");
+    print!("{}", validate::format_history_table(reports));
 }
 
 fn predict(a: &PredictArgs) -> Result<()> {

@@ -472,9 +472,12 @@ fn linkdb_import_is_idempotent_and_validate_prints_the_categories() {
         "loctable",
         "failures",
         "failures judged at the loss of the source cell",
+        "only handovers out of a cell with a failure in the other rides",
     ] {
         assert!(t.contains(needle), "{needle} missing in\n{t}");
     }
+    // Both views print a row per predictor and the "all" total.
+    assert_eq!(t.matches("\npaper     all").count(), 2, "{t}");
     let out = polycorn(&["linkdb", "validate", "--db", &db, "--truth", "start"]);
     assert!(text(&out).contains("failures judged at their start"));
     let out = polycorn(&["linkdb", "validate", "--db", &db, "--truth", "end"]);
