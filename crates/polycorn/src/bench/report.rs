@@ -1234,6 +1234,94 @@ fn geo_into(v: &mut Value, ratios: &[f64]) -> an::GeoSummary {
 /// Results of several rides pooled: per-flow goodput ratios (vs vanilla and vs kernel MPTCP,
 /// each pair from the same ride), FCT ÷ oracle, IM delivery times (all messages of all rides)
 /// and their change against single path and kernel MPTCP. Text table and JSON.
+/// IM, per ride: each ride's mean delivery time of a system over a baseline's, as a change in %,
+/// summarised by the geometric mean over rides with a 95% interval over rides (Student's t on
+/// the rides' log ratios, [`an::RideCi`]), per user count and over the three counts together
+/// (each ride's mean log ratio over the counts). The pooled change above weighs rides by their
+/// messages and has no interval; a ride whose baseline user sat in a blackout moves it a lot.
+fn im_ride_changes(
+    rides: &[Results],
+    names: &[String],
+    o: &mut String,
+    systems: &mut serde_json::Map<String, Value>,
+) {
+    let num = |x: f64| if x.is_finite() { json!(x) } else { Value::Null };
+    let ride_mean = |r: &Results, name: &str, users: usize| -> Option<f64> {
+        let m = an::im_stats(r.run(name)?, users).mean_s;
+        (m.is_finite() && m > 0.0).then_some(m)
+    };
+    // Per ride and user count: system / baseline; `None` when either has no answer.
+    let ratios = |name: &str, base: &str| -> Vec<[Option<f64>; 3]> {
+        rides
+            .iter()
+            .map(|r| IM_USERS.map(|u| Some(ride_mean(r, name, u)? / ride_mean(r, base, u)?)))
+            .collect()
+    };
+    let bases: Vec<&str> = ["single", "mptcp"]
+        .into_iter()
+        .filter(|b| names.iter().any(|n| n == b))
+        .collect();
+    if rides.len() < 2 || bases.is_empty() {
+        return;
+    }
+    let _ = writeln!(
+        o,
+        "\ninstant messaging, each ride's mean delivery time over the baseline's: change, geometric mean over rides [95% CI over rides]"
+    );
+    let pct = |x: f64| (x - 1.0) * 100.0;
+    for name in names {
+        for &base in &bases {
+            if name == base {
+                continue;
+            }
+            let per_ride = ratios(name, base);
+            let _ = write!(o, "{:<w$}", format!("{name} vs {base}"), w = 22);
+            let mut cols: Vec<(String, Vec<f64>)> = IM_USERS
+                .iter()
+                .enumerate()
+                .map(|(i, u)| {
+                    let v: Vec<f64> = per_ride.iter().filter_map(|r| r[i]).collect();
+                    (format!("{u}u"), v)
+                })
+                .collect();
+            // Over the three counts: a ride counts when it has all three.
+            let all: Vec<f64> = per_ride
+                .iter()
+                .filter_map(|r| {
+                    let l: Option<Vec<f64>> = r.iter().map(|x| x.map(f64::ln)).collect();
+                    l.map(|l| (l.iter().sum::<f64>() / l.len() as f64).exp())
+                })
+                .collect();
+            cols.push(("all".into(), all));
+            for (label, v) in cols {
+                let g = an::GeoSummary::of(&v);
+                let ci = an::RideCi::of(&v.iter().map(|x| vec![*x]).collect::<Vec<_>>());
+                let _ = write!(
+                    o,
+                    " {:<30}",
+                    format!(
+                        "{label} {}% [{}, {}]",
+                        f(pct(g.gmean), 1),
+                        f(pct(ci.ci_lo), 1),
+                        f(pct(ci.ci_hi), 1)
+                    )
+                );
+                let key = if label == "all" {
+                    "all".to_string()
+                } else {
+                    label.trim_end_matches('u').to_string()
+                };
+                systems[name.as_str()]["im_ride_change_pct"][base][key] = json!({
+                    "gmean": num(pct(g.gmean)), "ci_lo": num(pct(ci.ci_lo)),
+                    "ci_hi": num(pct(ci.ci_hi)), "rides": ci.rides,
+                });
+            }
+            o.truncate(o.trim_end_matches(' ').len());
+            o.push('\n');
+        }
+    }
+}
+
 pub fn pooled(rides: &[Results]) -> (String, Value) {
     let num = |x: f64| if x.is_finite() { json!(x) } else { Value::Null };
     let summ = |s: &Summary| {
@@ -1398,6 +1486,7 @@ pub fn pooled(rides: &[Results]) -> (String, Value) {
         }
         o.push('\n');
     }
+    im_ride_changes(rides, &names, &mut o, &mut systems);
     let failed: Vec<String> = rides
         .iter()
         .flat_map(|r| {
@@ -1548,6 +1637,45 @@ pub(crate) mod tests {
         );
         assert_eq!(j["rides"], json!([1, 2]));
         assert!(text.contains("pooled over 2 rides"), "{text}");
+    }
+
+    #[test]
+    fn im_changes_per_ride_have_an_interval_over_rides() {
+        let a = synthetic();
+        let mut b = synthetic();
+        b.meta.trip_seed = 2;
+        // In ride 2 every HRSCH answer takes twice as long: the rides disagree.
+        for run in b.runs.iter_mut().filter(|r| r.system == "hrsch") {
+            for m in &mut run.im {
+                m.delivery_s = m.delivery_s.map(|d| 2.0 * d);
+            }
+        }
+        let ratio = |r: &Results, u: usize| {
+            an::im_stats(r.run("hrsch").unwrap(), u).mean_s
+                / an::im_stats(r.run("single").unwrap(), u).mean_s
+        };
+        let (text, j) = pooled(&[a.clone(), b.clone()]);
+        let num = |v: &Value| v.as_f64().unwrap();
+        for u in IM_USERS {
+            let c = &j["systems"]["hrsch"]["im_ride_change_pct"]["single"][u.to_string()];
+            let expect = ((ratio(&a, u) * ratio(&b, u)).sqrt() - 1.0) * 100.0;
+            assert!((num(&c["gmean"]) - expect).abs() < 1e-9, "{u}: {c}");
+            assert!(
+                num(&c["ci_lo"]) < num(&c["gmean"]) && num(&c["gmean"]) < num(&c["ci_hi"]),
+                "{c}"
+            );
+            assert_eq!(c["rides"], json!(2));
+        }
+        // Over the three counts: the geometric mean of each ride's three ratios.
+        let all = &j["systems"]["hrsch"]["im_ride_change_pct"]["single"]["all"];
+        let g = |r: &Results| IM_USERS.iter().map(|&u| ratio(r, u).ln()).sum::<f64>() / 3.0;
+        let expect = (((g(&a) + g(&b)) / 2.0).exp() - 1.0) * 100.0;
+        assert!((num(&all["gmean"]) - expect).abs() < 1e-9, "{all}");
+        assert!(j["systems"]["hrsch"]["im_ride_change_pct"]["mptcp"]["all"]["gmean"].is_number());
+        assert!(text.contains("hrsch vs single"), "{text}");
+        // One ride has no interval over rides: the block is left out.
+        let (one, _) = pooled(&[a]);
+        assert!(!one.contains("each ride's mean delivery time"), "{one}");
     }
 
     /// A run with only one of the two workloads writes, verifies and pools like a full one.
