@@ -8,6 +8,7 @@ mod demo;
 mod linkdb_cmd;
 mod net_cmd;
 mod netbench;
+mod realdata;
 mod testbed_cmd;
 mod tripgen;
 
@@ -133,6 +134,9 @@ enum TestbedAction {
     },
     /// Measure TCP over each emulated carrier of a preset and compare with published HSR statistics.
     Calibrate(calibrate::CalibrateArgs),
+    /// Real HSR MPTCP downloads (the hsr-mptcp packet traces) beside a bench run's flows:
+    /// flow completion times per size. Runs nothing; no root needed.
+    CompareReal(realdata::CompareRealArgs),
 }
 
 #[derive(Subcommand, Debug)]
@@ -246,6 +250,9 @@ fn run(cli: Cli) -> Result<()> {
         Command::Testbed {
             action: TestbedAction::Calibrate(args),
         } => calibrate::run(&args)?,
+        Command::Testbed {
+            action: TestbedAction::CompareReal(args),
+        } => realdata::run(&args)?,
         Command::Trip {
             action: TripAction::Generate(args),
         } => tripgen::run(&args)?,

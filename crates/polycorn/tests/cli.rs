@@ -529,3 +529,36 @@ fn bench_pool_names_what_it_cannot_read() {
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("Usage"));
 }
+
+#[test]
+fn compare_real_names_a_missing_dataset_and_reads_the_real_one_when_present() {
+    let out = polycorn(&[
+        "testbed",
+        "compare-real",
+        "--hsr-mptcp",
+        "/nonexistent/hsr-mptcp",
+    ]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("/nonexistent/hsr-mptcp"), "{err}");
+    let data =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/data/hsr-mptcp");
+    if !data.is_dir() {
+        eprintln!("{} absent: the real-data half skipped", data.display());
+        return;
+    }
+    let out = polycorn(&[
+        "testbed",
+        "compare-real",
+        "--hsr-mptcp",
+        data.to_str().unwrap(),
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let t = String::from_utf8_lossy(&out.stdout);
+    assert!(t.contains("real HSR MPTCP (hsr-mptcp, 2018)"), "{t}");
+    assert!(t.contains("(12/12)"), "{t}");
+}

@@ -100,7 +100,7 @@ impl Results {
         }
     }
 
-    fn run(&self, name: &str) -> Option<&SystemRun> {
+    pub(crate) fn run(&self, name: &str) -> Option<&SystemRun> {
         self.runs
             .iter()
             .find(|r| r.system == name && r.error.is_none())
