@@ -101,7 +101,11 @@ pub fn read_subflow(path: &Path, carrier: &str) -> Result<(Option<Subflow>, Vec<
     let Some((_, header)) = lines.next() else {
         return Ok((None, Vec::new()));
     };
-    let cols: Vec<&str> = header.split(',').collect();
+    let cols: Vec<&str> = header
+        .trim_start_matches('\u{feff}')
+        .split(',')
+        .map(str::trim)
+        .collect();
     let col = |name: &str| {
         cols.iter()
             .position(|c| *c == name)

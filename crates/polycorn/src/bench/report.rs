@@ -174,7 +174,6 @@ impl Results {
     /// Everything as JSON (metadata, plan, raw results, summaries).
     pub fn to_json(&self) -> Value {
         let m = &self.meta;
-        let num = |x: f64| if x.is_finite() { json!(x) } else { Value::Null };
         let summ = |s: &Summary| {
             json!({"n": s.n, "mean": num(s.mean), "median": num(s.median), "p10": num(s.p10),
                    "p90": num(s.p90), "ci95": [num(s.ci_lo), num(s.ci_hi)]})
@@ -267,6 +266,15 @@ impl Results {
             },
             "runs": runs,
         })
+    }
+}
+
+/// A JSON number, or `null` for NaN and infinities (JSON has neither).
+fn num(x: f64) -> Value {
+    if x.is_finite() {
+        json!(x)
+    } else {
+        Value::Null
     }
 }
 
@@ -1224,7 +1232,6 @@ pub fn html(r: &Results) -> String {
 
 /// Add the geometric mean of `ratios` and its 95% CI to a ratio summary's JSON; returns it.
 fn geo_into(v: &mut Value, ratios: &[f64]) -> an::GeoSummary {
-    let num = |x: f64| if x.is_finite() { json!(x) } else { Value::Null };
     let g = an::GeoSummary::of(ratios);
     v["geomean"] = num(g.gmean);
     v["geomean_ci95"] = json!([num(g.ci_lo), num(g.ci_hi)]);
@@ -1245,7 +1252,6 @@ fn im_ride_changes(
     o: &mut String,
     systems: &mut serde_json::Map<String, Value>,
 ) {
-    let num = |x: f64| if x.is_finite() { json!(x) } else { Value::Null };
     let ride_mean = |r: &Results, name: &str, users: usize| -> Option<f64> {
         let m = an::im_stats(r.run(name)?, users).mean_s;
         (m.is_finite() && m > 0.0).then_some(m)
@@ -1323,7 +1329,6 @@ fn im_ride_changes(
 }
 
 pub fn pooled(rides: &[Results]) -> (String, Value) {
-    let num = |x: f64| if x.is_finite() { json!(x) } else { Value::Null };
     let summ = |s: &Summary| {
         json!({"n": s.n, "mean": num(s.mean), "median": num(s.median), "p10": num(s.p10),
                "p90": num(s.p90), "ci95": [num(s.ci_lo), num(s.ci_hi)]})
