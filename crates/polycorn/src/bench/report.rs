@@ -1660,13 +1660,13 @@ pub(crate) mod tests {
                 / an::im_stats(r.run("single").unwrap(), u).mean_s
         };
         let (text, j) = pooled(&[a.clone(), b.clone()]);
-        let num = |v: &Value| v.as_f64().unwrap();
+        let val = |v: &Value| v.as_f64().unwrap();
         for u in IM_USERS {
             let c = &j["systems"]["hrsch"]["im_ride_change_pct"]["single"][u.to_string()];
             let expect = ((ratio(&a, u) * ratio(&b, u)).sqrt() - 1.0) * 100.0;
-            assert!((num(&c["gmean"]) - expect).abs() < 1e-9, "{u}: {c}");
+            assert!((val(&c["gmean"]) - expect).abs() < 1e-9, "{u}: {c}");
             assert!(
-                num(&c["ci_lo"]) < num(&c["gmean"]) && num(&c["gmean"]) < num(&c["ci_hi"]),
+                val(&c["ci_lo"]) < val(&c["gmean"]) && val(&c["gmean"]) < val(&c["ci_hi"]),
                 "{c}"
             );
             assert_eq!(c["rides"], json!(2));
@@ -1675,7 +1675,7 @@ pub(crate) mod tests {
         let all = &j["systems"]["hrsch"]["im_ride_change_pct"]["single"]["all"];
         let g = |r: &Results| IM_USERS.iter().map(|&u| ratio(r, u).ln()).sum::<f64>() / 3.0;
         let expect = (((g(&a) + g(&b)) / 2.0).exp() - 1.0) * 100.0;
-        assert!((num(&all["gmean"]) - expect).abs() < 1e-9, "{all}");
+        assert!((val(&all["gmean"]) - expect).abs() < 1e-9, "{all}");
         assert!(j["systems"]["hrsch"]["im_ride_change_pct"]["mptcp"]["all"]["gmean"].is_number());
         assert!(text.contains("hrsch vs single"), "{text}");
         // One ride has no interval over rides: the block is left out.
