@@ -19,6 +19,7 @@ use polycorn_sched::time::Instant;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::sync::{mpsc, oneshot, Notify};
+use tracing::info;
 
 /// Reads `TCP_INFO` of a subflow's socket: the scheduler's sample and the kernel's total
 /// retransmission count of the connection.
@@ -224,6 +225,9 @@ impl Engine {
                     w.notify_one();
                 }
             }
+        }
+        while let Some(e) = session.poll_sched_event() {
+            log_sched_event(&e);
         }
         while let Some(ev) = session.poll_event() {
             match ev {
@@ -588,5 +592,57 @@ impl Engine {
             return false;
         }
         true
+    }
+}
+
+/// One log line per scheduler event: when a prediction starts and stops holding a path back,
+/// and every reinjection with its trigger.
+fn log_sched_event(e: &polycorn_sched::SchedEvent) {
+    use polycorn_sched::{Reason, SchedEvent};
+    match *e {
+        SchedEvent::PathHeld {
+            path,
+            stage,
+            reason,
+            ..
+        } => match reason {
+            Reason::HandoverFailureSoon { t_hof, threshold } => info!(
+                path = path.index(),
+                stage,
+                failure_in_ms = t_hof.as_secs_f64() * 1e3,
+                threshold_ms = threshold.as_secs_f64() * 1e3,
+                "path held back: handover failure predicted"
+            ),
+            other => info!(
+                path = path.index(),
+                stage,
+                reason = %other,
+                "path held back on a prediction"
+            ),
+        },
+        SchedEvent::PathReleased {
+            path,
+            stage,
+            held_for,
+            ..
+        } => info!(
+            path = path.index(),
+            stage,
+            held_ms = held_for.as_secs_f64() * 1e3,
+            "path released"
+        ),
+        SchedEvent::Reinjected {
+            path,
+            trigger,
+            chunks,
+            bytes,
+            ..
+        } => info!(
+            path = path.index(),
+            %trigger,
+            chunks,
+            bytes,
+            "reinjected a path's unacknowledged chunks"
+        ),
     }
 }

@@ -466,6 +466,12 @@ impl Session {
         &self.sched
     }
 
+    /// The scheduler's next event (a path held back on a prediction or let go, a
+    /// reinjection), oldest first, for the shell's log.
+    pub fn poll_sched_event(&mut self) -> Option<polycorn_sched::SchedEvent> {
+        self.sched.poll_event()
+    }
+
     /// Path moves made by each scheduler stage so far (how often each stage changed a
     /// decision), in first-seen order.
     pub fn stage_moves(&self) -> &[(&'static str, u64)] {

@@ -70,7 +70,9 @@ pub use flow::{FlowId, UserId};
 pub use path::{PathId, PathSet, PathState, TcpInfoSample, MAX_PATHS};
 pub use predict::{FixedPredictions, HandoverPredictor, NoPrediction};
 pub use reinject::Reinjection;
-pub use scheduler::{Attempt, Decision, SchedConfig, SchedError, SchedStats, Scheduler};
+pub use scheduler::{
+    Attempt, Decision, ReinjectTrigger, SchedConfig, SchedError, SchedEvent, SchedStats, Scheduler,
+};
 pub use sets::{Move, Moves, PathSets, Reason, SetName, StageKind, Trace};
 pub use spec::{Pipeline, SpecError, PRESETS, STAGES};
 pub use stage::{ChunkView, PathEvent, PathView, Schedulerlet, StageCtx, TrainContext};

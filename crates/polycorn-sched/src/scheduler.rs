@@ -26,8 +26,8 @@ use crate::flow::{Flow, FlowId, User, UserId};
 use crate::path::{PathId, PathSet, PathState, TcpInfoSample, MAX_PATHS};
 use crate::predict::HandoverPredictor;
 use crate::reinject::ReinjectAction;
-use crate::sets::Moves;
 use crate::sets::{Move, PathSets, Reason, SetName, Trace, DEFAULT_TRACE_CAPACITY};
+use crate::sets::{Moves, Rejections};
 use crate::spec::{Pipeline, SpecError};
 use crate::stage::{ChunkView, PathEvent, PathView, StageCtx, TrainContext};
 use crate::time::{Bandwidth, Duration, Instant};
@@ -130,6 +130,74 @@ pub enum SchedError {
     SeqOverflow(FlowId),
 }
 
+/// Events kept for [`Scheduler::poll_event`] before the oldest are dropped.
+pub const EVENT_QUEUE_CAPACITY: usize = 1024;
+
+/// What started a reinjection.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ReinjectTrigger {
+    /// The path's `consecutive`-th RTO in a row.
+    Rto {
+        /// RTOs in a row, this one included.
+        consecutive: u32,
+    },
+    /// The path's subflow was re-established (or the path removed).
+    Reset,
+    /// The predictor reported that the path lost its serving cell (ER with `cell_loss`).
+    CellLoss,
+}
+
+impl core::fmt::Display for ReinjectTrigger {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        match self {
+            ReinjectTrigger::Rto { consecutive } => write!(f, "RTO #{consecutive}"),
+            ReinjectTrigger::Reset => f.write_str("subflow reset"),
+            ReinjectTrigger::CellLoss => f.write_str("cell loss"),
+        }
+    }
+}
+
+/// A change worth a line in an operator's log: a path held back on a prediction or let go
+/// again, or chunks moved off a path. Per-decision detail stays in the [`Trace`].
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum SchedEvent {
+    /// A prediction-based candidate filter (HPR, the location table) began rejecting `path`.
+    PathHeld {
+        /// When.
+        at: Instant,
+        /// The path.
+        path: PathId,
+        /// The stage.
+        stage: &'static str,
+        /// Its reason (HPR: predicted time to the failure and the threshold L).
+        reason: Reason,
+    },
+    /// That stage let `path` through again.
+    PathReleased {
+        /// When.
+        at: Instant,
+        /// The path.
+        path: PathId,
+        /// The stage that had held it.
+        stage: &'static str,
+        /// How long it was held.
+        held_for: Duration,
+    },
+    /// Unacknowledged chunks of `path` went back to their flows to be sent elsewhere.
+    Reinjected {
+        /// When.
+        at: Instant,
+        /// The path.
+        path: PathId,
+        /// Why.
+        trigger: ReinjectTrigger,
+        /// Chunks moved.
+        chunks: u32,
+        /// Their sequence units (bytes).
+        bytes: u64,
+    },
+}
+
 /// Counters for metrics.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct SchedStats {
@@ -150,6 +218,8 @@ pub struct SchedStats {
     pub cell_loss_reinjections: u64,
     /// Sequence units scheduled per path (every copy).
     pub path_bytes: [u64; MAX_PATHS],
+    /// Events dropped because nobody polled them ([`EVENT_QUEUE_CAPACITY`]).
+    pub events_dropped: u64,
 }
 
 /// One chunk tried in the latest poll.
@@ -213,6 +283,11 @@ pub struct Scheduler {
     waiting_at: Option<Instant>,
     /// Per path, the cell loss (its start) whose chunks were already reinjected.
     cell_loss_seen: [Option<Instant>; MAX_PATHS],
+    /// Rejections of the chunk being decided.
+    rejections: Rejections,
+    /// Per path: held back on a prediction since, by which stage.
+    held: [Option<(Instant, &'static str)>; MAX_PATHS],
+    events: VecDeque<SchedEvent>,
     stats: SchedStats,
 }
 
@@ -242,6 +317,9 @@ impl Scheduler {
             last_now: Instant::ZERO,
             waiting_at: None,
             cell_loss_seen: [None; MAX_PATHS],
+            rejections: Rejections::default(),
+            held: [None; MAX_PATHS],
+            events: VecDeque::new(),
             stats: SchedStats::default(),
             cfg,
         }
@@ -285,6 +363,21 @@ impl Scheduler {
     pub fn stats(&self) -> &SchedStats {
         &self.stats
     }
+
+    /// The next event, oldest first (at most [`EVENT_QUEUE_CAPACITY`] are kept; the count of
+    /// dropped ones is in [`SchedStats::events_dropped`]).
+    pub fn poll_event(&mut self) -> Option<SchedEvent> {
+        self.events.pop_front()
+    }
+
+    fn push_event(&mut self, e: SchedEvent) {
+        if self.events.len() >= EVENT_QUEUE_CAPACITY {
+            self.events.pop_front();
+            self.stats.events_dropped += 1;
+        }
+        self.events.push_back(e);
+    }
+
     /// Train context as last reported.
     pub fn train(&self) -> TrainContext {
         self.train
@@ -344,6 +437,7 @@ impl Scheduler {
         self.on_path_reset(now, path)?;
         self.paths[path.index()] = None;
         self.configured.remove(path);
+        self.held[path.index()] = None;
         Ok(())
     }
 
@@ -382,10 +476,23 @@ impl Scheduler {
                 pend.carried_on = pend.carried_on.difference(bit);
             }
         }
+        let (mut chunks, mut bytes) = (0u32, 0u64);
         for r in records {
-            self.reinject(SentRecord {
+            if let Some(b) = self.reinject(SentRecord {
                 carried_on: r.carried_on.difference(bit),
                 ..r
+            }) {
+                chunks += 1;
+                bytes += b;
+            }
+        }
+        if chunks > 0 {
+            self.push_event(SchedEvent::Reinjected {
+                at: now,
+                path,
+                trigger: ReinjectTrigger::Reset,
+                chunks,
+                bytes,
             });
         }
         self.stats.reinjection_events += 1;
@@ -503,12 +610,20 @@ impl Scheduler {
             ReinjectAction::Oldest => {
                 self.prune(path);
                 if let Some(r) = self.inflight[path.index()].pop_front() {
-                    self.reinject(r);
                     self.stats.reinjection_events += 1;
+                    if let Some(bytes) = self.reinject(r) {
+                        self.push_event(SchedEvent::Reinjected {
+                            at: now,
+                            path,
+                            trigger: ReinjectTrigger::Rto { consecutive },
+                            chunks: 1,
+                            bytes,
+                        });
+                    }
                 }
             }
             ReinjectAction::All => {
-                self.reinject_all(path);
+                self.reinject_all(now, path, ReinjectTrigger::Rto { consecutive });
             }
         }
     }
@@ -525,34 +640,49 @@ impl Scheduler {
             }
             self.cell_loss_seen[i] = lost;
             self.prune(path);
-            if self.reinject_all(path) {
+            if self.reinject_all(now, path, ReinjectTrigger::CellLoss) {
                 self.stats.cell_loss_reinjections += 1;
             }
         }
     }
 
     /// Move every chunk `path` still holds back to its flow (ER's batch); whether any moved.
-    fn reinject_all(&mut self, path: PathId) -> bool {
+    fn reinject_all(&mut self, now: Instant, path: PathId, trigger: ReinjectTrigger) -> bool {
         let records: Vec<SentRecord> = self.inflight[path.index()].drain(..).collect();
         if records.is_empty() {
             return false;
         }
         self.stats.reinjection_events += 1;
+        let (mut chunks, mut bytes) = (0u32, 0u64);
         for r in records {
-            self.reinject(r);
+            if let Some(b) = self.reinject(r) {
+                chunks += 1;
+                bytes += b;
+            }
+        }
+        if chunks > 0 {
+            self.push_event(SchedEvent::Reinjected {
+                at: now,
+                path,
+                trigger,
+                chunks,
+                bytes,
+            });
         }
         true
     }
 
-    fn reinject(&mut self, r: SentRecord) {
+    /// Put a sent chunk back into its flow; its sequence units, or `None` if its flow is gone.
+    fn reinject(&mut self, r: SentRecord) -> Option<u64> {
         let Some(Some(f)) = self.flows.get_mut(r.flow_slot as usize) else {
-            return;
+            return None;
         };
         if f.gen != r.flow_gen {
-            return;
+            return None;
         }
         f.add_pending(r.start, r.end, r.carried_on);
         self.enqueue_flow(r.flow_slot);
+        Some(r.end - r.start)
     }
 
     /// Drop acknowledged records at the front of `path`'s in-flight queue.
@@ -974,10 +1104,12 @@ impl Scheduler {
             train: self.train,
             predictor,
         };
+        self.rejections.clear();
         for stage in self.pipeline.stages.iter_mut() {
             let mut m = Moves::new(
                 &mut sets,
                 &mut self.trace,
+                &mut self.rejections,
                 stage.name(),
                 stage.kind(),
                 attempt,
@@ -985,6 +1117,7 @@ impl Scheduler {
             );
             stage.apply(&ctx, &mut m);
         }
+        self.note_holds(now, start.candidates());
         if self.attempts.len() < usize::from(self.cfg.max_attempts_per_poll) {
             self.attempts.push(Attempt {
                 attempt,
@@ -994,6 +1127,36 @@ impl Scheduler {
             });
         }
         sets
+    }
+
+    /// Turn the latest chunk's rejections into hold and release events. A held path is let go
+    /// when it was a candidate for a chunk and no stage rejected it.
+    fn note_holds(&mut self, now: Instant, candidates: PathSet) {
+        for p in self.rejections.predicted.iter() {
+            let i = p.index();
+            if self.held[i].is_some() {
+                continue;
+            }
+            if let Some((stage, reason)) = self.rejections.why[i] {
+                self.held[i] = Some((now, stage));
+                self.push_event(SchedEvent::PathHeld {
+                    at: now,
+                    path: p,
+                    stage,
+                    reason,
+                });
+            }
+        }
+        for p in candidates.difference(self.rejections.any).iter() {
+            if let Some((since, stage)) = self.held[p.index()].take() {
+                self.push_event(SchedEvent::PathReleased {
+                    at: now,
+                    path: p,
+                    stage,
+                    held_for: now - since,
+                });
+            }
+        }
     }
 
     #[allow(clippy::too_many_arguments)]

@@ -8,7 +8,7 @@ use core::fmt;
 
 use alloc::vec::Vec;
 
-use crate::path::{PathId, PathSet};
+use crate::path::{PathId, PathSet, MAX_PATHS};
 use crate::time::Duration;
 
 /// Which set a path is in.
@@ -268,11 +268,58 @@ impl Trace {
     }
 }
 
+/// The paths the stages rejected (C → U) for one chunk, and the first prediction-based reason
+/// behind each (HPR's predicted failure, the location table's handover zone). The scheduler
+/// turns changes of the latter into [`crate::scheduler::SchedEvent`]s, whether or not the
+/// trace is recording.
+#[derive(Debug, Clone)]
+pub(crate) struct Rejections {
+    /// Every path a stage moved from C to U.
+    pub(crate) any: PathSet,
+    /// The paths rejected for a predicted handover.
+    pub(crate) predicted: PathSet,
+    /// For each path in `predicted`: the stage and its reason.
+    pub(crate) why: [Option<(&'static str, Reason)>; MAX_PATHS],
+}
+
+impl Default for Rejections {
+    fn default() -> Self {
+        Rejections {
+            any: PathSet::EMPTY,
+            predicted: PathSet::EMPTY,
+            why: [None; MAX_PATHS],
+        }
+    }
+}
+
+impl Rejections {
+    pub(crate) fn clear(&mut self) {
+        for p in self.predicted.iter() {
+            self.why[p.index()] = None;
+        }
+        self.any = PathSet::EMPTY;
+        self.predicted = PathSet::EMPTY;
+    }
+
+    fn note(&mut self, path: PathId, stage: &'static str, reason: Reason) {
+        self.any.insert(path);
+        let predicted = matches!(
+            reason,
+            Reason::HandoverFailureSoon { .. } | Reason::InHandoverZone
+        );
+        if predicted && !self.predicted.contains(path) {
+            self.predicted.insert(path);
+            self.why[path.index()] = Some((stage, reason));
+        }
+    }
+}
+
 /// A stage's handle on the sets: only the moves its kind allows, each one recorded.
 #[derive(Debug)]
 pub struct Moves<'a> {
     sets: &'a mut PathSets,
     trace: &'a mut Trace,
+    rejections: &'a mut Rejections,
     stage: &'static str,
     kind: StageKind,
     attempt: u16,
@@ -283,6 +330,7 @@ impl<'a> Moves<'a> {
     pub(crate) fn new(
         sets: &'a mut PathSets,
         trace: &'a mut Trace,
+        rejections: &'a mut Rejections,
         stage: &'static str,
         kind: StageKind,
         attempt: u16,
@@ -291,6 +339,7 @@ impl<'a> Moves<'a> {
         Moves {
             sets,
             trace,
+            rejections,
             stage,
             kind,
             attempt,
@@ -337,8 +386,12 @@ impl<'a> Moves<'a> {
             "{}: reject()",
             self.stage
         );
-        self.kind == StageKind::CandidateFilter
-            && self.do_move(path, SetName::Candidate, SetName::Unavailable, reason)
+        let moved = self.kind == StageKind::CandidateFilter
+            && self.do_move(path, SetName::Candidate, SetName::Unavailable, reason);
+        if moved {
+            self.rejections.note(path, self.stage, reason);
+        }
+        moved
     }
 
     /// Soft selector: C → S. Returns whether the path moved.
@@ -398,10 +451,12 @@ mod tests {
     fn kinds_are_enforced_in_release_semantics() {
         let mut sets = PathSets::start(PathSet::from_bits(0b111), PathSet::single(p(2)));
         let mut trace = Trace::with_capacity(8);
+        let mut rej = Rejections::default();
         {
             let mut m = Moves::new(
                 &mut sets,
                 &mut trace,
+                &mut rej,
                 "f",
                 StageKind::CandidateFilter,
                 0,
@@ -414,6 +469,7 @@ mod tests {
             let mut m = Moves::new(
                 &mut sets,
                 &mut trace,
+                &mut rej,
                 "h",
                 StageKind::HardSelector,
                 0,
@@ -429,6 +485,12 @@ mod tests {
         assert_eq!(sets.all(), PathSet::from_bits(0b111));
         assert_eq!(trace.moves().len(), 2);
         assert_eq!(trace.moves()[1].from, SetName::Unavailable);
+        assert_eq!(rej.any, PathSet::single(p(0)));
+        assert_eq!(rej.predicted, PathSet::single(p(0)));
+        assert_eq!(rej.why[0], Some(("f", Reason::InHandoverZone)));
+        rej.clear();
+        assert_eq!(rej.why[0], None);
+        assert!(rej.any.is_empty() && rej.predicted.is_empty());
     }
 
     #[test]

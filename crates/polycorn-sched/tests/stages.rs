@@ -429,6 +429,62 @@ fn hpr_threshold_is_rtt_plus_gps_error_over_speed() {
 }
 
 #[test]
+fn hpr_reports_when_it_starts_and_stops_holding_a_path() {
+    // One event when HPR first rejects A, none while it keeps rejecting it, one when A is a
+    // candidate again and nothing rejects it; with or without the trace recording.
+    for trace_capacity in [0, 64] {
+        let cfg = SchedConfig {
+            trace_capacity,
+            ..SchedConfig::default()
+        };
+        let mut s = sched_with(cfg, "hpr,minrtt", &[Link::rtt(100), Link::rtt(200)]);
+        s.on_train_speed(T0, 83.0);
+        flow(&mut s, T0, 1, 1, 1_000_000, false);
+        let mut pred = FixedPredictions::new();
+        pred.set_failure(p(A), Some(after_ms(500)));
+        assert_eq!(s.poll_decision(T0, &pred).unwrap().paths, set(&[A]));
+        assert_eq!(s.poll_event(), None, "0.5 s >= L: nothing held");
+
+        pred.set_failure(p(A), Some(after_ms(300)));
+        assert_eq!(s.poll_decision(T0, &pred).unwrap().paths, set(&[B]));
+        assert_eq!(
+            s.poll_event(),
+            Some(SchedEvent::PathHeld {
+                at: T0,
+                path: p(A),
+                stage: "hpr",
+                reason: Reason::HandoverFailureSoon {
+                    t_hof: ms(300),
+                    threshold: us(L_A_US),
+                },
+            })
+        );
+        assert_eq!(
+            s.poll_decision(after_ms(100), &pred).unwrap().paths,
+            set(&[B])
+        );
+        assert_eq!(s.poll_event(), None, "still held: no second event");
+
+        // The relay reported the new cell: the predictor has nothing for A any more.
+        pred.set_failure(p(A), None);
+        assert_eq!(
+            s.poll_decision(after_ms(400), &pred).unwrap().paths,
+            set(&[A])
+        );
+        assert_eq!(
+            s.poll_event(),
+            Some(SchedEvent::PathReleased {
+                at: after_ms(400),
+                path: p(A),
+                stage: "hpr",
+                held_for: ms(400),
+            })
+        );
+        assert_eq!(s.poll_event(), None);
+    }
+}
+
+#[test]
 fn hpr_rejects_a_prediction_in_the_past() {
     let mut s = hpr_sched("hpr,minrtt");
     let mut pred = FixedPredictions::new();
@@ -681,6 +737,62 @@ fn er_reinjects_the_oldest_chunk_below_k_and_all_unacked_chunks_at_k() {
     }
     assert_eq!(poll(&mut s, after_ms(30)), None);
     assert_eq!(s.stats().reinjected_bytes, 4 * CHUNK);
+}
+
+#[test]
+fn reinjections_are_reported_with_their_trigger_and_size() {
+    let mut s = five_chunks_on_a("minrtt+er(k=3)");
+    let reinjected = |s: &mut Scheduler| -> Vec<(ReinjectTrigger, u32, u64)> {
+        std::iter::from_fn(|| s.poll_event())
+            .map(|e| match e {
+                SchedEvent::Reinjected {
+                    path,
+                    trigger,
+                    chunks,
+                    bytes,
+                    ..
+                } => {
+                    assert_eq!(path, p(A));
+                    (trigger, chunks, bytes)
+                }
+                other => panic!("unexpected {other:?}"),
+            })
+            .collect()
+    };
+    s.on_rto(after_ms(10), p(A)).unwrap();
+    assert_eq!(
+        reinjected(&mut s),
+        [(ReinjectTrigger::Rto { consecutive: 1 }, 1, CHUNK)]
+    );
+    s.on_rto(after_ms(20), p(A)).unwrap();
+    s.on_rto(after_ms(30), p(A)).unwrap();
+    assert_eq!(
+        reinjected(&mut s),
+        [
+            (ReinjectTrigger::Rto { consecutive: 2 }, 1, CHUNK),
+            (ReinjectTrigger::Rto { consecutive: 3 }, 2, 2 * CHUNK),
+        ]
+    );
+    // B carries the four reinjected chunks; a reset of B puts them back once more.
+    for _ in 0..4 {
+        poll_some(&mut s, after_ms(30));
+    }
+    s.on_path_reset(after_ms(40), p(B)).unwrap();
+    let e = s.poll_event();
+    assert!(
+        matches!(
+            e,
+            Some(SchedEvent::Reinjected {
+                path,
+                trigger: ReinjectTrigger::Reset,
+                chunks: 4,
+                bytes,
+                ..
+            }) if path == p(B) && bytes == 4 * CHUNK
+        ),
+        "{e:?}"
+    );
+    assert_eq!(s.stats().events_dropped, 0);
 }
 
 #[test]
