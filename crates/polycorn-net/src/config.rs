@@ -215,7 +215,8 @@ pub struct RelaySection {
     #[serde(default)]
     pub mode: RelayMode,
     /// `scheduler`: uplink pipeline spec or preset (see `polycorn_sched::spec`); default
-    /// `hrsch`. Validated even when `mode` does not use it.
+    /// `polycorn` (HRSCH whose ER also fires on a reported cell loss). Validated even when
+    /// `mode` does not use it.
     #[serde(default = "default_scheduler")]
     pub scheduler: String,
     /// `proxy`: the proxy's subflow address, for every path without its own `proxy`.
@@ -268,7 +269,7 @@ impl RelaySection {
 }
 
 fn default_scheduler() -> String {
-    "hrsch".into()
+    "polycorn".into()
 }
 
 fn default_tunnel_port() -> u16 {
@@ -622,7 +623,7 @@ pub struct ProxySection {
     /// `tunnel_peers`: source networks (CIDRs) allowed to open baseline tunnels; required
     /// with `tunnel_listen`, because tunnels carry no TLS and no client certificate.
     pub tunnel_peers: Vec<IpNet>,
-    /// `scheduler`: downlink pipeline spec or preset (default `hrsch`).
+    /// `scheduler`: downlink pipeline spec or preset (default `polycorn`).
     pub scheduler: String,
     /// `hold_time_s`: how long a relay's flows survive while it has no subflow (default 30, at
     /// most 3600).
@@ -1285,9 +1286,10 @@ const RELAY_EXAMPLE: &str = concat!(
 #   mptcp:    baseline, one kernel MPTCP connection per passenger connection
 #   single:   baseline, one path per passenger, passengers round robin over the paths
 mode = "polycorn"
-# Uplink scheduler: a preset (hrsch, minrtt, roundrobin, redundant, blest, ecf, single,
-# loctable) or a pipeline such as "hpr,minrtt,tpr,ori+er(k=3)".
-scheduler = "hrsch"
+# Uplink scheduler: a preset (polycorn, hrsch, minrtt, roundrobin, redundant, blest, ecf,
+# single, loctable) or a pipeline such as "hpr,minrtt,tpr,ori+er(k=3)". polycorn is the
+# paper's HRSCH whose reinjection also fires when a modem reports its cell lost.
+scheduler = "polycorn"
 # The proxy's subflow address, for every path that does not set its own.
 proxy = "10.0.2.1:7700"
 # Proxy port of the mptcp / single baselines' tunnels.
@@ -1383,7 +1385,7 @@ listen = "0.0.0.0:7700"
 # tunnel_listen = "0.0.0.0:7701"
 # tunnel_peers = ["10.100.0.0/16", "10.101.0.0/16"]
 # Downlink scheduler, same syntax as the relay's.
-scheduler = "hrsch"
+scheduler = "polycorn"
 # A relay's flows survive this long while it has no subflow (0..=3600 s).
 hold_time_s = 30
 # Limit on connecting to a server (1..=300 s).

@@ -96,7 +96,7 @@ fn examples_parse() {
     let dir = files();
     let r = relay(RelayConfig::example(), dir.path()).unwrap();
     assert_eq!(r.relay.mode, RelayMode::Polycorn);
-    assert_eq!(r.relay.scheduler, "hrsch");
+    assert_eq!(r.relay.scheduler, "polycorn");
     assert_eq!(r.paths.len(), 2);
     assert_eq!(r.paths[0].name, "A");
     assert_eq!(r.intercept.lan_device.as_deref(), Some("lan0"));
@@ -165,7 +165,7 @@ fn defaults_apply() {
     let dir = files();
     let r = relay(RELAY_MIN, dir.path()).unwrap();
     assert_eq!(r.relay.mode, RelayMode::Polycorn);
-    assert_eq!(r.relay.scheduler, "hrsch");
+    assert_eq!(r.relay.scheduler, "polycorn");
     assert_eq!(r.relay.tunnel_port, 7701);
     assert_eq!(r.relay.hold_time().as_secs(), 30);
     assert_eq!(r.relay.idle_refresh, IdleRefresh::Collapsed);
@@ -180,7 +180,7 @@ fn defaults_apply() {
     assert!(r.metrics.listen.is_none());
 
     let p = proxy(PROXY_MIN, dir.path()).unwrap();
-    assert_eq!(p.proxy.scheduler, "hrsch");
+    assert_eq!(p.proxy.scheduler, "polycorn");
     assert_eq!(p.proxy.connect_timeout().as_secs(), 10);
     assert_eq!(p.proxy.hold_time().as_secs(), 30);
     assert!(!p.policy.allow_private);

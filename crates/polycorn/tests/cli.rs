@@ -524,6 +524,19 @@ fn bench_pool_names_what_it_cannot_read() {
         !out.status.success() && err.contains("not a bench output directory"),
         "{err}"
     );
+    // `--systems` is checked before any ride is read.
+    let out = polycorn(&[
+        "bench",
+        "pool",
+        dir.path().to_str().unwrap(),
+        "--systems",
+        "hrsch;",
+    ]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && err.contains("an empty system name"),
+        "{err}"
+    );
     // No directory at all is a usage error, not a run of the bench.
     let out = polycorn(&["bench", "pool"]);
     assert!(!out.status.success());

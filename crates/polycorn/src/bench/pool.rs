@@ -7,6 +7,11 @@
 //! message raw), checked against the others — same preset, route, mode and interruption
 //! source; no ride twice, since the intervals treat rides as independent — and handed to the
 //! same pooling code the bench itself uses.
+//!
+//! A ride that appears in several directories with *different* systems (a system added to
+//! earlier rides later: same trip seed, workload and window) is one ride with the systems of
+//! all of them; a system twice in one ride is refused. `--systems` keeps only the named
+//! systems, so a system measured in two runs can be taken from one of them.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -29,17 +34,26 @@ pub struct PoolArgs {
     /// Also write `pooled.txt` and `pooled.json` here (created if missing).
     #[arg(long)]
     pub out: Option<PathBuf>,
+    /// Pool only these systems (as named in the results: `hrsch`, `mptcp+bbr`, `hrsch#2`, …;
+    /// `,`- or `;`-separated, repeatable). Default: every system of every ride.
+    #[arg(long)]
+    pub systems: Vec<String>,
 }
 
 /// `polycorn bench pool`.
 pub fn run(args: &PoolArgs) -> Result<()> {
-    let rides = load_dirs(&args.dirs)?;
-    let versions: Vec<String> = {
-        let mut v: Vec<String> = rides.iter().map(|(_, r)| r.meta.version.clone()).collect();
-        v.sort_unstable();
-        v.dedup();
-        v
-    };
+    let only = super::split_systems(&args.systems)?;
+    let loaded = load_dirs_only(&args.dirs, &only)?;
+    for (seed, files) in &loaded.merged {
+        let names: Vec<String> = files.iter().map(|f| f.display().to_string()).collect();
+        println!(
+            "note: ride (trip seed {seed}) combines the systems of {} runs ({}); systems from different runs were not measured in one invocation, so their comparison also carries the noise between runs",
+            files.len(),
+            names.join(", ")
+        );
+    }
+    let rides = loaded.rides;
+    let versions = loaded.versions;
     if versions.len() > 1 {
         println!(
             "note: the rides come from {} builds ({}); compare like with like",
@@ -54,17 +68,47 @@ pub fn run(args: &PoolArgs) -> Result<()> {
 /// Every ride under `dirs`, in the order given (rides of a multi-ride directory by trip seed),
 /// each with the `results.json` it came from. Errors name the file or directory at fault.
 pub fn load_dirs(dirs: &[PathBuf]) -> Result<Vec<(PathBuf, Results)>> {
+    Ok(load_dirs_only(dirs, &[])?.rides)
+}
+
+/// What [`load_dirs_only`] read.
+#[derive(Debug)]
+pub struct Loaded {
+    /// Every ride, with the first `results.json` it came from.
+    pub rides: Vec<(PathBuf, Results)>,
+    /// Rides whose systems came from several runs: trip seed and every file.
+    pub merged: Vec<(u64, Vec<PathBuf>)>,
+    /// The builds (versions) of every file that contributed a system, sorted.
+    pub versions: Vec<String>,
+}
+
+/// [`load_dirs`] keeping only the systems in `only` (every system when empty); a ride found
+/// in several directories with different systems becomes one ride with all of them.
+pub fn load_dirs_only(dirs: &[PathBuf], only: &[String]) -> Result<Loaded> {
     let mut files = Vec::new();
     for dir in dirs {
         files.extend(ride_files(dir)?);
     }
     let mut rides: Vec<(PathBuf, Results)> = Vec::new();
+    let mut merged: Vec<(u64, Vec<PathBuf>)> = Vec::new();
+    let mut seen_systems: Vec<String> = Vec::new();
+    let mut versions: Vec<String> = Vec::new();
     for file in files {
         let text =
             std::fs::read_to_string(&file).with_context(|| format!("read {}", file.display()))?;
         let v: Value = serde_json::from_str(&text)
             .with_context(|| format!("{}: not valid JSON", file.display()))?;
-        let r = from_json(&v).with_context(|| format!("{}", file.display()))?;
+        let mut r = from_json(&v).with_context(|| format!("{}", file.display()))?;
+        seen_systems.extend(r.runs.iter().map(|x| x.system.clone()));
+        if !only.is_empty() {
+            r.runs.retain(|x| only.contains(&x.system));
+            if r.runs.is_empty() {
+                continue;
+            }
+        }
+        if !versions.contains(&r.meta.version) {
+            versions.push(r.meta.version.clone());
+        }
         if let Some((first, f)) = rides.first() {
             for (what, a, b) in [
                 ("preset", &f.meta.preset, &r.meta.preset),
@@ -93,20 +137,57 @@ pub fn load_dirs(dirs: &[PathBuf]) -> Result<Vec<(PathBuf, Results)>> {
                 );
             }
         }
-        if let Some((other, _)) = rides
-            .iter()
-            .find(|(_, x)| x.meta.trip_seed == r.meta.trip_seed)
-        {
-            bail!(
-                "{}: ride (trip seed {}) is already pooled from {}; the intervals treat rides as independent, so a ride counts once",
-                file.display(),
-                r.meta.trip_seed,
-                other.display()
-            );
+        let seed = r.meta.trip_seed;
+        if let Some((other, x)) = rides.iter_mut().find(|(_, x)| x.meta.trip_seed == seed) {
+            if let Some(dup) = r
+                .runs
+                .iter()
+                .find(|a| x.runs.iter().any(|b| b.system == a.system))
+            {
+                bail!(
+                    "{}: ride (trip seed {seed}) is already pooled from {} with system `{}`; the intervals treat rides as independent, so a ride counts once (leave that system out with --systems, or leave out one of the directories)",
+                    file.display(),
+                    other.display(),
+                    dup.system
+                );
+            }
+            let same = x.meta.seed == r.meta.seed
+                && x.meta.from_s == r.meta.from_s
+                && x.meta.window_s == r.meta.window_s
+                && x.plan == r.plan;
+            if !same {
+                bail!(
+                    "{}: ride (trip seed {seed}) is also in {}, but with another workload seed, window or plan; only runs of the same conditions combine",
+                    file.display(),
+                    other.display()
+                );
+            }
+            match merged.iter_mut().find(|(s, _)| *s == seed) {
+                Some((_, fs)) => fs.push(file.clone()),
+                None => merged.push((seed, vec![other.clone(), file.clone()])),
+            }
+            x.runs.extend(r.runs);
+            continue;
         }
         rides.push((file, r));
     }
-    Ok(rides)
+    if let Some(missing) = only.iter().find(|s| !seen_systems.contains(s)) {
+        seen_systems.sort_unstable();
+        seen_systems.dedup();
+        bail!(
+            "--systems: no ride has system `{missing}` (the rides have: {})",
+            seen_systems.join(", ")
+        );
+    }
+    if rides.is_empty() {
+        bail!("no ride left to pool");
+    }
+    versions.sort_unstable();
+    Ok(Loaded {
+        rides,
+        merged,
+        versions,
+    })
 }
 
 /// The `results.json` files of one directory: its own, or those of its `trip-<seed>/` rides
@@ -408,6 +489,7 @@ mod tests {
         run(&PoolArgs {
             dirs: vec![multi.clone(), single.clone()],
             out: Some(out.clone()),
+            systems: Vec::new(),
         })
         .unwrap();
         let text = std::fs::read_to_string(out.join("pooled.txt")).unwrap();
@@ -422,6 +504,101 @@ mod tests {
             j["systems"]["hrsch"]["bulk"]["262144"]["goodput_ratio_vs_vanilla"]["rides"],
             3
         );
+    }
+
+    /// Ride 1 with only the systems `keep` (of mptcp, single, vanilla, hrsch).
+    fn ride_with(seed: u64, keep: &[&str]) -> Results {
+        let mut r = ride(seed);
+        r.runs.retain(|x| keep.contains(&x.system.as_str()));
+        r
+    }
+
+    #[test]
+    fn a_system_added_to_a_ride_later_joins_the_ride() {
+        let dir = tempfile::tempdir().unwrap();
+        let d = |n: &str| dir.path().join(n);
+        write(&d("first/trip-1"), &ride_with(1, &["mptcp", "single"]));
+        write(&d("first/trip-2"), &ride_with(2, &["mptcp", "single"]));
+        for seed in [1, 2] {
+            let mut later = ride_with(seed, &["vanilla", "hrsch"]);
+            later.meta.version = "0.1.0 (later)".into();
+            write(&d(&format!("later/trip-{seed}")), &later);
+        }
+        let loaded = load_dirs_only(&[d("first"), d("later")], &[]).unwrap();
+        assert_eq!(loaded.rides.len(), 2, "two rides, not four");
+        assert_eq!(
+            loaded.versions.len(),
+            2,
+            "both builds: {:?}",
+            loaded.versions
+        );
+        assert_eq!(
+            loaded.merged,
+            [
+                (
+                    1,
+                    vec![
+                        d("first/trip-1/results.json"),
+                        d("later/trip-1/results.json")
+                    ]
+                ),
+                (
+                    2,
+                    vec![
+                        d("first/trip-2/results.json"),
+                        d("later/trip-2/results.json")
+                    ]
+                ),
+            ]
+        );
+        // The same tables as if every system had run in one invocation.
+        let rides: Vec<Results> = loaded.rides.into_iter().map(|(_, r)| r).collect();
+        assert!(rides.iter().all(|r| r.meta.version != "0.1.0 (later)"));
+        assert_eq!(
+            report::pooled(&rides).0,
+            report::pooled(&[ride(1), ride(2)]).0
+        );
+
+        // hrsch in both runs of ride 1: refused, naming the system, unless --systems picks.
+        write(&d("again/trip-1"), &ride_with(1, &["hrsch", "single"]));
+        let e = format!(
+            "{:#}",
+            load_dirs_only(&[d("first"), d("again")], &[]).unwrap_err()
+        );
+        assert!(
+            e.contains("system `single`") && e.contains("--systems"),
+            "{e}"
+        );
+        let only = ["mptcp".to_string(), "hrsch".to_string()];
+        let loaded = load_dirs_only(&[d("first"), d("again")], &only).unwrap();
+        let systems: Vec<&str> = loaded.rides[0]
+            .1
+            .runs
+            .iter()
+            .map(|x| x.system.as_str())
+            .collect();
+        assert_eq!(systems, ["mptcp", "hrsch"]);
+        assert_eq!(loaded.rides.len(), 2, "ride 2 keeps its mptcp");
+
+        // A name no ride has is an error listing what the rides have.
+        let e = format!(
+            "{:#}",
+            load_dirs_only(&[d("first")], &["polycorn".to_string()]).unwrap_err()
+        );
+        assert!(
+            e.contains("no ride has system `polycorn`") && e.contains("mptcp, single"),
+            "{e}"
+        );
+
+        // Another workload on the same trip is another experiment: refused.
+        let mut other = ride_with(1, &["vanilla"]);
+        other.meta.seed = 99;
+        write(&d("other/trip-1"), &other);
+        let e = format!(
+            "{:#}",
+            load_dirs_only(&[d("first"), d("other")], &[]).unwrap_err()
+        );
+        assert!(e.contains("another workload seed"), "{e}");
     }
 
     #[test]
