@@ -476,25 +476,11 @@ impl Scheduler {
                 pend.carried_on = pend.carried_on.difference(bit);
             }
         }
-        let (mut chunks, mut bytes) = (0u32, 0u64);
-        for r in records {
-            if let Some(b) = self.reinject(SentRecord {
-                carried_on: r.carried_on.difference(bit),
-                ..r
-            }) {
-                chunks += 1;
-                bytes += b;
-            }
-        }
-        if chunks > 0 {
-            self.push_event(SchedEvent::Reinjected {
-                at: now,
-                path,
-                trigger: ReinjectTrigger::Reset,
-                chunks,
-                bytes,
-            });
-        }
+        let records = records.into_iter().map(|r| SentRecord {
+            carried_on: r.carried_on.difference(bit),
+            ..r
+        });
+        self.reinject_batch(now, path, ReinjectTrigger::Reset, records);
         self.stats.reinjection_events += 1;
         for s in self.pipeline.stages.iter_mut() {
             s.on_path_event(now, path, PathEvent::Reset);
@@ -611,15 +597,7 @@ impl Scheduler {
                 self.prune(path);
                 if let Some(r) = self.inflight[path.index()].pop_front() {
                     self.stats.reinjection_events += 1;
-                    if let Some(bytes) = self.reinject(r) {
-                        self.push_event(SchedEvent::Reinjected {
-                            at: now,
-                            path,
-                            trigger: ReinjectTrigger::Rto { consecutive },
-                            chunks: 1,
-                            bytes,
-                        });
-                    }
+                    self.reinject_batch(now, path, ReinjectTrigger::Rto { consecutive }, [r]);
                 }
             }
             ReinjectAction::All => {
@@ -653,6 +631,18 @@ impl Scheduler {
             return false;
         }
         self.stats.reinjection_events += 1;
+        self.reinject_batch(now, path, trigger, records);
+        true
+    }
+
+    /// Reinject `records` taken off `path` and report them as one event (if any flow took one).
+    fn reinject_batch(
+        &mut self,
+        now: Instant,
+        path: PathId,
+        trigger: ReinjectTrigger,
+        records: impl IntoIterator<Item = SentRecord>,
+    ) {
         let (mut chunks, mut bytes) = (0u32, 0u64);
         for r in records {
             if let Some(b) = self.reinject(r) {
@@ -669,7 +659,6 @@ impl Scheduler {
                 bytes,
             });
         }
-        true
     }
 
     /// Put a sent chunk back into its flow; its sequence units, or `None` if its flow is gone.
