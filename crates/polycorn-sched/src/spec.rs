@@ -192,7 +192,10 @@ impl Pipeline {
     ) -> Result<Self, SpecError> {
         let mut spec = stages
             .iter()
-            .map(|s| s.name())
+            .map(|s| match s.params() {
+                p if p.is_empty() => s.name().to_string(),
+                p => alloc::format!("{}({p})", s.name()),
+            })
             .collect::<Vec<_>>()
             .join(",");
         spec.push('+');
@@ -461,7 +464,20 @@ fn build_stage(
                     }
                     "beta_bytes" => s.beta_bytes = parse_num(name, k, v, "a byte count")?,
                     "tau" => s.tau = parse_num(name, k, v, "a chunk count")?,
-                    _ => return Err(unknown_param(name, k, "alpha_ms, beta_bytes, tau")),
+                    "displace" => {
+                        s.displace = match *v {
+                            "1" | "on" | "true" => true,
+                            "0" | "off" | "false" => false,
+                            _ => return Err(bad(name, k, v, "1 or 0")),
+                        }
+                    }
+                    _ => {
+                        return Err(unknown_param(
+                            name,
+                            k,
+                            "alpha_ms, beta_bytes, tau, displace",
+                        ))
+                    }
                 }
             }
             Box::new(s)
@@ -513,7 +529,14 @@ mod tests {
         }
         let p = Pipeline::from_spec(" hpr(e_gps_m=30), minrtt ,ori(alpha_ms=500,tau=4)+er(k=2)")
             .unwrap();
-        assert_eq!(p.spec(), "hpr,minrtt,ori+er(k=2)");
+        assert_eq!(
+            p.spec(),
+            "hpr(e_gps_m=30),minrtt,ori(alpha_ms=500,tau=4)+er(k=2)"
+        );
+        // The canonical spec reads back to the same pipeline; defaults are left out.
+        assert_eq!(Pipeline::from_spec(p.spec()).unwrap().spec(), p.spec());
+        let d = Pipeline::from_spec("hpr(e_gps_m=20),minrtt,ori(displace=0,tau=16)").unwrap();
+        assert_eq!(d.spec(), "hpr,minrtt,ori(displace=0)+rto");
         assert_eq!(
             p.reinjection(),
             Reinjection::Extended {

@@ -123,6 +123,12 @@ pub trait Schedulerlet: Send + fmt::Debug {
     fn name(&self) -> &'static str;
     /// Which moves the stage makes.
     fn kind(&self) -> StageKind;
+    /// Parameters that differ from the stage's defaults, as `key=value` pairs in spec syntax
+    /// (`"tau=4,displace=0"`), so the canonical spec names the stage that actually runs.
+    /// Default: none.
+    fn params(&self) -> alloc::string::String {
+        alloc::string::String::new()
+    }
     /// Move paths between the sets for the chunk in `ctx`.
     fn apply(&mut self, ctx: &StageCtx<'_>, moves: &mut Moves<'_>);
     /// The chunk of `ctx` was sent on `sent_on` (the final S). Default: nothing.

@@ -43,6 +43,7 @@ const CUSTOM_SPECS: &[&str] = &[
     "loctable,hpr,rr,tpr,ori(alpha_ms=0,beta_bytes=0,tau=1)+none",
     "hpr(e_gps_m=1000),redundant,ecf(beta=1),ori(tau=3)+er(k=2)",
     "hpr,single,tpr+rto",
+    "hpr,minrtt,tpr,ori(displace=0,tau=4)+er(k=2,cell_loss=1)",
     "minrtt,tpr,blest,ecf,ori(alpha_ms=5,beta_bytes=2000,tau=2)+er(k=1)",
 ];
 

@@ -673,6 +673,70 @@ fn ori_parameters_and_alpha_idle_timer() {
     );
 }
 
+/// Two empty paths with an initial window of ten segments (both idle, as after a pause).
+fn two_fresh_windows() -> [Link; 2] {
+    let fresh = |srtt_ms| Link {
+        cwnd: CWND_10,
+        ..Link::rtt(srtt_ms)
+    };
+    [fresh(50), fresh(100)]
+}
+
+/// Chunks scheduled until both windows are full: (unique chunks, chunks that went on B, copies).
+fn first_round_trip(spec: &str, bytes: u64, fin: bool) -> (u64, u64, u64) {
+    let mut s = sched(spec, &two_fresh_windows());
+    flow(&mut s, T0, 1, 1, bytes, fin);
+    let (mut unique, mut on_b) = (0, 0);
+    while let Some(d) = poll(&mut s, T0) {
+        unique += 1;
+        on_b += u64::from(d.paths.contains(p(B)));
+    }
+    (unique, on_b, s.stats().redundant_bytes / CHUNK)
+}
+
+#[test]
+fn ori_without_displacement_copies_only_what_the_flow_cannot_fill() {
+    // 10 MSS = 14 480 B: a window takes chunks while it holds less, so 11 chunks fill it.
+    // The paper's ORI: B is idle (never scheduled), so A's first chunks are copied onto B and
+    // B's window fills with copies: the first round trip carries 11 unique chunks, not 22.
+    assert_eq!(
+        first_round_trip("minrtt,ori", 1_000_000, false),
+        (11, 11, 11)
+    );
+    // displace=0: 1 MB cannot fit A's free window, so B would carry originals at once — it does,
+    // and gets no copies. Twice the unique bytes in the first round trip, nothing redundant.
+    assert_eq!(
+        first_round_trip("minrtt,ori(displace=0)", 1_000_000, false),
+        (22, 11, 0)
+    );
+    // Without ORI, the same (ORI with displace=0 changes nothing here but the copies).
+    assert_eq!(first_round_trip("minrtt", 1_000_000, false), (22, 11, 0));
+
+    // A backlog that fits A's window (a message, a flow's tail): copied exactly as the paper's.
+    for spec in ["minrtt,ori", "minrtt,ori(displace=0)"] {
+        assert_eq!(first_round_trip(spec, 3 * CHUNK, true), (3, 3, 3), "{spec}");
+    }
+
+    // A burst that started while a message fitted stops copying when a download arrives on the
+    // same flow: the backlog no longer fits A's window, B carries originals again.
+    let mut s = sched("minrtt,ori(displace=0)", &two_fresh_windows());
+    flow(&mut s, T0, 1, 1, CHUNK, false);
+    assert_eq!(poll_some(&mut s, T0).paths, set(&[A, B]));
+    assert_eq!(
+        the_move(&s, "ori").reason,
+        Reason::IdleProbe { copies_left: 16 }
+    );
+    s.on_flow_data(T0, FlowId(1), 1_000_000).unwrap();
+    let paths: Vec<PathSet> = (0..11).map(|_| poll_some(&mut s, T0).paths).collect();
+    // A had one chunk: ten more fill it; B had one copy: its next chunk is an original.
+    assert_eq!(paths[..10], [set(&[A]); 10]);
+    assert_eq!(paths[10], set(&[B]));
+    assert_eq!(s.stats().redundant_bytes, CHUNK);
+
+    let err = Pipeline::from_spec("ori(displace=2),minrtt").unwrap_err();
+    assert!(err.to_string().contains("displace"), "{err}");
+}
+
 #[test]
 fn ori_never_duplicates_when_nothing_was_selected() {
     // Appendix A tail: minRTT picks B, TPR removes it, S is empty. B is idle (never scheduled)

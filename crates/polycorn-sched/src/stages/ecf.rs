@@ -53,6 +53,13 @@ impl Schedulerlet for Ecf {
     fn name(&self) -> &'static str {
         "ecf"
     }
+    fn params(&self) -> alloc::string::String {
+        if self.beta == Ecf::default().beta {
+            alloc::string::String::new()
+        } else {
+            alloc::format!("beta={}", self.beta)
+        }
+    }
     fn kind(&self) -> StageKind {
         StageKind::SelectionFilter
     }

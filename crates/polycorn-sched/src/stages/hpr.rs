@@ -50,6 +50,13 @@ impl Schedulerlet for Hpr {
     fn name(&self) -> &'static str {
         "hpr"
     }
+    fn params(&self) -> alloc::string::String {
+        if self.e_gps_m == DEFAULT_E_GPS_M {
+            alloc::string::String::new()
+        } else {
+            alloc::format!("e_gps_m={}", self.e_gps_m)
+        }
+    }
     fn kind(&self) -> StageKind {
         StageKind::CandidateFilter
     }

@@ -13,6 +13,16 @@
 //!   it never turns a "wait" into a send on a path another stage rejected.
 //! * Copies go only to idle paths in C with window room. Paths in U (predicted handover failure,
 //!   or already carried this chunk) are not revived.
+//!
+//! Beyond the paper, `displace = false` (spec `ori(displace=0)`)
+//! skips the copy while the chunk's flow has more unsent bytes than the selected paths' free
+//! congestion windows can take: the rest of the backlog would spill onto the "idle" path as
+//! originals at once, so a copy there would only take window from them. The typical case is the
+//! first round trip of a download after a pause, when every path counts as idle by `alpha`:
+//! the paper's ORI fills the second path's initial window with copies of the first path's
+//! chunks, so the flow's first round trip carries about half the unique bytes it could. With the
+//! backlog small enough (messages, a flow's tail) ORI copies exactly as the paper's does. A
+//! burst of `tau` copies cut short by a growing backlog ends when the path carries an original.
 
 use crate::path::{PathSet, MAX_PATHS};
 use crate::sets::{Moves, Reason, StageKind};
@@ -28,6 +38,9 @@ pub struct Ori {
     pub beta_bytes: u64,
     /// Chunks duplicated onto a path once it is idle.
     pub tau: u32,
+    /// Copy even when the flow's backlog would fill the idle path with originals (the paper's
+    /// ORI); `false` copies only while the backlog fits the selected paths' free windows.
+    pub displace: bool,
     copies_left: [u32; MAX_PATHS],
     added: PathSet,
 }
@@ -45,9 +58,26 @@ impl Ori {
             alpha,
             beta_bytes,
             tau,
+            displace: true,
             copies_left: [0; MAX_PATHS],
             added: PathSet::EMPTY,
         }
+    }
+
+    /// Would the chunk's flow fill more than the selected paths' free windows right now (this
+    /// chunk included, limited by the receiver's window)? Then paths outside S are about to carry
+    /// the flow's originals and are idle in name only.
+    fn backlog_spills(ctx: &StageCtx<'_>, moves: &Moves<'_>) -> bool {
+        let backlog = ctx.chunk.remaining_bytes.min(ctx.chunk.window_bytes);
+        let free: u64 = moves
+            .selected()
+            .iter()
+            .map(|p| {
+                let s = ctx.paths.get(p);
+                s.cwnd_bytes.saturating_sub(s.queued_bytes())
+            })
+            .fold(0u64, u64::saturating_add);
+        backlog > free
     }
 
     fn is_idle(&self, now: Instant, last: Option<Instant>, elsewhere: u64) -> bool {
@@ -62,12 +92,32 @@ impl Schedulerlet for Ori {
     fn name(&self) -> &'static str {
         "ori"
     }
+    fn params(&self) -> alloc::string::String {
+        let d = Ori::default();
+        let mut out = alloc::vec::Vec::new();
+        if self.alpha != d.alpha {
+            out.push(alloc::format!("alpha_ms={}", self.alpha.as_millis()));
+        }
+        if self.beta_bytes != d.beta_bytes {
+            out.push(alloc::format!("beta_bytes={}", self.beta_bytes));
+        }
+        if self.tau != d.tau {
+            out.push(alloc::format!("tau={}", self.tau));
+        }
+        if self.displace != d.displace {
+            out.push(alloc::format!("displace={}", u8::from(self.displace)));
+        }
+        out.join(",")
+    }
     fn kind(&self) -> StageKind {
         StageKind::HardSelector
     }
     fn apply(&mut self, ctx: &StageCtx<'_>, moves: &mut Moves<'_>) {
         self.added = PathSet::EMPTY;
         if moves.selected().is_empty() || self.tau == 0 {
+            return;
+        }
+        if !self.displace && Ori::backlog_spills(ctx, moves) {
             return;
         }
         for p in moves.candidates().iter() {
