@@ -256,6 +256,9 @@ fn bench_decision(c: &mut Criterion) {
         ("hrsch", "hrsch", SchedConfig::default(), 2, 8, 2),
         ("hrsch", "hrsch", SchedConfig::default(), 4, 8, 2),
         ("hrsch", "hrsch", SchedConfig::default(), 8, 8, 2),
+        // The relay's and proxy's default pipeline.
+        ("polycorn", "polycorn", SchedConfig::default(), 2, 8, 2),
+        ("polycorn", "polycorn", SchedConfig::default(), 8, 8, 2),
         ("vanilla", "vanilla", SchedConfig::default(), 2, 8, 2),
         ("vanilla", "vanilla", SchedConfig::default(), 4, 8, 2),
         ("vanilla", "vanilla", SchedConfig::default(), 8, 8, 2),

@@ -121,50 +121,48 @@ impl Results {
             .collect()
     }
 
-    /// Write flows.csv, im.csv and results.json.
+    /// Write flows.csv, im.csv and results.json. The CSVs follow RFC 4180 (the `csv` crate):
+    /// a system named by a spec with commas (`polycorn:hpr,minrtt`) or an error with quotes or
+    /// line breaks is quoted, not split into extra columns.
     pub fn write_all(&self, dir: &Path) -> Result<()> {
-        let mut f = String::from(
-            "system,mode,spec,idx,size_bytes,start_s,ok,first_byte_s,fct_s,goodput_mbps,tail_s,oracle_fct_s,error\n",
-        );
+        let mut f = csv::Writer::from_writer(Vec::new());
+        f.write_record(FLOWS_CSV_HEADER)?;
         for r in &self.runs {
             for x in &r.flows {
                 let o = self.oracle.get(&x.idx).copied().flatten();
-                let _ = writeln!(
-                    f,
-                    "{},{},\"{}\",{},{},{:.3},{},{:.4},{:.4},{:.4},{:.4},{},\"{}\"",
-                    r.system,
-                    r.mode,
-                    r.spec,
-                    x.idx,
-                    x.size,
-                    x.start_s,
-                    x.ok,
-                    x.first_byte_s,
-                    x.fct_s,
-                    x.goodput_mbps(),
-                    x.tail_s,
+                f.write_record([
+                    r.system.clone(),
+                    r.mode.clone(),
+                    r.spec.clone(),
+                    x.idx.to_string(),
+                    x.size.to_string(),
+                    format!("{:.3}", x.start_s),
+                    x.ok.to_string(),
+                    format!("{:.4}", x.first_byte_s),
+                    format!("{:.4}", x.fct_s),
+                    format!("{:.4}", x.goodput_mbps()),
+                    format!("{:.4}", x.tail_s),
                     o.map_or(String::new(), |o| format!("{o:.4}")),
-                    x.error.clone().unwrap_or_default().replace('"', "'")
-                );
+                    x.error.clone().unwrap_or_default(),
+                ])?;
             }
         }
-        std::fs::write(dir.join("flows.csv"), f)?;
-        let mut m = String::from("system,users,user,msg,send_s,delivery_s\n");
+        std::fs::write(dir.join("flows.csv"), f.into_inner()?)?;
+        let mut m = csv::Writer::from_writer(Vec::new());
+        m.write_record(IM_CSV_HEADER)?;
         for r in &self.runs {
             for x in &r.im {
-                let _ = writeln!(
-                    m,
-                    "{},{},{},{},{:.4},{}",
-                    r.system,
-                    x.users,
-                    x.user,
-                    x.msg,
-                    x.send_s,
-                    x.delivery_s.map_or(String::new(), |d| format!("{d:.5}"))
-                );
+                m.write_record([
+                    r.system.clone(),
+                    x.users.to_string(),
+                    x.user.to_string(),
+                    x.msg.to_string(),
+                    format!("{:.4}", x.send_s),
+                    x.delivery_s.map_or(String::new(), |d| format!("{d:.5}")),
+                ])?;
             }
         }
-        std::fs::write(dir.join("im.csv"), m)?;
+        std::fs::write(dir.join("im.csv"), m.into_inner()?)?;
         let j = self.to_json();
         std::fs::write(dir.join("results.json"), serde_json::to_string_pretty(&j)?)
             .context("write results.json")?;
@@ -437,6 +435,54 @@ fn name_width<'a>(names: impl Iterator<Item = &'a str>) -> usize {
     names.map(|n| n.chars().count()).max().unwrap_or(0).max(11)
 }
 
+/// Columns of `flows.csv`.
+pub const FLOWS_CSV_HEADER: [&str; 13] = [
+    "system",
+    "mode",
+    "spec",
+    "idx",
+    "size_bytes",
+    "start_s",
+    "ok",
+    "first_byte_s",
+    "fct_s",
+    "goodput_mbps",
+    "tail_s",
+    "oracle_fct_s",
+    "error",
+];
+
+/// Columns of `im.csv`.
+pub const IM_CSV_HEADER: [&str; 6] = ["system", "users", "user", "msg", "send_s", "delivery_s"];
+
+/// Records of a written CSV, after checking its header and that every record has every column
+/// (errors name the file and the line).
+fn csv_records(text: &str, name: &str, header: &[&str]) -> Result<usize> {
+    let mut rd = csv::ReaderBuilder::new()
+        .flexible(true)
+        .from_reader(text.as_bytes());
+    let got = rd.headers().with_context(|| format!("{name}: header"))?;
+    anyhow::ensure!(
+        got.iter().eq(header.iter().copied()),
+        "{name}:1: header is `{}`, expected `{}`",
+        got.iter().collect::<Vec<_>>().join(","),
+        header.join(",")
+    );
+    let mut n = 0;
+    for rec in rd.records() {
+        let rec = rec.with_context(|| format!("{name}: record {}", n + 1))?;
+        let line = rec.position().map_or(0, |p| p.line());
+        anyhow::ensure!(
+            rec.len() == header.len(),
+            "{name}:{line}: {} fields, expected {}",
+            rec.len(),
+            header.len()
+        );
+        n += 1;
+    }
+    Ok(n)
+}
+
 /// Read the written outputs back and check they are complete and consistent with the run:
 /// one CSV row per planned flow and message of every system, every system in the JSON, every
 /// plot in the HTML, and every system able to carry traffic at all (it does not check who is
@@ -451,20 +497,13 @@ pub fn verify(dir: &Path, r: &Results) -> Result<()> {
         .iter()
         .map(|s| s.users * s.sends_s.first().map_or(0, Vec::len))
         .sum();
-    let flows = read("flows.csv")?;
-    let want = r.runs.iter().filter(|x| x.error.is_none()).count() * r.plan.bulk.len();
-    anyhow::ensure!(
-        flows.lines().count() == 1 + want,
-        "flows.csv has {} rows, expected {want}",
-        flows.lines().count() - 1
-    );
-    let im = read("im.csv")?;
-    let want = r.runs.iter().filter(|x| x.error.is_none()).count() * msgs;
-    anyhow::ensure!(
-        im.lines().count() == 1 + want,
-        "im.csv has {} rows, expected {want}",
-        im.lines().count() - 1
-    );
+    let ran = r.runs.iter().filter(|x| x.error.is_none()).count();
+    let flows = csv_records(&read("flows.csv")?, "flows.csv", &FLOWS_CSV_HEADER)?;
+    let want = ran * r.plan.bulk.len();
+    anyhow::ensure!(flows == want, "flows.csv has {flows} rows, expected {want}");
+    let im = csv_records(&read("im.csv")?, "im.csv", &IM_CSV_HEADER)?;
+    let want = ran * msgs;
+    anyhow::ensure!(im == want, "im.csv has {im} rows, expected {want}");
     let j: Value = serde_json::from_str(&read("results.json")?).context("parse results.json")?;
     anyhow::ensure!(
         j["runs"].as_array().map_or(0, Vec::len) == systems,
@@ -1737,6 +1776,52 @@ pub(crate) mod tests {
         r.write_all(dir.path()).unwrap();
         let flows = std::fs::read_to_string(dir.path().join("flows.csv")).unwrap();
         assert_eq!(flows.lines().count(), 1 + 4 * r.plan.bulk.len());
+        assert_eq!(
+            csv_records(&flows, "flows.csv", &FLOWS_CSV_HEADER).unwrap(),
+            4 * r.plan.bulk.len()
+        );
+    }
+
+    #[test]
+    fn csv_quotes_systems_named_by_specs_and_errors_with_quotes() {
+        let mut r = synthetic();
+        let spec = "hpr,minrtt,tpr,ori(displace=0)+er(k=3,cell_loss=1)";
+        r.runs[1].system = format!("polycorn:{spec}");
+        r.runs[1].spec = spec.to_string();
+        r.runs[1].flows[0].ok = false;
+        r.runs[1].flows[0].error = Some("read: \"connection reset\",\nthen nothing".into());
+        let dir = tempfile::tempdir().unwrap();
+        r.write_all(dir.path()).unwrap();
+        for (file, header, rows) in [
+            ("flows.csv", &FLOWS_CSV_HEADER[..], 4 * r.plan.bulk.len()),
+            (
+                "im.csv",
+                &IM_CSV_HEADER[..],
+                r.runs.iter().map(|x| x.im.len()).sum(),
+            ),
+        ] {
+            let text = std::fs::read_to_string(dir.path().join(file)).unwrap();
+            assert_eq!(csv_records(&text, file, header).unwrap(), rows, "{file}");
+            let mut rd = csv::Reader::from_reader(text.as_bytes());
+            let systems: Vec<String> = rd.records().map(|x| x.unwrap()[0].to_string()).collect();
+            assert!(systems.contains(&format!("polycorn:{spec}")), "{file}");
+        }
+        let text = std::fs::read_to_string(dir.path().join("flows.csv")).unwrap();
+        let mut rd = csv::Reader::from_reader(text.as_bytes());
+        let bad = rd
+            .records()
+            .map(Result::unwrap)
+            .find(|x| x[6] == *"false")
+            .unwrap();
+        assert_eq!(&bad[2], spec);
+        assert_eq!(&bad[12], "read: \"connection reset\",\nthen nothing");
+        // A written file that lost a column is refused with its line.
+        let cut = text.replacen(",true,", ",", 1);
+        let err = csv_records(&cut, "flows.csv", &FLOWS_CSV_HEADER).unwrap_err();
+        assert!(
+            err.to_string().starts_with("flows.csv:2: 12 fields"),
+            "{err}"
+        );
         let j: Value = serde_json::from_str(
             &std::fs::read_to_string(dir.path().join("results.json")).unwrap(),
         )
