@@ -1395,8 +1395,15 @@ pub fn pooled(rides: &[Results]) -> (String, Value) {
         systems.insert(name.clone(), json!({"bulk": {}, "im": {}}));
     }
     let w = name_width(names.iter().map(String::as_str));
+    // A run of one workload prints no empty tables for the other.
+    let has_bulk = rides
+        .iter()
+        .any(|r| r.runs.iter().any(|x| !x.flows.is_empty()));
+    let has_im = rides
+        .iter()
+        .any(|r| r.runs.iter().any(|x| !x.im.is_empty()));
     for reference in ["vanilla", "mptcp"] {
-        if !rides.iter().any(|r| r.run(reference).is_some()) {
+        if !has_bulk || !rides.iter().any(|r| r.run(reference).is_some()) {
             continue;
         }
         let _ = writeln!(
@@ -1450,8 +1457,10 @@ pub fn pooled(rides: &[Results]) -> (String, Value) {
         );
         o.push_str(&geo);
     }
-    let _ = writeln!(o, "\nFCT / oracle, pooled: median (completed/flows)");
-    for name in &names {
+    if has_bulk {
+        let _ = writeln!(o, "\nFCT / oracle, pooled: median (completed/flows)");
+    }
+    for name in names.iter().filter(|_| has_bulk) {
         let _ = write!(o, "{name:<w$}");
         for &size in &BULK_SIZES {
             let v: Vec<f64> = rides
@@ -1496,11 +1505,13 @@ pub fn pooled(rides: &[Results]) -> (String, Value) {
         }
         (d, sent, cvs)
     };
-    let _ = writeln!(
-        o,
-        "\ninstant messaging, pooled: mean / p90 delivery ms, mean CV; change of the mean vs single and vs mptcp"
-    );
-    for name in &names {
+    if has_im {
+        let _ = writeln!(
+            o,
+            "\ninstant messaging, pooled: mean / p90 delivery ms, mean CV; change of the mean vs single and vs mptcp"
+        );
+    }
+    for name in names.iter().filter(|_| has_im) {
         let _ = write!(o, "{name:<w$}");
         for &u in &IM_USERS {
             let (d, sent, cvs) = im(name, u);
@@ -1530,7 +1541,9 @@ pub fn pooled(rides: &[Results]) -> (String, Value) {
         }
         o.push('\n');
     }
-    im_ride_changes(rides, &names, &mut o, &mut systems);
+    if has_im {
+        im_ride_changes(rides, &names, &mut o, &mut systems);
+    }
     let failed: Vec<String> = rides
         .iter()
         .flat_map(|r| {
@@ -1742,13 +1755,19 @@ pub(crate) mod tests {
             verify(dir.path(), &r).unwrap();
             let t = table(&r);
             let (text, _) = pooled(&[r.clone(), r.clone()]);
+            // The pooled text has no empty tables for the workload that did not run.
             if params.im {
                 assert!(r.plan.bulk.is_empty());
                 assert!(t.contains("instant messaging"), "{t}");
                 assert!(text.contains("instant messaging"), "{text}");
+                assert!(!text.contains("goodput ratio"), "{text}");
+                assert!(!text.contains("FCT / oracle"), "{text}");
             } else {
                 assert!(r.plan.im.is_empty());
                 assert!(t.contains("per-flow goodput ratio vs vanilla"), "{t}");
+                assert!(text.contains("per-flow goodput ratio vs vanilla"), "{text}");
+                assert!(text.contains("FCT / oracle"), "{text}");
+                assert!(!text.contains("instant messaging"), "{text}");
             }
         }
     }
