@@ -270,16 +270,11 @@ impl Pipeline {
                         let mut k = DEFAULT_ER_K;
                         let mut cell_loss = false;
                         let mut oldest = true;
-                        let flag = |key: &str, v: &str| match v {
-                            "1" | "on" | "true" => Ok(true),
-                            "0" | "off" | "false" => Ok(false),
-                            _ => Err(bad("er", key, v, "1 or 0")),
-                        };
                         for (key, v) in &params {
                             match *key {
                                 "k" => k = parse_num("er", key, v, "an integer >= 1")?,
-                                "cell_loss" => cell_loss = flag(key, v)?,
-                                "oldest" => oldest = flag(key, v)?,
+                                "cell_loss" => cell_loss = parse_flag("er", key, v)?,
+                                "oldest" => oldest = parse_flag("er", key, v)?,
                                 _ => return Err(unknown_param("er", key, "k, cell_loss, oldest")),
                             }
                         }
@@ -431,6 +426,14 @@ fn parse_num<T: core::str::FromStr>(
     v.parse().map_err(|_| bad(stage, key, v, expected))
 }
 
+fn parse_flag(stage: &str, key: &str, v: &str) -> Result<bool, SpecError> {
+    match v {
+        "1" | "on" | "true" => Ok(true),
+        "0" | "off" | "false" => Ok(false),
+        _ => Err(bad(stage, key, v, "1 or 0")),
+    }
+}
+
 fn parse_pos_f64(stage: &str, key: &str, v: &str) -> Result<f64, SpecError> {
     let x: f64 = parse_num(stage, key, v, "a finite number >= 0")?;
     if !x.is_finite() || x < 0.0 {
@@ -464,13 +467,7 @@ fn build_stage(
                     }
                     "beta_bytes" => s.beta_bytes = parse_num(name, k, v, "a byte count")?,
                     "tau" => s.tau = parse_num(name, k, v, "a chunk count")?,
-                    "displace" => {
-                        s.displace = match *v {
-                            "1" | "on" | "true" => true,
-                            "0" | "off" | "false" => false,
-                            _ => return Err(bad(name, k, v, "1 or 0")),
-                        }
-                    }
+                    "displace" => s.displace = parse_flag(name, k, v)?,
                     _ => {
                         return Err(unknown_param(
                             name,
