@@ -1004,6 +1004,7 @@ impl Scheduler {
                                         carried_on: pick.carried_on,
                                         tail: f.tail,
                                         remaining_bytes: f.remaining(),
+                                        unacked_bytes: f.next_new.saturating_sub(f.acked),
                                         window_bytes: f.credit_limit.saturating_sub(f.acked),
                                     };
                                     (pick, view)

@@ -93,6 +93,12 @@ pub enum Reason {
         /// Copies (including this one) still to duplicate onto the path.
         copies_left: u32,
     },
+    /// ORI with `thin_bytes`: the chunk's flow is thin (little unsent or unacknowledged), so
+    /// it is copied onto every path with room.
+    ThinFlow {
+        /// The flow's unsent plus unacknowledged bytes.
+        flow_bytes: u64,
+    },
     /// BLEST: sending on the slow path would block the fast path in the send window.
     BlestWouldBlock {
         /// Bytes the fast path is expected to send during the slow path's RTT (× λ).
@@ -121,6 +127,9 @@ impl fmt::Display for Reason {
             }
             Reason::IdleProbe { copies_left } => {
                 write!(f, "idle path: redundant copy ({copies_left} left)")
+            }
+            Reason::ThinFlow { flow_bytes } => {
+                write!(f, "thin flow ({flow_bytes} B unsent or unacked): copy on every path")
             }
             Reason::BlestWouldBlock { fast_bytes, avail_bytes } => write!(
                 f,

@@ -468,11 +468,12 @@ fn build_stage(
                     "beta_bytes" => s.beta_bytes = parse_num(name, k, v, "a byte count")?,
                     "tau" => s.tau = parse_num(name, k, v, "a chunk count")?,
                     "displace" => s.displace = parse_flag(name, k, v)?,
+                    "thin_bytes" => s.thin_bytes = parse_num(name, k, v, "a byte count")?,
                     _ => {
                         return Err(unknown_param(
                             name,
                             k,
-                            "alpha_ms, beta_bytes, tau, displace",
+                            "alpha_ms, beta_bytes, tau, displace, thin_bytes",
                         ))
                     }
                 }

@@ -62,6 +62,8 @@ pub struct ChunkView {
     pub tail: bool,
     /// Bytes of the flow not yet sent, including this chunk and pending reinjections.
     pub remaining_bytes: u64,
+    /// Bytes of the flow sent but not yet cumulatively acknowledged.
+    pub unacked_bytes: u64,
     /// Flow-control window left at the receiver (credit beyond the cumulative ack);
     /// `u64::MAX` when the flow is not credit-limited.
     pub window_bytes: u64,

@@ -673,6 +673,70 @@ fn ori_parameters_and_alpha_idle_timer() {
     );
 }
 
+#[test]
+fn ori_copies_thin_flows_onto_every_path_and_leaves_the_idle_burst_alone() {
+    let mut s = sched(
+        "minrtt,ori(thin_bytes=3000)",
+        &[Link::rtt(50), Link::rtt(100)],
+    );
+    // A 1000-byte message: the flow is thin (1000 B unsent, nothing unacked), so it goes on
+    // both paths although B is idle anyway — the reason is the thin flow, not the idle probe.
+    flow(&mut s, T0, 1, 1, 1000, false);
+    let d = poll_some(&mut s, T0);
+    assert_eq!(d.paths, set(&[A, B]));
+    let m = the_move(&s, "ori");
+    assert_move(
+        &m,
+        Some(StageKind::HardSelector),
+        B,
+        SetName::Candidate,
+        SetName::Selected,
+    );
+    assert_eq!(m.reason, Reason::ThinFlow { flow_bytes: 1000 });
+
+    // Two more chunks while the first is unacknowledged: 1000 unacked + 1500 unsent = 2500,
+    // then 2400 + 100: still thin, both copied.
+    s.on_flow_data(T0, FlowId(1), 1500).unwrap();
+    for flow_bytes in [2500, 2500] {
+        assert_eq!(poll_some(&mut s, T0).paths, set(&[A, B]));
+        assert_eq!(the_move(&s, "ori").reason, Reason::ThinFlow { flow_bytes });
+    }
+
+    // 2000 more: 2500 unacked + 2000 unsent > 3000, no longer thin. B carried the copies just
+    // now, so it is not idle either, and the thin copies started no burst of tau: A only.
+    s.on_flow_data(T0, FlowId(1), 2000).unwrap();
+    assert_eq!(poll_some(&mut s, T0).paths, set(&[A]));
+    assert!(moves_of(&s, "ori").is_empty());
+    // After alpha = 1 s, B is idle: the paper's burst starts with its full tau.
+    let d = poll_some(&mut s, after_ms(1000));
+    assert_eq!(d.paths, set(&[A, B]));
+    assert_eq!(
+        the_move(&s, "ori").reason,
+        Reason::IdleProbe { copies_left: 16 }
+    );
+    assert_eq!(s.stats().redundant_bytes, 2500 + 600);
+
+    // A download is thin only while small: off by default, and the spec names the parameter.
+    let mut s = sched(
+        "minrtt,ori(thin_bytes=3000)",
+        &[Link::rtt(50), Link::rtt(100)],
+    );
+    flow(&mut s, T0, 1, 1, 1_000_000, false);
+    poll_some(&mut s, T0);
+    assert_eq!(
+        the_move(&s, "ori").reason,
+        Reason::IdleProbe { copies_left: 16 }
+    );
+    let p = Pipeline::from_spec("minrtt,ori(thin_bytes=3000)").unwrap();
+    assert!(p.spec().contains("ori(thin_bytes=3000)"), "{}", p.spec());
+    assert!(!Pipeline::from_spec("minrtt,ori")
+        .unwrap()
+        .spec()
+        .contains("thin"));
+    let err = Pipeline::from_spec("minrtt,ori(thin_bytes=x)").unwrap_err();
+    assert!(err.to_string().contains("thin_bytes"), "{err}");
+}
+
 /// Two empty paths with an initial window of ten segments (both idle, as after a pause).
 fn two_fresh_windows() -> [Link; 2] {
     let fresh = |srtt_ms| Link {

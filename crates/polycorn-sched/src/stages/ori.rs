@@ -23,6 +23,15 @@
 //! chunks, so the flow's first round trip carries about half the unique bytes it could. With the
 //! backlog small enough (messages, a flow's tail) ORI copies exactly as the paper's does. A
 //! burst of `tau` copies cut short by a growing backlog ends when the path carries an original.
+//!
+//! Also beyond the paper, `thin_bytes = N` (spec `ori(thin_bytes=N)`; 0, the default, is off)
+//! copies every chunk of a *thin* flow — one with at most `N` bytes unsent or unacknowledged,
+//! this chunk included: a message, a request, an answer — onto every candidate path with room,
+//! idle or not. A thin flow's delivery time is its latency, not its throughput, and the paths'
+//! RTTs swap which is lower every few hundred milliseconds on HSR; a copy on each path delivers
+//! at the lower of them for a few hundred bytes, the idea of Linux's thin-stream handling and of
+//! redundant schedulers for interactive traffic. Thin copies neither start, use up nor end an
+//! idle path's burst of `tau`. A bulk flow is thin only in its first and last few chunks.
 
 use crate::path::{PathSet, MAX_PATHS};
 use crate::sets::{Moves, Reason, StageKind};
@@ -41,8 +50,12 @@ pub struct Ori {
     /// Copy even when the flow's backlog would fill the idle path with originals (the paper's
     /// ORI); `false` copies only while the backlog fits the selected paths' free windows.
     pub displace: bool,
+    /// Copy every chunk of a flow with at most this many bytes unsent or unacknowledged onto
+    /// every candidate path with room (0: off, the paper's ORI).
+    pub thin_bytes: u64,
     copies_left: [u32; MAX_PATHS],
     added: PathSet,
+    thin_added: PathSet,
 }
 
 impl Default for Ori {
@@ -59,8 +72,10 @@ impl Ori {
             beta_bytes,
             tau,
             displace: true,
+            thin_bytes: 0,
             copies_left: [0; MAX_PATHS],
             added: PathSet::EMPTY,
+            thin_added: PathSet::EMPTY,
         }
     }
 
@@ -107,6 +122,9 @@ impl Schedulerlet for Ori {
         if self.displace != d.displace {
             out.push(alloc::format!("displace={}", u8::from(self.displace)));
         }
+        if self.thin_bytes != d.thin_bytes {
+            out.push(alloc::format!("thin_bytes={}", self.thin_bytes));
+        }
         out.join(",")
     }
     fn kind(&self) -> StageKind {
@@ -114,7 +132,23 @@ impl Schedulerlet for Ori {
     }
     fn apply(&mut self, ctx: &StageCtx<'_>, moves: &mut Moves<'_>) {
         self.added = PathSet::EMPTY;
-        if moves.selected().is_empty() || self.tau == 0 {
+        self.thin_added = PathSet::EMPTY;
+        if moves.selected().is_empty() {
+            return;
+        }
+        let flow_bytes = ctx
+            .chunk
+            .remaining_bytes
+            .saturating_add(ctx.chunk.unacked_bytes);
+        if self.thin_bytes > 0 && flow_bytes <= self.thin_bytes {
+            for p in moves.candidates().iter() {
+                if ctx.paths.get(p).has_room() && moves.revive(p, Reason::ThinFlow { flow_bytes }) {
+                    self.thin_added.insert(p);
+                }
+            }
+            return;
+        }
+        if self.tau == 0 {
             return;
         }
         if !self.displace && Ori::backlog_spills(ctx, moves) {
@@ -139,7 +173,7 @@ impl Schedulerlet for Ori {
         }
     }
     fn on_sent(&mut self, _ctx: &StageCtx<'_>, sent_on: PathSet) {
-        for p in sent_on.iter() {
+        for p in sent_on.iter().filter(|p| !self.thin_added.contains(*p)) {
             let c = &mut self.copies_left[p.index()];
             if self.added.contains(p) {
                 *c = c.saturating_sub(1);
@@ -149,5 +183,6 @@ impl Schedulerlet for Ori {
             }
         }
         self.added = PathSet::EMPTY;
+        self.thin_added = PathSet::EMPTY;
     }
 }

@@ -352,6 +352,139 @@ pub fn oracle_fct_s(trip: &Trip, start_s: f64, size: u64) -> Option<f64> {
     None
 }
 
+/// Lower bounds on IM exchanges over the emulated paths of a trip: a message handed to the
+/// relay at `t` and answered at once by the server arrives back no earlier than
+/// [`ImOracle::exchange_s`] says.
+///
+/// Each direction of each path is served as the emulator serves it: at the trip's delivery
+/// opportunities (the same trace the emulator plays, with its spreading within a millisecond),
+/// none inside an outage, a packet leaving at opportunity `o` arriving one one-way delay
+/// (`owd_us` at `o`) later. The message and its answer each fit in one opportunity. The bound
+/// lets the sender hold the packet for a later opportunity when that arrives earlier (a delay
+/// drop), ignores queueing behind other traffic, the bearer's no-reordering rule, headers,
+/// TCP and the relay/proxy hops (unshaped here), so no system can beat it.
+#[derive(Debug, Clone)]
+pub struct ImOracle {
+    /// Per path: uplink and downlink.
+    dirs: Vec<[OracleDir; 2]>,
+}
+
+#[derive(Debug, Clone)]
+struct OracleDir {
+    /// Usable opportunity times, µs after the window's start, ascending.
+    times_us: Vec<u64>,
+    /// One-way delay per 10 ms step, µs.
+    owd_us: Vec<u64>,
+}
+
+impl OracleDir {
+    fn new(bps: &[f64], owd_us: &[u64], outages_ms: &[(u64, u64)]) -> OracleDir {
+        let ops = polycorn_link::trip::PathProcess::opportunities_ms(bps);
+        let times_us = match polycorn_link::trace::DeliveryTrace::from_opportunities_ms(ops) {
+            Ok(tr) => (0..tr.opportunity_count())
+                .filter_map(|i| tr.opportunity_us(i, 0, false))
+                .filter(|o| {
+                    !outages_ms
+                        .iter()
+                        .any(|(a, b)| (a * 1000..b * 1000).contains(o))
+                })
+                .collect(),
+            Err(_) => Vec::new(), // no capacity at all
+        };
+        OracleDir {
+            times_us,
+            owd_us: owd_us.to_vec(),
+        }
+    }
+
+    /// Earliest arrival of a packet available at `t_us`, over every later opportunity.
+    fn earliest_us(&self, t_us: u64) -> Option<u64> {
+        let step_us = STEP_MS * 1000;
+        let mut best: Option<u64> = None;
+        let mut i = self.times_us.partition_point(|o| *o <= t_us);
+        while let Some(&o) = self.times_us.get(i) {
+            if best.is_some_and(|b| o >= b) {
+                break;
+            }
+            let k = (o / step_us) as usize;
+            let Some(&d) = self.owd_us.get(k) else { break };
+            best = Some(best.map_or(o + d, |b: u64| b.min(o + d)));
+            // The delay is constant within a step: only its first opportunity matters.
+            let next_step = (k as u64 + 1) * step_us;
+            i += self.times_us[i..].partition_point(|x| *x < next_step);
+        }
+        best
+    }
+}
+
+impl ImOracle {
+    /// The bounds for `trip` (time 0 = the trip's start, as the emulator plays it).
+    pub fn new(trip: &Trip) -> ImOracle {
+        let dirs = trip
+            .paths
+            .iter()
+            .map(|p| {
+                [
+                    OracleDir::new(&p.ul_bps, &p.owd_us, &p.outages_ms),
+                    OracleDir::new(&p.dl_bps, &p.owd_us, &p.outages_ms),
+                ]
+            })
+            .collect();
+        ImOracle { dirs }
+    }
+
+    /// Number of paths.
+    pub fn paths(&self) -> usize {
+        self.dirs.len()
+    }
+
+    /// Send-to-answer lower bound, s, for a message sent at `send_s` when the message and its
+    /// answer may each use any path of `paths`; `None` if the trip ends first.
+    pub fn exchange_s(&self, send_s: f64, paths: &[usize]) -> Option<f64> {
+        let t = (send_s.max(0.0) * 1e6) as u64;
+        let best = |dir: usize, at: u64| {
+            paths
+                .iter()
+                .filter_map(|p| self.dirs.get(*p)?[dir].earliest_us(at))
+                .min()
+        };
+        let at_server = best(0, t)?;
+        let back = best(1, at_server)?;
+        Some((back - t) as f64 / 1e6)
+    }
+}
+
+/// The IM lower bounds of one planned message: over any path, and on each path alone.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ImBound {
+    /// Message and answer each over whichever path is best (a perfect multipath scheduler).
+    pub any_s: Option<f64>,
+    /// Both over path `i` (a perfect single-path connection on SIM `i`).
+    pub path_s: Vec<Option<f64>>,
+}
+
+impl ImBound {
+    /// The bounds of a message sent at `send_s`.
+    pub fn of(oracle: &ImOracle, send_s: f64) -> ImBound {
+        let all: Vec<usize> = (0..oracle.paths()).collect();
+        ImBound {
+            any_s: oracle.exchange_s(send_s, &all),
+            path_s: all
+                .iter()
+                .map(|p| oracle.exchange_s(send_s, &[*p]))
+                .collect(),
+        }
+    }
+
+    /// The single-path bound averaged over the paths (a user's SIM is assigned round-robin,
+    /// so which one is not known in advance); `None` if a path has no bound.
+    pub fn single_mean_s(&self) -> Option<f64> {
+        let v: Option<Vec<f64>> = self.path_s.iter().copied().collect();
+        let v = v?;
+        (!v.is_empty()).then(|| mean(&v))
+    }
+}
+
 /// Mean downlink capacity per path over `[from_s, to_s)`, Mbit/s.
 pub fn mean_capacity_mbps(trip: &Trip, from_s: f64, to_s: f64) -> Vec<f64> {
     let a = ((from_s * 1000.0) as u64 / STEP_MS) as usize;

@@ -19,10 +19,14 @@ use std::path::{Path, PathBuf};
 use anyhow::{bail, Context, Result};
 use serde_json::Value;
 
+use super::analysis::ImBound;
 use super::analysis::{FlowResult, ImResult, SystemRun};
 use super::plan::{BulkFlow, ImSegment, Plan};
-use super::report::Results;
+use super::report::{self, Results};
 use super::Meta;
+use crate::calibrate::window;
+use crate::tripgen::TripArgs;
+use polycorn_link::trip::{Interruption, Trip, TripConfig};
 
 /// Options of `polycorn bench pool`.
 #[derive(clap::Args, Debug, Clone)]
@@ -61,6 +65,9 @@ pub fn run(args: &PoolArgs) -> Result<()> {
             versions.join(", ")
         );
     }
+    for (seed, why) in &loaded.unbounded {
+        println!("note: ride (trip seed {seed}) has no IM lower bound: {why}");
+    }
     let results: Vec<Results> = rides.into_iter().map(|(_, r)| r).collect();
     super::print_pooled(&results, args.out.as_deref())
 }
@@ -80,6 +87,9 @@ pub struct Loaded {
     pub merged: Vec<(u64, Vec<PathBuf>)>,
     /// The builds (versions) of every file that contributed a system, sorted.
     pub versions: Vec<String>,
+    /// Rides written before IM lower bounds were recorded whose trip could not be rebuilt to
+    /// compute them: trip seed and why.
+    pub unbounded: Vec<(u64, String)>,
 }
 
 /// [`load_dirs`] keeping only the systems in `only` (every system when empty); a ride found
@@ -167,6 +177,9 @@ pub fn load_dirs_only(dirs: &[PathBuf], only: &[String]) -> Result<Loaded> {
                 None => merged.push((seed, vec![other.clone(), file.clone()])),
             }
             x.runs.extend(r.runs);
+            if x.im_bounds.is_empty() {
+                x.im_bounds = r.im_bounds;
+            }
             continue;
         }
         rides.push((file, r));
@@ -183,11 +196,93 @@ pub fn load_dirs_only(dirs: &[PathBuf], only: &[String]) -> Result<Loaded> {
         bail!("no ride left to pool");
     }
     versions.sort_unstable();
+    let mut unbounded = Vec::new();
+    let mut sources = BTreeMap::new();
+    for (file, r) in &mut rides {
+        let has_im = r.runs.iter().any(|x| !x.im.is_empty());
+        if has_im && r.im_bounds.is_empty() {
+            if let Err(e) = rebuild_im_bounds(r, &mut sources) {
+                unbounded.push((r.meta.trip_seed, format!("{}: {e:#}", file.display())));
+            }
+        }
+    }
     Ok(Loaded {
         rides,
         merged,
         versions,
+        unbounded,
     })
+}
+
+/// IM lower bounds for a ride written before they were recorded: its trip is generated again
+/// from the recorded preset, seeds, interruption source and window, checked against the
+/// handovers and capacity the ride recorded (a different trip is refused, not used), and the
+/// bounds computed for the messages its systems sent. `sources` caches the interruption
+/// distributions already read (by recorded source), so a pool of many rides reads each once.
+pub fn rebuild_im_bounds(
+    r: &mut Results,
+    sources: &mut BTreeMap<String, Interruption>,
+) -> Result<()> {
+    let m = &r.meta;
+    let interruptions = if let Some(path) = m
+        .interruptions
+        .strip_prefix("SIGCOMM'22 measurements (")
+        .and_then(|x| x.strip_suffix(')'))
+    {
+        path.to_string()
+    } else if m.interruptions.starts_with("built-in") {
+        "builtin".to_string()
+    } else {
+        bail!("unknown interruption source `{}`", m.interruptions);
+    };
+    let mut cfg = TripConfig::preset(&m.preset, m.route_seed, m.trip_seed)?;
+    cfg.interruption = match sources.get(&m.interruptions) {
+        Some(i) => i.clone(),
+        None => {
+            let args = TripArgs {
+                preset: m.preset.clone(),
+                route_seed: m.route_seed,
+                trip_seed: m.trip_seed,
+                interruptions,
+            };
+            let i = args.config()?.0.interruption;
+            sources.insert(m.interruptions.clone(), i.clone());
+            i
+        }
+    };
+    let full = Trip::generate(&cfg)?;
+    let ms = |s: f64| (s * 1000.0).round() as u64;
+    let trip = window(&full, ms(m.from_s), ms(m.window_s));
+    let same_capacity = {
+        let again = report::capacity_1s(&trip, r.plan.end_s);
+        again.len() == r.capacity.len()
+            && again.iter().zip(&r.capacity).all(|(a, b)| {
+                a.len() == b.len()
+                    && a.iter()
+                        .zip(b)
+                        .all(|(x, y)| (x - y).abs() <= 1e-9 * x.abs().max(1.0))
+            })
+    };
+    if report::window_handovers(&trip, r.plan.end_s) != r.handovers || !same_capacity {
+        bail!(
+            "the trip generated again from preset {} route {} trip {} is not the one recorded (other build of the trip model?)",
+            m.preset,
+            m.route_seed,
+            m.trip_seed
+        );
+    }
+    let mut msgs = BTreeMap::new();
+    for run in &r.runs {
+        for x in &run.im {
+            msgs.insert((x.users, x.user, x.msg), x.send_s);
+        }
+    }
+    r.im_bounds = report::im_bounds(
+        &trip,
+        msgs.into_iter()
+            .map(|((u, user, msg), t)| (u, user, msg, t)),
+    );
+    Ok(())
 }
 
 /// The `results.json` files of one directory: its own, or those of its `trip-<seed>/` rides
@@ -312,6 +407,38 @@ pub fn from_json(v: &Value) -> Result<Results> {
             deadline_s: float(s, "deadline_s").with_context(|| p("deadline_s"))?,
         });
     }
+    let mut im_bounds = BTreeMap::new();
+    if let Some(rows) = v.get("plan").and_then(|p| p.get("im_oracle")) {
+        let rows = rows
+            .as_array()
+            .context("`plan.im_oracle` is not an array")?;
+        for (k, row) in rows.iter().enumerate() {
+            let bad =
+                || format!("plan.im_oracle.{k}: expected [users, user, msg, any_s, [path_s, …]]");
+            let a = row.as_array().filter(|a| a.len() == 5).with_context(bad)?;
+            let u = |i: usize| a[i].as_u64().map(|x| x as usize).with_context(bad);
+            let opt = |x: &Value| -> Result<Option<f64>> {
+                if x.is_null() {
+                    Ok(None)
+                } else {
+                    Ok(Some(x.as_f64().with_context(bad)?))
+                }
+            };
+            let path_s = a[4]
+                .as_array()
+                .with_context(bad)?
+                .iter()
+                .map(opt)
+                .collect::<Result<_>>()?;
+            im_bounds.insert(
+                (u(0)?, u(1)?, u(2)?),
+                ImBound {
+                    any_s: opt(&a[3])?,
+                    path_s,
+                },
+            );
+        }
+    }
     let plan = Plan {
         lead_s: float(v, "plan.lead_s")?,
         bulk,
@@ -353,6 +480,7 @@ pub fn from_json(v: &Value) -> Result<Results> {
         meta,
         plan,
         oracle,
+        im_bounds,
         hofs_s,
         handovers,
         capacity,
