@@ -1263,6 +1263,37 @@ impl Trip {
             .collect()
     }
 
+    /// Mean downlink capacity (bit/s) per carrier around each point of a `grid_m` grid along
+    /// the track (from `grid_m`): the mean over the steps within `half_window_m` of the point,
+    /// `None` where the train was not above 250 km/h for the whole window or never there. Over
+    /// several trips of a route this is the paper's location repeatability (§2.2: per location,
+    /// the p75/p25 ratio of the trips' means within ±1 km).
+    pub fn location_means(&self, half_window_m: f64, grid_m: f64) -> Vec<Vec<Option<f64>>> {
+        let moving = self.moving_steps();
+        let length = self.position_m.last().copied().unwrap_or(0.0);
+        let points: Vec<f64> = (1..)
+            .map(|j| j as f64 * grid_m)
+            .take_while(|x| *x <= length && grid_m > 0.0)
+            .collect();
+        self.paths
+            .iter()
+            .map(|p| {
+                points
+                    .iter()
+                    .map(|x| {
+                        let (lo, hi) = (x - half_window_m, x + half_window_m);
+                        // Positions never decrease: the window is one run of steps.
+                        let a = self.position_m.partition_point(|q| *q < lo);
+                        let b = self.position_m.partition_point(|q| *q <= hi);
+                        let whole = a > 0 && b < self.position_m.len();
+                        (whole && b > a && moving[a..b].iter().all(|m| *m))
+                            .then(|| p.dl_bps[a..b].iter().sum::<f64>() / (b - a) as f64)
+                    })
+                    .collect()
+            })
+            .collect()
+    }
+
     /// Statistics between carriers 0 and 1, or `None` with fewer than two carriers.
     pub fn pair_stats(&self) -> Option<PairStats> {
         let (a, b) = (self.paths.first()?, self.paths.get(1)?);
@@ -1345,6 +1376,45 @@ mod tests {
             ca.intersection(&cc).count() * 10 >= ca.len() * 8,
             "routes differ between trips"
         );
+    }
+
+    #[test]
+    fn location_means_cover_the_cruise_and_skip_stations() {
+        let t = Trip::generate(&TripConfig::hsr(1, 2)).unwrap();
+        let means = t.location_means(1000.0, 500.0);
+        assert_eq!(means.len(), t.paths.len());
+        let length = *t.position_m.last().unwrap();
+        for per_point in &means {
+            assert_eq!(per_point.len(), (length / 500.0) as usize);
+            // The 60 km line starts, stops at 30 km and ends at a station: no mean within a
+            // kilometre and a half of them (still accelerating or braking below 250 km/h) …
+            for (j, m) in per_point.iter().enumerate() {
+                let x = (j + 1) as f64 * 500.0;
+                if [0.0, 30_000.0, 60_000.0]
+                    .iter()
+                    .any(|s| (x - s).abs() < 1_500.0)
+                {
+                    assert!(m.is_none(), "{x} m: {m:?}");
+                }
+            }
+            // … and one at most points of the cruise, each a mean of capacities.
+            let known: Vec<f64> = per_point.iter().flatten().copied().collect();
+            assert!(
+                known.len() * 2 > per_point.len(),
+                "{} of {}",
+                known.len(),
+                per_point.len()
+            );
+            assert!(known.iter().all(|c| *c >= 0.0 && *c <= 100e6));
+        }
+        // The mean around 10 km is the mean of the steps within 1 km of it.
+        let c = &t.paths[0].dl_bps;
+        let steps: Vec<usize> = (0..t.position_m.len())
+            .filter(|&i| (t.position_m[i] - 10_000.0).abs() <= 1000.0)
+            .collect();
+        let expect = steps.iter().map(|&i| c[i]).sum::<f64>() / steps.len() as f64;
+        let got = means[0][19].unwrap();
+        assert!((got - expect).abs() <= 1e-6 * expect, "{got} vs {expect}");
     }
 
     #[test]

@@ -154,7 +154,16 @@ mod published {
     pub const HO_INTERVAL_S: [f64; 2] = [10.7, 7.6];
     pub const HO_FAILURE_PCT: [f64; 2] = [6.22, 5.47];
     pub const CELLS_WITH_FAILURE_PCT: [f64; 2] = [47.0, 40.0];
+    /// Per location (±1 km), p75/p25 of the trips' mean throughput: median over locations.
+    pub const LOCATION_P75_P25: [f64; 2] = [3.21, 3.24];
 }
+
+/// The location-repeatability statistic: half-width of the window around a location, m …
+const LOCATION_HALF_WINDOW_M: f64 = 1000.0;
+/// … and the spacing of the locations, m.
+const LOCATION_GRID_M: f64 = 500.0;
+/// Locations need this many trips through them at speed for a p75/p25.
+const LOCATION_MIN_TRIPS: usize = 4;
 
 // ----- entry point ---------------------------------------------------------------------------
 
@@ -1361,6 +1370,9 @@ struct ModelStats {
     failure_pct: Vec<f64>,
     cells_with_failure_pct: Vec<f64>,
     handovers: Vec<usize>,
+    /// Per carrier: median over locations of p75/p25 of the trips' mean capacity there, and
+    /// the number of locations.
+    location_p75_p25: Vec<(f64, usize)>,
 }
 
 /// Handover statistics of the trip model over `--model-trips` trips of the route.
@@ -1369,6 +1381,8 @@ fn model_stats(args: &CalibrateArgs) -> Result<ModelStats> {
     let mut hos: Vec<usize> = Vec::new();
     let mut fails: Vec<usize> = Vec::new();
     let mut cells: Vec<BTreeMap<u32, bool>> = Vec::new();
+    // Per carrier, per location: the trips' mean capacity there.
+    let mut at_location: Vec<Vec<Vec<f64>>> = Vec::new();
     for k in 0..args.model_trips {
         let cfg = TripConfig::preset(
             &args.trip.preset,
@@ -1393,7 +1407,32 @@ fn model_stats(args: &CalibrateArgs) -> Result<ModelStats> {
         for h in &t.handovers {
             *cells[h.carrier].entry(h.from_cell).or_default() |= h.outcome == Outcome::Failure;
         }
+        let means = t.location_means(LOCATION_HALF_WINDOW_M, LOCATION_GRID_M);
+        at_location.resize(means.len(), Vec::new());
+        for (c, per_point) in means.iter().enumerate() {
+            let len = per_point.len().max(at_location[c].len());
+            at_location[c].resize(len, Vec::new());
+            for (j, m) in per_point.iter().enumerate() {
+                at_location[c][j].extend(*m);
+            }
+        }
     }
+    let location_p75_p25 = at_location
+        .iter()
+        .map(|points| {
+            let mut ratios: Vec<f64> = points
+                .iter()
+                .filter(|v| v.len() >= LOCATION_MIN_TRIPS)
+                .filter_map(|v| {
+                    let mut v = v.clone();
+                    let (p25, p75) = (quantile(&mut v, 0.25), quantile(&mut v, 0.75));
+                    (p25 > 0.0).then(|| p75 / p25)
+                })
+                .collect();
+            let n = ratios.len();
+            (quantile(&mut ratios, 0.5), n)
+        })
+        .collect();
     Ok(ModelStats {
         trips: args.model_trips,
         interval_s: interval
@@ -1412,6 +1451,7 @@ fn model_stats(args: &CalibrateArgs) -> Result<ModelStats> {
             .map(|m| pct(m.values().filter(|f| **f).count(), m.len()))
             .collect(),
         handovers: hos,
+        location_p75_p25,
     })
 }
 
@@ -1771,6 +1811,18 @@ fn table(
             pubc(&published::CELLS_WITH_FAILURE_PCT),
             Kind::Info,
             model.cells_with_failure_pct[c],
+        ));
+        let (ratio, locations) = model
+            .location_p75_p25
+            .get(c)
+            .copied()
+            .unwrap_or((f64::NAN, 0));
+        rows.push(model_row(
+            format!("capacity p75/p25 per location, {locations} loc."),
+            c,
+            pubc(&published::LOCATION_P75_P25),
+            Kind::Value,
+            ratio,
         ));
     }
     rows

@@ -679,6 +679,61 @@ mod tests {
     }
 
     #[test]
+    fn im_bound_follows_opportunities_delays_and_outages() {
+        // Two paths of 12 Mbit/s (one 1500-byte opportunity at the end of every millisecond),
+        // 30 ms each way, for one second.
+        let cfg = TripConfig::preset("hsr", 1, 1).unwrap();
+        let mut trip = crate::calibrate::window(&Trip::generate(&cfg).unwrap(), 200_000, 1_000);
+        for p in &mut trip.paths {
+            p.dl_bps = vec![12e6; 100];
+            p.ul_bps = vec![12e6; 100];
+            p.owd_us = vec![30_000; 100];
+            p.outages_ms.clear();
+        }
+        let exact = |o: &ImOracle, paths: &[usize]| {
+            (o.exchange_s(0.0005, paths).unwrap() * 1e6).round() as u64
+        };
+        // Sent at 0.5 ms: out at 1 ms, at the server at 31 ms, back out at 32 ms, in at 62 ms.
+        let o = ImOracle::new(&trip);
+        assert_eq!(exact(&o, &[0]), 61_500);
+        assert_eq!(exact(&o, &[0, 1]), 61_500);
+        // Path 0 down for the first 100 ms: nothing leaves before 100 ms on it alone.
+        trip.paths[0].outages_ms = vec![(0, 100)];
+        // Path 1: 200 ms each way for the first 50 ms, then 30 ms. Holding the message until
+        // 50 ms arrives at 80 ms, earlier than sending at once (201 ms): the bound holds it.
+        trip.paths[1].owd_us[..5].fill(200_000);
+        let o = ImOracle::new(&trip);
+        assert_eq!(exact(&o, &[0]), 160_500);
+        assert_eq!(exact(&o, &[1]), 110_500);
+        assert_eq!(exact(&o, &[0, 1]), 110_500);
+        let b = ImBound::of(&o, 0.0005);
+        assert_eq!(b.path_s.len(), 2);
+        assert!((b.single_mean_s().unwrap() - (0.1605 + 0.1105) / 2.0).abs() < 1e-9);
+        // After the last opportunity nothing is delivered: no bound.
+        assert_eq!(o.exchange_s(0.999, &[0, 1]), None);
+        assert_eq!(ImBound::of(&o, 0.999).single_mean_s(), None);
+
+        // On a generated trip: the bound over both paths is never above either path's, and
+        // never below the two one-way delay floors.
+        let trip = crate::calibrate::window(&Trip::generate(&cfg).unwrap(), 150_000, 100_000);
+        let o = ImOracle::new(&trip);
+        let floor = cfg
+            .carriers
+            .iter()
+            .map(|c| c.owd_floor_ms)
+            .fold(f64::INFINITY, f64::min);
+        for k in 0..400 {
+            let t = 0.2 * k as f64 + 0.013;
+            let b = ImBound::of(&o, t);
+            let any = b.any_s.unwrap();
+            assert!(any >= 2.0 * floor / 1000.0, "{t}: {any}");
+            for p in b.path_s.iter().flatten() {
+                assert!(any <= *p, "{t}: {any} > {p}");
+            }
+        }
+    }
+
+    #[test]
     fn ratios_pair_by_index_and_skip_failures() {
         let flow = |idx, fct_s: f64, ok| FlowResult {
             idx,

@@ -230,7 +230,7 @@ pub fn rebuild_im_bounds(
         .and_then(|x| x.strip_suffix(')'))
     {
         path.to_string()
-    } else if m.interruptions.starts_with("built-in") {
+    } else if m.interruptions == "builtin" || m.interruptions.starts_with("built-in") {
         "builtin".to_string()
     } else {
         bail!("unknown interruption source `{}`", m.interruptions);
@@ -590,6 +590,8 @@ mod tests {
         let back = from_json(&text(&r)).unwrap();
         assert_eq!(back.runs, r.runs);
         assert_eq!(back.oracle, r.oracle);
+        assert!(!r.im_bounds.is_empty());
+        assert_eq!(back.im_bounds, r.im_bounds);
         assert_eq!(back.plan.bulk, r.plan.bulk);
         assert_eq!(back.hofs_s, r.hofs_s);
         assert_eq!(back.handovers, r.handovers);
@@ -601,6 +603,50 @@ mod tests {
         r2.runs[3].flows[1].fct_s *= 2.0;
         let back2 = from_json(&text(&r2)).unwrap();
         assert_eq!(report::pooled(&[back, back2]).0, report::pooled(&[r, r2]).0);
+    }
+
+    #[test]
+    fn a_ride_without_im_bounds_gets_them_from_its_trip_generated_again() {
+        // As a bench writes it: every system sent the planned messages at the planned times.
+        let mut r = report::tests::synthetic();
+        let plan = r.plan.clone();
+        for run in &mut r.runs {
+            for m in &mut run.im {
+                let seg = plan.im.iter().find(|s| s.users == m.users).unwrap();
+                m.send_s = seg.start_s + seg.sends_s[m.user][m.msg];
+            }
+        }
+        // Written by a build before the bounds were recorded.
+        let mut v = r.to_json();
+        v["plan"].as_object_mut().unwrap().remove("im_oracle");
+        let v: Value = serde_json::from_str(&v.to_string()).unwrap();
+        let mut back = from_json(&v).unwrap();
+        assert!(back.im_bounds.is_empty());
+        rebuild_im_bounds(&mut back, &mut BTreeMap::new()).unwrap();
+        assert_eq!(back.im_bounds, r.im_bounds);
+        // A ride whose recorded trip is not the one its seeds give now is refused, not used.
+        let mut other = from_json(&v).unwrap();
+        other.meta.trip_seed = 2;
+        let e = format!(
+            "{:#}",
+            rebuild_im_bounds(&mut other, &mut BTreeMap::new()).unwrap_err()
+        );
+        assert!(e.contains("not the one recorded"), "{e}");
+        assert!(other.im_bounds.is_empty());
+        // Pooled, such a ride leaves the lower bound out instead of mixing rides.
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path().join("old");
+        std::fs::create_dir_all(&d).unwrap();
+        let mut bad = v.clone();
+        bad["meta"]["trip_seed"] = serde_json::json!(7);
+        std::fs::write(d.join("results.json"), bad.to_string()).unwrap();
+        let loaded = load_dirs_only(&[d], &[]).unwrap();
+        assert_eq!(loaded.unbounded.len(), 1, "{:?}", loaded.unbounded);
+        assert!(loaded.unbounded[0].1.contains("results.json"));
+        let rides: Vec<Results> = loaded.rides.into_iter().map(|(_, r)| r).collect();
+        let (text, j) = report::pooled(&rides);
+        assert!(text.contains("no IM lower bound"), "{text}");
+        assert_eq!(j["im_lower_bound"], serde_json::json!({}));
     }
 
     #[test]

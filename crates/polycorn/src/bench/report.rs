@@ -334,6 +334,15 @@ pub fn capacity_1s(trip: &Trip, end_s: f64) -> Vec<Vec<f64>> {
         .collect()
 }
 
+/// ` (change vs single% / vs mptcp%)` for the pooled IM rows; nothing when neither baseline ran.
+fn changes(vs_single: f64, vs_mptcp: f64) -> String {
+    if vs_single.is_finite() || vs_mptcp.is_finite() {
+        format!(" ({}% / {}%)", f(vs_single, 1), f(vs_mptcp, 1))
+    } else {
+        String::new()
+    }
+}
+
 /// IM lower bounds of one user count (see [`Results::im_bound_stats`]).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct ImBoundStats {
@@ -1790,12 +1799,11 @@ pub fn pooled(rides: &[Results]) -> (String, Value) {
                 o,
                 " {:>40}",
                 format!(
-                    "{u}u {}/{} cv {} ({}% / {}%)",
+                    "{u}u {}/{} cv {}{}",
                     f(m * 1e3, 0),
                     f(an::quantile(&d, 0.9) * 1e3, 0),
                     f(an::mean(&cvs), 2),
-                    f(vs_single, 1),
-                    f(vs_mptcp, 1)
+                    changes(vs_single, vs_mptcp)
                 )
             );
             systems[name]["im"][u.to_string()] = json!({
@@ -1828,12 +1836,11 @@ pub fn pooled(rides: &[Results]) -> (String, Value) {
                 o,
                 " {:>40}",
                 format!(
-                    "{u}u {}/{} [{}] ({}% / {}%)",
+                    "{u}u {}/{} [{}]{}",
                     f(m * 1e3, 0),
                     f(an::quantile(&any, 0.9) * 1e3, 0),
                     f(an::mean(&single) * 1e3, 0),
-                    f(vs_single, 1),
-                    f(vs_mptcp, 1)
+                    changes(vs_single, vs_mptcp)
                 )
             );
             bound.insert(
@@ -2067,6 +2074,32 @@ pub(crate) mod tests {
             .sum::<f64>()
             / 3.0;
         assert!((val_of(&im["value"]) - avg).abs() < 1e-9, "{im}");
+        // The IM lower bound, pooled over both rides' planned messages (the same here), and
+        // the change it allows beside each IM target, in the same statistic.
+        let lb = &j["im_lower_bound"]["10"];
+        let bounds: Vec<f64> = a
+            .im_bounds
+            .iter()
+            .filter(|((u, ..), _)| *u == 10)
+            .filter_map(|(_, b)| b.any_s)
+            .collect();
+        assert!(!bounds.is_empty());
+        assert!(
+            (val_of(&lb["mean_s"]) - an::mean(&bounds)).abs() < 1e-12,
+            "{lb}"
+        );
+        assert_eq!(lb["messages"], json!(2 * bounds.len()));
+        let allows = IM_USERS
+            .iter()
+            .map(|u| val_of(&j["im_lower_bound"][u.to_string()]["mean_change_vs_single_pct"]))
+            .sum::<f64>()
+            / 3.0;
+        assert!((val_of(&im["lower_bound"]) - allows).abs() < 1e-9, "{im}");
+        assert!(text.contains("lower bound"), "{text}");
+        assert!(
+            j["systems"]["hrsch"]["im"]["10"]["over_oracle_median"].is_number(),
+            "{j}"
+        );
         assert!(text.contains("against the paper's targets"), "{text}");
         assert!(
             text.contains("256 KB 1.0") && text.contains("missed by 0.4"),
