@@ -44,7 +44,10 @@
 //!   lower bound.
 //!
 //! Handover interval and failure share are trip-model statistics (`carrier_stats()` over
-//! `--model-trips` trips of the same route), not TCP measurements.
+//! `--model-trips` trips of the same route), not TCP measurements; so is location
+//! repeatability (`Trip::location_means`: per location on a 500 m grid, each trip's mean
+//! capacity within ±1 km; p75/p25 over the trips with at least four, median over locations —
+//! the paper's Fig. 2a statistic, there on TCP throughput).
 
 use std::collections::BTreeMap;
 use std::ffi::OsString;
