@@ -118,20 +118,28 @@ impl Results {
     /// The IM lower bounds for `users` over the planned messages that have one: mean and p90
     /// of the any-path bound, and mean of the single-path bound (averaged over the SIMs).
     pub fn im_bound_stats(&self, users: usize) -> ImBoundStats {
-        let b: Vec<&an::ImBound> = self
-            .im_bounds
-            .iter()
-            .filter(|((u, ..), _)| *u == users)
-            .map(|(_, b)| b)
-            .collect();
-        let any: Vec<f64> = b.iter().filter_map(|b| b.any_s).collect();
-        let single: Vec<f64> = b.iter().filter_map(|b| b.single_mean_s()).collect();
+        let (any, single) = self.im_bound_values(users);
         ImBoundStats {
             n: any.len(),
             any_mean_s: an::mean(&any),
             any_p90_s: an::quantile(&any, 0.9),
             single_mean_s: an::mean(&single),
         }
+    }
+
+    /// The any-path and the single-path (averaged over the SIMs) bounds of the planned messages
+    /// for `users` that have one, s.
+    pub fn im_bound_values(&self, users: usize) -> (Vec<f64>, Vec<f64>) {
+        let b = || {
+            self.im_bounds
+                .iter()
+                .filter(move |((u, ..), _)| *u == users)
+                .map(|(_, b)| b)
+        };
+        (
+            b().filter_map(|b| b.any_s).collect(),
+            b().filter_map(|b| b.single_mean_s()).collect(),
+        )
     }
 
     /// Delivery time ÷ any-path lower bound for every answered message of `run` with `users`.
@@ -1779,6 +1787,9 @@ pub fn pooled(rides: &[Results]) -> (String, Value) {
         }
         (d, sent, cvs)
     };
+    // Change of a pooled mean `m` against another system's pooled mean, %.
+    let change =
+        |m: f64, other: &str, users: usize| (m / an::mean(&im(other, users).0) - 1.0) * 100.0;
     if has_im {
         let _ = writeln!(
             o,
@@ -1790,11 +1801,7 @@ pub fn pooled(rides: &[Results]) -> (String, Value) {
         for &u in &IM_USERS {
             let (d, sent, cvs) = im(name, u);
             let m = an::mean(&d);
-            let vs = |other: &str| {
-                let (od, _, _) = im(other, u);
-                (m / an::mean(&od) - 1.0) * 100.0
-            };
-            let (vs_single, vs_mptcp) = (vs("single"), vs("mptcp"));
+            let (vs_single, vs_mptcp) = (change(m, "single", u), change(m, "mptcp", u));
             let _ = write!(
                 o,
                 " {:>40}",
@@ -1822,16 +1829,12 @@ pub fn pooled(rides: &[Results]) -> (String, Value) {
         for &u in &IM_USERS {
             let (mut any, mut single) = (Vec::new(), Vec::new());
             for r in rides {
-                for ((users, ..), b) in &r.im_bounds {
-                    if *users == u {
-                        any.extend(b.any_s);
-                        single.extend(b.single_mean_s());
-                    }
-                }
+                let (a, s) = r.im_bound_values(u);
+                any.extend(a);
+                single.extend(s);
             }
             let m = an::mean(&any);
-            let vs = |other: &str| (m / an::mean(&im(other, u).0) - 1.0) * 100.0;
-            let (vs_single, vs_mptcp) = (vs("single"), vs("mptcp"));
+            let (vs_single, vs_mptcp) = (change(m, "single", u), change(m, "mptcp", u));
             let _ = write!(
                 o,
                 " {:>40}",
