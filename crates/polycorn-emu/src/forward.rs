@@ -75,6 +75,10 @@ pub enum EmuError {
 
 /// How one direction of a path behaves.
 #[derive(Debug, Clone)]
+#[allow(
+    clippy::large_enum_variant,
+    reason = "built once per path and direction at start; boxing would only add an indirection"
+)]
 pub enum DirectionModel {
     /// Forward immediately (for throughput benchmarks of the forwarder itself).
     Unshaped,

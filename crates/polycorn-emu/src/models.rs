@@ -22,11 +22,14 @@ pub fn trip_queue(trip: &Trip, path: usize) -> QueueLimit {
 }
 
 /// One direction of a trip path as a link config: the trip's capacity (played once), delay
-/// series and outages (packets arriving during an outage are dropped, as a detached radio
-/// does).
+/// series and outages. Packets arriving during an outage are dropped, as a detached radio
+/// does, except during a successful handover's interruption when `hold` (the trip's
+/// [`hold_interruptions`](polycorn_link::trip::TripConfig::hold_interruptions)): those wait
+/// for the target cell.
 fn direction(
     bps: &[f64],
     p: &PathProcess,
+    hold: bool,
     queue: QueueLimit,
     seed: u64,
 ) -> Result<LinkConfig, TraceError> {
@@ -48,6 +51,9 @@ fn direction(
     cfg.delay = DelaySeries::new(points)?;
     cfg.outages = Outages::new(p.outages_ms.clone())?;
     cfg.outage_mode = OutageMode::Drop;
+    if hold {
+        cfg.hold_in = Outages::new(p.interruptions_ms.clone())?;
+    }
     cfg.queue = queue;
     cfg.seed = seed;
     Ok(cfg)
@@ -61,9 +67,16 @@ pub fn from_trip(trip: &Trip, queue: Option<QueueLimit>) -> Result<Vec<PathModel
         .enumerate()
         .map(|(i, p)| {
             let q = queue.unwrap_or_else(|| trip_queue(trip, i));
+            let hold = trip.config.hold_interruptions;
             Ok(PathModel {
-                uplink: DirectionModel::Shaped(direction(&p.ul_bps, p, q, 2 * i as u64)?),
-                downlink: DirectionModel::Shaped(direction(&p.dl_bps, p, q, 2 * i as u64 + 1)?),
+                uplink: DirectionModel::Shaped(direction(&p.ul_bps, p, hold, q, 2 * i as u64)?),
+                downlink: DirectionModel::Shaped(direction(
+                    &p.dl_bps,
+                    p,
+                    hold,
+                    q,
+                    2 * i as u64 + 1,
+                )?),
             })
         })
         .collect()
@@ -106,5 +119,39 @@ pub fn from_traces(
     PathModel {
         uplink: dir(uplink),
         downlink: dir(downlink),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use polycorn_link::trip::TripConfig;
+
+    fn held(m: &PathModel) -> (&Outages, &Outages) {
+        match (&m.uplink, &m.downlink) {
+            (DirectionModel::Shaped(u), DirectionModel::Shaped(d)) => (&u.hold_in, &d.hold_in),
+            _ => panic!("trip paths are shaped"),
+        }
+    }
+
+    /// A trip's successful-handover interruptions are held by its links when the trip says
+    /// so (the presets), dropped with every other outage when not.
+    #[test]
+    fn trip_links_hold_interruptions_only_when_configured() {
+        let mut cfg = TripConfig::ktx(2, 3);
+        assert!(cfg.hold_interruptions);
+        let trip = Trip::generate(&cfg).unwrap();
+        let models = from_trip(&trip, None).unwrap();
+        for (p, m) in trip.paths.iter().zip(&models) {
+            assert!(!p.interruptions_ms.is_empty());
+            let want = Outages::new(p.interruptions_ms.clone()).unwrap();
+            assert_eq!(held(m), (&want, &want));
+        }
+        cfg.hold_interruptions = false;
+        let again = Trip::generate(&cfg).unwrap();
+        assert_eq!(again.paths, trip.paths, "the trip itself does not change");
+        for m in from_trip(&again, None).unwrap() {
+            assert_eq!(held(&m), (&Outages::none(), &Outages::none()));
+        }
     }
 }

@@ -45,7 +45,9 @@
 //! * **Outages** stop the bottleneck: opportunities inside an outage serve nothing (and are
 //!   not logged as capacity). Arrivals during an outage are dropped in
 //!   [`OutageMode::Drop`], or queued (subject to droptail) in [`OutageMode::Hold`] and served
-//!   once the outage ends. Packets already queued when an outage starts stay queued in both
+//!   once the outage ends. [`LinkConfig::hold_in`] marks spans whose arrivals are held whatever
+//!   the mode (a successful handover's interruption, during which the network forwards the
+//!   bearer's packets to the new cell instead of losing them). Packets already queued when an outage starts stay queued in both
 //!   modes; packets already served keep travelling and are delivered on time (they are past
 //!   the radio). Outages and the delay series are absolute times: they do not loop with the
 //!   capacity trace.
@@ -129,6 +131,9 @@ pub struct LinkConfig {
     pub outages: Outages,
     /// What happens to arrivals during an outage.
     pub outage_mode: OutageMode,
+    /// Spans in which arrivals are held as in [`OutageMode::Hold`] whatever `outage_mode`
+    /// says. Only meaningful inside `outages` (outside them the link serves anyway).
+    pub hold_in: Outages,
     /// Droptail limit.
     pub queue: QueueLimit,
     /// Seed of the loss process.
@@ -147,6 +152,7 @@ impl LinkConfig {
             loss: LossModel::None,
             outages: Outages::none(),
             outage_mode: OutageMode::Drop,
+            hold_in: Outages::none(),
             queue: QueueLimit::Packets(1000),
             seed: 0,
         }
@@ -480,7 +486,10 @@ impl Link {
         }
         // Drawn for every valid packet so the loss pattern depends on the packet index only.
         let lost = self.loss.lose();
-        if self.config.outage_mode == OutageMode::Drop && self.config.outages.is_out(now_us) {
+        if self.config.outage_mode == OutageMode::Drop
+            && self.config.outages.is_out(now_us)
+            && !self.config.hold_in.is_out(now_us)
+        {
             return Some(DropReason::Outage);
         }
         if lost {

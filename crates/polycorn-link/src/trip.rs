@@ -28,8 +28,10 @@
 //!   because its command is lost in a fade: log-odds `weak_logit` + `weak_logit_per_5db` per
 //!   5 dB of start RSRP below −95 dBm; recorded at its start. A success interrupts the carrier
 //!   for an execution time drawn from measured LTE handovers (or a lognormal fitted to them,
-//!   median 34 ms); a failure blacks the link out for 1–10 s, after which the UE re-establishes
-//!   on the cell it is in (at the earliest the target, never a cell whose edge it has passed).
+//!   median 34 ms), during which the emulated links hold the carrier's packets by default
+//!   ([`TripConfig::hold_interruptions`]); a failure blacks the link out for 1–10 s (packets
+//!   lost), after which the UE re-establishes on the cell it is in (at the earliest the target,
+//!   never a cell whose edge it has passed).
 //! * **Capacity.** Log-capacity = log median + RSRP term + slow and fast Ornstein–Uhlenbeck
 //!   components (trip-specific), so location explains little of the throughput (as measured).
 //!   Uplink = downlink × `uplink_ratio`.
@@ -193,6 +195,13 @@ pub struct TripConfig {
     pub gps_sigma_m: f64,
     /// Successful-handover interruptions.
     pub interruption: Interruption,
+    /// What happens to packets that reach a carrier during a successful handover's
+    /// interruption: `true` (the presets) holds them until it ends — LTE hands the bearer's
+    /// packets over to the target cell (X2 data forwarding, 3GPP TS 36.300 §10.1.2.3) and the
+    /// UE resends unacknowledged uplink ones, so a success delays traffic without losing it;
+    /// `false` drops them as a failed handover's blackout does. Only the emulated links read
+    /// this ([`PathProcess::interruptions_ms`] marks the spans); the trip is the same either way.
+    pub hold_interruptions: bool,
     /// The carriers.
     pub carriers: Vec<CarrierConfig>,
 }
@@ -330,6 +339,7 @@ impl TripConfig {
             heading_deg: 160.0,
             gps_sigma_m: 5.0,
             interruption: Interruption::builtin(),
+            hold_interruptions: true,
             carriers: vec![
                 carrier("A", 892.0, 8.4, hsr_handover(0.42, -6.5), 20.0),
                 carrier("B", 633.0, 12.0, hsr_handover(0.38, -6.5), 25.0),
@@ -364,6 +374,7 @@ impl TripConfig {
             heading_deg: 180.0,
             gps_sigma_m: 5.0,
             interruption: Interruption::builtin(),
+            hold_interruptions: true,
             carriers: vec![c, d],
         }
     }
@@ -571,6 +582,9 @@ pub struct PathProcess {
     pub owd_us: Vec<u64>,
     /// Outage spans `[start_ms, end_ms)`: no delivery in either direction.
     pub outages_ms: Vec<(u64, u64)>,
+    /// The successful handovers' interruptions among them, `[start_ms, end_ms)` (see
+    /// [`TripConfig::hold_interruptions`]).
+    pub interruptions_ms: Vec<(u64, u64)>,
 }
 
 impl PathProcess {
@@ -878,6 +892,7 @@ impl Trip {
                 Vec::with_capacity(steps),
             );
             let mut outages: Vec<(u64, u64)> = Vec::new();
+            let mut interruptions: Vec<(u64, u64)> = Vec::new();
             let mut serve_log = Vec::with_capacity(steps);
             let mut state = Link::Connected;
             // A handover started too late, recorded once the source is lost.
@@ -1013,6 +1028,7 @@ impl Trip {
                             let ms = (ms.round() as u64).max(1);
                             let end = t + ms.div_ceil(STEP_MS) as usize;
                             outages.push((now_ms, end as u64 * STEP_MS));
+                            interruptions.push((now_ms, end as u64 * STEP_MS));
                             state = Link::Interrupted { until: end };
                             let from = serving;
                             serving += 1;
@@ -1057,6 +1073,7 @@ impl Trip {
                 ul_bps: ul,
                 owd_us: owd,
                 outages_ms: merge_spans(outages),
+                interruptions_ms: merge_spans(interruptions),
             });
             serving_log.push(serve_log);
         }

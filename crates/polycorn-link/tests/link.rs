@@ -212,6 +212,27 @@ fn outage_drop_versus_hold() {
     );
 }
 
+/// Outages [3, 6) and [8, 9) ms in drop mode, with [4, 6) marked as held (a successful
+/// handover's interruption): arrivals there wait for the outage's end, the rest are dropped.
+#[test]
+fn held_spans_keep_arrivals_inside_a_dropping_outage() {
+    let mut cfg = LinkConfig::new(every_ms());
+    cfg.outages = Outages::parse("o.csv", "start_ms,end_ms\n3,6\n8,9\n").unwrap();
+    cfg.outage_mode = OutageMode::Drop;
+    cfg.hold_in = Outages::parse("h.csv", "start_ms,end_ms\n4,6\n").unwrap();
+    let mut l = link(cfg);
+    let dropped = EnqueueOutcome::Dropped(DropReason::Outage);
+    let verdicts = [
+        l.enqueue(3_500, 1, 1500), // in the outage, before the held span
+        l.enqueue(4_000, 2, 1500), // held
+        l.enqueue(5_999, 3, 1500), // held
+        l.enqueue(8_500, 4, 1500), // the second outage is not held
+    ];
+    assert_eq!(verdicts, [dropped, ENQ, ENQ, dropped]);
+    assert_eq!(drain_all(&mut l), vec![(2, 6_000), (3, 7_000)]);
+    assert_eq!(l.stats().dropped_outage, 2);
+}
+
 #[test]
 fn droptail_by_bytes() {
     let mut cfg = LinkConfig::new(every_ms());
@@ -346,6 +367,7 @@ fn scenario(seed: u64) -> (Vec<String>, Vec<(u64, u64)>, Vec<EnqueueOutcome>) {
         loss: LossModel::gilbert(0.05, 0.3),
         outages: Outages::new(vec![(120, 180), (400, 410)]).unwrap(),
         outage_mode: OutageMode::Hold,
+        hold_in: Outages::none(),
         queue: QueueLimit::Bytes(30_000),
         seed,
     };
@@ -666,6 +688,7 @@ fn run_case(c: &Case, log: bool) -> (Vec<Arrival>, Vec<(u64, u64)>, u64) {
         loss: LossModel::Bernoulli { p: c.loss_p },
         outages: Outages::new(c.outages.clone()).unwrap(),
         outage_mode: c.mode,
+        hold_in: Outages::none(),
         queue: c.limit,
         seed: c.seed,
     };

@@ -101,6 +101,34 @@ fn outputs_are_consistent() {
                 );
             }
         }
+        // Every success interrupts the carrier for its drawn time, marked as an interruption
+        // (held, not dropped, by the emulated links) inside the outages.
+        let successes: Vec<_> = t
+            .handovers
+            .iter()
+            .filter(|h| h.carrier == ci && h.outcome == Outcome::Success)
+            .collect();
+        assert!(!successes.is_empty());
+        assert!(p.interruptions_ms.windows(2).all(|w| w[0].1 < w[1].0));
+        for h in &successes {
+            assert!(
+                p.interruptions_ms
+                    .iter()
+                    .any(|(s, e)| *s <= h.start_ms
+                        && *e >= h.start_ms + h.interruption_ms.min(STEP_MS)),
+                "no interruption span for {h:?}"
+            );
+        }
+        for &(s, e) in &p.interruptions_ms {
+            assert!(
+                p.outages_ms.iter().any(|(a, b)| *a <= s && e <= *b),
+                "interruption [{s}, {e}) outside every outage"
+            );
+            assert!(
+                successes.iter().any(|h| h.start_ms >= s && h.start_ms < e),
+                "interruption [{s}, {e}) without a successful handover"
+            );
+        }
         // Every failure blacks the carrier out for 1-10 s (plus detection), visible as an outage.
         for h in t
             .handovers

@@ -195,7 +195,10 @@ pub fn run(args: &CalibrateArgs) -> Result<()> {
         }
     }
     let (cfg, source) = args.trip.config()?;
-    eprintln!("successful-handover interruptions: {source}");
+    eprintln!(
+        "successful-handover interruptions: {source}; packets during them: {}",
+        args.trip.handover_interruption.name()
+    );
     let full = Trip::generate(&cfg)?;
     let offset_ms = if args.from_start {
         0
@@ -470,12 +473,14 @@ pub(crate) fn window(trip: &Trip, from_ms: u64, len_ms: u64) -> Trip {
         p.dl_bps = p.dl_bps[s..e].to_vec();
         p.ul_bps = p.ul_bps[s..e].to_vec();
         p.owd_us = p.owd_us[s..e].to_vec();
-        p.outages_ms = p
-            .outages_ms
-            .iter()
-            .filter(|(a, b)| *b > from && *a < to)
-            .map(|(a, b)| (a.max(&from) - from, b.min(&to) - from))
-            .collect();
+        let clip = |v: &[(u64, u64)]| -> Vec<(u64, u64)> {
+            v.iter()
+                .filter(|(a, b)| *b > from && *a < to)
+                .map(|(a, b)| (*a.max(&from) - from, *b.min(&to) - from))
+                .collect()
+        };
+        p.outages_ms = clip(&p.outages_ms);
+        p.interruptions_ms = clip(&p.interruptions_ms);
     }
     t.handovers.retain(|h| (from..to).contains(&h.start_ms));
     for h in &mut t.handovers {

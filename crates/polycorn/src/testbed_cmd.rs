@@ -54,6 +54,10 @@ impl ModelArgs {
             format!("--route-seed={}", self.trip.route_seed),
             format!("--trip-seed={}", self.trip.trip_seed),
             format!("--interruptions={}", self.trip.interruptions),
+            format!(
+                "--handover-interruption={}",
+                self.trip.handover_interruption.name()
+            ),
             format!("--delay-ms={}", self.delay_ms),
             format!("--paths={}", self.paths),
         ];
@@ -102,7 +106,10 @@ impl ModelArgs {
             return Ok((vec![one; self.paths], None));
         }
         let (cfg, source) = self.trip.config()?;
-        eprintln!("successful-handover interruptions: {source}");
+        eprintln!(
+            "successful-handover interruptions: {source}; packets during them: {}",
+            self.trip.handover_interruption.name()
+        );
         let trip = Trip::generate(&cfg)?;
         let queue = self.queue_bytes.map(QueueLimit::Bytes);
         Ok((models::from_trip(&trip, queue)?, Some(trip)))

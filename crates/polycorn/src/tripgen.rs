@@ -4,6 +4,8 @@
 //! * `<carrier>.down`, `<carrier>.up` — mahimahi delivery traces (played once);
 //! * `<carrier>.delay.csv` — one-way delay series (`t_ms,delay_ms`);
 //! * `<carrier>.outages.csv` — spans without delivery (`start_ms,end_ms`);
+//! * `<carrier>.interruptions.csv` — the successful handovers' interruptions among them, whose
+//!   packets the testbed holds rather than drops (`--handover-interruption`);
 //! * `context.csv` — 1 Hz GPS fix, speed, heading, serving cell and RSRP per carrier;
 //! * `handovers.csv` — ground truth: every handover with position, RSRP and outcome;
 //! * `trip.json` — what was generated (preset, seeds, version, durations, counts).
@@ -34,6 +36,30 @@ pub struct TripArgs {
     /// (a lognormal fitted to them, median 34 ms), or the path of such a CSV.
     #[arg(long, default_value = "auto")]
     pub interruptions: String,
+    /// Packets reaching a carrier during a successful handover's interruption: `hold` (they
+    /// wait for the target cell, as LTE's X2 data forwarding does) or `drop` (lost, as in a
+    /// failed handover's blackout; the testbed's behaviour before 2026-11-26).
+    #[arg(long, value_enum, default_value_t = InterruptionMode::Hold)]
+    pub handover_interruption: InterruptionMode,
+}
+
+/// What the emulated links do with packets during a successful handover's interruption.
+#[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
+pub enum InterruptionMode {
+    /// Queue them until the interruption ends.
+    Hold,
+    /// Drop them.
+    Drop,
+}
+
+impl InterruptionMode {
+    /// The name used on the command line and in results.
+    pub fn name(self) -> &'static str {
+        match self {
+            InterruptionMode::Hold => "hold",
+            InterruptionMode::Drop => "drop",
+        }
+    }
 }
 
 /// Where `auto` looks for the SIGCOMM'22 file.
@@ -51,6 +77,7 @@ impl TripArgs {
     /// The trip configuration, and a description of the interruption source used.
     pub fn config(&self) -> Result<(TripConfig, String)> {
         let mut cfg = TripConfig::preset(&self.preset, self.route_seed, self.trip_seed)?;
+        cfg.hold_interruptions = self.handover_interruption == InterruptionMode::Hold;
         let file = match self.interruptions.as_str() {
             "builtin" => None,
             "auto" => sigcomm22_candidates().into_iter().find(|p| p.exists()),
@@ -182,6 +209,11 @@ pub fn run(args: &GenerateArgs) -> Result<()> {
             dir,
             &format!("{}.outages.csv", p.name),
             &Outages::new(p.outages_ms.clone())?.to_csv(),
+        )?;
+        write(
+            dir,
+            &format!("{}.interruptions.csv", p.name),
+            &Outages::new(p.interruptions_ms.clone())?.to_csv(),
         )?;
     }
     let mut ctx = String::from("t_ms,lat,lon,speed_mps,heading_deg");

@@ -293,6 +293,9 @@ pub struct Meta {
     pub carriers: Vec<String>,
     /// Where successful-handover interruption times came from (part of the trip's identity).
     pub interruptions: String,
+    /// What the emulated links did with packets during a successful handover's interruption:
+    /// `hold` or `drop` (results written before this was recorded: `drop`).
+    pub handover_interruption: String,
     /// Whether HRSCH's HPR had a handover predictor.
     pub prediction: String,
     /// Wall-clock start (UTC, RFC 3339-ish).
@@ -510,6 +513,7 @@ fn run_trip(
         queue_bytes: args.queue_bytes,
         carriers: trip.paths.iter().map(|p| p.name.clone()).collect(),
         interruptions: source.clone(),
+        handover_interruption: args.trip.handover_interruption.name().to_string(),
         prediction: match args.prediction {
             PredictAt::None => "none: LinkDB not loaded, HPR never throttles".to_string(),
             at => format!(
@@ -527,10 +531,11 @@ fn run_trip(
         started: utc_now(),
     };
     eprintln!(
-        "bench ({mode}): preset {} route {} trip {} (interruptions: {source}), window {:.1}-{:.1} s of the trip, workload seed {seed}, {} systems x {:.0} s, testbed `{name}`, output {}",
+        "bench ({mode}): preset {} route {} trip {} (interruptions: {source}, {}), window {:.1}-{:.1} s of the trip, workload seed {seed}, {} systems x {:.0} s, testbed `{name}`, output {}",
         meta.preset,
         meta.route_seed,
         meta.trip_seed,
+        meta.handover_interruption,
         meta.from_s,
         meta.from_s + plan.end_s,
         systems.len(),

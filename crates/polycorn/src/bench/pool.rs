@@ -128,10 +128,15 @@ pub fn load_dirs_only(dirs: &[PathBuf], only: &[String]) -> Result<Loaded> {
                     &f.meta.interruptions,
                     &r.meta.interruptions,
                 ),
+                (
+                    "handover interruption (packets held or dropped)",
+                    &f.meta.handover_interruption,
+                    &r.meta.handover_interruption,
+                ),
             ] {
                 if a != b {
                     bail!(
-                        "{}: {what} `{b}` differs from `{a}` in {}; only rides of one preset, mode and route pool",
+                        "{}: {what} `{b}` differs from `{a}` in {}; only rides of one preset, mode, testbed and route pool",
                         file.display(),
                         first.display()
                     );
@@ -244,6 +249,7 @@ pub fn rebuild_im_bounds(
                 route_seed: m.route_seed,
                 trip_seed: m.trip_seed,
                 interruptions,
+                handover_interruption: crate::tripgen::InterruptionMode::Hold,
             };
             let i = args.config()?.0.interruption;
             sources.insert(m.interruptions.clone(), i.clone());
@@ -381,6 +387,11 @@ pub fn from_json(v: &Value) -> Result<Results> {
             .collect::<Option<_>>()
             .context("`meta.carriers` holds a non-string")?,
         interruptions: string(v, "meta.interruptions")?,
+        // Recorded since 2026-11-26; every earlier ride dropped them.
+        handover_interruption: match v.pointer("/meta/handover_interruption") {
+            None => "drop".to_string(),
+            Some(_) => string(v, "meta.handover_interruption")?,
+        },
         prediction: string(v, "meta.handover_prediction")?,
         started: string(v, "meta.started")?,
     };
@@ -799,6 +810,23 @@ mod tests {
         full.meta.mode = "full".into();
         write(&d("full"), &full);
         refused(&["a", "full"], &["mode", "full"]);
+
+        // Rides on a testbed that dropped successful handovers' packets do not pool with
+        // rides that held them; results written before the field existed dropped them.
+        let mut dropped = ride(4);
+        dropped.meta.handover_interruption = "drop".into();
+        write(&d("dropped"), &dropped);
+        refused(&["a", "dropped"], &["held or dropped", "`drop`", "`hold`"]);
+        let mut old = serde_json::from_str::<Value>(
+            &std::fs::read_to_string(d("dropped/results.json")).unwrap(),
+        )
+        .unwrap();
+        old["meta"]
+            .as_object_mut()
+            .unwrap()
+            .remove("handover_interruption");
+        let old = from_json(&old).unwrap();
+        assert_eq!(old.meta.handover_interruption, "drop");
 
         std::fs::create_dir_all(d("empty")).unwrap();
         refused(&["empty"], &["not a bench output directory"]);

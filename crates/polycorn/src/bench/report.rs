@@ -283,6 +283,7 @@ impl Results {
                 "queue_bytes": m.queue_bytes, "carriers": m.carriers,
                 "handover_prediction": m.prediction, "started": m.started,
                 "interruptions": m.interruptions,
+                "handover_interruption": m.handover_interruption,
             },
             "plan": {
                 "lead_s": self.plan.lead_s, "bulk_timeout_s": self.plan.bulk_timeout_s,
@@ -398,8 +399,8 @@ pub fn table(r: &Results) -> String {
     let m = &r.meta;
     let _ = writeln!(
         o,
-        "\npolycorn bench ({}) {} | preset {} route {} trip {} seed {} | kernel {} | window {:.0} s from trip time {:.0} s",
-        m.mode, m.version, m.preset, m.route_seed, m.trip_seed, m.seed, m.kernel, r.plan.end_s, m.from_s
+        "\npolycorn bench ({}) {} | preset {} route {} trip {} seed {} | kernel {} | window {:.0} s from trip time {:.0} s | successful-handover packets {}",
+        m.mode, m.version, m.preset, m.route_seed, m.trip_seed, m.seed, m.kernel, r.plan.end_s, m.from_s, m.handover_interruption
     );
     let _ = writeln!(o, "handover prediction: {}", m.prediction);
     let _ = writeln!(
@@ -1106,9 +1107,9 @@ pub fn html(r: &Results) -> String {
     );
     let _ = write!(
         h,
-        "<h1>polycorn bench — {} mode</h1><p>polycorn {} · kernel {} · preset <b>{}</b>, route seed {}, trip seed {}, workload seed {} · trip window {:.0}–{:.0} s ({} carriers: {}) · queue {} · handover interruptions: {} · started {}</p>",
+        "<h1>polycorn bench — {} mode</h1><p>polycorn {} · kernel {} · preset <b>{}</b>, route seed {}, trip seed {}, workload seed {} · trip window {:.0}–{:.0} s ({} carriers: {}) · queue {} · handover interruptions: {} (packets {}) · started {}</p>",
         esc(&m.mode), esc(&m.version), esc(&m.kernel), esc(&m.preset), m.route_seed, m.trip_seed, m.seed,
-        m.from_s, m.from_s + r.plan.end_s, m.carriers.len(), esc(&m.carriers.join(", ")), m.queue_bytes.map_or("per carrier (trip model)".to_string(), |q| format!("{q} B")), esc(&m.interruptions), esc(&m.started)
+        m.from_s, m.from_s + r.plan.end_s, m.carriers.len(), esc(&m.carriers.join(", ")), m.queue_bytes.map_or("per carrier (trip model)".to_string(), |q| format!("{q} B")), esc(&m.interruptions), esc(&m.handover_interruption), esc(&m.started)
     );
     let _ = write!(
         h,
@@ -1666,11 +1667,14 @@ pub fn pooled(rides: &[Results]) -> (String, Value) {
     let mut o = String::new();
     let _ = writeln!(
         o,
-        "\npooled over {} rides (trip seeds {:?}), route {} of preset {}",
+        "\npooled over {} rides (trip seeds {:?}), route {} of preset {}, successful-handover packets {}",
         rides.len(),
         seeds,
         rides.first().map_or(0, |r| r.meta.route_seed),
-        rides.first().map_or("", |r| r.meta.preset.as_str())
+        rides.first().map_or("", |r| r.meta.preset.as_str()),
+        rides
+            .first()
+            .map_or("", |r| r.meta.handover_interruption.as_str())
     );
     let mut systems = serde_json::Map::new();
     for name in &names {
@@ -2001,6 +2005,7 @@ pub(crate) mod tests {
             queue_bytes: Some(1),
             carriers: vec!["A".into(), "B".into()],
             interruptions: "builtin".into(),
+            handover_interruption: "hold".into(),
             prediction: "none".into(),
             started: "now".into(),
         };
