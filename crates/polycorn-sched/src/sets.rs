@@ -108,6 +108,11 @@ pub enum Reason {
     },
     /// ECF: waiting for the fastest path completes earlier than using the slower one.
     EcfWaitForFastest,
+    /// Stale: the path's subflow is waiting out a retransmission timeout.
+    RtoBackoff {
+        /// The subflow's RTO backoff (consecutive timeouts without progress).
+        backoff: u32,
+    },
 }
 
 impl fmt::Display for Reason {
@@ -136,6 +141,9 @@ impl fmt::Display for Reason {
                 "fast path would send {fast_bytes} B in the slow RTT, only {avail_bytes} B of window left"
             ),
             Reason::EcfWaitForFastest => f.write_str("waiting for the fastest path completes earlier"),
+            Reason::RtoBackoff { backoff } => {
+                write!(f, "subflow waiting out a retransmission timeout (backoff {backoff})")
+            }
         }
     }
 }

@@ -23,7 +23,7 @@ use crate::reinject::{Reinjection, DEFAULT_ER_K};
 use crate::sets::StageKind;
 use crate::stage::Schedulerlet;
 use crate::stages::{
-    Blest, Ecf, Hpr, LocationTable, MinRtt, Ori, Redundant, RoundRobin, SinglePath, Tpr,
+    Blest, Ecf, Hpr, LocationTable, MinRtt, Ori, Redundant, RoundRobin, SinglePath, Stale, Tpr,
 };
 use crate::time::Duration;
 
@@ -36,6 +36,10 @@ pub const STAGES: &[(&str, &str)] = &[
     (
         "loctable",
         "candidate filter: block paths inside recorded handover zones (Kim & Cho)",
+    ),
+    (
+        "stale",
+        "candidate filter: leave out paths waiting out an RTO while another path is not (MPTCP's potentially-failed subflows)",
     ),
     (
         "minrtt",
@@ -490,7 +494,7 @@ fn build_stage(
             }
             Box::new(s)
         }
-        "minrtt" | "tpr" | "rr" | "redundant" | "single" | "loctable" | "blest" => {
+        "minrtt" | "tpr" | "rr" | "redundant" | "single" | "loctable" | "blest" | "stale" => {
             no_params(name, params)?;
             match name {
                 "minrtt" => Box::new(MinRtt),
@@ -499,6 +503,7 @@ fn build_stage(
                 "redundant" => Box::new(Redundant),
                 "single" => Box::new(SinglePath::default()),
                 "loctable" => Box::new(LocationTable),
+                "stale" => Box::new(Stale),
                 _ => Box::new(Blest::default()),
             }
         }

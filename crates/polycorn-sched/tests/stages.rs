@@ -1622,3 +1622,60 @@ fn unknown_flows_and_paths_are_refused() {
         Err(SchedError::DataAfterFin(FlowId(1)))
     );
 }
+
+// ----- Stale: paths waiting out a retransmission timeout ------------------------------------------
+
+/// A `TCP_INFO` reading of `l` whose subflow reports RTO backoff `b`.
+fn backed_off(l: Link, b: u32) -> TcpInfoSample {
+    let mut s = l.sample();
+    s.rto_backoff = b;
+    s
+}
+
+/// Path A (20 ms) is waiting out an RTO (backoff 1, as after a blackout), B (80 ms) is not.
+/// minRTT alone puts the chunk on A, where it would sit until A's timer fires; with `stale` A is
+/// left out for its backoff and the chunk goes to B. With both backed off `stale` moves nothing
+/// (a chunk is never held back for lack of a path); once A's backoff is 0 again A is picked
+/// and B left out.
+#[test]
+fn stale_leaves_out_a_path_waiting_out_an_rto_while_another_is_not() {
+    let links = [Link::rtt(20), Link::rtt(80)];
+    let mut s = sched("minrtt+none", &links);
+    s.on_tcp_info(T0, p(A), &backed_off(links[A], 1)).unwrap();
+    flow(&mut s, T0, 1, 1, 10 * CHUNK, false);
+    assert_eq!(poll_some(&mut s, T0).paths, set(&[A]));
+
+    let mut s = sched("stale,minrtt+none", &links);
+    s.on_tcp_info(T0, p(A), &backed_off(links[A], 1)).unwrap();
+    flow(&mut s, T0, 1, 1, 10 * CHUNK, false);
+    assert_eq!(poll_some(&mut s, T0).paths, set(&[B]));
+    let m = the_move(&s, "stale");
+    assert_move(
+        &m,
+        Some(StageKind::CandidateFilter),
+        A,
+        SetName::Candidate,
+        SetName::Unavailable,
+    );
+    assert_eq!(m.reason, Reason::RtoBackoff { backoff: 1 });
+    assert!(m.reason.to_string().contains("retransmission timeout"));
+
+    s.on_tcp_info(after_ms(10), p(B), &backed_off(links[B], 2))
+        .unwrap();
+    assert_eq!(poll_some(&mut s, after_ms(10)).paths, set(&[A]));
+    assert!(moves_of(&s, "stale").is_empty());
+
+    set_link(&mut s, after_ms(20), A, links[A]);
+    assert_eq!(poll_some(&mut s, after_ms(20)).paths, set(&[A]));
+    let m = the_move(&s, "stale");
+    assert_eq!(
+        (m.path, m.reason),
+        (p(B), Reason::RtoBackoff { backoff: 2 })
+    );
+    assert_eq!(
+        Pipeline::from_spec("hpr,stale,minrtt,tpr,ori+er(k=3,cell_loss=1)")
+            .unwrap()
+            .spec(),
+        "hpr,stale,minrtt,tpr,ori+er(k=3,cell_loss=1)"
+    );
+}

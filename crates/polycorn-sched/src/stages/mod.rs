@@ -9,6 +9,7 @@ pub mod ori;
 pub mod redundant;
 pub mod roundrobin;
 pub mod single;
+pub mod stale;
 pub mod tpr;
 
 pub use blest::Blest;
@@ -20,4 +21,5 @@ pub use ori::Ori;
 pub use redundant::Redundant;
 pub use roundrobin::RoundRobin;
 pub use single::SinglePath;
+pub use stale::Stale;
 pub use tpr::Tpr;
