@@ -241,6 +241,10 @@ pub struct RelaySection {
     /// across idle gaps when false). None: the system's setting is left alone.
     #[serde(default)]
     pub slow_start_after_idle: Option<bool>,
+    /// `rto_max_ms`: upper bound on the uplink subflows' retransmission timeout
+    /// (`TCP_RTO_MAX_MS`, 1000..=120000; Linux 6.15 or later). None: the kernel's (120 s).
+    #[serde(default)]
+    pub rto_max_ms: Option<u32>,
 }
 
 /// Which idle subflows the relay replaces with a fresh connection (make before break), at most
@@ -459,6 +463,7 @@ impl RelayConfig {
         }
         v.hold_time("relay.hold_time_s", self.relay.hold_time_s)?;
         v.congestion("relay.congestion", self.relay.congestion.as_deref())?;
+        v.rto_max("relay.rto_max_ms", self.relay.rto_max_ms)?;
 
         if self.paths.is_empty() {
             return Err(v.invalid(
@@ -637,6 +642,9 @@ pub struct ProxySection {
     /// network namespace to this at startup (downlink subflows keep their congestion window
     /// across idle gaps when false). None: the system's setting is left alone.
     pub slow_start_after_idle: Option<bool>,
+    /// `rto_max_ms`: upper bound on the downlink subflows' retransmission timeout
+    /// (`TCP_RTO_MAX_MS`, 1000..=120000; Linux 6.15 or later). None: the kernel's (120 s).
+    pub rto_max_ms: Option<u32>,
 }
 
 impl Default for ProxySection {
@@ -650,6 +658,7 @@ impl Default for ProxySection {
             connect_timeout_s: default_connect_timeout_s(),
             congestion: None,
             slow_start_after_idle: None,
+            rto_max_ms: None,
         }
     }
 }
@@ -788,6 +797,7 @@ impl ProxyConfig {
         v.scheduler("proxy.scheduler", &p.scheduler)?;
         v.hold_time("proxy.hold_time_s", p.hold_time_s)?;
         v.congestion("proxy.congestion", p.congestion.as_deref())?;
+        v.rto_max("proxy.rto_max_ms", p.rto_max_ms)?;
         if p.tunnel_listen.is_some() && p.tunnel_peers.is_empty() {
             return Err(v.invalid(
                 "proxy.tunnel_peers",
@@ -1108,6 +1118,21 @@ impl Validator<'_> {
         Ok(())
     }
 
+    fn rto_max(&self, key: &str, ms: Option<u32>) -> Result<(), ConfigError> {
+        let range = crate::sockopt::RTO_MAX_RANGE_MS;
+        match ms {
+            Some(ms) if !range.contains(&ms) => Err(self.invalid(
+                key,
+                format!(
+                    "{ms} is out of range {}..={} (the kernel's limits for TCP_RTO_MAX_MS)",
+                    range.start(),
+                    range.end()
+                ),
+            )),
+            _ => Ok(()),
+        }
+    }
+
     /// TCP listeners must not share an address (and none may use port 0, which would bind a
     /// random port nobody can be told about).
     fn distinct_listeners(&self, list: &[(&str, Option<SocketAddr>)]) -> Result<(), ConfigError> {
@@ -1306,6 +1331,11 @@ hold_time_s = 30
 # every TCP socket there). false: uplink subflows keep their congestion window across idle
 # gaps instead of restarting from 10 segments. Default: leave the system's setting (1).
 # slow_start_after_idle = false
+# Cap on the uplink subflows' retransmission timeout, ms (TCP_RTO_MAX_MS, 1000..=120000,
+# Linux 6.15 or later). After a failed handover's blackout of several seconds a subflow
+# otherwise waits out a timer that doubled with every timeout (up to about as long again as
+# the blackout) before it sends again. Default: the kernel's (120 s).
+# rto_max_ms = 1000
 
 # One [[path]] per cellular interface (1 to 32); names, devices and sources must be unique.
 [[path]]
@@ -1399,6 +1429,9 @@ connect_timeout_s = 10
 # every TCP socket there). false: downlink subflows keep their congestion window across idle
 # gaps instead of restarting from 10 segments. Default: leave the system's setting (1).
 # slow_start_after_idle = false
+# Cap on the downlink subflows' retransmission timeout, ms (TCP_RTO_MAX_MS, 1000..=120000,
+# Linux 6.15 or later; see relay.toml). Default: the kernel's (120 s).
+# rto_max_ms = 1000
 
 [tls]
 ca = "ca.pem"

@@ -162,7 +162,8 @@ async fn accept_loop(
             connector.clone(),
         );
         tokio::spawn(async move {
-            let acc = match subflow::proxy_accept(&a, tcp, o.tuning.congestion.as_deref()).await {
+            let sockopts = o.tuning.subflow_sockopts();
+            let acc = match subflow::proxy_accept(&a, tcp, &sockopts).await {
                 Ok(x) => x,
                 Err(e) => {
                     warn!(%peer, error = %e, "subflow refused");

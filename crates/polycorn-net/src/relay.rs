@@ -58,8 +58,11 @@ pub struct Tuning {
     pub max_flows: usize,
     /// Hold time for outages of every path.
     pub hold_time: Duration,
-    /// Congestion control for subflows (`None`: the system default).
+    /// Congestion control for subflows and baseline tunnels (`None`: the system default).
     pub congestion: Option<String>,
+    /// `TCP_RTO_MAX_MS` of subflows, ms (`None`: the kernel's). Baseline tunnels keep the
+    /// kernel's.
+    pub rto_max_ms: Option<u32>,
 }
 
 impl Default for Tuning {
@@ -70,11 +73,20 @@ impl Default for Tuning {
             max_flows: 65_536,
             hold_time: Duration::from_secs(30),
             congestion: None,
+            rto_max_ms: None,
         }
     }
 }
 
 impl Tuning {
+    /// The socket options of this side's subflows.
+    pub fn subflow_sockopts(&self) -> subflow::SubflowSockopts {
+        subflow::SubflowSockopts {
+            congestion: self.congestion.clone(),
+            rto_max_ms: self.rto_max_ms,
+        }
+    }
+
     /// A session configuration with these tunables.
     pub fn session_config(&self, role: Role, id: u64, pipeline: &str) -> SessionConfig {
         let mut c = SessionConfig::new(role, id, pipeline);
@@ -180,7 +192,7 @@ pub async fn start(
                     i as u8,
                     p.clone(),
                     connector.clone(),
-                    opts.tuning.congestion.clone(),
+                    opts.tuning.subflow_sockopts(),
                     opts.idle_refresh,
                 ));
             }
@@ -288,7 +300,7 @@ async fn maintain_path(
     path: u8,
     p: RelayPath,
     tls: tokio_rustls::TlsConnector,
-    congestion: Option<String>,
+    sockopts: subflow::SubflowSockopts,
     idle_refresh: crate::config::IdleRefresh,
 ) {
     let hello = engine.inspect(|s| s.hello(path).to_vec());
@@ -298,7 +310,7 @@ async fn maintain_path(
             p.proxy,
             p.source,
             p.device.as_deref(),
-            congestion.as_deref(),
+            &sockopts,
             &hello,
         )
     };

@@ -240,6 +240,62 @@ pub fn notsent_lowat(fd: BorrowedFd<'_>) -> io::Result<u32> {
         .map_err(context("get TCP_NOTSENT_LOWAT".into()))
 }
 
+/// `TCP_RTO_MAX_MS` (Linux 6.15+): the socket's upper bound on its retransmission timeout,
+/// in ms. The `libc` crate does not have it yet; the value is the kernel's uapi one.
+pub const TCP_RTO_MAX_MS: i32 = 44;
+/// The range the kernel accepts for `TCP_RTO_MAX_MS` (1 s to its built-in 120 s).
+pub const RTO_MAX_RANGE_MS: std::ops::RangeInclusive<u32> = 1_000..=120_000;
+
+/// Set `TCP_RTO_MAX_MS`: however many retransmission timeouts in a row a blackout causes, the
+/// socket's timer backs off to at most `ms` (the kernel default is 120 s), so the first
+/// retransmission after the path comes back is at most `ms` away.
+///
+/// The error says when the kernel is too old for the option (before 6.15) or `ms` is outside
+/// [`RTO_MAX_RANGE_MS`].
+pub fn set_rto_max(fd: BorrowedFd<'_>, ms: u32) -> io::Result<()> {
+    if !RTO_MAX_RANGE_MS.contains(&ms) {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!(
+                "TCP_RTO_MAX_MS {ms} ms is outside the kernel's {}..={} ms",
+                RTO_MAX_RANGE_MS.start(),
+                RTO_MAX_RANGE_MS.end()
+            ),
+        ));
+    }
+    set_int(fd, libc::IPPROTO_TCP, TCP_RTO_MAX_MS, ms as i32).map_err(|e| {
+        let hint = match e.raw_os_error() {
+            Some(libc::ENOPROTOOPT) => format!(
+                "this kernel ({}) has no TCP_RTO_MAX_MS; it needs Linux 6.15 or later",
+                kernel_release()
+            ),
+            _ => e.to_string(),
+        };
+        io::Error::new(e.kind(), format!("set TCP_RTO_MAX_MS to {ms} ms: {hint}"))
+    })
+}
+
+/// Read `TCP_RTO_MAX_MS` (the kernel's `net.ipv4.tcp_rto_max_ms` unless set on the socket).
+pub fn rto_max(fd: BorrowedFd<'_>) -> io::Result<u32> {
+    get_int(fd, libc::IPPROTO_TCP, TCP_RTO_MAX_MS)
+        .map(|v| v as u32)
+        .map_err(context("get TCP_RTO_MAX_MS".into()))
+}
+
+/// Whether a TCP socket takes `TCP_RTO_MAX_MS` = `ms` (tried on a throwaway socket). The
+/// daemons call it at startup so that an old kernel stops them with the reason instead of
+/// failing every subflow later.
+pub fn check_rto_max(ms: u32) -> io::Result<()> {
+    let s = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None)?;
+    set_rto_max(s.as_fd(), ms)
+}
+
+fn kernel_release() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/osrelease")
+        .map(|s| format!("Linux {}", s.trim()))
+        .unwrap_or_else(|_| "unknown release".into())
+}
+
 /// The algorithms the kernel offers (`net.ipv4.tcp_available_congestion_control`), or a
 /// placeholder if that cannot be read.
 fn available_congestion() -> String {

@@ -62,12 +62,25 @@ pub fn tcp_info_reader(stream: &TcpStream) -> io::Result<TcpInfoFn> {
     }))
 }
 
-/// Socket options every subflow gets.
-pub fn tune(stream: &TcpStream, congestion: Option<&str>) -> io::Result<()> {
+/// Configurable socket options of subflows (relay and proxy ends alike).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct SubflowSockopts {
+    /// Congestion control (`None`: the system default).
+    pub congestion: Option<String>,
+    /// Upper bound on the retransmission timeout, ms (`TCP_RTO_MAX_MS`; `None`: the kernel's,
+    /// 120 s unless `net.ipv4.tcp_rto_max_ms` says otherwise).
+    pub rto_max_ms: Option<u32>,
+}
+
+/// Socket options every subflow gets: no Nagle, a small unsent queue, and `opts`.
+pub fn tune(stream: &TcpStream, opts: &SubflowSockopts) -> io::Result<()> {
     stream.set_nodelay(true)?;
     sockopt::set_notsent_lowat(stream.as_fd(), NOTSENT_LOWAT)?;
-    if let Some(cc) = congestion {
+    if let Some(cc) = &opts.congestion {
         sockopt::set_congestion(stream.as_fd(), cc)?;
+    }
+    if let Some(ms) = opts.rto_max_ms {
+        sockopt::set_rto_max(stream.as_fd(), ms)?;
     }
     Ok(())
 }
@@ -169,11 +182,11 @@ pub async fn relay_connect(
     proxy: SocketAddr,
     source: Option<IpAddr>,
     device: Option<&str>,
-    congestion: Option<&str>,
+    sockopts: &SubflowSockopts,
     hello: &[u8],
 ) -> Result<Established, HandshakeError> {
     let tcp = connect_pinned(proxy, source, device).await?;
-    tune(&tcp, congestion).map_err(io_err("set subflow socket options"))?;
+    tune(&tcp, sockopts).map_err(io_err("set subflow socket options"))?;
     let tcp_info = tcp_info_reader(&tcp).map_err(io_err("duplicate socket"))?;
     let raw_info = raw_info_reader(&tcp).map_err(io_err("duplicate socket"))?;
     let fut = async {
@@ -225,9 +238,9 @@ impl std::fmt::Debug for Accepted {
 pub async fn proxy_accept(
     acceptor: &TlsAcceptor,
     tcp: TcpStream,
-    congestion: Option<&str>,
+    sockopts: &SubflowSockopts,
 ) -> Result<Accepted, HandshakeError> {
-    tune(&tcp, congestion).map_err(io_err("set subflow socket options"))?;
+    tune(&tcp, sockopts).map_err(io_err("set subflow socket options"))?;
     let tcp_info = tcp_info_reader(&tcp).map_err(io_err("duplicate socket"))?;
     let fut = async {
         let mut s = acceptor

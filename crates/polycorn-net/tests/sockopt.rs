@@ -193,3 +193,125 @@ fn ipv6_transparent_reads_back() {
     sockopt::set_ipv6_transparent(s.as_fd(), true).unwrap();
     assert!(sockopt::ipv6_transparent(s.as_fd()).unwrap());
 }
+
+#[test]
+fn rto_max_reads_back_and_refuses_values_the_kernel_refuses() {
+    let (c, _s) = pair();
+    let e = sockopt::set_rto_max(c.as_fd(), 500).unwrap_err();
+    assert!(e.to_string().contains("1000..=120000"), "{e}");
+    match sockopt::set_rto_max(c.as_fd(), 1000) {
+        Ok(()) => assert_eq!(sockopt::rto_max(c.as_fd()).unwrap(), 1000),
+        // A kernel before 6.15: the error must say so (CI's machine has the option).
+        Err(e) => {
+            assert!(e.to_string().contains("6.15"), "{e}");
+            let _ = skip("this kernel has no TCP_RTO_MAX_MS");
+        }
+    }
+}
+
+/// A network namespace created for one test and deleted by name when dropped.
+struct TestNs(String);
+
+impl TestNs {
+    fn new(tag: &str) -> TestNs {
+        let name = format!("pct-{tag}-{}", std::process::id());
+        let _ = std::process::Command::new("ip")
+            .args(["netns", "del", &name])
+            .output();
+        run("ip", &["netns", "add", &name]);
+        let ns = TestNs(name);
+        run("ip", &["-n", &ns.0, "link", "set", "lo", "up"]);
+        ns
+    }
+    fn nft(&self, script: &str) {
+        run("ip", &["netns", "exec", &self.0, "nft", script]);
+    }
+}
+
+impl Drop for TestNs {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("ip")
+            .args(["netns", "del", &self.0])
+            .status();
+    }
+}
+
+fn run(program: &str, args: &[&str]) {
+    let out = std::process::Command::new(program)
+        .args(args)
+        .output()
+        .unwrap_or_else(|e| panic!("{program}: {e}"));
+    assert!(
+        out.status.success(),
+        "{program} {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[test]
+fn rto_max_keeps_retransmitting_every_second_through_a_blackout() {
+    use nix::sched::{setns, CloneFlags};
+    if !is_root() {
+        skip("needs root (a network namespace and nftables)");
+        return;
+    }
+    if sockopt::check_rto_max(1000).is_err() {
+        skip("this kernel has no TCP_RTO_MAX_MS (Linux 6.15 or later)");
+        return;
+    }
+    let ns = TestNs::new("rto");
+    let path = format!("/run/netns/{}", ns.0);
+    // Two connections over the namespace's loopback (RTO starts at the kernel's 200 ms
+    // minimum), one capped at 1 s; then every data segment towards the server is dropped for
+    // 6 s. Uncapped, the timer doubles: retransmissions at 0.2, 0.6, 1.4, 3.0 s (the next at
+    // 6.2 s); capped, after 1.4 s one every second, 7 by 5.4 s.
+    let (mut capped, mut plain, ports, _servers) = std::thread::spawn(move || {
+        let target = std::fs::File::open(&path).unwrap();
+        setns(target.as_fd(), CloneFlags::CLONE_NEWNET).unwrap();
+        let (mut capped, mut cs) = pair();
+        let (mut plain, mut ps) = pair();
+        sockopt::set_rto_max(capped.as_fd(), 1000).unwrap();
+        // Warm both up so each has an RTT sample.
+        for (c, s) in [(&mut capped, &mut cs), (&mut plain, &mut ps)] {
+            c.write_all(&[1u8; 1000]).unwrap();
+            let mut buf = [0u8; 1000];
+            s.read_exact(&mut buf).unwrap();
+        }
+        let ports = [&cs, &ps].map(|s| s.local_addr().unwrap().port());
+        (capped, plain, ports, (cs, ps))
+    })
+    .join()
+    .unwrap();
+    ns.nft(&format!(
+        "add table inet pct_rto; add chain inet pct_rto inp {{ type filter hook input \
+         priority 0; }}; add rule inet pct_rto inp tcp dport {{ {}, {} }} drop",
+        ports[0], ports[1]
+    ));
+    capped.write_all(&[2u8; 1000]).unwrap();
+    plain.write_all(&[2u8; 1000]).unwrap();
+    std::thread::sleep(Duration::from_secs(6));
+    let (capped, plain) = (
+        sockopt::tcp_info(capped.as_fd()).unwrap(),
+        sockopt::tcp_info(plain.as_fd()).unwrap(),
+    );
+    ns.nft("delete table inet pct_rto");
+    println!(
+        "after 6 s of blackout: capped retransmitted {} times (backoff {}), uncapped {} (backoff {})",
+        capped.total_retrans, capped.backoff, plain.total_retrans, plain.backoff
+    );
+    // Both are in RTO recovery of data the network lost (not held back locally).
+    assert!(
+        capped.unacked > 0 && plain.unacked > 0,
+        "{capped:?} {plain:?}"
+    );
+    // A tail-loss probe may add one to each count.
+    assert!(capped.total_retrans >= 6, "capped at 1 s: {capped:?}");
+    assert!(plain.total_retrans <= 6, "uncapped: {plain:?}");
+    assert!(
+        capped.total_retrans >= plain.total_retrans + 2,
+        "capped {capped:?}, uncapped {plain:?}"
+    );
+    // The back-off count still grows (the scheduler reads it); only the timer is capped.
+    assert!(capped.backoff >= 5, "{capped:?}");
+    drop(ns);
+}

@@ -71,13 +71,28 @@ fn check_congestion(key: &str, name: Option<&str>) -> Result<()> {
     Ok(())
 }
 
-fn tuning(limits: &polycorn_net::config::Limits, hold: Duration, cc: Option<String>) -> Tuning {
+/// Whether subflow sockets take `rto_max_ms` (an old kernel refuses it), so that the daemon
+/// stops at startup with the reason.
+fn check_rto_max(key: &str, ms: Option<u32>) -> Result<()> {
+    if let Some(ms) = ms {
+        polycorn_net::sockopt::check_rto_max(ms).with_context(|| format!("{key} = {ms}"))?;
+    }
+    Ok(())
+}
+
+fn tuning(
+    limits: &polycorn_net::config::Limits,
+    hold: Duration,
+    cc: Option<String>,
+    rto_max_ms: Option<u32>,
+) -> Tuning {
     Tuning {
         flow_window: limits.flow_window_bytes,
         user_window: limits.user_window_bytes,
         max_flows: limits.max_flows as usize,
         hold_time: hold,
         congestion: cc,
+        rto_max_ms,
     }
 }
 
@@ -185,6 +200,12 @@ pub fn relay(path: &Path) -> Result<()> {
         if cfg.linkdb.db.is_some() {
             warn!("linkdb.db is ignored: only mode \"polycorn\" schedules the uplink");
         }
+        if cfg.relay.rto_max_ms.is_some() {
+            warn!(
+                "relay.rto_max_ms is ignored: only mode \"polycorn\" has subflows (the \
+                 baselines' tunnels keep the kernel's timeout, as their operators run them)"
+            );
+        }
         None
     };
     apply_slow_start_after_idle(
@@ -192,6 +213,7 @@ pub fn relay(path: &Path) -> Result<()> {
         cfg.relay.slow_start_after_idle,
     )?;
     check_congestion("relay.congestion", cfg.relay.congestion.as_deref())?;
+    check_rto_max("relay.rto_max_ms", cfg.relay.rto_max_ms)?;
     let rt = runtime()?;
     rt.block_on(async move {
         let mode = match cfg.relay.mode {
@@ -293,6 +315,7 @@ pub fn relay(path: &Path) -> Result<()> {
                 &cfg.limits,
                 cfg.relay.hold_time(),
                 cfg.relay.congestion.clone(),
+                cfg.relay.rto_max_ms,
             ),
             idle_refresh: cfg.relay.idle_refresh,
             predictor,
@@ -337,6 +360,7 @@ pub fn proxy(path: &Path) -> Result<()> {
         cfg.proxy.slow_start_after_idle,
     )?;
     check_congestion("proxy.congestion", cfg.proxy.congestion.as_deref())?;
+    check_rto_max("proxy.rto_max_ms", cfg.proxy.rto_max_ms)?;
     let rt = runtime()?;
     rt.block_on(async move {
         let tls_cfg = tls::server_config(&cfg.tls.ca, &cfg.tls.cert, &cfg.tls.key)?;
@@ -351,6 +375,7 @@ pub fn proxy(path: &Path) -> Result<()> {
                 &cfg.limits,
                 cfg.proxy.hold_time(),
                 cfg.proxy.congestion.clone(),
+                cfg.proxy.rto_max_ms,
             ),
             policy: Arc::new(cfg.policy.destination_policy()),
             connect_timeout: cfg.proxy.connect_timeout(),

@@ -65,8 +65,9 @@ pub struct BenchArgs {
     /// polycorn system with `+fresh` appended (e.g. `hrsch+fresh`) runs with the relay's
     /// `idle_refresh = "used"`, with `+warm` with `slow_start_after_idle = false` on relay and
     /// proxy (subflows keep their congestion window between flows); any system with `+bbr`
-    /// with BBR instead of CUBIC on relay and proxy (subflows, or the baselines' tunnels);
-    /// suffixes combine. A system named twice runs twice, the second as `NAME#2` (an A/A run
+    /// with BBR instead of CUBIC on relay and proxy (subflows, or the baselines' tunnels); a
+    /// polycorn system with `+rto1s` with `rto_max_ms = 1000` on relay and proxy (subflows'
+    /// retransmission timeout backs off to at most 1 s); suffixes combine. A system named twice runs twice, the second as `NAME#2` (an A/A run
     /// measures the noise). A SPEC with commas needs `;` between the systems instead
     /// (`--systems 'vanilla;polycorn:minrtt,tpr'`), or a `--systems` of its own.
     #[arg(long)]
@@ -139,6 +140,8 @@ pub struct System {
     /// TCP congestion control of relay and proxy (subflows or tunnels): `cubic`, `bbr` with
     /// `+bbr`.
     pub congestion: &'static str,
+    /// `rto_max_ms` of relay and proxy subflows (`+rto1s`: 1000; None: the kernel's).
+    pub rto_max_ms: Option<u32>,
 }
 
 /// The systems of full mode, in report order.
@@ -163,7 +166,7 @@ pub const QUICK_SYSTEMS: &[&str] = &["mptcp", "single", "vanilla", "hrsch"];
 pub fn system(name: &str) -> Result<System> {
     // Option suffixes: (suffix, what it sets, polycorn systems only, how it changes the system).
     type Apply = fn(&mut System);
-    const SUFFIXES: [(&str, &str, bool, Apply); 3] = [
+    const SUFFIXES: [(&str, &str, bool, Apply); 4] = [
         ("+fresh", "idle_refresh = \"used\"", true, |s| {
             s.idle_refresh = Some("used")
         }),
@@ -172,6 +175,9 @@ pub fn system(name: &str) -> Result<System> {
         }),
         ("+bbr", "congestion = \"bbr\"", false, |s| {
             s.congestion = "bbr"
+        }),
+        ("+rto1s", "rto_max_ms = 1000", true, |s| {
+            s.rto_max_ms = Some(1000)
         }),
     ];
     for (suffix, what, polycorn_only, apply) in SUFFIXES {
@@ -195,6 +201,7 @@ pub fn system(name: &str) -> Result<System> {
         idle_refresh: None,
         warm: false,
         congestion: "cubic",
+        rto_max_ms: None,
     };
     Ok(match name {
         "mptcp" | "single" => System {
@@ -204,6 +211,7 @@ pub fn system(name: &str) -> Result<System> {
             idle_refresh: None,
             warm: false,
             congestion: "cubic",
+            rto_max_ms: None,
         },
         "vanilla" | "blest" | "ecf" | "redundant" | "roundrobin" | "hrsch" | "minrtt"
         | "polycorn" => pc(name),
@@ -710,6 +718,11 @@ fn write_configs(
         ""
     };
     relay += warm;
+    let rto = match sys.rto_max_ms {
+        Some(ms) => format!("rto_max_ms = {ms}\n"),
+        None => String::new(),
+    };
+    relay += &rto;
     relay.push('\n');
     for i in 0..paths {
         relay += &format!(
@@ -726,7 +739,7 @@ fn write_configs(
         relay += l;
     }
     let proxy = format!(
-        "[proxy]\nlisten = \"0.0.0.0:7700\"\ntunnel_listen = \"0.0.0.0:7701\"\ntunnel_peers = [\"10.100.0.0/16\"]\nscheduler = \"{spec}\"\ncongestion = \"{cc}\"\n{warm}\n[tls]\nca = \"ca.pem\"\ncert = \"proxy.pem\"\nkey = \"proxy.key\"\n\n[policy]\nallow = [\"10.0.2.0/24\"]\n"
+        "[proxy]\nlisten = \"0.0.0.0:7700\"\ntunnel_listen = \"0.0.0.0:7701\"\ntunnel_peers = [\"10.100.0.0/16\"]\nscheduler = \"{spec}\"\ncongestion = \"{cc}\"\n{warm}{rto}\n[tls]\nca = \"ca.pem\"\ncert = \"proxy.pem\"\nkey = \"proxy.key\"\n\n[policy]\nallow = [\"10.0.2.0/24\"]\n"
     );
     let mut proxy = proxy;
     proxy += &format!("\n[metrics]\nlisten = \"{METRICS_ADDR}\"\n");
@@ -1116,6 +1129,32 @@ mod tests {
         }
         std::fs::remove_dir_all(&dir).unwrap();
         assert!(system("hrsch+warm+bbr").unwrap().warm);
+    }
+
+    #[test]
+    fn rto1s_suffix_caps_both_ends_subflow_timeouts_and_is_polycorn_only() {
+        assert_eq!(system("polycorn").unwrap().rto_max_ms, None);
+        let s = system("polycorn+rto1s+bbr").unwrap();
+        assert_eq!((s.rto_max_ms, s.congestion), (Some(1000), "bbr"));
+        let dir = std::env::temp_dir().join(format!("pc-rto-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        for f in ["ca.pem", "relay.pem", "relay.key", "proxy.pem", "proxy.key"] {
+            std::fs::write(dir.join(f), "").unwrap();
+        }
+        let written = write_configs(&dir, &s, 2, None).map(|(r, p)| {
+            (
+                polycorn_net::config::RelayConfig::load(&r).map(|c| c.relay.rto_max_ms),
+                polycorn_net::config::ProxyConfig::load(&p).map(|c| c.proxy.rto_max_ms),
+            )
+        });
+        let plain = write_configs(&dir, &system("polycorn").unwrap(), 2, None)
+            .map(|(r, _)| polycorn_net::config::RelayConfig::load(&r).map(|c| c.relay.rto_max_ms));
+        std::fs::remove_dir_all(&dir).unwrap();
+        let (relay, proxy) = written.unwrap();
+        assert_eq!((relay.unwrap(), proxy.unwrap()), (Some(1000), Some(1000)));
+        assert_eq!(plain.unwrap().unwrap(), None);
+        let e = system("mptcp+rto1s").unwrap_err();
+        assert!(e.to_string().contains("polycorn systems only"), "{e}");
     }
 
     #[test]
