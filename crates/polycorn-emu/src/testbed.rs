@@ -316,8 +316,12 @@ pub fn down(name: &str) -> Result<(), TestbedError> {
         }
     }
     let existing = list_namespaces()?;
+    // A process left inside (a relay or proxy of a run that was killed) keeps its namespace
+    // alive after `ip netns del`; stop those first.
+    let present: Vec<&String> = names.iter().filter(|n| existing.contains(n)).collect();
+    stop_processes_in(&present);
     let mut first_err = None;
-    for ns in names.iter().filter(|n| existing.contains(n)) {
+    for ns in present {
         if let Err(e) = ip(&["netns", "del", ns]) {
             first_err.get_or_insert(e);
         }
@@ -333,6 +337,37 @@ pub fn down(name: &str) -> Result<(), TestbedError> {
     match first_err {
         Some(e) => Err(e.into()),
         None => Ok(()),
+    }
+}
+
+/// Terminate every process living in one of the named namespaces (`ip netns pids`; never this
+/// process): SIGTERM, then SIGKILL after 2 s.
+fn stop_processes_in(namespaces: &[&String]) {
+    use nix::sys::signal::{kill, Signal};
+    use nix::unistd::Pid;
+    let me = std::process::id();
+    let pids: Vec<Pid> = namespaces
+        .iter()
+        .filter_map(|ns| ip(&["netns", "pids", ns]).ok())
+        .flat_map(|out| {
+            out.split_whitespace()
+                .filter_map(|p| p.parse::<u32>().ok())
+                .collect::<Vec<_>>()
+        })
+        .filter(|p| *p != me)
+        .map(|p| Pid::from_raw(p as i32))
+        .collect();
+    for pid in &pids {
+        let _ = kill(*pid, Signal::SIGTERM);
+    }
+    for _ in 0..100 {
+        if pids.iter().all(|p| kill(*p, None).is_err()) {
+            return;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    for pid in &pids {
+        let _ = kill(*pid, Signal::SIGKILL);
     }
 }
 

@@ -265,7 +265,19 @@ fn down_leaves_nothing_behind_and_is_idempotent() {
         matches!(testbed::up(&spec), Err(testbed::TestbedError::Exists(_))),
         "a second up must refuse"
     );
+    // A process left inside a namespace (a killed run's relay) is stopped by `down`, or it
+    // would keep the namespace alive after `ip netns del`.
+    let mut stray = std::process::Command::new("ip")
+        .args(["netns", "exec", &spec.ns("relay"), "sleep", "300"])
+        .spawn()
+        .unwrap();
+    thread::sleep(Duration::from_millis(300));
     testbed::down(&spec.name).unwrap();
+    let status = stray.wait().unwrap();
+    assert!(
+        !status.success(),
+        "the stray process was not stopped: {status}"
+    );
     testbed::down(&spec.name).unwrap();
     let left: Vec<String> = list_namespaces()
         .unwrap()

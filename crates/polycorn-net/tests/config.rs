@@ -482,6 +482,19 @@ fn relay_section_errors() {
     )
     .unwrap();
     relay_err(
+        &edit(RELAY_MIN, "[relay]\n", "[relay]\nrto_max_ms = 200\n"),
+        d,
+        "relay.rto_max_ms",
+        "out of range 1000..=120000",
+    );
+    let r = relay(
+        &edit(RELAY_MIN, "[relay]\n", "[relay]\nrto_max_ms = 1000\n"),
+        d,
+    )
+    .unwrap();
+    assert_eq!(r.relay.rto_max_ms, Some(1000));
+    assert_eq!(relay(RELAY_MIN, d).unwrap().relay.rto_max_ms, None);
+    relay_err(
         &edit(RELAY_MIN, "[relay]\n", "[relay]\ntunnel_port = 0\n"),
         d,
         "relay.tunnel_port",
@@ -758,6 +771,12 @@ fn proxy_errors() {
         d,
         "proxy.congestion",
         "not a congestion control name",
+    );
+    proxy_err(
+        &format!("[proxy]\nrto_max_ms = 120001\n{PROXY_MIN}"),
+        d,
+        "proxy.rto_max_ms",
+        "out of range 1000..=120000",
     );
     proxy_err(
         &format!("[proxy]\nlisten = []\n{PROXY_MIN}"),

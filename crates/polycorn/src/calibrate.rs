@@ -278,12 +278,10 @@ pub fn run(args: &CalibrateArgs) -> Result<()> {
         out_dir.display()
     );
     let model = model_stats(args)?;
-    let interrupted = Arc::new(AtomicBool::new(false));
-    for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
-        // A second signal while the first is being handled exits at once.
-        signal_hook::flag::register_conditional_shutdown(sig, 1, interrupted.clone())?;
-        signal_hook::flag::register(sig, interrupted.clone())?;
-    }
+    let interrupted = crate::testbed_cmd::stop_on_signals(
+        "calibrate",
+        runs.iter().map(|a| a.name.clone()).collect(),
+    )?;
     let mut raws: Vec<RawRun> = Vec::new();
     if args.parallel {
         let done: Vec<Result<RawRun>> = thread::scope(|scope| {

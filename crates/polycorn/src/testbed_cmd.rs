@@ -310,3 +310,40 @@ fn read_trace(path: &std::path::Path) -> Result<(DeliveryTrace, DeliveryTrace)> 
     };
     Ok((down, up))
 }
+
+/// Stop a long run on SIGINT/SIGTERM without leaving anything behind. The first signal sets
+/// the returned flag, which the run checks between steps (it then tears its testbed down as
+/// usual); a second signal does not wait: it removes the `testbeds` (their namespaces and every
+/// process inside them, the emulator included) and exits with 128 + the signal number.
+pub fn stop_on_signals(what: &'static str, testbeds: Vec<String>) -> Result<Arc<AtomicBool>> {
+    use signal_hook::consts::{SIGINT, SIGTERM};
+    use std::sync::atomic::Ordering;
+    let flag = Arc::new(AtomicBool::new(false));
+    let mut signals = signal_hook::iterator::Signals::new([SIGINT, SIGTERM])
+        .context("install SIGINT/SIGTERM handlers")?;
+    let f = flag.clone();
+    std::thread::Builder::new()
+        .name("signals".into())
+        .spawn(move || {
+            for sig in signals.forever() {
+                if !f.swap(true, Ordering::SeqCst) {
+                    eprintln!(
+                        "\n{what}: stopping after the current step; signal again to stop now"
+                    );
+                    continue;
+                }
+                eprintln!(
+                    "\n{what}: stopping now; removing testbed {}",
+                    testbeds.join(", ")
+                );
+                for t in &testbeds {
+                    if let Err(e) = testbed::down(t) {
+                        eprintln!("testbed `{t}`: {e}; run `polycorn testbed down --name {t}`");
+                    }
+                }
+                std::process::exit(128 + sig);
+            }
+        })
+        .context("start the signal thread")?;
+    Ok(flag)
+}

@@ -392,11 +392,7 @@ pub fn run(args: &BenchArgs) -> Result<()> {
         .name
         .clone()
         .unwrap_or_else(|| format!("bch{}", std::process::id() % 100_000));
-    let interrupted = Arc::new(AtomicBool::new(false));
-    for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
-        signal_hook::flag::register_conditional_shutdown(sig, 1, interrupted.clone())?;
-        signal_hook::flag::register(sig, interrupted.clone())?;
-    }
+    let interrupted = crate::testbed_cmd::stop_on_signals("bench", vec![name.clone()])?;
     let mut all = Vec::new();
     for k in 0..args.trips {
         let mut a = args.clone();
