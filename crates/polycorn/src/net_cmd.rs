@@ -213,7 +213,10 @@ pub fn relay(path: &Path) -> Result<()> {
         cfg.relay.slow_start_after_idle,
     )?;
     check_congestion("relay.congestion", cfg.relay.congestion.as_deref())?;
-    check_rto_max("relay.rto_max_ms", cfg.relay.rto_max_ms)?;
+    if cfg.relay.mode == RelayMode::Polycorn {
+        // Only subflows take it (the baselines' tunnels do not; see the warning above).
+        check_rto_max("relay.rto_max_ms", cfg.relay.rto_max_ms)?;
+    }
     let rt = runtime()?;
     rt.block_on(async move {
         let mode = match cfg.relay.mode {
