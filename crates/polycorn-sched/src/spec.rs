@@ -11,7 +11,8 @@
 //! Without `+reinj` the policy is `rto`, Linux MPTCP's behaviour. `er` keeps that behaviour
 //! below the k-th RTO and adds the batch at k; `er(oldest=0)` is the batch alone.
 //! `er(cell_loss=1)` also reinjects a path's unacknowledged data as soon as the relay reports
-//! that path lost its cell (beyond the paper; preset `polycorn`). Examples: `hrsch`,
+//! that path lost its cell (beyond the paper; preset `polycorn`, which also copies thin flows
+//! onto every path with `ori(thin_bytes=5600)`). Examples: `hrsch`,
 //! `hpr,minrtt,tpr,ori+er`, `minrtt,ecf(beta=0.25)`, `hpr(e_gps_m=30),minrtt+er(k=2)`.
 
 use alloc::boxed::Box;
@@ -75,7 +76,10 @@ pub const STAGES: &[(&str, &str)] = &[
 /// Named presets and the specs they stand for.
 pub const PRESETS: &[(&str, &str)] = &[
     ("hrsch", "hpr,minrtt,tpr,ori+er"),
-    ("polycorn", "hpr,minrtt,tpr,ori+er(k=3,cell_loss=1)"),
+    (
+        "polycorn",
+        "hpr,minrtt,tpr,ori(thin_bytes=5600)+er(k=3,cell_loss=1)",
+    ),
     ("vanilla", "minrtt+rto"),
     ("minrtt", "minrtt+rto"),
     ("roundrobin", "rr+rto"),

@@ -1013,7 +1013,16 @@ fn er_cell_loss_reinjects_once_per_reported_loss_without_waiting_for_rtos() {
 #[test]
 fn er_cell_loss_spec_round_trips_and_refuses_bad_values() {
     let p = Pipeline::from_spec("polycorn").unwrap();
-    assert_eq!(p.spec(), "hpr,minrtt,tpr,ori+er(k=3,cell_loss=1)");
+    // Since 2026-11-26 the preset also copies thin flows (≤ 5600 B, four chunks) onto every
+    // path; the paper's HRSCH stays without.
+    assert_eq!(
+        p.spec(),
+        "hpr,minrtt,tpr,ori(thin_bytes=5600)+er(k=3,cell_loss=1)"
+    );
+    assert!(!Pipeline::from_spec("hrsch")
+        .unwrap()
+        .spec()
+        .contains("thin"));
     assert!(p.reinjection().on_cell_loss());
     assert!(!Pipeline::from_spec("hrsch")
         .unwrap()

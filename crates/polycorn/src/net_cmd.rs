@@ -50,6 +50,16 @@ async fn shutdown_signal() {
     }
 }
 
+/// A scheduler spec with its presets expanded (`polycorn` → `hpr,minrtt,…`), for the startup
+/// log: a preset's meaning can change between versions, the log says what runs.
+fn expanded(spec: &str) -> String {
+    match polycorn_sched::Pipeline::from_spec(spec) {
+        Ok(p) if p.spec() != spec => format!("{spec} = {}", p.spec()),
+        Ok(_) => spec.to_string(),
+        Err(e) => format!("{spec} (invalid: {e})"),
+    }
+}
+
 /// Apply `slow_start_after_idle` of a daemon's config to its network namespace.
 fn apply_slow_start_after_idle(key: &str, want: Option<bool>) -> Result<()> {
     let Some(on) = want else { return Ok(()) };
@@ -336,7 +346,7 @@ pub fn relay(path: &Path) -> Result<()> {
                 metrics,
             );
         }
-        info!(mode = ?mode, "relay running");
+        info!(mode = ?mode, scheduler = %expanded(&cfg.relay.scheduler), "relay running");
         tokio::select! {
             _ = shutdown_signal() => info!("shutting down"),
             Some(r) = tasks.join_next() => warn!(?r, "a relay task ended"),
@@ -420,7 +430,7 @@ pub fn proxy(path: &Path) -> Result<()> {
                 }
             });
         }
-        info!("proxy running");
+        info!(scheduler = %expanded(&cfg.proxy.scheduler), "proxy running");
         tokio::select! {
             _ = shutdown_signal() => info!("shutting down"),
             Some(r) = tasks.join_next() => warn!(?r, "a proxy task ended"),

@@ -24,7 +24,8 @@
 //! backlog small enough (messages, a flow's tail) ORI copies exactly as the paper's does. A
 //! burst of `tau` copies cut short by a growing backlog ends when the path carries an original.
 //!
-//! Also beyond the paper, `thin_bytes = N` (spec `ori(thin_bytes=N)`; 0, the default, is off)
+//! Also beyond the paper, `thin_bytes = N` (spec `ori(thin_bytes=N)`; 0, the stage default, is
+//! off; the `polycorn` preset sets 5600)
 //! copies every chunk of a *thin* flow — one with at most `N` bytes unsent or unacknowledged,
 //! this chunk included: a message, a request, an answer — onto every candidate path with room,
 //! idle or not. A thin flow's delivery time is its latency, not its throughput, and the paths'

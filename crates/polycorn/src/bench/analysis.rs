@@ -72,6 +72,10 @@ pub struct SystemRun {
     pub mode: String,
     /// Scheduler spec (polycorn modes) or "-".
     pub spec: String,
+    /// The spec with every preset expanded, as the build that ran it defined them
+    /// (`polycorn` → `hpr,minrtt,…`); None for the baselines' own modes and for rides recorded
+    /// before results held it. Presets change between builds; this says what actually ran.
+    pub pipeline: Option<String>,
     /// Seconds from emulator start until relay and proxy were ready.
     pub ready_s: f64,
     /// The run could not be carried out (daemon failed); results then are empty.
@@ -750,6 +754,7 @@ mod tests {
             system: "x".into(),
             mode: "polycorn".into(),
             spec: "-".into(),
+            pipeline: None,
             ready_s: 1.0,
             error: None,
             flows,
@@ -797,6 +802,7 @@ mod counter_tests {
             system: "hrsch".into(),
             mode: "polycorn".into(),
             spec: "hrsch".into(),
+            pipeline: None,
             ready_s: 1.0,
             error: None,
             flows: vec![],

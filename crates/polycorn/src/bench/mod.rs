@@ -144,6 +144,20 @@ pub struct System {
     pub rto_max_ms: Option<u32>,
 }
 
+impl System {
+    /// The scheduler this build runs for the system, presets expanded (`polycorn` →
+    /// `hpr,minrtt,…`), recorded beside the spec in the results; None for kernel MPTCP and
+    /// single path, which schedule on their own.
+    pub fn pipeline(&self) -> Option<String> {
+        if self.mode != "polycorn" {
+            return None;
+        }
+        polycorn_sched::Pipeline::from_spec(&self.spec)
+            .ok()
+            .map(|p| p.spec().to_string())
+    }
+}
+
 /// The systems of full mode, in report order.
 pub const FULL_SYSTEMS: &[&str] = &[
     "mptcp",
@@ -568,6 +582,7 @@ fn run_trip(
             system: sys.name.clone(),
             mode: sys.mode.clone(),
             spec: sys.spec.clone(),
+            pipeline: sys.pipeline(),
             ready_s: f64::NAN,
             error: Some(format!("{e:#}")),
             flows: vec![],
@@ -888,6 +903,7 @@ fn run_system(
         system: sys.name.clone(),
         mode: sys.mode.clone(),
         spec: sys.spec.clone(),
+        pipeline: sys.pipeline(),
         ready_s,
         error: None,
         flows,
@@ -1033,6 +1049,22 @@ mod tests {
             ("polycorn", "hrsch")
         );
         assert_eq!(s[3].spec, "polycorn");
+        // What ran is recorded with the presets expanded, as this build defines them.
+        assert_eq!(
+            s[1].pipeline().as_deref(),
+            Some("minrtt+rto"),
+            "vanilla expanded"
+        );
+        assert_eq!(
+            s[3].pipeline(),
+            Some(
+                polycorn_sched::Pipeline::from_spec("polycorn")
+                    .unwrap()
+                    .spec()
+                    .to_string()
+            )
+        );
+        assert_eq!(system("mptcp").unwrap().pipeline(), None);
         let e = systems_named(&["hrsch".into(), "fastest".into()]).unwrap_err();
         assert!(e.to_string().contains("unknown system `fastest`"), "{e}");
     }

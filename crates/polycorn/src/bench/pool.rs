@@ -65,11 +65,43 @@ pub fn run(args: &PoolArgs) -> Result<()> {
             versions.join(", ")
         );
     }
+    for (system, kinds) in &loaded.pipelines {
+        let list: Vec<String> = kinds
+            .iter()
+            .map(|(p, seeds)| format!("`{p}` on {} rides ({})", seeds.len(), seed_list(seeds)))
+            .collect();
+        println!(
+            "WARNING: system `{system}` ran different schedulers in these rides: {}; its pooled numbers mix them (keep the rides of one with the directories you pass)",
+            list.join(", ")
+        );
+    }
     for (seed, why) in &loaded.unbounded {
         println!("note: ride (trip seed {seed}) has no IM lower bound: {why}");
     }
     let results: Vec<Results> = rides.into_iter().map(|(_, r)| r).collect();
     super::print_pooled(&results, args.out.as_deref())
+}
+
+/// Trip seeds for a message: `1-20, 23, 25`.
+fn seed_list(seeds: &[u64]) -> String {
+    let mut sorted = seeds.to_vec();
+    sorted.sort_unstable();
+    sorted.dedup();
+    let mut out: Vec<String> = Vec::new();
+    let mut i = 0;
+    while i < sorted.len() {
+        let mut j = i;
+        while j + 1 < sorted.len() && sorted[j + 1] == sorted[j] + 1 {
+            j += 1;
+        }
+        out.push(if j > i {
+            format!("{}-{}", sorted[i], sorted[j])
+        } else {
+            sorted[i].to_string()
+        });
+        i = j + 1;
+    }
+    out.join(", ")
 }
 
 /// Every ride under `dirs`, in the order given (rides of a multi-ride directory by trip seed),
@@ -90,6 +122,8 @@ pub struct Loaded {
     /// Rides written before IM lower bounds were recorded whose trip could not be rebuilt to
     /// compute them: trip seed and why.
     pub unbounded: Vec<(u64, String)>,
+    /// Systems that ran different schedulers under one name (see [`mixed_pipelines`]).
+    pub pipelines: Vec<MixedPipelines>,
 }
 
 /// [`load_dirs`] keeping only the systems in `only` (every system when empty); a ride found
@@ -201,6 +235,7 @@ pub fn load_dirs_only(dirs: &[PathBuf], only: &[String]) -> Result<Loaded> {
         bail!("no ride left to pool");
     }
     versions.sort_unstable();
+    let pipelines = mixed_pipelines(&rides);
     let mut unbounded = Vec::new();
     let mut sources = BTreeMap::new();
     for (file, r) in &mut rides {
@@ -216,7 +251,43 @@ pub fn load_dirs_only(dirs: &[PathBuf], only: &[String]) -> Result<Loaded> {
         merged,
         versions,
         unbounded,
+        pipelines,
     })
+}
+
+/// A system name and the pipelines it ran under, each with its rides (trip seeds).
+pub type MixedPipelines = (String, Vec<(String, Vec<u64>)>);
+
+/// What a ride that did not record its expanded pipeline shows in [`mixed_pipelines`].
+pub const PIPELINE_NOT_RECORDED: &str = "not recorded (rides before 2026-11-26)";
+
+/// Systems whose rides ran different schedulers under one name — a preset such as `polycorn`
+/// that a later build defines differently — with each pipeline and its rides (trip seeds), in
+/// the order first seen. A ride that did not record its pipeline counts as its own kind,
+/// [`PIPELINE_NOT_RECORDED`], when others of the same system did.
+pub fn mixed_pipelines(rides: &[(PathBuf, Results)]) -> Vec<MixedPipelines> {
+    let mut by_system: Vec<MixedPipelines> = Vec::new();
+    for (_, r) in rides {
+        for run in r.runs.iter().filter(|x| x.mode == "polycorn") {
+            let kind = run
+                .pipeline
+                .clone()
+                .unwrap_or_else(|| PIPELINE_NOT_RECORDED.to_string());
+            let kinds = match by_system.iter_mut().find(|(n, _)| *n == run.system) {
+                Some((_, k)) => k,
+                None => {
+                    by_system.push((run.system.clone(), Vec::new()));
+                    &mut by_system.last_mut().expect("just pushed").1
+                }
+            };
+            match kinds.iter_mut().find(|(p, _)| *p == kind) {
+                Some((_, seeds)) => seeds.push(r.meta.trip_seed),
+                None => kinds.push((kind, vec![r.meta.trip_seed])),
+            }
+        }
+    }
+    by_system.retain(|(_, kinds)| kinds.len() > 1);
+    by_system
 }
 
 /// IM lower bounds for a ride written before they were recorded: its trip is generated again
@@ -555,6 +626,11 @@ fn run_from_json(r: &Value) -> Result<SystemRun> {
         system: string(r, "system")?,
         mode: string(r, "mode")?,
         spec: string(r, "spec")?,
+        pipeline: match r.get("pipeline") {
+            None | Some(Value::Null) => None,
+            Some(Value::String(p)) => Some(p.clone()),
+            Some(other) => bail!("`pipeline` is not a string: {other}"),
+        },
         ready_s: float(r, "ready_s")?,
         error: r.get("error").and_then(Value::as_str).map(str::to_string),
         flows,
@@ -688,6 +764,58 @@ mod tests {
         assert_eq!(
             j["systems"]["hrsch"]["bulk"]["262144"]["goodput_ratio_vs_vanilla"]["rides"],
             3
+        );
+    }
+
+    #[test]
+    fn a_preset_that_changed_between_builds_is_flagged_and_its_pipeline_survives_the_round_trip() {
+        let dir = tempfile::tempdir().unwrap();
+        let d = |n: &str| dir.path().join(n);
+        // Rides 1-2 from before results held the pipeline, 3-4 with one, 5 with another.
+        for seed in 1..=5u64 {
+            let mut r = ride(seed);
+            for x in r.runs.iter_mut().filter(|x| x.system == "hrsch") {
+                x.pipeline = match seed {
+                    1 | 2 => None,
+                    3 | 4 => Some("hpr,minrtt,tpr,ori+er(k=3)".into()),
+                    _ => Some("hpr,minrtt,tpr,ori(thin_bytes=5600)+er(k=3)".into()),
+                };
+            }
+            write(&d(&format!("runs/trip-{seed}")), &r);
+        }
+        let back = load_dirs(&[d("runs/trip-3")]).unwrap();
+        let hrsch = back[0].1.runs.iter().find(|x| x.system == "hrsch").unwrap();
+        assert_eq!(
+            hrsch.pipeline.as_deref(),
+            Some("hpr,minrtt,tpr,ori+er(k=3)")
+        );
+        let mixed = load_dirs_only(&[d("runs")], &[]).unwrap().pipelines;
+        assert_eq!(
+            mixed,
+            [(
+                "hrsch".to_string(),
+                vec![
+                    (PIPELINE_NOT_RECORDED.to_string(), vec![1, 2]),
+                    ("hpr,minrtt,tpr,ori+er(k=3)".to_string(), vec![3, 4]),
+                    ("hpr,minrtt,tpr,ori(thin_bytes=5600)+er(k=3)".to_string(), vec![5]),
+                ]
+            )],
+            "only the system whose scheduler differs; vanilla (no pipeline anywhere) is not flagged"
+        );
+        assert!(load_dirs_only(&[d("runs/trip-3"), d("runs/trip-4")], &[])
+            .unwrap()
+            .pipelines
+            .is_empty());
+        assert_eq!(seed_list(&[5, 1, 2, 3, 9, 10, 3]), "1-3, 5, 9-10");
+        // A pipeline that is not a string is refused, naming the key.
+        let mut v = ride(6).to_json();
+        v["runs"][3]["pipeline"] = serde_json::json!(7);
+        std::fs::create_dir_all(d("bad")).unwrap();
+        std::fs::write(d("bad/results.json"), v.to_string()).unwrap();
+        let e = format!("{:#}", load_dirs(&[d("bad")]).unwrap_err());
+        assert!(
+            e.contains("`pipeline` is not a string") && e.contains("results.json"),
+            "{e}"
         );
     }
 

@@ -253,7 +253,7 @@ impl Results {
                     .map(|f| f.tail_s)
                     .collect();
                 json!({
-                    "system": r.system, "mode": r.mode, "spec": r.spec,
+                    "system": r.system, "mode": r.mode, "spec": r.spec, "pipeline": r.pipeline,
                     "ready_s": num(r.ready_s), "error": r.error,
                     "path_down_bytes": r.path_down_bytes,
                     "counters": r.counters,
@@ -1421,7 +1421,10 @@ pub fn html(r: &Results) -> String {
             "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
             esc(&run.system),
             esc(&run.mode),
-            esc(&run.spec),
+            esc(&match &run.pipeline {
+                Some(p) if *p != run.spec => format!("{} = {p}", run.spec),
+                _ => run.spec.clone(),
+            }),
             f(run.ready_s, 2)
         );
     }
@@ -1951,6 +1954,7 @@ pub(crate) mod tests {
                     "mptcp" | "single" => "-".into(),
                     _ => name.to_string(),
                 },
+                pipeline: None,
                 ready_s: 1.0,
                 error: None,
                 flows: plan
