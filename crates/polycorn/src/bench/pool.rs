@@ -66,14 +66,29 @@ pub fn run(args: &PoolArgs) -> Result<()> {
         );
     }
     for (system, kinds) in &loaded.pipelines {
-        let list: Vec<String> = kinds
+        let known: Vec<&(String, Vec<u64>)> = kinds
             .iter()
-            .map(|(p, seeds)| format!("`{p}` on {} rides ({})", seeds.len(), seed_list(seeds)))
+            .filter(|(p, _)| p != PIPELINE_NOT_RECORDED)
             .collect();
-        println!(
-            "WARNING: system `{system}` ran different schedulers in these rides: {}; its pooled numbers mix them (keep the rides of one with the directories you pass)",
-            list.join(", ")
-        );
+        let list = |ks: &[&(String, Vec<u64>)]| {
+            ks.iter()
+                .map(|(p, seeds)| format!("`{p}` on {} rides ({})", seeds.len(), seed_list(seeds)))
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        if known.len() > 1 {
+            println!(
+                "WARNING: system `{system}` ran different schedulers in these rides: {}; its pooled numbers mix them (pass the directories of one)",
+                list(&known)
+            );
+        } else if let Some((_, old)) = kinds.iter().find(|(p, _)| p == PIPELINE_NOT_RECORDED) {
+            println!(
+                "note: system `{system}` ran {} but {} older rides ({}) did not record their scheduler; presets changed over time (`polycorn` gained thin-flow copies on 2026-11-26), so check those rides ran the same",
+                list(&known),
+                old.len(),
+                seed_list(old)
+            );
+        }
     }
     for (seed, why) in &loaded.unbounded {
         println!("note: ride (trip seed {seed}) has no IM lower bound: {why}");
