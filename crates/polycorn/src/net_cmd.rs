@@ -54,8 +54,7 @@ async fn shutdown_signal() {
 /// log: a preset's meaning can change between versions, the log says what runs.
 fn expanded(spec: &str) -> String {
     match polycorn_sched::Pipeline::from_spec(spec) {
-        Ok(p) if p.spec() != spec => format!("{spec} = {}", p.spec()),
-        Ok(_) => spec.to_string(),
+        Ok(p) => crate::bench::spec_label(spec, Some(p.spec())),
         Err(e) => format!("{spec} (invalid: {e})"),
     }
 }

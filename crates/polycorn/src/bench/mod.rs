@@ -158,6 +158,16 @@ impl System {
     }
 }
 
+/// A scheduler spec as people read it: `polycorn = hpr,minrtt,…` when `pipeline`, its
+/// expansion, differs from it, else the spec alone (the report's system table, the daemons'
+/// startup log).
+pub fn spec_label(spec: &str, pipeline: Option<&str>) -> String {
+    match pipeline {
+        Some(p) if p != spec => format!("{spec} = {p}"),
+        _ => spec.to_string(),
+    }
+}
+
 /// The systems of full mode, in report order.
 pub const FULL_SYSTEMS: &[&str] = &[
     "mptcp",
@@ -1065,6 +1075,12 @@ mod tests {
             )
         );
         assert_eq!(system("mptcp").unwrap().pipeline(), None);
+        assert_eq!(
+            spec_label("vanilla", s[1].pipeline().as_deref()),
+            "vanilla = minrtt+rto"
+        );
+        assert_eq!(spec_label("minrtt+rto", Some("minrtt+rto")), "minrtt+rto");
+        assert_eq!(spec_label("-", None), "-");
         let e = systems_named(&["hrsch".into(), "fastest".into()]).unwrap_err();
         assert!(e.to_string().contains("unknown system `fastest`"), "{e}");
     }

@@ -1421,10 +1421,7 @@ pub fn html(r: &Results) -> String {
             "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
             esc(&run.system),
             esc(&run.mode),
-            esc(&match &run.pipeline {
-                Some(p) if *p != run.spec => format!("{} = {p}", run.spec),
-                _ => run.spec.clone(),
-            }),
+            esc(&super::spec_label(&run.spec, run.pipeline.as_deref())),
             f(run.ready_s, 2)
         );
     }
