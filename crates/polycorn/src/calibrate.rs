@@ -200,6 +200,7 @@ pub fn run(args: &CalibrateArgs) -> Result<()> {
         args.trip.handover_interruption.name()
     );
     let full = Trip::generate(&cfg)?;
+    let model_id = crate::tripgen::trip_model_id(&cfg)?;
     let offset_ms = if args.from_start {
         0
     } else {
@@ -340,7 +341,7 @@ pub fn run(args: &CalibrateArgs) -> Result<()> {
     let rows = table(&names, &results, &model, &trip_model);
     let text = render(&rows, &ccs);
     println!(
-        "calibration of `{}` (route {}, trip {}): {:.1} s emulated from trip time {:.1} s, {:.1} s above 250 km/h measured; queue {}",
+        "calibration of `{}` (trip model {model_id}; route {}, trip {}): {:.1} s emulated from trip time {:.1} s, {:.1} s above 250 km/h measured; queue {}",
         args.trip.preset,
         args.trip.route_seed,
         args.trip.trip_seed,
@@ -352,6 +353,7 @@ pub fn run(args: &CalibrateArgs) -> Result<()> {
     print!("{text}");
     let summary = json!({
         "preset": args.trip.preset,
+        "trip_model_id": model_id,
         "route_seed": args.trip.route_seed,
         "trip_seed": args.trip.trip_seed,
         "offset_ms": offset_ms,

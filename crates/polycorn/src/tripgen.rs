@@ -8,7 +8,8 @@
 //!   packets the testbed holds rather than drops (`--handover-interruption`);
 //! * `context.csv` — 1 Hz GPS fix, speed, heading, serving cell and RSRP per carrier;
 //! * `handovers.csv` — ground truth: every handover with position, RSRP and outcome;
-//! * `trip.json` — what was generated (preset, seeds, version, durations, counts).
+//! * `trip.json` — what was generated (preset, seeds, trip-model identity, version, durations,
+//!   counts).
 
 use std::fmt::Write as _;
 use std::fs;
@@ -92,6 +93,38 @@ impl TripArgs {
         };
         Ok((cfg, source))
     }
+}
+
+/// A short identity of the trip model behind `cfg`: the preset's name and 12 hex digits of a
+/// SHA-256 over the configuration with the trip seed left out and over a reference ride of its
+/// route generated from it (trip seed 0: every step's capacity and delay, every outage and
+/// handover). Two builds give rides of one preset and route the same identity exactly when they
+/// generate them alike, so a changed parameter *or* a changed generator shows. Benches record it
+/// with every ride, so `bench pool` can tell rides of different trip-model revisions apart.
+pub fn trip_model_id(cfg: &TripConfig) -> Result<String> {
+    use sha2::{Digest, Sha256};
+    let mut reference = cfg.clone();
+    reference.trip_seed = 0;
+    let trip = Trip::generate(&reference)
+        .with_context(|| format!("generate the reference ride of preset `{}`", cfg.name))?;
+    let mut h = Sha256::new();
+    h.update(format!("{reference:?}").as_bytes());
+    for p in &trip.paths {
+        for v in p.dl_bps.iter().chain(&p.ul_bps) {
+            h.update(v.to_bits().to_le_bytes());
+        }
+        for v in &p.owd_us {
+            h.update(v.to_le_bytes());
+        }
+        for (a, b) in p.outages_ms.iter().chain(&p.interruptions_ms) {
+            h.update(a.to_le_bytes());
+            h.update(b.to_le_bytes());
+        }
+    }
+    h.update(format!("{:?}", trip.handovers).as_bytes());
+    let digest = h.finalize();
+    let hex: String = digest[..6].iter().map(|b| format!("{b:02x}")).collect();
+    Ok(format!("{}-{hex}", cfg.name))
 }
 
 /// Options of `polycorn trip generate`.
@@ -269,9 +302,10 @@ pub fn run(args: &GenerateArgs) -> Result<()> {
         .filter(|h| h.outcome == Outcome::Failure)
         .count();
     let meta = format!(
-        "{{\n  \"polycorn_version\": \"{}\",\n  \"preset\": \"{}\",\n  \"route_seed\": {},\n  \"trip_seed\": {},\n  \"interruptions\": \"{}\",\n  \"duration_ms\": {},\n  \"carriers\": [{}],\n  \"handovers\": {},\n  \"failed_handovers\": {}\n}}\n",
+        "{{\n  \"polycorn_version\": \"{}\",\n  \"preset\": \"{}\",\n  \"trip_model\": \"{}\",\n  \"route_seed\": {},\n  \"trip_seed\": {},\n  \"interruptions\": \"{}\",\n  \"duration_ms\": {},\n  \"carriers\": [{}],\n  \"handovers\": {},\n  \"failed_handovers\": {}\n}}\n",
         env!("CARGO_PKG_VERSION"),
         cfg.name,
+        trip_model_id(&cfg)?,
         cfg.route_seed,
         cfg.trip_seed,
         source.replace('\\', "\\\\").replace('"', "'"),
@@ -290,4 +324,31 @@ pub fn run(args: &GenerateArgs) -> Result<()> {
         failures
     );
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_trip_model_id_names_the_model_not_the_ride() {
+        let id = |cfg: &TripConfig| trip_model_id(cfg).unwrap();
+        let base = id(&TripConfig::hsr(1, 1));
+        assert!(base.starts_with("hsr-") && base.len() == 16, "{base}");
+        assert_eq!(base, id(&TripConfig::hsr(1, 1)), "deterministic");
+        assert_eq!(
+            base,
+            id(&TripConfig::hsr(1, 42)),
+            "every ride of a route shares it"
+        );
+        assert_ne!(
+            base,
+            id(&TripConfig::hsr(7, 1)),
+            "another route is another model"
+        );
+        let mut retuned = TripConfig::hsr(1, 1);
+        retuned.carriers[0].cap_slow.1 *= 1.01;
+        assert_ne!(base, id(&retuned), "a changed parameter changes it");
+        assert!(id(&TripConfig::ktx(1, 1)).starts_with("ktx-"));
+    }
 }

@@ -307,6 +307,9 @@ pub struct Meta {
     pub kernel: String,
     /// Trip preset.
     pub preset: String,
+    /// Identity of the trip model that generated the ride ([`crate::tripgen::trip_model_id`]);
+    /// `None` for rides written before it was recorded (2026-11-26).
+    pub trip_model: Option<String>,
     /// Route seed.
     pub route_seed: u64,
     /// Trip seed.
@@ -532,6 +535,7 @@ fn run_trip(
         version: crate::VERSION.to_string(),
         kernel: kernel(),
         preset: args.trip.preset.clone(),
+        trip_model: Some(crate::tripgen::trip_model_id(&cfg)?),
         route_seed: args.trip.route_seed,
         trip_seed: args.trip.trip_seed,
         seed,
@@ -559,8 +563,9 @@ fn run_trip(
         started: utc_now(),
     };
     eprintln!(
-        "bench ({mode}): preset {} route {} trip {} (interruptions: {source}, {}), window {:.1}-{:.1} s of the trip, workload seed {seed}, {} systems x {:.0} s, testbed `{name}`, output {}",
+        "bench ({mode}): preset {} (trip model {}) route {} trip {} (interruptions: {source}, {}), window {:.1}-{:.1} s of the trip, workload seed {seed}, {} systems x {:.0} s, testbed `{name}`, output {}",
         meta.preset,
+        meta.trip_model.as_deref().unwrap_or("?"),
         meta.route_seed,
         meta.trip_seed,
         meta.handover_interruption,

@@ -90,6 +90,37 @@ pub fn run(args: &PoolArgs) -> Result<()> {
             );
         }
     }
+    let known: Vec<&(String, Vec<u64>)> = loaded
+        .trip_models
+        .iter()
+        .filter(|(m, _)| m != MODEL_NOT_RECORDED)
+        .collect();
+    let list = |ms: &[&(String, Vec<u64>)]| {
+        ms.iter()
+            .map(|(m, seeds)| format!("`{m}` on {} rides ({})", seeds.len(), seed_list(seeds)))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    if known.len() > 1 {
+        println!(
+            "WARNING: the rides come from {} revisions of the trip model: {}; each ride compares its systems under one set of conditions, but the pool mixes conditions that are no longer the same preset (pool rides of one revision)",
+            known.len(),
+            list(&known)
+        );
+    } else if let Some((_, old)) = loaded
+        .trip_models
+        .iter()
+        .find(|(m, _)| m == MODEL_NOT_RECORDED)
+    {
+        if !known.is_empty() {
+            println!(
+                "note: {} rides ({}) did not record their trip model (older builds), the others ran {}; the trip model was recalibrated over time, so check those rides came from the same one",
+                old.len(),
+                seed_list(old),
+                list(&known)
+            );
+        }
+    }
     for (seed, why) in &loaded.unbounded {
         println!("note: ride (trip seed {seed}) has no IM lower bound: {why}");
     }
@@ -139,6 +170,9 @@ pub struct Loaded {
     pub unbounded: Vec<(u64, String)>,
     /// Systems that ran different schedulers under one name (see [`mixed_pipelines`]).
     pub pipelines: Vec<MixedPipelines>,
+    /// The trip models the rides came from, each with its rides (trip seeds), in the order first
+    /// seen; [`MODEL_NOT_RECORDED`] for rides written before the model was recorded.
+    pub trip_models: Vec<(String, Vec<u64>)>,
 }
 
 /// [`load_dirs`] keeping only the systems in `only` (every system when empty); a ride found
@@ -226,6 +260,27 @@ pub fn load_dirs_only(dirs: &[PathBuf], only: &[String]) -> Result<Loaded> {
                     other.display()
                 );
             }
+            // The same seeds give other conditions after the trip model changed: compare what
+            // each run recorded it emulated, not only how it was asked for.
+            let models = (x.meta.trip_model.as_deref(), r.meta.trip_model.as_deref());
+            if let (Some(a), Some(b)) = models {
+                if a != b {
+                    bail!(
+                        "{}: ride (trip seed {seed}) is also in {}, but from trip model `{b}` there and `{a}` here; the trip model changed between the two runs, so their systems did not see the same conditions and do not combine",
+                        file.display(),
+                        other.display()
+                    );
+                }
+            }
+            if !same_capacity(&x.capacity, &r.capacity) || x.handovers != r.handovers {
+                bail!(
+                    "{}: ride (trip seed {seed}) is also in {}, but the two runs recorded different emulated conditions (capacity or handovers; trip model {} and {}): the trip model changed between them, so their systems do not combine",
+                    file.display(),
+                    other.display(),
+                    r.meta.trip_model.as_deref().unwrap_or("not recorded"),
+                    x.meta.trip_model.as_deref().unwrap_or("not recorded")
+                );
+            }
             match merged.iter_mut().find(|(s, _)| *s == seed) {
                 Some((_, fs)) => fs.push(file.clone()),
                 None => merged.push((seed, vec![other.clone(), file.clone()])),
@@ -251,6 +306,7 @@ pub fn load_dirs_only(dirs: &[PathBuf], only: &[String]) -> Result<Loaded> {
     }
     versions.sort_unstable();
     let pipelines = mixed_pipelines(&rides);
+    let trip_models = trip_models(&rides);
     let mut unbounded = Vec::new();
     let mut sources = BTreeMap::new();
     for (file, r) in &mut rides {
@@ -267,6 +323,7 @@ pub fn load_dirs_only(dirs: &[PathBuf], only: &[String]) -> Result<Loaded> {
         versions,
         unbounded,
         pipelines,
+        trip_models,
     })
 }
 
@@ -303,6 +360,38 @@ pub fn mixed_pipelines(rides: &[(PathBuf, Results)]) -> Vec<MixedPipelines> {
     }
     by_system.retain(|(_, kinds)| kinds.len() > 1);
     by_system
+}
+
+/// Whether two recorded capacity series (per path, 1 s means) are the same, up to rounding;
+/// a second without a value (NaN) matches only another one.
+fn same_capacity(a: &[Vec<f64>], b: &[Vec<f64>]) -> bool {
+    a.len() == b.len()
+        && a.iter().zip(b).all(|(a, b)| {
+            a.len() == b.len()
+                && a.iter().zip(b).all(|(x, y)| {
+                    (x.is_nan() && y.is_nan()) || (x - y).abs() <= 1e-9 * x.abs().max(1.0)
+                })
+        })
+}
+
+/// What a ride that did not record its trip model shows in [`Loaded::trip_models`].
+pub const MODEL_NOT_RECORDED: &str = "(not recorded)";
+
+/// The trip models of `rides` with the trip seeds of each, in the order first seen.
+fn trip_models(rides: &[(PathBuf, Results)]) -> Vec<(String, Vec<u64>)> {
+    let mut out: Vec<(String, Vec<u64>)> = Vec::new();
+    for (_, r) in rides {
+        let id = r
+            .meta
+            .trip_model
+            .clone()
+            .unwrap_or_else(|| MODEL_NOT_RECORDED.to_string());
+        match out.iter_mut().find(|(m, _)| *m == id) {
+            Some((_, seeds)) => seeds.push(r.meta.trip_seed),
+            None => out.push((id, vec![r.meta.trip_seed])),
+        }
+    }
+    out
 }
 
 /// IM lower bounds for a ride written before they were recorded: its trip is generated again
@@ -345,17 +434,10 @@ pub fn rebuild_im_bounds(
     let full = Trip::generate(&cfg)?;
     let ms = |s: f64| (s * 1000.0).round() as u64;
     let trip = window(&full, ms(m.from_s), ms(m.window_s));
-    let same_capacity = {
-        let again = report::capacity_1s(&trip, r.plan.end_s);
-        again.len() == r.capacity.len()
-            && again.iter().zip(&r.capacity).all(|(a, b)| {
-                a.len() == b.len()
-                    && a.iter()
-                        .zip(b)
-                        .all(|(x, y)| (x - y).abs() <= 1e-9 * x.abs().max(1.0))
-            })
-    };
-    if report::window_handovers(&trip, r.plan.end_s) != r.handovers || !same_capacity {
+    let again = report::capacity_1s(&trip, r.plan.end_s);
+    if report::window_handovers(&trip, r.plan.end_s) != r.handovers
+        || !same_capacity(&again, &r.capacity)
+    {
         bail!(
             "the trip generated again from preset {} route {} trip {} is not the one recorded (other build of the trip model?)",
             m.preset,
@@ -460,6 +542,12 @@ pub fn from_json(v: &Value) -> Result<Results> {
         version: string(v, "meta.version")?,
         kernel: string(v, "meta.kernel")?,
         preset: string(v, "meta.preset")?,
+        // Recorded since 2026-11-26 (session 24).
+        trip_model: match v.pointer("/meta/trip_model") {
+            None | Some(Value::Null) => None,
+            Some(Value::String(m)) => Some(m.clone()),
+            Some(other) => bail!("`meta.trip_model` is not a string: {other}"),
+        },
         route_seed: uint(v, "meta.route_seed")?,
         trip_seed: uint(v, "meta.trip_seed")?,
         seed: uint(v, "meta.workload_seed")?,
@@ -927,6 +1015,89 @@ mod tests {
             load_dirs_only(&[d("first"), d("other")], &[]).unwrap_err()
         );
         assert!(e.contains("another workload seed"), "{e}");
+    }
+
+    #[test]
+    fn rides_of_another_trip_model_are_flagged_and_never_combined_into_one_ride() {
+        let dir = tempfile::tempdir().unwrap();
+        let d = |n: &str| dir.path().join(n);
+        // Rides 1-2 older (no model recorded), 3-4 one model, 5 another.
+        for seed in 1..=5u64 {
+            let mut r = ride(seed);
+            r.meta.trip_model = match seed {
+                1 | 2 => None,
+                3 | 4 => Some("hsr-aaaaaaaaaaaa".into()),
+                _ => Some("hsr-bbbbbbbbbbbb".into()),
+            };
+            write(&d(&format!("runs/trip-{seed}")), &r);
+        }
+        let back = load_dirs(&[d("runs/trip-5")]).unwrap();
+        assert_eq!(
+            back[0].1.meta.trip_model.as_deref(),
+            Some("hsr-bbbbbbbbbbbb")
+        );
+        assert_eq!(
+            load_dirs_only(&[d("runs")], &[]).unwrap().trip_models,
+            [
+                (MODEL_NOT_RECORDED.to_string(), vec![1, 2]),
+                ("hsr-aaaaaaaaaaaa".to_string(), vec![3, 4]),
+                ("hsr-bbbbbbbbbbbb".to_string(), vec![5]),
+            ]
+        );
+        assert_eq!(
+            load_dirs_only(&[d("runs/trip-3"), d("runs/trip-4")], &[])
+                .unwrap()
+                .trip_models
+                .len(),
+            1
+        );
+
+        // One ride's systems from two runs of different models: refused, naming both.
+        write(&d("first/trip-1"), &{
+            let mut r = ride_with(1, &["mptcp", "single"]);
+            r.meta.trip_model = Some("hsr-aaaaaaaaaaaa".into());
+            r
+        });
+        write(&d("later/trip-1"), &{
+            let mut r = ride_with(1, &["vanilla", "hrsch"]);
+            r.meta.trip_model = Some("hsr-bbbbbbbbbbbb".into());
+            r
+        });
+        let e = format!(
+            "{:#}",
+            load_dirs_only(&[d("first"), d("later")], &[]).unwrap_err()
+        );
+        assert!(
+            e.contains("hsr-aaaaaaaaaaaa")
+                && e.contains("hsr-bbbbbbbbbbbb")
+                && e.contains("do not combine"),
+            "{e}"
+        );
+        // Without a recorded model, the recorded conditions decide: other capacity, refused.
+        write(&d("old/trip-1"), &{
+            let mut r = ride_with(1, &["vanilla", "hrsch"]);
+            r.meta.trip_model = None;
+            r.capacity[0][3] *= 1.5;
+            r
+        });
+        let e = format!(
+            "{:#}",
+            load_dirs_only(&[d("first"), d("old")], &[]).unwrap_err()
+        );
+        assert!(e.contains("different emulated conditions"), "{e}");
+        // The same conditions, one run older: they combine.
+        write(&d("same/trip-1"), &{
+            let mut r = ride_with(1, &["vanilla", "hrsch"]);
+            r.meta.trip_model = None;
+            r
+        });
+        assert_eq!(
+            load_dirs_only(&[d("first"), d("same")], &[])
+                .unwrap()
+                .rides
+                .len(),
+            1
+        );
     }
 
     #[test]

@@ -277,7 +277,7 @@ impl Results {
             .collect();
         json!({
             "meta": {
-                "version": m.version, "kernel": m.kernel, "preset": m.preset,
+                "version": m.version, "kernel": m.kernel, "preset": m.preset, "trip_model": m.trip_model,
                 "route_seed": m.route_seed, "trip_seed": m.trip_seed, "workload_seed": m.seed,
                 "mode": m.mode, "window_from_s": m.from_s, "window_s": m.window_s,
                 "queue_bytes": m.queue_bytes, "carriers": m.carriers,
@@ -399,8 +399,8 @@ pub fn table(r: &Results) -> String {
     let m = &r.meta;
     let _ = writeln!(
         o,
-        "\npolycorn bench ({}) {} | preset {} route {} trip {} seed {} | kernel {} | window {:.0} s from trip time {:.0} s | successful-handover packets {}",
-        m.mode, m.version, m.preset, m.route_seed, m.trip_seed, m.seed, m.kernel, r.plan.end_s, m.from_s, m.handover_interruption
+        "\npolycorn bench ({}) {} | preset {} (trip model {}) route {} trip {} seed {} | kernel {} | window {:.0} s from trip time {:.0} s | successful-handover packets {}",
+        m.mode, m.version, m.preset, m.trip_model.as_deref().unwrap_or("not recorded"), m.route_seed, m.trip_seed, m.seed, m.kernel, r.plan.end_s, m.from_s, m.handover_interruption
     );
     let _ = writeln!(o, "handover prediction: {}", m.prediction);
     let _ = writeln!(
@@ -1107,8 +1107,8 @@ pub fn html(r: &Results) -> String {
     );
     let _ = write!(
         h,
-        "<h1>polycorn bench — {} mode</h1><p>polycorn {} · kernel {} · preset <b>{}</b>, route seed {}, trip seed {}, workload seed {} · trip window {:.0}–{:.0} s ({} carriers: {}) · queue {} · handover interruptions: {} (packets {}) · started {}</p>",
-        esc(&m.mode), esc(&m.version), esc(&m.kernel), esc(&m.preset), m.route_seed, m.trip_seed, m.seed,
+        "<h1>polycorn bench — {} mode</h1><p>polycorn {} · kernel {} · preset <b>{}</b> (trip model {}), route seed {}, trip seed {}, workload seed {} · trip window {:.0}–{:.0} s ({} carriers: {}) · queue {} · handover interruptions: {} (packets {}) · started {}</p>",
+        esc(&m.mode), esc(&m.version), esc(&m.kernel), esc(&m.preset), esc(m.trip_model.as_deref().unwrap_or("not recorded")), m.route_seed, m.trip_seed, m.seed,
         m.from_s, m.from_s + r.plan.end_s, m.carriers.len(), esc(&m.carriers.join(", ")), m.queue_bytes.map_or("per carrier (trip model)".to_string(), |q| format!("{q} B")), esc(&m.interruptions), esc(&m.handover_interruption), esc(&m.started)
     );
     let _ = write!(
@@ -1907,10 +1907,15 @@ pub fn pooled(rides: &[Results]) -> (String, Value) {
             failed.join(", ")
         );
     }
+    let mut trip_models: Vec<Option<&str>> =
+        rides.iter().map(|r| r.meta.trip_model.as_deref()).collect();
+    trip_models.sort_unstable();
+    trip_models.dedup();
     let j = json!({
         "rides": seeds,
         "route_seed": rides.first().map(|r| r.meta.route_seed),
         "preset": rides.first().map(|r| r.meta.preset.clone()),
+        "trip_models": trip_models,
         "mode": rides.first().map(|r| r.meta.mode.clone()),
         "version": rides.first().map(|r| r.meta.version.clone()),
         "systems": systems,
@@ -1997,6 +2002,7 @@ pub(crate) mod tests {
             version: "test".into(),
             kernel: "k".into(),
             preset: "hsr".into(),
+            trip_model: Some("hsr-test".into()),
             route_seed: 1,
             trip_seed: 1,
             seed: 3,
