@@ -90,36 +90,17 @@ pub fn run(args: &PoolArgs) -> Result<()> {
             );
         }
     }
-    let known: Vec<&(String, Vec<u64>)> = loaded
-        .trip_models
-        .iter()
-        .filter(|(m, _)| m != MODEL_NOT_RECORDED)
-        .collect();
-    let list = |ms: &[&(String, Vec<u64>)]| {
-        ms.iter()
+    if loaded.trip_models.len() > 1 {
+        let list: Vec<String> = loaded
+            .trip_models
+            .iter()
             .map(|(m, seeds)| format!("`{m}` on {} rides ({})", seeds.len(), seed_list(seeds)))
-            .collect::<Vec<_>>()
-            .join(", ")
-    };
-    if known.len() > 1 {
+            .collect();
         println!(
-            "WARNING: the rides come from {} revisions of the trip model: {}; each ride compares its systems under one set of conditions, but the pool mixes conditions that are no longer the same preset (pool rides of one revision)",
-            known.len(),
-            list(&known)
+            "WARNING: the rides come from {} trip models: {}; each ride compares its systems under one set of conditions, but the pool mixes rides of different models (pool the rides of one)",
+            loaded.trip_models.len(),
+            list.join(", ")
         );
-    } else if let Some((_, old)) = loaded
-        .trip_models
-        .iter()
-        .find(|(m, _)| m == MODEL_NOT_RECORDED)
-    {
-        if !known.is_empty() {
-            println!(
-                "note: {} rides ({}) did not record their trip model (older builds), the others ran {}; the trip model was recalibrated over time, so check those rides came from the same one",
-                old.len(),
-                seed_list(old),
-                list(&known)
-            );
-        }
     }
     for (seed, why) in &loaded.unbounded {
         println!("note: ride (trip seed {seed}) has no IM lower bound: {why}");
@@ -171,7 +152,7 @@ pub struct Loaded {
     /// Systems that ran different schedulers under one name (see [`mixed_pipelines`]).
     pub pipelines: Vec<MixedPipelines>,
     /// The trip models the rides came from, each with its rides (trip seeds), in the order first
-    /// seen; [`MODEL_NOT_RECORDED`] for rides written before the model was recorded.
+    /// seen (see [`trip_models`] for rides written before the model was recorded).
     pub trip_models: Vec<(String, Vec<u64>)>,
 }
 
@@ -306,9 +287,9 @@ pub fn load_dirs_only(dirs: &[PathBuf], only: &[String]) -> Result<Loaded> {
     }
     versions.sort_unstable();
     let pipelines = mixed_pipelines(&rides);
-    let trip_models = trip_models(&rides);
-    let mut unbounded = Vec::new();
     let mut sources = BTreeMap::new();
+    let trip_models = trip_models(&rides, &mut sources);
+    let mut unbounded = Vec::new();
     for (file, r) in &mut rides {
         let has_im = r.runs.iter().any(|x| !x.im.is_empty());
         if has_im && r.im_bounds.is_empty() {
@@ -374,18 +355,28 @@ fn same_capacity(a: &[Vec<f64>], b: &[Vec<f64>]) -> bool {
         })
 }
 
-/// What a ride that did not record its trip model shows in [`Loaded::trip_models`].
-pub const MODEL_NOT_RECORDED: &str = "(not recorded)";
+/// How [`Loaded::trip_models`] names the model of a ride that did not record one and that
+/// this build generates differently: an earlier trip model, which one unknown.
+pub const MODEL_EARLIER: &str = "an earlier trip model (not recorded)";
 
-/// The trip models of `rides` with the trip seeds of each, in the order first seen.
-fn trip_models(rides: &[(PathBuf, Results)]) -> Vec<(String, Vec<u64>)> {
+/// The trip models of `rides` with the trip seeds of each, in the order first seen. A ride
+/// written before the model was recorded is generated again: if this build generates what it
+/// recorded, it counts as this build's model; if not, as [`MODEL_EARLIER`]; if it cannot be
+/// generated (a missing interruption file), as "not recorded" with the reason.
+fn trip_models(
+    rides: &[(PathBuf, Results)],
+    sources: &mut BTreeMap<String, Interruption>,
+) -> Vec<(String, Vec<u64>)> {
     let mut out: Vec<(String, Vec<u64>)> = Vec::new();
     for (_, r) in rides {
-        let id = r
-            .meta
-            .trip_model
-            .clone()
-            .unwrap_or_else(|| MODEL_NOT_RECORDED.to_string());
+        let id = match &r.meta.trip_model {
+            Some(m) => m.clone(),
+            None => match regenerate(r, sources) {
+                Ok(Some((_, m))) => m,
+                Ok(None) => MODEL_EARLIER.to_string(),
+                Err(e) => format!("not recorded, and not generated again: {e:#}"),
+            },
+        };
         match out.iter_mut().find(|(m, _)| *m == id) {
             Some((_, seeds)) => seeds.push(r.meta.trip_seed),
             None => out.push((id, vec![r.meta.trip_seed])),
@@ -394,15 +385,15 @@ fn trip_models(rides: &[(PathBuf, Results)]) -> Vec<(String, Vec<u64>)> {
     out
 }
 
-/// IM lower bounds for a ride written before they were recorded: its trip is generated again
-/// from the recorded preset, seeds, interruption source and window, checked against the
-/// handovers and capacity the ride recorded (a different trip is refused, not used), and the
-/// bounds computed for the messages its systems sent. `sources` caches the interruption
-/// distributions already read (by recorded source), so a pool of many rides reads each once.
-pub fn rebuild_im_bounds(
-    r: &mut Results,
+/// A ride's trip generated again by this build from the recorded preset, seeds, interruption
+/// source and window, with this build's trip-model identity — or `None` when that trip's
+/// handovers and capacity are not the ones the ride recorded (an earlier trip model).
+/// `sources` caches the interruption distributions already read (by recorded source), so a pool
+/// of many rides reads each once.
+fn regenerate(
+    r: &Results,
     sources: &mut BTreeMap<String, Interruption>,
-) -> Result<()> {
+) -> Result<Option<(Trip, String)>> {
     let m = &r.meta;
     let interruptions = if let Some(path) = m
         .interruptions
@@ -416,6 +407,7 @@ pub fn rebuild_im_bounds(
         bail!("unknown interruption source `{}`", m.interruptions);
     };
     let mut cfg = TripConfig::preset(&m.preset, m.route_seed, m.trip_seed)?;
+    cfg.hold_interruptions = m.handover_interruption == "hold";
     cfg.interruption = match sources.get(&m.interruptions) {
         Some(i) => i.clone(),
         None => {
@@ -438,13 +430,26 @@ pub fn rebuild_im_bounds(
     if report::window_handovers(&trip, r.plan.end_s) != r.handovers
         || !same_capacity(&again, &r.capacity)
     {
-        bail!(
-            "the trip generated again from preset {} route {} trip {} is not the one recorded (other build of the trip model?)",
-            m.preset,
-            m.route_seed,
-            m.trip_seed
-        );
+        return Ok(None);
     }
+    Ok(Some((trip, crate::tripgen::trip_model_id(&cfg)?)))
+}
+
+/// IM lower bounds for a ride written before they were recorded: its trip is generated again
+/// ([`regenerate`]; a trip other than the recorded one is refused, not used), and the bounds
+/// computed for the messages its systems sent.
+pub fn rebuild_im_bounds(
+    r: &mut Results,
+    sources: &mut BTreeMap<String, Interruption>,
+) -> Result<()> {
+    let Some((trip, _)) = regenerate(r, sources)? else {
+        bail!(
+            "the trip generated again from preset {} route {} trip {} is not the one recorded (an earlier trip model)",
+            r.meta.preset,
+            r.meta.route_seed,
+            r.meta.trip_seed
+        );
+    };
     let mut msgs = BTreeMap::new();
     for run in &r.runs {
         for x in &run.im {
@@ -1036,10 +1041,27 @@ mod tests {
             back[0].1.meta.trip_model.as_deref(),
             Some("hsr-bbbbbbbbbbbb")
         );
+        // Ride 1's trip is what this build generates for it (the synthetic ride is trip 1);
+        // ride 2 recorded trip 1's conditions under seed 2, so to this build it is a ride of
+        // an earlier model.
+        let this_build = crate::tripgen::trip_model_id(
+            &TripArgs {
+                preset: "hsr".into(),
+                route_seed: 1,
+                trip_seed: 1,
+                interruptions: "builtin".into(),
+                handover_interruption: crate::tripgen::InterruptionMode::Hold,
+            }
+            .config()
+            .unwrap()
+            .0,
+        )
+        .unwrap();
         assert_eq!(
             load_dirs_only(&[d("runs")], &[]).unwrap().trip_models,
             [
-                (MODEL_NOT_RECORDED.to_string(), vec![1, 2]),
+                (this_build, vec![1]),
+                (MODEL_EARLIER.to_string(), vec![2]),
                 ("hsr-aaaaaaaaaaaa".to_string(), vec![3, 4]),
                 ("hsr-bbbbbbbbbbbb".to_string(), vec![5]),
             ]
