@@ -76,6 +76,16 @@ struct Core {
     retrans: Vec<u64>,
 }
 
+impl Core {
+    /// Whether the subflow task holding `notify` is still `path`'s current writer.
+    fn is_writer(&self, path: u8, notify: &Arc<Notify>) -> bool {
+        self.writers
+            .get(usize::from(path))
+            .and_then(Option::as_ref)
+            .is_some_and(|w| Arc::ptr_eq(w, notify))
+    }
+}
+
 struct Shared {
     core: Mutex<Core>,
     timer: Notify,
@@ -123,10 +133,7 @@ impl Drop for DetachGuard<'_> {
         let now = self.engine.now();
         let mut c = self.engine.lock();
         let p = usize::from(self.path);
-        if c.writers[p]
-            .as_ref()
-            .is_some_and(|w| Arc::ptr_eq(w, &self.notify))
-        {
+        if c.is_writer(self.path, &self.notify) {
             c.writers[p] = None;
             c.cancel[p] = None;
             let _ = c.session.detach_path(now, self.path);
@@ -402,6 +409,14 @@ impl Engine {
                 loop {
                     {
                         let mut c = self.lock();
+                        // A newer subflow may have replaced this one since the last await; the
+                        // path's output is then the new subflow's. Taking it here would write
+                        // chunks the session counts as sent on the path into a socket about to
+                        // close: never delivered, and — since the new subflow has nothing in
+                        // flight — never retransmitted or reinjected either (a flow stalls).
+                        if !c.is_writer(path, &notify) {
+                            return Err(SubflowError::Replaced);
+                        }
                         c.session.take_output(path, &mut out);
                     }
                     if !out.is_empty() {
@@ -412,6 +427,10 @@ impl Engine {
                     let more = {
                         let now = self.now();
                         let mut c = self.lock();
+                        // Nor does the old socket's TCP_INFO describe the path any more.
+                        if !c.is_writer(path, &notify) {
+                            return Err(SubflowError::Replaced);
+                        }
                         c.session.on_tcp_info(now, path, &sample, 0)?;
                         c.retrans[usize::from(path)] = retrans;
                         self.drive(&mut c, now);
@@ -426,9 +445,11 @@ impl Engine {
             Ok::<(), SubflowError>(())
         };
         tokio::select! {
+            // A replaced subflow stops before its loops run again.
+            biased;
+            _ = cancel.notified() => SubflowError::Replaced,
             r = read_loop => r.err().unwrap_or(SubflowError::Closed),
             r = write_loop => r.err().unwrap_or(SubflowError::Closed),
-            _ = cancel.notified() => SubflowError::Replaced,
         }
     }
 
@@ -644,5 +665,142 @@ fn log_sched_event(e: &polycorn_sched::SchedEvent) {
             bytes,
             "reinjected a path's unacknowledged chunks"
         ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use polycorn_proto::{CellInfo, ContextInfo, Role, SessionConfig};
+    use polycorn_sched::{Bandwidth, Duration as SchedDuration, TcpInfoSample};
+    use std::future::Future;
+    use std::pin::pin;
+    use std::task::{Context, Poll, Waker};
+    use std::time::Duration;
+    use tokio::io::{AsyncReadExt, DuplexStream, ReadBuf};
+
+    fn idle() -> TcpInfoFn {
+        Box::new(|| {
+            Ok((
+                TcpInfoSample {
+                    srtt: SchedDuration::from_millis(50),
+                    rttvar: SchedDuration::from_millis(10),
+                    min_rtt: None,
+                    cwnd_bytes: 14_600,
+                    mss_bytes: 1460,
+                    unacked_bytes: 0,
+                    notsent_bytes: 0,
+                    delivery_rate: Bandwidth::ZERO,
+                    rto_backoff: 0,
+                    bytes_acked: 0,
+                },
+                0,
+            ))
+        })
+    }
+
+    fn context_info(k: u64) -> ContextInfo {
+        ContextInfo {
+            unix_ms: k,
+            lat: 39.9,
+            lon: 116.4,
+            speed_mps: 83.0,
+            heading_deg: 160.0,
+            cells: (0..30)
+                .map(|i| CellInfo {
+                    path: 0,
+                    cell: Some(k * 100 + i),
+                    rsrp_dbm: Some(-90.0),
+                })
+                .collect(),
+        }
+    }
+
+    /// A context frame of a few hundred bytes: output on every attached path.
+    fn context(engine: &Engine, k: u64) {
+        engine.with(|s, now| s.send_context(now, &context_info(k)));
+    }
+
+    /// Whatever `peer` holds right now, without waiting (and so without yielding to the
+    /// subflow tasks).
+    fn take_now(peer: &mut DuplexStream) -> usize {
+        let mut cx = Context::from_waker(Waker::noop());
+        let mut total = 0;
+        let mut buf = [0u8; 4096];
+        loop {
+            let mut rb = ReadBuf::new(&mut buf);
+            match pin!(&mut *peer).poll_read(&mut cx, &mut rb) {
+                Poll::Ready(Ok(())) if !rb.filled().is_empty() => total += rb.filled().len(),
+                _ => return total,
+            }
+        }
+    }
+
+    async fn drain(peer: &mut DuplexStream) -> usize {
+        let mut total = 0;
+        let mut buf = [0u8; 4096];
+        while let Ok(Ok(n)) =
+            tokio::time::timeout(Duration::from_millis(50), peer.read(&mut buf)).await
+        {
+            if n == 0 {
+                break;
+            }
+            total += n;
+        }
+        total
+    }
+
+    /// The stall seen on ride 132 (session 24): a subflow blocked in a write when a newer one
+    /// replaced it resumed, took the path's output — now the new subflow's — and wrote it into
+    /// the dying socket. The session counted those chunks as sent on the path; nothing ever
+    /// delivered or reinjected them. A replaced subflow must write nothing more.
+    #[tokio::test(flavor = "current_thread")]
+    async fn a_replaced_subflow_blocked_in_a_write_takes_none_of_the_new_ones_output() {
+        let frame = polycorn_proto::Frame::Context(context_info(0))
+            .to_vec()
+            .len();
+        for round in 0..20 {
+            let session =
+                Session::new(SessionConfig::new(Role::Relay, 7, "minrtt")).expect("session");
+            let (engine, _events) = Engine::new(session, Box::new(polycorn_sched::NoPrediction));
+            // Subflow A behind a pipe that holds two thirds of a context frame and that nobody
+            // reads: its writer blocks in the middle of the frame.
+            let cap = frame * 2 / 3;
+            let (a_local, mut a_peer) = tokio::io::duplex(cap);
+            let (ra, wa) = tokio::io::split(a_local);
+            let e = engine.clone();
+            let a = tokio::spawn(async move { e.run_subflow(0, Vec::new(), ra, wa, idle()).await });
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            context(&engine, 1);
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            // In one go, without yielding to A: room for the rest of A's frame (A becomes
+            // runnable), B replaces A on the same path (its first poll attaches it), and the
+            // path gets new output. A runs before B, woken for both at once.
+            assert!(take_now(&mut a_peer) > 0);
+            let (b_local, mut b_peer) = tokio::io::duplex(1 << 20);
+            let (rb, wb) = tokio::io::split(b_local);
+            let e = engine.clone();
+            let mut b = Box::pin(async move { e.run_subflow(0, Vec::new(), rb, wb, idle()).await });
+            let mut cx = Context::from_waker(Waker::noop());
+            assert!(b.as_mut().poll(&mut cx).is_pending());
+            assert!(engine.inspect(|s| s.path_attached(0)));
+            take_now(&mut b_peer);
+            context(&engine, 2);
+            let b = tokio::spawn(b);
+            tokio::time::sleep(Duration::from_millis(30)).await;
+            let a_after = drain(&mut a_peer).await;
+            let b_after = drain(&mut b_peer).await;
+            assert!(
+                a_after <= frame - cap,
+                "round {round}: the replaced subflow wrote {a_after} bytes, more than the rest of its frame ({})",
+                frame - cap
+            );
+            assert!(
+                b_after >= frame,
+                "round {round}: the new context did not reach B ({b_after} bytes)"
+            );
+            assert!(matches!(a.await.expect("task A"), SubflowError::Replaced));
+            b.abort();
+        }
     }
 }
