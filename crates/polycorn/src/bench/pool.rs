@@ -70,36 +70,25 @@ pub fn run(args: &PoolArgs) -> Result<()> {
             .iter()
             .filter(|(p, _)| p != PIPELINE_NOT_RECORDED)
             .collect();
-        let list = |ks: &[&(String, Vec<u64>)]| {
-            ks.iter()
-                .map(|(p, seeds)| format!("`{p}` on {} rides ({})", seeds.len(), seed_list(seeds)))
-                .collect::<Vec<_>>()
-                .join(", ")
-        };
         if known.len() > 1 {
             println!(
                 "WARNING: system `{system}` ran different schedulers in these rides: {}; its pooled numbers mix them (pass the directories of one)",
-                list(&known)
+                on_rides(known.iter().copied())
             );
         } else if let Some((_, old)) = kinds.iter().find(|(p, _)| p == PIPELINE_NOT_RECORDED) {
             println!(
                 "note: system `{system}` ran {} but {} older rides ({}) did not record their scheduler; presets changed over time (`polycorn` gained thin-flow copies on 2026-11-26), so check those rides ran the same",
-                list(&known),
+                on_rides(known.iter().copied()),
                 old.len(),
                 seed_list(old)
             );
         }
     }
     if loaded.trip_models.len() > 1 {
-        let list: Vec<String> = loaded
-            .trip_models
-            .iter()
-            .map(|(m, seeds)| format!("`{m}` on {} rides ({})", seeds.len(), seed_list(seeds)))
-            .collect();
         println!(
             "WARNING: the rides come from {} trip models: {}; each ride compares its systems under one set of conditions, but the pool mixes rides of different models (pool the rides of one)",
             loaded.trip_models.len(),
-            list.join(", ")
+            on_rides(&loaded.trip_models)
         );
     }
     for (seed, why) in &loaded.unbounded {
@@ -107,6 +96,23 @@ pub fn run(args: &PoolArgs) -> Result<()> {
     }
     let results: Vec<Results> = rides.into_iter().map(|(_, r)| r).collect();
     super::print_pooled(&results, args.out.as_deref())
+}
+
+/// Kinds (schedulers, trip models) with their rides for a message: `` `a` on 3 rides (1-3) ``.
+fn on_rides<'a>(kinds: impl IntoIterator<Item = &'a (String, Vec<u64>)>) -> String {
+    kinds
+        .into_iter()
+        .map(|(k, seeds)| format!("`{k}` on {} rides ({})", seeds.len(), seed_list(seeds)))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// Adds `seed` to the group named `key` (created at the end if new).
+fn add_seed(groups: &mut Vec<(String, Vec<u64>)>, key: String, seed: u64) {
+    match groups.iter_mut().find(|(k, _)| *k == key) {
+        Some((_, seeds)) => seeds.push(seed),
+        None => groups.push((key, vec![seed])),
+    }
 }
 
 /// Trip seeds for a message: `1-20, 23, 25`.
@@ -152,7 +158,10 @@ pub struct Loaded {
     /// Systems that ran different schedulers under one name (see [`mixed_pipelines`]).
     pub pipelines: Vec<MixedPipelines>,
     /// The trip models the rides came from, each with its rides (trip seeds), in the order first
-    /// seen (see [`trip_models`] for rides written before the model was recorded).
+    /// seen. A ride written before the model was recorded is generated again: if this build
+    /// generates what it recorded, it counts as this build's model; if not, as
+    /// [`MODEL_EARLIER`]; if it cannot be generated (a missing interruption file), as "not
+    /// recorded" with the reason.
     pub trip_models: Vec<(String, Vec<u64>)>,
 }
 
@@ -287,14 +296,48 @@ pub fn load_dirs_only(dirs: &[PathBuf], only: &[String]) -> Result<Loaded> {
     }
     versions.sort_unstable();
     let pipelines = mixed_pipelines(&rides);
+    // Rides from before their trip model or IM bounds were recorded are generated again, once
+    // each; the model's identity depends on the configuration, not the ride, so it is
+    // computed once per configuration.
     let mut sources = BTreeMap::new();
-    let trip_models = trip_models(&rides, &mut sources);
+    let mut ids: BTreeMap<String, String> = BTreeMap::new();
+    let mut trip_models = Vec::new();
     let mut unbounded = Vec::new();
     for (file, r) in &mut rides {
-        let has_im = r.runs.iter().any(|x| !x.im.is_empty());
-        if has_im && r.im_bounds.is_empty() {
-            if let Err(e) = rebuild_im_bounds(r, &mut sources) {
-                unbounded.push((r.meta.trip_seed, format!("{}: {e:#}", file.display())));
+        let needs_bounds = r.runs.iter().any(|x| !x.im.is_empty()) && r.im_bounds.is_empty();
+        let again =
+            (r.meta.trip_model.is_none() || needs_bounds).then(|| regenerate(r, &mut sources));
+        let model = match (&r.meta.trip_model, &again) {
+            (Some(m), _) => m.clone(),
+            (None, Some(Ok(Some((_, cfg))))) => {
+                let mut key = cfg.clone();
+                key.trip_seed = 0;
+                let key = format!("{key:?}");
+                match ids.get(&key) {
+                    Some(id) => id.clone(),
+                    None => {
+                        let id = crate::tripgen::trip_model_id(cfg).unwrap_or_else(|e| {
+                            format!("not recorded, and no identity computed: {e:#}")
+                        });
+                        ids.insert(key, id.clone());
+                        id
+                    }
+                }
+            }
+            (None, Some(Ok(None))) => MODEL_EARLIER.to_string(),
+            (None, Some(Err(e))) => format!("not recorded, and not generated again: {e:#}"),
+            (None, None) => unreachable!("a ride without a recorded model is generated again"),
+        };
+        add_seed(&mut trip_models, model, r.meta.trip_seed);
+        if needs_bounds {
+            let bounds = match again.expect("generated when bounds are needed") {
+                Ok(Some((trip, _))) => Ok(bounds_for(r, &trip)),
+                Ok(None) => Err(not_recorded(r)),
+                Err(e) => Err(e),
+            };
+            match bounds {
+                Ok(b) => r.im_bounds = b,
+                Err(e) => unbounded.push((r.meta.trip_seed, format!("{}: {e:#}", file.display()))),
             }
         }
     }
@@ -333,10 +376,7 @@ pub fn mixed_pipelines(rides: &[(PathBuf, Results)]) -> Vec<MixedPipelines> {
                     &mut by_system.last_mut().expect("just pushed").1
                 }
             };
-            match kinds.iter_mut().find(|(p, _)| *p == kind) {
-                Some((_, seeds)) => seeds.push(r.meta.trip_seed),
-                None => kinds.push((kind, vec![r.meta.trip_seed])),
-            }
+            add_seed(kinds, kind, r.meta.trip_seed);
         }
     }
     by_system.retain(|(_, kinds)| kinds.len() > 1);
@@ -359,41 +399,15 @@ fn same_capacity(a: &[Vec<f64>], b: &[Vec<f64>]) -> bool {
 /// this build generates differently: an earlier trip model, which one unknown.
 pub const MODEL_EARLIER: &str = "an earlier trip model (not recorded)";
 
-/// The trip models of `rides` with the trip seeds of each, in the order first seen. A ride
-/// written before the model was recorded is generated again: if this build generates what it
-/// recorded, it counts as this build's model; if not, as [`MODEL_EARLIER`]; if it cannot be
-/// generated (a missing interruption file), as "not recorded" with the reason.
-fn trip_models(
-    rides: &[(PathBuf, Results)],
-    sources: &mut BTreeMap<String, Interruption>,
-) -> Vec<(String, Vec<u64>)> {
-    let mut out: Vec<(String, Vec<u64>)> = Vec::new();
-    for (_, r) in rides {
-        let id = match &r.meta.trip_model {
-            Some(m) => m.clone(),
-            None => match regenerate(r, sources) {
-                Ok(Some((_, m))) => m,
-                Ok(None) => MODEL_EARLIER.to_string(),
-                Err(e) => format!("not recorded, and not generated again: {e:#}"),
-            },
-        };
-        match out.iter_mut().find(|(m, _)| *m == id) {
-            Some((_, seeds)) => seeds.push(r.meta.trip_seed),
-            None => out.push((id, vec![r.meta.trip_seed])),
-        }
-    }
-    out
-}
-
 /// A ride's trip generated again by this build from the recorded preset, seeds, interruption
-/// source and window, with this build's trip-model identity — or `None` when that trip's
+/// source and window, with the configuration that generated it — or `None` when that trip's
 /// handovers and capacity are not the ones the ride recorded (an earlier trip model).
 /// `sources` caches the interruption distributions already read (by recorded source), so a pool
 /// of many rides reads each once.
 fn regenerate(
     r: &Results,
     sources: &mut BTreeMap<String, Interruption>,
-) -> Result<Option<(Trip, String)>> {
+) -> Result<Option<(Trip, TripConfig)>> {
     let m = &r.meta;
     let interruptions = if let Some(path) = m
         .interruptions
@@ -432,35 +446,43 @@ fn regenerate(
     {
         return Ok(None);
     }
-    Ok(Some((trip, crate::tripgen::trip_model_id(&cfg)?)))
+    Ok(Some((trip, cfg)))
 }
 
-/// IM lower bounds for a ride written before they were recorded: its trip is generated again
-/// ([`regenerate`]; a trip other than the recorded one is refused, not used), and the bounds
-/// computed for the messages its systems sent.
-pub fn rebuild_im_bounds(
-    r: &mut Results,
-    sources: &mut BTreeMap<String, Interruption>,
-) -> Result<()> {
-    let Some((trip, _)) = regenerate(r, sources)? else {
-        bail!(
-            "the trip generated again from preset {} route {} trip {} is not the one recorded (an earlier trip model)",
-            r.meta.preset,
-            r.meta.route_seed,
-            r.meta.trip_seed
-        );
-    };
+/// The error for a ride whose trip this build generates differently.
+fn not_recorded(r: &Results) -> anyhow::Error {
+    anyhow::anyhow!(
+        "the trip generated again from preset {} route {} trip {} is not the one recorded (an earlier trip model)",
+        r.meta.preset,
+        r.meta.route_seed,
+        r.meta.trip_seed
+    )
+}
+
+/// IM lower bounds of the messages `r`'s systems sent, over `trip` (the ride's own).
+fn bounds_for(r: &Results, trip: &Trip) -> BTreeMap<(usize, usize, usize), ImBound> {
     let mut msgs = BTreeMap::new();
     for run in &r.runs {
         for x in &run.im {
             msgs.insert((x.users, x.user, x.msg), x.send_s);
         }
     }
-    r.im_bounds = report::im_bounds(
-        &trip,
+    report::im_bounds(
+        trip,
         msgs.into_iter()
             .map(|((u, user, msg), t)| (u, user, msg, t)),
-    );
+    )
+}
+
+/// IM lower bounds for a ride written before they were recorded: its trip is generated again
+/// ([`regenerate`]; a trip other than the recorded one is refused, not used), and the bounds
+/// computed for the messages its systems sent.
+#[cfg(test)]
+fn rebuild_im_bounds(r: &mut Results, sources: &mut BTreeMap<String, Interruption>) -> Result<()> {
+    let Some((trip, _)) = regenerate(r, sources)? else {
+        return Err(not_recorded(r));
+    };
+    r.im_bounds = bounds_for(r, &trip);
     Ok(())
 }
 
