@@ -16,6 +16,14 @@
 //! whose trip time has the train above 250 km/h (the braking before the next station is cut
 //! out) and that are at least `--warmup-secs` after the emulator started (slow start).
 //!
+//! ## Several trips
+//! With `--trips N` the same is done for trips `--trip-seed` … `--trip-seed + N − 1` of the
+//! route, one after the other, and every statistic is computed over all trips' samples
+//! together (quartiles over every trip's windows, shares over every trip's counts, medians over
+//! every trip's leading runs), not averaged over per-trip values: the published statistics come
+//! from many rides, and one trip's window holds only a few independent values of the
+//! capacity's slow component. Each trip's raw samples and its own table go to `trip-<seed>/`.
+//!
 //! ## Definitions (all measured, none assumed)
 //! * **Throughput**: receiver goodput (bytes returned by `read`) in 0.2 s bins; quartiles over
 //!   1 s windows whose five bins are all valid.
@@ -107,6 +115,11 @@ pub struct CalibrateArgs {
     /// Trips of the same route for the trip-model handover statistics.
     #[arg(long, default_value_t = 8)]
     pub model_trips: u64,
+    /// Trips to measure one after the other (trip seeds `--trip-seed`, +1, …), each with every
+    /// congestion control; the statistics pool all trips' samples, as the published ones
+    /// come from many rides. Raw samples and a table per trip go to `trip-<seed>/`.
+    #[arg(long, default_value_t = 1)]
+    pub trips: u64,
     /// Emulate the trip from its very start (standstill) instead of from 250 km/h.
     #[arg(long)]
     pub from_start: bool,
@@ -199,66 +212,30 @@ pub fn run(args: &CalibrateArgs) -> Result<()> {
         "successful-handover interruptions: {source}; packets during them: {}",
         args.trip.handover_interruption.name()
     );
-    let full = Trip::generate(&cfg)?;
     let model_id = crate::tripgen::trip_model_id(&cfg)?;
-    let offset_ms = if args.from_start {
-        0
-    } else {
-        full.speed_mps
-            .iter()
-            .position(|v| *v > HSR_SPEED_MPS)
-            .map(|s| s as u64 * STEP_MS)
-            .with_context(|| {
-                format!(
-                    "the `{}` trip never exceeds 250 km/h; use --from-start",
-                    args.trip.preset
-                )
-            })?
-    };
     let want_ms = (args.minutes * 60_000.0).round() as u64;
-    let left_ms = full.duration_ms.saturating_sub(offset_ms);
-    let run_ms = want_ms.min(left_ms);
-    if run_ms < want_ms {
-        eprintln!(
-            "note: the trip has only {:.1} s left after {:.1} s; running {:.1} s instead of {:.1} s",
-            left_ms as f64 / 1000.0,
-            offset_ms as f64 / 1000.0,
-            run_ms as f64 / 1000.0,
-            want_ms as f64 / 1000.0
-        );
+    let mut rides = Vec::new();
+    for k in 0..args.trips {
+        let mut c = cfg.clone();
+        c.trip_seed = args.trip.trip_seed + k;
+        rides.push(plan_ride(args, &c, want_ms)?);
     }
-    if (run_ms as f64) < args.warmup_secs * 1000.0 + 5_000.0 {
-        bail!(
-            "only {:.1} s to measure after a {:.1} s warm-up; raise --minutes",
-            run_ms as f64 / 1000.0,
-            args.warmup_secs
-        );
-    }
-    // A little slack so the link does not run dry while the flows are being stopped.
-    let trip = window(&full, offset_ms, run_ms + 5_000);
-    let mask = TimeMask {
-        speed_mps: trip.speed_mps.clone(),
-        warmup_ms: (args.warmup_secs * 1000.0) as u64,
-        end_ms: run_ms,
-    };
+    let first = &rides[0];
+    let n = first.trip.paths.len();
     let queue_desc = match args.queue_bytes {
         Some(b) => format!("{b} B"),
-        None => trip
+        None => first
+            .trip
             .paths
             .iter()
             .enumerate()
-            .map(|(i, p)| match models::trip_queue(&trip, i) {
+            .map(|(i, p)| match models::trip_queue(&first.trip, i) {
                 QueueLimit::Bytes(b) => format!("{} {b} B", p.name),
                 QueueLimit::Packets(n) => format!("{} {n} packets", p.name),
             })
             .collect::<Vec<_>>()
             .join(", "),
     };
-    let moving_s = (0..run_ms / STEP_MS)
-        .filter(|s| mask.valid_ms(s * STEP_MS))
-        .count() as f64
-        * STEP_MS as f64
-        / 1000.0;
     let out_dir = args.out.clone().unwrap_or_else(|| {
         PathBuf::from(format!(
             "results/calibrate-{}-{}-{}",
@@ -266,97 +243,136 @@ pub fn run(args: &CalibrateArgs) -> Result<()> {
         ))
     });
     fs::create_dir_all(&out_dir).with_context(|| format!("create {}", out_dir.display()))?;
-    eprintln!(
-        "trip `{}` route {} trip {}: emulating {:.1} s from trip time {:.1} s ({:.1} s of it above 250 km/h after the warm-up); {} carriers; queue {}; output {}",
-        args.trip.preset,
-        args.trip.route_seed,
-        args.trip.trip_seed,
-        run_ms as f64 / 1000.0,
-        offset_ms as f64 / 1000.0,
-        moving_s,
-        trip.paths.len(),
-        queue_desc,
-        out_dir.display()
-    );
+    for r in &rides {
+        eprintln!(
+            "trip `{}` route {} trip {}: emulating {:.1} s from trip time {:.1} s ({:.1} s of it above 250 km/h after the warm-up); {} carriers; queue {}; output {}",
+            args.trip.preset,
+            args.trip.route_seed,
+            r.seed,
+            r.run_ms as f64 / 1000.0,
+            r.offset_ms as f64 / 1000.0,
+            r.moving_s,
+            n,
+            queue_desc,
+            r.dir(&out_dir, rides.len()).display()
+        );
+    }
     let model = model_stats(args)?;
     let interrupted = crate::testbed_cmd::stop_on_signals(
         "calibrate",
         runs.iter().map(|a| a.name.clone()).collect(),
     )?;
-    let mut raws: Vec<RawRun> = Vec::new();
-    if args.parallel {
-        let done: Vec<Result<RawRun>> = thread::scope(|scope| {
-            let handles: Vec<_> = ccs
-                .iter()
-                .zip(&runs)
-                .map(|(cc, a)| {
-                    eprintln!("[{cc}] building testbed `{}`", a.name);
-                    let (trip, interrupted) = (&trip, &interrupted);
-                    scope.spawn(move || {
-                        measure(a, trip, cc, run_ms, interrupted)
-                            .with_context(|| format!("calibration run with {cc}"))
-                    })
-                })
-                .collect();
-            handles
-                .into_iter()
-                .map(|h| {
-                    h.join()
-                        .unwrap_or_else(|_| Err(anyhow!("a calibration thread panicked")))
-                })
-                .collect()
-        });
-        for r in done {
-            raws.push(r?);
+    let names: Vec<String> = first.trip.paths.iter().map(|p| p.name.clone()).collect();
+    // Per congestion control, one entry per trip.
+    let mut per_cc: Vec<Vec<RunSamples>> = vec![Vec::new(); ccs.len()];
+    let mut wins = Vec::new();
+    for (k, ride) in rides.iter().enumerate() {
+        if interrupted.load(Ordering::Relaxed) {
+            bail!("interrupted before trip {}", ride.seed);
         }
-    } else {
-        for (cc, a) in ccs.iter().zip(&runs) {
-            eprintln!("[{cc}] building testbed `{}`", a.name);
-            raws.push(
-                measure(a, &trip, cc, run_ms, &interrupted)
-                    .with_context(|| format!("calibration run with {cc}"))?,
+        if rides.len() > 1 {
+            eprintln!(
+                "trip {} of {} (trip seed {})",
+                k + 1,
+                rides.len(),
+                ride.seed
             );
         }
+        let raws = measure_all(args, &runs, &ccs, ride, &interrupted)?;
+        let dir = ride.dir(&out_dir, rides.len());
+        fs::create_dir_all(&dir).with_context(|| format!("create {}", dir.display()))?;
+        let mut own = Vec::new();
+        for ((cc, raw), pooled) in ccs.iter().zip(&raws).zip(&mut per_cc) {
+            write_raw(&dir, raw, &ride.mask)?;
+            let s = samples(raw, &ride.mask, n);
+            let res = summarise(&[&s], n);
+            eprintln!(
+                "[{cc}] trip {} done: {}",
+                ride.seed,
+                res.carriers
+                    .iter()
+                    .zip(&names)
+                    .map(|(c, p)| format!(
+                        "{p} median {:.2} Mbit/s, median RTT {:.0} ms",
+                        c.tput_mbps[1], c.rtt_ms[1]
+                    ))
+                    .collect::<Vec<_>>()
+                    .join("; ")
+            );
+            own.push(res);
+            pooled.push(s);
+        }
+        let win = window_samples(&ride.trip, &ride.mask);
+        if rides.len() > 1 {
+            // Each trip's own table beside its raw samples, to see the spread between trips.
+            let rows = table(
+                &names,
+                &own,
+                &model,
+                &window_stats(std::slice::from_ref(&win)),
+            );
+            let own_json = json!({
+                "trip_seed": ride.seed,
+                "offset_ms": ride.offset_ms,
+                "run_ms": ride.run_ms,
+                "measured_s": ride.moving_s,
+                "ccs": ccs,
+                "rows": rows.iter().map(|r| r.to_json(&ccs)).collect::<Vec<_>>(),
+            });
+            for (file, text) in [
+                ("table.txt", render(&rows, &ccs)),
+                ("table.json", serde_json::to_string_pretty(&own_json)?),
+            ] {
+                fs::write(dir.join(file), text)
+                    .with_context(|| format!("write {}", dir.join(file).display()))?;
+            }
+        }
+        wins.push(win);
     }
-    let mut results = Vec::new();
-    for (cc, raw) in ccs.iter().zip(&raws) {
-        write_raw(&out_dir, raw, &mask)?;
-        let res = analyse(raw, &mask, trip.paths.len());
-        eprintln!(
-            "[{cc}] done: {}",
-            res.carriers
-                .iter()
-                .zip(&trip.paths)
-                .map(|(c, p)| format!(
-                    "{} median {:.2} Mbit/s, median RTT {:.0} ms",
-                    p.name, c.tput_mbps[1], c.rtt_ms[1]
-                ))
-                .collect::<Vec<_>>()
-                .join("; ")
-        );
-        results.push(res);
-    }
-    let names: Vec<String> = trip.paths.iter().map(|p| p.name.clone()).collect();
-    let trip_model = trip_window_stats(&trip, &mask);
-    let rows = table(&names, &results, &model, &trip_model);
+    let results: Vec<RunResult> = per_cc
+        .iter()
+        .map(|v| summarise(&v.iter().collect::<Vec<_>>(), n))
+        .collect();
+    let rows = table(&names, &results, &model, &window_stats(&wins));
     let text = render(&rows, &ccs);
-    println!(
-        "calibration of `{}` (trip model {model_id}; route {}, trip {}): {:.1} s emulated from trip time {:.1} s, {:.1} s above 250 km/h measured; queue {}",
-        args.trip.preset,
-        args.trip.route_seed,
-        args.trip.trip_seed,
-        run_ms as f64 / 1000.0,
-        offset_ms as f64 / 1000.0,
-        moving_s,
-        queue_desc
-    );
+    let run_ms: u64 = rides.iter().map(|r| r.run_ms).sum();
+    let moving_s: f64 = rides.iter().map(|r| r.moving_s).sum();
+    if rides.len() == 1 {
+        println!(
+            "calibration of `{}` (trip model {model_id}; route {}, trip {}): {:.1} s emulated from trip time {:.1} s, {:.1} s above 250 km/h measured; queue {}",
+            args.trip.preset,
+            args.trip.route_seed,
+            first.seed,
+            run_ms as f64 / 1000.0,
+            first.offset_ms as f64 / 1000.0,
+            moving_s,
+            queue_desc
+        );
+    } else {
+        println!(
+            "calibration of `{}` (trip model {model_id}; route {}, trips {}-{}, samples pooled): {:.1} s emulated, {:.1} s above 250 km/h measured; queue {}",
+            args.trip.preset,
+            args.trip.route_seed,
+            first.seed,
+            rides[rides.len() - 1].seed,
+            run_ms as f64 / 1000.0,
+            moving_s,
+            queue_desc
+        );
+    }
     print!("{text}");
     let summary = json!({
         "preset": args.trip.preset,
         "trip_model_id": model_id,
         "route_seed": args.trip.route_seed,
-        "trip_seed": args.trip.trip_seed,
-        "offset_ms": offset_ms,
+        "trip_seed": first.seed,
+        "trips": rides.iter().map(|r| json!({
+            "trip_seed": r.seed,
+            "offset_ms": r.offset_ms,
+            "run_ms": r.run_ms,
+            "measured_s": r.moving_s,
+        })).collect::<Vec<_>>(),
+        "offset_ms": first.offset_ms,
         "run_ms": run_ms,
         "measured_s": moving_s,
         "warmup_secs": args.warmup_secs,
@@ -374,6 +390,134 @@ pub fn run(args: &CalibrateArgs) -> Result<()> {
     fs::write(out_dir.join("table.txt"), &text)?;
     println!("raw samples and the table: {}", out_dir.display());
     Ok(())
+}
+
+/// One measured trip: the emulated window and which of its times count.
+struct Ride {
+    seed: u64,
+    trip: Trip,
+    mask: TimeMask,
+    offset_ms: u64,
+    run_ms: u64,
+    /// Seconds above 250 km/h after the warm-up.
+    moving_s: f64,
+}
+
+impl Ride {
+    /// Where this trip's raw samples go: the output directory itself for a single trip.
+    fn dir(&self, out: &Path, trips: usize) -> PathBuf {
+        if trips > 1 {
+            out.join(format!("trip-{}", self.seed))
+        } else {
+            out.to_path_buf()
+        }
+    }
+}
+
+/// The part of trip `cfg` to emulate: from the first moment above 250 km/h (or the start with
+/// `--from-start`) for `want_ms`, clipped to the trip's end.
+fn plan_ride(args: &CalibrateArgs, cfg: &TripConfig, want_ms: u64) -> Result<Ride> {
+    let full = Trip::generate(cfg)?;
+    let offset_ms = if args.from_start {
+        0
+    } else {
+        full.speed_mps
+            .iter()
+            .position(|v| *v > HSR_SPEED_MPS)
+            .map(|s| s as u64 * STEP_MS)
+            .with_context(|| {
+                format!(
+                    "trip {} of the `{}` preset never exceeds 250 km/h; use --from-start",
+                    cfg.trip_seed, args.trip.preset
+                )
+            })?
+    };
+    let left_ms = full.duration_ms.saturating_sub(offset_ms);
+    let run_ms = want_ms.min(left_ms);
+    if run_ms < want_ms {
+        eprintln!(
+            "note: trip {} has only {:.1} s left after {:.1} s; running {:.1} s instead of {:.1} s",
+            cfg.trip_seed,
+            left_ms as f64 / 1000.0,
+            offset_ms as f64 / 1000.0,
+            run_ms as f64 / 1000.0,
+            want_ms as f64 / 1000.0
+        );
+    }
+    if (run_ms as f64) < args.warmup_secs * 1000.0 + 5_000.0 {
+        bail!(
+            "trip {}: only {:.1} s to measure after a {:.1} s warm-up; raise --minutes",
+            cfg.trip_seed,
+            run_ms as f64 / 1000.0,
+            args.warmup_secs
+        );
+    }
+    // A little slack so the link does not run dry while the flows are being stopped.
+    let trip = window(&full, offset_ms, run_ms + 5_000);
+    let mask = TimeMask {
+        speed_mps: trip.speed_mps.clone(),
+        warmup_ms: (args.warmup_secs * 1000.0) as u64,
+        end_ms: run_ms,
+    };
+    let moving_s = (0..run_ms / STEP_MS)
+        .filter(|s| mask.valid_ms(s * STEP_MS))
+        .count() as f64
+        * STEP_MS as f64
+        / 1000.0;
+    Ok(Ride {
+        seed: cfg.trip_seed,
+        trip,
+        mask,
+        offset_ms,
+        run_ms,
+        moving_s,
+    })
+}
+
+/// One trip with every congestion control: at the same time (`--parallel`) or one after the
+/// other, each in its own fresh testbed.
+fn measure_all(
+    args: &CalibrateArgs,
+    runs: &[CalibrateArgs],
+    ccs: &[String],
+    ride: &Ride,
+    interrupted: &Arc<AtomicBool>,
+) -> Result<Vec<RawRun>> {
+    let mut raws = Vec::new();
+    if args.parallel {
+        let done: Vec<Result<RawRun>> = thread::scope(|scope| {
+            let handles: Vec<_> = ccs
+                .iter()
+                .zip(runs)
+                .map(|(cc, a)| {
+                    eprintln!("[{cc}] building testbed `{}`", a.name);
+                    scope.spawn(move || {
+                        measure(a, &ride.trip, cc, ride.run_ms, interrupted)
+                            .with_context(|| format!("calibration run with {cc}"))
+                    })
+                })
+                .collect();
+            handles
+                .into_iter()
+                .map(|h| {
+                    h.join()
+                        .unwrap_or_else(|_| Err(anyhow!("a calibration thread panicked")))
+                })
+                .collect()
+        });
+        for r in done {
+            raws.push(r?);
+        }
+    } else {
+        for (cc, a) in ccs.iter().zip(runs) {
+            eprintln!("[{cc}] building testbed `{}`", a.name);
+            raws.push(
+                measure(a, &ride.trip, cc, ride.run_ms, interrupted)
+                    .with_context(|| format!("calibration run with {cc}"))?,
+            );
+        }
+    }
+    Ok(raws)
 }
 
 /// The testbed name and ports of run `k`: all runs share `--name`/`--port` one after the
@@ -396,6 +540,16 @@ fn check_args(args: &CalibrateArgs) -> Result<Vec<String>> {
     }
     if !(args.warmup_secs.is_finite() && args.warmup_secs >= 0.0) {
         bail!("--warmup-secs must be >= 0, got {}", args.warmup_secs);
+    }
+    if !(1..=50).contains(&args.trips) {
+        bail!("--trips must be in 1..=50, got {}", args.trips);
+    }
+    if args.trip.trip_seed.checked_add(args.trips).is_none() {
+        bail!(
+            "--trip-seed {} leaves no room for {} trips",
+            args.trip.trip_seed,
+            args.trips
+        );
     }
     if !(20..=1000).contains(&args.sample_ms) {
         bail!("--sample-ms must be in 20..=1000, got {}", args.sample_ms);
@@ -1263,16 +1417,38 @@ fn nstat_delta(rows: &[NstatRow], mask: &TimeMask, key: &str) -> u64 {
     }
 }
 
-fn analyse(raw: &RawRun, mask: &TimeMask, n: usize) -> RunResult {
+/// What one carrier of one run contributes; the samples of several trips are pooled.
+#[derive(Clone, Debug, Default)]
+struct CarrierSamples {
+    windows_mbps: Vec<f64>,
+    rtt_ms: Vec<f64>,
+    /// (outside [0.5, 2], evaluated)
+    ct_rt: (usize, usize),
+    rto_episodes: usize,
+    rto_repeated: usize,
+    data_segs: u64,
+}
+
+/// What one run (one trip, one congestion control) contributes to the statistics.
+#[derive(Clone, Debug, Default)]
+struct RunSamples {
+    carriers: Vec<CarrierSamples>,
+    /// Simultaneous valid 1 s windows of carriers 0 and 1, Mbit/s.
+    tput_pairs: Vec<(f64, f64)>,
+    /// Time-aligned smoothed RTTs of carriers 0 and 1, ms.
+    rtt_pairs: Vec<(f64, f64)>,
+    /// Complete leading runs of carrier 0 and of carrier 1, ms.
+    leading_ms: (Vec<f64>, Vec<f64>),
+    timeouts: u64,
+    ss_retrans: u64,
+    out_segs: u64,
+}
+
+fn samples(raw: &RawRun, mask: &TimeMask, n: usize) -> RunSamples {
     let valid_bin = |j: usize| mask.bin_valid(j);
     let mut carriers = Vec::new();
     for i in 0..n {
         let bins = &raw.bins[i];
-        let win: Vec<f64> = windows_mbps(bins, &valid_bin)
-            .into_iter()
-            .flatten()
-            .collect();
-        let (out, ctn) = ct_rt(bins, &valid_bin);
         let mut rtts = Vec::new();
         let mut prev_acked = 0u64;
         let (mut episodes, mut repeated) = (0usize, 0usize);
@@ -1306,23 +1482,33 @@ fn analyse(raw: &RawRun, mask: &TimeMask, n: usize) -> RunResult {
             episodes += 1;
             repeated += usize::from(m >= 2);
         }
-        carriers.push(CarrierResult {
-            windows: win.len(),
-            tput_mbps: quartiles(win),
-            rtt_samples: rtts.len(),
-            rtt_ms: quartiles(rtts),
-            ct_rt_outside_pct: pct(out, ctn),
-            ct_rt_n: ctn,
+        carriers.push(CarrierSamples {
+            windows_mbps: windows_mbps(bins, &valid_bin)
+                .into_iter()
+                .flatten()
+                .collect(),
+            rtt_ms: rtts,
+            ct_rt: ct_rt(bins, &valid_bin),
             rto_episodes: episodes,
             rto_repeated: repeated,
             data_segs: segs_last.saturating_sub(segs_first.unwrap_or(0)),
         });
     }
-    let pair = (n >= 2).then(|| {
+    let mut s = RunSamples {
+        carriers,
+        timeouts: nstat_delta(&raw.nstat, mask, "TcpExtTCPTimeouts"),
+        ss_retrans: nstat_delta(&raw.nstat, mask, "TcpExtTCPSlowStartRetrans"),
+        out_segs: nstat_delta(&raw.nstat, mask, "TcpOutSegs"),
+        ..RunSamples::default()
+    };
+    if n >= 2 {
         let wa = windows_mbps(&raw.bins[0], &valid_bin);
         let wb = windows_mbps(&raw.bins[1], &valid_bin);
-        let (tput_ratio_pct, tput_n) =
-            ratio_shares(wa.iter().zip(&wb).filter_map(|(a, b)| Some(((*a)?, (*b)?))));
+        s.tput_pairs = wa
+            .iter()
+            .zip(&wb)
+            .filter_map(|(a, b)| Some(((*a)?, (*b)?)))
+            .collect();
         let aligned: Vec<(f64, Option<(f64, f64)>)> = raw
             .ss
             .iter()
@@ -1338,8 +1524,47 @@ fn analyse(raw: &RawRun, mask: &TimeMask, n: usize) -> RunResult {
                 (r.t_s, both)
             })
             .collect();
-        let (rtt_ratio_pct, rtt_n) = ratio_shares(aligned.iter().filter_map(|(_, s)| *s));
-        let (mut la, mut lb) = leading_runs(&aligned);
+        s.rtt_pairs = aligned.iter().filter_map(|(_, p)| *p).collect();
+        s.leading_ms = leading_runs(&aligned);
+    }
+    s
+}
+
+/// The statistics of one congestion control over its runs (one per trip), samples pooled: the
+/// quartiles, shares and medians are taken over every trip's samples together.
+fn summarise(runs: &[&RunSamples], n: usize) -> RunResult {
+    let carriers = (0..n)
+        .map(|i| {
+            let all = || runs.iter().map(|r| &r.carriers[i]);
+            let windows: Vec<f64> = all().flat_map(|c| c.windows_mbps.iter().copied()).collect();
+            let rtts: Vec<f64> = all().flat_map(|c| c.rtt_ms.iter().copied()).collect();
+            let (out, ctn) = all().fold((0, 0), |(o, k), c| (o + c.ct_rt.0, k + c.ct_rt.1));
+            CarrierResult {
+                windows: windows.len(),
+                tput_mbps: quartiles(windows),
+                rtt_samples: rtts.len(),
+                rtt_ms: quartiles(rtts),
+                ct_rt_outside_pct: pct(out, ctn),
+                ct_rt_n: ctn,
+                rto_episodes: all().map(|c| c.rto_episodes).sum(),
+                rto_repeated: all().map(|c| c.rto_repeated).sum(),
+                data_segs: all().map(|c| c.data_segs).sum(),
+            }
+        })
+        .collect();
+    let pair = (n >= 2).then(|| {
+        let (tput_ratio_pct, tput_n) =
+            ratio_shares(runs.iter().flat_map(|r| r.tput_pairs.iter().copied()));
+        let (rtt_ratio_pct, rtt_n) =
+            ratio_shares(runs.iter().flat_map(|r| r.rtt_pairs.iter().copied()));
+        let mut la: Vec<f64> = runs
+            .iter()
+            .flat_map(|r| r.leading_ms.0.iter().copied())
+            .collect();
+        let mut lb: Vec<f64> = runs
+            .iter()
+            .flat_map(|r| r.leading_ms.1.iter().copied())
+            .collect();
         PairResult {
             tput_ratio_pct,
             tput_n,
@@ -1349,9 +1574,9 @@ fn analyse(raw: &RawRun, mask: &TimeMask, n: usize) -> RunResult {
             leading_ms: (quantile(&mut la, 0.5), quantile(&mut lb, 0.5)),
         }
     });
-    let timeouts = nstat_delta(&raw.nstat, mask, "TcpExtTCPTimeouts");
-    let ss_retrans = nstat_delta(&raw.nstat, mask, "TcpExtTCPSlowStartRetrans");
-    let out_segs = nstat_delta(&raw.nstat, mask, "TcpOutSegs");
+    let timeouts: u64 = runs.iter().map(|r| r.timeouts).sum();
+    let ss_retrans: u64 = runs.iter().map(|r| r.ss_retrans).sum();
+    let out_segs: u64 = runs.iter().map(|r| r.out_segs).sum();
     let share = |k: u64| {
         if out_segs == 0 {
             f64::NAN
@@ -1475,7 +1700,18 @@ struct WindowModel {
     leading_ms: (f64, f64),
 }
 
-fn trip_window_stats(trip: &Trip, mask: &TimeMask) -> WindowModel {
+/// What one emulated trip window contributes to the "trip model" column.
+#[derive(Clone, Debug, Default)]
+struct WindowSamples {
+    capacity_mbps: Vec<Vec<f64>>,
+    idle_rtt_ms: Vec<Vec<f64>>,
+    ct_rt: Vec<(usize, usize)>,
+    cap_pairs: Vec<(f64, f64)>,
+    owd_pairs: Vec<(f64, f64)>,
+    leading_ms: (Vec<f64>, Vec<f64>),
+}
+
+fn window_samples(trip: &Trip, mask: &TimeMask) -> WindowSamples {
     let steps_per_bin = (BIN_MS / STEP_MS) as usize;
     // Capacity as "bytes per 0.2 s bin" so the same window and CT/RT code applies.
     let cap_bins: Vec<Vec<u64>> = trip
@@ -1489,30 +1725,32 @@ fn trip_window_stats(trip: &Trip, mask: &TimeMask) -> WindowModel {
         })
         .collect();
     let valid_bin = |j: usize| mask.bin_valid(j);
-    let mut m = WindowModel::default();
+    let mut w = WindowSamples::default();
     for (p, bins) in trip.paths.iter().zip(&cap_bins) {
-        m.capacity_mbps.push(quartiles(
+        w.capacity_mbps.push(
             windows_mbps(bins, &valid_bin)
                 .into_iter()
                 .flatten()
                 .collect(),
-        ));
-        m.idle_rtt_ms.push(quartiles(
+        );
+        w.idle_rtt_ms.push(
             p.owd_us
                 .iter()
                 .enumerate()
                 .filter(|(s, _)| mask.valid_ms(*s as u64 * STEP_MS))
                 .map(|(_, o)| 2.0 * *o as f64 / 1000.0)
                 .collect(),
-        ));
-        let (o, n) = ct_rt(bins, &valid_bin);
-        m.ct_rt_pct.push(pct(o, n));
+        );
+        w.ct_rt.push(ct_rt(bins, &valid_bin));
     }
     if trip.paths.len() >= 2 {
         let wa = windows_mbps(&cap_bins[0], &valid_bin);
         let wb = windows_mbps(&cap_bins[1], &valid_bin);
-        m.cap_ratio_pct =
-            ratio_shares(wa.iter().zip(&wb).filter_map(|(a, b)| Some(((*a)?, (*b)?)))).0;
+        w.cap_pairs = wa
+            .iter()
+            .zip(&wb)
+            .filter_map(|(a, b)| Some(((*a)?, (*b)?)))
+            .collect();
         let (a, b) = (&trip.paths[0].owd_us, &trip.paths[1].owd_us);
         let aligned: Vec<(f64, Option<(f64, f64)>)> = a
             .iter()
@@ -1526,8 +1764,43 @@ fn trip_window_stats(trip: &Trip, mask: &TimeMask) -> WindowModel {
                 )
             })
             .collect();
-        m.rtt_ratio_pct = ratio_shares(aligned.iter().filter_map(|(_, s)| *s)).0;
-        let (mut la, mut lb) = leading_runs(&aligned);
+        w.owd_pairs = aligned.iter().filter_map(|(_, s)| *s).collect();
+        w.leading_ms = leading_runs(&aligned);
+    }
+    w
+}
+
+/// The "trip model" column over every measured trip's window, samples pooled.
+fn window_stats(wins: &[WindowSamples]) -> WindowModel {
+    let n = wins.first().map_or(0, |w| w.capacity_mbps.len());
+    let mut m = WindowModel::default();
+    for i in 0..n {
+        m.capacity_mbps.push(quartiles(
+            wins.iter()
+                .flat_map(|w| w.capacity_mbps[i].iter().copied())
+                .collect(),
+        ));
+        m.idle_rtt_ms.push(quartiles(
+            wins.iter()
+                .flat_map(|w| w.idle_rtt_ms[i].iter().copied())
+                .collect(),
+        ));
+        let (o, k) = wins
+            .iter()
+            .fold((0, 0), |(o, k), w| (o + w.ct_rt[i].0, k + w.ct_rt[i].1));
+        m.ct_rt_pct.push(pct(o, k));
+    }
+    if n >= 2 {
+        m.cap_ratio_pct = ratio_shares(wins.iter().flat_map(|w| w.cap_pairs.iter().copied())).0;
+        m.rtt_ratio_pct = ratio_shares(wins.iter().flat_map(|w| w.owd_pairs.iter().copied())).0;
+        let mut la: Vec<f64> = wins
+            .iter()
+            .flat_map(|w| w.leading_ms.0.iter().copied())
+            .collect();
+        let mut lb: Vec<f64> = wins
+            .iter()
+            .flat_map(|w| w.leading_ms.1.iter().copied())
+            .collect();
         m.leading_ms = (quantile(&mut la, 0.5), quantile(&mut lb, 0.5));
     }
     m
@@ -2197,6 +2470,69 @@ mod tests {
         assert!(mask.bin_valid(299));
         assert!(!mask.bin_valid(300));
         assert!(mask.bin_valid(15));
+    }
+
+    fn run_samples(windows: &[f64], ct_rt: (usize, usize), rto: (u64, u64)) -> RunSamples {
+        RunSamples {
+            carriers: vec![CarrierSamples {
+                windows_mbps: windows.to_vec(),
+                rtt_ms: windows.iter().map(|w| 100.0 * w).collect(),
+                ct_rt,
+                rto_episodes: 2,
+                rto_repeated: 1,
+                data_segs: 10,
+            }],
+            timeouts: rto.0,
+            out_segs: rto.1,
+            ..RunSamples::default()
+        }
+    }
+
+    #[test]
+    fn several_trips_pool_their_samples_not_their_statistics() {
+        let a = run_samples(&[1.0, 2.0, 3.0], (1, 10), (1, 100));
+        let b = run_samples(&[10.0, 20.0, 30.0, 40.0, 50.0], (9, 10), (0, 900));
+        let one = summarise(&[&a], 1);
+        assert_eq!(one.carriers[0].tput_mbps[1], 2.0);
+        assert_eq!(one.carriers[0].ct_rt_outside_pct, 10.0);
+        let both = summarise(&[&a, &b], 1);
+        let c = &both.carriers[0];
+        // The median of all eight windows, not the mean of the two medians (2 and 30).
+        assert_eq!(c.windows, 8);
+        assert_eq!(
+            c.tput_mbps[1],
+            quartiles(vec![1.0, 2.0, 3.0, 10.0, 20.0, 30.0, 40.0, 50.0])[1]
+        );
+        assert_eq!(c.rtt_samples, 8);
+        // Shares over the pooled counts: 3 of 40 = 7.5%, not the mean of 10% and 6.7%.
+        let b2 = run_samples(&[5.0], (2, 30), (0, 900));
+        let c2 = summarise(&[&a, &b2], 1);
+        assert!((c2.carriers[0].ct_rt_outside_pct - 7.5).abs() < 1e-9);
+        assert_eq!((c.rto_episodes, c.rto_repeated, c.data_segs), (4, 2, 20));
+        assert!(
+            (both.rto_pct - 0.1).abs() < 1e-9,
+            "1 timeout in 1000 segments"
+        );
+        assert!(both.pair.is_none(), "one carrier has no pair statistics");
+    }
+
+    #[test]
+    fn window_model_pools_trips() {
+        let trip = Trip::generate(&TripConfig::hsr(1, 1)).unwrap();
+        let w = window(&trip, 150_000, 120_000);
+        let mask = TimeMask {
+            speed_mps: w.speed_mps.clone(),
+            warmup_ms: 3000,
+            end_ms: 120_000,
+        };
+        let s = window_samples(&w, &mask);
+        let one = window_stats(std::slice::from_ref(&s));
+        let twice = window_stats(&[s.clone(), s]);
+        // The same window twice gives the same quartiles and shares.
+        assert_eq!(one.capacity_mbps, twice.capacity_mbps);
+        assert_eq!(one.ct_rt_pct, twice.ct_rt_pct);
+        assert_eq!(one.cap_ratio_pct, twice.cap_ratio_pct);
+        assert!(one.capacity_mbps[0][1] > 0.0);
     }
 
     #[test]

@@ -505,6 +505,90 @@ fn linkdb_import_is_idempotent_and_validate_prints_the_categories() {
     std::fs::remove_dir_all(dir).unwrap();
 }
 
+/// `testbed calibrate --trips 2` measures two trips in real namespaces, pools their samples
+/// (the pooled table counts every trip's windows), writes each trip's own table, and removes
+/// its testbed.
+#[test]
+fn calibrate_over_two_trips_pools_their_samples_and_leaves_nothing_behind() {
+    if !is_root() {
+        eprintln!("skipping: needs root");
+        return;
+    }
+    let dir = std::env::temp_dir().join(format!("polycorn-cal-{}", std::process::id()));
+    let name = "pct-cal";
+    let _ = polycorn(&["testbed", "down", "--name", name]);
+    let out = polycorn(&[
+        "testbed",
+        "calibrate",
+        "--preset",
+        "hsr",
+        "--trip-seed",
+        "3",
+        "--trips",
+        "2",
+        "--minutes",
+        "0.25",
+        "--cc",
+        "cubic",
+        "--model-trips",
+        "2",
+        "--name",
+        name,
+        "--port",
+        "5900",
+        "--out",
+        dir.to_str().unwrap(),
+    ]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(stdout.contains("trips 3-4, samples pooled"), "{stdout}");
+    let read = |p: std::path::PathBuf| -> serde_json::Value {
+        serde_json::from_str(
+            &std::fs::read_to_string(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display())),
+        )
+        .unwrap()
+    };
+    // The windows behind a throughput quartile: the pooled table counts both trips'.
+    let windows = |t: &serde_json::Value| -> u64 {
+        t["rows"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["metric"] == "downlink throughput p50 (Mbit/s)" && r["carrier"] == "A")
+            .expect("throughput row of A")["measured"]["cubic"]["n"]
+            .as_u64()
+            .unwrap()
+    };
+    let pooled = read(dir.join("table.json"));
+    assert_eq!(pooled["trips"].as_array().unwrap().len(), 2, "{pooled}");
+    let per_trip: Vec<u64> = [3, 4]
+        .iter()
+        .map(|s| {
+            let d = dir.join(format!("trip-{s}"));
+            for f in ["goodput-cubic.csv", "ss-cubic.csv", "table.txt"] {
+                assert!(d.join(f).exists(), "{} missing", d.join(f).display());
+            }
+            windows(&read(d.join("table.json")))
+        })
+        .collect();
+    assert!(per_trip.iter().all(|n| *n >= 5), "{per_trip:?}");
+    assert_eq!(windows(&pooled), per_trip.iter().sum::<u64>());
+    let ns = String::from_utf8_lossy(
+        &Command::new("ip")
+            .args(["netns", "list"])
+            .output()
+            .unwrap()
+            .stdout,
+    )
+    .to_string();
+    assert!(!ns.contains(name), "{ns}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// `bench pool` parses as a subcommand beside the bench's own options and names what it
 /// cannot read (pooling real rides is tested in the bench's unit tests).
 #[test]
