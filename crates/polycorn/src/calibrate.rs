@@ -266,9 +266,13 @@ pub fn run(args: &CalibrateArgs) -> Result<()> {
     // Per congestion control, one entry per trip.
     let mut per_cc: Vec<Vec<RunSamples>> = vec![Vec::new(); ccs.len()];
     let mut wins = Vec::new();
+    // A trip that fails after others completed ends the run, but the completed trips' table is
+    // still written (marked partial) before the error is returned.
+    let mut failed: Option<anyhow::Error> = None;
     for (k, ride) in rides.iter().enumerate() {
         if interrupted.load(Ordering::Relaxed) {
-            bail!("interrupted before trip {}", ride.seed);
+            failed = Some(anyhow!("interrupted before trip {}", ride.seed));
+            break;
         }
         if rides.len() > 1 {
             eprintln!(
@@ -278,7 +282,14 @@ pub fn run(args: &CalibrateArgs) -> Result<()> {
                 ride.seed
             );
         }
-        let raws = measure_all(args, &runs, &ccs, ride, &interrupted)?;
+        let raws = match measure_all(args, &runs, &ccs, ride, &interrupted) {
+            Ok(r) => r,
+            Err(e) if k > 0 => {
+                failed = Some(e.context(format!("trip {}", ride.seed)));
+                break;
+            }
+            Err(e) => return Err(e),
+        };
         let dir = ride.dir(&out_dir, rides.len());
         fs::create_dir_all(&dir).with_context(|| format!("create {}", dir.display()))?;
         let mut own = Vec::new();
@@ -329,14 +340,25 @@ pub fn run(args: &CalibrateArgs) -> Result<()> {
         }
         wins.push(win);
     }
+    if wins.is_empty() {
+        return Err(failed.unwrap_or_else(|| anyhow!("no trip was measured")));
+    }
     let results: Vec<RunResult> = per_cc
         .iter()
         .map(|v| summarise(&v.iter().collect::<Vec<_>>(), n))
         .collect();
     let rows = table(&names, &results, &model, &window_stats(&wins));
     let text = render(&rows, &ccs);
+    let planned = rides.len();
+    let rides = &rides[..wins.len()];
     let run_ms: u64 = rides.iter().map(|r| r.run_ms).sum();
     let moving_s: f64 = rides.iter().map(|r| r.moving_s).sum();
+    if failed.is_some() {
+        println!(
+            "PARTIAL: {} of {planned} trips completed; the table pools those only",
+            rides.len()
+        );
+    }
     if rides.len() == 1 {
         println!(
             "calibration of `{}` (trip model {model_id}; route {}, trip {}): {:.1} s emulated from trip time {:.1} s, {:.1} s above 250 km/h measured; queue {}",
@@ -366,6 +388,8 @@ pub fn run(args: &CalibrateArgs) -> Result<()> {
         "trip_model_id": model_id,
         "route_seed": args.trip.route_seed,
         "trip_seed": first.seed,
+        "complete": failed.is_none(),
+        "trips_planned": planned,
         "trips": rides.iter().map(|r| json!({
             "trip_seed": r.seed,
             "offset_ms": r.offset_ms,
@@ -389,7 +413,14 @@ pub fn run(args: &CalibrateArgs) -> Result<()> {
     fs::write(out_dir.join("table.csv"), table_csv(&rows, &ccs))?;
     fs::write(out_dir.join("table.txt"), &text)?;
     println!("raw samples and the table: {}", out_dir.display());
-    Ok(())
+    match failed {
+        Some(e) => Err(e.context(format!(
+            "calibration stopped after {} of {planned} trips (their table is in {})",
+            rides.len(),
+            out_dir.display()
+        ))),
+        None => Ok(()),
+    }
 }
 
 /// One measured trip: the emulated window and which of its times count.
@@ -1042,6 +1073,7 @@ fn receiver(
                     e.kind(),
                     ErrorKind::WouldBlock | ErrorKind::TimedOut | ErrorKind::Interrupted
                 ) => {}
+            Err(_) if stop.load(Ordering::Relaxed) => break,
             Err(e) => return Err(e).context("read"),
         }
     }
@@ -1120,6 +1152,8 @@ fn sender(
                     e.kind(),
                     ErrorKind::WouldBlock | ErrorKind::TimedOut | ErrorKind::Interrupted
                 ) => {}
+            // The receiver may close first when both see the stop flag: not an error then.
+            Err(_) if stop.load(Ordering::Relaxed) => break,
             Err(e) => return Err(e).context("write"),
         }
     }
