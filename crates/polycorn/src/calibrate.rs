@@ -384,6 +384,8 @@ pub fn run(args: &CalibrateArgs) -> Result<()> {
     }
     print!("{text}");
     let summary = json!({
+        "polycorn_version": crate::VERSION,
+        "kernel": crate::bench::kernel(),
         "preset": args.trip.preset,
         "trip_model_id": model_id,
         "route_seed": args.trip.route_seed,

@@ -565,6 +565,13 @@ fn calibrate_over_two_trips_pools_their_samples_and_leaves_nothing_behind() {
     };
     let pooled = read(dir.join("table.json"));
     assert_eq!(pooled["trips"].as_array().unwrap().len(), 2, "{pooled}");
+    assert_eq!(pooled["complete"], true);
+    assert!(
+        pooled["polycorn_version"]
+            .as_str()
+            .is_some_and(|v| v.starts_with(env!("CARGO_PKG_VERSION"))),
+        "{pooled}"
+    );
     let per_trip: Vec<u64> = [3, 4]
         .iter()
         .map(|s| {

@@ -337,7 +337,8 @@ pub struct Meta {
     pub started: String,
 }
 
-fn kernel() -> String {
+/// The running kernel's release, as results record it.
+pub(crate) fn kernel() -> String {
     nix::sys::utsname::uname()
         .map(|u| u.release().to_string_lossy().into_owned())
         .unwrap_or_else(|_| "unknown".into())
