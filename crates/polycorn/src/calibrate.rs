@@ -1566,6 +1566,20 @@ fn samples(raw: &RawRun, mask: &TimeMask, n: usize) -> RunSamples {
     s
 }
 
+/// Median leading time of carriers 0 and 1 over every run's complete leading runs, and how
+/// many runs each led.
+fn pooled_leading<'a>(
+    runs: impl Iterator<Item = &'a (Vec<f64>, Vec<f64>)>,
+) -> ((f64, f64), (usize, usize)) {
+    let (mut la, mut lb) = (Vec::new(), Vec::new());
+    for (a, b) in runs {
+        la.extend_from_slice(a);
+        lb.extend_from_slice(b);
+    }
+    let n = (la.len(), lb.len());
+    ((quantile(&mut la, 0.5), quantile(&mut lb, 0.5)), n)
+}
+
 /// The statistics of one congestion control over its runs (one per trip), samples pooled: the
 /// quartiles, shares and medians are taken over every trip's samples together.
 fn summarise(runs: &[&RunSamples], n: usize) -> RunResult {
@@ -1593,21 +1607,14 @@ fn summarise(runs: &[&RunSamples], n: usize) -> RunResult {
             ratio_shares(runs.iter().flat_map(|r| r.tput_pairs.iter().copied()));
         let (rtt_ratio_pct, rtt_n) =
             ratio_shares(runs.iter().flat_map(|r| r.rtt_pairs.iter().copied()));
-        let mut la: Vec<f64> = runs
-            .iter()
-            .flat_map(|r| r.leading_ms.0.iter().copied())
-            .collect();
-        let mut lb: Vec<f64> = runs
-            .iter()
-            .flat_map(|r| r.leading_ms.1.iter().copied())
-            .collect();
+        let (leading_ms, leading_runs) = pooled_leading(runs.iter().map(|r| &r.leading_ms));
         PairResult {
             tput_ratio_pct,
             tput_n,
             rtt_ratio_pct,
             rtt_n,
-            leading_runs: (la.len(), lb.len()),
-            leading_ms: (quantile(&mut la, 0.5), quantile(&mut lb, 0.5)),
+            leading_runs,
+            leading_ms,
         }
     });
     let timeouts: u64 = runs.iter().map(|r| r.timeouts).sum();
@@ -1829,15 +1836,7 @@ fn window_stats(wins: &[WindowSamples]) -> WindowModel {
     if n >= 2 {
         m.cap_ratio_pct = ratio_shares(wins.iter().flat_map(|w| w.cap_pairs.iter().copied())).0;
         m.rtt_ratio_pct = ratio_shares(wins.iter().flat_map(|w| w.owd_pairs.iter().copied())).0;
-        let mut la: Vec<f64> = wins
-            .iter()
-            .flat_map(|w| w.leading_ms.0.iter().copied())
-            .collect();
-        let mut lb: Vec<f64> = wins
-            .iter()
-            .flat_map(|w| w.leading_ms.1.iter().copied())
-            .collect();
-        m.leading_ms = (quantile(&mut la, 0.5), quantile(&mut lb, 0.5));
+        m.leading_ms = pooled_leading(wins.iter().map(|w| &w.leading_ms)).0;
     }
     m
 }

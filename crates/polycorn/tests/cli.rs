@@ -20,6 +20,15 @@ fn is_root() -> bool {
     root
 }
 
+/// `ip netns list`, to check a test left none of its namespaces behind.
+fn namespaces() -> String {
+    let out = Command::new("ip")
+        .args(["netns", "list"])
+        .output()
+        .expect("run ip netns list");
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
 #[test]
 fn version_names_the_commit_the_binary_was_built_from() {
     let out = polycorn(&["--version"]);
@@ -248,14 +257,7 @@ fn a_killed_emulator_and_down_leave_nothing_behind() {
         "{}",
         String::from_utf8_lossy(&down.stderr)
     );
-    let ns = String::from_utf8_lossy(
-        &Command::new("ip")
-            .args(["netns", "list"])
-            .output()
-            .unwrap()
-            .stdout,
-    )
-    .to_string();
+    let ns = namespaces();
     assert!(!ns.contains(name), "namespaces left: {ns}");
     assert!(!std::path::Path::new(&format!("/run/polycorn/testbed-{name}.json")).exists());
     assert!(
@@ -376,14 +378,7 @@ fn testbed_paths_from_recorded_traces() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let ns = String::from_utf8_lossy(
-        &Command::new("ip")
-            .args(["netns", "list"])
-            .output()
-            .unwrap()
-            .stdout,
-    )
-    .to_string();
+    let ns = namespaces();
     assert!(!ns.contains(name), "{ns}");
     let _ = std::fs::remove_dir_all(&dir);
 }
@@ -584,14 +579,7 @@ fn calibrate_over_two_trips_pools_their_samples_and_leaves_nothing_behind() {
         .collect();
     assert!(per_trip.iter().all(|n| *n >= 5), "{per_trip:?}");
     assert_eq!(windows(&pooled), per_trip.iter().sum::<u64>());
-    let ns = String::from_utf8_lossy(
-        &Command::new("ip")
-            .args(["netns", "list"])
-            .output()
-            .unwrap()
-            .stdout,
-    )
-    .to_string();
+    let ns = namespaces();
     assert!(!ns.contains(name), "{ns}");
     let _ = std::fs::remove_dir_all(&dir);
 }
