@@ -24,6 +24,12 @@
 //! from many rides, and one trip's window holds only a few independent values of the
 //! capacity's slow component. Each trip's raw samples and its own table go to `trip-<seed>/`.
 //!
+//! With `--all-stretches` each trip contributes one run per stretch above 250 km/h (a route
+//! with a slow-down in the middle has two), each emulated from the stretch's first moment at
+//! speed for up to `--minutes` and never past its end; their samples pool the same way and go
+//! to `trip-<seed>-stretch-<k>/`. The whole route at speed is measured, not only its first
+//! stretch, and no time is spent emulating the slow-downs.
+//!
 //! ## Definitions (all measured, none assumed)
 //! * **Throughput**: receiver goodput (bytes returned by `read`) in 0.2 s bins; quartiles over
 //!   1 s windows whose five bins are all valid.
@@ -121,8 +127,13 @@ pub struct CalibrateArgs {
     #[arg(long, default_value_t = 1)]
     pub trips: u64,
     /// Emulate the trip from its very start (standstill) instead of from 250 km/h.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "all_stretches")]
     pub from_start: bool,
+    /// Measure every stretch of each trip above 250 km/h, each emulated on its own from its
+    /// first moment above 250 km/h for up to `--minutes`, instead of the first stretch only:
+    /// the whole route at speed, without emulating the slow-downs between stretches.
+    #[arg(long)]
+    pub all_stretches: bool,
     /// Run the congestion controls at the same time, each in its own testbed
     /// (`<name><k>`, ports `port + 100·k`): the wall time of one run for all of them.
     #[arg(long)]
@@ -218,7 +229,7 @@ pub fn run(args: &CalibrateArgs) -> Result<()> {
     for k in 0..args.trips {
         let mut c = cfg.clone();
         c.trip_seed = args.trip.trip_seed + k;
-        rides.push(plan_ride(args, &c, want_ms)?);
+        rides.extend(plan_rides(args, &c, want_ms)?);
     }
     let first = &rides[0];
     let n = first.trip.paths.len();
@@ -245,10 +256,10 @@ pub fn run(args: &CalibrateArgs) -> Result<()> {
     fs::create_dir_all(&out_dir).with_context(|| format!("create {}", out_dir.display()))?;
     for r in &rides {
         eprintln!(
-            "trip `{}` route {} trip {}: emulating {:.1} s from trip time {:.1} s ({:.1} s of it above 250 km/h after the warm-up); {} carriers; queue {}; output {}",
+            "trip `{}` route {} {}: emulating {:.1} s from trip time {:.1} s ({:.1} s of it above 250 km/h after the warm-up); {} carriers; queue {}; output {}",
             args.trip.preset,
             args.trip.route_seed,
-            r.seed,
+            r.label(),
             r.run_ms as f64 / 1000.0,
             r.offset_ms as f64 / 1000.0,
             r.moving_s,
@@ -271,21 +282,16 @@ pub fn run(args: &CalibrateArgs) -> Result<()> {
     let mut failed: Option<anyhow::Error> = None;
     for (k, ride) in rides.iter().enumerate() {
         if interrupted.load(Ordering::Relaxed) {
-            failed = Some(anyhow!("interrupted before trip {}", ride.seed));
+            failed = Some(anyhow!("interrupted before {}", ride.label()));
             break;
         }
         if rides.len() > 1 {
-            eprintln!(
-                "trip {} of {} (trip seed {})",
-                k + 1,
-                rides.len(),
-                ride.seed
-            );
+            eprintln!("run {} of {}: {}", k + 1, rides.len(), ride.label());
         }
         let raws = match measure_all(args, &runs, &ccs, ride, &interrupted) {
             Ok(r) => r,
             Err(e) if k > 0 => {
-                failed = Some(e.context(format!("trip {}", ride.seed)));
+                failed = Some(e.context(ride.label()));
                 break;
             }
             Err(e) => return Err(e),
@@ -298,8 +304,8 @@ pub fn run(args: &CalibrateArgs) -> Result<()> {
             let s = samples(raw, &ride.mask, n);
             let res = summarise(&[&s], n);
             eprintln!(
-                "[{cc}] trip {} done: {}",
-                ride.seed,
+                "[{cc}] {} done: {}",
+                ride.label(),
                 res.carriers
                     .iter()
                     .zip(&names)
@@ -324,6 +330,7 @@ pub fn run(args: &CalibrateArgs) -> Result<()> {
             );
             let own_json = json!({
                 "trip_seed": ride.seed,
+                "stretch": ride.stretch,
                 "offset_ms": ride.offset_ms,
                 "run_ms": ride.run_ms,
                 "measured_s": ride.moving_s,
@@ -355,16 +362,16 @@ pub fn run(args: &CalibrateArgs) -> Result<()> {
     let moving_s: f64 = rides.iter().map(|r| r.moving_s).sum();
     if failed.is_some() {
         println!(
-            "PARTIAL: {} of {planned} trips completed; the table pools those only",
+            "PARTIAL: {} of {planned} runs completed; the table pools those only",
             rides.len()
         );
     }
     if rides.len() == 1 {
         println!(
-            "calibration of `{}` (trip model {model_id}; route {}, trip {}): {:.1} s emulated from trip time {:.1} s, {:.1} s above 250 km/h measured; queue {}",
+            "calibration of `{}` (trip model {model_id}; route {}, {}): {:.1} s emulated from trip time {:.1} s, {:.1} s above 250 km/h measured; queue {}",
             args.trip.preset,
             args.trip.route_seed,
-            first.seed,
+            first.label(),
             run_ms as f64 / 1000.0,
             first.offset_ms as f64 / 1000.0,
             moving_s,
@@ -372,11 +379,16 @@ pub fn run(args: &CalibrateArgs) -> Result<()> {
         );
     } else {
         println!(
-            "calibration of `{}` (trip model {model_id}; route {}, trips {}-{}, samples pooled): {:.1} s emulated, {:.1} s above 250 km/h measured; queue {}",
+            "calibration of `{}` (trip model {model_id}; route {}, trips {}-{}{}, samples pooled): {:.1} s emulated, {:.1} s above 250 km/h measured; queue {}",
             args.trip.preset,
             args.trip.route_seed,
             first.seed,
             rides[rides.len() - 1].seed,
+            if args.all_stretches {
+                format!(", {} stretches at speed", rides.len())
+            } else {
+                String::new()
+            },
             run_ms as f64 / 1000.0,
             moving_s,
             queue_desc
@@ -391,9 +403,12 @@ pub fn run(args: &CalibrateArgs) -> Result<()> {
         "route_seed": args.trip.route_seed,
         "trip_seed": first.seed,
         "complete": failed.is_none(),
-        "trips_planned": planned,
+        "trips_planned": args.trips,
+        "all_stretches": args.all_stretches,
+        "runs_planned": planned,
         "trips": rides.iter().map(|r| json!({
             "trip_seed": r.seed,
+            "stretch": r.stretch,
             "offset_ms": r.offset_ms,
             "run_ms": r.run_ms,
             "measured_s": r.moving_s,
@@ -417,7 +432,7 @@ pub fn run(args: &CalibrateArgs) -> Result<()> {
     println!("raw samples and the table: {}", out_dir.display());
     match failed {
         Some(e) => Err(e.context(format!(
-            "calibration stopped after {} of {planned} trips (their table is in {})",
+            "calibration stopped after {} of {planned} runs (their table is in {})",
             rides.len(),
             out_dir.display()
         ))),
@@ -428,6 +443,8 @@ pub fn run(args: &CalibrateArgs) -> Result<()> {
 /// One measured trip: the emulated window and which of its times count.
 struct Ride {
     seed: u64,
+    /// Which stretch above 250 km/h (1 = the first); `None` unless `--all-stretches`.
+    stretch: Option<usize>,
     trip: Trip,
     mask: TimeMask,
     offset_ms: u64,
@@ -437,33 +454,83 @@ struct Ride {
 }
 
 impl Ride {
-    /// Where this trip's raw samples go: the output directory itself for a single trip.
-    fn dir(&self, out: &Path, trips: usize) -> PathBuf {
-        if trips > 1 {
-            out.join(format!("trip-{}", self.seed))
-        } else {
-            out.to_path_buf()
+    /// Where this run's raw samples go: the output directory itself for a single run.
+    fn dir(&self, out: &Path, runs: usize) -> PathBuf {
+        match (runs, self.stretch) {
+            (1, _) => out.to_path_buf(),
+            (_, None) => out.join(format!("trip-{}", self.seed)),
+            (_, Some(k)) => out.join(format!("trip-{}-stretch-{k}", self.seed)),
+        }
+    }
+    fn label(&self) -> String {
+        match self.stretch {
+            None => format!("trip {}", self.seed),
+            Some(k) => format!("trip {} stretch {k}", self.seed),
         }
     }
 }
 
-/// The part of trip `cfg` to emulate: from the first moment above 250 km/h (or the start with
-/// `--from-start`) for `want_ms`, clipped to the trip's end.
-fn plan_ride(args: &CalibrateArgs, cfg: &TripConfig, want_ms: u64) -> Result<Ride> {
+/// Maximal runs of 10 ms steps with the train above 250 km/h, as `(from_ms, to_ms)`.
+fn stretches_at_speed(speed_mps: &[f64]) -> Vec<(u64, u64)> {
+    let mut out = Vec::new();
+    let mut start = None;
+    for (s, v) in speed_mps.iter().enumerate() {
+        match (start, *v > HSR_SPEED_MPS) {
+            (None, true) => start = Some(s),
+            (Some(a), false) => {
+                out.push((a as u64 * STEP_MS, s as u64 * STEP_MS));
+                start = None;
+            }
+            _ => {}
+        }
+    }
+    if let Some(a) = start {
+        out.push((a as u64 * STEP_MS, speed_mps.len() as u64 * STEP_MS));
+    }
+    out
+}
+
+/// The parts of trip `cfg` to emulate. By default one: from the first moment above 250 km/h
+/// (or the start with `--from-start`) for `want_ms`, clipped to the trip's end. With
+/// `--all-stretches` one per stretch above 250 km/h, each for `want_ms` at most and never past
+/// the stretch's end; stretches too short to measure after the warm-up are skipped with a note.
+fn plan_rides(args: &CalibrateArgs, cfg: &TripConfig, want_ms: u64) -> Result<Vec<Ride>> {
     let full = Trip::generate(cfg)?;
+    let stretches = stretches_at_speed(&full.speed_mps);
+    if args.all_stretches {
+        let mut rides = Vec::new();
+        for (k, (a, b)) in stretches.iter().enumerate() {
+            let run_ms = want_ms.min(b - a);
+            if (run_ms as f64) < min_run_ms(args) {
+                eprintln!(
+                    "note: trip {} stretch {} is only {:.1} s above 250 km/h; skipped",
+                    cfg.trip_seed,
+                    k + 1,
+                    (b - a) as f64 / 1000.0
+                );
+                continue;
+            }
+            rides.push(ride(args, &full, Some(k + 1), *a, run_ms));
+        }
+        if rides.is_empty() {
+            bail!(
+                "trip {} of the `{}` preset has no stretch above 250 km/h long enough to measure after a {:.1} s warm-up",
+                cfg.trip_seed,
+                args.trip.preset,
+                args.warmup_secs
+            );
+        }
+        return Ok(rides);
+    }
     let offset_ms = if args.from_start {
         0
     } else {
-        full.speed_mps
-            .iter()
-            .position(|v| *v > HSR_SPEED_MPS)
-            .map(|s| s as u64 * STEP_MS)
-            .with_context(|| {
-                format!(
-                    "trip {} of the `{}` preset never exceeds 250 km/h; use --from-start",
-                    cfg.trip_seed, args.trip.preset
-                )
-            })?
+        stretches.first().map(|s| s.0).with_context(|| {
+            format!(
+                "trip {} of the `{}` preset never exceeds 250 km/h; use --from-start",
+                cfg.trip_seed, args.trip.preset
+            )
+        })?
     };
     let left_ms = full.duration_ms.saturating_sub(offset_ms);
     let run_ms = want_ms.min(left_ms);
@@ -477,7 +544,7 @@ fn plan_ride(args: &CalibrateArgs, cfg: &TripConfig, want_ms: u64) -> Result<Rid
             want_ms as f64 / 1000.0
         );
     }
-    if (run_ms as f64) < args.warmup_secs * 1000.0 + 5_000.0 {
+    if (run_ms as f64) < min_run_ms(args) {
         bail!(
             "trip {}: only {:.1} s to measure after a {:.1} s warm-up; raise --minutes",
             cfg.trip_seed,
@@ -485,8 +552,24 @@ fn plan_ride(args: &CalibrateArgs, cfg: &TripConfig, want_ms: u64) -> Result<Rid
             args.warmup_secs
         );
     }
+    Ok(vec![ride(args, &full, None, offset_ms, run_ms)])
+}
+
+/// The shortest run worth measuring: the warm-up and 5 s more.
+fn min_run_ms(args: &CalibrateArgs) -> f64 {
+    args.warmup_secs * 1000.0 + 5_000.0
+}
+
+/// `run_ms` of `full` from `offset_ms`, with its time mask.
+fn ride(
+    args: &CalibrateArgs,
+    full: &Trip,
+    stretch: Option<usize>,
+    offset_ms: u64,
+    run_ms: u64,
+) -> Ride {
     // A little slack so the link does not run dry while the flows are being stopped.
-    let trip = window(&full, offset_ms, run_ms + 5_000);
+    let trip = window(full, offset_ms, run_ms + 5_000);
     let mask = TimeMask {
         speed_mps: trip.speed_mps.clone(),
         warmup_ms: (args.warmup_secs * 1000.0) as u64,
@@ -497,14 +580,15 @@ fn plan_ride(args: &CalibrateArgs, cfg: &TripConfig, want_ms: u64) -> Result<Rid
         .count() as f64
         * STEP_MS as f64
         / 1000.0;
-    Ok(Ride {
-        seed: cfg.trip_seed,
+    Ride {
+        seed: full.config.trip_seed,
+        stretch,
         trip,
         mask,
         offset_ms,
         run_ms,
         moving_s,
-    })
+    }
 }
 
 /// One trip with every congestion control: at the same time (`--parallel`) or one after the
@@ -2397,6 +2481,69 @@ mod tests {
         assert!(
             check_args(&long).is_err(),
             "name + run index exceeds the testbed name limit"
+        );
+    }
+
+    #[test]
+    fn stretches_are_the_maximal_runs_above_250_kmh() {
+        let v = HSR_SPEED_MPS;
+        let speed = [0.0, v + 1.0, v + 2.0, v, v - 5.0, v + 1.0, v + 1.0, v + 3.0];
+        let ms = STEP_MS;
+        assert_eq!(
+            stretches_at_speed(&speed),
+            vec![(ms, 3 * ms), (5 * ms, 8 * ms)],
+            "exactly 250 km/h is not above it; a stretch running to the end is closed"
+        );
+        assert!(stretches_at_speed(&[0.0, v]).is_empty());
+    }
+
+    #[test]
+    fn all_stretches_plans_one_run_per_stretch_at_speed_and_never_past_it() {
+        use clap::Parser;
+        #[derive(Parser)]
+        struct Cli {
+            #[command(flatten)]
+            a: CalibrateArgs,
+        }
+        let first = Cli::parse_from(["x", "--minutes", "4.5"]).a;
+        let all = Cli::parse_from(["x", "--minutes", "4.5", "--all-stretches"]).a;
+        let (cfg, _) = first.trip.config().unwrap();
+        let full = Trip::generate(&cfg).unwrap();
+        let stretches = stretches_at_speed(&full.speed_mps);
+        assert!(
+            stretches.len() >= 2,
+            "route 1 has a slow-down between two stretches at speed: {stretches:?}"
+        );
+        let want = 270_000;
+        let one = plan_rides(&first, &cfg, want).unwrap();
+        assert_eq!(one.len(), 1);
+        assert_eq!((one[0].offset_ms, one[0].stretch), (stretches[0].0, None));
+        let rides = plan_rides(&all, &cfg, want).unwrap();
+        assert_eq!(rides.len(), stretches.len());
+        for (k, (r, (a, b))) in rides.iter().zip(&stretches).enumerate() {
+            assert_eq!((r.offset_ms, r.stretch), (*a, Some(k + 1)));
+            assert_eq!(
+                r.run_ms,
+                want.min(b - a),
+                "stretch {k} runs to its end at most"
+            );
+            // Every counted moment of the run is at speed, and the run counts all but the
+            // warm-up.
+            let expect = (r.run_ms - 3_000) as f64 / 1000.0;
+            assert!(
+                (r.moving_s - expect).abs() < 0.02,
+                "{} vs {expect}",
+                r.moving_s
+            );
+        }
+        let out = Path::new("/o");
+        assert_eq!(rides[1].dir(out, 2), out.join("trip-1-stretch-2"));
+        assert_eq!(one[0].dir(out, 2), out.join("trip-1"));
+        assert_eq!(one[0].dir(out, 1), out);
+        let both = Cli::try_parse_from(["x", "--all-stretches", "--from-start"]);
+        assert!(
+            both.is_err(),
+            "--from-start and --all-stretches exclude each other"
         );
     }
 
