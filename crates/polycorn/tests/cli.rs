@@ -1,5 +1,6 @@
 //! The `polycorn` binary as a user runs it.
 
+use std::path::{Path, PathBuf};
 use std::process::Command;
 
 fn polycorn(args: &[&str]) -> std::process::Output {
@@ -500,27 +501,17 @@ fn linkdb_import_is_idempotent_and_validate_prints_the_categories() {
     std::fs::remove_dir_all(dir).unwrap();
 }
 
-/// `testbed calibrate --trips 2` measures two trips in real namespaces, pools their samples
-/// (the pooled table counts every trip's windows), writes each trip's own table, and removes
-/// its testbed.
-#[test]
-fn calibrate_over_two_trips_pools_their_samples_and_leaves_nothing_behind() {
-    if !is_root() {
-        eprintln!("skipping: needs root");
-        return;
-    }
-    let dir = std::env::temp_dir().join(format!("polycorn-cal-{}", std::process::id()));
-    let name = "pct-cal";
+/// Runs `testbed calibrate` (cubic only, 15 s per run, route 1) in real namespaces under the
+/// testbed name `name` with `extra` arguments, asserts it succeeded and left no namespace
+/// behind, and returns its stdout and output directory.
+fn calibrate_in_namespaces(name: &str, port: &str, extra: &[&str]) -> (String, PathBuf) {
+    let dir = std::env::temp_dir().join(format!("polycorn-{name}-{}", std::process::id()));
     let _ = polycorn(&["testbed", "down", "--name", name]);
-    let out = polycorn(&[
+    let mut args = vec![
         "testbed",
         "calibrate",
         "--preset",
         "hsr",
-        "--trip-seed",
-        "3",
-        "--trips",
-        "2",
         "--minutes",
         "0.25",
         "--cc",
@@ -530,35 +521,64 @@ fn calibrate_over_two_trips_pools_their_samples_and_leaves_nothing_behind() {
         "--name",
         name,
         "--port",
-        "5900",
+        port,
         "--out",
         dir.to_str().unwrap(),
-    ]);
-    let stdout = String::from_utf8_lossy(&out.stdout);
+    ];
+    args.extend_from_slice(extra);
+    let out = polycorn(&args);
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
     assert!(
         out.status.success(),
         "{stdout}\n{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    assert!(stdout.contains("trips 3-4, samples pooled"), "{stdout}");
-    let read = |p: std::path::PathBuf| -> serde_json::Value {
-        serde_json::from_str(
-            &std::fs::read_to_string(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display())),
-        )
+    let ns = namespaces();
+    assert!(!ns.contains(name), "{ns}");
+    (stdout, dir)
+}
+
+fn read_json(p: &Path) -> serde_json::Value {
+    serde_json::from_str(
+        &std::fs::read_to_string(p).unwrap_or_else(|e| panic!("{}: {e}", p.display())),
+    )
+    .unwrap()
+}
+
+/// The 1 s windows behind carrier A's throughput quartiles under cubic in a calibration table.
+fn throughput_windows(t: &serde_json::Value) -> u64 {
+    t["rows"]
+        .as_array()
         .unwrap()
-    };
-    // The windows behind a throughput quartile: the pooled table counts both trips'.
-    let windows = |t: &serde_json::Value| -> u64 {
-        t["rows"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|r| r["metric"] == "downlink throughput p50 (Mbit/s)" && r["carrier"] == "A")
-            .expect("throughput row of A")["measured"]["cubic"]["n"]
-            .as_u64()
-            .unwrap()
-    };
-    let pooled = read(dir.join("table.json"));
+        .iter()
+        .find(|r| r["metric"] == "downlink throughput p50 (Mbit/s)" && r["carrier"] == "A")
+        .expect("throughput row of A")["measured"]["cubic"]["n"]
+        .as_u64()
+        .unwrap()
+}
+
+/// Each run's own table in `dir/<sub>` (raw samples beside it); returns its window count.
+fn run_windows(dir: &Path, sub: &str) -> u64 {
+    let d = dir.join(sub);
+    for f in ["goodput-cubic.csv", "ss-cubic.csv", "table.txt"] {
+        assert!(d.join(f).exists(), "{} missing", d.join(f).display());
+    }
+    throughput_windows(&read_json(&d.join("table.json")))
+}
+
+/// `testbed calibrate --trips 2` measures two trips in real namespaces, pools their samples
+/// (the pooled table counts every trip's windows), writes each trip's own table, and removes
+/// its testbed.
+#[test]
+fn calibrate_over_two_trips_pools_their_samples_and_leaves_nothing_behind() {
+    if !is_root() {
+        eprintln!("skipping: needs root");
+        return;
+    }
+    let (stdout, dir) =
+        calibrate_in_namespaces("pct-cal", "5900", &["--trip-seed", "3", "--trips", "2"]);
+    assert!(stdout.contains("trips 3-4, samples pooled"), "{stdout}");
+    let pooled = read_json(&dir.join("table.json"));
     assert_eq!(pooled["trips"].as_array().unwrap().len(), 2, "{pooled}");
     assert_eq!(pooled["complete"], true);
     assert!(
@@ -567,20 +587,46 @@ fn calibrate_over_two_trips_pools_their_samples_and_leaves_nothing_behind() {
             .is_some_and(|v| v.starts_with(env!("CARGO_PKG_VERSION"))),
         "{pooled}"
     );
-    let per_trip: Vec<u64> = [3, 4]
+    let per_trip: Vec<u64> = ["trip-3", "trip-4"]
         .iter()
-        .map(|s| {
-            let d = dir.join(format!("trip-{s}"));
-            for f in ["goodput-cubic.csv", "ss-cubic.csv", "table.txt"] {
-                assert!(d.join(f).exists(), "{} missing", d.join(f).display());
-            }
-            windows(&read(d.join("table.json")))
-        })
+        .map(|s| run_windows(&dir, s))
         .collect();
     assert!(per_trip.iter().all(|n| *n >= 5), "{per_trip:?}");
-    assert_eq!(windows(&pooled), per_trip.iter().sum::<u64>());
-    let ns = namespaces();
-    assert!(!ns.contains(name), "{ns}");
+    assert_eq!(throughput_windows(&pooled), per_trip.iter().sum::<u64>());
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// `--all-stretches` measures both of route 1's stretches above 250 km/h as runs of their own,
+/// the second from well after the first (the slow-down between them is not emulated), and
+/// pools their samples.
+#[test]
+fn calibrate_all_stretches_measures_each_stretch_at_speed_and_pools_them() {
+    if !is_root() {
+        eprintln!("skipping: needs root");
+        return;
+    }
+    let (stdout, dir) =
+        calibrate_in_namespaces("pct-cas", "6000", &["--trip-seed", "2", "--all-stretches"]);
+    assert!(
+        stdout.contains("2 stretches at speed, samples pooled"),
+        "{stdout}"
+    );
+    let pooled = read_json(&dir.join("table.json"));
+    assert_eq!(pooled["all_stretches"], true);
+    let runs = pooled["trips"].as_array().unwrap();
+    assert_eq!(runs.len(), 2, "{pooled}");
+    let at = |k: usize, f: &str| runs[k][f].as_u64().unwrap();
+    assert_eq!((at(0, "stretch"), at(1, "stretch")), (1, 2));
+    assert!(
+        at(1, "offset_ms") > at(0, "offset_ms") + 250_000,
+        "the second stretch starts after the first one's 250+ s at speed: {pooled}"
+    );
+    let per_run: Vec<u64> = ["trip-2-stretch-1", "trip-2-stretch-2"]
+        .iter()
+        .map(|s| run_windows(&dir, s))
+        .collect();
+    assert!(per_run.iter().all(|n| *n >= 5), "{per_run:?}");
+    assert_eq!(throughput_windows(&pooled), per_run.iter().sum::<u64>());
     let _ = std::fs::remove_dir_all(&dir);
 }
 
