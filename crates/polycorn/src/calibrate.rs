@@ -2454,15 +2454,20 @@ mod tests {
 
     const SS: &str = "ESTAB 0      812345       10.100.0.2:41234      10.100.0.1:5400 \n\t cubic wscale:10,10 rto:616 backoff:2 rtt:212.5/40.25 mss:1448 cwnd:37 ssthresh:20 bytes_sent:9000 bytes_retrans:2896 bytes_acked:6000 segs_out:9 data_segs_out:8 retrans:1/5 lost:3 unacked:12 delivery_rate 5.2Mbps\nESTAB 0 0 10.100.1.2:50000 10.100.1.1:5401\n\t ts sack bbr rto:204 rtt:90/4 cwnd:50 bytes_acked:100 data_segs_out:3 delivery_rate 800000bps\nESTAB 0 0 10.100.1.2:50001 10.100.1.1:22\n\t cubic rtt:1/1\n";
 
-    #[test]
-    fn parallel_runs_get_their_own_testbed_and_ports() {
+    /// `CalibrateArgs` from command-line arguments, as clap parses them.
+    fn parse(args: &[&str]) -> Result<CalibrateArgs, clap::Error> {
         use clap::Parser;
         #[derive(Parser)]
         struct Cli {
             #[command(flatten)]
             a: CalibrateArgs,
         }
-        let seq = Cli::parse_from(["x", "--name", "cal", "--port", "5400"]).a;
+        Cli::try_parse_from(std::iter::once("x").chain(args.iter().copied())).map(|c| c.a)
+    }
+
+    #[test]
+    fn parallel_runs_get_their_own_testbed_and_ports() {
+        let seq = parse(&["--name", "cal", "--port", "5400"]).unwrap();
         assert_eq!(
             (
                 run_args(&seq, 1).unwrap().name,
@@ -2470,14 +2475,14 @@ mod tests {
             ),
             ("cal".into(), 5400)
         );
-        let par = Cli::parse_from(["x", "--name", "cal", "--port", "5400", "--parallel"]).a;
+        let par = parse(&["--name", "cal", "--port", "5400", "--parallel"]).unwrap();
         let r: Vec<(String, u16)> = (0..2)
             .map(|k| run_args(&par, k).map(|a| (a.name, a.port)).unwrap())
             .collect();
         assert_eq!(r, vec![("cal0".into(), 5400), ("cal1".into(), 5500)]);
-        let high = Cli::parse_from(["x", "--port", "65500", "--parallel"]).a;
+        let high = parse(&["--port", "65500", "--parallel"]).unwrap();
         assert!(run_args(&high, 1).is_err());
-        let long = Cli::parse_from(["x", "--name", "a-twenty-char-name-x", "--parallel"]).a;
+        let long = parse(&["--name", "a-twenty-char-name-x", "--parallel"]).unwrap();
         assert!(
             check_args(&long).is_err(),
             "name + run index exceeds the testbed name limit"
@@ -2499,14 +2504,8 @@ mod tests {
 
     #[test]
     fn all_stretches_plans_one_run_per_stretch_at_speed_and_never_past_it() {
-        use clap::Parser;
-        #[derive(Parser)]
-        struct Cli {
-            #[command(flatten)]
-            a: CalibrateArgs,
-        }
-        let first = Cli::parse_from(["x", "--minutes", "4.5"]).a;
-        let all = Cli::parse_from(["x", "--minutes", "4.5", "--all-stretches"]).a;
+        let first = parse(&["--minutes", "4.5"]).unwrap();
+        let all = parse(&["--minutes", "4.5", "--all-stretches"]).unwrap();
         let (cfg, _) = first.trip.config().unwrap();
         let full = Trip::generate(&cfg).unwrap();
         let stretches = stretches_at_speed(&full.speed_mps);
@@ -2540,7 +2539,7 @@ mod tests {
         assert_eq!(rides[1].dir(out, 2), out.join("trip-1-stretch-2"));
         assert_eq!(one[0].dir(out, 2), out.join("trip-1"));
         assert_eq!(one[0].dir(out, 1), out);
-        let both = Cli::try_parse_from(["x", "--all-stretches", "--from-start"]);
+        let both = parse(&["--all-stretches", "--from-start"]);
         assert!(
             both.is_err(),
             "--from-start and --all-stretches exclude each other"

@@ -557,13 +557,21 @@ fn throughput_windows(t: &serde_json::Value) -> u64 {
         .unwrap()
 }
 
-/// Each run's own table in `dir/<sub>` (raw samples beside it); returns its window count.
-fn run_windows(dir: &Path, sub: &str) -> u64 {
-    let d = dir.join(sub);
-    for f in ["goodput-cubic.csv", "ss-cubic.csv", "table.txt"] {
-        assert!(d.join(f).exists(), "{} missing", d.join(f).display());
-    }
-    throughput_windows(&read_json(&d.join("table.json")))
+/// Each run in `dir/<sub>` has its raw samples and its own table with windows measured, and
+/// the pooled table counts exactly the runs' windows together.
+fn assert_pooled_over_runs(dir: &Path, pooled: &serde_json::Value, subs: &[&str]) {
+    let per_run: Vec<u64> = subs
+        .iter()
+        .map(|sub| {
+            let d = dir.join(sub);
+            for f in ["goodput-cubic.csv", "ss-cubic.csv", "table.txt"] {
+                assert!(d.join(f).exists(), "{} missing", d.join(f).display());
+            }
+            throughput_windows(&read_json(&d.join("table.json")))
+        })
+        .collect();
+    assert!(per_run.iter().all(|n| *n >= 5), "{per_run:?}");
+    assert_eq!(throughput_windows(pooled), per_run.iter().sum::<u64>());
 }
 
 /// `testbed calibrate --trips 2` measures two trips in real namespaces, pools their samples
@@ -587,12 +595,7 @@ fn calibrate_over_two_trips_pools_their_samples_and_leaves_nothing_behind() {
             .is_some_and(|v| v.starts_with(env!("CARGO_PKG_VERSION"))),
         "{pooled}"
     );
-    let per_trip: Vec<u64> = ["trip-3", "trip-4"]
-        .iter()
-        .map(|s| run_windows(&dir, s))
-        .collect();
-    assert!(per_trip.iter().all(|n| *n >= 5), "{per_trip:?}");
-    assert_eq!(throughput_windows(&pooled), per_trip.iter().sum::<u64>());
+    assert_pooled_over_runs(&dir, &pooled, &["trip-3", "trip-4"]);
     let _ = std::fs::remove_dir_all(&dir);
 }
 
@@ -621,12 +624,7 @@ fn calibrate_all_stretches_measures_each_stretch_at_speed_and_pools_them() {
         at(1, "offset_ms") > at(0, "offset_ms") + 250_000,
         "the second stretch starts after the first one's 250+ s at speed: {pooled}"
     );
-    let per_run: Vec<u64> = ["trip-2-stretch-1", "trip-2-stretch-2"]
-        .iter()
-        .map(|s| run_windows(&dir, s))
-        .collect();
-    assert!(per_run.iter().all(|n| *n >= 5), "{per_run:?}");
-    assert_eq!(throughput_windows(&pooled), per_run.iter().sum::<u64>());
+    assert_pooled_over_runs(&dir, &pooled, &["trip-2-stretch-1", "trip-2-stretch-2"]);
     let _ = std::fs::remove_dir_all(&dir);
 }
 
