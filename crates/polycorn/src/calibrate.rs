@@ -30,6 +30,12 @@
 //! to `trip-<seed>-stretch-<k>/`. The whole route at speed is measured, not only its first
 //! stretch, and no time is spent emulating the slow-downs.
 //!
+//! ## The trip model alone
+//! `--model-only` plans the same trips and stretches but builds no testbed and runs no TCP: it
+//! prints only the "trip model" column (the windows' capacity, idle RTT, CT/RT and ratios, and
+//! the handover and location statistics) in seconds, without root. It is for fitting a
+//! preset's parameters; the TCP-level rows are judged only by a measured run.
+//!
 //! ## Definitions (all measured, none assumed)
 //! * **Throughput**: receiver goodput (bytes returned by `read`) in 0.2 s bins; quartiles over
 //!   1 s windows whose five bins are all valid.
@@ -141,6 +147,12 @@ pub struct CalibrateArgs {
     /// First TCP port; carrier i uses port + i.
     #[arg(long, default_value_t = 5400)]
     pub port: u16,
+    /// Only the trip model: no testbed, no TCP and no root. The same trips and stretches are
+    /// planned and the "trip model" column computed over them (capacity, idle RTT, ratios,
+    /// handover statistics, location repeatability) in seconds instead of hours; for fitting a
+    /// preset's parameters before a measured run, which alone judges the TCP-level rows.
+    #[arg(long, conflicts_with = "parallel")]
+    pub model_only: bool,
 }
 
 /// Speed above which samples count, m/s (the paper's "HSR" is > 250 km/h).
@@ -197,6 +209,9 @@ const LOCATION_MIN_TRIPS: usize = 4;
 /// Run the calibration.
 pub fn run(args: &CalibrateArgs) -> Result<()> {
     let ccs = check_args(args)?;
+    if args.model_only {
+        return run_model_only(args);
+    }
     preflight()?;
     let runs: Vec<CalibrateArgs> = (0..ccs.len())
         .map(|k| run_args(args, k))
@@ -224,13 +239,7 @@ pub fn run(args: &CalibrateArgs) -> Result<()> {
         args.trip.handover_interruption.name()
     );
     let model_id = crate::tripgen::trip_model_id(&cfg)?;
-    let want_ms = (args.minutes * 60_000.0).round() as u64;
-    let mut rides = Vec::new();
-    for k in 0..args.trips {
-        let mut c = cfg.clone();
-        c.trip_seed = args.trip.trip_seed + k;
-        rides.extend(plan_rides(args, &c, want_ms)?);
-    }
+    let rides = plan_all(args, &cfg)?;
     let first = &rides[0];
     let n = first.trip.paths.len();
     let queue_desc = match args.queue_bytes {
@@ -247,12 +256,7 @@ pub fn run(args: &CalibrateArgs) -> Result<()> {
             .collect::<Vec<_>>()
             .join(", "),
     };
-    let out_dir = args.out.clone().unwrap_or_else(|| {
-        PathBuf::from(format!(
-            "results/calibrate-{}-{}-{}",
-            args.trip.preset, args.trip.route_seed, args.trip.trip_seed
-        ))
-    });
+    let out_dir = out_dir(args);
     fs::create_dir_all(&out_dir).with_context(|| format!("create {}", out_dir.display()))?;
     for r in &rides {
         eprintln!(
@@ -438,6 +442,98 @@ pub fn run(args: &CalibrateArgs) -> Result<()> {
         ))),
         None => Ok(()),
     }
+}
+
+/// `--out`, or `results/calibrate-<preset>-<route>-<trip>[-model]`.
+fn out_dir(args: &CalibrateArgs) -> PathBuf {
+    args.out.clone().unwrap_or_else(|| {
+        PathBuf::from(format!(
+            "results/calibrate-{}-{}-{}{}",
+            args.trip.preset,
+            args.trip.route_seed,
+            args.trip.trip_seed,
+            if args.model_only { "-model" } else { "" }
+        ))
+    })
+}
+
+/// Every trip (and stretch) a run would measure, planned from the preset alone.
+fn plan_all(args: &CalibrateArgs, cfg: &TripConfig) -> Result<Vec<Ride>> {
+    let want_ms = (args.minutes * 60_000.0).round() as u64;
+    let mut rides = Vec::new();
+    for k in 0..args.trips {
+        let mut c = cfg.clone();
+        c.trip_seed = args.trip.trip_seed + k;
+        rides.extend(plan_rides(args, &c, want_ms)?);
+    }
+    Ok(rides)
+}
+
+/// `--model-only`: the "trip model" column over the planned windows, without a testbed.
+fn run_model_only(args: &CalibrateArgs) -> Result<()> {
+    let (cfg, _) = args.trip.config()?;
+    let model_id = crate::tripgen::trip_model_id(&cfg)?;
+    let rides = plan_all(args, &cfg)?;
+    let names: Vec<String> = rides[0].trip.paths.iter().map(|p| p.name.clone()).collect();
+    let wins: Vec<WindowSamples> = rides
+        .iter()
+        .map(|r| window_samples(&r.trip, &r.mask))
+        .collect();
+    let model = model_stats(args)?;
+    let rows = table(&names, &[], &model, &window_stats(&wins));
+    let moving_s: f64 = rides.iter().map(|r| r.moving_s).sum();
+    let mut text = render(&rows, &[]);
+    text.push_str(
+        "model only: no TCP was run; the published throughput and RTT rows are TCP-level, the (x) values are the emulated capacity and idle RTT the senders would get\n",
+    );
+    println!(
+        "trip model of `{}` (trip model {model_id}; route {}, trips {}-{}{}): {:.1} s above 250 km/h after the warm-up",
+        args.trip.preset,
+        args.trip.route_seed,
+        args.trip.trip_seed,
+        args.trip.trip_seed + args.trips - 1,
+        if args.all_stretches {
+            format!(", {} stretches at speed", rides.len())
+        } else {
+            String::new()
+        },
+        moving_s,
+    );
+    print!("{text}");
+    let out_dir = out_dir(args);
+    fs::create_dir_all(&out_dir).with_context(|| format!("create {}", out_dir.display()))?;
+    let summary = json!({
+        "polycorn_version": crate::VERSION,
+        "preset": args.trip.preset,
+        "trip_model_id": model_id,
+        "model_only": true,
+        "route_seed": args.trip.route_seed,
+        "trip_seed": args.trip.trip_seed,
+        "trips_planned": args.trips,
+        "all_stretches": args.all_stretches,
+        "trips": rides.iter().map(|r| json!({
+            "trip_seed": r.seed,
+            "stretch": r.stretch,
+            "offset_ms": r.offset_ms,
+            "run_ms": r.run_ms,
+            "measured_s": r.moving_s,
+        })).collect::<Vec<_>>(),
+        "measured_s": moving_s,
+        "warmup_secs": args.warmup_secs,
+        "model_trips": args.model_trips,
+        "ccs": [],
+        "rows": rows.iter().map(|r| r.to_json(&[])).collect::<Vec<_>>(),
+    });
+    for (file, body) in [
+        ("table.json", serde_json::to_string_pretty(&summary)?),
+        ("table.csv", table_csv(&rows, &[])),
+        ("table.txt", text),
+    ] {
+        fs::write(out_dir.join(file), body)
+            .with_context(|| format!("write {}", out_dir.join(file).display()))?;
+    }
+    println!("the table: {}", out_dir.display());
+    Ok(())
 }
 
 /// One measured trip: the emulated window and which of its times count.

@@ -625,7 +625,102 @@ fn calibrate_all_stretches_measures_each_stretch_at_speed_and_pools_them() {
         "the second stretch starts after the first one's 250+ s at speed: {pooled}"
     );
     assert_pooled_over_runs(&dir, &pooled, &["trip-2-stretch-1", "trip-2-stretch-2"]);
+    // `--model-only` plans the same windows: its trip-model column is the measured run's.
+    let model = calibrate_model_only(&["--trip-seed", "2", "--all-stretches", "--minutes", "0.25"]);
+    assert_eq!(
+        model_column(&model),
+        model_column(&pooled),
+        "{model}\n{pooled}"
+    );
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Runs `testbed calibrate --model-only` (route 1, 2 model trips) with `extra` arguments and
+/// returns its table.json.
+fn calibrate_model_only(extra: &[&str]) -> serde_json::Value {
+    let dir = tempfile::tempdir().unwrap();
+    let mut args = vec![
+        "testbed",
+        "calibrate",
+        "--preset",
+        "hsr",
+        "--model-only",
+        "--model-trips",
+        "2",
+        "--out",
+        dir.path().to_str().unwrap(),
+    ];
+    args.extend_from_slice(extra);
+    let out = polycorn(&args);
+    assert!(
+        out.status.success(),
+        "{}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for f in ["table.txt", "table.csv"] {
+        assert!(dir.path().join(f).exists(), "{f} missing");
+    }
+    read_json(&dir.path().join("table.json"))
+}
+
+/// `(metric, carrier, trip model value)` of every row with a trip-model value.
+fn model_column(t: &serde_json::Value) -> Vec<(String, String, f64)> {
+    t["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|r| {
+            Some((
+                r["metric"].as_str()?.to_string(),
+                r["carrier"].as_str()?.to_string(),
+                r["trip_model"].as_f64()?,
+            ))
+        })
+        .collect()
+}
+
+/// `--model-only` builds no testbed: the trip model's column over the planned stretches of
+/// two trips, with nothing measured.
+#[test]
+fn calibrate_model_only_reports_the_trip_model_without_a_testbed() {
+    // (Other tests build testbeds at the same time, so the namespace list is not compared.)
+    let t = calibrate_model_only(&["--trip-seed", "3", "--trips", "2", "--all-stretches"]);
+    assert_eq!(t["model_only"], true);
+    let runs = t["trips"].as_array().unwrap();
+    assert_eq!(runs.len(), 4, "two stretches of two trips: {t}");
+    assert!(
+        runs.iter()
+            .all(|r| r["measured_s"].as_f64().unwrap() > 200.0),
+        "{t}"
+    );
+    let column = model_column(&t);
+    let capacity = |q: &str, c: &str| {
+        column
+            .iter()
+            .find(|(m, k, _)| m == &format!("downlink throughput {q} (Mbit/s)") && k == c)
+            .unwrap_or_else(|| panic!("no {q} of {c}: {t}"))
+            .2
+    };
+    for c in ["A", "B"] {
+        assert!(
+            0.0 < capacity("p25", c) && capacity("p25", c) < capacity("p50", c),
+            "{t}"
+        );
+        assert!(capacity("p50", c) < capacity("p75", c), "{t}");
+    }
+    let rows = t["rows"].as_array().unwrap();
+    assert!(
+        rows.iter()
+            .all(|r| r["measured"].as_object().is_none_or(|m| m.is_empty())),
+        "nothing is measured: {t}"
+    );
+    // Handover statistics are judged from the model as in a measured run.
+    assert!(rows.iter().any(|r| r["metric"]
+        .as_str()
+        .unwrap()
+        .starts_with("handover interval")
+        && r["trip_model_within_tolerance"].is_boolean()));
 }
 
 /// `bench pool` parses as a subcommand beside the bench's own options and names what it
