@@ -410,13 +410,7 @@ pub fn run(args: &CalibrateArgs) -> Result<()> {
         "trips_planned": args.trips,
         "all_stretches": args.all_stretches,
         "runs_planned": planned,
-        "trips": rides.iter().map(|r| json!({
-            "trip_seed": r.seed,
-            "stretch": r.stretch,
-            "offset_ms": r.offset_ms,
-            "run_ms": r.run_ms,
-            "measured_s": r.moving_s,
-        })).collect::<Vec<_>>(),
+        "trips": rides.iter().map(Ride::to_json).collect::<Vec<_>>(),
         "offset_ms": first.offset_ms,
         "run_ms": run_ms,
         "measured_s": moving_s,
@@ -427,12 +421,7 @@ pub fn run(args: &CalibrateArgs) -> Result<()> {
         "ccs": ccs,
         "rows": rows.iter().map(|r| r.to_json(&ccs)).collect::<Vec<_>>(),
     });
-    fs::write(
-        out_dir.join("table.json"),
-        serde_json::to_string_pretty(&summary)?,
-    )?;
-    fs::write(out_dir.join("table.csv"), table_csv(&rows, &ccs))?;
-    fs::write(out_dir.join("table.txt"), &text)?;
+    write_tables(&out_dir, &summary, &rows, &ccs, &text)?;
     println!("raw samples and the table: {}", out_dir.display());
     match failed {
         Some(e) => Err(e.context(format!(
@@ -511,28 +500,34 @@ fn run_model_only(args: &CalibrateArgs) -> Result<()> {
         "trip_seed": args.trip.trip_seed,
         "trips_planned": args.trips,
         "all_stretches": args.all_stretches,
-        "trips": rides.iter().map(|r| json!({
-            "trip_seed": r.seed,
-            "stretch": r.stretch,
-            "offset_ms": r.offset_ms,
-            "run_ms": r.run_ms,
-            "measured_s": r.moving_s,
-        })).collect::<Vec<_>>(),
+        "trips": rides.iter().map(Ride::to_json).collect::<Vec<_>>(),
         "measured_s": moving_s,
         "warmup_secs": args.warmup_secs,
         "model_trips": args.model_trips,
         "ccs": [],
         "rows": rows.iter().map(|r| r.to_json(&[])).collect::<Vec<_>>(),
     });
-    for (file, body) in [
-        ("table.json", serde_json::to_string_pretty(&summary)?),
-        ("table.csv", table_csv(&rows, &[])),
-        ("table.txt", text),
-    ] {
-        fs::write(out_dir.join(file), body)
-            .with_context(|| format!("write {}", out_dir.join(file).display()))?;
-    }
+    write_tables(&out_dir, &summary, &rows, &[], &text)?;
     println!("the table: {}", out_dir.display());
+    Ok(())
+}
+
+/// The pooled table as `table.json` (`summary`), `table.csv` and `table.txt` (`text`).
+fn write_tables(
+    dir: &Path,
+    summary: &Value,
+    rows: &[Row],
+    ccs: &[String],
+    text: &str,
+) -> Result<()> {
+    for (file, body) in [
+        ("table.json", serde_json::to_string_pretty(summary)?),
+        ("table.csv", table_csv(rows, ccs)),
+        ("table.txt", text.to_string()),
+    ] {
+        fs::write(dir.join(file), body)
+            .with_context(|| format!("write {}", dir.join(file).display()))?;
+    }
     Ok(())
 }
 
@@ -557,6 +552,16 @@ impl Ride {
             (_, None) => out.join(format!("trip-{}", self.seed)),
             (_, Some(k)) => out.join(format!("trip-{}-stretch-{k}", self.seed)),
         }
+    }
+    /// What the pooled table records of this run.
+    fn to_json(&self) -> Value {
+        json!({
+            "trip_seed": self.seed,
+            "stretch": self.stretch,
+            "offset_ms": self.offset_ms,
+            "run_ms": self.run_ms,
+            "measured_s": self.moving_s,
+        })
     }
     fn label(&self) -> String {
         match self.stretch {
