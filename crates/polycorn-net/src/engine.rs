@@ -16,10 +16,11 @@ use polycorn_proto::{
 };
 use polycorn_sched::path::{TcpInfoSample, MAX_PATHS};
 use polycorn_sched::time::Instant;
+use polycorn_sched::ReinjectTrigger;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::sync::{mpsc, oneshot, Notify};
-use tracing::info;
+use tracing::{debug, info};
 
 /// Reads `TCP_INFO` of a subflow's socket: the scheduler's sample and the kernel's total
 /// retransmission count of the connection.
@@ -74,6 +75,9 @@ struct Core {
     timer_at: Option<Instant>,
     /// Per path: the kernel's retransmission count of the current subflow connection.
     retrans: Vec<u64>,
+    /// Per path: the current subflow is being replaced by one that is already connected, so
+    /// its end leaves the path attached (see [`Engine::hand_over`]).
+    handing_over: [bool; MAX_PATHS],
 }
 
 impl Core {
@@ -136,6 +140,10 @@ impl Drop for DetachGuard<'_> {
         if c.is_writer(self.path, &self.notify) {
             c.writers[p] = None;
             c.cancel[p] = None;
+            if std::mem::take(&mut c.handing_over[p]) {
+                // The next subflow attaches right away and reinjects what this one carried.
+                return;
+            }
             let _ = c.session.detach_path(now, self.path);
             self.engine.drive(&mut c, now);
         }
@@ -167,6 +175,7 @@ impl Engine {
                 cancel,
                 timer_at: None,
                 retrans: vec![0; MAX_PATHS],
+                handing_over: [false; MAX_PATHS],
             }),
             timer: Notify::new(),
             epoch: std::time::Instant::now(),
@@ -347,6 +356,7 @@ impl Engine {
             if let Some(old) = c.cancel[usize::from(path)].replace(cancel.clone()) {
                 old.notify_one();
             }
+            c.handing_over[usize::from(path)] = false;
             if c.session.path_attached(path) {
                 let _ = c.session.detach_path(now, path);
             }
@@ -450,6 +460,17 @@ impl Engine {
             _ = cancel.notified() => SubflowError::Replaced,
             r = read_loop => r.err().unwrap_or(SubflowError::Closed),
             r = write_loop => r.err().unwrap_or(SubflowError::Closed),
+        }
+    }
+
+    /// `path`'s current subflow is about to be dropped for a new one that is already connected
+    /// and will run next (make before break). Its end then leaves the path attached, so what it
+    /// carried is reinjected when the new subflow attaches, with the new subflow as one of the
+    /// places it may go, instead of onto the other paths at once. The shell must call
+    /// [`Engine::run_subflow`] for the path right after dropping the old one.
+    pub fn hand_over(&self, path: u8) {
+        if let Some(h) = self.lock().handing_over.get_mut(usize::from(path)) {
+            *h = true;
         }
     }
 
@@ -652,6 +673,21 @@ fn log_sched_event(e: &polycorn_sched::SchedEvent) {
             held_ms = held_for.as_secs_f64() * 1e3,
             "path released"
         ),
+        // Stuck chunks move a few at a time while a path's queue drains: one line each would
+        // flood the log (their count is in the metrics).
+        SchedEvent::Reinjected {
+            path,
+            trigger: trigger @ ReinjectTrigger::Stuck,
+            chunks,
+            bytes,
+            ..
+        } => debug!(
+            path = path.index(),
+            %trigger,
+            chunks,
+            bytes,
+            "reinjected chunks stuck on a path"
+        ),
         SchedEvent::Reinjected {
             path,
             trigger,
@@ -802,5 +838,41 @@ mod tests {
             assert!(matches!(a.await.expect("task A"), SubflowError::Replaced));
             b.abort();
         }
+    }
+
+    /// Make before break on the relay: a subflow dropped for a fresh one that is already
+    /// connected leaves its path attached, so its chunks are reinjected when the fresh one
+    /// attaches (and may go on it) rather than onto the other paths at once.
+    #[tokio::test(flavor = "current_thread")]
+    async fn a_handed_over_subflow_leaves_its_path_attached_for_the_next_one() {
+        let session = Session::new(SessionConfig::new(Role::Relay, 7, "minrtt")).expect("session");
+        let (engine, _events) = Engine::new(session, Box::new(polycorn_sched::NoPrediction));
+        let mut cx = Context::from_waker(Waker::noop());
+        let start = |engine: &Engine| {
+            let (local, peer) = tokio::io::duplex(1 << 16);
+            let (r, w) = tokio::io::split(local);
+            let e = engine.clone();
+            let run = Box::pin(async move { e.run_subflow(0, Vec::new(), r, w, idle()).await });
+            (run, peer)
+        };
+        let attached = |engine: &Engine| engine.inspect(|s| s.path_attached(0));
+        // Without a hand-over, the end of a subflow detaches its path.
+        let (mut a, _a_peer) = start(&engine);
+        assert!(a.as_mut().poll(&mut cx).is_pending());
+        assert!(attached(&engine));
+        drop(a);
+        assert!(!attached(&engine));
+        // With one, the path stays attached until the next subflow takes over...
+        let (mut b, _b_peer) = start(&engine);
+        assert!(b.as_mut().poll(&mut cx).is_pending());
+        engine.hand_over(0);
+        drop(b);
+        assert!(attached(&engine));
+        let (mut c, _c_peer) = start(&engine);
+        assert!(c.as_mut().poll(&mut cx).is_pending());
+        assert!(attached(&engine));
+        // ...and it is used up: the next end detaches again.
+        drop(c);
+        assert!(!attached(&engine));
     }
 }

@@ -259,8 +259,19 @@ async fn log_events(mut rx: mpsc::UnboundedReceiver<polycorn_proto::Event>) {
     }
 }
 
-/// How long a probe connection for a silent path may take.
+/// How long a probe connection's TCP handshake may take on a silent path. Short: a SYN lost in
+/// a blackout is better replaced by a fresh probe than retried after the kernel's 1 s, 2 s, 4 s.
 const PROBE_CONNECT_TIMEOUT: Duration = Duration::from_millis(1500);
+/// How long a probe may take for TLS and the Hello exchange once its TCP handshake got through.
+/// Longer: the proxy drops the old subflow as soon as the probe's Hello arrives, so a probe
+/// abandoned after that point leaves the path with no subflow at all until a new connection is
+/// made (seconds on a path that was just recovering).
+const PROBE_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(5);
+/// A probe's whole allowance.
+const PROBE_TIMEOUTS: subflow::ConnectTimeouts = subflow::ConnectTimeouts {
+    tcp: PROBE_CONNECT_TIMEOUT,
+    handshake: PROBE_HANDSHAKE_TIMEOUT,
+};
 /// How often the relay looks at an idle subflow's congestion state.
 const REFRESH_CHECK: Duration = Duration::from_secs(1);
 /// A subflow younger than this is never refreshed (at most one refresh per path this often).
@@ -304,7 +315,7 @@ async fn maintain_path(
     idle_refresh: crate::config::IdleRefresh,
 ) {
     let hello = engine.inspect(|s| s.hello(path).to_vec());
-    let connect = || {
+    let connect = |timeouts| {
         subflow::relay_connect(
             &tls,
             p.proxy,
@@ -312,6 +323,7 @@ async fn maintain_path(
             p.device.as_deref(),
             &sockopts,
             &hello,
+            timeouts,
         )
     };
     let mut backoff = Duration::from_millis(100);
@@ -319,7 +331,7 @@ async fn maintain_path(
     loop {
         let est = match next.take() {
             Some(e) => e,
-            None => match connect().await {
+            None => match connect(subflow::ConnectTimeouts::DEFAULT).await {
                 Ok(e) => e,
                 Err(e) => {
                     debug!(path = %p.name, error = %e, "subflow connect failed");
@@ -337,11 +349,14 @@ async fn maintain_path(
         let probing = std::sync::atomic::AtomicBool::new(false);
         let probe = || async {
             probing.store(true, std::sync::atomic::Ordering::Relaxed);
-            let r = tokio::time::timeout(PROBE_CONNECT_TIMEOUT, connect()).await;
+            let r = connect(PROBE_TIMEOUTS).await;
             probing.store(false, std::sync::atomic::Ordering::Relaxed);
             match r {
-                Ok(Ok(e)) => Some(e),
-                _ => None,
+                Ok(e) => Some(e),
+                Err(e) => {
+                    debug!(path = %p.name, error = %e, "probe connection failed");
+                    None
+                }
             }
         };
         // Watchdog: a path that stays silent (no frame for the session's stall time) is
@@ -459,8 +474,18 @@ async fn maintain_path(
             e = &mut run => {
                 // The proxy drops the old subflow as soon as the probe's Hello arrives, which
                 // can end this one before the probe's connect returns here: keep the probe.
+                // Wait for the probe under way, not longer (a probe bounds itself).
                 let f = if probing.load(std::sync::atomic::Ordering::Relaxed) {
-                    tokio::time::timeout(PROBE_CONNECT_TIMEOUT, &mut fresh).await.ok()
+                    let probe_over = async {
+                        while probing.load(std::sync::atomic::Ordering::Relaxed) {
+                            tokio::time::sleep(Duration::from_millis(20)).await;
+                        }
+                    };
+                    tokio::select! {
+                        biased;
+                        f = &mut fresh => Some(f),
+                        _ = probe_over => None,
+                    }
                 } else {
                     None
                 };
@@ -474,6 +499,8 @@ async fn maintain_path(
             }
             (f, why) = &mut fresh => {
                 log_replace(&why);
+                // The old subflow's chunks may go on the new one (attached next iteration).
+                engine.hand_over(path);
                 next = Some(f);
             }
         }

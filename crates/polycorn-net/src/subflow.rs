@@ -23,6 +23,23 @@ use crate::sockopt;
 /// Time allowed for TCP connect, TLS and Hello.
 pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// How long each phase of a relay's subflow setup may take.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ConnectTimeouts {
+    /// TCP's handshake (until the proxy's SYN-ACK is in).
+    pub tcp: Duration,
+    /// TLS and the Hello exchange once TCP is up.
+    pub handshake: Duration,
+}
+
+impl ConnectTimeouts {
+    /// [`HANDSHAKE_TIMEOUT`] for each phase.
+    pub const DEFAULT: ConnectTimeouts = ConnectTimeouts {
+        tcp: HANDSHAKE_TIMEOUT,
+        handshake: HANDSHAKE_TIMEOUT,
+    };
+}
+
 /// Unsent bytes the kernel may hold per subflow (`TCP_NOTSENT_LOWAT`). Small, so decisions are
 /// made close to the moment the path can send; large enough for full-rate bursts.
 pub const NOTSENT_LOWAT: u32 = 128 * 1024;
@@ -90,6 +107,7 @@ pub async fn connect_pinned(
     proxy: SocketAddr,
     source: Option<IpAddr>,
     device: Option<&str>,
+    timeout: Duration,
 ) -> Result<TcpStream, HandshakeError> {
     let sock = match (source, device) {
         (Some(src), Some(dev)) => sockopt::pinned_tcp_socket(src, dev)
@@ -114,7 +132,7 @@ pub async fn connect_pinned(
     };
     let std_stream: std::net::TcpStream = sock.into();
     let tsock = tokio::net::TcpSocket::from_std_stream(std_stream);
-    match tokio::time::timeout(HANDSHAKE_TIMEOUT, tsock.connect(proxy)).await {
+    match tokio::time::timeout(timeout, tsock.connect(proxy)).await {
         Ok(Ok(s)) => Ok(s),
         Ok(Err(e)) => Err(HandshakeError::Io {
             what: format!("connect to {proxy}"),
@@ -184,8 +202,9 @@ pub async fn relay_connect(
     device: Option<&str>,
     sockopts: &SubflowSockopts,
     hello: &[u8],
+    timeouts: ConnectTimeouts,
 ) -> Result<Established, HandshakeError> {
-    let tcp = connect_pinned(proxy, source, device).await?;
+    let tcp = connect_pinned(proxy, source, device, timeouts.tcp).await?;
     tune(&tcp, sockopts).map_err(io_err("set subflow socket options"))?;
     let tcp_info = tcp_info_reader(&tcp).map_err(io_err("duplicate socket"))?;
     let raw_info = raw_info_reader(&tcp).map_err(io_err("duplicate socket"))?;
@@ -199,7 +218,7 @@ pub async fn relay_connect(
         let (_, _, initial) = read_hello(&mut s, Role::Relay).await?;
         Ok::<_, HandshakeError>((s, initial))
     };
-    let (stream, initial) = tokio::time::timeout(HANDSHAKE_TIMEOUT, fut)
+    let (stream, initial) = tokio::time::timeout(timeouts.handshake, fut)
         .await
         .map_err(|_| HandshakeError::Timeout("TLS and Hello"))??;
     Ok(Established {

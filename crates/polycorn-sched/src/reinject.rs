@@ -6,9 +6,17 @@
 
 use core::fmt;
 
+use crate::time::Duration;
+
 /// ER's default k (POLYCORN §4.5): k = 1, 2, 3 cost 47%, 15%, 0.3% extra traffic on the
 /// paper's dataset, so the paper uses 3.
 pub const DEFAULT_ER_K: u32 = 3;
+
+/// A chunk counts as stuck on its path once it has waited this many smoothed RTTs of the
+/// fastest other path that could carry it (and at least ER's `stuck_ms`): a copy sent there
+/// when it was sent would have been acknowledged twice over. The `stuck_ms` floor, far above
+/// the RTTs of a working cellular path, keeps ordinary RTT differences from triggering it.
+pub const STUCK_RTT_FACTOR: u64 = 2;
 
 /// When a path's chunks are sent again elsewhere.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -35,11 +43,20 @@ pub enum Reinjection {
         /// handover predictor reports that the path lost its serving cell (the relay's modem
         /// report of a failed handover), once per loss, instead of waiting for the k-th RTO.
         cell_loss: bool,
+        /// Beyond the paper: a chunk that has waited on its path at least this long, and
+        /// [`STUCK_RTT_FACTOR`] times the smoothed RTT of a live path that does not carry it
+        /// and no stage holds back, is sent again there (`er(stuck_ms=N)`; `None`: never).
+        ///
+        /// A path whose capacity fades builds a queue of seconds without losing anything, so
+        /// no RTO fires; what sits in that queue blocks in-order delivery of its flows while
+        /// the other path could deliver it in a fraction of the time.
+        stuck: Option<Duration>,
     },
 }
 
 impl Reinjection {
-    /// The spec name (`none`, `rto`, `er(k=N)`, `er(k=N,cell_loss=1)`, `er(k=N,oldest=0)`).
+    /// The spec name (`none`, `rto`, `er(k=N)`, `er(k=N,cell_loss=1)`, `er(k=N,oldest=0)`,
+    /// `er(k=N,stuck_ms=M)`, or several of these parameters together).
     pub fn spec(&self) -> alloc::string::String {
         match *self {
             Reinjection::None => "none".into(),
@@ -48,6 +65,7 @@ impl Reinjection {
                 k,
                 oldest,
                 cell_loss,
+                stuck,
             } => {
                 let mut s = alloc::format!("er(k={k}");
                 if cell_loss {
@@ -55,6 +73,9 @@ impl Reinjection {
                 }
                 if !oldest {
                     s.push_str(",oldest=0");
+                }
+                if let Some(d) = stuck {
+                    s.push_str(&alloc::format!(",stuck_ms={}", d.as_millis()));
                 }
                 s.push(')');
                 s
@@ -68,6 +89,16 @@ impl Reinjection {
             k,
             oldest: true,
             cell_loss: false,
+            stuck: None,
+        }
+    }
+
+    /// How long a chunk must wait on its path before it may count as stuck (`None`: the policy
+    /// never reinjects stuck chunks).
+    pub fn stuck_after(&self) -> Option<Duration> {
+        match *self {
+            Reinjection::Extended { stuck, .. } => stuck,
+            _ => None,
         }
     }
 

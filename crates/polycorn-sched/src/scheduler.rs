@@ -25,7 +25,7 @@ use alloc::vec::Vec;
 use crate::flow::{Flow, FlowId, User, UserId};
 use crate::path::{PathId, PathSet, PathState, TcpInfoSample, MAX_PATHS};
 use crate::predict::HandoverPredictor;
-use crate::reinject::ReinjectAction;
+use crate::reinject::{ReinjectAction, STUCK_RTT_FACTOR};
 use crate::sets::{Move, PathSets, Reason, SetName, Trace, DEFAULT_TRACE_CAPACITY};
 use crate::sets::{Moves, Rejections};
 use crate::spec::{Pipeline, SpecError};
@@ -145,6 +145,8 @@ pub enum ReinjectTrigger {
     Reset,
     /// The predictor reported that the path lost its serving cell (ER with `cell_loss`).
     CellLoss,
+    /// Chunks waited on the path far longer than another path's RTT (ER with `stuck_ms`).
+    Stuck,
 }
 
 impl core::fmt::Display for ReinjectTrigger {
@@ -153,6 +155,7 @@ impl core::fmt::Display for ReinjectTrigger {
             ReinjectTrigger::Rto { consecutive } => write!(f, "RTO #{consecutive}"),
             ReinjectTrigger::Reset => f.write_str("subflow reset"),
             ReinjectTrigger::CellLoss => f.write_str("cell loss"),
+            ReinjectTrigger::Stuck => f.write_str("stuck behind a slower path"),
         }
     }
 }
@@ -216,6 +219,8 @@ pub struct SchedStats {
     pub reinjection_events: u64,
     /// Reported cell losses that moved a path's chunks back (ER with `cell_loss`).
     pub cell_loss_reinjections: u64,
+    /// Chunks sent again elsewhere because they were stuck on their path (ER with `stuck_ms`).
+    pub stuck_chunks: u64,
     /// Sequence units scheduled per path (every copy).
     pub path_bytes: [u64; MAX_PATHS],
     /// Events dropped because nobody polled them ([`EVENT_QUEUE_CAPACITY`]).
@@ -242,7 +247,13 @@ struct SentRecord {
     start: u64,
     end: u64,
     carried_on: PathSet,
+    /// When the scheduler placed this copy on the path.
+    sent_at: Instant,
 }
+
+/// Records older than ER's `stuck_ms` looked at per path and poll (the oldest first), so a
+/// long queue of chunks no other path may take costs a bounded scan.
+const STUCK_SCAN: usize = 64;
 
 #[derive(Clone, Copy, Debug)]
 struct ChunkPick {
@@ -624,6 +635,85 @@ impl Scheduler {
         }
     }
 
+    /// ER with `stuck_ms`: send again, on a faster path, chunks that have waited on theirs much
+    /// longer than that path's RTT. Each record is moved once (it leaves its path's queue, and
+    /// its copy elsewhere is a new record that knows both paths).
+    fn reinject_stuck(&mut self, now: Instant, floor: Duration) {
+        for path in self.configured.iter() {
+            self.prune(path);
+            let mut taken: Vec<SentRecord> = Vec::new();
+            let (mut j, mut scanned) = (0, 0);
+            while scanned < STUCK_SCAN {
+                let Some(&r) = self.inflight[path.index()].get(j) else {
+                    break;
+                };
+                if now - r.sent_at < floor {
+                    break; // every later record is younger
+                }
+                scanned += 1;
+                if !self.record_live(&r) {
+                    self.inflight[path.index()].remove(j);
+                    continue;
+                }
+                match self.stuck_deadline(&r, floor) {
+                    Some(t) if t <= now => {
+                        taken.push(r);
+                        self.inflight[path.index()].remove(j);
+                    }
+                    _ => j += 1,
+                }
+            }
+            if !taken.is_empty() {
+                self.stats.reinjection_events += 1;
+                self.stats.stuck_chunks += taken.len() as u64;
+                self.reinject_batch(now, path, ReinjectTrigger::Stuck, taken);
+            }
+        }
+    }
+
+    /// When `r` counts as stuck: once it has waited `floor` and [`STUCK_RTT_FACTOR`] smoothed
+    /// RTTs of the fastest live path that does not carry it and that no stage holds back on a
+    /// prediction (`None`: no such path).
+    fn stuck_deadline(&self, r: &SentRecord, floor: Duration) -> Option<Instant> {
+        let fastest = self
+            .configured
+            .iter()
+            .filter(|q| !r.carried_on.contains(*q) && self.held[q.index()].is_none())
+            .filter_map(|q| self.paths[q.index()].as_ref())
+            .filter(|s| s.alive)
+            .map(|s| s.srtt)
+            .min()?;
+        let wait = Duration::from_micros(fastest.as_micros().saturating_mul(STUCK_RTT_FACTOR));
+        Some(r.sent_at + floor.max(wait))
+    }
+
+    /// Whether the flow of `r` still exists and has not acknowledged all of it.
+    fn record_live(&self, r: &SentRecord) -> bool {
+        match self.flows.get(r.flow_slot as usize) {
+            Some(Some(f)) => f.gen == r.flow_gen && f.acked < r.end,
+            _ => false,
+        }
+    }
+
+    /// Earliest moment a chunk in flight becomes stuck (ER with `stuck_ms`), looking at the
+    /// same records [`Scheduler::reinject_stuck`] would.
+    fn next_stuck_deadline(&self) -> Option<Instant> {
+        let floor = self.pipeline.reinjection.stuck_after()?;
+        let mut best: Option<Instant> = None;
+        for path in self.configured.iter() {
+            let records = self.inflight[path.index()].iter().take(STUCK_SCAN);
+            for r in records.filter(|r| self.record_live(r)) {
+                if best.is_some_and(|b| r.sent_at + floor >= b) {
+                    break; // this record and every later one become stuck later still
+                }
+                if let Some(t) = self.stuck_deadline(r, floor) {
+                    best = Some(best.map_or(t, |b| b.min(t)));
+                }
+            }
+        }
+        best
+    }
+
     /// Move every chunk `path` still holds back to its flow (ER's batch); whether any moved.
     fn reinject_all(&mut self, now: Instant, path: PathId, trigger: ReinjectTrigger) -> bool {
         let records: Vec<SentRecord> = self.inflight[path.index()].drain(..).collect();
@@ -961,6 +1051,9 @@ impl Scheduler {
         if self.pipeline.reinjection.on_cell_loss() {
             self.reinject_lost_cells(now, predictor);
         }
+        if let Some(floor) = self.pipeline.reinjection.stuck_after() {
+            self.reinject_stuck(now, floor);
+        }
         let live = self.live_paths();
         let any_room = live.iter().any(|p| {
             self.paths[p.index()]
@@ -1185,6 +1278,7 @@ impl Scheduler {
                 start: pick.offset,
                 end: pick.offset + seq_len,
                 carried_on: carried,
+                sent_at: now,
             });
         }
         let f = self.flow_at(fs);
@@ -1243,8 +1337,16 @@ impl Scheduler {
 
     /// When to poll again if nothing else happens: set after a poll in which the pipeline held
     /// chunks back, `recheck_interval` later. Never earlier than the latest `now` seen.
+    ///
+    /// With ER's `stuck_ms`, also when the oldest chunk in flight will have waited long enough
+    /// to be sent again on a faster path.
     pub fn poll_timeout(&self) -> Option<Instant> {
-        self.waiting_at
-            .map(|t| (t + self.cfg.recheck_interval).max(self.last_now))
+        let recheck = self.waiting_at.map(|t| t + self.cfg.recheck_interval);
+        let stuck = self.next_stuck_deadline();
+        let t = match (recheck, stuck) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+        t.map(|t| t.max(self.last_now))
     }
 }

@@ -5,14 +5,16 @@
 //! stages  := stage { "," stage }
 //! stage   := name [ "(" key "=" value { "," key "=" value } ")" ]
 //! reinj   := "er" [ "(" er_param { "," er_param } ")" ] | "rto" | "none"
-//! er_param := "k" "=" N | "cell_loss" "=" ("1"|"0") | "oldest" "=" ("1"|"0")
+//! er_param := "k" "=" N | "cell_loss" "=" ("1"|"0") | "oldest" "=" ("1"|"0") | "stuck_ms" "=" N
 //! ```
 //!
 //! Without `+reinj` the policy is `rto`, Linux MPTCP's behaviour. `er` keeps that behaviour
 //! below the k-th RTO and adds the batch at k; `er(oldest=0)` is the batch alone.
 //! `er(cell_loss=1)` also reinjects a path's unacknowledged data as soon as the relay reports
-//! that path lost its cell (beyond the paper; preset `polycorn`, which also copies thin flows
-//! onto every path with `ori(thin_bytes=5600)`). Examples: `hrsch`,
+//! that path lost its cell, and `er(stuck_ms=N)` sends a chunk again on another path once it
+//! has waited at least N ms and two of that path's RTTs on its own (both beyond the paper;
+//! preset `polycorn`, which also copies thin flows onto every path with
+//! `ori(thin_bytes=5600)`). Examples: `hrsch`,
 //! `hpr,minrtt,tpr,ori+er`, `minrtt,ecf(beta=0.25)`, `hpr(e_gps_m=30),minrtt+er(k=2)`.
 
 use alloc::boxed::Box;
@@ -78,7 +80,7 @@ pub const PRESETS: &[(&str, &str)] = &[
     ("hrsch", "hpr,minrtt,tpr,ori+er"),
     (
         "polycorn",
-        "hpr,minrtt,tpr,ori(thin_bytes=5600)+er(k=3,cell_loss=1)",
+        "hpr,minrtt,tpr,ori(thin_bytes=5600)+er(k=3,cell_loss=1,stuck_ms=1000)",
     ),
     ("vanilla", "minrtt+rto"),
     ("minrtt", "minrtt+rto"),
@@ -114,7 +116,7 @@ pub enum SpecError {
         presets: String,
     },
     /// The part after `+` is not a reinjection policy.
-    #[error("unknown reinjection policy `{name}` in `{spec}`; valid: er, er(k=N,cell_loss=0|1,oldest=0|1), rto, none")]
+    #[error("unknown reinjection policy `{name}` in `{spec}`; valid: er, er(k=N,cell_loss=0|1,oldest=0|1,stuck_ms=N), rto, none")]
     UnknownReinjection {
         /// The offending name.
         name: String,
@@ -278,12 +280,26 @@ impl Pipeline {
                         let mut k = DEFAULT_ER_K;
                         let mut cell_loss = false;
                         let mut oldest = true;
+                        let mut stuck = None;
                         for (key, v) in &params {
                             match *key {
                                 "k" => k = parse_num("er", key, v, "an integer >= 1")?,
                                 "cell_loss" => cell_loss = parse_flag("er", key, v)?,
                                 "oldest" => oldest = parse_flag("er", key, v)?,
-                                _ => return Err(unknown_param("er", key, "k, cell_loss, oldest")),
+                                "stuck_ms" => {
+                                    let ms: u64 = parse_num("er", key, v, "an integer >= 1")?;
+                                    if ms == 0 {
+                                        return Err(bad("er", key, v, "an integer >= 1"));
+                                    }
+                                    stuck = Some(Duration::from_millis(ms));
+                                }
+                                _ => {
+                                    return Err(unknown_param(
+                                        "er",
+                                        key,
+                                        "k, cell_loss, oldest, stuck_ms",
+                                    ))
+                                }
                             }
                         }
                         if k == 0 {
@@ -293,6 +309,7 @@ impl Pipeline {
                             k,
                             oldest,
                             cell_loss,
+                            stuck,
                         }
                     }
                     other => {
@@ -549,7 +566,8 @@ mod tests {
             Reinjection::Extended {
                 k: 2,
                 oldest: true,
-                cell_loss: false
+                cell_loss: false,
+                stuck: None
             }
         );
         assert_eq!(

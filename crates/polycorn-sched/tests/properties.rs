@@ -45,6 +45,8 @@ const CUSTOM_SPECS: &[&str] = &[
     "hpr,single,tpr+rto",
     "hpr,minrtt,tpr,ori(displace=0,tau=4)+er(k=2,cell_loss=1)",
     "minrtt,tpr,blest,ecf,ori(alpha_ms=5,beta_bytes=2000,tau=2)+er(k=1)",
+    "hpr,minrtt,tpr+er(k=2,stuck_ms=1)",
+    "rr,ori+er(oldest=0,stuck_ms=30)",
 ];
 
 // ----- a test-only hard selector that revives from U ---------------------------------------

@@ -1014,10 +1014,11 @@ fn er_cell_loss_reinjects_once_per_reported_loss_without_waiting_for_rtos() {
 fn er_cell_loss_spec_round_trips_and_refuses_bad_values() {
     let p = Pipeline::from_spec("polycorn").unwrap();
     // Since 2026-11-26 the preset also copies thin flows (≤ 5600 B, four chunks) onto every
-    // path; the paper's HRSCH stays without.
+    // path, and since 2026-11-27 it sends chunks stuck on a path again elsewhere; the paper's
+    // HRSCH stays without either.
     assert_eq!(
         p.spec(),
-        "hpr,minrtt,tpr,ori(thin_bytes=5600)+er(k=3,cell_loss=1)"
+        "hpr,minrtt,tpr,ori(thin_bytes=5600)+er(k=3,cell_loss=1,stuck_ms=1000)"
     );
     assert!(!Pipeline::from_spec("hrsch")
         .unwrap()
@@ -1038,6 +1039,113 @@ fn er_cell_loss_spec_round_trips_and_refuses_bad_values() {
     );
     let e = Pipeline::from_spec("minrtt+er(oldest=2)").unwrap_err();
     assert!(e.to_string().contains("oldest"), "{e}");
+}
+
+#[test]
+fn er_stuck_sends_chunks_waiting_long_on_their_path_again_on_a_faster_one() {
+    let f = FlowId(1);
+    // Without `stuck_ms` nothing moves however long A holds its chunks.
+    let mut s = five_chunks_on_a("minrtt+er(k=3)");
+    assert_eq!(poll(&mut s, after_ms(5_000)), None);
+    assert_eq!(s.flow_pending_reinjection(f), Some(0));
+    assert_eq!(s.poll_timeout(), None);
+
+    // A's four unacknowledged chunks were placed at T0. B's RTT is 100 ms, so they count as
+    // stuck after max(1000 ms, 2 x 100 ms): the scheduler asks to be polled then.
+    let mut s = five_chunks_on_a("minrtt+er(k=3,stuck_ms=1000)");
+    assert_eq!(s.poll_timeout(), Some(after_ms(1000)));
+    assert_eq!(poll(&mut s, after_ms(999)), None);
+    assert_eq!(s.flow_pending_reinjection(f), Some(0));
+    // A's RTT estimate grows with its queue; that does not matter, B's does.
+    set_link(&mut s, after_ms(999), A, Link::rtt(3000));
+    let d = poll_some(&mut s, after_ms(1000));
+    assert_eq!((d.offset, d.paths, d.reinjection), (CHUNK, set(&[B]), true));
+    assert_eq!(s.path_unacked_chunks(p(A)), 0);
+    assert_eq!(s.stats().stuck_chunks, 4);
+    assert_eq!(s.stats().reinjection_events, 1);
+    let ev: Vec<_> = std::iter::from_fn(|| s.poll_event()).collect();
+    assert!(
+        ev.iter().any(|e| matches!(
+            e,
+            SchedEvent::Reinjected {
+                trigger: ReinjectTrigger::Stuck,
+                chunks: 4,
+                bytes,
+                ..
+            } if *bytes == 4 * CHUNK
+        )),
+        "{ev:?}"
+    );
+    for off in [2, 3, 4].map(|i| i * CHUNK) {
+        let d = poll_some(&mut s, after_ms(1000));
+        assert_eq!((d.offset, d.paths, d.reinjection), (off, set(&[B]), true));
+    }
+    // Each chunk now sits on both paths: nothing is stuck any more, however long B takes.
+    assert_eq!(s.poll_timeout(), None);
+    assert_eq!(poll(&mut s, after_ms(9_000)), None);
+    assert_eq!(s.stats().stuck_chunks, 4);
+    assert_eq!(s.stats().reinjected_bytes, 4 * CHUNK);
+}
+
+#[test]
+fn er_stuck_waits_for_two_rtts_of_the_other_path_and_needs_one_that_is_up() {
+    let f = FlowId(1);
+    // B's RTT is 700 ms: A's chunks are stuck only after 2 x 700 ms, above the 1 s floor.
+    let mut s = five_chunks_on_a("minrtt+er(k=3,stuck_ms=1000)");
+    set_link(&mut s, T0, B, Link::rtt(700));
+    assert_eq!(s.poll_timeout(), Some(after_ms(1400)));
+    assert_eq!(poll(&mut s, after_ms(1399)), None);
+    assert_eq!(s.flow_pending_reinjection(f), Some(0));
+    assert!(poll(&mut s, after_ms(1400)).is_some());
+    assert_eq!(s.stats().stuck_chunks, 4);
+
+    // A down path is no way out: nothing moves, and no timer is armed for it.
+    let mut s = five_chunks_on_a("minrtt+er(k=3,stuck_ms=1000)");
+    s.set_path_alive(T0, p(B), false).unwrap();
+    assert_eq!(s.poll_timeout(), None);
+    assert_eq!(poll(&mut s, after_ms(5_000)), None);
+    assert_eq!(s.flow_pending_reinjection(f), Some(0));
+    // B comes back: the chunks have waited long enough, they move at the next poll.
+    s.set_path_alive(after_ms(5_000), p(B), true).unwrap();
+    assert_eq!(s.poll_timeout(), Some(after_ms(5_000)));
+    let d = poll_some(&mut s, after_ms(5_000));
+    assert_eq!((d.offset, d.paths), (CHUNK, set(&[B])));
+
+    // Acknowledged chunks are never sent again.
+    let mut s = five_chunks_on_a("minrtt+er(k=3,stuck_ms=1000)");
+    s.on_flow_ack(after_ms(500), f, 5 * CHUNK).unwrap();
+    assert_eq!(s.poll_timeout(), None);
+    assert_eq!(poll(&mut s, after_ms(2_000)), None);
+    assert_eq!(s.stats().stuck_chunks, 0);
+}
+
+#[test]
+fn er_stuck_spec_round_trips_and_refuses_bad_values() {
+    let p = Pipeline::from_spec("minrtt+er(stuck_ms=750,cell_loss=1)").unwrap();
+    assert_eq!(p.spec(), "minrtt+er(k=3,cell_loss=1,stuck_ms=750)");
+    assert_eq!(
+        p.reinjection().stuck_after(),
+        Some(Duration::from_millis(750))
+    );
+    assert_eq!(
+        Pipeline::from_spec(p.spec()).unwrap().reinjection(),
+        p.reinjection()
+    );
+    assert_eq!(
+        Pipeline::from_spec("hrsch")
+            .unwrap()
+            .reinjection()
+            .stuck_after(),
+        None
+    );
+    for bad in [
+        "minrtt+er(stuck_ms=0)",
+        "minrtt+er(stuck_ms=soon)",
+        "minrtt+er(stuck_ms=-5)",
+    ] {
+        let e = Pipeline::from_spec(bad).unwrap_err();
+        assert!(e.to_string().contains("stuck_ms"), "{bad}: {e}");
+    }
 }
 
 #[test]
