@@ -405,10 +405,7 @@ impl Scheduler {
     pub fn path_unacked_chunks(&self, path: PathId) -> usize {
         self.inflight[path.index()]
             .iter()
-            .filter(|r| match self.flows.get(r.flow_slot as usize) {
-                Some(Some(f)) => f.gen == r.flow_gen && f.acked < r.end,
-                _ => false,
-            })
+            .filter(|r| self.record_live(r))
             .count()
     }
     /// Number of open flows.
@@ -766,16 +763,11 @@ impl Scheduler {
 
     /// Drop acknowledged records at the front of `path`'s in-flight queue.
     fn prune(&mut self, path: PathId) {
-        let q = &mut self.inflight[path.index()];
-        while let Some(r) = q.front() {
-            let live = match self.flows.get(r.flow_slot as usize) {
-                Some(Some(f)) => f.gen == r.flow_gen && f.acked < r.end,
-                _ => false,
-            };
-            if live {
+        while let Some(r) = self.inflight[path.index()].front() {
+            if self.record_live(r) {
                 break;
             }
-            q.pop_front();
+            self.inflight[path.index()].pop_front();
         }
     }
 
