@@ -75,6 +75,14 @@ pub enum Reason {
         /// The path's smoothed RTT.
         srtt: Duration,
     },
+    /// minRTT with `thin_bytes`: lowest smoothed RTT for a thin flow's chunk, on a path whose
+    /// window is full but whose socket holds few unsent bytes.
+    LowestRttThin {
+        /// The path's smoothed RTT.
+        srtt: Duration,
+        /// Bytes already waiting unsent on the path.
+        notsent_bytes: u64,
+    },
     /// Round robin: next path in turn with window room.
     NextInTurn,
     /// Redundant: every path with window room.
@@ -124,6 +132,13 @@ impl fmt::Display for Reason {
             }
             Reason::InHandoverZone => f.write_str("inside a recorded handover zone"),
             Reason::LowestRtt { srtt } => write!(f, "lowest RTT ({srtt}) with window room"),
+            Reason::LowestRttThin {
+                srtt,
+                notsent_bytes,
+            } => write!(
+                f,
+                "thin flow: lowest RTT ({srtt}), window full, {notsent_bytes} B waiting unsent"
+            ),
             Reason::NextInTurn => f.write_str("next in round-robin turn with window room"),
             Reason::AllPaths => f.write_str("redundant: every path with window room"),
             Reason::AssignedToUser => f.write_str("the user's assigned path"),

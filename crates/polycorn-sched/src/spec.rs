@@ -14,7 +14,8 @@
 //! that path lost its cell, and `er(stuck_ms=N)` sends a chunk again on another path once it
 //! has waited at least N ms and two of that path's RTTs on its own (both beyond the paper;
 //! preset `polycorn`, which also copies thin flows onto every path with
-//! `ori(thin_bytes=5600)`). Examples: `hrsch`,
+//! `ori(thin_bytes=5600)` and lets them wait in the lowest-RTT path's socket when its window is
+//! full with `minrtt(thin_bytes=5600)`). Examples: `hrsch`,
 //! `hpr,minrtt,tpr,ori+er`, `minrtt,ecf(beta=0.25)`, `hpr(e_gps_m=30),minrtt+er(k=2)`.
 
 use alloc::boxed::Box;
@@ -80,7 +81,7 @@ pub const PRESETS: &[(&str, &str)] = &[
     ("hrsch", "hpr,minrtt,tpr,ori+er"),
     (
         "polycorn",
-        "hpr,minrtt,tpr,ori(thin_bytes=5600)+er(k=3,cell_loss=1,stuck_ms=1000)",
+        "hpr,minrtt(thin_bytes=5600),tpr,ori(thin_bytes=5600)+er(k=3,cell_loss=1,stuck_ms=1000)",
     ),
     ("vanilla", "minrtt+rto"),
     ("minrtt", "minrtt+rto"),
@@ -515,10 +516,19 @@ fn build_stage(
             }
             Box::new(s)
         }
-        "minrtt" | "tpr" | "rr" | "redundant" | "single" | "loctable" | "blest" | "stale" => {
+        "minrtt" => {
+            let mut s = MinRtt::default();
+            for (k, v) in params {
+                match *k {
+                    "thin_bytes" => s.thin_bytes = parse_num(name, k, v, "a byte count")?,
+                    _ => return Err(unknown_param(name, k, "thin_bytes")),
+                }
+            }
+            Box::new(s)
+        }
+        "tpr" | "rr" | "redundant" | "single" | "loctable" | "blest" | "stale" => {
             no_params(name, params)?;
             match name {
-                "minrtt" => Box::new(MinRtt),
                 "tpr" => Box::new(Tpr),
                 "rr" => Box::new(RoundRobin::default()),
                 "redundant" => Box::new(Redundant),

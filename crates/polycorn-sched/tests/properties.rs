@@ -47,6 +47,7 @@ const CUSTOM_SPECS: &[&str] = &[
     "minrtt,tpr,blest,ecf,ori(alpha_ms=5,beta_bytes=2000,tau=2)+er(k=1)",
     "hpr,minrtt,tpr+er(k=2,stuck_ms=1)",
     "rr,ori+er(oldest=0,stuck_ms=30)",
+    "minrtt(thin_bytes=3000),ori(thin_bytes=3000)+er(k=1,stuck_ms=5)",
 ];
 
 // ----- a test-only hard selector that revives from U ---------------------------------------
@@ -90,7 +91,7 @@ impl Spec {
                 let stages: Vec<Box<dyn Schedulerlet>> = vec![
                     Box::new(Hpr::default()),
                     Box::new(LocationTable),
-                    Box::new(MinRtt),
+                    Box::new(MinRtt::default()),
                     Box::new(Tpr),
                     Box::new(Blest::default()),
                     Box::new(ReviveEven),
@@ -1188,7 +1189,7 @@ fn blest_extreme_rtt_ratio_does_not_overflow() {
 fn a_filter_after_a_hard_selector_is_refused() {
     // Such an order would let a filter undo a revival, or a selector re-pick a rejected path.
     let stages: Vec<Box<dyn Schedulerlet>> = vec![
-        Box::new(MinRtt),
+        Box::new(MinRtt::default()),
         Box::new(ReviveEven),
         Box::new(Blest::default()),
     ];

@@ -600,6 +600,82 @@ fn minrtt_breaks_ties_by_lowest_index() {
     assert_eq!(poll_some(&mut s, T0).paths, set(&[1]));
 }
 
+#[test]
+fn minrtt_lets_thin_flows_wait_in_the_faster_full_socket_up_to_thin_bytes() {
+    // A: 100 ms, window full of (small) segments; B: 600 ms with room, as on a carrier whose
+    // uplink faded while the other one's window is full of 100-byte messages.
+    let links = [Link::rtt(100).full(), Link::rtt(600)];
+    let mut s = sched("minrtt(thin_bytes=1000)", &links);
+    // A 100-byte message: thin (100 B ≤ 1000), so it may wait in A's socket (nothing unsent
+    // there yet) instead of taking B's six-times-longer RTT.
+    flow(&mut s, T0, 1, 1, 100, false);
+    assert_eq!(poll_some(&mut s, T0).paths, set(&[A]));
+    let m = the_move(&s, "minrtt");
+    assert_move(
+        &m,
+        Some(StageKind::SoftSelector),
+        A,
+        SetName::Candidate,
+        SetName::Selected,
+    );
+    assert_eq!(
+        m.reason,
+        Reason::LowestRttThin {
+            srtt: ms(100),
+            notsent_bytes: 0
+        }
+    );
+    // More users' messages: each adds its 100 bytes to A's unsent bytes, and A takes them
+    // while fewer than 1000 wait there (0, 100, …, 900: ten messages in all).
+    for k in 1..10u64 {
+        flow(&mut s, T0, 1 + k, 1 + k, 100, false);
+        assert_eq!(poll_some(&mut s, T0).paths, set(&[A]), "message {k}");
+        assert_eq!(
+            the_move(&s, "minrtt").reason,
+            Reason::LowestRttThin {
+                srtt: ms(100),
+                notsent_bytes: 100 * k
+            }
+        );
+    }
+    // 1000 bytes wait unsent on A: the eleventh message takes B, which has room.
+    flow(&mut s, T0, 11, 11, 100, false);
+    assert_eq!(poll_some(&mut s, T0).paths, set(&[B]));
+    assert_eq!(
+        the_move(&s, "minrtt").reason,
+        Reason::LowestRtt { srtt: ms(600) }
+    );
+
+    // A flow that is not thin (a download) still needs window room: B, as the paper's minRTT.
+    let mut s = sched("minrtt(thin_bytes=1000)", &links);
+    flow(&mut s, T0, 1, 1, 1_000_000, false);
+    assert_eq!(poll_some(&mut s, T0).paths, set(&[B]));
+    // Off by default: the same message takes B.
+    let mut s = sched("minrtt", &links);
+    flow(&mut s, T0, 1, 1, 100, false);
+    assert_eq!(poll_some(&mut s, T0).paths, set(&[B]));
+    // A path that is down is never overcommitted: with A down, B.
+    let mut s = sched("minrtt(thin_bytes=1000)", &links);
+    s.set_path_alive(T0, p(A), false).unwrap();
+    flow(&mut s, T0, 1, 1, 100, false);
+    assert_eq!(poll_some(&mut s, T0).paths, set(&[B]));
+}
+
+#[test]
+fn minrtt_thin_bytes_round_trips_and_bad_values_are_refused() {
+    let p = Pipeline::from_spec("hpr,minrtt(thin_bytes=5600),tpr").unwrap();
+    assert_eq!(p.spec(), "hpr,minrtt(thin_bytes=5600),tpr+rto");
+    assert_eq!(Pipeline::from_spec(p.spec()).unwrap().spec(), p.spec());
+    assert_eq!(
+        Pipeline::from_spec("minrtt(thin_bytes=0)").unwrap().spec(),
+        "minrtt+rto"
+    );
+    let err = Pipeline::from_spec("minrtt(thin_bytes=abc)").unwrap_err();
+    assert!(err.to_string().contains("thin_bytes"), "{err}");
+    let err = Pipeline::from_spec("minrtt(thin=5)").unwrap_err();
+    assert!(err.to_string().contains("thin_bytes"), "{err}");
+}
+
 // ----- 4. ORI: opportunistic redundant injection (§4.6) -------------------------------------
 
 #[test]
@@ -1014,11 +1090,11 @@ fn er_cell_loss_reinjects_once_per_reported_loss_without_waiting_for_rtos() {
 fn er_cell_loss_spec_round_trips_and_refuses_bad_values() {
     let p = Pipeline::from_spec("polycorn").unwrap();
     // Since 2026-11-26 the preset also copies thin flows (≤ 5600 B, four chunks) onto every
-    // path, and since 2026-11-27 it sends chunks stuck on a path again elsewhere; the paper's
-    // HRSCH stays without either.
+    // path, since 2026-11-27 it sends chunks stuck on a path again elsewhere and lets thin
+    // flows wait in the lowest-RTT path's full window; the paper's HRSCH stays without them.
     assert_eq!(
         p.spec(),
-        "hpr,minrtt,tpr,ori(thin_bytes=5600)+er(k=3,cell_loss=1,stuck_ms=1000)"
+        "hpr,minrtt(thin_bytes=5600),tpr,ori(thin_bytes=5600)+er(k=3,cell_loss=1,stuck_ms=1000)"
     );
     assert!(!Pipeline::from_spec("hrsch")
         .unwrap()

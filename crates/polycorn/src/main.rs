@@ -93,7 +93,14 @@ enum Command {
     },
     /// The paper's evaluation side by side (kernel MPTCP, single path, polycorn schedulers) on
     /// one emulated trip; writes CSV/JSON and an HTML report. Root.
-    #[command(args_conflicts_with_subcommands = true)]
+    #[command(
+        args_conflicts_with_subcommands = true,
+        after_long_help = "Relay and proxy log at `info` into OUT/logs/SYSTEM/ (OUT/trip-N/logs/SYSTEM/ with \
+            several trips). Set \
+            POLYCORN_BENCH_LOG to another RUST_LOG filter to change that, e.g. \
+            POLYCORN_BENCH_LOG='info,polycorn::paths=debug' for every path's RTT, window and \
+            queue every 100 ms, or 'info,polycorn_net::engine=debug' for each reinjection."
+    )]
     Bench {
         #[command(flatten)]
         args: bench::BenchArgs,

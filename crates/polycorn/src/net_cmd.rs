@@ -137,8 +137,52 @@ async fn serve_metrics(cfg: &MetricsConfig, metrics: Arc<Metrics>) -> Result<()>
     Ok(())
 }
 
+/// Period of the `polycorn::paths` debug lines.
+const PATH_TRACE_PERIOD: Duration = Duration::from_millis(100);
+
+/// With `RUST_LOG=polycorn::paths=debug`, log every path's state as the scheduler sees it
+/// every 100 ms (one line per session): how a carrier's RTT, window and queue evolve through a
+/// handover or a fade, at a finer grain than the metrics' one-second samples.
+fn trace_paths(engine: polycorn_net::engine::Engine, names: Vec<String>) {
+    if !tracing::enabled!(target: "polycorn::paths", tracing::Level::DEBUG) {
+        return;
+    }
+    tokio::spawn(async move {
+        let mut tick = tokio::time::interval(PATH_TRACE_PERIOD);
+        loop {
+            tick.tick().await;
+            let line = engine.inspect(|s| {
+                let mut out = String::new();
+                for (i, name) in names.iter().enumerate() {
+                    let id = polycorn_sched::PathId::new(i);
+                    let Some(p) = id.and_then(|id| s.scheduler().path(id)) else {
+                        continue;
+                    };
+                    let c = s.path_counters(i as u8).unwrap_or_default();
+                    out.push_str(&format!(
+                        " {name}[up={} srtt_ms={} min_rtt_ms={} cwnd={} unacked={} notsent={} \
+                         data={} reinjected={} redundant={}]",
+                        u8::from(p.alive),
+                        p.srtt.as_millis(),
+                        p.min_rtt.as_millis(),
+                        p.cwnd_bytes,
+                        p.unacked_bytes,
+                        p.notsent_bytes,
+                        c.data_bytes,
+                        c.reinjected_bytes,
+                        c.redundant_bytes,
+                    ));
+                }
+                out
+            });
+            tracing::debug!(target: "polycorn::paths", "paths{line}");
+        }
+    });
+}
+
 /// Copy the session's counters into the metrics every second.
 fn sample_metrics(engine: polycorn_net::engine::Engine, names: Vec<String>, metrics: Arc<Metrics>) {
+    trace_paths(engine.clone(), names.clone());
     tokio::spawn(async move {
         let mut last = vec![polycorn_proto::PathCounters::default(); names.len()];
         let mut tick = tokio::time::interval(Duration::from_secs(1));

@@ -651,8 +651,13 @@ impl Drop for Teardown {
     }
 }
 
+/// Environment variable holding the relay's and proxy's log filter (`RUST_LOG` syntax) in
+/// `polycorn bench` and `polycorn net bench`; default `info`. For example
+/// `info,polycorn::paths=debug` adds every path's state every 100 ms to their logs.
+pub(crate) const BENCH_LOG_ENV: &str = "POLYCORN_BENCH_LOG";
+
 /// A `polycorn relay|proxy` child in a namespace; SIGTERM, then SIGKILL, on drop. Shared by
-/// `polycorn bench` and `polycorn net bench`.
+/// `polycorn bench` and `polycorn net bench`. Logs with [`BENCH_LOG_ENV`]'s filter.
 pub(crate) struct Daemon {
     child: Child,
     log: PathBuf,
@@ -667,7 +672,10 @@ impl Daemon {
             .arg(exe)
             .args([role, "--config"])
             .arg(config)
-            .env("RUST_LOG", "info")
+            .env(
+                "RUST_LOG",
+                std::env::var(BENCH_LOG_ENV).unwrap_or_else(|_| "info".into()),
+            )
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(f)
