@@ -69,6 +69,15 @@ pub struct ChunkView {
     pub window_bytes: u64,
 }
 
+impl ChunkView {
+    /// Bytes of the chunk's flow still in play: not yet sent (this chunk included) plus sent
+    /// and not yet acknowledged. A flow is *thin* (`minrtt(thin_bytes)`, `ori(thin_bytes)`)
+    /// while this is at most the stage's `thin_bytes`.
+    pub fn flow_bytes(&self) -> u64 {
+        self.remaining_bytes.saturating_add(self.unacked_bytes)
+    }
+}
+
 /// Train context shared by the stages.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct TrainContext {

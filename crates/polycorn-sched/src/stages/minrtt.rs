@@ -30,13 +30,6 @@ pub struct MinRtt {
     pub thin_bytes: u64,
 }
 
-impl MinRtt {
-    /// minRTT with thin-flow window overcommit up to `thin_bytes` (0: the paper's minRTT).
-    pub fn with_thin_bytes(thin_bytes: u64) -> Self {
-        MinRtt { thin_bytes }
-    }
-}
-
 impl Schedulerlet for MinRtt {
     fn name(&self) -> &'static str {
         "minrtt"
@@ -52,12 +45,7 @@ impl Schedulerlet for MinRtt {
         StageKind::SoftSelector
     }
     fn apply(&mut self, ctx: &StageCtx<'_>, moves: &mut Moves<'_>) {
-        let thin = self.thin_bytes > 0
-            && ctx
-                .chunk
-                .remaining_bytes
-                .saturating_add(ctx.chunk.unacked_bytes)
-                <= self.thin_bytes;
+        let thin = self.thin_bytes > 0 && ctx.chunk.flow_bytes() <= self.thin_bytes;
         let best = moves
             .candidates()
             .iter()

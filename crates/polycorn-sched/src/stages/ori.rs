@@ -137,10 +137,7 @@ impl Schedulerlet for Ori {
         if moves.selected().is_empty() {
             return;
         }
-        let flow_bytes = ctx
-            .chunk
-            .remaining_bytes
-            .saturating_add(ctx.chunk.unacked_bytes);
+        let flow_bytes = ctx.chunk.flow_bytes();
         if self.thin_bytes > 0 && flow_bytes <= self.thin_bytes {
             for p in moves.candidates().iter() {
                 if ctx.paths.get(p).has_room() && moves.revive(p, Reason::ThinFlow { flow_bytes }) {
