@@ -20,7 +20,7 @@ use polycorn_sched::ReinjectTrigger;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::sync::{mpsc, oneshot, Notify};
-use tracing::{debug, info};
+use tracing::{debug, info, warn};
 
 /// Reads `TCP_INFO` of a subflow's socket: the scheduler's sample and the kernel's total
 /// retransmission count of the connection.
@@ -108,6 +108,24 @@ impl std::fmt::Debug for Engine {
     }
 }
 
+/// A handle on a session that does not keep it alive: for observers (metrics samplers, debug
+/// traces) that must stop, not hold the session's memory and timer, once it is over.
+#[derive(Clone)]
+pub struct WeakEngine(std::sync::Weak<Shared>);
+
+impl std::fmt::Debug for WeakEngine {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WeakEngine").finish_non_exhaustive()
+    }
+}
+
+impl WeakEngine {
+    /// The engine, while anyone else still holds it.
+    pub fn upgrade(&self) -> Option<Engine> {
+        self.0.upgrade().map(Engine)
+    }
+}
+
 /// A subflow ended.
 #[derive(Debug, thiserror::Error)]
 pub enum SubflowError {
@@ -188,6 +206,11 @@ impl Engine {
             c.session.set_wall_clock(now, unix_epoch_us);
         }
         (e, rx)
+    }
+
+    /// A handle that does not keep this session alive.
+    pub fn downgrade(&self) -> WeakEngine {
+        WeakEngine(Arc::downgrade(&self.0))
     }
 
     /// Count passengers' bytes in `metrics` (set once).
@@ -331,11 +354,14 @@ impl Engine {
 
     /// Carry `path` over an established, handshaken byte stream until it fails, the peer closes
     /// it, or a newer subflow for the same path replaces it. `initial` holds bytes already read
-    /// after the Hello. The path is attached for the duration and detached (its data reinjected
-    /// on the other paths) at the end, also when this future is dropped.
+    /// after the Hello, `peer_epoch` is the epoch the peer's Hello carried (a new one resets
+    /// what the session said to the peer's earlier incarnation, see
+    /// [`Session::on_peer_hello`]). The path is attached for the duration and detached (its data
+    /// reinjected on the other paths) at the end, also when this future is dropped.
     pub async fn run_subflow<R, W>(
         &self,
         path: u8,
+        peer_epoch: u64,
         initial: Vec<u8>,
         mut reader: R,
         mut writer: W,
@@ -357,6 +383,15 @@ impl Engine {
                 old.notify_one();
             }
             c.handing_over[usize::from(path)] = false;
+            let flows = c.session.open_flows();
+            if c.session.on_peer_hello(now, peer_epoch) {
+                warn!(
+                    path,
+                    flows_reset = flows,
+                    "the peer lost this session's state (restarted, or dropped the session after \
+                     every path was down longer than the hold time); its open flows were reset"
+                );
+            }
             if c.session.path_attached(path) {
                 let _ = c.session.detach_path(now, path);
             }
@@ -805,7 +840,8 @@ mod tests {
             let (a_local, mut a_peer) = tokio::io::duplex(cap);
             let (ra, wa) = tokio::io::split(a_local);
             let e = engine.clone();
-            let a = tokio::spawn(async move { e.run_subflow(0, Vec::new(), ra, wa, idle()).await });
+            let a =
+                tokio::spawn(async move { e.run_subflow(0, 0, Vec::new(), ra, wa, idle()).await });
             tokio::time::sleep(Duration::from_millis(20)).await;
             context(&engine, 1);
             tokio::time::sleep(Duration::from_millis(20)).await;
@@ -816,7 +852,8 @@ mod tests {
             let (b_local, mut b_peer) = tokio::io::duplex(1 << 20);
             let (rb, wb) = tokio::io::split(b_local);
             let e = engine.clone();
-            let mut b = Box::pin(async move { e.run_subflow(0, Vec::new(), rb, wb, idle()).await });
+            let mut b =
+                Box::pin(async move { e.run_subflow(0, 0, Vec::new(), rb, wb, idle()).await });
             let mut cx = Context::from_waker(Waker::noop());
             assert!(b.as_mut().poll(&mut cx).is_pending());
             assert!(engine.inspect(|s| s.path_attached(0)));
@@ -852,7 +889,7 @@ mod tests {
             let (local, peer) = tokio::io::duplex(1 << 16);
             let (r, w) = tokio::io::split(local);
             let e = engine.clone();
-            let run = Box::pin(async move { e.run_subflow(0, Vec::new(), r, w, idle()).await });
+            let run = Box::pin(async move { e.run_subflow(0, 0, Vec::new(), r, w, idle()).await });
             (run, peer)
         };
         let attached = |engine: &Engine| engine.inspect(|s| s.path_attached(0));

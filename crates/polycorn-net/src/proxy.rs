@@ -178,9 +178,12 @@ async fn accept_loop(
                 match map.get(&acc.session) {
                     Some(e) => (e.clone(), false),
                     None => {
-                        let cfg = o
-                            .tuning
-                            .session_config(Role::Proxy, acc.session, &o.pipeline);
+                        let mut cfg =
+                            o.tuning
+                                .session_config(Role::Proxy, acc.session, &o.pipeline);
+                        // A new incarnation: a relay that spoke to an earlier one resets what
+                        // it said there (see `Session::on_peer_hello`).
+                        cfg.epoch = crate::relay::random_u64();
                         let session = match Session::new(cfg) {
                             Ok(s) => s,
                             Err(e) => {
@@ -221,7 +224,7 @@ async fn accept_loop(
             info!(%peer, path = acc.path, "subflow up");
             let (r, w) = tokio::io::split(stream);
             let err = engine
-                .run_subflow(acc.path, acc.initial, r, w, acc.tcp_info)
+                .run_subflow(acc.path, acc.epoch, acc.initial, r, w, acc.tcp_info)
                 .await;
             warn!(%peer, path = acc.path, error = %err, "subflow ended");
             if let (Some(m), crate::engine::SubflowError::Proto(e)) = (&o.metrics, &err) {

@@ -146,7 +146,8 @@ pub enum Carrier {
     Direct(Arc<direct::Tunnels>),
 }
 
-fn random_u64() -> u64 {
+/// 64 random bits (session ids and epochs), from the kernel's random source.
+pub(crate) fn random_u64() -> u64 {
     let mut b = [0u8; 8];
     if std::fs::File::open("/dev/urandom")
         .and_then(|mut f| std::io::Read::read_exact(&mut f, &mut b))
@@ -174,7 +175,8 @@ pub async fn start(
                 .clone()
                 .ok_or("polycorn mode needs TLS credentials ([tls])")?;
             let id = random_u64();
-            let cfg = opts.tuning.session_config(Role::Relay, id, &opts.pipeline);
+            let mut cfg = opts.tuning.session_config(Role::Relay, id, &opts.pipeline);
+            cfg.epoch = random_u64();
             let session =
                 Session::new(cfg).map_err(|e| format!("scheduler `{}`: {e}", opts.pipeline))?;
             let predictor: Box<dyn crate::predictor::TrainPredictor> = match &opts.predictor {
@@ -314,7 +316,7 @@ async fn maintain_path(
     sockopts: subflow::SubflowSockopts,
     idle_refresh: crate::config::IdleRefresh,
 ) {
-    let hello = engine.inspect(|s| s.hello(path).to_vec());
+    let (hello, session) = engine.inspect(|s| (s.hello(path).to_vec(), s.session_id()));
     let connect = |timeouts| {
         subflow::relay_connect(
             &tls,
@@ -323,6 +325,7 @@ async fn maintain_path(
             p.device.as_deref(),
             &sockopts,
             &hello,
+            (session, path),
             timeouts,
         )
     };
@@ -345,7 +348,7 @@ async fn maintain_path(
         info!(path = %p.name, proxy = %p.proxy, "subflow up");
         let (r, w) = tokio::io::split(est.stream);
         let raw_info = est.raw_info;
-        let run = engine.run_subflow(path, est.initial, r, w, est.tcp_info);
+        let run = engine.run_subflow(path, est.peer_epoch, est.initial, r, w, est.tcp_info);
         let probing = std::sync::atomic::AtomicBool::new(false);
         let probe = || async {
             probing.store(true, std::sync::atomic::Ordering::Relaxed);

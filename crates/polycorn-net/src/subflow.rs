@@ -12,7 +12,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use polycorn_proto::frame::decode;
-use polycorn_proto::{ProtoError, Role, Session};
+use polycorn_proto::{PeerHello, ProtoError, Role, Session};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio_rustls::{TlsAcceptor, TlsConnector};
@@ -143,16 +143,16 @@ pub async fn connect_pinned(
 }
 
 /// Read frames until the first one (which must be a Hello from the other role) is complete.
-/// Returns the session id, the path, and any bytes that followed the Hello.
+/// Returns what the Hello says and any bytes that followed it.
 pub async fn read_hello<S: AsyncRead + Unpin>(
     stream: &mut S,
     our_role: Role,
-) -> Result<(u64, u8, Vec<u8>), HandshakeError> {
+) -> Result<(PeerHello, Vec<u8>), HandshakeError> {
     let mut buf = Vec::with_capacity(4096);
     loop {
         if let Some((frame, n)) = decode(&buf).map_err(ProtoError::from)? {
-            let (session, path) = Session::check_hello(our_role, &frame)?;
-            return Ok((session, path, buf[n..].to_vec()));
+            let hello = Session::check_hello(our_role, &frame)?;
+            return Ok((hello, buf[n..].to_vec()));
         }
         if buf.len() > 64 * 1024 {
             return Err(ProtoError::Hello("no Hello in the first 64 KiB".into()).into());
@@ -173,6 +173,8 @@ pub struct Established {
     pub stream: tokio_rustls::client::TlsStream<TcpStream>,
     /// Bytes read after the proxy's Hello.
     pub initial: Vec<u8>,
+    /// The proxy's incarnation of the session (from its Hello).
+    pub peer_epoch: u64,
     /// `TCP_INFO` of the underlying socket.
     pub tcp_info: TcpInfoFn,
     /// The raw `TCP_INFO` of the underlying socket (congestion state for the relay's refresh).
@@ -194,7 +196,9 @@ impl std::fmt::Debug for Established {
     }
 }
 
-/// Relay side: connect, TLS, Hello for `path` of `session`.
+/// Relay side: connect, TLS, Hello for `path` of `session` (`hello` is ours, encoded); the
+/// proxy's Hello must name the same session and path.
+#[allow(clippy::too_many_arguments)]
 pub async fn relay_connect(
     tls: &TlsConnector,
     proxy: SocketAddr,
@@ -202,6 +206,7 @@ pub async fn relay_connect(
     device: Option<&str>,
     sockopts: &SubflowSockopts,
     hello: &[u8],
+    (session, path): (u64, u8),
     timeouts: ConnectTimeouts,
 ) -> Result<Established, HandshakeError> {
     let tcp = connect_pinned(proxy, source, device, timeouts.tcp).await?;
@@ -215,15 +220,23 @@ pub async fn relay_connect(
             .map_err(io_err(format!("TLS handshake with {proxy}")))?;
         s.write_all(hello).await.map_err(io_err("send Hello"))?;
         s.flush().await.map_err(io_err("send Hello"))?;
-        let (_, _, initial) = read_hello(&mut s, Role::Relay).await?;
-        Ok::<_, HandshakeError>((s, initial))
+        let (theirs, initial) = read_hello(&mut s, Role::Relay).await?;
+        if (theirs.session, theirs.path) != (session, path) {
+            return Err(ProtoError::Hello(format!(
+                "proxy answered for session {:016x} path {} (asked for {session:016x} path {path})",
+                theirs.session, theirs.path
+            ))
+            .into());
+        }
+        Ok::<_, HandshakeError>((s, initial, theirs.epoch))
     };
-    let (stream, initial) = tokio::time::timeout(timeouts.handshake, fut)
+    let (stream, initial, peer_epoch) = tokio::time::timeout(timeouts.handshake, fut)
         .await
         .map_err(|_| HandshakeError::Timeout("TLS and Hello"))??;
     Ok(Established {
         stream,
         initial,
+        peer_epoch,
         tcp_info,
         raw_info,
     })
@@ -237,6 +250,8 @@ pub struct Accepted {
     pub session: u64,
     /// Path from the Hello.
     pub path: u8,
+    /// The relay's incarnation of the session (from its Hello).
+    pub epoch: u64,
     /// Bytes read after the Hello.
     pub initial: Vec<u8>,
     /// `TCP_INFO` of the underlying socket.
@@ -266,16 +281,17 @@ pub async fn proxy_accept(
             .accept(tcp)
             .await
             .map_err(io_err("TLS handshake (client certificate required)"))?;
-        let (session, path, initial) = read_hello(&mut s, Role::Proxy).await?;
-        Ok::<_, HandshakeError>((s, session, path, initial))
+        let (hello, initial) = read_hello(&mut s, Role::Proxy).await?;
+        Ok::<_, HandshakeError>((s, hello, initial))
     };
-    let (stream, session, path, initial) = tokio::time::timeout(HANDSHAKE_TIMEOUT, fut)
+    let (stream, hello, initial) = tokio::time::timeout(HANDSHAKE_TIMEOUT, fut)
         .await
         .map_err(|_| HandshakeError::Timeout("TLS and Hello"))??;
     Ok(Accepted {
         stream,
-        session,
-        path,
+        session: hello.session,
+        path: hello.path,
+        epoch: hello.epoch,
         initial,
         tcp_info,
     })

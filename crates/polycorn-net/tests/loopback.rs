@@ -98,6 +98,23 @@ async fn transfer(socks: SocketAddr, dst: SocketAddr, up: usize, down: usize) {
 }
 
 async fn setup(spec: &str) -> (SocketAddr, tempfile::TempDir) {
+    let pair = start_pair(spec, Tuning::default()).await;
+    std::mem::forget(pair.proxy_tasks);
+    std::mem::forget(pair.relay_tasks);
+    (pair.socks, pair.dir)
+}
+
+/// A relay and a proxy joined over loopback.
+struct Pair {
+    socks: SocketAddr,
+    dir: tempfile::TempDir,
+    proxy_tasks: tokio::task::JoinSet<()>,
+    sessions: Arc<std::sync::Mutex<std::collections::HashMap<u64, polycorn_net::engine::Engine>>>,
+    relay_tasks: tokio::task::JoinSet<()>,
+    relay: relay::Carrier,
+}
+
+async fn start_pair(spec: &str, tuning: Tuning) -> Pair {
     let _ = tracing_subscriber::fmt()
         .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
         .with_test_writer()
@@ -115,7 +132,7 @@ async fn setup(spec: &str) -> (SocketAddr, tempfile::TempDir) {
         tunnel_peers: vec![],
         tls: tls::server_config(&p("ca.pem"), &p("proxy.pem"), &p("proxy.key")).unwrap(),
         pipeline: spec.into(),
-        tuning: Tuning::default(),
+        tuning: tuning.clone(),
         policy: Arc::new(DestinationPolicy::new(
             &["127.0.0.0/8".parse().unwrap()],
             &[],
@@ -125,8 +142,7 @@ async fn setup(spec: &str) -> (SocketAddr, tempfile::TempDir) {
         predictor: None,
         metrics: None,
     };
-    let (ptasks, _) = proxy::start(popts).await.unwrap();
-    std::mem::forget(ptasks);
+    let (proxy_tasks, sessions) = proxy::start(popts).await.unwrap();
     let socks = SocketAddr::from(([127, 0, 0, 1], free_port().await));
     let ropts = RelayOptions {
         mode: Mode::Polycorn,
@@ -146,13 +162,79 @@ async fn setup(spec: &str) -> (SocketAddr, tempfile::TempDir) {
         socks5: Some(socks),
         dns: None,
         tunnel_port: 0,
-        tuning: Tuning::default(),
+        tuning,
         idle_refresh: Default::default(),
         predictor: None,
     };
-    let (_, rtasks) = relay::start(ropts, None).await.unwrap();
-    std::mem::forget(rtasks);
-    (socks, dir)
+    let (relay, relay_tasks) = relay::start(ropts, None).await.unwrap();
+    Pair {
+        socks,
+        dir,
+        proxy_tasks,
+        sessions,
+        relay_tasks,
+        relay,
+    }
+}
+
+/// Wait up to `secs` seconds for `done`, checking every 50 ms.
+async fn eventually(secs: u64, mut done: impl FnMut() -> bool) -> bool {
+    for _ in 0..secs * 20 {
+        if done() {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    done()
+}
+
+/// A relay that goes away with no passenger connection open (restarted, powered off) must not
+/// leave its session on the proxy forever: after the hold time the proxy frees it, timer and
+/// all.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_proxy_frees_an_idle_session_whose_relay_is_gone() {
+    let tuning = Tuning {
+        hold_time: Duration::from_secs(1),
+        ..Tuning::default()
+    };
+    let srv = server().await;
+    let pair = start_pair("hrsch", tuning.clone()).await;
+    tokio::time::timeout(
+        Duration::from_secs(30),
+        transfer(pair.socks, srv, 1000, 1000),
+    )
+    .await
+    .expect("transfer timed out");
+    let live = |p: &Pair| p.sessions.lock().unwrap().len();
+    assert_eq!(live(&pair), 1, "one relay session on the proxy");
+    let weak = pair
+        .sessions
+        .lock()
+        .unwrap()
+        .values()
+        .next()
+        .unwrap()
+        .downgrade();
+    let Pair {
+        proxy_tasks,
+        sessions,
+        relay_tasks,
+        relay,
+        dir,
+        ..
+    } = pair;
+    // The relay goes away (its subflows close with its tasks).
+    drop(relay_tasks);
+    drop(relay);
+    assert!(
+        eventually(20, || sessions.lock().unwrap().is_empty()).await,
+        "the proxy still lists the session 20 s after its relay left (hold time 1 s)"
+    );
+    assert!(
+        eventually(10, || weak.upgrade().is_none()).await,
+        "the session was unlisted but something still holds it"
+    );
+    drop((proxy_tasks, dir));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -8,7 +8,7 @@
 //!
 //! | type | frame | payload |
 //! |---|---|---|
-//! | 1 | Hello | version u16, role u8, session u64, path u8 |
+//! | 1 | Hello | version u16, role u8, session u64, path u8, epoch u64 (version 2; a version-1 Hello ends after path) |
 //! | 2 | OpenFlow | cseq u64, flow u64, user addr, destination |
 //! | 3 | OpenResult | cseq u64, flow u64, status u8 |
 //! | 4 | Data | flow u64, offset u64, flags u8 (bit 0 = FIN), data |
@@ -31,7 +31,7 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use thiserror::Error;
 
 /// Protocol version carried in [`Frame::Hello`]; peers with another version are refused.
-pub const VERSION: u16 = 1;
+pub const VERSION: u16 = 2;
 
 /// Bytes of the frame header (type + length).
 pub const HEADER_LEN: usize = 5;
@@ -146,6 +146,11 @@ pub enum Frame<'a> {
         session: u64,
         /// Path index this subflow carries.
         path: u8,
+        /// The sender's incarnation of the session: a value the shell picks at random when it
+        /// creates the session state. A different epoch from a peer that spoke before means it
+        /// lost that state (a restarted proxy, or one that dropped the session after the hold
+        /// time). 0 in a version-1 Hello, which has no such field.
+        epoch: u64,
     },
     /// The relay asks the proxy to connect a passenger's flow.
     OpenFlow {
@@ -360,6 +365,7 @@ impl Frame<'_> {
                 role,
                 session,
                 path,
+                epoch,
             } => {
                 out.extend_from_slice(&version.to_be_bytes());
                 out.push(match role {
@@ -368,6 +374,7 @@ impl Frame<'_> {
                 });
                 out.extend_from_slice(&session.to_be_bytes());
                 out.push(*path);
+                out.extend_from_slice(&epoch.to_be_bytes());
             }
             Frame::OpenFlow {
                 cseq,
@@ -651,11 +658,16 @@ pub fn decode(buf: &[u8]) -> Result<Option<(Frame<'_>, usize)>, FrameError> {
                 2 => Role::Proxy,
                 v => return Err(r.bad("role", v)),
             };
+            let session = r.u64("session")?;
+            let path = r.u8("path")?;
+            // A version-1 Hello ends here; decoding it lets the session refuse it by version.
+            let epoch = if r.buf.is_empty() { 0 } else { r.u64("epoch")? };
             Frame::Hello {
                 version,
                 role,
-                session: r.u64("session")?,
-                path: r.u8("path")?,
+                session,
+                path,
+                epoch,
             }
         }
         kind::OPEN_FLOW => {

@@ -19,5 +19,5 @@ pub use frame::{
     ResetReason, Role, VERSION,
 };
 pub use session::{
-    Event, PathCounters, ProtoError, ReadOutcome, ReorderStats, Session, SessionConfig,
+    Event, PathCounters, PeerHello, ProtoError, ReadOutcome, ReorderStats, Session, SessionConfig,
 };

@@ -50,6 +50,11 @@ pub struct SessionConfig {
     pub role: Role,
     /// Session id (the relay picks it; the proxy learns it from the first Hello).
     pub session_id: u64,
+    /// This end's incarnation of the session, sent in every Hello (see
+    /// [`Session::on_peer_hello`]). The shell sets a random value when it creates the session;
+    /// a peer that restarts or drops the session state must come back with another one.
+    /// Default 0.
+    pub epoch: u64,
     /// Receive window and send buffer per flow, bytes. Default 4 MiB.
     pub flow_window: u64,
     /// Receive window shared by one passenger's flows, bytes. Default 16 MiB.
@@ -85,6 +90,7 @@ impl SessionConfig {
         SessionConfig {
             role,
             session_id,
+            epoch: 0,
             flow_window: 4 << 20,
             user_window: 16 << 20,
             max_flows: 65_536,
@@ -214,7 +220,9 @@ pub enum Event {
         /// Up?
         up: bool,
     },
-    /// Every path has been down longer than the hold time; all flows were reset.
+    /// Every path has been down longer than the hold time; all flows were reset. The relay
+    /// reports it only while flows were open; the proxy also for an idle session, which it then
+    /// frees.
     SessionLost,
 }
 
@@ -360,6 +368,9 @@ struct CtrlEntry {
 
 const MAX_CTRL_OOO: usize = 65_536;
 const MAX_UNANNOUNCED: usize = 1024;
+/// Most closed flow ids the proxy remembers above the highest id below which every flow is
+/// closed or open; past it the oldest gap is taken as closed.
+const MAX_CLOSED_ABOVE: usize = 16_384;
 const MAX_DECISIONS_PER_POLL: usize = 512;
 
 /// The session state machine. See the module documentation.
@@ -385,10 +396,22 @@ pub struct Session {
     all_down_since: Option<Instant>,
     wall_offset_us: i64,
     now: Instant,
-    lost: bool,
     stage_moves: Vec<(&'static str, u64)>,
     reorder: ReorderStats,
     reorder_waits: Vec<Duration>,
+    /// The epoch of the peer's Hellos so far.
+    peer_epoch: Option<u64>,
+}
+
+/// What a peer's Hello says, once checked ([`Session::check_hello`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PeerHello {
+    /// Session id.
+    pub session: u64,
+    /// Path the subflow carries.
+    pub path: u8,
+    /// The peer's incarnation of the session.
+    pub epoch: u64,
 }
 
 fn user_id(ip: IpAddr) -> UserId {
@@ -439,10 +462,10 @@ impl Session {
             all_down_since: Some(Instant::ZERO),
             wall_offset_us: 0,
             now: Instant::ZERO,
-            lost: false,
             stage_moves: Vec::new(),
             reorder: ReorderStats::default(),
             reorder_waits: Vec::new(),
+            peer_epoch: None,
         })
     }
 
@@ -518,6 +541,11 @@ impl Session {
         self.wall_offset_us = unix_us as i64 - now.as_micros() as i64;
     }
 
+    /// The session id.
+    pub fn session_id(&self) -> u64 {
+        self.cfg.session_id
+    }
+
     /// The Hello this end sends first on a new subflow of `path`.
     pub fn hello(&self, path: u8) -> Frame<'static> {
         Frame::Hello {
@@ -525,17 +553,19 @@ impl Session {
             role: self.cfg.role,
             session: self.cfg.session_id,
             path,
+            epoch: self.cfg.epoch,
         }
     }
 
-    /// Check a peer's Hello: version and role. Returns the session id and path it names.
-    pub fn check_hello(role: Role, frame: &Frame<'_>) -> Result<(u64, u8), ProtoError> {
+    /// Check a peer's Hello: version and role. Returns what it says.
+    pub fn check_hello(role: Role, frame: &Frame<'_>) -> Result<PeerHello, ProtoError> {
         match frame {
             Frame::Hello {
                 version,
                 role: theirs,
                 session,
                 path,
+                epoch,
             } => {
                 if *version != VERSION {
                     return Err(ProtoError::Version {
@@ -549,7 +579,11 @@ impl Session {
                     )));
                 }
                 path_id(*path)?;
-                Ok((*session, *path))
+                Ok(PeerHello {
+                    session: *session,
+                    path: *path,
+                    epoch: *epoch,
+                })
             }
             other => Err(ProtoError::Hello(format!(
                 "expected Hello as the first frame, got frame type {}",
@@ -600,6 +634,57 @@ impl Session {
         self.ctrl_ack_due = true;
         self.all_down_since = None;
         Ok(())
+    }
+
+    /// A subflow's Hello from the peer carried `epoch`; call it before attaching the subflow.
+    /// The first epoch is remembered. A different one means the peer lost the session's state
+    /// (a proxy restarted, or dropped the session after every path was down longer than the hold
+    /// time) and knows nothing of what was said before: every open flow is reset
+    /// ([`Event::FlowReset`], reason [`ResetReason::SessionLost`]) rather than left waiting for
+    /// answers that cannot come, and flow ids, control frame sequence numbers and queued output
+    /// start again as in a new session. Returns whether that happened.
+    pub fn on_peer_hello(&mut self, now: Instant, epoch: u64) -> bool {
+        self.observe(now);
+        match self.peer_epoch.replace(epoch) {
+            None => false,
+            Some(e) if e == epoch => false,
+            Some(_) => {
+                self.restart_with_peer(now);
+                true
+            }
+        }
+    }
+
+    fn restart_with_peer(&mut self, now: Instant) {
+        let mut flows: Vec<u64> = self.flows.keys().copied().collect();
+        flows.sort_unstable();
+        for flow in flows {
+            self.events.push_back(Event::FlowReset {
+                flow,
+                reason: ResetReason::SessionLost,
+            });
+            self.forget_flow(now, flow);
+        }
+        // The relay keeps counting flow ids (a passenger connection's tasks may still hold an
+        // old id for a moment); a relay that restarted counts from 1 again, so the proxy forgets
+        // which ids it closed.
+        if self.cfg.role == Role::Proxy {
+            self.closed_floor = 0;
+            self.closed_above.clear();
+        }
+        self.unannounced = 0;
+        self.ctrl_out.clear();
+        self.next_cseq = 0;
+        self.ctrl_in_next = 0;
+        self.ctrl_in_seen.clear();
+        self.ctrl_ack_due = false;
+        self.ack_dirty.clear();
+        self.ack_deadline = None;
+        for slot in &mut self.paths {
+            slot.prio.clear();
+            slot.bulk.clear();
+            slot.ping_out = None;
+        }
     }
 
     /// `path`'s subflow is gone (closed, failed, or abandoned by the shell): what it carried is
@@ -1028,9 +1113,15 @@ impl Session {
                 Ok(())
             }
             Frame::Reset { cseq, flow, reason } => {
-                if self.ctrl_first_time(cseq)? && self.flows.contains_key(&flow) {
-                    self.events.push_back(Event::FlowReset { flow, reason });
-                    self.forget_flow(now, flow);
+                if self.ctrl_first_time(cseq)? {
+                    if self.flows.contains_key(&flow) {
+                        self.events.push_back(Event::FlowReset { flow, reason });
+                        self.forget_flow(now, flow);
+                    } else if flow != 0 {
+                        // Reset before its OpenFlow arrived (or for a flow long gone): a late
+                        // OpenFlow must not connect it.
+                        self.mark_closed(flow);
+                    }
                 }
                 Ok(())
             }
@@ -1119,7 +1210,10 @@ impl Session {
     fn is_closed(&self, flow: u64) -> bool {
         match self.cfg.role {
             Role::Relay => flow >= self.next_flow || !self.flows.contains_key(&flow),
-            Role::Proxy => flow <= self.closed_floor || self.closed_above.contains(&flow),
+            Role::Proxy => {
+                !self.flows.contains_key(&flow)
+                    && (flow <= self.closed_floor || self.closed_above.contains(&flow))
+            }
         }
     }
 
@@ -1127,13 +1221,25 @@ impl Session {
         if self.cfg.role != Role::Proxy {
             return;
         }
-        if flow == self.closed_floor + 1 {
-            self.closed_floor += 1;
-            while self.closed_above.remove(&(self.closed_floor + 1)) {
-                self.closed_floor += 1;
+        if flow <= self.closed_floor {
+            return;
+        }
+        self.closed_above.insert(flow);
+        if self.closed_above.len() > MAX_CLOSED_ABOVE {
+            // Ids below the oldest closed one that were never seen (flows of the relay's
+            // exchange with an earlier proxy session): none can still be on its way.
+            let first = *self.closed_above.first().expect("not empty");
+            self.closed_floor = first - 1;
+        }
+        // Advance over closed ids and over open ones (they are known while open; a long-lived
+        // flow must not make every later closed id be remembered one by one).
+        loop {
+            let next = self.closed_floor + 1;
+            if self.closed_above.remove(&next) || self.flows.contains_key(&next) {
+                self.closed_floor = next;
+            } else {
+                break;
             }
-        } else if flow > self.closed_floor {
-            self.closed_above.insert(flow);
         }
     }
 
@@ -1582,14 +1688,18 @@ impl Session {
         }
     }
 
+    /// Whether an outage of every path can end the session: with flows open, on both ends (they
+    /// are reset); without, on the proxy only, which then frees the session (its relay restarted
+    /// under a new id, or comes back later to a fresh session under the same one).
+    fn hold_matters(&self) -> bool {
+        !self.flows.is_empty() || self.cfg.role == Role::Proxy
+    }
+
     fn check_hold(&mut self, now: Instant) {
-        if self.lost {
-            return;
-        }
         let Some(since) = self.all_down_since else {
             return;
         };
-        if now > since + self.cfg.hold_time && !self.flows.is_empty() {
+        if now > since + self.cfg.hold_time && self.hold_matters() {
             let flows: Vec<u64> = self.flows.keys().copied().collect();
             for flow in flows {
                 self.events.push_back(Event::FlowReset {
@@ -1659,7 +1769,7 @@ impl Session {
             }
         }
         if let Some(since) = self.all_down_since {
-            if !self.flows.is_empty() {
+            if self.hold_matters() {
                 consider(since + self.cfg.hold_time + Duration::from_micros(1));
             }
         }
@@ -1710,6 +1820,83 @@ fn insert_ooo(ooo: &mut BTreeMap<u64, Vec<u8>>, s: u64, d: &[u8]) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn proxy() -> Session {
+        let mut s = Session::new(SessionConfig::new(Role::Proxy, 7, "minrtt")).unwrap();
+        s.attach_path(Instant::ZERO, 0).unwrap();
+        s
+    }
+
+    fn open(s: &mut Session, cseq: u64, flow: u64) {
+        let f = Frame::OpenFlow {
+            cseq,
+            flow,
+            user: IpAddr::from([10, 0, 0, 1]),
+            dst: Destination::Addr(std::net::SocketAddr::from(([192, 0, 2, 1], 80))),
+        };
+        s.on_frame(Instant::ZERO, 0, f).unwrap();
+    }
+
+    /// A passenger's connection open for hours must not make the proxy remember every flow id
+    /// closed after it one by one.
+    #[test]
+    fn closed_ids_stay_few_behind_a_long_lived_flow() {
+        let mut s = proxy();
+        open(&mut s, 0, 1);
+        for flow in 2..5_000 {
+            open(&mut s, flow - 1, flow);
+            s.forget_flow(Instant::ZERO, flow);
+        }
+        assert!(s.closed_above.is_empty(), "{}", s.closed_above.len());
+        assert!(!s.is_closed(1), "flow 1 is open");
+        assert!(s.is_closed(2) && s.is_closed(4_999));
+        assert!(!s.is_closed(5_000), "not seen yet");
+        s.forget_flow(Instant::ZERO, 1);
+        assert!(s.is_closed(1));
+    }
+
+    /// A fresh proxy session meets a relay whose flow ids start high (it talked to an earlier
+    /// proxy session): the ids below are never seen, and what the proxy remembers stays bounded.
+    #[test]
+    fn closed_ids_stay_bounded_above_a_gap_that_never_fills() {
+        let mut s = proxy();
+        let base = 1_000_000;
+        for i in 0..(MAX_CLOSED_ABOVE as u64 + 5_000) {
+            open(&mut s, i, base + i);
+            s.forget_flow(Instant::ZERO, base + i);
+        }
+        assert!(s.closed_above.len() <= MAX_CLOSED_ABOVE);
+        assert!(s.is_closed(base) && s.is_closed(base + 20_000));
+        assert!(s.is_closed(17), "ids below the skipped gap count as closed");
+        assert!(!s.is_closed(base + 30_000), "not seen yet");
+    }
+
+    /// The relay reset a flow before its OpenFlow reached the proxy (the frames took different
+    /// paths): the late OpenFlow must not connect to the destination.
+    #[test]
+    fn a_reset_ahead_of_its_open_keeps_the_flow_from_connecting() {
+        let mut s = proxy();
+        let reset = Frame::Reset {
+            cseq: 1,
+            flow: 5,
+            reason: ResetReason::PeerReset,
+        };
+        s.on_frame(Instant::ZERO, 0, reset).unwrap();
+        open(&mut s, 0, 5);
+        while let Some(e) = s.poll_event() {
+            assert!(
+                !matches!(e, Event::FlowRequested { .. }),
+                "late open went through: {e:?}"
+            );
+        }
+        assert_eq!(s.open_flows(), 0);
+        // The next flow is unaffected.
+        open(&mut s, 2, 6);
+        assert!(matches!(
+            s.poll_event(),
+            Some(Event::FlowRequested { flow: 6, .. })
+        ));
+    }
 
     #[test]
     fn ooo_fills_only_gaps() {

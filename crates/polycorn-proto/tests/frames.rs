@@ -24,16 +24,24 @@ fn owned_frame() -> impl Strategy<Value = (u8, Vec<u8>, Frame<'static>)> {
     // (selector, data for Data frames, frame without data)
     let fin = any::<bool>();
     prop_oneof![
-        (any::<u16>(), any::<bool>(), any::<u64>(), any::<u8>()).prop_map(|(v, r, s, p)| (
-            0,
-            vec![],
-            Frame::Hello {
-                version: v,
-                role: if r { Role::Relay } else { Role::Proxy },
-                session: s,
-                path: p
-            }
-        )),
+        (
+            any::<u16>(),
+            any::<bool>(),
+            any::<u64>(),
+            any::<u8>(),
+            any::<u64>()
+        )
+            .prop_map(|(v, r, s, p, e)| (
+                0,
+                vec![],
+                Frame::Hello {
+                    version: v,
+                    role: if r { Role::Relay } else { Role::Proxy },
+                    session: s,
+                    path: p,
+                    epoch: e,
+                }
+            )),
         (any::<u64>(), any::<u64>(), ip(), dst()).prop_map(|(c, f, u, d)| (
             0,
             vec![],
@@ -293,4 +301,32 @@ fn typed_errors() {
             ..
         })
     ));
+}
+
+/// A peer of the previous protocol version sends a Hello without the epoch: it decodes, and
+/// the session refuses it by version (a clear error, not a truncated frame).
+#[test]
+fn a_version_1_hello_is_refused_by_version() {
+    // type 1, length 12: version 1, role relay, session 7, path 0.
+    let mut v1 = vec![1u8, 0, 0, 0, 12, 0, 1, 1];
+    v1.extend_from_slice(&7u64.to_be_bytes());
+    v1.push(0);
+    let (frame, n) = decode(&v1).unwrap().unwrap();
+    assert_eq!(n, v1.len());
+    assert!(matches!(
+        frame,
+        Frame::Hello {
+            version: 1,
+            epoch: 0,
+            ..
+        }
+    ));
+    let err = polycorn_proto::Session::check_hello(Role::Proxy, &frame).unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        format!(
+            "peer speaks protocol version 1, this build speaks {}",
+            polycorn_proto::VERSION
+        )
+    );
 }

@@ -38,6 +38,22 @@ fn t(ms: u64) -> Instant {
     Instant::from_millis(ms)
 }
 
+/// A proxy session of incarnation `epoch` (the shell picks it at random).
+fn proxy_session(spec: &str, epoch: u64) -> Session {
+    let mut cfg = SessionConfig::new(Role::Proxy, 7, spec);
+    cfg.epoch = epoch;
+    Session::new(cfg).unwrap()
+}
+
+/// A new subflow's Hellos, both ways, as the shells exchange and check them.
+fn hello_exchange(relay: &mut Session, proxy: &mut Session, now: Instant, path: u8) {
+    let to_proxy = Session::check_hello(Role::Proxy, &relay.hello(path)).unwrap();
+    let to_relay = Session::check_hello(Role::Relay, &proxy.hello(path)).unwrap();
+    assert_eq!((to_proxy.path, to_relay.path), (path, path));
+    proxy.on_peer_hello(now, to_proxy.epoch);
+    relay.on_peer_hello(now, to_relay.epoch);
+}
+
 fn info(unacked: u64) -> TcpInfoSample {
     TcpInfoSample {
         srtt: Duration::from_millis(20),
@@ -56,8 +72,9 @@ fn info(unacked: u64) -> TcpInfoSample {
 impl Net {
     fn new(spec: &str, paths: usize, delays: &[u64]) -> Net {
         let mut relay = Session::new(SessionConfig::new(Role::Relay, 7, spec)).unwrap();
-        let mut proxy = Session::new(SessionConfig::new(Role::Proxy, 7, spec)).unwrap();
+        let mut proxy = proxy_session(spec, 1);
         for p in 0..paths as u8 {
+            hello_exchange(&mut relay, &mut proxy, t(0), p);
             relay.attach_path(t(0), p).unwrap();
             proxy.attach_path(t(0), p).unwrap();
         }
@@ -96,6 +113,7 @@ impl Net {
     fn revive(&mut self, p: usize) {
         self.up[p] = true;
         let now = t(self.now_ms);
+        hello_exchange(&mut self.relay, &mut self.proxy, now, p as u8);
         self.relay.attach_path(now, p as u8).unwrap();
         self.proxy.attach_path(now, p as u8).unwrap();
     }
@@ -402,6 +420,161 @@ fn hold_time_exceeded_resets_flows() {
         .any(|e| matches!(e, Event::FlowReset { flow: f, .. } if *f == flow)));
     assert!(net.relay_events.contains(&Event::SessionLost));
     assert_eq!(net.relay.open_flows(), 0);
+}
+
+/// On the proxy a session whose paths have all been down longer than the hold time is over even
+/// when no flow was open (the relay restarted, or left with every passenger's connection
+/// closed): the proxy must learn it to free the session. The relay keeps quiet without flows.
+#[test]
+fn an_idle_session_is_lost_on_the_proxy_only() {
+    let mut net = Net::new("minrtt", 1, &[10]);
+    for _ in 0..50 {
+        net.step();
+    }
+    net.kill(0);
+    for _ in 0..29_000 {
+        net.step();
+    }
+    assert!(
+        !net.proxy_events.contains(&Event::SessionLost),
+        "lost before the hold time"
+    );
+    for _ in 0..2_000 {
+        net.step();
+    }
+    assert_eq!(
+        net.proxy_events
+            .iter()
+            .filter(|e| **e == Event::SessionLost)
+            .count(),
+        1,
+        "the proxy reports the idle session lost once"
+    );
+    assert!(
+        !net.relay_events.contains(&Event::SessionLost),
+        "a relay without flows has nothing to report"
+    );
+}
+
+/// One passenger exchange on an established `net`: the relay opens a flow and sends "ping", the
+/// proxy answers "pong"; both FIN. Panics on a reset; returns whether the relay saw the flow
+/// close cleanly within `steps` ms.
+fn ping_pong(net: &mut Net, steps: u64) -> bool {
+    let user = IpAddr::V4(Ipv4Addr::new(10, 0, 1, 2));
+    let dst = Destination::Addr(SocketAddr::from(([198, 51, 100, 7], 80)));
+    let now = t(net.now_ms);
+    net.relay_events.clear();
+    net.proxy_events.clear();
+    let flow = net.relay.open_flow(now, user, dst.clone()).unwrap();
+    net.relay.send(now, flow, b"ping").unwrap();
+    net.relay.send_fin(now, flow).unwrap();
+    let (mut up, mut down) = (Vec::new(), Vec::new());
+    let mut pf = None;
+    let mut buf = [0u8; 64];
+    for _ in 0..steps {
+        net.step();
+        let now = t(net.now_ms);
+        for e in std::mem::take(&mut net.proxy_events) {
+            match e {
+                Event::FlowRequested {
+                    flow: f, dst: d, ..
+                } => {
+                    assert_eq!(d, dst);
+                    net.proxy.accept_flow(now, f).unwrap();
+                    net.proxy.send(now, f, b"pong").unwrap();
+                    net.proxy.send_fin(now, f).unwrap();
+                    pf = Some(f);
+                }
+                Event::FlowReset { .. } | Event::SessionLost => panic!("proxy: {e:?}"),
+                _ => {}
+            }
+        }
+        if let Some(f) = pf {
+            while let ReadOutcome::Data(n) = net.proxy.read(now, f, &mut buf) {
+                up.extend_from_slice(&buf[..n]);
+            }
+        }
+        while let ReadOutcome::Data(n) = net.relay.read(now, flow, &mut buf) {
+            down.extend_from_slice(&buf[..n]);
+        }
+        for e in &net.relay_events {
+            if let Event::FlowReset { .. } | Event::SessionLost = e {
+                panic!("relay: {e:?}");
+            }
+        }
+        if net.relay_events.contains(&Event::FlowClosed(flow)) {
+            assert_eq!(up, b"ping");
+            assert_eq!(down, b"pong");
+            return true;
+        }
+    }
+    false
+}
+
+/// After the proxy dropped a lost session, the relay's next subflows meet a fresh proxy session
+/// under the same id: new flows must work across it.
+#[test]
+fn a_relay_carries_on_with_a_fresh_proxy_session_after_the_old_one_was_lost() {
+    let mut net = Net::new("hrsch", 2, &[10, 30]);
+    for _ in 0..3 {
+        assert!(ping_pong(&mut net, 2_000), "before the outage");
+    }
+    let user = IpAddr::V4(Ipv4Addr::new(10, 0, 1, 2));
+    let dst = Destination::Addr(SocketAddr::from(([198, 51, 100, 7], 80)));
+    let old = net.relay.open_flow(t(net.now_ms), user, dst).unwrap();
+    net.relay.send(t(net.now_ms), old, b"before").unwrap();
+    for _ in 0..100 {
+        net.step();
+    }
+    net.kill_all();
+    for _ in 0..31_000 {
+        net.step();
+    }
+    assert!(net.relay_events.contains(&Event::SessionLost));
+    assert!(net.proxy_events.contains(&Event::SessionLost));
+    // The proxy forgets the session; the relay's subflows come back to a new one.
+    net.proxy = proxy_session("hrsch", 2);
+    net.revive_all();
+    for i in 0..3 {
+        assert!(ping_pong(&mut net, 5_000), "flow {i} after the new session");
+    }
+}
+
+/// The proxy restarts (an upgrade) and the relay's subflows reconnect within the hold time:
+/// the new proxy knows nothing of the session. Flows the old proxy carried cannot continue and
+/// are reset on the relay at once (not left hanging); new flows work.
+#[test]
+fn a_proxy_restart_resets_the_old_flows_and_new_ones_work() {
+    let mut net = Net::new("hrsch", 2, &[10, 30]);
+    for _ in 0..3 {
+        assert!(ping_pong(&mut net, 2_000), "before the restart");
+    }
+    let user = IpAddr::V4(Ipv4Addr::new(10, 0, 1, 2));
+    let dst = Destination::Addr(SocketAddr::from(([198, 51, 100, 7], 80)));
+    let old = net.relay.open_flow(t(net.now_ms), user, dst).unwrap();
+    net.relay.send(t(net.now_ms), old, b"in flight").unwrap();
+    for _ in 0..100 {
+        net.step();
+    }
+    net.kill_all();
+    for _ in 0..1_000 {
+        net.step();
+    }
+    net.proxy = proxy_session("hrsch", 2);
+    net.revive_all();
+    for _ in 0..100 {
+        net.step();
+    }
+    assert!(
+        net.relay_events
+            .iter()
+            .any(|e| matches!(e, Event::FlowReset { flow, .. } if *flow == old)),
+        "the flow the old proxy carried is reset on the relay"
+    );
+    assert_eq!(net.relay.open_flows(), 0);
+    for i in 0..3 {
+        assert!(ping_pong(&mut net, 5_000), "flow {i} after the restart");
+    }
 }
 
 #[test]

@@ -9,6 +9,7 @@ use polycorn_net::config::{
     ContextSource, LogConfig, LogFormat, MetricsConfig, ProxyConfig, RelayConfig, RelayMode,
     UdpPolicy,
 };
+use polycorn_net::engine::WeakEngine;
 use polycorn_net::intercept::{NftTproxy, TproxyOptions};
 use polycorn_net::metrics::Metrics;
 use polycorn_net::proxy::{self, ProxyOptions};
@@ -142,15 +143,19 @@ const PATH_TRACE_PERIOD: Duration = Duration::from_millis(100);
 
 /// With `RUST_LOG=polycorn::paths=debug`, log every path's state as the scheduler sees it
 /// every 100 ms (one line per session): how a carrier's RTT, window and queue evolve through a
-/// handover or a fade, at a finer grain than the metrics' one-second samples.
-fn trace_paths(engine: polycorn_net::engine::Engine, names: Vec<String>) {
+/// handover or a fade, at a finer grain than the metrics' one-second samples. Stops when the
+/// session is over (it holds no reference that would keep the session alive).
+fn trace_paths(engine: WeakEngine, names: Vec<String>) -> Option<tokio::task::JoinHandle<()>> {
     if !tracing::enabled!(target: "polycorn::paths", tracing::Level::DEBUG) {
-        return;
+        return None;
     }
-    tokio::spawn(async move {
+    Some(tokio::spawn(async move {
         let mut tick = tokio::time::interval(PATH_TRACE_PERIOD);
         loop {
             tick.tick().await;
+            let Some(engine) = engine.upgrade() else {
+                return;
+            };
             let line = engine.inspect(|s| {
                 let mut out = String::new();
                 for (i, name) in names.iter().enumerate() {
@@ -175,13 +180,19 @@ fn trace_paths(engine: polycorn_net::engine::Engine, names: Vec<String>) {
                 }
                 out
             });
+            drop(engine);
             tracing::debug!(target: "polycorn::paths", "paths{line}");
         }
-    });
+    }))
 }
 
-/// Copy the session's counters into the metrics every second.
-fn sample_metrics(engine: polycorn_net::engine::Engine, names: Vec<String>, metrics: Arc<Metrics>) {
+/// Copy the session's counters into the metrics every second, until the session is over (the
+/// sampler holds no reference that would keep the session alive).
+fn sample_metrics(
+    engine: WeakEngine,
+    names: Vec<String>,
+    metrics: Arc<Metrics>,
+) -> tokio::task::JoinHandle<()> {
     trace_paths(engine.clone(), names.clone());
     tokio::spawn(async move {
         let mut last = vec![polycorn_proto::PathCounters::default(); names.len()];
@@ -189,57 +200,71 @@ fn sample_metrics(engine: polycorn_net::engine::Engine, names: Vec<String>, metr
         let mut waits = Vec::new();
         loop {
             tick.tick().await;
-            engine.with(|s, _| s.take_reorder_waits(&mut waits));
-            for w in waits.drain(..) {
-                metrics.reorder_wait.observe(w.as_micros() as f64 / 1e6);
-            }
-            let snapshot = engine.inspect(|s| {
-                let paths: Vec<_> = (0..names.len())
-                    .map(|i| {
-                        let c = s.path_counters(i as u8).unwrap_or_default();
-                        let st = polycorn_sched::PathId::new(i)
-                            .and_then(|id| s.scheduler().path(id))
-                            .map(|p| (p.srtt, p.cwnd_bytes));
-                        (c, st, s.path_usable(i as u8))
-                    })
-                    .collect();
-                (paths, s.open_flows(), s.stage_moves().to_vec())
-            });
-            let (paths, open, stages) = snapshot;
-            for (i, (c, st, up)) in paths.into_iter().enumerate() {
-                let m = metrics.path(&names[i]);
-                let l = last[i];
-                m.sent_bytes.inc_by(c.tx_bytes.saturating_sub(l.tx_bytes));
-                m.received_bytes
-                    .inc_by(c.rx_bytes.saturating_sub(l.rx_bytes));
-                m.reinjected_bytes
-                    .inc_by(c.reinjected_bytes.saturating_sub(l.reinjected_bytes));
-                m.redundant_bytes
-                    .inc_by(c.redundant_bytes.saturating_sub(l.redundant_bytes));
-                if let Some((srtt, cwnd)) = st {
-                    m.set_rtt(Duration::from_micros(srtt.as_micros()));
-                    m.set_cwnd_bytes(cwnd);
-                }
-                m.up.set(i64::from(up));
-                if c.attaches > l.attaches {
-                    // A new subflow connection: its kernel counters start from zero.
-                    if l.attaches == 0 {
-                        m.connected();
-                    } else {
-                        m.reconnected();
-                    }
-                }
-                m.set_kernel_retransmissions(engine.path_retransmissions(i as u8));
-                last[i] = c;
-            }
-            metrics.flows_open.set(open as i64);
-            for (stage, n) in stages {
-                let c = metrics.stage(stage);
-                let have = c.get();
-                c.inc_by(n.saturating_sub(have));
+            let Some(engine) = engine.upgrade() else {
+                return;
+            };
+            sample_once(&engine, &names, &metrics, &mut last, &mut waits);
+        }
+    })
+}
+
+/// One sample of [`sample_metrics`]: `last` holds each path's counters at the previous one.
+fn sample_once(
+    engine: &polycorn_net::engine::Engine,
+    names: &[String],
+    metrics: &Metrics,
+    last: &mut [polycorn_proto::PathCounters],
+    waits: &mut Vec<polycorn_sched::Duration>,
+) {
+    engine.with(|s, _| s.take_reorder_waits(waits));
+    for w in waits.drain(..) {
+        metrics.reorder_wait.observe(w.as_micros() as f64 / 1e6);
+    }
+    let snapshot = engine.inspect(|s| {
+        let paths: Vec<_> = (0..names.len())
+            .map(|i| {
+                let c = s.path_counters(i as u8).unwrap_or_default();
+                let st = polycorn_sched::PathId::new(i)
+                    .and_then(|id| s.scheduler().path(id))
+                    .map(|p| (p.srtt, p.cwnd_bytes));
+                (c, st, s.path_usable(i as u8))
+            })
+            .collect();
+        (paths, s.open_flows(), s.stage_moves().to_vec())
+    });
+    let (paths, open, stages) = snapshot;
+    for (i, (c, st, up)) in paths.into_iter().enumerate() {
+        let m = metrics.path(&names[i]);
+        let l = last[i];
+        m.sent_bytes.inc_by(c.tx_bytes.saturating_sub(l.tx_bytes));
+        m.received_bytes
+            .inc_by(c.rx_bytes.saturating_sub(l.rx_bytes));
+        m.reinjected_bytes
+            .inc_by(c.reinjected_bytes.saturating_sub(l.reinjected_bytes));
+        m.redundant_bytes
+            .inc_by(c.redundant_bytes.saturating_sub(l.redundant_bytes));
+        if let Some((srtt, cwnd)) = st {
+            m.set_rtt(Duration::from_micros(srtt.as_micros()));
+            m.set_cwnd_bytes(cwnd);
+        }
+        m.up.set(i64::from(up));
+        if c.attaches > l.attaches {
+            // A new subflow connection: its kernel counters start from zero.
+            if l.attaches == 0 {
+                m.connected();
+            } else {
+                m.reconnected();
             }
         }
-    });
+        m.set_kernel_retransmissions(engine.path_retransmissions(i as u8));
+        last[i] = c;
+    }
+    metrics.flows_open.set(open as i64);
+    for (stage, n) in stages {
+        let c = metrics.stage(stage);
+        let have = c.get();
+        c.inc_by(n.saturating_sub(have));
+    }
 }
 
 /// `polycorn relay --config FILE`.
@@ -384,7 +409,7 @@ pub fn relay(path: &Path) -> Result<()> {
         if let Carrier::Session(engine) = &carrier {
             engine.set_metrics(metrics.clone());
             sample_metrics(
-                engine.clone(),
+                engine.downgrade(),
                 paths.iter().map(|p| p.name.clone()).collect(),
                 metrics,
             );
@@ -454,6 +479,8 @@ pub fn proxy(path: &Path) -> Result<()> {
                         .iter()
                         .map(|(k, v)| (*k, v.clone()))
                         .collect();
+                    // Forget sessions that are over (their samplers stop by themselves).
+                    started.retain(|id| live.iter().any(|(l, _)| l == id));
                     for (id, e) in live {
                         if started.insert(id) {
                             let names = (0..polycorn_sched::MAX_PATHS)
@@ -467,7 +494,7 @@ pub fn proxy(path: &Path) -> Result<()> {
                                     .count()
                                     .max(1)
                             });
-                            sample_metrics(e, names[..n.max(2)].to_vec(), m.clone());
+                            sample_metrics(e.downgrade(), names[..n.max(2)].to_vec(), m.clone());
                         }
                     }
                 }
@@ -550,4 +577,36 @@ pub fn config_example(role: &str) -> Result<()> {
         other => bail!("unknown role `{other}`: expected `relay` or `proxy`"),
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use polycorn_net::engine::Engine;
+    use polycorn_proto::{Role, Session, SessionConfig};
+
+    /// A proxy runs for weeks and sees many relay sessions come and go: a session's metrics
+    /// sampler must stop with it, not keep the session (and its timer) alive.
+    #[tokio::test(start_paused = true)]
+    async fn the_metrics_sampler_stops_when_its_session_is_over() {
+        let session = Session::new(SessionConfig::new(Role::Proxy, 1, "minrtt")).unwrap();
+        let (engine, _events) =
+            Engine::new(session, Box::new(polycorn_sched::predict::NoPrediction));
+        let metrics = Arc::new(Metrics::new());
+        let names = vec!["0".to_string(), "1".to_string()];
+        let weak = engine.downgrade();
+        let sampler = sample_metrics(engine.downgrade(), names, metrics.clone());
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        assert!(!sampler.is_finished(), "sampling while the session lives");
+        assert!(
+            metrics.encode().contains("polycorn_path_up"),
+            "the sampler wrote path metrics"
+        );
+        drop(engine);
+        tokio::time::timeout(Duration::from_secs(5), sampler)
+            .await
+            .expect("the sampler ended after its session")
+            .unwrap();
+        assert!(weak.upgrade().is_none(), "nothing else holds the session");
+    }
 }

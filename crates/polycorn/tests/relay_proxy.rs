@@ -803,6 +803,7 @@ fn hostile_peers_are_refused_and_passengers_unaffected() {
                     role: polycorn_proto::Role::Relay,
                     session: 0xBAD,
                     path: 0,
+                    epoch: 1,
                 }
                 .to_vec();
                 s.write_all(&hello).await.unwrap();
@@ -988,6 +989,90 @@ fn idle_path_blackout_refreshes_its_subflow() {
         "no refresh after an idle blackout",
     );
     fetch_ok(&bed, &stack, KB, 8 * MB, "transfer after the refresh");
+}
+
+/// An operator restarts the proxy (an upgrade) while the relay keeps running and a download is
+/// in flight. The new proxy knows nothing of the relay's session: the download is reset on the
+/// relay at once (not left hanging), and every later connection works.
+#[test]
+fn a_proxy_restart_resets_the_connections_it_carried_and_new_ones_work() {
+    let _s = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    if !is_root() {
+        return;
+    }
+    let bed = Bed::constant("r", 40, 20);
+    start_server(&bed);
+    let stack = start_stack(&bed, "polycorn", "minrtt", 2);
+    // A few connections first, so both ends' control frames have been numbered well past 0.
+    for i in 0..3 {
+        fetch_ok(
+            &bed,
+            &stack,
+            KB,
+            64 * KB,
+            &format!("connection {i} before the restart"),
+        );
+    }
+    // A download of about 80 s at 2 × 40 Mbit/s, in flight during the restart.
+    let ns = bed.ns("client");
+    let long = std::thread::spawn(move || {
+        in_ns(&ns, move || {
+            Box::pin(async move {
+                let t0 = Instant::now();
+                let r = tokio::time::timeout(
+                    Duration::from_secs(60),
+                    one(Via::Transparent4, KB, 800 * MB, None),
+                )
+                .await;
+                (
+                    r.map(|r| r.map(|_| ()).map_err(|e| e.to_string())),
+                    t0.elapsed(),
+                )
+            })
+        })
+    });
+    std::thread::sleep(Duration::from_secs(3));
+    let Stack { dir, proxy, relay } = stack;
+    let config = dir.path().join("proxy.toml");
+    drop(proxy);
+    let restarted = Instant::now();
+    let mut proxy = Daemon::start(
+        &bed.ns("proxy"),
+        "proxy",
+        &config,
+        dir.path().join("proxy2.log"),
+    );
+    proxy.wait_for("proxy running", 1);
+    let stack = Stack { dir, proxy, relay };
+    wait_for_relay_log(
+        &stack,
+        "the peer lost this session's state",
+        None,
+        "the relay did not notice the new proxy",
+    );
+    let (r, took) = long.join().unwrap();
+    match r {
+        Ok(Err(_)) => {}
+        other => panic!(
+            "the download the old proxy carried should end in a reset, got {other:?} after \
+             {took:?}\n{}",
+            tail(&stack.relay.log())
+        ),
+    }
+    assert!(
+        restarted.elapsed() < Duration::from_secs(30),
+        "the reset took {:?} after the restart",
+        restarted.elapsed()
+    );
+    for i in 0..5 {
+        fetch_ok(
+            &bed,
+            &stack,
+            KB,
+            256 * KB,
+            &format!("connection {i} after the restart"),
+        );
+    }
 }
 
 /// The local port of the relay's subflow to `proxy` (an established TCP connection).
