@@ -269,10 +269,20 @@ const PROBE_CONNECT_TIMEOUT: Duration = Duration::from_millis(1500);
 /// abandoned after that point leaves the path with no subflow at all until a new connection is
 /// made (seconds on a path that was just recovering).
 const PROBE_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(5);
+/// While a path's TCP handshake has not got through, a new attempt starts this often: after a
+/// blackout the path is used again within this (plus a round trip), not when a SYN lost in it
+/// is next retransmitted (1 s, 2 s, 4 s after the first).
+const CONNECT_STAGGER: Duration = Duration::from_millis(250);
 /// A probe's whole allowance.
 const PROBE_TIMEOUTS: subflow::ConnectTimeouts = subflow::ConnectTimeouts {
     tcp: PROBE_CONNECT_TIMEOUT,
     handshake: PROBE_HANDSHAKE_TIMEOUT,
+    tcp_stagger: Some(CONNECT_STAGGER),
+};
+/// A path without a subflow (at start, or after its subflow ended) connects with these.
+const CONNECT_TIMEOUTS: subflow::ConnectTimeouts = subflow::ConnectTimeouts {
+    tcp_stagger: Some(CONNECT_STAGGER),
+    ..subflow::ConnectTimeouts::DEFAULT
 };
 /// How often the relay looks at an idle subflow's congestion state.
 const REFRESH_CHECK: Duration = Duration::from_secs(1);
@@ -334,7 +344,7 @@ async fn maintain_path(
     loop {
         let est = match next.take() {
             Some(e) => e,
-            None => match connect(subflow::ConnectTimeouts::DEFAULT).await {
+            None => match connect(CONNECT_TIMEOUTS).await {
                 Ok(e) => e,
                 Err(e) => {
                     debug!(path = %p.name, error = %e, "subflow connect failed");
@@ -372,8 +382,15 @@ async fn maintain_path(
                 let stalled = engine.inspect(|s| s.path_attached(path) && !s.path_usable(path));
                 silent = if stalled { silent + 1 } else { 0 };
                 if silent >= 2 {
-                    if let Some(e) = probe().await {
-                        return (e, Replace::Silent);
+                    // A path silent this long went through a blackout: both ends' TCP on the
+                    // old subflow sit in retransmission back-off with a collapsed window, and
+                    // the proxy's end cannot be seen from here. Probe, with no pause between
+                    // probes, until a fresh subflow is up, also when the old one speaks again
+                    // meanwhile (keeping it gave 2-3x slower answers for a second or two).
+                    loop {
+                        if let Some(e) = probe().await {
+                            return (e, Replace::Silent);
+                        }
                     }
                 }
             }

@@ -30,13 +30,23 @@ pub struct ConnectTimeouts {
     pub tcp: Duration,
     /// TLS and the Hello exchange once TCP is up.
     pub handshake: Duration,
+    /// While no TCP attempt has connected, start another one this often (`None`: a single
+    /// attempt). A SYN lost in a blackout is retransmitted by the kernel only after 1 s, then
+    /// 2 s, 4 s: without fresh attempts a path that is back waits out that timer. Each attempt
+    /// lives at most [`STAGGERED_ATTEMPT`]; the first to connect wins and the others are closed
+    /// before they send anything (only the winner goes on to TLS and the Hello).
+    pub tcp_stagger: Option<Duration>,
 }
 
+/// How long each of several staggered TCP attempts may wait for its handshake.
+pub const STAGGERED_ATTEMPT: Duration = Duration::from_millis(1500);
+
 impl ConnectTimeouts {
-    /// [`HANDSHAKE_TIMEOUT`] for each phase.
+    /// [`HANDSHAKE_TIMEOUT`] for each phase, one TCP attempt.
     pub const DEFAULT: ConnectTimeouts = ConnectTimeouts {
         tcp: HANDSHAKE_TIMEOUT,
         handshake: HANDSHAKE_TIMEOUT,
+        tcp_stagger: None,
     };
 }
 
@@ -142,6 +152,53 @@ pub async fn connect_pinned(
     }
 }
 
+/// Connect like [`connect_pinned`], but while no attempt has connected start a new one every
+/// `stagger` (each lives at most [`STAGGERED_ATTEMPT`], all within `timeout`); the first
+/// connection wins and the other attempts are dropped. The error is the last attempt's, or a
+/// timeout.
+pub async fn connect_staggered(
+    proxy: SocketAddr,
+    source: Option<IpAddr>,
+    device: Option<&str>,
+    timeout: Duration,
+    stagger: Duration,
+) -> Result<TcpStream, HandshakeError> {
+    let start = tokio::time::Instant::now();
+    let deadline = start + timeout;
+    let mut attempts = tokio::task::JoinSet::new();
+    let mut next_at = start;
+    let mut last_err = None;
+    loop {
+        let now = tokio::time::Instant::now();
+        if now >= next_at && now < deadline {
+            let device = device.map(str::to_string);
+            let budget = STAGGERED_ATTEMPT.min(deadline - now);
+            attempts.spawn(async move {
+                connect_pinned(proxy, source, device.as_deref(), budget).await
+            });
+            next_at = now + stagger;
+        }
+        let wake = next_at.min(deadline);
+        tokio::select! {
+            Some(r) = attempts.join_next() => match r {
+                Ok(Ok(s)) => return Ok(s),
+                Ok(Err(e)) => last_err = Some(e),
+                Err(e) => {
+                    last_err = Some(HandshakeError::Io {
+                        what: format!("connect to {proxy}"),
+                        source: io::Error::other(e),
+                    })
+                }
+            },
+            _ = tokio::time::sleep_until(wake) => {
+                if tokio::time::Instant::now() >= deadline {
+                    return Err(last_err.unwrap_or(HandshakeError::Timeout("TCP connect")));
+                }
+            }
+        }
+    }
+}
+
 /// Read frames until the first one (which must be a Hello from the other role) is complete.
 /// Returns what the Hello says and any bytes that followed it.
 pub async fn read_hello<S: AsyncRead + Unpin>(
@@ -209,7 +266,10 @@ pub async fn relay_connect(
     (session, path): (u64, u8),
     timeouts: ConnectTimeouts,
 ) -> Result<Established, HandshakeError> {
-    let tcp = connect_pinned(proxy, source, device, timeouts.tcp).await?;
+    let tcp = match timeouts.tcp_stagger {
+        Some(every) => connect_staggered(proxy, source, device, timeouts.tcp, every).await?,
+        None => connect_pinned(proxy, source, device, timeouts.tcp).await?,
+    };
     tune(&tcp, sockopts).map_err(io_err("set subflow socket options"))?;
     let tcp_info = tcp_info_reader(&tcp).map_err(io_err("duplicate socket"))?;
     let raw_info = raw_info_reader(&tcp).map_err(io_err("duplicate socket"))?;

@@ -1,0 +1,175 @@
+//! Staggered subflow connects in a real network namespace (needs root, nft and ip): while the
+//! proxy's port drops every SYN (a blackout), new TCP attempts keep starting; once SYNs get
+//! through, one connection wins and the other attempts are closed.
+//!
+//! The namespace `pcn-t<pid>-conn` (and the nftables table inside it) is deleted by name when
+//! the test ends, also on failure.
+
+use std::fs::File;
+use std::os::fd::AsFd;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use nix::sched::{setns, CloneFlags};
+use polycorn_net::subflow::connect_staggered;
+
+const PORT: u16 = 7702;
+
+fn sh(program: &str, args: &[&str]) -> String {
+    let out = Command::new(program)
+        .args(args)
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run {program}: {e}"));
+    assert!(
+        out.status.success(),
+        "`{program} {}` failed: {}",
+        args.join(" "),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// Root and the tools; otherwise skip, or fail when CI=true.
+fn can_run() -> bool {
+    let root = std::fs::read_to_string("/proc/self/status")
+        .map(|s| {
+            s.lines()
+                .any(|l| l.starts_with("Uid:") && l.split_whitespace().nth(2) == Some("0"))
+        })
+        .unwrap_or(false);
+    let tools = [("nft", "--version"), ("ip", "-V"), ("ss", "-V")]
+        .iter()
+        .all(|(t, v)| {
+            Command::new(t)
+                .arg(v)
+                .output()
+                .map(|o| o.status.success())
+                .unwrap_or(false)
+        });
+    if root && tools {
+        return true;
+    }
+    let why = format!("needs root ({root}) and nft/ip/ss ({tools})");
+    if std::env::var("CI").as_deref() == Ok("true") {
+        panic!("cannot run under CI: {why}");
+    }
+    eprintln!("SKIPPED: {why}");
+    false
+}
+
+/// A named network namespace with loopback up, deleted by name on drop.
+struct Ns(String);
+
+impl Ns {
+    fn create(name: String) -> Ns {
+        sh("ip", &["netns", "add", &name]);
+        let ns = Ns(name);
+        ns.sh("ip", &["link", "set", "lo", "up"]);
+        ns
+    }
+    fn sh(&self, program: &str, args: &[&str]) -> String {
+        let mut full = vec!["netns", "exec", &self.0, program];
+        full.extend_from_slice(args);
+        sh("ip", &full)
+    }
+    /// Sockets to the proxy port still waiting for their SYN-ACK.
+    fn syn_sent(&self) -> usize {
+        let dst = format!("dport = :{PORT}");
+        self.sh("ss", &["-Htn", "state", "syn-sent", &dst])
+            .lines()
+            .filter(|l| !l.trim().is_empty())
+            .count()
+    }
+}
+
+impl Drop for Ns {
+    fn drop(&mut self) {
+        let _ = Command::new("ip").args(["netns", "del", &self.0]).status();
+    }
+}
+
+/// Run `f` on a thread inside `ns`.
+fn in_ns<T: Send + 'static>(ns: &str, f: impl FnOnce() -> T + Send + 'static) -> T {
+    let path = format!("/run/netns/{ns}");
+    std::thread::spawn(move || {
+        let target = File::open(path).unwrap();
+        setns(target.as_fd(), CloneFlags::CLONE_NEWNET).unwrap();
+        f()
+    })
+    .join()
+    .unwrap()
+}
+
+/// Poll `cond` every 50 ms for up to `secs` seconds.
+fn eventually(secs: u64, mut cond: impl FnMut() -> bool) -> bool {
+    let t0 = Instant::now();
+    while t0.elapsed() < Duration::from_secs(secs) {
+        if cond() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    cond()
+}
+
+#[test]
+fn staggered_attempts_overlap_in_a_blackout_and_one_wins_after_it() {
+    if !can_run() {
+        return;
+    }
+    let ns = Ns::create(format!("pcn-t{}-conn", std::process::id()));
+    let listener = in_ns(&ns.0, || {
+        std::net::TcpListener::bind(("127.0.0.1", PORT)).expect("bind the proxy port")
+    });
+    // The blackout: every SYN to the proxy port is dropped.
+    ns.sh("nft", &["add", "table", "inet", "pcn_conn"]);
+    ns.sh(
+        "nft",
+        &["add chain inet pcn_conn input { type filter hook input priority 0 ; }"],
+    );
+    let rule = format!(
+        "add rule inet pcn_conn input tcp dport {PORT} tcp flags & (syn | ack) == syn drop"
+    );
+    ns.sh("nft", &[&rule]);
+    let name = ns.0.clone();
+    let connect = std::thread::spawn(move || {
+        in_ns(&name, || {
+            tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap()
+                .block_on(connect_staggered(
+                    ([127, 0, 0, 1], PORT).into(),
+                    None,
+                    None,
+                    Duration::from_secs(20),
+                    Duration::from_millis(250),
+                ))
+        })
+    });
+    // A single attempt would keep one socket in SYN-SENT; staggering keeps several.
+    assert!(
+        eventually(10, || ns.syn_sent() >= 3),
+        "fewer than 3 attempts in SYN-SENT at once during the blackout (now {})",
+        ns.syn_sent()
+    );
+    assert!(!connect.is_finished(), "connected through the blackout");
+    ns.sh("nft", &["delete", "table", "inet", "pcn_conn"]);
+    let stream = connect
+        .join()
+        .unwrap()
+        .expect("connected once the blackout ended");
+    assert_eq!(stream.peer_addr().unwrap().port(), PORT);
+    let (accepted, _) = listener.accept().expect("the winner reached the listener");
+    assert_eq!(
+        accepted.peer_addr().unwrap(),
+        stream.local_addr().unwrap(),
+        "the listener's connection is the winner's"
+    );
+    // The other attempts were closed: none keeps retransmitting its SYN.
+    assert!(
+        eventually(5, || ns.syn_sent() == 0),
+        "{} attempts still in SYN-SENT after one connected",
+        ns.syn_sent()
+    );
+}
