@@ -165,6 +165,15 @@ async fn accept_loop(
             let sockopts = o.tuning.subflow_sockopts();
             let acc = match subflow::proxy_accept(&a, tcp, &sockopts).await {
                 Ok(x) => x,
+                Err(subflow::HandshakeError::Io { source, .. })
+                    if source.kind() == std::io::ErrorKind::UnexpectedEof =>
+                {
+                    // Closed before the TLS handshake was over, without sending anything wrong:
+                    // mostly a relay's spare connection attempt that lost the race to another
+                    // one (or a port scan). Not counted as a refused peer.
+                    debug!(%peer, "connection closed during its TLS handshake");
+                    return;
+                }
                 Err(e) => {
                     warn!(%peer, error = %e, "subflow refused");
                     if let Some(m) = &o.metrics {
