@@ -414,7 +414,7 @@ pub fn relay(path: &Path) -> Result<()> {
                 metrics,
             );
         }
-        info!(mode = ?mode, scheduler = %expanded(&cfg.relay.scheduler), "relay running");
+        info!(mode = ?mode, scheduler = %expanded(&cfg.relay.scheduler), protocol = polycorn_proto::VERSION, "relay running");
         tokio::select! {
             _ = shutdown_signal() => info!("shutting down"),
             Some(r) = tasks.join_next() => warn!(?r, "a relay task ended"),
@@ -500,7 +500,7 @@ pub fn proxy(path: &Path) -> Result<()> {
                 }
             });
         }
-        info!(scheduler = %expanded(&cfg.proxy.scheduler), "proxy running");
+        info!(scheduler = %expanded(&cfg.proxy.scheduler), protocol = polycorn_proto::VERSION, "proxy running");
         tokio::select! {
             _ = shutdown_signal() => info!("shutting down"),
             Some(r) = tasks.join_next() => warn!(?r, "a proxy task ended"),
