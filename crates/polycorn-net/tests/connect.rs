@@ -15,46 +15,12 @@ use polycorn_net::subflow::connect_staggered;
 
 const PORT: u16 = 7702;
 
-fn sh(program: &str, args: &[&str]) -> String {
-    let out = Command::new(program)
-        .args(args)
-        .output()
-        .unwrap_or_else(|e| panic!("cannot run {program}: {e}"));
-    assert!(
-        out.status.success(),
-        "`{program} {}` failed: {}",
-        args.join(" "),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
+mod common;
+use common::sh;
 
-/// Root and the tools; otherwise skip, or fail when CI=true.
+/// Root, nft, ip and ss.
 fn can_run() -> bool {
-    let root = std::fs::read_to_string("/proc/self/status")
-        .map(|s| {
-            s.lines()
-                .any(|l| l.starts_with("Uid:") && l.split_whitespace().nth(2) == Some("0"))
-        })
-        .unwrap_or(false);
-    let tools = [("nft", "--version"), ("ip", "-V"), ("ss", "-V")]
-        .iter()
-        .all(|(t, v)| {
-            Command::new(t)
-                .arg(v)
-                .output()
-                .map(|o| o.status.success())
-                .unwrap_or(false)
-        });
-    if root && tools {
-        return true;
-    }
-    let why = format!("needs root ({root}) and nft/ip/ss ({tools})");
-    if std::env::var("CI").as_deref() == Ok("true") {
-        panic!("cannot run under CI: {why}");
-    }
-    eprintln!("SKIPPED: {why}");
-    false
+    common::can_run(&[("nft", "--version"), ("ip", "-V"), ("ss", "-V")])
 }
 
 /// A named network namespace with loopback up, deleted by name on drop.

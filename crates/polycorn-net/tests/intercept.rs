@@ -19,6 +19,14 @@ use polycorn_net::intercept::{transparent_listener, NftTproxy, TproxyOptions};
 use polycorn_net::sockopt;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
+mod common;
+use common::sh;
+
+/// Root, nft and ip.
+fn can_run() -> bool {
+    common::can_run(&[("nft", "--version"), ("ip", "-V")])
+}
+
 const PORT: u16 = 7001;
 const CLIENT_V4: &str = "10.77.0.1";
 const RELAY_V4: &str = "10.77.0.2";
@@ -27,47 +35,6 @@ const RELAY_V6: &str = "fd77::2";
 const DST_V4: &str = "198.51.100.7:80";
 const DST_V6: &str = "[2001:db8::7]:80";
 const PAYLOAD_BYTES: usize = 100_000;
-
-/// Run a command; panic with its stderr if it fails.
-fn sh(program: &str, args: &[&str]) -> String {
-    let out = Command::new(program)
-        .args(args)
-        .output()
-        .unwrap_or_else(|e| panic!("cannot run {program}: {e}"));
-    assert!(
-        out.status.success(),
-        "`{program} {}` failed: {}",
-        args.join(" "),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
-
-/// Can this test run here? Root and the tools; otherwise skip, or fail when CI=true.
-fn can_run() -> bool {
-    let root = std::fs::read_to_string("/proc/self/status")
-        .map(|s| {
-            s.lines()
-                .any(|l| l.starts_with("Uid:") && l.split_whitespace().nth(2) == Some("0"))
-        })
-        .unwrap_or(false);
-    let tools = [("nft", "--version"), ("ip", "-V")].iter().all(|(t, v)| {
-        Command::new(t)
-            .arg(v)
-            .output()
-            .map(|o| o.status.success())
-            .unwrap_or(false)
-    });
-    if root && tools {
-        return true;
-    }
-    let why = format!("needs root ({root}) and nft/ip ({tools})");
-    if std::env::var("CI").as_deref() == Ok("true") {
-        panic!("cannot run under CI: {why}");
-    }
-    eprintln!("SKIPPED: {why}");
-    false
-}
 
 /// A named network namespace, deleted by name on drop.
 struct Ns(String);
