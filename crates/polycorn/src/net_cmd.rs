@@ -156,6 +156,9 @@ fn trace_paths(engine: WeakEngine, names: Vec<String>) -> Option<tokio::task::Jo
             let Some(engine) = engine.upgrade() else {
                 return;
             };
+            let retrans: Vec<u64> = (0..names.len())
+                .map(|i| engine.path_retransmissions(i as u8))
+                .collect();
             let line = engine.inspect(|s| {
                 let mut out = String::new();
                 for (i, name) in names.iter().enumerate() {
@@ -166,13 +169,14 @@ fn trace_paths(engine: WeakEngine, names: Vec<String>) -> Option<tokio::task::Jo
                     let c = s.path_counters(i as u8).unwrap_or_default();
                     out.push_str(&format!(
                         " {name}[up={} srtt_ms={} min_rtt_ms={} cwnd={} unacked={} notsent={} \
-                         data={} reinjected={} redundant={}]",
+                         retrans={} data={} reinjected={} redundant={}]",
                         u8::from(p.alive),
                         p.srtt.as_millis(),
                         p.min_rtt.as_millis(),
                         p.cwnd_bytes,
                         p.unacked_bytes,
                         p.notsent_bytes,
+                        retrans[i],
                         c.data_bytes,
                         c.reinjected_bytes,
                         c.redundant_bytes,

@@ -1449,22 +1449,25 @@ fn geo_into(v: &mut Value, ratios: &[f64]) -> an::GeoSummary {
 /// the rides' log ratios, [`an::RideCi`]), per user count and over the three counts together
 /// (each ride's mean log ratio over the counts). The pooled change above weighs rides by their
 /// messages and has no interval; a ride whose baseline user sat in a blackout moves it a lot.
+///
+/// When every ride has IM lower bounds (`bounded`), a `lower bound` row does the same with each
+/// ride's mean bound in place of a system's mean: the most any scheduler could gain in this
+/// statistic. Its JSON goes into `bound["ride_change_pct"]`.
 fn im_ride_changes(
     rides: &[Results],
     names: &[String],
+    bounded: bool,
     o: &mut String,
     systems: &mut serde_json::Map<String, Value>,
+    bound: &mut serde_json::Map<String, Value>,
 ) {
     let ride_mean = |r: &Results, name: &str, users: usize| -> Option<f64> {
         let m = an::im_stats(r.run(name)?, users).mean_s;
         (m.is_finite() && m > 0.0).then_some(m)
     };
-    // Per ride and user count: system / baseline; `None` when either has no answer.
-    let ratios = |name: &str, base: &str| -> Vec<[Option<f64>; 3]> {
-        rides
-            .iter()
-            .map(|r| IM_USERS.map(|u| Some(ride_mean(r, name, u)? / ride_mean(r, base, u)?)))
-            .collect()
+    let ride_bound = |r: &Results, users: usize| -> Option<f64> {
+        let b = r.im_bound_stats(users);
+        (b.n > 0 && b.any_mean_s.is_finite() && b.any_mean_s > 0.0).then_some(b.any_mean_s)
     };
     let bases: Vec<&str> = ["single", "mptcp"]
         .into_iter()
@@ -1477,14 +1480,32 @@ fn im_ride_changes(
         o,
         "\ninstant messaging, each ride's mean delivery time over the baseline's: change, geometric mean over rides [95% CI over rides]"
     );
-    let pct = |x: f64| (x - 1.0) * 100.0;
-    for name in names {
+    // Rows: every system, then the lower bound (`None`).
+    let rows: Vec<Option<&str>> = names
+        .iter()
+        .map(|n| Some(n.as_str()))
+        .chain(bounded.then_some(None))
+        .collect();
+    for row in rows {
         for &base in &bases {
-            if name == base {
+            if row == Some(base) {
                 continue;
             }
-            let per_ride = ratios(name, base);
-            let _ = write!(o, "{:<w$}", format!("{name} vs {base}"), w = 22);
+            // Per ride and user count: row / baseline; `None` when either has no value.
+            let per_ride: Vec<[Option<f64>; 3]> = rides
+                .iter()
+                .map(|r| {
+                    IM_USERS.map(|u| {
+                        let top = match row {
+                            Some(name) => ride_mean(r, name, u)?,
+                            None => ride_bound(r, u)?,
+                        };
+                        Some(top / ride_mean(r, base, u)?)
+                    })
+                })
+                .collect();
+            let label = format!("{} vs {base}", row.unwrap_or("lower bound"));
+            let _ = write!(o, "{label:<22}");
             let mut cols: Vec<(String, Vec<f64>)> = IM_USERS
                 .iter()
                 .enumerate()
@@ -1520,15 +1541,33 @@ fn im_ride_changes(
                 } else {
                     label.trim_end_matches('u').to_string()
                 };
-                systems[name.as_str()]["im_ride_change_pct"][base][key] = json!({
+                let cell = json!({
                     "gmean": num(pct(g.gmean)), "ci_lo": num(pct(ci.ci_lo)),
                     "ci_hi": num(pct(ci.ci_hi)), "rides": ci.rides,
                 });
+                match row {
+                    Some(name) => systems[name]["im_ride_change_pct"][base][key] = cell,
+                    None => {
+                        let slot = bound.entry("ride_change_pct").or_insert_with(|| json!({}));
+                        slot[base][key] = cell;
+                    }
+                }
             }
             o.truncate(o.trim_end_matches(' ').len());
             o.push('\n');
         }
     }
+    if bounded {
+        let _ = writeln!(
+            o,
+            "  lower bound: each ride's mean IM lower bound in place of a system's mean; the most any scheduler could gain in this statistic"
+        );
+    }
+}
+
+/// A ratio as a change in %.
+fn pct(x: f64) -> f64 {
+    (x - 1.0) * 100.0
 }
 
 /// The paper's targets (POLYCORN §6, issue #6), in the paper's statistics: the mean of
@@ -1887,7 +1926,7 @@ pub fn pooled(rides: &[Results]) -> (String, Value) {
         );
     }
     if has_im {
-        im_ride_changes(rides, &names, &mut o, &mut systems);
+        im_ride_changes(rides, &names, bounded, &mut o, &mut systems, &mut bound);
     }
     let bound = Value::Object(bound);
     let targets = targets_block(rides, &names, &systems, &bound, &mut o);
@@ -2163,6 +2202,40 @@ pub(crate) mod tests {
         // One ride has no interval over rides: the block is left out.
         let (one, _) = pooled(&[a]);
         assert!(!one.contains("each ride's mean delivery time"), "{one}");
+    }
+
+    #[test]
+    fn the_lower_bound_has_its_own_change_per_ride() {
+        let a = synthetic();
+        let mut b = synthetic();
+        b.meta.trip_seed = 2;
+        // Ride 2's single-path answers take three times as long: the bound gains more there.
+        for run in b.runs.iter_mut().filter(|r| r.system == "single") {
+            for m in &mut run.im {
+                m.delivery_s = m.delivery_s.map(|d| 3.0 * d);
+            }
+        }
+        assert!(!a.im_bounds.is_empty());
+        let ratio = |r: &Results, u: usize| {
+            r.im_bound_stats(u).any_mean_s / an::im_stats(r.run("single").unwrap(), u).mean_s
+        };
+        let (text, j) = pooled(&[a.clone(), b.clone()]);
+        for u in IM_USERS {
+            let c = &j["im_lower_bound"]["ride_change_pct"]["single"][u.to_string()];
+            let expect = ((ratio(&a, u) * ratio(&b, u)).sqrt() - 1.0) * 100.0;
+            assert!((val_of(&c["gmean"]) - expect).abs() < 1e-9, "{u}: {c}");
+            assert_eq!(c["rides"], json!(2));
+        }
+        assert!(j["im_lower_bound"]["ride_change_pct"]["mptcp"]["all"]["gmean"].is_number());
+        assert!(text.contains("lower bound vs single"), "{text}");
+        // The per-count entries the targets read are still there.
+        assert!(j["im_lower_bound"]["10"]["mean_s"].is_number(), "{j}");
+        // A ride without bounds: no bound row (it would cover other rides than the systems').
+        let mut c = b.clone();
+        c.im_bounds.clear();
+        let (text, j) = pooled(&[a, c]);
+        assert!(!text.contains("lower bound vs single"), "{text}");
+        assert!(j["im_lower_bound"].get("ride_change_pct").is_none(), "{j}");
     }
 
     /// A run with only one of the two workloads writes, verifies and pools like a full one.
