@@ -22,9 +22,60 @@ use tokio::net::TcpStream;
 use tokio::sync::{mpsc, oneshot, Notify};
 use tracing::{debug, info, warn};
 
-/// Reads `TCP_INFO` of a subflow's socket: the scheduler's sample and the kernel's total
-/// retransmission count of the connection.
-pub type TcpInfoFn = Box<dyn Fn() -> io::Result<(TcpInfoSample, u64)> + Send + Sync>;
+/// One `TCP_INFO` reading of a subflow's socket.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SubflowInfo {
+    /// The scheduler's sample (its `unacked_age` is filled in by the engine).
+    pub sample: TcpInfoSample,
+    /// The kernel's total retransmission count of the connection.
+    pub retransmissions: u64,
+    /// Bytes handed to the kernel so far, each counted once: sent (retransmissions not counted
+    /// again) plus not yet sent. The same units as `sample.bytes_acked`.
+    pub written_bytes: u64,
+}
+
+/// Reads `TCP_INFO` of a subflow's socket.
+pub type TcpInfoFn = Box<dyn Fn() -> io::Result<SubflowInfo> + Send + Sync>;
+
+/// When the bytes written to one subflow were handed to its socket, to tell how long the
+/// oldest of them not yet acknowledged by the peer's TCP have waited
+/// ([`TcpInfoSample::unacked_age`]).
+#[derive(Debug, Default)]
+struct WriteLog {
+    /// (end offset of the bytes written, when), offsets increasing; writes within
+    /// [`WriteLog::MERGE`] of the last mark extend it (their age is then overstated by at
+    /// most that much).
+    marks: std::collections::VecDeque<(u64, Instant)>,
+}
+
+impl WriteLog {
+    /// Marks kept at most; writes beyond are not marked (their age reads as zero, so the
+    /// scheduler falls back on the smoothed RTT).
+    const CAP: usize = 4096;
+    /// Writes this close to the last mark extend it.
+    const MERGE: polycorn_sched::time::Duration = polycorn_sched::time::Duration::from_millis(1);
+
+    /// The socket has taken everything up to `end` by `at`.
+    fn wrote(&mut self, end: u64, at: Instant) {
+        let full = self.marks.len() >= Self::CAP;
+        match self.marks.back_mut() {
+            Some((e, _)) if end <= *e => {}
+            Some((e, t)) if at - *t < Self::MERGE => *e = end,
+            _ if full => {}
+            _ => self.marks.push_back((end, at)),
+        }
+    }
+
+    /// How long the oldest bytes beyond `acked` have waited at `now` (zero: none marked).
+    fn unacked_age(&mut self, acked: u64, now: Instant) -> polycorn_sched::time::Duration {
+        while self.marks.front().is_some_and(|(e, _)| *e <= acked) {
+            self.marks.pop_front();
+        }
+        self.marks
+            .front()
+            .map_or(polycorn_sched::time::Duration::ZERO, |(_, t)| now - *t)
+    }
+}
 
 /// How often an idle subflow's `TCP_INFO` is sampled (RTO back-off shows up here).
 const TCP_INFO_PERIOD: std::time::Duration = std::time::Duration::from_millis(10);
@@ -444,6 +495,7 @@ impl Engine {
         };
         let write_loop = async {
             let mut out: Vec<u8> = Vec::new();
+            let mut log = WriteLog::default();
             let mut tick = tokio::time::interval(TCP_INFO_PERIOD);
             tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
             loop {
@@ -464,20 +516,26 @@ impl Engine {
                         }
                         c.session.take_output(path, &mut out);
                     }
-                    if !out.is_empty() {
+                    let wrote = !out.is_empty();
+                    if wrote {
                         writer.write_all(&out).await?;
                         writer.flush().await?;
                     }
-                    let (sample, retrans) = tcp_info()?;
+                    let info = tcp_info()?;
                     let more = {
                         let now = self.now();
+                        if wrote {
+                            log.wrote(info.written_bytes, now);
+                        }
+                        let mut sample = info.sample;
+                        sample.unacked_age = log.unacked_age(sample.bytes_acked, now);
                         let mut c = self.lock();
                         // Nor does the old socket's TCP_INFO describe the path any more.
                         if !c.is_writer(path, &notify) {
                             return Err(SubflowError::Replaced);
                         }
                         c.session.on_tcp_info(now, path, &sample, 0)?;
-                        c.retrans[usize::from(path)] = retrans;
+                        c.retrans[usize::from(path)] = info.retransmissions;
                         self.drive(&mut c, now);
                         c.session.has_output(path)
                     };
@@ -750,10 +808,47 @@ mod tests {
     use std::time::Duration;
     use tokio::io::{AsyncReadExt, DuplexStream, ReadBuf};
 
+    #[test]
+    fn the_write_log_ages_the_oldest_unacknowledged_bytes() {
+        let t = |ms: u64| Instant::ZERO + SchedDuration::from_millis(ms);
+        let mut log = WriteLog::default();
+        assert_eq!(log.unacked_age(0, t(5)), SchedDuration::ZERO);
+        log.wrote(1000, t(10));
+        log.wrote(1500, t(10)); // within a millisecond: the same mark
+        log.wrote(1500, t(30)); // nothing new written
+        log.wrote(3000, t(40));
+        assert_eq!(log.marks.len(), 2);
+        // Nothing acknowledged: the first bytes have waited since 10 ms.
+        assert_eq!(log.unacked_age(0, t(110)), SchedDuration::from_millis(100));
+        // Part of the first write acknowledged: its rest is still as old.
+        assert_eq!(
+            log.unacked_age(999, t(110)),
+            SchedDuration::from_millis(100)
+        );
+        // The first write acknowledged: the oldest bytes are the second write's.
+        assert_eq!(
+            log.unacked_age(1500, t(110)),
+            SchedDuration::from_millis(70)
+        );
+        // Everything acknowledged: nothing waits.
+        assert_eq!(log.unacked_age(3000, t(120)), SchedDuration::ZERO);
+        assert!(log.marks.is_empty());
+        // At the cap, new writes go unmarked (read as zero rather than as too old).
+        for k in 0..WriteLog::CAP as u64 + 10 {
+            log.wrote(4000 + k, t(200 + 2 * k));
+        }
+        assert_eq!(log.marks.len(), WriteLog::CAP);
+        let last_marked = 4000 + WriteLog::CAP as u64 - 1;
+        assert_eq!(
+            log.unacked_age(last_marked, t(100_000)),
+            SchedDuration::ZERO
+        );
+    }
+
     fn idle() -> TcpInfoFn {
         Box::new(|| {
-            Ok((
-                TcpInfoSample {
+            Ok(SubflowInfo {
+                sample: TcpInfoSample {
                     srtt: SchedDuration::from_millis(50),
                     rttvar: SchedDuration::from_millis(10),
                     min_rtt: None,
@@ -764,9 +859,11 @@ mod tests {
                     delivery_rate: Bandwidth::ZERO,
                     rto_backoff: 0,
                     bytes_acked: 0,
+                    unacked_age: SchedDuration::ZERO,
                 },
-                0,
-            ))
+                retransmissions: 0,
+                written_bytes: 0,
+            })
         })
     }
 

@@ -102,6 +102,14 @@ pub struct TcpInfoRaw {
 }
 
 impl TcpInfoRaw {
+    /// Bytes handed to the kernel so far, each once: sent without counting retransmissions
+    /// again, plus not yet sent (`tcpi_bytes_sent - tcpi_bytes_retrans + tcpi_notsent_bytes`).
+    pub fn written_bytes(&self) -> u64 {
+        self.bytes_sent
+            .saturating_sub(self.bytes_retrans)
+            .saturating_add(u64::from(self.notsent_bytes))
+    }
+
     /// Convert to the scheduler's units.
     ///
     /// `min_rtt` is `None` until the kernel has a sample (it reports 0 or `u32::MAX`).
@@ -121,6 +129,7 @@ impl TcpInfoRaw {
             delivery_rate: Bandwidth::from_bytes_per_sec(self.delivery_rate),
             rto_backoff: u32::from(self.backoff),
             bytes_acked: self.bytes_acked,
+            unacked_age: Duration::ZERO,
         }
     }
 }

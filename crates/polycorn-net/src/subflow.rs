@@ -17,7 +17,7 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio_rustls::{TlsAcceptor, TlsConnector};
 
-use crate::engine::TcpInfoFn;
+use crate::engine::{SubflowInfo, TcpInfoFn};
 use crate::sockopt;
 
 /// Time allowed for TCP connect, TLS and Hello.
@@ -85,7 +85,11 @@ fn io_err(what: impl Into<String>) -> impl FnOnce(io::Error) -> HandshakeError {
 pub fn tcp_info_reader(stream: &TcpStream) -> io::Result<TcpInfoFn> {
     let dup = socket2::SockRef::from(stream).try_clone()?;
     Ok(Box::new(move || {
-        sockopt::tcp_info(dup.as_fd()).map(|raw| (raw.to_sample(), u64::from(raw.total_retrans)))
+        sockopt::tcp_info(dup.as_fd()).map(|raw| SubflowInfo {
+            sample: raw.to_sample(),
+            retransmissions: u64::from(raw.total_retrans),
+            written_bytes: raw.written_bytes(),
+        })
     }))
 }
 

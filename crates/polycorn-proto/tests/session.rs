@@ -66,6 +66,7 @@ fn info(unacked: u64) -> TcpInfoSample {
         delivery_rate: Bandwidth::from_mbit_per_sec(20),
         rto_backoff: 0,
         bytes_acked: 0,
+        unacked_age: Duration::ZERO,
     }
 }
 

@@ -202,6 +202,7 @@ impl Fixture {
                 delivery_rate: bw,
                 rto_backoff: 0,
                 bytes_acked: self.path_bytes_acked,
+                unacked_age: Duration::ZERO,
             };
             self.sched
                 .on_tcp_info(self.now, p, &sample)

@@ -175,6 +175,12 @@ pub struct TcpInfoSample {
     pub rto_backoff: u32,
     /// Total bytes acknowledged on this subflow (`tcpi_bytes_acked`); progress resets RTO counting.
     pub bytes_acked: u64,
+    /// How long the oldest bytes written to the subflow and not yet acknowledged by the peer's
+    /// TCP have waited (zero when everything written is acknowledged). The shell keeps the
+    /// write times; the kernel has no such field. Unlike the smoothed RTT, which moves by an
+    /// eighth of a sample that is itself a round trip old, it grows in real time while a
+    /// path's queue builds or the path goes dark: a lower bound on what the path's RTT is now.
+    pub unacked_age: Duration,
 }
 
 /// Largest RTO back-off count taken from a sample (`tcpi_backoff` is a `u8`).
@@ -221,6 +227,9 @@ pub struct PathState {
     pub bytes_elsewhere_since: u64,
     /// Total `bytes_acked` of the last sample (to detect progress).
     pub bytes_acked: u64,
+    /// Age of the oldest unacknowledged bytes on the subflow at the last sample
+    /// ([`TcpInfoSample::unacked_age`]).
+    pub unacked_age: Duration,
 }
 
 impl PathState {
@@ -245,6 +254,7 @@ impl PathState {
             last_scheduled: None,
             bytes_elsewhere_since: 0,
             bytes_acked: 0,
+            unacked_age: Duration::ZERO,
         }
     }
 
@@ -257,6 +267,12 @@ impl PathState {
     /// "subflow available" test: in-flight plus queued bytes below the congestion window.
     pub fn has_room(&self) -> bool {
         self.alive && self.queued_bytes() < self.cwnd_bytes
+    }
+
+    /// The RTT as it is now at the least: the smoothed RTT, or the age of the oldest
+    /// unacknowledged bytes when that is longer (those bytes have not made the round trip yet).
+    pub fn current_rtt(&self) -> Duration {
+        self.srtt.max(self.unacked_age)
     }
 
     /// Bandwidth to use in delay estimates: the measured estimate, else `cwnd / srtt`.
@@ -307,6 +323,7 @@ impl PathState {
         }
         let progressed = s.bytes_acked > self.bytes_acked;
         self.bytes_acked = s.bytes_acked;
+        self.unacked_age = s.unacked_age;
         let before = self.consecutive_rtos;
         // The kernel's counter is 8 bits wide; a larger value is a bad sample, not 4 billion RTOs.
         let backoff = s.rto_backoff.min(MAX_RTO_BACKOFF);
@@ -368,6 +385,7 @@ mod tests {
             delivery_rate: Bandwidth::ZERO,
             rto_backoff: 2,
             bytes_acked: 0,
+            unacked_age: Duration::ZERO,
         };
         assert_eq!(p.apply_tcp_info(Instant::ZERO, &s), 2);
         s.rto_backoff = 3;

@@ -471,6 +471,7 @@ impl Scheduler {
         p.notsent_bytes = 0;
         p.consecutive_rtos = 0;
         p.bytes_acked = 0;
+        p.unacked_age = Duration::ZERO;
         let bit = PathSet::single(path);
         let records: Vec<SentRecord> = self.inflight[path.index()].drain(..).collect();
         // The path lost these bytes: forget that it carried them, everywhere.

@@ -521,7 +521,8 @@ fn build_stage(
             for (k, v) in params {
                 match *k {
                     "thin_bytes" => s.thin_bytes = parse_num(name, k, v, "a byte count")?,
-                    _ => return Err(unknown_param(name, k, "thin_bytes")),
+                    "age" => s.age = parse_flag(name, k, v)?,
+                    _ => return Err(unknown_param(name, k, "thin_bytes, age")),
                 }
             }
             Box::new(s)

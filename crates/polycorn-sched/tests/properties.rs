@@ -177,6 +177,7 @@ fn tcp_info() -> impl Strategy<Value = TcpInfoSample> {
                     delivery_rate: Bandwidth::from_bytes_per_sec(rate),
                     rto_backoff: backoff,
                     bytes_acked: acked,
+                    unacked_age: Duration::ZERO,
                 }
             },
         )
@@ -264,6 +265,7 @@ fn extreme_op() -> impl Strategy<Value = Op> {
                     delivery_rate: Bandwidth::from_bytes_per_sec(rate),
                     rto_backoff: backoff,
                     bytes_acked: acked,
+                    unacked_age: Duration::ZERO,
                 }
             },
         );
@@ -1171,6 +1173,7 @@ fn blest_extreme_rtt_ratio_does_not_overflow() {
         delivery_rate: Bandwidth::ZERO,
         rto_backoff: 0,
         bytes_acked: 0,
+        unacked_age: Duration::ZERO,
     };
     s.on_tcp_info(now, fast, &full).expect("configured");
     let with_room = TcpInfoSample {

@@ -64,6 +64,8 @@ struct Link {
     notsent: u64,
     /// Delivery rate, bytes/s (0: unknown, the scheduler then uses cwnd / srtt).
     rate: u64,
+    /// Age of the oldest unacknowledged bytes, ms.
+    age_ms: u64,
 }
 
 impl Link {
@@ -77,7 +79,12 @@ impl Link {
             unacked: 0,
             notsent: 0,
             rate: 0,
+            age_ms: 0,
         }
+    }
+    /// The same path with its oldest unacknowledged bytes `age_ms` old.
+    fn aged(self, age_ms: u64) -> Link {
+        Link { age_ms, ..self }
     }
     /// The same path with its congestion window full of in-flight data.
     fn full(self) -> Link {
@@ -100,6 +107,7 @@ impl Link {
             delivery_rate: Bandwidth::from_bytes_per_sec(self.rate),
             rto_backoff: 0,
             bytes_acked: 0,
+            unacked_age: ms(self.age_ms),
         }
     }
 }
@@ -659,6 +667,48 @@ fn minrtt_lets_thin_flows_wait_in_the_faster_full_socket_up_to_thin_bytes() {
     s.set_path_alive(T0, p(A), false).unwrap();
     flow(&mut s, T0, 1, 1, 100, false);
     assert_eq!(poll_some(&mut s, T0).paths, set(&[B]));
+}
+
+#[test]
+fn minrtt_with_age_ranks_by_the_oldest_unacknowledged_bytes_when_they_outwait_the_srtt() {
+    // A's smoothed RTT still says 100 ms, but bytes written to it 400 ms ago are not yet
+    // acknowledged (its uplink faded and its queue grows); B answers in 250 ms.
+    let links = [Link::rtt(100).aged(400), Link::rtt(250).aged(120)];
+    let mut s = sched("minrtt(age=1)", &links);
+    flow(&mut s, T0, 1, 1, 100, false);
+    assert_eq!(poll_some(&mut s, T0).paths, set(&[B]));
+    assert_eq!(
+        the_move(&s, "minrtt").reason,
+        Reason::LowestRtt { srtt: ms(250) }
+    );
+    // Without it, the stale smoothed RTT wins.
+    let mut s = sched("minrtt", &links);
+    flow(&mut s, T0, 1, 1, 100, false);
+    assert_eq!(poll_some(&mut s, T0).paths, set(&[A]));
+    // On a working path the oldest bytes are younger than its RTT: the smoothed RTT ranks.
+    let links = [Link::rtt(100).aged(80), Link::rtt(250)];
+    let mut s = sched("minrtt(age=1)", &links);
+    flow(&mut s, T0, 1, 1, 100, false);
+    assert_eq!(poll_some(&mut s, T0).paths, set(&[A]));
+    assert_eq!(
+        the_move(&s, "minrtt").reason,
+        Reason::LowestRtt { srtt: ms(100) }
+    );
+    // With thin_bytes, a thin flow waiting in a full socket is ranked the same way.
+    let links = [Link::rtt(100).full().aged(700), Link::rtt(300)];
+    let mut s = sched("minrtt(thin_bytes=1000,age=1)", &links);
+    flow(&mut s, T0, 1, 1, 100, false);
+    assert_eq!(poll_some(&mut s, T0).paths, set(&[B]));
+    // The spec round-trips; a bad flag is refused by name.
+    let p = Pipeline::from_spec("hpr,minrtt(thin_bytes=5600,age=1),tpr").unwrap();
+    assert_eq!(p.spec(), "hpr,minrtt(thin_bytes=5600,age=1),tpr+rto");
+    assert_eq!(Pipeline::from_spec(p.spec()).unwrap().spec(), p.spec());
+    assert_eq!(
+        Pipeline::from_spec("minrtt(age=0)").unwrap().spec(),
+        "minrtt+rto"
+    );
+    let err = Pipeline::from_spec("minrtt(age=2)").unwrap_err();
+    assert!(err.to_string().contains("age"), "{err}");
 }
 
 #[test]

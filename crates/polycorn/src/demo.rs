@@ -63,6 +63,7 @@ fn sample(p: PathSpec) -> TcpInfoSample {
         delivery_rate: Bandwidth::from_mbit_per_sec(p.mbit),
         rto_backoff: 0,
         bytes_acked: 0,
+        unacked_age: Duration::ZERO,
     }
 }
 

@@ -168,10 +168,11 @@ fn trace_paths(engine: WeakEngine, names: Vec<String>) -> Option<tokio::task::Jo
                     };
                     let c = s.path_counters(i as u8).unwrap_or_default();
                     out.push_str(&format!(
-                        " {name}[up={} srtt_ms={} min_rtt_ms={} cwnd={} unacked={} notsent={} \
+                        " {name}[up={} srtt_ms={} age_ms={} min_rtt_ms={} cwnd={} unacked={} notsent={} \
                          retrans={} data={} reinjected={} redundant={}]",
                         u8::from(p.alive),
                         p.srtt.as_millis(),
+                        p.unacked_age.as_millis(),
                         p.min_rtt.as_millis(),
                         p.cwnd_bytes,
                         p.unacked_bytes,
