@@ -14,11 +14,12 @@ as_root() {
 
 # Debian packages every part of polycorn needs (tests create namespaces, veth, nftables rules,
 # kernel MPTCP endpoints; `emu bench` uses iperf3; LinkDB's store tests run against a throwaway
-# PostgreSQL server; the bench report's render test uses headless chromium).
+# PostgreSQL server; the bench report's render test uses headless chromium; the systemd units
+# `config example` prints are checked with systemd-analyze).
 APT_PACKAGES=(
   build-essential pkg-config ca-certificates curl git
   iproute2 nftables iptables ethtool iputils-ping iperf3 tcpdump mptcpize
-  postgresql chromium
+  postgresql chromium systemd
 )
 
 # Install missing Debian packages; does nothing (and needs no network) when all are present.

@@ -304,6 +304,73 @@ const BACKOFF_CHECK: Duration = Duration::from_millis(250);
 /// keep arriving on its path, is replaced.
 const BACKOFF_MIN: Duration = Duration::from_millis(500);
 
+/// A path that has had no subflow this long, with every connection attempt failing, is
+/// reported as a warning: shorter outages (blackouts, tunnels) are routine on a train.
+const DOWN_WARN_AFTER: Duration = Duration::from_secs(30);
+/// While the attempts keep failing, the warning is repeated this often.
+const DOWN_REWARN: Duration = Duration::from_secs(300);
+
+/// What the operator hears of one path's failed connection attempts. A failure that points at
+/// configuration or credentials ([`subflow::HandshakeError::is_setup`]: a device that does
+/// not exist, an address not on this host, a certificate the proxy rejects, another protocol
+/// version) is a warning at once, once per distinct error; any failure becomes a warning once
+/// the path has been without a subflow for [`DOWN_WARN_AFTER`], then every [`DOWN_REWARN`].
+/// The rest stays at debug. Pure: the caller passes the time.
+#[derive(Debug, Default)]
+struct ConnectFailures {
+    /// First failure of the current run of failures.
+    since: Option<std::time::Instant>,
+    /// Failed attempts in the current run.
+    attempts: u32,
+    /// Last warning of this run: when, and the error it named.
+    warned: Option<(std::time::Instant, String)>,
+}
+
+/// A warning to log about a path's failed attempts.
+#[derive(Debug, PartialEq)]
+struct DownWarning {
+    /// Failed attempts so far in this run.
+    attempts: u32,
+    /// Since the first of them.
+    down: Duration,
+}
+
+impl ConnectFailures {
+    /// Record a failed attempt at `now`; `Some` when it is worth a warning.
+    fn failed(&mut self, now: std::time::Instant, setup: bool, error: &str) -> Option<DownWarning> {
+        let since = *self.since.get_or_insert(now);
+        self.attempts += 1;
+        let down = now.saturating_duration_since(since);
+        let warn = match &self.warned {
+            None => setup || down >= DOWN_WARN_AFTER,
+            Some((at, said)) => {
+                (setup && said != error) || now.saturating_duration_since(*at) >= DOWN_REWARN
+            }
+        };
+        if !warn {
+            return None;
+        }
+        self.warned = Some((now, error.to_string()));
+        Some(DownWarning {
+            attempts: self.attempts,
+            down,
+        })
+    }
+
+    /// A connection got through at `now`: the run is over. `Some` (how long the path was
+    /// without a subflow, and how many attempts failed) when a warning had been logged, so the
+    /// recovery is worth saying too.
+    fn connected(&mut self, now: std::time::Instant) -> Option<DownWarning> {
+        let run = std::mem::take(self);
+        run.warned.map(|_| DownWarning {
+            attempts: run.attempts,
+            down: run
+                .since
+                .map_or(Duration::ZERO, |s| now.saturating_duration_since(s)),
+        })
+    }
+}
+
 /// Why a subflow was replaced by a fresh connection.
 enum Replace {
     /// The path stayed silent.
@@ -339,6 +406,27 @@ async fn maintain_path(
             timeouts,
         )
     };
+    let failures = std::sync::Mutex::new(ConnectFailures::default());
+    // Log a failed attempt of a path without a working subflow, as a warning when worth one.
+    let report = |e: &subflow::HandshakeError, what: &str| {
+        let w = failures.lock().expect("connect failures").failed(
+            std::time::Instant::now(),
+            e.is_setup(),
+            &e.to_string(),
+        );
+        match w {
+            Some(w) => warn!(
+                path = %p.name,
+                device = p.device.as_deref().unwrap_or("-"),
+                proxy = %p.proxy,
+                attempts = w.attempts,
+                down_s = w.down.as_secs(),
+                error = %e,
+                "path has no subflow: connection attempts fail"
+            ),
+            None => debug!(path = %p.name, error = %e, "{what} failed"),
+        }
+    };
     let mut backoff = Duration::from_millis(100);
     let mut next: Option<subflow::Established> = None;
     loop {
@@ -347,7 +435,7 @@ async fn maintain_path(
             None => match connect(CONNECT_TIMEOUTS).await {
                 Ok(e) => e,
                 Err(e) => {
-                    debug!(path = %p.name, error = %e, "subflow connect failed");
+                    report(&e, "subflow connect");
                     tokio::time::sleep(backoff).await;
                     backoff = (backoff * 2).min(Duration::from_secs(2));
                     continue;
@@ -355,7 +443,20 @@ async fn maintain_path(
             },
         };
         backoff = Duration::from_millis(100);
-        info!(path = %p.name, proxy = %p.proxy, "subflow up");
+        let recovered = failures
+            .lock()
+            .expect("connect failures")
+            .connected(std::time::Instant::now());
+        match recovered {
+            Some(w) => info!(
+                path = %p.name,
+                proxy = %p.proxy,
+                down_s = w.down.as_secs(),
+                failed_attempts = w.attempts,
+                "subflow up"
+            ),
+            None => info!(path = %p.name, proxy = %p.proxy, "subflow up"),
+        }
         let (r, w) = tokio::io::split(est.stream);
         let raw_info = est.raw_info;
         let run = engine.run_subflow(path, est.peer_epoch, est.initial, r, w, est.tcp_info);
@@ -364,13 +465,15 @@ async fn maintain_path(
             probing.store(true, std::sync::atomic::Ordering::Relaxed);
             let r = connect(PROBE_TIMEOUTS).await;
             probing.store(false, std::sync::atomic::Ordering::Relaxed);
-            match r {
-                Ok(e) => Some(e),
-                Err(e) => {
-                    debug!(path = %p.name, error = %e, "probe connection failed");
-                    None
-                }
-            }
+            r
+        };
+        // A probe that replaces a working subflow (refresh, back-off) failed: the path still
+        // has its subflow, nothing to warn about.
+        let spare_probe = || async {
+            probe()
+                .await
+                .inspect_err(|e| debug!(path = %p.name, error = %e, "probe connection failed"))
+                .ok()
         };
         // Watchdog: a path that stays silent (no frame for the session's stall time) is
         // probed with a fresh connection; when the probe gets through, it replaces the old
@@ -388,8 +491,9 @@ async fn maintain_path(
                     // probes, until a fresh subflow is up, also when the old one speaks again
                     // meanwhile (keeping it gave 2-3x slower answers for a second or two).
                     loop {
-                        if let Some(e) = probe().await {
-                            return (e, Replace::Silent);
+                        match probe().await {
+                            Ok(e) => return (e, Replace::Silent),
+                            Err(e) => report(&e, "probe connection"),
                         }
                     }
                 }
@@ -423,7 +527,7 @@ async fn maintain_path(
                 let used = idle_refresh == IdleRefresh::Used && carried >= REFRESH_USED_BYTES;
                 let idle = i.unacked == 0 && i.notsent_bytes == 0 && i.backoff == 0;
                 if (collapsed || used) && idle && engine.inspect(|s| s.path_usable(path)) {
-                    if let Some(e) = probe().await {
+                    if let Some(e) = spare_probe().await {
                         let why = if collapsed {
                             Replace::Refresh(i.snd_ssthresh)
                         } else {
@@ -456,7 +560,7 @@ async fn maintain_path(
                     && rx > rx0
                     && !probing.load(std::sync::atomic::Ordering::Relaxed)
                 {
-                    if let Some(e) = probe().await {
+                    if let Some(e) = spare_probe().await {
                         return (e, Replace::BackedOff(i.backoff));
                     }
                     // Probe failed: wait for more frames from the proxy before the next one.
@@ -637,5 +741,108 @@ async fn carry(
         Carrier::Direct(t) => {
             t.carry(stream, user, dst, socks.is_some()).await;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Instant;
+
+    fn secs(s: u64) -> Duration {
+        Duration::from_secs(s)
+    }
+
+    /// Blackouts and tunnels are routine: a path that fails to connect for less than
+    /// `DOWN_WARN_AFTER` stays quiet, then warns, then repeats only every `DOWN_REWARN`.
+    #[test]
+    fn coverage_failures_warn_after_30_s_and_then_every_5_min() {
+        let t0 = Instant::now();
+        let mut f = ConnectFailures::default();
+        for s in 0..30 {
+            assert_eq!(f.failed(t0 + secs(s), false, "TCP connect timed out"), None);
+        }
+        assert_eq!(
+            f.failed(t0 + secs(30), false, "TCP connect timed out"),
+            Some(DownWarning {
+                attempts: 31,
+                down: secs(30)
+            })
+        );
+        for s in 31..330 {
+            assert_eq!(
+                f.failed(t0 + secs(s), false, "TCP connect timed out"),
+                None,
+                "{s}"
+            );
+        }
+        assert!(f
+            .failed(t0 + secs(330), false, "TCP connect timed out")
+            .is_some());
+        assert_eq!(
+            f.connected(t0 + secs(340)),
+            Some(DownWarning {
+                attempts: 331,
+                down: secs(340)
+            }),
+            "the recovery of a path that was warned about is reported"
+        );
+        // A new run starts from scratch.
+        assert_eq!(
+            f.failed(t0 + secs(400), false, "TCP connect timed out"),
+            None
+        );
+        assert_eq!(f.connected(t0 + secs(401)), None, "nothing was warned");
+    }
+
+    /// A missing device or a rejected certificate does not go away by waiting: the first
+    /// failure warns, the same error again does not, a different one does.
+    #[test]
+    fn setup_failures_warn_at_once_and_once_per_error() {
+        let t0 = Instant::now();
+        let mut f = ConnectFailures::default();
+        let nodev = "pin socket to lte9 (10.0.0.1): No such device (os error 19)";
+        assert_eq!(
+            f.failed(t0, true, nodev),
+            Some(DownWarning {
+                attempts: 1,
+                down: Duration::ZERO
+            })
+        );
+        assert_eq!(f.failed(t0 + secs(2), true, nodev), None);
+        assert!(f
+            .failed(t0 + secs(4), true, "read Hello: bad certificate")
+            .is_some());
+        assert_eq!(
+            f.failed(t0 + secs(40), false, "TCP connect timed out"),
+            None
+        );
+        assert!(
+            f.failed(t0 + secs(304), true, nodev).is_some(),
+            "repeated after 5 min"
+        );
+    }
+
+    #[test]
+    fn handshake_errors_are_told_apart_by_cause() {
+        use subflow::HandshakeError as H;
+        let io = |kind| std::io::Error::new(kind, "x");
+        let setup = H::Setup {
+            what: "bind to device lte9".into(),
+            source: io(std::io::ErrorKind::NotFound),
+        };
+        assert!(setup.is_setup());
+        let tls = H::Io {
+            what: "TLS handshake".into(),
+            source: io(std::io::ErrorKind::InvalidData),
+        };
+        assert!(tls.is_setup(), "a certificate or TLS alert problem");
+        let refused = H::Io {
+            what: "connect".into(),
+            source: io(std::io::ErrorKind::ConnectionRefused),
+        };
+        assert!(!refused.is_setup());
+        assert!(!H::Timeout("TCP connect").is_setup());
+        assert!(!H::Closed.is_setup());
     }
 }

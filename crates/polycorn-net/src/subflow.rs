@@ -74,11 +74,39 @@ pub enum HandshakeError {
     /// The peer closed the connection during the handshake.
     #[error("peer closed the connection during the handshake")]
     Closed,
+    /// The local socket could not be set up (no such device, address not on this host, no
+    /// permission): nothing was sent, and trying again changes nothing until the host does.
+    #[error("{what}: {source}")]
+    Setup {
+        /// What failed.
+        what: String,
+        /// Cause.
+        source: io::Error,
+    },
+}
+
+impl HandshakeError {
+    /// Whether the failure points at configuration or credentials rather than at coverage:
+    /// the local socket could not be set up, TLS failed on a certificate or an alert, or the
+    /// peer's Hello was wrong (another protocol version, another session). Such a failure
+    /// repeats on every attempt until someone changes something.
+    pub fn is_setup(&self) -> bool {
+        match self {
+            HandshakeError::Setup { .. } | HandshakeError::Proto(_) => true,
+            HandshakeError::Io { source, .. } => source.kind() == io::ErrorKind::InvalidData,
+            HandshakeError::Timeout(_) | HandshakeError::Closed => false,
+        }
+    }
 }
 
 fn io_err(what: impl Into<String>) -> impl FnOnce(io::Error) -> HandshakeError {
     let what = what.into();
     move |source| HandshakeError::Io { what, source }
+}
+
+fn setup_err(what: impl Into<String>) -> impl FnOnce(io::Error) -> HandshakeError {
+    let what = what.into();
+    move |source| HandshakeError::Setup { what, source }
 }
 
 /// A `TCP_INFO` reader for `stream` (owns a duplicate of the socket descriptor).
@@ -125,22 +153,24 @@ pub async fn connect_pinned(
 ) -> Result<TcpStream, HandshakeError> {
     let sock = match (source, device) {
         (Some(src), Some(dev)) => sockopt::pinned_tcp_socket(src, dev)
-            .map_err(io_err(format!("pin socket to {dev} ({src})")))?,
+            .map_err(setup_err(format!("pin socket to {dev} ({src})")))?,
         _ => {
             let s = socket2::Socket::new(
                 socket2::Domain::for_address(proxy),
                 socket2::Type::STREAM,
                 Some(socket2::Protocol::TCP),
             )
-            .map_err(io_err("create socket"))?;
+            .map_err(setup_err("create socket"))?;
             if let Some(src) = source {
                 s.bind(&SocketAddr::new(src, 0).into())
-                    .map_err(io_err(format!("bind {src}")))?;
+                    .map_err(setup_err(format!("bind {src}")))?;
             }
             if let Some(dev) = device {
-                sockopt::bind_device(&s, dev).map_err(io_err(format!("bind to device {dev}")))?;
+                sockopt::bind_device(&s, dev)
+                    .map_err(setup_err(format!("bind to device {dev}")))?;
             }
-            s.set_nonblocking(true).map_err(io_err("set nonblocking"))?;
+            s.set_nonblocking(true)
+                .map_err(setup_err("set nonblocking"))?;
             s
         }
     };
@@ -186,6 +216,8 @@ pub async fn connect_staggered(
         tokio::select! {
             Some(r) = attempts.join_next() => match r {
                 Ok(Ok(s)) => return Ok(s),
+                // Every further attempt would fail the same way.
+                Ok(Err(e @ HandshakeError::Setup { .. })) => return Err(e),
                 Ok(Err(e)) => last_err = Some(e),
                 Err(e) => {
                     last_err = Some(HandshakeError::Io {
@@ -375,4 +407,34 @@ pub fn connector(cfg: Arc<rustls::ClientConfig>) -> TlsConnector {
 /// TLS acceptor from a server config.
 pub fn acceptor(cfg: Arc<rustls::ServerConfig>) -> TlsAcceptor {
     TlsAcceptor::from(cfg)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A socket that cannot be set up fails every attempt the same way: the staggered connect
+    /// gives up at the first such failure instead of retrying until its deadline.
+    #[tokio::test(start_paused = true)]
+    async fn a_device_that_does_not_exist_fails_at_once_as_a_setup_error() {
+        let t0 = tokio::time::Instant::now();
+        let e = connect_staggered(
+            "127.0.0.1:9".parse().unwrap(),
+            Some("127.0.0.1".parse().unwrap()),
+            Some("nosuchdev0"),
+            Duration::from_secs(30),
+            Duration::from_millis(250),
+        )
+        .await
+        .expect_err("no such device");
+        assert!(matches!(e, HandshakeError::Setup { .. }), "{e:?}");
+        assert!(e.is_setup());
+        assert!(e.to_string().contains("nosuchdev0"), "{e}");
+        // Paused time only moves when every task waits: no retry ever slept.
+        assert!(
+            t0.elapsed() < Duration::from_millis(250),
+            "{:?}",
+            t0.elapsed()
+        );
+    }
 }

@@ -223,3 +223,64 @@ fn file_errors_name_the_file_and_the_problem() {
         assert!(msg.contains(what), "{msg} should say {what}");
     }
 }
+
+/// What a relay's subflow connect reports when the credentials do not match the proxy's: an
+/// error that names the certificate problem and counts as a setup error (the relay warns
+/// about those at once instead of retrying quietly), never a timeout.
+#[tokio::test]
+async fn mismatched_credentials_fail_the_relay_connect_as_setup_errors() {
+    use polycorn_net::subflow::{self, ConnectTimeouts, SubflowSockopts};
+    use polycorn_proto::{Role, Session, SessionConfig};
+    let tmp = tempfile::tempdir().unwrap();
+    let ours = generated(&tmp.path().join("ours"));
+    let theirs = generated(&tmp.path().join("theirs"));
+    let cases = [
+        (
+            "the relay trusts another CA",
+            &theirs.ca_cert,
+            &ours.relay_cert,
+            &ours.relay_key,
+        ),
+        (
+            "the relay's certificate is from another CA",
+            &ours.ca_cert,
+            &theirs.relay_cert,
+            &theirs.relay_key,
+        ),
+    ];
+    for (what, ca, cert, key) in cases {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let acceptor = TlsAcceptor::from(
+            tls::server_config(&ours.ca_cert, &ours.proxy_cert, &ours.proxy_key).unwrap(),
+        );
+        let proxy = tokio::spawn(async move {
+            let (tcp, _) = listener.accept().await.unwrap();
+            subflow::proxy_accept(&acceptor, tcp, &SubflowSockopts::default())
+                .await
+                .map(|_| ())
+        });
+        let session = Session::new(SessionConfig::new(Role::Relay, 1, "minrtt")).unwrap();
+        let hello = session.hello(0).to_vec();
+        let connector = TlsConnector::from(tls::client_config(ca, cert, key).unwrap());
+        let e = subflow::relay_connect(
+            &connector,
+            addr,
+            None,
+            None,
+            &SubflowSockopts::default(),
+            &hello,
+            (session.session_id(), 0),
+            ConnectTimeouts::DEFAULT,
+        )
+        .await
+        .expect_err(what);
+        assert!(e.is_setup(), "{what}: {e} ({e:?})");
+        assert!(
+            e.to_string().to_lowercase().contains("certificate")
+                || e.to_string().to_lowercase().contains("alert"),
+            "{what}: {e}"
+        );
+        assert!(proxy.await.unwrap().is_err(), "{what}: the proxy accepted");
+    }
+}

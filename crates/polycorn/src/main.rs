@@ -198,9 +198,10 @@ enum NetAction {
 
 #[derive(Subcommand, Debug)]
 enum ConfigAction {
-    /// Print a commented example configuration for `relay` or `proxy`.
+    /// Print a commented example configuration for `relay` or `proxy`, or a systemd unit
+    /// that runs one (`relay.service`, `proxy.service`).
     Example {
-        /// relay or proxy.
+        /// relay, proxy, relay.service or proxy.service.
         role: String,
     },
     /// Validate a configuration file without starting anything.

@@ -579,9 +579,99 @@ pub fn config_example(role: &str) -> Result<()> {
     match role {
         "relay" => print!("{}", RelayConfig::example()),
         "proxy" => print!("{}", ProxyConfig::example()),
-        other => bail!("unknown role `{other}`: expected `relay` or `proxy`"),
+        "relay.service" | "proxy.service" => {
+            let bin = std::env::current_exe().context("find this program's path")?;
+            let daemon = role.trim_end_matches(".service");
+            print!("{}", systemd_unit(daemon, &bin)?);
+        }
+        other => bail!(
+            "unknown example `{other}`: expected `relay`, `proxy` (configuration files) or \
+             `relay.service`, `proxy.service` (systemd units)"
+        ),
     }
     Ok(())
+}
+
+/// A systemd unit that runs `bin relay|proxy --config /etc/polycorn/ROLE.toml`: checked
+/// before every start, restarted whenever it stops, with the network powers the daemon needs
+/// and little else.
+pub fn systemd_unit(role: &str, bin: &Path) -> Result<String> {
+    let (what, after, caps) = match role {
+        "relay" => (
+            "passengers' TCP over every cellular path to the proxy",
+            // Modems may come up later: the relay keeps connecting each path (and warns about a
+            // path that stays without a subflow).
+            "network-online.target gpsd.service",
+            // nftables TPROXY and policy routing, SO_BINDTODEVICE, IP_TRANSPARENT, DNS on :53.
+            "CAP_NET_ADMIN CAP_NET_RAW CAP_NET_BIND_SERVICE",
+        ),
+        "proxy" => (
+            "terminates relays' subflows and connects to servers",
+            "network-online.target",
+            // A listen port below 1024; the sysctl of `slow_start_after_idle` when set.
+            "CAP_NET_ADMIN CAP_NET_BIND_SERVICE",
+        ),
+        other => bail!("no systemd unit for `{other}`: expected `relay` or `proxy`"),
+    };
+    let bin = bin
+        .to_str()
+        .filter(|b| !b.contains(char::is_whitespace))
+        .with_context(|| {
+            format!(
+                "{}: this program's path must be UTF-8 without spaces to go in a unit; \
+                 install it elsewhere (e.g. /usr/local/bin/polycorn)",
+                bin.display()
+            )
+        })?;
+    Ok(format!(
+        r#"# polycorn {role} as a systemd service. Install it with:
+#   install -m 0755 {bin} /usr/local/bin/polycorn    # if not there already (then print this again)
+#   mkdir -p /etc/polycorn && polycorn config example {role} > /etc/polycorn/{role}.toml   # edit it
+#   polycorn config example {role}.service > /etc/systemd/system/polycorn-{role}.service
+#   systemctl daemon-reload && systemctl enable --now polycorn-{role}
+# Logs: journalctl -u polycorn-{role} (set [log] format = "json" for structured logs).
+# Relative file names in {role}.toml resolve against /etc/polycorn; keep the TLS key there
+# readable by root only.
+
+[Unit]
+Description=polycorn {role}: {what}
+Wants=network-online.target
+After={after}
+# Never give up restarting (a train runs for days without anyone to log in).
+StartLimitIntervalSec=0
+
+[Service]
+Type=exec
+ExecStartPre={bin} config check {role} /etc/polycorn/{role}.toml
+ExecStart={bin} {role} --config /etc/polycorn/{role}.toml
+Restart=always
+RestartSec=2
+# On SIGTERM the {role} closes its connections and removes what it installed (the relay: its
+# nftables table and policy routes); after a harder kill the next start removes leftovers.
+KillSignal=SIGTERM
+TimeoutStopSec=10
+# One socket per passenger connection (and, on the proxy, per server connection).
+LimitNOFILE=1048576
+# Root's network powers and nothing else.
+CapabilityBoundingSet={caps}
+NoNewPrivileges=yes
+ProtectSystem=strict
+ProtectHome=yes
+PrivateTmp=yes
+# /var/lib/polycorn stays writable (e.g. a LinkDB SQLite file).
+StateDirectory=polycorn
+ProtectKernelModules=yes
+ProtectControlGroups=yes
+RestrictAddressFamilies=AF_UNIX AF_INET AF_INET6 AF_NETLINK
+RestrictNamespaces=yes
+RestrictRealtime=yes
+LockPersonality=yes
+SystemCallArchitectures=native
+
+[Install]
+WantedBy=multi-user.target
+"#
+    ))
 }
 
 #[cfg(test)]

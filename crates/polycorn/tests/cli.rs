@@ -88,6 +88,64 @@ fn proxy_with_a_congestion_control_the_kernel_lacks_stops_at_startup() {
     );
 }
 
+/// The systemd units `config example` prints are ones systemd itself accepts
+/// (`systemd-analyze verify`: every key known, the binary there and executable), run this very
+/// binary, and check the configuration before every start.
+#[test]
+fn config_example_prints_systemd_units_that_systemd_accepts() {
+    let have = Command::new("systemd-analyze")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !have {
+        assert!(
+            std::env::var("CI").map_or(true, |v| v != "true"),
+            "systemd-analyze missing (scripts/lib.sh installs systemd) and CI=true forbids skipping"
+        );
+        eprintln!("skipped: systemd-analyze not installed");
+        return;
+    }
+    let bin = env!("CARGO_BIN_EXE_polycorn");
+    let dir = tempfile::tempdir().unwrap();
+    for role in ["relay", "proxy"] {
+        let out = polycorn(&["config", "example", &format!("{role}.service")]);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let unit = String::from_utf8(out.stdout).unwrap();
+        for line in [
+            format!("ExecStartPre={bin} config check {role} /etc/polycorn/{role}.toml"),
+            format!("ExecStart={bin} {role} --config /etc/polycorn/{role}.toml"),
+            "Restart=always".to_string(),
+        ] {
+            assert!(unit.lines().any(|l| l == line), "{line} in\n{unit}");
+        }
+        let file = dir.path().join(format!("polycorn-{role}.service"));
+        std::fs::write(&file, &unit).unwrap();
+        let v = Command::new("systemd-analyze")
+            .arg("verify")
+            .arg(&file)
+            .output()
+            .unwrap();
+        let said = String::from_utf8_lossy(&v.stderr);
+        // Complaints about the unit name its file (`…/polycorn-relay.service:12: Unknown key`).
+        let ours: Vec<&str> = said
+            .lines()
+            .filter(|l| l.contains(&format!("polycorn-{role}.service")))
+            .collect();
+        assert!(v.status.success() && ours.is_empty(), "{role}: {said}");
+    }
+    let out = polycorn(&["config", "example", "relay.timer"]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("relay.timer") && err.contains("relay.service"),
+        "{err}"
+    );
+}
+
 #[test]
 fn schedulers_check_accepts_and_refuses_with_the_valid_names() {
     let ok = polycorn(&["schedulers", "--check", "hpr,minrtt,tpr,ori+er(k=2)"]);

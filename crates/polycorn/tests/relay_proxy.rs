@@ -991,6 +991,61 @@ fn idle_path_blackout_refreshes_its_subflow() {
     fetch_ok(&bed, &stack, KB, 8 * MB, "transfer after the refresh");
 }
 
+/// An operator misnames a path's device (or its modem is missing): the relay says so at once,
+/// naming the path, the device and the cause, says it once rather than at every retry, and
+/// carries passengers over the paths that work.
+#[test]
+fn a_path_whose_device_is_missing_is_reported_and_the_others_carry() {
+    let _s = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    if !is_root() {
+        return;
+    }
+    let bed = Bed::constant("g", 40, 20);
+    start_server(&bed);
+    let ghost = "[[path]]\nname = \"ghost\"\ndevice = \"nosuch0\"\nsource = \"10.100.9.1\"\nproxy = \"10.100.0.2:7700\"\n\n";
+    let stack = start_stack_with(
+        &bed,
+        "polycorn",
+        "polycorn",
+        2,
+        (ghost, ""),
+        tempfile::tempdir().unwrap(),
+    );
+    wait_for_relay_log(
+        &stack,
+        "path has no subflow",
+        None,
+        "no warning about the path whose device is missing",
+    );
+    fetch_ok(
+        &bed,
+        &stack,
+        256 * KB,
+        4 * MB,
+        "transfer over the two working paths",
+    );
+    let log = stack.relay.log();
+    let warnings: Vec<&str> = log
+        .lines()
+        .filter(|l| l.contains("path has no subflow"))
+        .collect();
+    assert_eq!(
+        warnings.len(),
+        1,
+        "warned once, not at every retry:\n{}",
+        tail(&log)
+    );
+    for want in ["WARN", "ghost", "nosuch0", "No such device"] {
+        assert!(warnings[0].contains(want), "`{want}` in {}", warnings[0]);
+    }
+    assert!(
+        !log.contains("path=ghost proxy=10.100.0.2:7700 subflow up")
+            && log.matches("subflow up").count() == 2,
+        "only the two real paths came up:\n{}",
+        tail(&log)
+    );
+}
+
 /// An operator restarts the proxy (an upgrade) while the relay keeps running and a download is
 /// in flight. The new proxy knows nothing of the relay's session: the download is reset on the
 /// relay at once (not left hanging), and every later connection works.
