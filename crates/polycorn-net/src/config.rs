@@ -288,6 +288,11 @@ fn default_connect_timeout_s() -> u64 {
     10
 }
 
+/// Whether a network interface of this name exists in the calling thread's network namespace.
+fn interface_exists(name: &str) -> bool {
+    nix::net::if_::if_nametoindex(name).is_ok()
+}
+
 /// One `[[path]]`: a cellular interface.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -429,6 +434,42 @@ pub struct RelayConfig {
 }
 
 impl RelayConfig {
+    /// What this host lacks for the configuration, as of now, each naming the key: a path's
+    /// `device` or the `intercept.lan_device` that does not exist in this network namespace,
+    /// a path's `source` address that is on none of its interfaces. Warnings, not errors: a
+    /// modem may come up after the relay starts (the relay keeps connecting each path, and
+    /// warns while one cannot), and the check may run on another machine than the train's.
+    pub fn host_warnings(&self, file: &str) -> Vec<String> {
+        let mut out = Vec::new();
+        for (i, p) in self.paths.iter().enumerate() {
+            if !interface_exists(&p.device) {
+                out.push(format!(
+                    "{file}: path[{i}].device: no interface {:?} on this host (path {:?} cannot \
+                     connect until it exists)",
+                    p.device, p.name
+                ));
+            }
+            if let Err(e) = std::net::UdpSocket::bind((p.source, 0)) {
+                if e.kind() == io::ErrorKind::AddrNotAvailable {
+                    out.push(format!(
+                        "{file}: path[{i}].source: {} is not an address of this host (path {:?} \
+                         cannot connect until it is)",
+                        p.source, p.name
+                    ));
+                }
+            }
+        }
+        if let Some(dev) = &self.intercept.lan_device {
+            if !interface_exists(dev) {
+                out.push(format!(
+                    "{file}: intercept.lan_device: no interface {dev:?} on this host \
+                     (passengers' traffic cannot be intercepted until it exists)"
+                ));
+            }
+        }
+        out
+    }
+
     /// Reads and validates `path`; relative file names in it resolve against its directory.
     pub fn load(path: &Path) -> Result<RelayConfig, ConfigError> {
         let (text, base) = read(path)?;

@@ -204,7 +204,8 @@ enum ConfigAction {
         /// relay, proxy, relay.service or proxy.service.
         role: String,
     },
-    /// Validate a configuration file without starting anything.
+    /// Validate a configuration file without starting anything. For a relay it also warns
+    /// (on stderr, still exiting 0) about interfaces and source addresses this host lacks.
     Check {
         /// relay or proxy.
         role: String,
@@ -280,7 +281,12 @@ fn run(cli: Cli) -> Result<()> {
             action: ConfigAction::Check { role, file },
         } => {
             match role.as_str() {
-                "relay" => drop(polycorn_net::config::RelayConfig::load(&file)?),
+                "relay" => {
+                    let cfg = polycorn_net::config::RelayConfig::load(&file)?;
+                    for w in cfg.host_warnings(&file.display().to_string()) {
+                        eprintln!("warning: {w}");
+                    }
+                }
                 "proxy" => drop(polycorn_net::config::ProxyConfig::load(&file)?),
                 other => anyhow::bail!("unknown role `{other}`: expected `relay` or `proxy`"),
             }

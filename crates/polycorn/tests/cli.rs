@@ -146,6 +146,41 @@ fn config_example_prints_systemd_units_that_systemd_accepts() {
     );
 }
 
+/// `config check relay` on the train's gateway tells what the host lacks (a misnamed or
+/// missing interface, an address the host does not have) as warnings naming the key, and
+/// still accepts the file: a modem may come up after the relay starts.
+#[test]
+fn config_check_warns_about_interfaces_and_addresses_this_host_lacks() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("relay.toml");
+    std::fs::write(
+        &file,
+        "[relay]\nmode = \"single\"\nproxy = \"192.0.2.1:7700\"\n\n\
+         [[path]]\nname = \"a\"\ndevice = \"lo\"\nsource = \"127.0.0.1\"\n\n\
+         [[path]]\nname = \"b\"\ndevice = \"nosuch9\"\nsource = \"192.0.2.77\"\n\n\
+         [intercept]\nsocks5 = \"127.0.0.1:1080\"\nlan_device = \"nosuchlan0\"\n",
+    )
+    .unwrap();
+    let out = polycorn(&["config", "check", "relay", file.to_str().unwrap()]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert!(String::from_utf8_lossy(&out.stdout).starts_with("ok: "));
+    let warnings: Vec<&str> = err.lines().filter(|l| l.starts_with("warning: ")).collect();
+    assert_eq!(warnings.len(), 3, "{err}");
+    for want in [
+        "path[1].device: no interface \"nosuch9\"",
+        "path[1].source: 192.0.2.77 is not an address of this host",
+        "intercept.lan_device: no interface \"nosuchlan0\"",
+    ] {
+        assert!(
+            warnings
+                .iter()
+                .any(|w| w.contains(want) && w.contains("relay.toml")),
+            "`{want}` in {err}"
+        );
+    }
+}
+
 #[test]
 fn schedulers_check_accepts_and_refuses_with_the_valid_names() {
     let ok = polycorn(&["schedulers", "--check", "hpr,minrtt,tpr,ori+er(k=2)"]);
