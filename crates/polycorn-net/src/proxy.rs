@@ -101,6 +101,54 @@ impl Connector {
 
 type Sessions = Arc<Mutex<HashMap<u64, Engine>>>;
 
+/// A refused peer is warned about again after this long (with how many of its attempts were
+/// refused meanwhile); in between its refusals go to debug.
+const REFUSAL_REWARN: Duration = Duration::from_secs(300);
+/// Peers and causes remembered; past this (a scan from many addresses) the memory starts
+/// afresh, so it stays bounded.
+const REFUSAL_MEMORY: usize = 4096;
+
+/// Which refused subflows are worth a warning. A relay with the wrong certificate or another
+/// protocol version retries every few seconds for as long as it runs: the first refusal of
+/// each address and cause is a warning, then one every [`REFUSAL_REWARN`] while they go on.
+/// Pure: the caller passes the time.
+#[derive(Debug, Default)]
+struct Refusals {
+    /// (address, cause) → (last warning, refusals since it).
+    seen: HashMap<(std::net::IpAddr, String), (std::time::Instant, u64)>,
+}
+
+impl Refusals {
+    /// Record a refusal at `now`; `Some(n)` when it is worth a warning, `n` refusals of the
+    /// same peer and cause having gone unwarned since the last one.
+    fn refused(
+        &mut self,
+        now: std::time::Instant,
+        peer: std::net::IpAddr,
+        cause: &str,
+    ) -> Option<u64> {
+        let key = (peer, cause.to_string());
+        if self.seen.len() >= REFUSAL_MEMORY && !self.seen.contains_key(&key) {
+            self.seen.clear();
+        }
+        match self.seen.get_mut(&key) {
+            Some((at, quiet)) if now.saturating_duration_since(*at) < REFUSAL_REWARN => {
+                *quiet += 1;
+                None
+            }
+            Some((at, quiet)) => {
+                let n = std::mem::take(quiet);
+                *at = now;
+                Some(n)
+            }
+            None => {
+                self.seen.insert(key, (now, 0));
+                Some(0)
+            }
+        }
+    }
+}
+
 /// Start the proxy: bind listeners (errors name the address); returns the running tasks and
 /// the live sessions (for metrics).
 pub async fn start(
@@ -111,6 +159,7 @@ pub async fn start(
     let connector = Arc::new(Connector::new(opts.policy.clone(), opts.connect_timeout));
     let acceptor = subflow::acceptor(opts.tls.clone());
     let opts = Arc::new(opts);
+    let refusals = Arc::new(Mutex::new(Refusals::default()));
     for addr in &opts.listen {
         let l = TcpListener::bind(addr)
             .await
@@ -122,7 +171,7 @@ pub async fn start(
             opts.clone(),
             connector.clone(),
         );
-        tasks.spawn(accept_loop(l, a, s, o, c));
+        tasks.spawn(accept_loop(l, a, s, o, c, refusals.clone()));
     }
     if let Some(addr) = opts.tunnel_listen {
         let _ = crate::direct::MptcpEndpoints::limits(8);
@@ -145,6 +194,7 @@ async fn accept_loop(
     sessions: Sessions,
     opts: Arc<ProxyOptions>,
     connector: Arc<Connector>,
+    refusals: Arc<Mutex<Refusals>>,
 ) {
     loop {
         let (tcp, peer) = match l.accept().await {
@@ -155,11 +205,12 @@ async fn accept_loop(
                 continue;
             }
         };
-        let (a, s, o, c) = (
+        let (a, s, o, c, refusals) = (
             acceptor.clone(),
             sessions.clone(),
             opts.clone(),
             connector.clone(),
+            refusals.clone(),
         );
         tokio::spawn(async move {
             let sockopts = o.tuning.subflow_sockopts();
@@ -175,7 +226,21 @@ async fn accept_loop(
                     return;
                 }
                 Err(e) => {
-                    warn!(%peer, error = %e, "subflow refused");
+                    let warn = refusals.lock().expect("refusals").refused(
+                        std::time::Instant::now(),
+                        peer.ip(),
+                        &e.to_string(),
+                    );
+                    match warn {
+                        Some(0) => warn!(%peer, error = %e, "subflow refused"),
+                        Some(n) => warn!(
+                            %peer,
+                            error = %e,
+                            refused_since_last_warning = n,
+                            "subflow refused"
+                        ),
+                        None => debug!(%peer, error = %e, "subflow refused"),
+                    }
                     if let Some(m) = &o.metrics {
                         m.peers_rejected.inc();
                     }
@@ -317,6 +382,55 @@ async fn session_events(
                 return;
             }
             _ => {}
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Instant;
+
+    /// A misconfigured relay retrying every 2 s for an hour: warned about once, then once per
+    /// 5 minutes with the count in between; another cause or another address is warned at once.
+    #[test]
+    fn repeated_refusals_warn_once_then_every_5_min_with_a_count() {
+        let t0 = Instant::now();
+        let relay: std::net::IpAddr = "192.0.2.7".parse().unwrap();
+        let cause = "TLS handshake (client certificate required): invalid peer certificate";
+        let mut r = Refusals::default();
+        let warned: Vec<(u64, u64)> = (0..1800)
+            .filter_map(|i| {
+                r.refused(t0 + Duration::from_secs(2 * i), relay, cause)
+                    .map(|n| (2 * i, n))
+            })
+            .collect();
+        assert_eq!(
+            warned,
+            [0, 300, 600, 900, 1200, 1500, 1800, 2100, 2400, 2700, 3000, 3300]
+                .iter()
+                .enumerate()
+                .map(|(k, &s)| (s, if k == 0 { 0 } else { 149 }))
+                .collect::<Vec<_>>()
+        );
+        let t = t0 + Duration::from_secs(10);
+        assert_eq!(
+            r.refused(t, relay, "read Hello: protocol version 1"),
+            Some(0)
+        );
+        let other: std::net::IpAddr = "192.0.2.8".parse().unwrap();
+        assert_eq!(r.refused(t, other, cause), Some(0));
+    }
+
+    /// Many addresses (a scan) do not grow the memory without bound.
+    #[test]
+    fn refusal_memory_stays_bounded() {
+        let t0 = Instant::now();
+        let mut r = Refusals::default();
+        for i in 0..(3 * REFUSAL_MEMORY as u32) {
+            let ip = std::net::IpAddr::V4(std::net::Ipv4Addr::from(0x0a00_0000 + i));
+            assert_eq!(r.refused(t0, ip, "TLS and Hello timed out"), Some(0));
+            assert!(r.seen.len() <= REFUSAL_MEMORY);
         }
     }
 }
