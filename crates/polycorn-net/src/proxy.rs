@@ -232,11 +232,10 @@ async fn accept_loop(
                         &e.to_string(),
                     );
                     match warn {
-                        Some(0) => warn!(%peer, error = %e, "subflow refused"),
                         Some(n) => warn!(
                             %peer,
                             error = %e,
-                            refused_since_last_warning = n,
+                            refused_since_last_warning = (n > 0).then_some(n),
                             "subflow refused"
                         ),
                         None => debug!(%peer, error = %e, "subflow refused"),

@@ -447,16 +447,14 @@ async fn maintain_path(
             .lock()
             .expect("connect failures")
             .connected(std::time::Instant::now());
-        match recovered {
-            Some(w) => info!(
-                path = %p.name,
-                proxy = %p.proxy,
-                down_s = w.down.as_secs(),
-                failed_attempts = w.attempts,
-                "subflow up"
-            ),
-            None => info!(path = %p.name, proxy = %p.proxy, "subflow up"),
-        }
+        // After a warning, how long the path was down and how many attempts failed.
+        info!(
+            path = %p.name,
+            proxy = %p.proxy,
+            down_s = recovered.as_ref().map(|w| w.down.as_secs()),
+            failed_attempts = recovered.as_ref().map(|w| w.attempts),
+            "subflow up"
+        );
         let (r, w) = tokio::io::split(est.stream);
         let raw_info = est.raw_info;
         let run = engine.run_subflow(path, est.peer_epoch, est.initial, r, w, est.tcp_info);
