@@ -10,9 +10,12 @@
 //!   emulator attaches to both and moves packets between them through a link model per
 //!   direction. With no emulator attached, a path carries nothing.
 //! * Per path, on both ends: `ip rule from <addr> table 100+i`, `ip rule oif path{i} table
-//!   100+i`, and in that table `default dev path{i}` — a socket bound to a path's address or
-//!   device leaves on that path (DESIGN §7: either rule alone misroutes). Reverse-path
-//!   filtering is off so a subflow may reach the peer's address of another path.
+//!   100+i`, `ip rule to <peer's addr> table 100+i`, and in that table `default dev path{i}` —
+//!   a socket bound to a path's address or device leaves on that path (DESIGN §7: either rule
+//!   alone misroutes). The relay ranks device and source before the peer's address, the proxy
+//!   the peer's (relay's) address first, so a subflow may reach the proxy's address of
+//!   another path and the replies come back on the path it left by. Reverse-path filtering
+//!   is off for the same reason.
 //! * The client routes everything via the relay; the server via the proxy.
 //!
 //! State (names, emulator PID) is written to `/run/polycorn/testbed-{name}.json` so `down` can
@@ -263,16 +266,29 @@ fn build(spec: &TestbedSpec) -> Result<(), TestbedError> {
     for i in 0..spec.paths {
         let dev = TestbedSpec::path_dev(i);
         let table = (100 + i).to_string();
-        for (ns, local, peer) in [
+        // Rule priorities (lower first), per namespace, for every path:
+        // * relay: what the socket chose decides (device, then source address), then the
+        //   peer's address: a subflow pinned to path 0 reaches the proxy's path-1 address
+        //   over path 0, as it would over a real carrier.
+        // * proxy: the peer's (relay's) address decides, then device and source: replies
+        //   take the path their relay address belongs to, whichever proxy address the relay
+        //   connected to. Kernel MPTCP joins a second subflow from the relay's path-1
+        //   address to the proxy's path-0 address; without this the proxy's replies left on
+        //   path 0 and the baseline silently ran on one path.
+        let relay_prefs = [("oif", 1000), ("from", 2000), ("to", 3000)];
+        let proxy_prefs = [("to", 1000), ("oif", 2000), ("from", 3000)];
+        for (ns, local, peer, prefs) in [
             (
                 &relay,
                 TestbedSpec::relay_path_addr(i),
                 TestbedSpec::proxy_path_addr(i),
+                relay_prefs,
             ),
             (
                 &proxy,
                 TestbedSpec::proxy_path_addr(i),
                 TestbedSpec::relay_path_addr(i),
+                proxy_prefs,
             ),
         ] {
             ip_in(ns, &["tuntap", "add", "dev", &dev, "mode", "tun"])?;
@@ -282,14 +298,20 @@ fn build(spec: &TestbedSpec) -> Result<(), TestbedError> {
                 ns,
                 &["route", "add", "default", "dev", &dev, "table", &table],
             )?;
-            ip_in(ns, &["rule", "add", "from", &local, "table", &table])?;
-            ip_in(ns, &["rule", "add", "oif", &dev, "table", &table])?;
-            // Traffic to the peer's address on this path takes this path, whatever our source
-            // address: kernel MPTCP joins a second subflow from the relay's path-1 address to
-            // the proxy's path-0 address, and without this rule the proxy's replies left on
-            // path 0 (the baseline then silently ran on one path). Added last, so it is
-            // consulted before the `from` rule.
-            ip_in(ns, &["rule", "add", "to", &peer, "table", &table])?;
+            for (selector, base) in prefs {
+                let value = match selector {
+                    "oif" => dev.clone(),
+                    "from" => local.to_string(),
+                    _ => peer.to_string(),
+                };
+                let pref = (base + i).to_string();
+                ip_in(
+                    ns,
+                    &[
+                        "rule", "add", "pref", &pref, selector, &value, "table", &table,
+                    ],
+                )?;
+            }
             sysctl_in(ns, &format!("net.ipv4.conf.{dev}.rp_filter"), "0")?;
         }
     }

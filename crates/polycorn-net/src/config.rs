@@ -44,6 +44,7 @@ use serde::de::{self, Deserializer, SeqAccess, Visitor};
 use serde::Deserialize;
 
 use crate::policy::DestinationPolicy;
+use crate::proxy_addr::ProxyAddr;
 
 /// Most paths a relay may have (the scheduler's path-set width).
 pub const MAX_PATHS: usize = polycorn_sched::MAX_PATHS;
@@ -219,8 +220,9 @@ pub struct RelaySection {
     /// `mode` does not use it.
     #[serde(default = "default_scheduler")]
     pub scheduler: String,
-    /// `proxy`: the proxy's subflow address, for every path without its own `proxy`.
-    pub proxy: SocketAddr,
+    /// `proxy`: the proxy's subflow address (`IP:port`, or `host:port` resolved by the relay),
+    /// for every path without its own `proxy`.
+    pub proxy: ProxyAddr,
     /// `tunnel_port`: the proxy's port for the `mptcp` and `single` baselines (default 7701).
     #[serde(default = "default_tunnel_port")]
     pub tunnel_port: u16,
@@ -305,7 +307,7 @@ pub struct PathConfig {
     pub source: IpAddr,
     /// `proxy`: overrides `relay.proxy` for this path.
     #[serde(default)]
-    pub proxy: Option<SocketAddr>,
+    pub proxy: Option<ProxyAddr>,
 }
 
 /// What the relay does with passengers' UDP.
@@ -459,6 +461,38 @@ impl RelayConfig {
                 }
             }
         }
+        // Host names: does each resolve here, to an address of each path's family?
+        let mut looked_up: BTreeMap<ProxyAddr, Result<Vec<SocketAddr>, String>> = BTreeMap::new();
+        for (i, p) in self.paths.iter().enumerate() {
+            let proxy = self.proxy_for(p);
+            if proxy.ip().is_some() {
+                continue;
+            }
+            let key = if p.proxy.is_some() {
+                format!("path[{i}].proxy")
+            } else {
+                "relay.proxy".to_string()
+            };
+            let first = !looked_up.contains_key(&proxy);
+            let answer = looked_up.entry(proxy.clone()).or_insert_with(|| {
+                crate::proxy_addr::lookup_blocking(&proxy).map_err(|e| e.to_string())
+            });
+            match answer {
+                Err(e) if first => out.push(format!(
+                    "{file}: {key}: {proxy} does not resolve on this host now ({e}); the relay \
+                     keeps trying"
+                )),
+                Err(_) => {}
+                Ok(addrs) if !addrs.iter().any(|a| a.is_ipv4() == p.source.is_ipv4()) => {
+                    let family = if p.source.is_ipv4() { "IPv4" } else { "IPv6" };
+                    out.push(format!(
+                        "{file}: {key}: {proxy} has no {family} address for path {:?} (source {})",
+                        p.name, p.source
+                    ));
+                }
+                Ok(_) => {}
+            }
+        }
         if let Some(dev) = &self.intercept.lan_device {
             if !interface_exists(dev) {
                 out.push(format!(
@@ -487,8 +521,10 @@ impl RelayConfig {
     }
 
     /// The proxy address path `path` connects to: its own `proxy` or `relay.proxy`.
-    pub fn proxy_for(&self, path: &PathConfig) -> SocketAddr {
-        path.proxy.unwrap_or(self.relay.proxy)
+    pub fn proxy_for(&self, path: &PathConfig) -> ProxyAddr {
+        path.proxy
+            .clone()
+            .unwrap_or_else(|| self.relay.proxy.clone())
     }
 
     /// A commented example `relay.toml`.
@@ -498,7 +534,7 @@ impl RelayConfig {
 
     fn validate(&mut self, v: &mut Validator<'_>, base: &Path) -> Result<(), ConfigError> {
         v.scheduler("relay.scheduler", &self.relay.scheduler)?;
-        v.remote("relay.proxy", self.relay.proxy)?;
+        v.proxy("relay.proxy", &self.relay.proxy, self.relay.mode)?;
         if self.relay.tunnel_port == 0 {
             return Err(v.invalid("relay.tunnel_port", "must not be 0"));
         }
@@ -537,8 +573,8 @@ impl RelayConfig {
                     ),
                 ));
             }
-            if let Some(proxy) = p.proxy {
-                v.remote(&key("proxy"), proxy)?;
+            if let Some(proxy) = &p.proxy {
+                v.proxy(&key("proxy"), proxy, self.relay.mode)?;
             }
             if let Some(j) = names.insert(p.name.clone(), i) {
                 return Err(v.invalid(
@@ -1120,6 +1156,23 @@ impl Validator<'_> {
     }
 
     /// An address to connect to: a real host and port.
+    /// A relay's proxy: a literal address must be one to connect to; a host name needs the
+    /// polycorn mode (the baselines take addresses, as their operators configure them).
+    fn proxy(&self, key: &str, proxy: &ProxyAddr, mode: RelayMode) -> Result<(), ConfigError> {
+        match proxy {
+            ProxyAddr::Ip(a) => self.remote(key, *a),
+            ProxyAddr::Name { .. } if mode != RelayMode::Polycorn => Err(self.invalid(
+                key,
+                format!(
+                    "{proxy}: mode {:?} needs an IP address (host names are resolved in \
+                     mode \"polycorn\" only)",
+                    format!("{mode:?}").to_lowercase()
+                ),
+            )),
+            ProxyAddr::Name { .. } => Ok(()),
+        }
+    }
+
     fn remote(&self, key: &str, addr: SocketAddr) -> Result<(), ConfigError> {
         if addr.ip().is_unspecified() || addr.ip().is_multicast() {
             return Err(self.invalid(key, format!("{addr} is not an address to connect to")));
@@ -1356,7 +1409,9 @@ mode = "polycorn"
 # single, loctable) or a pipeline such as "hpr,minrtt,tpr,ori+er(k=3)". polycorn is the
 # paper's HRSCH whose reinjection also fires when a modem reports its cell lost.
 scheduler = "polycorn"
-# The proxy's subflow address, for every path that does not set its own.
+# The proxy's subflow address, for every path that does not set its own: IP:port, or
+# host:port resolved by the relay (mode "polycorn"; kept while the name still lists it, looked
+# up again when a path fails to connect, at most every 10 s).
 proxy = "10.0.2.1:7700"
 # Proxy port of the mptcp / single baselines' tunnels.
 tunnel_port = 7701

@@ -38,26 +38,41 @@ pub enum DirectMode {
 pub struct Tunnels {
     mode: DirectMode,
     paths: Vec<RelayPath>,
+    /// Each path's proxy address (the baselines take literal addresses only).
+    proxies: Vec<SocketAddr>,
     port: u16,
     congestion: Option<String>,
     assign: Mutex<HashMap<IpAddr, usize>>,
 }
 
 impl Tunnels {
-    /// Tunnels to the proxy's `port` over `paths`.
+    /// Tunnels to the proxy's `port` over `paths`. Fails on a path whose proxy is a host name:
+    /// the baselines reproduce what operators run today, with the proxy's address configured.
     pub fn new(
         mode: DirectMode,
         paths: Vec<RelayPath>,
         port: u16,
         congestion: Option<String>,
-    ) -> Tunnels {
-        Tunnels {
+    ) -> Result<Tunnels, String> {
+        let proxies = paths
+            .iter()
+            .map(|p| {
+                p.proxy.ip().ok_or_else(|| {
+                    format!(
+                        "path {}: proxy {}: the mptcp and single baselines need an IP address",
+                        p.name, p.proxy
+                    )
+                })
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(Tunnels {
             mode,
             paths,
+            proxies,
             port,
             congestion,
             assign: Mutex::new(HashMap::new()),
-        }
+        })
     }
 
     /// The path a passenger uses in `single` mode: assigned round-robin on first sight.
@@ -69,10 +84,10 @@ impl Tunnels {
 
     /// Open a tunnel for `user` to `dst`; returns the connected stream or the proxy's answer.
     pub async fn open(&self, user: IpAddr, dst: &Destination) -> Result<TcpStream, OpenStatus> {
-        let (p, sock) = match self.mode {
+        let (i, sock) = match self.mode {
             DirectMode::Mptcp => {
                 let p = &self.paths[0];
-                let dom = socket2::Domain::for_address(p.proxy);
+                let dom = socket2::Domain::for_address(self.proxies[0]);
                 let s = sockopt::mptcp_socket(dom).map_err(|e| {
                     warn!(error = %e, "cannot create an MPTCP socket");
                     OpenStatus::Failed
@@ -82,24 +97,25 @@ impl Tunnels {
                         .map_err(|_| OpenStatus::Failed)?;
                 }
                 s.set_nonblocking(true).map_err(|_| OpenStatus::Failed)?;
-                (p, s)
+                (0, s)
             }
             DirectMode::Single => {
-                let p = &self.paths[self.path_of(user)];
+                let i = self.path_of(user);
+                let p = &self.paths[i];
                 let s = match (p.source, p.device.as_deref()) {
                     (Some(src), Some(dev)) => sockopt::pinned_tcp_socket(src, dev),
                     _ => socket2::Socket::new(
-                        socket2::Domain::for_address(p.proxy),
+                        socket2::Domain::for_address(self.proxies[i]),
                         socket2::Type::STREAM,
                         Some(socket2::Protocol::TCP),
                     )
                     .and_then(|s| s.set_nonblocking(true).map(|_| s)),
                 }
                 .map_err(|_| OpenStatus::Failed)?;
-                (p, s)
+                (i, s)
             }
         };
-        let target = SocketAddr::new(p.proxy.ip(), self.port);
+        let target = SocketAddr::new(self.proxies[i].ip(), self.port);
         let tsock = tokio::net::TcpSocket::from_std_stream(sock.into());
         let mut stream =
             match tokio::time::timeout(subflow::HANDSHAKE_TIMEOUT, tsock.connect(target)).await {

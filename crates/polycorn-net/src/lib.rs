@@ -15,6 +15,7 @@ pub mod metrics;
 pub mod policy;
 pub mod predictor;
 pub mod proxy;
+pub mod proxy_addr;
 pub mod relay;
 pub mod sockopt;
 pub mod socks5;

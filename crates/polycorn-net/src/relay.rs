@@ -20,6 +20,7 @@ use tracing::{debug, info, warn};
 
 use crate::direct::{self, DirectMode};
 use crate::engine::Engine;
+use crate::proxy_addr::{ProxyAddr, ProxyResolver};
 use crate::socks5;
 use crate::subflow;
 
@@ -43,8 +44,9 @@ pub struct RelayPath {
     pub device: Option<String>,
     /// Source address on that interface.
     pub source: Option<IpAddr>,
-    /// Proxy address reached over this path.
-    pub proxy: SocketAddr,
+    /// Proxy reached over this path: an address, or a host name the relay resolves (polycorn
+    /// mode only; see [`crate::proxy_addr`]).
+    pub proxy: ProxyAddr,
 }
 
 /// Session tunables shared by relay and proxy.
@@ -188,11 +190,18 @@ pub async fn start(
             tasks.spawn(engine.clone().run_timer());
             tasks.spawn(log_events(events));
             let connector = subflow::connector(tls);
+            // Paths that name the same proxy share its resolver, so all reach the same proxy.
+            let mut resolvers = std::collections::BTreeMap::new();
             for (i, p) in opts.paths.iter().enumerate() {
+                let resolver = resolvers
+                    .entry(p.proxy.clone())
+                    .or_insert_with(|| ProxyResolver::new(p.proxy.clone()))
+                    .clone();
                 tasks.spawn(maintain_path(
                     engine.clone(),
                     i as u8,
                     p.clone(),
+                    resolver,
                     connector.clone(),
                     opts.tuning.subflow_sockopts(),
                     opts.idle_refresh,
@@ -221,7 +230,7 @@ pub async fn start(
                 opts.paths.clone(),
                 opts.tunnel_port,
                 opts.tuning.congestion.clone(),
-            )))
+            )?))
         }
     };
     for addr in &opts.transparent {
@@ -389,22 +398,36 @@ async fn maintain_path(
     engine: Engine,
     path: u8,
     p: RelayPath,
+    resolver: Arc<ProxyResolver>,
     tls: tokio_rustls::TlsConnector,
     sockopts: subflow::SubflowSockopts,
     idle_refresh: crate::config::IdleRefresh,
 ) {
     let (hello, session) = engine.inspect(|s| (s.hello(path).to_vec(), s.session_id()));
-    let connect = |timeouts| {
-        subflow::relay_connect(
-            &tls,
-            p.proxy,
-            p.source,
-            p.device.as_deref(),
-            &sockopts,
-            &hello,
-            (session, path),
-            timeouts,
-        )
+    // Whether this path's latest attempt failed (a failing path may look the proxy up again).
+    let failing = std::sync::atomic::AtomicBool::new(false);
+    let (tls, p_ref, sockopts, hello, resolver, failing_ref) =
+        (&tls, &p, &sockopts, &hello, &resolver, &failing);
+    let connect = move |timeouts| async move {
+        let failed = failing_ref.load(std::sync::atomic::Ordering::Relaxed);
+        let r = match resolver.resolve(p_ref.source, failed).await {
+            Ok(addr) => {
+                subflow::relay_connect(
+                    tls,
+                    addr,
+                    p_ref.source,
+                    p_ref.device.as_deref(),
+                    sockopts,
+                    hello,
+                    (session, path),
+                    timeouts,
+                )
+                .await
+            }
+            Err(e) => Err(e),
+        };
+        failing_ref.store(r.is_err(), std::sync::atomic::Ordering::Relaxed);
+        r
     };
     let failures = std::sync::Mutex::new(ConnectFailures::default());
     // Log a failed attempt of a path without a working subflow, as a warning when worth one.
@@ -451,6 +474,7 @@ async fn maintain_path(
         info!(
             path = %p.name,
             proxy = %p.proxy,
+            addr = %est.peer,
             down_s = recovered.as_ref().map(|w| w.down.as_secs()),
             failed_attempts = recovered.as_ref().map(|w| w.attempts),
             "subflow up"

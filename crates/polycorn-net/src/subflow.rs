@@ -74,6 +74,14 @@ pub enum HandshakeError {
     /// The peer closed the connection during the handshake.
     #[error("peer closed the connection during the handshake")]
     Closed,
+    /// The proxy's host name did not resolve (and no earlier answer is known).
+    #[error("resolve {host}: {reason}")]
+    Resolve {
+        /// `host:port` as configured.
+        host: String,
+        /// The resolver's answer.
+        reason: String,
+    },
     /// The local socket could not be set up (no such device, address not on this host, no
     /// permission): nothing was sent, and trying again changes nothing until the host does.
     #[error("{what}: {source}")]
@@ -94,7 +102,10 @@ impl HandshakeError {
         match self {
             HandshakeError::Setup { .. } | HandshakeError::Proto(_) => true,
             HandshakeError::Io { source, .. } => source.kind() == io::ErrorKind::InvalidData,
-            HandshakeError::Timeout(_) | HandshakeError::Closed => false,
+            // The resolver's queries may go over a path in a blackout.
+            HandshakeError::Timeout(_)
+            | HandshakeError::Closed
+            | HandshakeError::Resolve { .. } => false,
         }
     }
 }
@@ -272,6 +283,8 @@ pub struct Established {
     pub tcp_info: TcpInfoFn,
     /// The raw `TCP_INFO` of the underlying socket (congestion state for the relay's refresh).
     pub raw_info: RawInfoFn,
+    /// The proxy's address.
+    pub peer: SocketAddr,
 }
 
 /// Reads the raw `TCP_INFO` of a subflow's socket.
@@ -335,6 +348,7 @@ pub async fn relay_connect(
         peer_epoch,
         tcp_info,
         raw_info,
+        peer: proxy,
     })
 }
 

@@ -265,7 +265,7 @@ fn toml_errors_carry_line_column_and_key() {
         ),
         d,
         "relay.proxy",
-        "expected IP:PORT",
+        "expected IP:port or host:port",
     );
     relay_err(
         &edit(
@@ -840,4 +840,76 @@ fn proxy_errors() {
     assert!(p.destination_policy_allows("10.0.2.2"));
     assert!(p.destination_policy_allows("2606:2800:220:1::1"));
     assert!(!p.destination_policy_allows("10.0.2.3"));
+}
+
+#[test]
+fn the_proxy_may_be_a_host_name_in_polycorn_mode() {
+    let d = files();
+    let d = d.path();
+    let named = edit(
+        RELAY_MIN,
+        "proxy = \"10.0.2.1:7700\"",
+        "proxy = \"proxy.polycorn.invalid:7700\"",
+    );
+    let r = relay(&named, d).unwrap();
+    let want = polycorn_net::proxy_addr::ProxyAddr::Name {
+        host: "proxy.polycorn.invalid".into(),
+        port: 7700,
+    };
+    assert_eq!(r.proxy_for(&r.paths[0]), want);
+    // A path's own proxy may be a name too, and overrides relay.proxy.
+    let per_path = edit(
+        RELAY_MIN,
+        "source = \"10.101.0.1\"",
+        "source = \"10.101.0.1\"\nproxy = \"other.polycorn.invalid:7000\"",
+    );
+    let r = relay(&per_path, d).unwrap();
+    assert_eq!(r.proxy_for(&r.paths[0]), "10.0.2.1:7700".parse().unwrap());
+    assert_eq!(
+        r.proxy_for(&r.paths[1]).to_string(),
+        "other.polycorn.invalid:7000"
+    );
+    // The baselines take addresses only: the key is named.
+    relay_err(
+        &edit(&named, "[relay]\n", "[relay]\nmode = \"mptcp\"\n"),
+        d,
+        "relay.proxy",
+        "mode \"mptcp\" needs an IP address",
+    );
+    relay_err(
+        &edit(&per_path, "[relay]\n", "[relay]\nmode = \"single\"\n"),
+        d,
+        "path[1].proxy",
+        "mode \"single\" needs an IP address",
+    );
+    // Bad names are refused where they are written.
+    relay_err(
+        &edit(
+            RELAY_MIN,
+            "proxy = \"10.0.2.1:7700\"",
+            "proxy = \"proxy..net:7700\"",
+        ),
+        d,
+        "relay.proxy",
+        "1 to 63 characters",
+    );
+    // `config check` warns about a name that does not resolve here (`.invalid` never does),
+    // once per name, and accepts the file.
+    let both = edit(
+        &named,
+        "source = \"10.101.0.1\"",
+        "source = \"10.101.0.1\"\nproxy = \"proxy.polycorn.invalid:7700\"",
+    );
+    let warnings = relay(&both, d).unwrap().host_warnings("relay.toml");
+    let resolve: Vec<_> = warnings
+        .iter()
+        .filter(|w| w.contains("does not resolve"))
+        .collect();
+    assert_eq!(resolve.len(), 1, "{warnings:?}");
+    assert!(
+        resolve[0]
+            .starts_with("relay.toml: relay.proxy: proxy.polycorn.invalid:7700 does not resolve"),
+        "{}",
+        resolve[0]
+    );
 }

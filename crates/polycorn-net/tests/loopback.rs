@@ -154,7 +154,7 @@ async fn start_pair(spec: &str, tuning: Tuning) -> Pair {
                 name: format!("p{i}"),
                 device: None,
                 source: Some(IpAddr::V4(Ipv4Addr::LOCALHOST)),
-                proxy: *a,
+                proxy: (*a).into(),
             })
             .collect(),
         tls: Some(tls::client_config(&p("ca.pem"), &p("relay.pem"), &p("relay.key")).unwrap()),

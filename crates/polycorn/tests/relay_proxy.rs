@@ -1039,7 +1039,8 @@ fn a_path_whose_device_is_missing_is_reported_and_the_others_carry() {
         assert!(warnings[0].contains(want), "`{want}` in {}", warnings[0]);
     }
     assert!(
-        !log.contains("path=ghost proxy=10.100.0.2:7700 subflow up")
+        !log.lines()
+            .any(|l| l.contains("subflow up") && l.contains("path=ghost"))
             && log.matches("subflow up").count() == 2,
         "only the two real paths came up:\n{}",
         tail(&log)
@@ -1361,4 +1362,123 @@ fn baseline_tunnels_use_the_configured_congestion_control_on_every_subflow() {
         .proxy
         .log()
         .contains("keeps the system's congestion control"));
+}
+
+/// `/etc/netns/NS/hosts`, which `ip netns exec NS` mounts over `/etc/hosts` for the processes
+/// it starts (so a name resolves inside the relay's namespace only); removed on drop.
+struct NetnsHosts {
+    dir: PathBuf,
+}
+
+impl NetnsHosts {
+    fn new(ns: &str) -> NetnsHosts {
+        let dir = PathBuf::from("/etc/netns").join(ns);
+        std::fs::create_dir_all(&dir).unwrap();
+        NetnsHosts { dir }
+    }
+    /// Rewrites the file in place (same inode: a running daemon's mount sees the change).
+    fn set(&self, name: &str, addr: &str) {
+        std::fs::write(
+            self.dir.join("hosts"),
+            format!("127.0.0.1 localhost\n{addr} {name}\n"),
+        )
+        .unwrap();
+    }
+}
+
+impl Drop for NetnsHosts {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// An operator gives the proxy as a host name. Every path reaches the proxy at the address the
+/// name resolves to; when the proxy moves (the name points elsewhere and the old address stops
+/// answering), the relay looks the name up again and every path reconnects to the new address.
+#[test]
+fn a_proxy_host_name_is_resolved_and_followed_when_the_proxy_moves() {
+    let _s = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    if !is_root() {
+        return;
+    }
+    let bed = Bed::constant("n", 40, 20);
+    start_server(&bed);
+    let name = "proxy.polycorn.test";
+    let hosts = NetnsHosts::new(&bed.ns("relay"));
+    // The proxy listens on every address: its path-0 and path-1 addresses are both "it".
+    hosts.set(name, "10.100.0.2");
+    let dir = tempfile::tempdir().unwrap();
+    let out = Command::new(bin())
+        .args(["tls", "generate"])
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let (r, p) = configs(&bed, dir.path(), "polycorn", "polycorn", 2, ("", ""));
+    // One name for every path, as an operator writes it.
+    let mut relay_toml = std::fs::read_to_string(&r).unwrap();
+    relay_toml = relay_toml.replacen(
+        "proxy = \"10.100.0.2:7700\"\n",
+        &format!("proxy = \"{name}:7700\"\n"),
+        1,
+    );
+    for i in 0..2 {
+        relay_toml = relay_toml.replace(&format!("proxy = \"10.100.{i}.2:7700\"\n"), "");
+    }
+    std::fs::write(&r, &relay_toml).unwrap();
+    let mut proxy = Daemon::start(&bed.ns("proxy"), "proxy", &p, dir.path().join("proxy.log"));
+    proxy.wait_for("proxy running", 1);
+    let mut relay = Daemon::start(&bed.ns("relay"), "relay", &r, dir.path().join("relay.log"));
+    relay.wait_for("subflow up", 2);
+    let stack = Stack { dir, proxy, relay };
+    let ups = |log: &str, addr: &str| {
+        log.lines()
+            .filter(|l| {
+                l.contains("subflow up")
+                    && l.contains(&format!("proxy={name}:7700"))
+                    && l.contains(&format!("addr={addr}:7700"))
+            })
+            .count()
+    };
+    assert_eq!(
+        ups(&stack.relay.log(), "10.100.0.2"),
+        2,
+        "{}",
+        stack.relay.log()
+    );
+    fetch_ok(&bed, &stack, 256 * KB, 4 * MB, "transfer via the name");
+
+    // The proxy moves: the name now points at its path-1 address, and the old one is dead.
+    hosts.set(name, "10.100.1.2");
+    let rules: String = ["path0", "path1"]
+        .iter()
+        .map(|d| {
+            format!(
+                "  chain in_{d} {{ type filter hook ingress device \"{d}\" priority 0; policy accept; meta protocol ip ip daddr 10.100.0.2 drop; }}\n"
+            )
+        })
+        .collect();
+    let _old_gone = Blackhole::with_rules(&bed.ns("proxy"), &rules);
+    let t0 = Instant::now();
+    while ups(&stack.relay.log(), "10.100.1.2") < 2 {
+        assert!(
+            t0.elapsed() < Duration::from_secs(90),
+            "the paths did not follow the name within 90 s:\n{}",
+            tail(&stack.relay.log())
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    eprintln!(
+        "both paths reconnected to the new address {:.1} s after the move",
+        t0.elapsed().as_secs_f64()
+    );
+    let log = stack.relay.log();
+    assert!(
+        log.lines().any(|l| l.contains("proxy address")
+            && l.contains("addr=10.100.1.2:7700")
+            && l.contains("was=10.100.0.2:7700")),
+        "the relay logs the new address:\n{}",
+        tail(&log)
+    );
+    fetch_ok(&bed, &stack, 256 * KB, 4 * MB, "transfer after the move");
 }

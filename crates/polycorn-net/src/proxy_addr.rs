@@ -1,0 +1,519 @@
+//! Where the relay's subflows reach the proxy: an `IP:port`, or a `host:port` the relay
+//! resolves itself, so a proxy can move to another address without touching the trains.
+//!
+//! **One name, one proxy.** Every path of a relay carries the same session, so every path must
+//! reach the same proxy. All paths that name the same host share one [`ProxyResolver`] and
+//! connect to the same address per address family. When a name has several addresses (DNS
+//! round robin), the relay takes the first of the lookup and keeps it for as long as later
+//! lookups still list it, whatever their order.
+//!
+//! **When the name is looked up.** Before a path's first connection, and again when a path's
+//! connection attempt fails and the last lookup is at least [`REFRESH_AFTER`] old (a proxy that
+//! moved stops answering at its old address). Paths whose subflows work are never disturbed by
+//! a new answer: they move when their subflow fails. A lookup that fails or takes longer than
+//! [`LOOKUP_TIMEOUT`] keeps the previous answer; a refresh runs in the background, so a path
+//! that has an answer never waits for the resolver (whose queries may go over a path that is in
+//! a blackout).
+
+use std::fmt;
+use std::io;
+use std::net::{IpAddr, SocketAddr};
+use std::str::FromStr;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use serde::{Deserialize, Deserializer};
+use tracing::{debug, info};
+
+use crate::subflow::HandshakeError;
+
+/// A failing path asks the resolver again once the last answer is this old.
+pub const REFRESH_AFTER: Duration = Duration::from_secs(10);
+/// How long one lookup may take.
+pub const LOOKUP_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// `IP:port` or `host:port` (`relay.proxy`, `path[i].proxy`).
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum ProxyAddr {
+    /// A literal address (`10.0.2.1:7700`, `[2001:db8::1]:7700`).
+    Ip(SocketAddr),
+    /// A DNS name resolved by the relay (`proxy.example.net:7700`).
+    Name {
+        /// The host name, as written.
+        host: String,
+        /// The port.
+        port: u16,
+    },
+}
+
+impl ProxyAddr {
+    /// The literal address, if this is one.
+    pub fn ip(&self) -> Option<SocketAddr> {
+        match self {
+            ProxyAddr::Ip(a) => Some(*a),
+            ProxyAddr::Name { .. } => None,
+        }
+    }
+}
+
+impl From<SocketAddr> for ProxyAddr {
+    fn from(a: SocketAddr) -> Self {
+        ProxyAddr::Ip(a)
+    }
+}
+
+impl fmt::Display for ProxyAddr {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ProxyAddr::Ip(a) => write!(f, "{a}"),
+            ProxyAddr::Name { host, port } => write!(f, "{host}:{port}"),
+        }
+    }
+}
+
+impl FromStr for ProxyAddr {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        if let Ok(a) = s.parse::<SocketAddr>() {
+            return Ok(ProxyAddr::Ip(a));
+        }
+        let Some((host, port)) = s.rsplit_once(':') else {
+            return Err(format!(
+                "{s:?}: expected IP:port or host:port, such as \"10.0.2.1:7700\", \
+                 \"[2001:db8::1]:7700\" or \"proxy.example.net:7700\""
+            ));
+        };
+        if host.contains(':') || host.starts_with('[') {
+            return Err(format!(
+                "{s:?}: not an address (an IPv6 address goes in brackets: [2001:db8::1]:7700)"
+            ));
+        }
+        let port: u16 = port
+            .parse()
+            .map_err(|_| format!("{s:?}: port {port:?} is not a number 1..=65535"))?;
+        if port == 0 {
+            return Err(format!("{s:?}: port must not be 0"));
+        }
+        host_name(host).map_err(|why| format!("{s:?}: {why}"))?;
+        Ok(ProxyAddr::Name {
+            host: host.to_owned(),
+            port,
+        })
+    }
+}
+
+impl<'de> Deserialize<'de> for ProxyAddr {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let s = String::deserialize(d)?;
+        s.parse().map_err(serde::de::Error::custom)
+    }
+}
+
+/// Checks DNS host name syntax (RFC 1123 labels; `_` tolerated, as resolvers do).
+fn host_name(host: &str) -> Result<(), String> {
+    let name = host.strip_suffix('.').unwrap_or(host);
+    if name.is_empty() {
+        return Err("no host name before the port".into());
+    }
+    if name.len() > 253 {
+        return Err("host name longer than 253 bytes".into());
+    }
+    for label in name.split('.') {
+        if label.is_empty() || label.len() > 63 {
+            return Err(format!(
+                "host name label {label:?} must have 1 to 63 characters"
+            ));
+        }
+        let ok = label
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_');
+        if !ok || label.starts_with('-') || label.ends_with('-') {
+            return Err(format!(
+                "host name label {label:?}: letters, digits and inner '-' only"
+            ));
+        }
+    }
+    // "10.0.2:7700" is a mistyped address, not a name (no top-level domain is all digits).
+    if name
+        .rsplit('.')
+        .next()
+        .is_some_and(|tld| tld.bytes().all(|b| b.is_ascii_digit()))
+    {
+        return Err("neither an IP address nor a host name".into());
+    }
+    Ok(())
+}
+
+/// What [`ResolveCache::plan`] tells the caller to do.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Plan {
+    /// Use the cached answer.
+    UseCached,
+    /// Use the cached answer, and look the name up again in the background.
+    UseCachedAndRefresh,
+    /// No answer yet: look the name up now and wait for it.
+    LookUpNow,
+}
+
+/// What the cached answer holds for one address family.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Pick {
+    /// Connect here.
+    Addr(SocketAddr),
+    /// The name has not resolved yet.
+    Unresolved,
+    /// The name resolves, but to no address of the family asked for.
+    NoneOfFamily,
+}
+
+/// The resolver's state, without I/O or clock (times are passed in).
+#[derive(Clone, Debug, Default)]
+pub struct ResolveCache {
+    /// Chosen IPv4 and IPv6 addresses.
+    v4: Option<SocketAddr>,
+    v6: Option<SocketAddr>,
+    /// Whether any lookup has answered.
+    answered: bool,
+    /// When the last lookup ended (answered or failed), while there is an answer.
+    last_lookup: Option<Instant>,
+    /// A background refresh is running.
+    refreshing: bool,
+}
+
+impl ResolveCache {
+    /// What to do before connecting; `failing`: the path's previous attempt failed.
+    pub fn plan(&mut self, now: Instant, failing: bool) -> Plan {
+        if !self.answered {
+            return Plan::LookUpNow;
+        }
+        let stale = self
+            .last_lookup
+            .is_none_or(|t| now.saturating_duration_since(t) >= REFRESH_AFTER);
+        if failing && stale && !self.refreshing {
+            self.refreshing = true;
+            return Plan::UseCachedAndRefresh;
+        }
+        Plan::UseCached
+    }
+
+    /// A lookup ended at `now`. Returns the addresses that changed, (old, new), for the log.
+    pub fn looked_up(
+        &mut self,
+        now: Instant,
+        answer: Result<&[SocketAddr], ()>,
+    ) -> Vec<(Option<SocketAddr>, Option<SocketAddr>)> {
+        self.refreshing = false;
+        let mut changed = Vec::new();
+        let Ok(addrs) = answer else {
+            if self.answered {
+                self.last_lookup = Some(now);
+            }
+            return changed;
+        };
+        if addrs.is_empty() {
+            if self.answered {
+                self.last_lookup = Some(now);
+            }
+            return changed;
+        }
+        self.answered = true;
+        self.last_lookup = Some(now);
+        for (slot, v4) in [(&mut self.v4, true), (&mut self.v6, false)] {
+            let of_family = || addrs.iter().copied().filter(|a| a.is_ipv4() == v4);
+            // Sticky: keep the address in use while the name still lists it.
+            let keep = slot.is_some_and(|cur| of_family().any(|a| a == cur));
+            if !keep {
+                let new = of_family().next();
+                if new != *slot {
+                    changed.push((*slot, new));
+                }
+                *slot = new;
+            }
+        }
+        changed
+    }
+
+    /// The address for a path whose source is IPv4 (`Some(true)`), IPv6 (`Some(false)`) or
+    /// unknown (`None`: IPv4 when the name has one).
+    pub fn pick(&self, v4: Option<bool>) -> Pick {
+        if !self.answered {
+            return Pick::Unresolved;
+        }
+        let a = match v4 {
+            Some(true) => self.v4,
+            Some(false) => self.v6,
+            None => self.v4.or(self.v6),
+        };
+        a.map_or(Pick::NoneOfFamily, Pick::Addr)
+    }
+}
+
+/// Resolves one [`ProxyAddr`] for every path that connects to it (see the module docs).
+#[derive(Debug)]
+pub struct ProxyResolver {
+    target: ProxyAddr,
+    cache: Mutex<ResolveCache>,
+}
+
+impl ProxyResolver {
+    /// A resolver for `target` (a literal address needs none, and is returned as it is).
+    pub fn new(target: ProxyAddr) -> Arc<ProxyResolver> {
+        Arc::new(ProxyResolver {
+            target,
+            cache: Mutex::new(ResolveCache::default()),
+        })
+    }
+
+    /// What this resolver resolves.
+    pub fn target(&self) -> &ProxyAddr {
+        &self.target
+    }
+
+    /// The address a path with source address `source` connects to; `failing`: that path's
+    /// previous connection attempt failed (which may start a new lookup, see the module docs).
+    pub async fn resolve(
+        self: &Arc<Self>,
+        source: Option<IpAddr>,
+        failing: bool,
+    ) -> Result<SocketAddr, HandshakeError> {
+        let (host, port) = match &self.target {
+            ProxyAddr::Ip(a) => return Ok(*a),
+            ProxyAddr::Name { host, port } => (host.as_str(), *port),
+        };
+        let plan = self.lock().plan(Instant::now(), failing);
+        let mut error = None;
+        match plan {
+            Plan::UseCached => {}
+            Plan::UseCachedAndRefresh => {
+                let me = Arc::clone(self);
+                tokio::spawn(async move {
+                    let answer = lookup(&me.target).await;
+                    if let Err(e) = &answer {
+                        debug!(proxy = %me.target, error = %e, "proxy lookup failed; keeping the last answer");
+                    }
+                    me.answer(answer);
+                });
+            }
+            Plan::LookUpNow => {
+                let answer = lookup(&self.target).await;
+                if let Err(e) = &answer {
+                    error = Some(e.to_string());
+                }
+                self.answer(answer);
+            }
+        }
+        let v4 = source.map(|s| s.is_ipv4());
+        match self.lock().pick(v4) {
+            Pick::Addr(a) => Ok(a),
+            Pick::Unresolved => Err(HandshakeError::Resolve {
+                host: format!("{host}:{port}"),
+                reason: error.unwrap_or_else(|| "no answer yet".into()),
+            }),
+            Pick::NoneOfFamily => {
+                let family = if v4 == Some(true) { "IPv4" } else { "IPv6" };
+                let src = source.map_or_else(String::new, |s| format!(" (source {s})"));
+                Err(HandshakeError::Setup {
+                    what: format!("{host} has no {family} address for this path{src}"),
+                    source: io::Error::from(io::ErrorKind::AddrNotAvailable),
+                })
+            }
+        }
+    }
+
+    fn answer(&self, answer: io::Result<Vec<SocketAddr>>) {
+        let changed = self
+            .lock()
+            .looked_up(Instant::now(), answer.as_deref().map_err(|_| ()));
+        for (old, new) in changed {
+            let show = |a: Option<SocketAddr>| a.map_or_else(|| "-".to_string(), |a| a.to_string());
+            info!(proxy = %self.target, addr = %show(new), was = %show(old), "proxy address");
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, ResolveCache> {
+        self.cache.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+/// One lookup of `target` with the system's resolver, at most [`LOOKUP_TIMEOUT`].
+async fn lookup(target: &ProxyAddr) -> io::Result<Vec<SocketAddr>> {
+    let ProxyAddr::Name { host, port } = target else {
+        return Ok(target.ip().into_iter().collect());
+    };
+    match tokio::time::timeout(
+        LOOKUP_TIMEOUT,
+        tokio::net::lookup_host((host.as_str(), *port)),
+    )
+    .await
+    {
+        Ok(Ok(addrs)) => {
+            let v: Vec<SocketAddr> = addrs.collect();
+            if v.is_empty() {
+                Err(io::Error::new(io::ErrorKind::NotFound, "no addresses"))
+            } else {
+                Ok(v)
+            }
+        }
+        Ok(Err(e)) => Err(e),
+        Err(_) => Err(io::Error::new(
+            io::ErrorKind::TimedOut,
+            format!("no answer within {} s", LOOKUP_TIMEOUT.as_secs()),
+        )),
+    }
+}
+
+/// The same lookup, blocking, for `config check` (which runs outside tokio).
+pub fn lookup_blocking(target: &ProxyAddr) -> io::Result<Vec<SocketAddr>> {
+    use std::net::ToSocketAddrs;
+    match target {
+        ProxyAddr::Ip(a) => Ok(vec![*a]),
+        ProxyAddr::Name { host, port } => Ok((host.as_str(), *port).to_socket_addrs()?.collect()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn a(s: &str) -> SocketAddr {
+        s.parse().unwrap()
+    }
+
+    #[test]
+    fn addresses_and_names_parse_and_bad_ones_say_why() {
+        assert_eq!(
+            "10.0.2.1:7700".parse::<ProxyAddr>(),
+            Ok(ProxyAddr::Ip(a("10.0.2.1:7700")))
+        );
+        assert_eq!(
+            "[2001:db8::1]:7700".parse::<ProxyAddr>(),
+            Ok(ProxyAddr::Ip(a("[2001:db8::1]:7700")))
+        );
+        let n = "proxy.example.net:7700".parse::<ProxyAddr>().unwrap();
+        assert_eq!(
+            n,
+            ProxyAddr::Name {
+                host: "proxy.example.net".into(),
+                port: 7700
+            }
+        );
+        assert_eq!(n.to_string(), "proxy.example.net:7700");
+        assert_eq!(n.ip(), None);
+        for (bad, why) in [
+            ("proxy.example.net", "expected IP:port or host:port"),
+            ("2001:db8::1:7700", "brackets"),
+            ("proxy.example.net:0", "port must not be 0"),
+            ("proxy.example.net:70000", "not a number"),
+            ("proxy.example.net:http", "not a number"),
+            (":7700", "no host name"),
+            ("10.0.2:7700", "neither an IP address nor a host name"),
+            ("300.1.2.3:7700", "neither an IP address nor a host name"),
+            ("-proxy.example.net:7700", "inner '-'"),
+            ("pro xy.net:7700", "inner '-'"),
+            ("a..b:7700", "1 to 63"),
+        ] {
+            let e = bad.parse::<ProxyAddr>().unwrap_err();
+            assert!(e.contains(why), "{bad}: {e}");
+            assert!(e.contains(bad), "{bad}: the error names the value: {e}");
+        }
+    }
+
+    #[test]
+    fn the_first_answer_is_kept_while_later_lookups_still_list_it() {
+        let t0 = Instant::now();
+        let mut c = ResolveCache::default();
+        assert_eq!(c.plan(t0, false), Plan::LookUpNow);
+        assert_eq!(c.pick(Some(true)), Pick::Unresolved);
+        // A failed first lookup leaves nothing to use: the next attempt looks up again.
+        assert!(c.looked_up(t0, Err(())).is_empty());
+        assert_eq!(c.plan(t0, true), Plan::LookUpNow);
+        let first = [
+            a("192.0.2.1:7700"),
+            a("[2001:db8::1]:7700"),
+            a("192.0.2.2:7700"),
+        ];
+        let changed = c.looked_up(t0, Ok(&first));
+        assert_eq!(
+            changed,
+            vec![
+                (None, Some(a("192.0.2.1:7700"))),
+                (None, Some(a("[2001:db8::1]:7700")))
+            ]
+        );
+        assert_eq!(c.pick(Some(true)), Pick::Addr(a("192.0.2.1:7700")));
+        assert_eq!(c.pick(Some(false)), Pick::Addr(a("[2001:db8::1]:7700")));
+        assert_eq!(c.pick(None), Pick::Addr(a("192.0.2.1:7700")));
+        // Round robin reorders the answer: every path stays on the same proxy.
+        let t1 = t0 + REFRESH_AFTER;
+        // (IPv6 is gone from this answer.)
+        let reordered = [a("192.0.2.2:7700"), a("192.0.2.1:7700")];
+        assert_eq!(
+            c.looked_up(t1, Ok(&reordered)),
+            vec![(Some(a("[2001:db8::1]:7700")), None)]
+        );
+        assert_eq!(c.pick(Some(true)), Pick::Addr(a("192.0.2.1:7700")));
+        assert_eq!(c.pick(Some(false)), Pick::NoneOfFamily);
+        // The proxy moved: its old address is no longer listed.
+        let moved = [a("198.51.100.7:7700")];
+        assert_eq!(
+            c.looked_up(t1, Ok(&moved)),
+            vec![(Some(a("192.0.2.1:7700")), Some(a("198.51.100.7:7700")))]
+        );
+        assert_eq!(c.pick(Some(true)), Pick::Addr(a("198.51.100.7:7700")));
+        // A failed or empty lookup keeps the answer.
+        assert!(c.looked_up(t1, Err(())).is_empty());
+        assert!(c.looked_up(t1, Ok(&[])).is_empty());
+        assert_eq!(c.pick(Some(true)), Pick::Addr(a("198.51.100.7:7700")));
+    }
+
+    #[test]
+    fn only_a_failing_path_refreshes_and_at_most_once_per_10_s() {
+        let t0 = Instant::now();
+        let mut c = ResolveCache::default();
+        c.looked_up(t0, Ok(&[a("192.0.2.1:7700")]));
+        let later = t0 + REFRESH_AFTER;
+        // Working paths never trigger a lookup.
+        assert_eq!(c.plan(later + REFRESH_AFTER * 10, false), Plan::UseCached);
+        // A failing path does, once the answer is 10 s old ...
+        assert_eq!(c.plan(t0 + Duration::from_secs(9), true), Plan::UseCached);
+        assert_eq!(c.plan(later, true), Plan::UseCachedAndRefresh);
+        // ... and only one refresh runs at a time.
+        assert_eq!(c.plan(later, true), Plan::UseCached);
+        // A refresh that failed counts as a lookup: the next one 10 s later.
+        c.looked_up(later, Err(()));
+        assert_eq!(
+            c.plan(later + Duration::from_secs(1), true),
+            Plan::UseCached
+        );
+        assert_eq!(
+            c.plan(later + REFRESH_AFTER, true),
+            Plan::UseCachedAndRefresh
+        );
+    }
+
+    #[tokio::test]
+    async fn a_literal_address_is_used_as_it_is_and_an_unknown_name_is_a_coverage_error() {
+        let r = ProxyResolver::new(ProxyAddr::Ip(a("10.0.2.1:7700")));
+        assert_eq!(r.resolve(None, true).await.unwrap(), a("10.0.2.1:7700"));
+        // `.invalid` never resolves (RFC 6761), with or without a network.
+        let r = ProxyResolver::new("proxy.polycorn.invalid:7700".parse().unwrap());
+        let e = r.resolve(None, false).await.unwrap_err();
+        assert!(matches!(e, HandshakeError::Resolve { .. }), "{e:?}");
+        assert!(
+            !e.is_setup(),
+            "a name that does not resolve may be a dead path's DNS"
+        );
+        assert!(e.to_string().contains("proxy.polycorn.invalid:7700"), "{e}");
+    }
+
+    #[tokio::test]
+    async fn localhost_resolves_per_address_family() {
+        let r = ProxyResolver::new("localhost:7700".parse().unwrap());
+        let v4 = r
+            .resolve(Some("127.0.0.1".parse().unwrap()), false)
+            .await
+            .unwrap();
+        assert_eq!(v4, a("127.0.0.1:7700"));
+    }
+}
