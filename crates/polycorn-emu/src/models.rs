@@ -15,10 +15,15 @@ pub const DEFAULT_QUEUE_BYTES: u64 = 175_000;
 
 /// A trip path's queue: `queue_ms` of its carrier's median downlink capacity (the preset's
 /// `dl_median_bps`; at least 3 kB), so the slower carrier does not queue longer than the
-/// faster one.
+/// faster one. Paths with no carrier model (a trip made of recorded traces) get
+/// [`DEFAULT_QUEUE_BYTES`], as trace paths in the testbed do.
 pub fn trip_queue(trip: &Trip, path: usize) -> QueueLimit {
-    let c = &trip.config.carriers[path];
-    QueueLimit::Bytes(((c.dl_median_bps / 8.0 * c.queue_ms / 1000.0) as u64).max(3_000))
+    match trip.config.carriers.get(path) {
+        Some(c) => {
+            QueueLimit::Bytes(((c.dl_median_bps / 8.0 * c.queue_ms / 1000.0) as u64).max(3_000))
+        }
+        None => QueueLimit::Bytes(DEFAULT_QUEUE_BYTES),
+    }
 }
 
 /// One direction of a trip path as a link config: the trip's capacity (played once), delay

@@ -872,6 +872,84 @@ fn latlon(cfg: &TripConfig, x: f64, across_m: f64) -> (f64, f64) {
     (lat, lon)
 }
 
+// ----- recorded traces ---------------------------------------------------------------------
+
+/// One path of [`Trip::from_traces`]: a recorded trace per direction and a one-way delay.
+#[derive(Clone, Debug)]
+pub struct TracePath<'a> {
+    /// Display name (e.g. the file's stem).
+    pub name: String,
+    /// Downlink delivery opportunities (looped).
+    pub down: &'a crate::trace::DeliveryTrace,
+    /// Uplink delivery opportunities (looped).
+    pub up: &'a crate::trace::DeliveryTrace,
+    /// Constant one-way delay, µs.
+    pub owd_us: u64,
+}
+
+/// Per-step capacity (bit/s) of `trace` played in a loop for `steps` steps of [`STEP_MS`]:
+/// every opportunity stamped in `(k·STEP_MS, (k+1)·STEP_MS]` counts for step `k`, so each
+/// step carries exactly the trace's bytes of that step (mahimahi's timing within a step is
+/// evened out).
+fn looped_step_bps(trace: &crate::trace::DeliveryTrace, steps: usize) -> Vec<f64> {
+    let mut count = vec![0u32; steps];
+    let period = trace.period_ms();
+    let end_ms = steps as u64 * STEP_MS;
+    if period > 0 {
+        let mut base = 0u64;
+        'outer: while base < end_ms {
+            for &m in trace.opportunities_ms() {
+                let t = base + m;
+                if t > end_ms {
+                    break 'outer;
+                }
+                // Stamps are >= 1 ms after the loop's start (mahimahi), so t >= 1.
+                count[((t - 1) / STEP_MS) as usize] += 1;
+            }
+            base += period;
+        }
+    }
+    let per_opportunity_bps = (OPPORTUNITY_BYTES * 8) as f64 * 1000.0 / STEP_MS as f64;
+    count
+        .into_iter()
+        .map(|c| f64::from(c) * per_opportunity_bps)
+        .collect()
+}
+
+impl Trip {
+    /// A "trip" made of recorded traces instead of the HSR model, for replaying measured
+    /// paths in the bench: each path's capacity is its trace looped over `duration_ms`
+    /// (per [`STEP_MS`] step, byte-accurate), its delay constant; no train moves (position
+    /// and speed 0), no context, no handovers, no outages beyond what the traces hold (steps
+    /// with no opportunity). `config` is the `hsr` preset's with the name `traces` and no
+    /// carriers: nothing here was generated from it.
+    pub fn from_traces(paths: &[TracePath<'_>], duration_ms: u64) -> Trip {
+        let steps = duration_ms.div_ceil(STEP_MS) as usize;
+        let mut config = TripConfig::hsr(0, 0);
+        config.name = "traces".into();
+        config.carriers.clear();
+        Trip {
+            config,
+            duration_ms: steps as u64 * STEP_MS,
+            position_m: vec![0.0; steps],
+            speed_mps: vec![0.0; steps],
+            paths: paths
+                .iter()
+                .map(|p| PathProcess {
+                    name: p.name.clone(),
+                    dl_bps: looped_step_bps(p.down, steps),
+                    ul_bps: looped_step_bps(p.up, steps),
+                    owd_us: vec![p.owd_us; steps],
+                    outages_ms: Vec::new(),
+                    interruptions_ms: Vec::new(),
+                })
+                .collect(),
+            context: Vec::new(),
+            handovers: Vec::new(),
+        }
+    }
+}
+
 // ----- generation --------------------------------------------------------------------------
 
 impl Trip {
@@ -1398,6 +1476,43 @@ impl Trip {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn traces_become_a_trip_byte_for_byte_looped() {
+        use crate::trace::DeliveryTrace;
+        // Down: 3 opportunities in the first 10 ms, 1 in the next 10 (period 20 ms).
+        let down = DeliveryTrace::parse("d", "1\n1\n10\n20\n").unwrap();
+        let up = DeliveryTrace::parse("u", "5\n").unwrap();
+        let t = Trip::from_traces(
+            &[TracePath {
+                name: "x".into(),
+                down: &down,
+                up: &up,
+                owd_us: 25_000,
+            }],
+            45,
+        );
+        assert_eq!(t.duration_ms, 50);
+        let p = &t.paths[0];
+        let per = 1500.0 * 8.0 * 100.0; // one opportunity per 10 ms step, bit/s
+        assert_eq!(p.dl_bps, vec![3.0 * per, per, 3.0 * per, per, 3.0 * per]);
+        // Up: one every 5 ms, stamps 5, 10 | 15, 20 | ...
+        assert_eq!(p.ul_bps, vec![2.0 * per; 5]);
+        assert_eq!(p.owd_us, vec![25_000; 5]);
+        // Played back, every step delivers exactly its opportunities.
+        let ops = PathProcess::opportunities_ms(&p.dl_bps);
+        assert_eq!(ops.len(), 11);
+        for k in 0..5u64 {
+            let n = ops
+                .iter()
+                .filter(|&&m| m > k * 10 && m <= k * 10 + 10)
+                .count();
+            assert_eq!(n, if k % 2 == 0 { 3 } else { 1 }, "step {k}");
+        }
+        assert!(t.handovers.is_empty() && t.context.is_empty());
+        assert!(t.speed_mps.iter().all(|v| *v == 0.0));
+        assert_eq!(t.config.name, "traces");
+    }
 
     #[test]
     fn same_seeds_same_trip_and_route_shared_across_trips() {

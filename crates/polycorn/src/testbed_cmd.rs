@@ -288,7 +288,7 @@ pub fn bench(name: &str, secs: u32) -> Result<()> {
 
 /// Downlink and uplink traces from a mahimahi file (`X.down` + `X.up` if present) or a
 /// per-second throughput CSV.
-fn read_trace(path: &std::path::Path) -> Result<(DeliveryTrace, DeliveryTrace)> {
+pub(crate) fn read_trace(path: &std::path::Path) -> Result<(DeliveryTrace, DeliveryTrace)> {
     let name = path.display().to_string();
     let text = std::fs::read_to_string(path).with_context(|| format!("read {name}"))?;
     if path.extension().is_some_and(|e| e == "csv") {

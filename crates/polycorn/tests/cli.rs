@@ -886,3 +886,113 @@ fn compare_real_names_a_missing_dataset_and_reads_the_real_one_when_present() {
     assert!(t.contains("real HSR MPTCP (hsr-mptcp, 2018)"), "{t}");
     assert!(t.contains("(12/12)"), "{t}");
 }
+
+/// A researcher runs the bench on their own recorded paths: two mahimahi traces become two
+/// paths, every system replays them, and the results say where they came from. A bad trace is
+/// refused before anything is built, naming the file and the line.
+#[test]
+fn bench_runs_on_recorded_traces_and_names_them() {
+    let dir = tempfile::tempdir().unwrap();
+    // 12 Mbit/s (one 1500-byte opportunity per ms) and 6 Mbit/s with a 1 s gap every 4 s.
+    let fast = dir.path().join("fast.down");
+    let slow = dir.path().join("slow.down");
+    std::fs::write(
+        &fast,
+        (1..=1000).map(|m| format!("{m}\n")).collect::<String>(),
+    )
+    .unwrap();
+    std::fs::write(
+        &slow,
+        (1..=4000)
+            .filter(|m| m % 2 == 0 && *m <= 3000)
+            .map(|m| format!("{m}\n"))
+            .chain(std::iter::once("4000\n".to_string()))
+            .collect::<String>(),
+    )
+    .unwrap();
+    let bad = dir.path().join("bad.down");
+    std::fs::write(&bad, "1\n2\nsoon\n").unwrap();
+    let out = polycorn(&[
+        "bench",
+        "--trace",
+        fast.to_str().unwrap(),
+        "--trace",
+        bad.to_str().unwrap(),
+    ]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("bad.down:3"), "{err}");
+    // A trace and a preset's trip cannot both be the conditions.
+    let out = polycorn(&[
+        "bench",
+        "--trace",
+        fast.to_str().unwrap(),
+        "--trip-seed",
+        "3",
+    ]);
+    assert!(!out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("cannot be used with"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    if !is_root() {
+        eprintln!("skipping the run: needs root");
+        return;
+    }
+    let res = dir.path().join("out");
+    let out = polycorn(&[
+        "bench",
+        "--quick",
+        "--trace",
+        fast.to_str().unwrap(),
+        "--trace",
+        slow.to_str().unwrap(),
+        "--delay-ms",
+        "30",
+        "--systems",
+        "vanilla,single",
+        "--workloads",
+        "im",
+        "--name",
+        "pctrc",
+        "--out",
+        res.to_str().unwrap(),
+    ]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        stdout.contains("outputs complete and consistent (2 systems)"),
+        "{stdout}"
+    );
+    let r = read_json(&res.join("results.json"));
+    assert_eq!(r["meta"]["preset"], "traces", "{}", r["meta"]);
+    assert!(r["meta"]["trip_model"]
+        .as_str()
+        .is_some_and(|m| m.starts_with("traces-")));
+    assert_eq!(r["meta"]["carriers"], serde_json::json!(["fast", "slow"]));
+    assert_eq!(r["meta"]["window_from_s"], 0.0);
+    assert!(r["meta"]["handover_prediction"]
+        .as_str()
+        .is_some_and(|p| p.starts_with("none: recorded traces (30 ms")));
+    assert_eq!(r["trip"]["handovers"], serde_json::json!([]));
+    // Every answer came back, no slower than the emulated round trip (2 x 30 ms).
+    for run in r["runs"].as_array().unwrap() {
+        let im = run["im_messages"].as_array().unwrap();
+        assert!(!im.is_empty(), "{run}");
+        for m in im {
+            // [users, user, message, sent s, delivery s]
+            let d = m[4].as_f64().unwrap_or_else(|| panic!("unanswered: {m}"));
+            assert!(d >= 0.060, "{m}");
+        }
+    }
+    assert!(
+        !namespaces().contains("pctrc"),
+        "namespaces left: {}",
+        namespaces()
+    );
+}

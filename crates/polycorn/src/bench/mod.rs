@@ -22,6 +22,7 @@ pub mod analysis;
 pub mod plan;
 pub mod pool;
 pub mod report;
+pub mod traces;
 pub mod workload;
 
 use std::io::{IsTerminal, Write as _};
@@ -102,6 +103,20 @@ pub struct BenchArgs {
     /// then pooled over all rides (`pooled.txt`, `pooled.json`).
     #[arg(long, default_value_t = 1)]
     pub trips: u64,
+    /// Instead of the preset's trip: one path per FILE, a recorded trace replayed in a loop (as
+    /// `testbed up --trace`): a mahimahi file (`X.down`, with `X.up` for the uplink when it
+    /// exists) or a per-second throughput CSV with `Timestamp,DL_bitrate,UL_bitrate` columns
+    /// (e.g. ucc5g). No train: no handovers, no context, no LinkDB predictions; the window
+    /// starts at `--from-s` (default 0) of the traces.
+    #[arg(
+        long = "trace",
+        value_name = "FILE",
+        conflicts_with_all = ["preset", "route_seed", "trip_seed", "interruptions", "handover_interruption", "trips"]
+    )]
+    pub traces: Vec<PathBuf>,
+    /// One-way delay of every trace path, ms (with --trace; default 20).
+    #[arg(long, requires = "traces")]
+    pub delay_ms: Option<f64>,
 }
 
 /// A workload of the bench.
@@ -403,6 +418,11 @@ pub fn run(args: &BenchArgs) -> Result<()> {
     if args.trips == 0 || args.trips >= LINKDB_SEED_OFFSET {
         bail!("--trips must be 1 to {}", LINKDB_SEED_OFFSET - 1);
     }
+    let traces = if args.traces.is_empty() {
+        None
+    } else {
+        Some(traces::Traces::load(&args.traces, args.delay_ms)?)
+    };
     let (cfg, _) = args.trip.config()?;
     let top = out_dir_for(args);
     std::fs::create_dir_all(&top).with_context(|| format!("create {}", top.display()))?;
@@ -412,7 +432,9 @@ pub fn run(args: &BenchArgs) -> Result<()> {
         if args.quick { 8 } else { 20 },
         args.trip.trip_seed + LINKDB_SEED_OFFSET,
     );
+    // Recorded traces have no train whose position LinkDB could predict from.
     let linkdb = match args.prediction {
+        _ if traces.is_some() => None,
         PredictAt::None => None,
         _ => Some(build_linkdb(&top, &args.trip, &cfg, training.0)?),
     };
@@ -446,6 +468,7 @@ pub fn run(args: &BenchArgs) -> Result<()> {
             &out,
             linkdb.as_deref(),
             training,
+            traces.as_ref(),
             &name,
             &interrupted,
         )?);
@@ -496,16 +519,36 @@ fn run_trip(
     out: &Path,
     linkdb: Option<&str>,
     training: (u64, u64),
+    traces: Option<&traces::Traces>,
     name: &str,
     interrupted: &AtomicBool,
 ) -> Result<report::Results> {
     let seed = args.seed.unwrap_or(args.trip.trip_seed);
     let plan = Plan::new(params, seed);
-    let (cfg, source) = args.trip.config()?;
-    let full = Trip::generate(&cfg)?;
-    let from_ms = match args.from_s {
-        Some(s) if s.is_finite() && s >= 0.0 => (s * 1000.0) as u64 / STEP_MS * STEP_MS,
+    // Slack after the plan so late flows still see the trip, not a dead link.
+    let window_ms = ((plan.end_s + plan.bulk_timeout_s + 5.0) * 1000.0) as u64;
+    let from_s = match args.from_s {
+        Some(s) if s.is_finite() && s >= 0.0 => Some((s * 1000.0) as u64 / STEP_MS * STEP_MS),
         Some(s) => bail!("--from-s must be >= 0, got {s}"),
+        None => None,
+    };
+    // (trip, its model's identity, where interruptions came from)
+    let (full, model, source) = match traces {
+        // Traces loop: they cover whatever window is asked for.
+        Some(t) => (
+            t.trip(from_s.unwrap_or(0) + window_ms),
+            t.id.clone(),
+            "none: recorded traces".to_string(),
+        ),
+        None => {
+            let (cfg, source) = args.trip.config()?;
+            let model = crate::tripgen::trip_model_id(&cfg)?;
+            (Trip::generate(&cfg)?, model, source)
+        }
+    };
+    let from_ms = match from_s {
+        Some(ms) => ms,
+        None if traces.is_some() => 0,
         None => full
             .speed_mps
             .iter()
@@ -518,8 +561,6 @@ fn run_trip(
                 )
             })?,
     };
-    // Slack after the plan so late flows still see the trip, not a dead link.
-    let window_ms = ((plan.end_s + plan.bulk_timeout_s + 5.0) * 1000.0) as u64;
     if from_ms + window_ms > full.duration_ms {
         bail!(
             "the trip has {:.0} s after {:.0} s; the plan needs {:.0} s",
@@ -535,19 +576,42 @@ fn run_trip(
     let meta = Meta {
         version: crate::VERSION.to_string(),
         kernel: kernel(),
-        preset: args.trip.preset.clone(),
-        trip_model: Some(crate::tripgen::trip_model_id(&cfg)?),
-        route_seed: args.trip.route_seed,
+        preset: match traces {
+            Some(_) => "traces".to_string(),
+            None => args.trip.preset.clone(),
+        },
+        trip_model: Some(model),
+        route_seed: if traces.is_some() {
+            0
+        } else {
+            args.trip.route_seed
+        },
         trip_seed: args.trip.trip_seed,
         seed,
         mode: mode.into(),
         from_s: from_ms as f64 / 1000.0,
         window_s: window_ms as f64 / 1000.0,
-        queue_bytes: args.queue_bytes,
+        queue_bytes: match traces {
+            Some(_) => Some(args.queue_bytes.unwrap_or(models::DEFAULT_QUEUE_BYTES)),
+            None => args.queue_bytes,
+        },
         carriers: trip.paths.iter().map(|p| p.name.clone()).collect(),
         interruptions: source.clone(),
-        handover_interruption: args.trip.handover_interruption.name().to_string(),
+        handover_interruption: match traces {
+            Some(_) => "none".to_string(),
+            None => args.trip.handover_interruption.name().to_string(),
+        },
         prediction: match args.prediction {
+            _ if traces.is_some() => format!(
+                "none: recorded traces ({} ms one-way delay, {}) carry no train position for LinkDB; HPR never throttles",
+                traces.map_or(0.0, |t| t.delay_ms()),
+                traces.map_or_else(String::new, |t| t
+                    .files
+                    .iter()
+                    .map(|f| f.display().to_string())
+                    .collect::<Vec<_>>()
+                    .join(", "))
+            ),
             PredictAt::None => "none: LinkDB not loaded, HPR never throttles".to_string(),
             at => format!(
                 "LinkDB paper predictor in {}, trained on {} simulated rides of route {} with trip seeds from {} (never the replayed ride)",
@@ -994,6 +1058,9 @@ pub(crate) fn parse_counters(body: &str) -> std::collections::BTreeMap<String, f
 fn out_dir_for(args: &BenchArgs) -> PathBuf {
     let mode = if args.quick { "quick" } else { "full" };
     args.out.clone().unwrap_or_else(|| {
+        if !args.traces.is_empty() {
+            return PathBuf::from(format!("results/bench-traces-{mode}"));
+        }
         PathBuf::from(format!(
             "results/bench-{}-r{}-t{}-{mode}",
             args.trip.preset, args.trip.route_seed, args.trip.trip_seed
