@@ -951,9 +951,11 @@ fn bench_runs_on_recorded_traces_and_names_them() {
         "--delay-ms",
         "30",
         "--systems",
-        "vanilla,single",
+        "vanilla",
         "--workloads",
         "im",
+        "--trips",
+        "2",
         "--name",
         "pctrc",
         "--out",
@@ -965,31 +967,44 @@ fn bench_runs_on_recorded_traces_and_names_them() {
         "{stdout}\n{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    assert!(
-        stdout.contains("outputs complete and consistent (2 systems)"),
+    assert_eq!(
+        stdout
+            .matches("outputs complete and consistent (1 systems)")
+            .count(),
+        2,
         "{stdout}"
     );
-    let r = read_json(&res.join("results.json"));
-    assert_eq!(r["meta"]["preset"], "traces", "{}", r["meta"]);
-    assert!(r["meta"]["trip_model"]
-        .as_str()
-        .is_some_and(|m| m.starts_with("traces-")));
-    assert_eq!(r["meta"]["carriers"], serde_json::json!(["fast", "slow"]));
-    assert_eq!(r["meta"]["window_from_s"], 0.0);
-    assert!(r["meta"]["handover_prediction"]
-        .as_str()
-        .is_some_and(|p| p.starts_with("none: recorded traces (30 ms")));
-    assert_eq!(r["trip"]["handovers"], serde_json::json!([]));
-    // Every answer came back, no slower than the emulated round trip (2 x 30 ms).
-    for run in r["runs"].as_array().unwrap() {
-        let im = run["im_messages"].as_array().unwrap();
-        assert!(!im.is_empty(), "{run}");
-        for m in im {
-            // [users, user, message, sent s, delivery s]
-            let d = m[4].as_f64().unwrap_or_else(|| panic!("unanswered: {m}"));
-            assert!(d >= 0.060, "{m}");
+    assert!(res.join("pooled.json").exists());
+    // Ride k replays the k-th window of the traces.
+    let mut from = Vec::new();
+    for ride in ["trip-1", "trip-2"] {
+        let r = read_json(&res.join(ride).join("results.json"));
+        assert_eq!(r["meta"]["preset"], "traces", "{}", r["meta"]);
+        assert!(r["meta"]["trip_model"]
+            .as_str()
+            .is_some_and(|m| m.starts_with("traces-")));
+        assert_eq!(r["meta"]["carriers"], serde_json::json!(["fast", "slow"]));
+        assert!(r["meta"]["handover_prediction"]
+            .as_str()
+            .is_some_and(|p| p.starts_with("none: recorded traces (30 ms")));
+        assert_eq!(r["trip"]["handovers"], serde_json::json!([]));
+        from.push(r["meta"]["window_from_s"].as_f64().unwrap());
+        // Every answer came back, no faster than the emulated round trip (2 x 30 ms).
+        for run in r["runs"].as_array().unwrap() {
+            let im = run["im_messages"].as_array().unwrap();
+            assert!(!im.is_empty(), "{run}");
+            for m in im {
+                // [users, user, message, sent s, delivery s]
+                let d = m[4].as_f64().unwrap_or_else(|| panic!("unanswered: {m}"));
+                assert!(d >= 0.060, "{m}");
+            }
         }
     }
+    let window = read_json(&res.join("trip-1").join("results.json"))["meta"]["window_s"]
+        .as_f64()
+        .unwrap();
+    assert_eq!(from[0], 0.0);
+    assert!((from[1] - window).abs() < 0.011, "{from:?} window {window}");
     assert!(
         !namespaces().contains("pctrc"),
         "namespaces left: {}",

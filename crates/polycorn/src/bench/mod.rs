@@ -100,18 +100,20 @@ pub struct BenchArgs {
     pub queue_bytes: Option<u64>,
     /// Rides to replay: trip seeds TRIP_SEED .. TRIP_SEED+N-1 of the same route, each a whole
     /// bench in `trip-<seed>/` of the output directory; the per-flow ratios and IM times are
-    /// then pooled over all rides (`pooled.txt`, `pooled.json`).
+    /// then pooled over all rides (`pooled.txt`, `pooled.json`). With `--trace`: consecutive
+    /// windows of the traces.
     #[arg(long, default_value_t = 1)]
     pub trips: u64,
     /// Instead of the preset's trip: one path per FILE, a recorded trace replayed in a loop (as
     /// `testbed up --trace`): a mahimahi file (`X.down`, with `X.up` for the uplink when it
     /// exists) or a per-second throughput CSV with `Timestamp,DL_bitrate,UL_bitrate` columns
     /// (e.g. ucc5g). No train: no handovers, no context, no LinkDB predictions; the window
-    /// starts at `--from-s` (default 0) of the traces.
+    /// starts at `--from-s` (default 0) of the traces. With `--trips N`, ride k (0-based)
+    /// replays the k-th window after that (trip seed = workload seed = k + 1 unless `--seed`).
     #[arg(
         long = "trace",
         value_name = "FILE",
-        conflicts_with_all = ["preset", "route_seed", "trip_seed", "interruptions", "handover_interruption", "trips"]
+        conflicts_with_all = ["preset", "route_seed", "trip_seed", "interruptions", "handover_interruption"]
     )]
     pub traces: Vec<PathBuf>,
     /// One-way delay of every trace path, ms (with --trace; default 20).
@@ -527,11 +529,16 @@ fn run_trip(
     let plan = Plan::new(params, seed);
     // Slack after the plan so late flows still see the trip, not a dead link.
     let window_ms = ((plan.end_s + plan.bulk_timeout_s + 5.0) * 1000.0) as u64;
-    let from_s = match args.from_s {
+    let mut from_s = match args.from_s {
         Some(s) if s.is_finite() && s >= 0.0 => Some((s * 1000.0) as u64 / STEP_MS * STEP_MS),
         Some(s) => bail!("--from-s must be >= 0, got {s}"),
         None => None,
     };
+    if traces.is_some() {
+        // Rides of recorded traces are consecutive windows of them.
+        let stride = window_ms.div_ceil(STEP_MS) * STEP_MS;
+        from_s = Some(from_s.unwrap_or(0) + ride as u64 * stride);
+    }
     // (trip, its model's identity, where interruptions came from)
     let (full, model, source) = match traces {
         // Traces loop: they cover whatever window is asked for.
@@ -548,7 +555,6 @@ fn run_trip(
     };
     let from_ms = match from_s {
         Some(ms) => ms,
-        None if traces.is_some() => 0,
         None => full
             .speed_mps
             .iter()
