@@ -903,8 +903,8 @@ fn looped_step_bps(trace: &crate::trace::DeliveryTrace, steps: usize) -> Vec<f64
                 if t > end_ms {
                     break 'outer;
                 }
-                // Stamps are >= 1 ms after the loop's start (mahimahi), so t >= 1.
-                count[((t - 1) / STEP_MS) as usize] += 1;
+                // A stamp of 0 (which recorded traces have) counts for the first step.
+                count[(t.saturating_sub(1) / STEP_MS) as usize] += 1;
             }
             base += period;
         }
@@ -1512,6 +1512,20 @@ mod tests {
         assert!(t.handovers.is_empty() && t.context.is_empty());
         assert!(t.speed_mps.iter().all(|v| *v == 0.0));
         assert_eq!(t.config.name, "traces");
+        // Recorded traces may start at 0 ms: that opportunity is in the first step.
+        let zero = DeliveryTrace::parse("z", "0\n0\n7\n12\n").unwrap();
+        let t = Trip::from_traces(
+            &[TracePath {
+                name: "z".into(),
+                down: &zero,
+                up: &zero,
+                owd_us: 0,
+            }],
+            30,
+        );
+        // Loop 1: 0, 0, 7 | 12; loop 2 (base 12): 12, 12 | 19, 24; loop 3 (base 24): 24, 24 | ...
+        assert_eq!(t.paths[0].dl_bps[0] / per, 3.0);
+        assert_eq!(t.paths[0].dl_bps[1] / per, 4.0);
     }
 
     #[test]

@@ -146,4 +146,38 @@ mod tests {
         let e = format!("{:#}", Traces::load(&[a], Some(-1.0)).unwrap_err());
         assert!(e.contains("--delay-ms"), "{e}");
     }
+
+    /// Real recorded traces (mahimahi's, when ../shared/data is there; they start at 0 ms and
+    /// end mid-drive): every opportunity of the first 100 s is in the trip, none more.
+    #[test]
+    fn mahimahi_driving_traces_keep_every_opportunity() {
+        let f = PathBuf::from(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../../../shared/data/mahimahi/TMobile-LTE-driving.down"
+        ));
+        if !f.exists() {
+            eprintln!("skipped: {} not present", f.display());
+            return;
+        }
+        let t = Traces::load(std::slice::from_ref(&f), None).unwrap();
+        let trip = t.trip(100_000);
+        let text = std::fs::read_to_string(&f).unwrap();
+        let want = text
+            .lines()
+            .filter_map(|l| l.trim().parse::<u64>().ok())
+            .filter(|&m| m <= 100_000)
+            .count() as f64;
+        let got: f64 = trip.paths[0].dl_bps.iter().sum::<f64>() / 8.0 / 100.0 / 1500.0;
+        assert!(
+            (got - want).abs() < 1e-6,
+            "{got} opportunities, trace has {want}"
+        );
+        // Looped: a window past the trace's end is filled from its start.
+        let period_s = text.lines().last().unwrap().trim().parse::<f64>().unwrap() / 1000.0;
+        let long = t.trip(((period_s + 60.0) * 1000.0) as u64);
+        let steps = long.paths[0].dl_bps.len();
+        assert!(long.paths[0].dl_bps[steps - 6000..]
+            .iter()
+            .any(|&b| b > 0.0));
+    }
 }
