@@ -975,6 +975,20 @@ fn bench_runs_on_recorded_traces_and_names_them() {
         "{stdout}"
     );
     assert!(res.join("pooled.json").exists());
+    // Summaries name the traces, not a route or handover settings they do not have.
+    assert!(
+        stdout.contains("| recorded traces (traces-") && stdout.contains(": fast, slow) ride 2 "),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("of recorded traces (traces-") && !stdout.contains("route 0"),
+        "{stdout}"
+    );
+    let html = std::fs::read_to_string(res.join("trip-1").join("report.html")).unwrap();
+    assert!(
+        html.contains("<b>recorded traces</b>") && html.contains("no handovers"),
+        "report header"
+    );
     // Ride k replays the k-th window of the traces.
     let mut from = Vec::new();
     for ride in ["trip-1", "trip-2"] {

@@ -583,7 +583,7 @@ fn run_trip(
         version: crate::VERSION.to_string(),
         kernel: kernel(),
         preset: match traces {
-            Some(_) => "traces".to_string(),
+            Some(_) => report::TRACES_PRESET.to_string(),
             None => args.trip.preset.clone(),
         },
         trip_model: Some(model),

@@ -393,15 +393,27 @@ fn f(x: f64, prec: usize) -> String {
     }
 }
 
+/// `meta.preset` of a bench on recorded traces (`bench --trace`).
+pub const TRACES_PRESET: &str = "traces";
+
 /// The terminal summary.
 pub fn table(r: &Results) -> String {
     let mut o = String::new();
     let m = &r.meta;
-    let _ = writeln!(
-        o,
-        "\npolycorn bench ({}) {} | preset {} (trip model {}) route {} trip {} seed {} | kernel {} | window {:.0} s from trip time {:.0} s | successful-handover packets {}",
-        m.mode, m.version, m.preset, m.trip_model.as_deref().unwrap_or("not recorded"), m.route_seed, m.trip_seed, m.seed, m.kernel, r.plan.end_s, m.from_s, m.handover_interruption
-    );
+    let model = m.trip_model.as_deref().unwrap_or("not recorded");
+    if m.preset == TRACES_PRESET {
+        let _ = writeln!(
+            o,
+            "\npolycorn bench ({}) {} | recorded traces ({model}: {}) ride {} seed {} | kernel {} | window {:.0} s from trace time {:.0} s",
+            m.mode, m.version, m.carriers.join(", "), m.trip_seed, m.seed, m.kernel, r.plan.end_s, m.from_s
+        );
+    } else {
+        let _ = writeln!(
+            o,
+            "\npolycorn bench ({}) {} | preset {} (trip model {model}) route {} trip {} seed {} | kernel {} | window {:.0} s from trip time {:.0} s | successful-handover packets {}",
+            m.mode, m.version, m.preset, m.route_seed, m.trip_seed, m.seed, m.kernel, r.plan.end_s, m.from_s, m.handover_interruption
+        );
+    }
     let _ = writeln!(o, "handover prediction: {}", m.prediction);
     let _ = writeln!(
         o,
@@ -1105,12 +1117,24 @@ pub fn html(r: &Results) -> String {
     let mut h = String::from(
         "<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\"><title>polycorn bench</title><style>body{font-family:sans-serif;max-width:1200px;margin:1em auto;padding:0 1em;color:#222}table{border-collapse:collapse;font-size:12px;margin:.5em 0 1.2em}td,th{border:1px solid #ccc;padding:2px 6px;text-align:right}th{background:#f4f4f4}td:first-child{text-align:left}.plots{display:flex;flex-wrap:wrap;gap:8px}.note{background:#fff8e1;border-left:4px solid #f0b400;padding:.4em .8em}pre{background:#f6f6f6;padding:.5em;overflow-x:auto;font-size:11px}</style></head><body>",
     );
-    let _ = write!(
-        h,
-        "<h1>polycorn bench — {} mode</h1><p>polycorn {} · kernel {} · preset <b>{}</b> (trip model {}), route seed {}, trip seed {}, workload seed {} · trip window {:.0}–{:.0} s ({} carriers: {}) · queue {} · handover interruptions: {} (packets {}) · started {}</p>",
-        esc(&m.mode), esc(&m.version), esc(&m.kernel), esc(&m.preset), esc(m.trip_model.as_deref().unwrap_or("not recorded")), m.route_seed, m.trip_seed, m.seed,
-        m.from_s, m.from_s + r.plan.end_s, m.carriers.len(), esc(&m.carriers.join(", ")), m.queue_bytes.map_or("per carrier (trip model)".to_string(), |q| format!("{q} B")), esc(&m.interruptions), esc(&m.handover_interruption), esc(&m.started)
-    );
+    let queue = m
+        .queue_bytes
+        .map_or("per carrier (trip model)".to_string(), |q| format!("{q} B"));
+    if m.preset == TRACES_PRESET {
+        let _ = write!(
+            h,
+            "<h1>polycorn bench — {} mode</h1><p>polycorn {} · kernel {} · <b>recorded traces</b> ({}), ride {}, workload seed {} · window {:.0}–{:.0} s of the traces ({} paths: {}) · queue {} · no handovers · started {}</p>",
+            esc(&m.mode), esc(&m.version), esc(&m.kernel), esc(m.trip_model.as_deref().unwrap_or("not recorded")), m.trip_seed, m.seed,
+            m.from_s, m.from_s + r.plan.end_s, m.carriers.len(), esc(&m.carriers.join(", ")), esc(&queue), esc(&m.started)
+        );
+    } else {
+        let _ = write!(
+            h,
+            "<h1>polycorn bench — {} mode</h1><p>polycorn {} · kernel {} · preset <b>{}</b> (trip model {}), route seed {}, trip seed {}, workload seed {} · trip window {:.0}–{:.0} s ({} carriers: {}) · queue {} · handover interruptions: {} (packets {}) · started {}</p>",
+            esc(&m.mode), esc(&m.version), esc(&m.kernel), esc(&m.preset), esc(m.trip_model.as_deref().unwrap_or("not recorded")), m.route_seed, m.trip_seed, m.seed,
+            m.from_s, m.from_s + r.plan.end_s, m.carriers.len(), esc(&m.carriers.join(", ")), esc(&queue), esc(&m.interruptions), esc(&m.handover_interruption), esc(&m.started)
+        );
+    }
     let _ = write!(
         h,
         "<p class=\"note\"><b>Handover prediction:</b> {}. Every system replayed the same emulated trip from the same start; bulk flows and IM messages started at the same times after the emulator started. Same preset and seeds give the same emulated conditions.</p>",
@@ -1704,7 +1728,17 @@ pub fn pooled(rides: &[Results]) -> (String, Value) {
     }
     let seeds: Vec<u64> = rides.iter().map(|r| r.meta.trip_seed).collect();
     let mut o = String::new();
-    let _ = writeln!(
+    if let Some(first) = rides.first().filter(|r| r.meta.preset == TRACES_PRESET) {
+        let _ = writeln!(
+            o,
+            "\npooled over {} rides ({:?}) of recorded traces ({}: {})",
+            rides.len(),
+            seeds,
+            first.meta.trip_model.as_deref().unwrap_or("not recorded"),
+            first.meta.carriers.join(", ")
+        );
+    } else {
+        let _ = writeln!(
         o,
         "\npooled over {} rides (trip seeds {:?}), route {} of preset {}, successful-handover packets {}",
         rides.len(),
@@ -1715,6 +1749,7 @@ pub fn pooled(rides: &[Results]) -> (String, Value) {
             .first()
             .map_or("", |r| r.meta.handover_interruption.as_str())
     );
+    }
     let mut systems = serde_json::Map::new();
     for name in &names {
         systems.insert(name.clone(), json!({"bulk": {}, "im": {}}));
