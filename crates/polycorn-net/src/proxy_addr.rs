@@ -197,21 +197,17 @@ impl ResolveCache {
         Plan::UseCached
     }
 
-    /// A lookup ended at `now`. Returns the addresses that changed, (old, new), for the log.
+    /// A lookup ended at `now` with `addrs` (empty: it failed). Returns the addresses that
+    /// changed, (old, new), for the log.
     pub fn looked_up(
         &mut self,
         now: Instant,
-        answer: Result<&[SocketAddr], ()>,
+        addrs: &[SocketAddr],
     ) -> Vec<(Option<SocketAddr>, Option<SocketAddr>)> {
         self.refreshing = false;
         let mut changed = Vec::new();
-        let Ok(addrs) = answer else {
-            if self.answered {
-                self.last_lookup = Some(now);
-            }
-            return changed;
-        };
         if addrs.is_empty() {
+            // A failed lookup counts as one only while there is an answer to keep using.
             if self.answered {
                 self.last_lookup = Some(now);
             }
@@ -279,7 +275,7 @@ impl ProxyResolver {
     ) -> Result<SocketAddr, HandshakeError> {
         let (host, port) = match &self.target {
             ProxyAddr::Ip(a) => return Ok(*a),
-            ProxyAddr::Name { host, port } => (host.as_str(), *port),
+            ProxyAddr::Name { host, port } => (host.clone(), *port),
         };
         let plan = self.lock().plan(Instant::now(), failing);
         let mut error = None;
@@ -287,8 +283,9 @@ impl ProxyResolver {
             Plan::UseCached => {}
             Plan::UseCachedAndRefresh => {
                 let me = Arc::clone(self);
+                let host = host.clone();
                 tokio::spawn(async move {
-                    let answer = lookup(&me.target).await;
+                    let answer = lookup(&host, port).await;
                     if let Err(e) = &answer {
                         debug!(proxy = %me.target, error = %e, "proxy lookup failed; keeping the last answer");
                     }
@@ -296,7 +293,7 @@ impl ProxyResolver {
                 });
             }
             Plan::LookUpNow => {
-                let answer = lookup(&self.target).await;
+                let answer = lookup(&host, port).await;
                 if let Err(e) = &answer {
                     error = Some(e.to_string());
                 }
@@ -324,7 +321,7 @@ impl ProxyResolver {
     fn answer(&self, answer: io::Result<Vec<SocketAddr>>) {
         let changed = self
             .lock()
-            .looked_up(Instant::now(), answer.as_deref().map_err(|_| ()));
+            .looked_up(Instant::now(), answer.as_deref().unwrap_or_default());
         for (old, new) in changed {
             let show = |a: Option<SocketAddr>| a.map_or_else(|| "-".to_string(), |a| a.to_string());
             info!(proxy = %self.target, addr = %show(new), was = %show(old), "proxy address");
@@ -336,17 +333,9 @@ impl ProxyResolver {
     }
 }
 
-/// One lookup of `target` with the system's resolver, at most [`LOOKUP_TIMEOUT`].
-async fn lookup(target: &ProxyAddr) -> io::Result<Vec<SocketAddr>> {
-    let ProxyAddr::Name { host, port } = target else {
-        return Ok(target.ip().into_iter().collect());
-    };
-    match tokio::time::timeout(
-        LOOKUP_TIMEOUT,
-        tokio::net::lookup_host((host.as_str(), *port)),
-    )
-    .await
-    {
+/// One lookup of `host` with the system's resolver, at most [`LOOKUP_TIMEOUT`].
+async fn lookup(host: &str, port: u16) -> io::Result<Vec<SocketAddr>> {
+    match tokio::time::timeout(LOOKUP_TIMEOUT, tokio::net::lookup_host((host, port))).await {
         Ok(Ok(addrs)) => {
             let v: Vec<SocketAddr> = addrs.collect();
             if v.is_empty() {
@@ -426,14 +415,14 @@ mod tests {
         assert_eq!(c.plan(t0, false), Plan::LookUpNow);
         assert_eq!(c.pick(Some(true)), Pick::Unresolved);
         // A failed first lookup leaves nothing to use: the next attempt looks up again.
-        assert!(c.looked_up(t0, Err(())).is_empty());
+        assert!(c.looked_up(t0, &[]).is_empty());
         assert_eq!(c.plan(t0, true), Plan::LookUpNow);
         let first = [
             a("192.0.2.1:7700"),
             a("[2001:db8::1]:7700"),
             a("192.0.2.2:7700"),
         ];
-        let changed = c.looked_up(t0, Ok(&first));
+        let changed = c.looked_up(t0, &first);
         assert_eq!(
             changed,
             vec![
@@ -449,7 +438,7 @@ mod tests {
         // (IPv6 is gone from this answer.)
         let reordered = [a("192.0.2.2:7700"), a("192.0.2.1:7700")];
         assert_eq!(
-            c.looked_up(t1, Ok(&reordered)),
+            c.looked_up(t1, &reordered),
             vec![(Some(a("[2001:db8::1]:7700")), None)]
         );
         assert_eq!(c.pick(Some(true)), Pick::Addr(a("192.0.2.1:7700")));
@@ -457,13 +446,12 @@ mod tests {
         // The proxy moved: its old address is no longer listed.
         let moved = [a("198.51.100.7:7700")];
         assert_eq!(
-            c.looked_up(t1, Ok(&moved)),
+            c.looked_up(t1, &moved),
             vec![(Some(a("192.0.2.1:7700")), Some(a("198.51.100.7:7700")))]
         );
         assert_eq!(c.pick(Some(true)), Pick::Addr(a("198.51.100.7:7700")));
         // A failed or empty lookup keeps the answer.
-        assert!(c.looked_up(t1, Err(())).is_empty());
-        assert!(c.looked_up(t1, Ok(&[])).is_empty());
+        assert!(c.looked_up(t1, &[]).is_empty());
         assert_eq!(c.pick(Some(true)), Pick::Addr(a("198.51.100.7:7700")));
     }
 
@@ -471,7 +459,7 @@ mod tests {
     fn only_a_failing_path_refreshes_and_at_most_once_per_10_s() {
         let t0 = Instant::now();
         let mut c = ResolveCache::default();
-        c.looked_up(t0, Ok(&[a("192.0.2.1:7700")]));
+        c.looked_up(t0, &[a("192.0.2.1:7700")]);
         let later = t0 + REFRESH_AFTER;
         // Working paths never trigger a lookup.
         assert_eq!(c.plan(later + REFRESH_AFTER * 10, false), Plan::UseCached);
@@ -481,7 +469,7 @@ mod tests {
         // ... and only one refresh runs at a time.
         assert_eq!(c.plan(later, true), Plan::UseCached);
         // A refresh that failed counts as a lookup: the next one 10 s later.
-        c.looked_up(later, Err(()));
+        c.looked_up(later, &[]);
         assert_eq!(
             c.plan(later + Duration::from_secs(1), true),
             Plan::UseCached
