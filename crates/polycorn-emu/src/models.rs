@@ -108,16 +108,17 @@ pub fn constant(
     })
 }
 
-/// A path replaying recorded traces (looping, as mahimahi does), with a constant one-way delay.
+/// A path replaying recorded traces (looping, as mahimahi does), with `delay` one way in each
+/// direction (a constant, or a series looped with the traces: [`DelaySeries::looped`]).
 pub fn from_traces(
     downlink: DeliveryTrace,
     uplink: DeliveryTrace,
-    one_way_delay_us: u64,
+    delay: DelaySeries,
     queue: QueueLimit,
 ) -> PathModel {
     let dir = |t: DeliveryTrace| {
         let mut cfg = LinkConfig::new(t);
-        cfg.delay = DelaySeries::constant(one_way_delay_us);
+        cfg.delay = delay.clone();
         cfg.queue = queue;
         DirectionModel::Shaped(cfg)
     };

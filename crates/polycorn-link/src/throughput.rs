@@ -8,8 +8,14 @@
 //!
 //! Throughput measured by a phone is what one TCP flow achieved, not the link's capacity; use
 //! such traces as "this much went through", as mahimahi's cellular traces are used.
+//!
+//! When the header has a `PINGMIN` column (G-NetTrack's smallest RTT of each ping round, ms),
+//! its values become a one-way delay series: half of each round's smallest RTT, from the row
+//! that reports it until the next report, on the same time base as the rate series (gaps cut
+//! alike). Rows without a ping (`-` or empty) keep the last value; before the first report
+//! the first one applies.
 
-use crate::trace::{DeliveryTrace, TraceError, TraceErrorKind};
+use crate::trace::{DelaySeries, DeliveryTrace, TraceError, TraceErrorKind, MAX_DELAY_US};
 
 /// Longest duration one sample may cover, ms.
 pub const MAX_GAP_MS: u64 = 5_000;
@@ -25,6 +31,11 @@ pub struct ThroughputSeries {
     pub rows: usize,
     /// Gaps longer than [`MAX_GAP_MS`] that were cut.
     pub gaps_cut: usize,
+    /// One-way delay from the `PINGMIN` column: `(at_ms, delay_us)` where it changes, on the
+    /// rate series' time base; empty without that column or without a value in it.
+    pub delay: Vec<(u64, u64)>,
+    /// Rows with a `PINGMIN` value.
+    pub ping_rows: usize,
 }
 
 impl ThroughputSeries {
@@ -34,6 +45,12 @@ impl ThroughputSeries {
             DeliveryTrace::from_rate_series(&self.downlink)?,
             DeliveryTrace::from_rate_series(&self.uplink)?,
         ))
+    }
+
+    /// The delay series from the ping column, if the log has one.
+    pub fn delay_series(&self) -> Option<DelaySeries> {
+        // Points are strictly increasing and within limits by construction.
+        (!self.delay.is_empty()).then(|| DelaySeries::new(self.delay.clone()).expect("checked"))
     }
 }
 
@@ -89,9 +106,11 @@ pub fn parse(name: &str, text: &str) -> Result<ThroughputSeries, TraceError> {
             .ok_or_else(|| err(name, 1, format!("no `{c}` column in the header")))
     };
     let (ts, dl, ul) = (col("Timestamp")?, col("DL_bitrate")?, col("UL_bitrate")?);
-    // (timestamp s, dl kbit/s sum, ul kbit/s sum, rows)
-    let mut groups: Vec<(u64, f64, f64, u32)> = Vec::new();
+    let ping = cols.iter().position(|x| *x == "PINGMIN");
+    // (timestamp s, dl kbit/s sum, ul kbit/s sum, rows, smallest PINGMIN µs of one-way delay)
+    let mut groups: Vec<(u64, f64, f64, u32, Option<u64>)> = Vec::new();
     let mut rows = 0;
+    let mut ping_rows = 0;
     for (i, line) in lines {
         let lineno = i + 1;
         if line.trim().is_empty() {
@@ -125,12 +144,35 @@ pub fn parse(name: &str, text: &str) -> Result<ThroughputSeries, TraceError> {
             }
         };
         let (d, u) = (kbps(dl, "DL_bitrate")?, kbps(ul, "UL_bitrate")?);
+        let owd_us = match ping.map(|c| field(c, "PINGMIN")).transpose()? {
+            None | Some("-" | "") => None,
+            Some(v) => match v.parse::<f64>() {
+                Ok(x) if x.is_finite() && x >= 0.0 && x * 500.0 <= MAX_DELAY_US as f64 => {
+                    ping_rows += 1;
+                    Some((x * 500.0).round() as u64)
+                }
+                _ => {
+                    return Err(err(
+                        name,
+                        lineno,
+                        format!(
+                            "PINGMIN `{v}` is not a round-trip time in ms (0 to {})",
+                            2 * MAX_DELAY_US / 1000
+                        ),
+                    ))
+                }
+            },
+        };
         rows += 1;
         match groups.last_mut() {
             Some(g) if g.0 == t => {
                 g.1 += d;
                 g.2 += u;
                 g.3 += 1;
+                g.4 = match (g.4, owd_us) {
+                    (Some(a), Some(b)) => Some(a.min(b)),
+                    (a, b) => a.or(b),
+                };
             }
             Some(g) if t < g.0 => {
                 return Err(err(
@@ -139,7 +181,7 @@ pub fn parse(name: &str, text: &str) -> Result<ThroughputSeries, TraceError> {
                     "timestamp earlier than the previous row".into(),
                 ))
             }
-            _ => groups.push((t, d, u, 1)),
+            _ => groups.push((t, d, u, 1, owd_us)),
         }
     }
     if groups.is_empty() {
@@ -150,8 +192,16 @@ pub fn parse(name: &str, text: &str) -> Result<ThroughputSeries, TraceError> {
         uplink: Vec::new(),
         rows,
         gaps_cut: 0,
+        delay: Vec::new(),
+        ping_rows,
     };
+    let mut at_ms = 0u64;
     for (k, g) in groups.iter().enumerate() {
+        if let Some(owd) = g.4 {
+            if out.delay.last().is_none_or(|&(_, last)| last != owd) {
+                out.delay.push((at_ms, owd));
+            }
+        }
         let mut dur_ms = groups.get(k + 1).map_or(1000, |n| (n.0 - g.0) * 1000);
         if dur_ms > MAX_GAP_MS {
             dur_ms = MAX_GAP_MS;
@@ -160,6 +210,7 @@ pub fn parse(name: &str, text: &str) -> Result<ThroughputSeries, TraceError> {
         let n = f64::from(g.3);
         out.downlink.push((dur_ms, (g.1 / n * 1000.0) as u64));
         out.uplink.push((dur_ms, (g.2 / n * 1000.0) as u64));
+        at_ms += dur_ms;
     }
     Ok(out)
 }
@@ -190,6 +241,45 @@ mod tests {
                 .count(),
             333
         );
+    }
+
+    /// The ping column: half the smallest RTT of a second, held until the next report, on the
+    /// rate series' time base (the 64 s gap is cut to 5 s here too).
+    #[test]
+    fn pingmin_becomes_a_one_way_delay_series() {
+        let head = "Timestamp,DL_bitrate,UL_bitrate,PINGAVG,PINGMIN\n";
+        let text = format!(
+            "{head}2020.02.13_13.03.24,1,1,-,-\n2020.02.13_13.03.26,1,1,90,81\n\
+             2020.02.13_13.03.26,1,1,85,79.5\n2020.02.13_13.03.27,1,1,-,-\n\
+             2020.02.13_13.04.31,1,1,99,79.5\n2020.02.13_13.04.32,1,1,120,100\n"
+        );
+        let s = parse("p.csv", &text).unwrap();
+        assert_eq!(s.ping_rows, 4);
+        // Groups start at 0, 2000, 3000, 8000 (gap cut), 9000 ms.
+        assert_eq!(s.delay, vec![(2000, 39_750), (9000, 50_000)]);
+        let d = s.delay_series().unwrap();
+        // Before the first report the first value applies.
+        assert_eq!(d.delay_at_us(0), 39_750);
+        assert_eq!(d.delay_at_us(8_999_000), 39_750);
+        assert_eq!(d.delay_at_us(9_000_000), 50_000);
+        // No ping column, or never a value: no series.
+        assert!(
+            parse("a.csv", &format!("{HEAD}2020.02.13_13.03.24,1,1,1,D\n"))
+                .unwrap()
+                .delay_series()
+                .is_none()
+        );
+        let none = format!("{head}2020.02.13_13.03.24,1,1,-,-\n");
+        assert!(parse("a.csv", &none).unwrap().delay_series().is_none());
+        // A bad value is named by file and line.
+        let bad = format!("{head}2020.02.13_13.03.24,1,1,-,-\n2020.02.13_13.03.25,1,1,5,fast\n");
+        let e = parse("p.csv", &bad).unwrap_err().to_string();
+        assert!(
+            e.starts_with("p.csv:3:") && e.contains("PINGMIN `fast`"),
+            "{e}"
+        );
+        let neg = format!("{head}2020.02.13_13.03.24,1,1,-,-1\n");
+        assert!(parse("p.csv", &neg).is_err());
     }
 
     #[test]

@@ -558,13 +558,17 @@ impl DeliveryTrace {
 
 /// One-way delay as a step function of time: points `(at_ms, delay_us)`; from `at_ms` on (until
 /// the next point) the delay is `delay_us`. Before the first point the first delay applies;
-/// after the last point the last delay holds forever (it does not loop with the capacity trace).
+/// after the last point the last delay holds forever, unless the series is
+/// [looped](Self::looped) (as a recorded path's delay loops with its capacity trace).
 ///
 /// Invariants: at least one point, times strictly increasing and ≤ [`MAX_TIMESTAMP_MS`],
-/// delays ≤ [`MAX_DELAY_US`] (except through [`Self::constant`], which accepts any value).
+/// delays ≤ [`MAX_DELAY_US`] (except through [`Self::constant`], which accepts any value); a
+/// loop period is > 0.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DelaySeries {
     points: Vec<(u64, u64)>,
+    /// Time `t` reads the series at `t mod period` (ms), if set.
+    period_ms: Option<u64>,
 }
 
 impl Default for DelaySeries {
@@ -582,6 +586,7 @@ impl DelaySeries {
     pub fn constant(delay_us: u64) -> Self {
         Self {
             points: vec![(0, delay_us)],
+            period_ms: None,
         }
     }
 
@@ -600,7 +605,10 @@ impl DelaySeries {
             Self::check_point(previous, at_ms, delay_us).map_err(|k| err(IN_MEMORY, i + 1, k))?;
             previous = Some(at_ms);
         }
-        Ok(Self { points })
+        Ok(Self {
+            points,
+            period_ms: None,
+        })
     }
 
     fn check_point(previous: Option<u64>, at_ms: u64, delay_us: u64) -> Result<(), TraceErrorKind> {
@@ -652,10 +660,27 @@ impl DelaySeries {
             Self::check_point(points.last().map(|p| p.0), at_ms, delay_us).map_err(e)?;
             points.push((at_ms, delay_us));
         }
-        Ok(Self { points })
+        Ok(Self {
+            points,
+            period_ms: None,
+        })
     }
 
-    /// The series as CSV with header; [`Self::parse`] reads it back to an equal series.
+    /// The same series repeated every `period_ms` (time `t` reads it at `t mod period_ms`), as a
+    /// capacity trace loops; points at or after `period_ms` are never reached. A period of 0
+    /// leaves the series unlooped.
+    pub fn looped(mut self, period_ms: u64) -> Self {
+        self.period_ms = (period_ms > 0).then_some(period_ms);
+        self
+    }
+
+    /// The loop period, ms, if the series loops.
+    pub fn period_ms(&self) -> Option<u64> {
+        self.period_ms
+    }
+
+    /// The series as CSV with header; [`Self::parse`] reads it back to an equal series (a loop
+    /// period is not written).
     pub fn to_csv(&self) -> String {
         let mut out = String::with_capacity(16 + self.points.len() * 12);
         out.push_str(Self::CSV_HEADER);
@@ -675,6 +700,10 @@ impl DelaySeries {
 
     /// The one-way delay in effect at `t_us`.
     pub fn delay_at_us(&self, t_us: u64) -> u64 {
+        let t_us = match self.period_ms {
+            Some(p) => t_us % p.saturating_mul(1000),
+            None => t_us,
+        };
         let i = self
             .points
             .partition_point(|&(at_ms, _)| at_ms.saturating_mul(1000) <= t_us);
@@ -960,6 +989,22 @@ mod tests {
         let d = DelaySeries::parse("d.csv", "0,1.00049\n1,1.0005\n").unwrap();
         assert_eq!(d.points(), &[(0, 1000), (1, 1001)]);
         assert_eq!(DelaySeries::constant(7).delay_at_us(123), 7);
+        // Looped every 150 ms: 160 ms reads 10 ms, 260 ms reads 110 ms; 200 ms is never reached.
+        let d = DelaySeries::parse(
+            "d.csv",
+            "0,10
+100,12.5
+200,1
+",
+        )
+        .unwrap()
+        .looped(150);
+        assert_eq!(d.period_ms(), Some(150));
+        assert_eq!(d.delay_at_us(149_999), 12_500);
+        assert_eq!(d.delay_at_us(160_000), 10_000);
+        assert_eq!(d.delay_at_us(260_000), 12_500);
+        assert_eq!(d.delay_at_us(150_000 * 1000 + 5), 10_000);
+        assert_eq!(DelaySeries::constant(7).looped(0).period_ms(), None);
     }
 
     #[test]

@@ -883,8 +883,9 @@ pub struct TracePath<'a> {
     pub down: &'a crate::trace::DeliveryTrace,
     /// Uplink delivery opportunities (looped).
     pub up: &'a crate::trace::DeliveryTrace,
-    /// Constant one-way delay, µs.
-    pub owd_us: u64,
+    /// One-way delay in both directions, read at the start of each step (loop it with the
+    /// trace, [`DelaySeries::looped`](crate::trace::DelaySeries::looped), if it should repeat).
+    pub delay: &'a crate::trace::DelaySeries,
 }
 
 /// Per-step capacity (bit/s) of `trace` played in a loop for `steps` steps of [`STEP_MS`]:
@@ -919,7 +920,8 @@ fn looped_step_bps(trace: &crate::trace::DeliveryTrace, steps: usize) -> Vec<f64
 impl Trip {
     /// A "trip" made of recorded traces instead of the HSR model, for replaying measured
     /// paths in the bench: each path's capacity is its trace looped over `duration_ms`
-    /// (per [`STEP_MS`] step, byte-accurate), its delay constant; no train moves (position
+    /// (per [`STEP_MS`] step, byte-accurate), its delay the path's series read at each step's
+    /// start; no train moves (position
     /// and speed 0), no context, no handovers, no outages beyond what the traces hold (steps
     /// with no opportunity). `config` is the `hsr` preset's with the name `traces` and no
     /// carriers: nothing here was generated from it.
@@ -939,7 +941,9 @@ impl Trip {
                     name: p.name.clone(),
                     dl_bps: looped_step_bps(p.down, steps),
                     ul_bps: looped_step_bps(p.up, steps),
-                    owd_us: vec![p.owd_us; steps],
+                    owd_us: (0..steps as u64)
+                        .map(|k| p.delay.delay_at_us(k * STEP_MS * 1000))
+                        .collect(),
                     outages_ms: Vec::new(),
                     interruptions_ms: Vec::new(),
                 })
@@ -1479,7 +1483,7 @@ mod tests {
 
     #[test]
     fn traces_become_a_trip_byte_for_byte_looped() {
-        use crate::trace::DeliveryTrace;
+        use crate::trace::{DelaySeries, DeliveryTrace};
         // Down: 3 opportunities in the first 10 ms, 1 in the next 10 (period 20 ms).
         let down = DeliveryTrace::parse("d", "1\n1\n10\n20\n").unwrap();
         let up = DeliveryTrace::parse("u", "5\n").unwrap();
@@ -1488,7 +1492,7 @@ mod tests {
                 name: "x".into(),
                 down: &down,
                 up: &up,
-                owd_us: 25_000,
+                delay: &DelaySeries::constant(25_000),
             }],
             45,
         );
@@ -1499,6 +1503,39 @@ mod tests {
         // Up: one every 5 ms, stamps 5, 10 | 15, 20 | ...
         assert_eq!(p.ul_bps, vec![2.0 * per; 5]);
         assert_eq!(p.owd_us, vec![25_000; 5]);
+        // A delay series is read at each step's start; looped with the trace, it repeats.
+        let d = DelaySeries::new(vec![(0, 30_000), (15, 40_000)])
+            .unwrap()
+            .looped(20);
+        let t2 = Trip::from_traces(
+            &[TracePath {
+                name: "x".into(),
+                down: &down,
+                up: &up,
+                delay: &d,
+            }],
+            45,
+        );
+        assert_eq!(
+            t2.paths[0].owd_us,
+            vec![30_000, 30_000, 30_000, 30_000, 30_000]
+        );
+        let d = DelaySeries::new(vec![(0, 30_000), (10, 40_000)])
+            .unwrap()
+            .looped(20);
+        let t2 = Trip::from_traces(
+            &[TracePath {
+                name: "x".into(),
+                down: &down,
+                up: &up,
+                delay: &d,
+            }],
+            45,
+        );
+        assert_eq!(
+            t2.paths[0].owd_us,
+            vec![30_000, 40_000, 30_000, 40_000, 30_000]
+        );
         // Played back, every step delivers exactly its opportunities.
         let ops = PathProcess::opportunities_ms(&p.dl_bps);
         assert_eq!(ops.len(), 11);
@@ -1519,7 +1556,7 @@ mod tests {
                 name: "z".into(),
                 down: &zero,
                 up: &zero,
-                owd_us: 0,
+                delay: &DelaySeries::constant(0),
             }],
             30,
         );

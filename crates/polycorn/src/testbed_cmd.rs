@@ -15,10 +15,13 @@ use polycorn_emu::forward::{Emulator, PathModel};
 use polycorn_emu::models::{self, DEFAULT_QUEUE_BYTES};
 use polycorn_emu::testbed::{self, TestbedSpec};
 use polycorn_link::link::QueueLimit;
-use polycorn_link::trace::DeliveryTrace;
+use polycorn_link::trace::{DelaySeries, DeliveryTrace};
 use polycorn_link::trip::Trip;
 
 use crate::tripgen::TripArgs;
+
+/// One-way delay of constant and trace paths without one of their own, ms.
+pub const DEFAULT_DELAY_MS: f64 = 20.0;
 
 /// How the emulated paths behave.
 #[derive(Args, Debug, Clone)]
@@ -32,12 +35,15 @@ pub struct ModelArgs {
     /// Instead of a trip: one path per FILE replaying a recorded trace, looping: a mahimahi
     /// file (`X.down`, with `X.up` for the uplink when it exists) or a per-second throughput
     /// CSV with `Timestamp,DL_bitrate,UL_bitrate` columns (e.g. ucc5g; its downlink series is
-    /// used in both directions, since UL of a download session is only ACKs). Delay: `--delay-ms`.
+    /// used in both directions, since UL of a download session is only ACKs). Delay:
+    /// `--delay-ms`, else the recording's own (`X.delay.csv` beside `X.down`, or half the
+    /// log's `PINGMIN`), else 20 ms.
     #[arg(long = "trace", value_name = "FILE")]
     pub traces: Vec<std::path::PathBuf>,
-    /// One-way delay of constant paths, ms.
-    #[arg(long, default_value_t = 20.0)]
-    pub delay_ms: f64,
+    /// One-way delay, ms: one value for every path, or one per path (`--delay-ms 20,60`)
+    /// [default: a trace's own delay, else 20].
+    #[arg(long, value_name = "MS", value_delimiter = ',')]
+    pub delay_ms: Vec<f64>,
     /// Number of constant paths.
     #[arg(long, default_value_t = 2)]
     pub paths: usize,
@@ -58,9 +64,12 @@ impl ModelArgs {
                 "--handover-interruption={}",
                 self.trip.handover_interruption.name()
             ),
-            format!("--delay-ms={}", self.delay_ms),
             format!("--paths={}", self.paths),
         ];
+        if !self.delay_ms.is_empty() {
+            let d: Vec<String> = self.delay_ms.iter().map(f64::to_string).collect();
+            v.push(format!("--delay-ms={}", d.join(",")));
+        }
         if let Some(q) = self.queue_bytes {
             v.push(format!("--queue-bytes={q}"));
         }
@@ -84,26 +93,33 @@ impl ModelArgs {
     pub fn build(&self) -> Result<(Vec<PathModel>, Option<Trip>)> {
         let queue = QueueLimit::Bytes(self.queue_bytes.unwrap_or(DEFAULT_QUEUE_BYTES));
         if !self.traces.is_empty() {
-            if !(self.delay_ms.is_finite() && self.delay_ms >= 0.0) {
-                bail!("--delay-ms must be a number >= 0, got {}", self.delay_ms);
-            }
-            let delay_us = (self.delay_ms * 1000.0) as u64;
-            let mut paths = Vec::new();
-            for f in &self.traces {
-                let (down, up) = read_trace(f)?;
-                paths.push(models::from_traces(down, up, delay_us, queue));
-            }
+            let recorded = self
+                .traces
+                .iter()
+                .map(|f| read_trace(f))
+                .collect::<Result<Vec<_>>>()?;
+            let own: Vec<_> = recorded.iter().map(|r| r.delay.clone()).collect();
+            let delays = path_delays(&self.delay_ms, &own, DEFAULT_DELAY_MS)?;
+            let paths = recorded
+                .into_iter()
+                .zip(delays)
+                .map(|(r, (d, _))| models::from_traces(r.down, r.up, d, queue))
+                .collect();
             return Ok((paths, None));
         }
         if let Some(m) = self.constant_mbit {
             if !(m.is_finite() && m >= 0.0) {
                 bail!("--constant-mbit must be a number >= 0, got {m}");
             }
-            if !(self.delay_ms.is_finite() && self.delay_ms >= 0.0) {
-                bail!("--delay-ms must be a number >= 0, got {}", self.delay_ms);
-            }
-            let one = models::constant((m * 1e6) as u64, (self.delay_ms * 1000.0) as u64, queue)?;
-            return Ok((vec![one; self.paths], None));
+            let delays = path_delays(&self.delay_ms, &vec![None; self.paths], DEFAULT_DELAY_MS)?;
+            let paths = delays
+                .into_iter()
+                .map(|(d, _)| {
+                    let us = d.delay_at_us(0);
+                    models::constant((m * 1e6) as u64, us, queue)
+                })
+                .collect::<Result<Vec<_>, _>>()?;
+            return Ok((paths, None));
         }
         let (cfg, source) = self.trip.config()?;
         eprintln!(
@@ -286,21 +302,49 @@ pub fn bench(name: &str, secs: u32) -> Result<()> {
     Ok(())
 }
 
-/// Downlink and uplink traces from a mahimahi file (`X.down` + `X.up` if present) or a
-/// per-second throughput CSV.
-pub(crate) fn read_trace(path: &std::path::Path) -> Result<(DeliveryTrace, DeliveryTrace)> {
+/// A recorded path read by [`read_trace`].
+#[derive(Debug, Clone)]
+pub(crate) struct RecordedPath {
+    pub down: DeliveryTrace,
+    pub up: DeliveryTrace,
+    /// The delay the recording carries, looped with the downlink trace, and where it came
+    /// from: a throughput log's `PINGMIN` column, or `X.delay.csv` beside `X.down` (the
+    /// format `polycorn trip generate` writes).
+    pub delay: Option<(DelaySeries, String)>,
+}
+
+/// A recorded path: a mahimahi file (`X.down` + `X.up` if present, + `X.delay.csv` if present)
+/// or a per-second throughput CSV (with its ping column as delay, if it has one).
+pub(crate) fn read_trace(path: &std::path::Path) -> Result<RecordedPath> {
     let name = path.display().to_string();
     let text = std::fs::read_to_string(path).with_context(|| format!("read {name}"))?;
     if path.extension().is_some_and(|e| e == "csv") {
         // What a throughput log's UL column holds depends on the session: in a download
         // session it is ACK traffic, not uplink capacity. Use the downlink series both ways.
         let series = polycorn_link::throughput::parse(&name, &text)?;
-        let (down, _) = series.traces()?;
-        return Ok((down.clone(), down));
+        let down = DeliveryTrace::from_rate_series(&series.downlink).with_context(|| {
+            format!(
+                "{name}: no usable downlink series (DL_bitrate, {} rows)",
+                series.rows
+            )
+        })?;
+        let delay = series.delay_series().map(|d| {
+            let what = format!(
+                "half the log's PINGMIN ({} of {} rows have one)",
+                series.ping_rows, series.rows
+            );
+            (d.looped(down.period_ms()), what)
+        });
+        return Ok(RecordedPath {
+            up: down.clone(),
+            down,
+            delay,
+        });
     }
     let down = DeliveryTrace::parse(&name, &text)?;
+    let is_down = path.extension().is_some_and(|e| e == "down");
     let up_path = path.with_extension("up");
-    let up = if path.extension().is_some_and(|e| e == "down") && up_path.exists() {
+    let up = if is_down && up_path.exists() {
         let up_name = up_path.display().to_string();
         let up_text =
             std::fs::read_to_string(&up_path).with_context(|| format!("read {up_name}"))?;
@@ -308,7 +352,51 @@ pub(crate) fn read_trace(path: &std::path::Path) -> Result<(DeliveryTrace, Deliv
     } else {
         down.clone()
     };
-    Ok((down, up))
+    let delay_path = path.with_extension("delay.csv");
+    let delay = if is_down && delay_path.exists() {
+        let d_name = delay_path.display().to_string();
+        let d_text =
+            std::fs::read_to_string(&delay_path).with_context(|| format!("read {d_name}"))?;
+        let d = DelaySeries::parse(&d_name, &d_text)?;
+        Some((d.looped(down.period_ms()), d_name))
+    } else {
+        None
+    };
+    Ok(RecordedPath { down, up, delay })
+}
+
+/// Per-path one-way delay from `--delay-ms` values: none (each path its recording's delay,
+/// else `default_ms`), one (every path), or one per path. `recorded[i]` is path i's own
+/// delay, if any. Returns each path's series and a description of it.
+pub(crate) fn path_delays(
+    delay_ms: &[f64],
+    recorded: &[Option<(DelaySeries, String)>],
+    default_ms: f64,
+) -> Result<Vec<(DelaySeries, String)>> {
+    for &d in delay_ms {
+        if !(d.is_finite() && (0.0..=10_000.0).contains(&d)) {
+            bail!("--delay-ms must be a number of ms from 0 to 10000, got {d}");
+        }
+    }
+    let constant = |ms: f64| {
+        (
+            DelaySeries::constant((ms * 1000.0).round() as u64),
+            format!("{ms} ms"),
+        )
+    };
+    match delay_ms {
+        [] => Ok(recorded
+            .iter()
+            .map(|r| r.clone().unwrap_or_else(|| constant(default_ms)))
+            .collect()),
+        [one] => Ok(recorded.iter().map(|_| constant(*one)).collect()),
+        many if many.len() == recorded.len() => Ok(many.iter().map(|&d| constant(d)).collect()),
+        many => bail!(
+            "--delay-ms has {} values for {} paths: give one for every path, or one per path",
+            many.len(),
+            recorded.len()
+        ),
+    }
 }
 
 /// Stop a long run on SIGINT/SIGTERM without leaving anything behind. The first signal sets

@@ -400,61 +400,100 @@ fn testbed_paths_from_recorded_traces() {
     )
     .unwrap();
     let csv = dir.join("log.csv");
+    // A G-NetTrack log whose pings' smallest RTT is 60 ms (the first second has none).
     let rows: String = (0..5)
         .map(|s| {
             format!(
-                "2020.02.13_13.03.{:02},-8.3,51.9,0,B,12,5G,-100,-13,1,13,-103,20000,100,D\n",
-                10 + s
+                "2020.02.13_13.03.{:02},-8.3,51.9,0,B,12,5G,-100,-13,1,13,-103,20000,100,D,{p},{p}\n",
+                10 + s,
+                p = if s == 0 { "-" } else { "60" }
             )
         })
         .collect();
-    std::fs::write(&csv, format!("Timestamp,Longitude,Latitude,Speed,Operatorname,CellID,NetworkMode,RSRP,RSRQ,SNR,CQI,RSSI,DL_bitrate,UL_bitrate,State\n{rows}")).unwrap();
+    std::fs::write(&csv, format!("Timestamp,Longitude,Latitude,Speed,Operatorname,CellID,NetworkMode,RSRP,RSRQ,SNR,CQI,RSSI,DL_bitrate,UL_bitrate,State,PINGAVG,PINGMIN\n{rows}")).unwrap();
     let name = "pct-trace";
     let _ = polycorn(&["testbed", "down", "--name", name]);
-    let up = polycorn(&[
+    // Idle ping RTT of each path (ms, average of 5).
+    let rtts = || -> Vec<f64> {
+        (0..2)
+            .map(|i| {
+                let out = Command::new("ip")
+                    .args([
+                        "netns",
+                        "exec",
+                        &format!("{name}-relay"),
+                        "ping",
+                        "-q",
+                        "-c",
+                        "5",
+                        "-i",
+                        "0.2",
+                        "-I",
+                        &format!("10.100.{i}.1"),
+                        &format!("10.100.{i}.2"),
+                    ])
+                    .output()
+                    .unwrap();
+                let text = String::from_utf8_lossy(&out.stdout).into_owned();
+                assert!(out.status.success(), "path {i}: {text}");
+                // rtt min/avg/max/mdev = a/b/c/d ms
+                let stats = text.rsplit(" = ").next().unwrap();
+                stats.split('/').nth(1).unwrap().parse().unwrap()
+            })
+            .collect()
+    };
+    // Without --delay-ms: the mahimahi path 20 ms each way, the log's path half its PINGMIN.
+    // Then one value per path. Each RTT within 4 ms of twice the delay (opportunities are
+    // 1 ms apart here; the log's 20 Mbit/s ones closer).
+    for (delay, want) in [(None, [40.0, 60.0]), (Some("10,40"), [20.0, 80.0])] {
+        let mut args = vec![
+            "testbed",
+            "up",
+            "--name",
+            name,
+            "--trace",
+            mm.to_str().unwrap(),
+            "--trace",
+            csv.to_str().unwrap(),
+        ];
+        if let Some(d) = delay {
+            args.extend(["--delay-ms", d]);
+        }
+        let up = polycorn(&args);
+        assert!(
+            up.status.success(),
+            "{}",
+            String::from_utf8_lossy(&up.stderr)
+        );
+        let got = rtts();
+        assert!(polycorn(&["testbed", "down", "--name", name])
+            .status
+            .success());
+        for (g, w) in got.iter().zip(want) {
+            assert!(
+                *g >= w - 0.5 && *g <= w + 4.0,
+                "--delay-ms {delay:?}: RTT {got:?}, want {want:?}"
+            );
+        }
+    }
+    // A delay count that fits neither one nor every path is refused before anything is made.
+    let out = polycorn(&[
         "testbed",
         "up",
         "--name",
         name,
         "--trace",
         mm.to_str().unwrap(),
-        "--trace",
-        csv.to_str().unwrap(),
         "--delay-ms",
-        "10",
+        "10,20,30",
     ]);
+    assert!(!out.status.success());
     assert!(
-        up.status.success(),
+        String::from_utf8_lossy(&out.stderr).contains("3 values for 1 paths"),
         "{}",
-        String::from_utf8_lossy(&up.stderr)
+        String::from_utf8_lossy(&out.stderr)
     );
-    for i in 0..2 {
-        let out = Command::new("ip")
-            .args([
-                "netns",
-                "exec",
-                &format!("{name}-relay"),
-                "ping",
-                "-q",
-                "-c",
-                "3",
-                "-i",
-                "0.2",
-                "-I",
-                &format!("10.100.{i}.1"),
-                &format!("10.100.{i}.2"),
-            ])
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "path {i}: {}",
-            String::from_utf8_lossy(&out.stdout)
-        );
-    }
-    assert!(polycorn(&["testbed", "down", "--name", name])
-        .status
-        .success());
+    assert!(!namespaces().contains(name));
     // A malformed trace is refused with file:line, and nothing is left behind.
     let bad = dir.join("bad.down");
     std::fs::write(&bad, "1\n2\nx\n").unwrap();

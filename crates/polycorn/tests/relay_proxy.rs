@@ -1365,16 +1365,23 @@ fn baseline_tunnels_use_the_configured_congestion_control_on_every_subflow() {
 }
 
 /// `/etc/netns/NS/hosts`, which `ip netns exec NS` mounts over `/etc/hosts` for the processes
-/// it starts (so a name resolves inside the relay's namespace only); removed on drop.
+/// it starts (so a name resolves inside the relay's namespace only); removed on drop, with
+/// `/etc/netns` itself when this created it.
 struct NetnsHosts {
     dir: PathBuf,
+    created_parent: bool,
 }
 
 impl NetnsHosts {
     fn new(ns: &str) -> NetnsHosts {
-        let dir = PathBuf::from("/etc/netns").join(ns);
+        let parent = PathBuf::from("/etc/netns");
+        let created_parent = !parent.exists();
+        let dir = parent.join(ns);
         std::fs::create_dir_all(&dir).unwrap();
-        NetnsHosts { dir }
+        NetnsHosts {
+            dir,
+            created_parent,
+        }
     }
     /// Rewrites the file in place (same inode: a running daemon's mount sees the change).
     fn set(&self, name: &str, addr: &str) {
@@ -1389,6 +1396,10 @@ impl NetnsHosts {
 impl Drop for NetnsHosts {
     fn drop(&mut self) {
         let _ = std::fs::remove_dir_all(&self.dir);
+        if self.created_parent {
+            // Only if empty: another namespace's entry made meanwhile stays.
+            let _ = std::fs::remove_dir("/etc/netns");
+        }
     }
 }
 

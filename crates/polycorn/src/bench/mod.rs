@@ -116,9 +116,11 @@ pub struct BenchArgs {
         conflicts_with_all = ["preset", "route_seed", "trip_seed", "interruptions", "handover_interruption"]
     )]
     pub traces: Vec<PathBuf>,
-    /// One-way delay of every trace path, ms (with --trace; default 20).
-    #[arg(long, requires = "traces")]
-    pub delay_ms: Option<f64>,
+    /// One-way delay of the trace paths, ms (with --trace): one value for every path, or one
+    /// per path (`--delay-ms 20,60`) [default: a trace's own delay — `X.delay.csv` beside
+    /// `X.down`, or half a throughput log's `PINGMIN` — else 20].
+    #[arg(long, value_name = "MS", value_delimiter = ',', requires = "traces")]
+    pub delay_ms: Vec<f64>,
 }
 
 /// A workload of the bench.
@@ -423,7 +425,7 @@ pub fn run(args: &BenchArgs) -> Result<()> {
     let traces = if args.traces.is_empty() {
         None
     } else {
-        Some(traces::Traces::load(&args.traces, args.delay_ms)?)
+        Some(traces::Traces::load(&args.traces, &args.delay_ms)?)
     };
     let (cfg, _) = args.trip.config()?;
     let top = out_dir_for(args);
@@ -609,8 +611,8 @@ fn run_trip(
         },
         prediction: match args.prediction {
             _ if traces.is_some() => format!(
-                "none: recorded traces ({} ms one-way delay, {}) carry no train position for LinkDB; HPR never throttles",
-                traces.map_or(0.0, |t| t.delay_ms()),
+                "none: recorded traces (one-way delay {}; {}) carry no train position for LinkDB; HPR never throttles",
+                traces.map_or_else(String::new, |t| t.delays().join(", ")),
                 traces.map_or_else(String::new, |t| t
                     .files
                     .iter()

@@ -10,92 +10,117 @@
 use std::path::PathBuf;
 
 use anyhow::{bail, Result};
-use polycorn_link::trace::DeliveryTrace;
+use polycorn_link::trace::{DelaySeries, DeliveryTrace};
 use polycorn_link::trip::{TracePath, Trip};
 
-/// One-way delay of trace paths unless `--delay-ms` says otherwise, ms (as `testbed up`).
-pub const DEFAULT_DELAY_MS: f64 = 20.0;
+/// One-way delay of trace paths without a delay of their own, unless `--delay-ms` says
+/// otherwise, ms (as `testbed up`).
+pub const DEFAULT_DELAY_MS: f64 = crate::testbed_cmd::DEFAULT_DELAY_MS;
+
+/// One recorded path.
+#[derive(Debug, Clone)]
+struct Path {
+    name: String,
+    down: DeliveryTrace,
+    up: DeliveryTrace,
+    delay: DelaySeries,
+    /// Where the delay comes from (`20 ms`, `half the PINGMIN of …`, a `.delay.csv` file).
+    delay_source: String,
+}
 
 /// The recorded paths of a bench run.
 #[derive(Debug, Clone)]
 pub struct Traces {
-    /// Per path: name, downlink, uplink.
-    paths: Vec<(String, DeliveryTrace, DeliveryTrace)>,
-    /// One-way delay of every path, µs.
-    owd_us: u64,
-    /// `traces-` and 12 hex digits of a SHA-256 over the paths' opportunities and delay.
+    paths: Vec<Path>,
+    /// `traces-` and 12 hex digits of a SHA-256 over the paths' opportunities and delays.
     pub id: String,
     /// The files, as given.
     pub files: Vec<PathBuf>,
 }
 
 impl Traces {
-    /// Reads and validates every file (errors name the file and line).
-    pub fn load(files: &[PathBuf], delay_ms: Option<f64>) -> Result<Traces> {
+    /// Reads and validates every file (errors name the file and line). `delay_ms`: none (each
+    /// path its recording's own delay, else [`DEFAULT_DELAY_MS`]), one for all, or one per file.
+    pub fn load(files: &[PathBuf], delay_ms: &[f64]) -> Result<Traces> {
         use sha2::{Digest, Sha256};
-        let delay_ms = delay_ms.unwrap_or(DEFAULT_DELAY_MS);
-        if !(delay_ms.is_finite() && (0.0..=10_000.0).contains(&delay_ms)) {
-            bail!("--delay-ms must be a number of ms from 0 to 10000, got {delay_ms}");
+        if files.len() > polycorn_sched::MAX_PATHS {
+            bail!(
+                "{} traces: at most {} paths",
+                files.len(),
+                polycorn_sched::MAX_PATHS
+            );
         }
-        let owd_us = (delay_ms * 1000.0).round() as u64;
+        let recorded = files
+            .iter()
+            .map(|f| crate::testbed_cmd::read_trace(f))
+            .collect::<Result<Vec<_>>>()?;
+        let own: Vec<_> = recorded.iter().map(|r| r.delay.clone()).collect();
+        let delays = crate::testbed_cmd::path_delays(delay_ms, &own, DEFAULT_DELAY_MS)?;
         let mut h = Sha256::new();
-        h.update(owd_us.to_le_bytes());
-        let mut paths = Vec::new();
-        for (i, f) in files.iter().enumerate() {
-            let (down, up) = crate::testbed_cmd::read_trace(f)?;
-            for t in [&down, &up] {
+        let mut paths: Vec<Path> = Vec::new();
+        for (i, ((f, r), (delay, delay_source))) in
+            files.iter().zip(recorded).zip(delays).enumerate()
+        {
+            for t in [&r.down, &r.up] {
                 h.update((t.opportunity_count() as u64).to_le_bytes());
                 for m in t.opportunities_ms() {
                     h.update(m.to_le_bytes());
                 }
+            }
+            h.update(delay.period_ms().unwrap_or(0).to_le_bytes());
+            h.update((delay.points().len() as u64).to_le_bytes());
+            for (at, us) in delay.points() {
+                h.update(at.to_le_bytes());
+                h.update(us.to_le_bytes());
             }
             let stem = f
                 .file_stem()
                 .map(|s| s.to_string_lossy().into_owned())
                 .unwrap_or_else(|| format!("path{i}"));
             // Two files with one stem (a/x.down, b/x.down) still get distinct names.
-            let name = if paths.iter().any(|(n, _, _)| *n == stem) {
+            let name = if paths.iter().any(|p| p.name == stem) {
                 format!("{stem}#{i}")
             } else {
                 stem
             };
-            paths.push((name, down, up));
-        }
-        if paths.len() > polycorn_sched::MAX_PATHS {
-            bail!(
-                "{} traces: at most {} paths",
-                paths.len(),
-                polycorn_sched::MAX_PATHS
-            );
+            paths.push(Path {
+                name,
+                down: r.down,
+                up: r.up,
+                delay,
+                delay_source,
+            });
         }
         let digest = h.finalize();
         let hex: String = digest[..6].iter().map(|b| format!("{b:02x}")).collect();
         Ok(Traces {
             paths,
-            owd_us,
             id: format!("traces-{hex}"),
             files: files.to_vec(),
         })
     }
 
-    /// The paths as a trip of `duration_ms`, each trace looped from its start.
+    /// The paths as a trip of `duration_ms`, each trace (and delay series) looped from its start.
     pub fn trip(&self, duration_ms: u64) -> Trip {
         let paths: Vec<TracePath<'_>> = self
             .paths
             .iter()
-            .map(|(name, down, up)| TracePath {
-                name: name.clone(),
-                down,
-                up,
-                owd_us: self.owd_us,
+            .map(|p| TracePath {
+                name: p.name.clone(),
+                down: &p.down,
+                up: &p.up,
+                delay: &p.delay,
             })
             .collect();
         Trip::from_traces(&paths, duration_ms)
     }
 
-    /// The delay, ms.
-    pub fn delay_ms(&self) -> f64 {
-        self.owd_us as f64 / 1000.0
+    /// Per path, `name: delay` (a constant in ms, or where the series comes from).
+    pub fn delays(&self) -> Vec<String> {
+        self.paths
+            .iter()
+            .map(|p| format!("{}: {}", p.name, p.delay_source))
+            .collect()
     }
 }
 
@@ -111,8 +136,8 @@ mod tests {
         std::fs::write(&a, "1\n1\n2\n").unwrap();
         std::fs::write(d.path().join("fast.up"), "2\n").unwrap();
         std::fs::write(&b, "5\n").unwrap();
-        let t = Traces::load(&[a.clone(), b.clone()], None).unwrap();
-        assert_eq!(t.delay_ms(), DEFAULT_DELAY_MS);
+        let t = Traces::load(&[a.clone(), b.clone()], &[]).unwrap();
+        assert_eq!(t.delays(), ["fast: 20 ms", "slow: 20 ms"]);
         assert!(t.id.starts_with("traces-") && t.id.len() == 19, "{}", t.id);
         let trip = t.trip(1000);
         let names: Vec<_> = trip.paths.iter().map(|p| p.name.as_str()).collect();
@@ -126,25 +151,90 @@ mod tests {
         // Without X.up the downlink trace serves both directions.
         assert_eq!(trip.paths[1].ul_bps, trip.paths[1].dl_bps);
         // Same files, same identity; another delay, another one.
-        assert_eq!(
-            Traces::load(&[a.clone(), b.clone()], None).unwrap().id,
-            t.id
-        );
+        assert_eq!(Traces::load(&[a.clone(), b.clone()], &[]).unwrap().id, t.id);
         assert_ne!(
-            Traces::load(&[a.clone(), b.clone()], Some(30.0))
-                .unwrap()
-                .id,
+            Traces::load(&[a.clone(), b.clone()], &[30.0]).unwrap().id,
             t.id
         );
         // A bad line is named by file and line.
         std::fs::write(&b, "5\nx\n").unwrap();
         let e = format!(
             "{:#}",
-            Traces::load(&[a.clone(), b.clone()], None).unwrap_err()
+            Traces::load(&[a.clone(), b.clone()], &[]).unwrap_err()
         );
         assert!(e.contains("slow.down") && e.contains(":2"), "{e}");
-        let e = format!("{:#}", Traces::load(&[a], Some(-1.0)).unwrap_err());
+        let e = format!(
+            "{:#}",
+            Traces::load(std::slice::from_ref(&a), &[-1.0]).unwrap_err()
+        );
         assert!(e.contains("--delay-ms"), "{e}");
+        let e = format!("{:#}", Traces::load(&[a], &[10.0, 20.0]).unwrap_err());
+        assert!(e.contains("2 values for 1 paths"), "{e}");
+    }
+
+    /// Each path its own delay: one `--delay-ms` value per path; `X.delay.csv` beside
+    /// `X.down` (what `trip generate` writes) and a log's `PINGMIN` column give series, looped
+    /// with the capacity trace; an explicit `--delay-ms` overrides them.
+    #[test]
+    fn paths_take_their_own_delays() {
+        let d = tempfile::tempdir().unwrap();
+        let a = d.path().join("a.down");
+        let b = d.path().join("b.down");
+        // a: one opportunity per ms for 100 ms (period 100 ms).
+        let ms: String = (1..=100).map(|m| format!("{m}\n")).collect();
+        std::fs::write(&a, &ms).unwrap();
+        std::fs::write(&b, &ms).unwrap();
+        let t = Traces::load(&[a.clone(), b.clone()], &[10.0, 60.5]).unwrap();
+        let trip = t.trip(200);
+        assert_eq!(trip.paths[0].owd_us, vec![10_000; 20]);
+        assert_eq!(trip.paths[1].owd_us, vec![60_500; 20]);
+        assert_eq!(t.delays(), ["a: 10 ms", "b: 60.5 ms"]);
+        // a.delay.csv: 30 ms, 50 ms from 50 ms; looped every 100 ms (a's period).
+        let dc = d.path().join("a.delay.csv");
+        std::fs::write(&dc, "t_ms,delay_ms\n0,30\n50,50\n").unwrap();
+        let t = Traces::load(&[a.clone(), b.clone()], &[]).unwrap();
+        let trip = t.trip(200);
+        let want: Vec<u64> = (0..20)
+            .map(|k| if k % 10 < 5 { 30_000 } else { 50_000 })
+            .collect();
+        assert_eq!(trip.paths[0].owd_us, want);
+        assert_eq!(trip.paths[1].owd_us, vec![20_000; 20]);
+        assert!(t.delays()[0].ends_with("a.delay.csv"), "{:?}", t.delays());
+        // Explicit values win; the delay is part of the identity.
+        let t2 = Traces::load(&[a.clone(), b.clone()], &[20.0]).unwrap();
+        assert_eq!(t2.trip(200).paths[0].owd_us, vec![20_000; 20]);
+        assert_ne!(t.id, t2.id);
+        // A bad delay file is named by file and line.
+        std::fs::write(&dc, "t_ms,delay_ms\n0,30\n50,x\n").unwrap();
+        let e = format!("{:#}", Traces::load(&[a], &[]).unwrap_err());
+        assert!(e.contains("a.delay.csv:3"), "{e}");
+        // A throughput log with PINGMIN: half of it, held until the next report.
+        let log = d.path().join("drive.csv");
+        std::fs::write(
+            &log,
+            "Timestamp,DL_bitrate,UL_bitrate,PINGMIN\n2020.02.13_13.03.24,8000,0,-\n\
+             2020.02.13_13.03.25,8000,0,80\n2020.02.13_13.03.26,8000,0,-\n\
+             2020.02.13_13.03.27,8000,0,120\n",
+        )
+        .unwrap();
+        let t = Traces::load(std::slice::from_ref(&log), &[]).unwrap();
+        let owd = &t.trip(4000).paths[0].owd_us;
+        assert_eq!(owd[0], 40_000);
+        assert_eq!(owd[299], 40_000);
+        assert_eq!(owd[300], 60_000);
+        assert!(
+            t.delays()[0].contains("PINGMIN (2 of 4 rows"),
+            "{:?}",
+            t.delays()
+        );
+        // A log with no downlink throughput at all: the file is named.
+        std::fs::write(
+            &log,
+            "Timestamp,DL_bitrate,UL_bitrate\n2020.02.13_13.03.24,0,5\n",
+        )
+        .unwrap();
+        let e = format!("{:#}", Traces::load(&[log], &[]).unwrap_err());
+        assert!(e.contains("drive.csv") && e.contains("DL_bitrate"), "{e}");
     }
 
     /// Real recorded traces (mahimahi's, when ../shared/data is there; they start at 0 ms and
@@ -159,7 +249,7 @@ mod tests {
             eprintln!("skipped: {} not present", f.display());
             return;
         }
-        let t = Traces::load(std::slice::from_ref(&f), None).unwrap();
+        let t = Traces::load(std::slice::from_ref(&f), &[]).unwrap();
         let trip = t.trip(100_000);
         let text = std::fs::read_to_string(&f).unwrap();
         let want = text
