@@ -988,7 +988,7 @@ fn bench_runs_on_recorded_traces_and_names_them() {
         "--trace",
         slow.to_str().unwrap(),
         "--delay-ms",
-        "30",
+        "30,45",
         "--systems",
         "vanilla",
         "--workloads",
@@ -1025,8 +1025,14 @@ fn bench_runs_on_recorded_traces_and_names_them() {
     );
     let html = std::fs::read_to_string(res.join("trip-1").join("report.html")).unwrap();
     assert!(
-        html.contains("<b>recorded traces</b>") && html.contains("no handovers"),
+        html.contains("<b>recorded traces</b>")
+            && html.contains("no handovers")
+            && html.contains("one-way delay fast: 30 ms; slow: 45 ms"),
         "report header"
+    );
+    assert!(
+        stdout.contains("one-way delay: fast: 30 ms; slow: 45 ms"),
+        "{stdout}"
     );
     // Ride k replays the k-th window of the traces.
     let mut from = Vec::new();
@@ -1039,10 +1045,19 @@ fn bench_runs_on_recorded_traces_and_names_them() {
         assert_eq!(r["meta"]["carriers"], serde_json::json!(["fast", "slow"]));
         assert!(r["meta"]["handover_prediction"]
             .as_str()
-            .is_some_and(|p| p.starts_with("none: recorded traces (30 ms")));
+            .is_some_and(|p| p.starts_with("none: recorded traces")));
+        assert_eq!(
+            r["meta"]["path_delays"],
+            serde_json::json!(["fast: 30 ms", "slow: 45 ms"])
+        );
+        assert_eq!(
+            r["meta"]["trace_files"],
+            serde_json::json!([fast.to_str().unwrap(), slow.to_str().unwrap()])
+        );
+        assert_eq!(r["runs"][0]["late_paths"], serde_json::json!([]));
         assert_eq!(r["trip"]["handovers"], serde_json::json!([]));
         from.push(r["meta"]["window_from_s"].as_f64().unwrap());
-        // Every answer came back, no faster than the emulated round trip (2 x 30 ms).
+        // Every answer came back, no faster than the faster path's round trip (2 x 30 ms).
         for run in r["runs"].as_array().unwrap() {
             let im = run["im_messages"].as_array().unwrap();
             assert!(!im.is_empty(), "{run}");

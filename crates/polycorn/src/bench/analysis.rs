@@ -78,6 +78,10 @@ pub struct SystemRun {
     pub pipeline: Option<String>,
     /// Seconds from emulator start until relay and proxy were ready.
     pub ready_s: f64,
+    /// Paths whose subflow was not up when the workload started because their emulated link
+    /// carried (almost) nothing during the lead-in (a recording that starts idle, a blackout):
+    /// the relay connects them when the link comes back. Empty when every path was up.
+    pub late_paths: Vec<String>,
     /// The run could not be carried out (daemon failed); results then are empty.
     pub error: Option<String>,
     /// Bulk flows.
@@ -756,6 +760,7 @@ mod tests {
             spec: "-".into(),
             pipeline: None,
             ready_s: 1.0,
+            late_paths: vec![],
             error: None,
             flows,
             im: vec![],
@@ -804,6 +809,7 @@ mod counter_tests {
             spec: "hrsch".into(),
             pipeline: None,
             ready_s: 1.0,
+            late_paths: vec![],
             error: None,
             flows: vec![],
             im: vec![],

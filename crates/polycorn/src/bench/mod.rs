@@ -352,6 +352,11 @@ pub struct Meta {
     pub handover_interruption: String,
     /// Whether HRSCH's HPR had a handover predictor.
     pub prediction: String,
+    /// Recorded-trace runs (`--trace`): the files, as given; empty otherwise.
+    pub trace_files: Vec<String>,
+    /// Recorded-trace runs: each path's one-way delay and where it came from (`name: 20 ms`,
+    /// `name: half the log's PINGMIN (…)`); empty otherwise.
+    pub path_delays: Vec<String>,
     /// Wall-clock start (UTC, RFC 3339-ish).
     pub started: String,
 }
@@ -427,7 +432,6 @@ pub fn run(args: &BenchArgs) -> Result<()> {
     } else {
         Some(traces::Traces::load(&args.traces, &args.delay_ms)?)
     };
-    let (cfg, _) = args.trip.config()?;
     let top = out_dir_for(args);
     std::fs::create_dir_all(&top).with_context(|| format!("create {}", top.display()))?;
     // HRSCH's HPR stage needs LinkDB: train it on other rides of the same route (trip seeds
@@ -440,7 +444,10 @@ pub fn run(args: &BenchArgs) -> Result<()> {
     let linkdb = match args.prediction {
         _ if traces.is_some() => None,
         PredictAt::None => None,
-        _ => Some(build_linkdb(&top, &args.trip, &cfg, training.0)?),
+        _ => {
+            let (cfg, _) = args.trip.config()?;
+            Some(build_linkdb(&top, &args.trip, &cfg, training.0)?)
+        }
     };
     let name = args
         .name
@@ -610,16 +617,10 @@ fn run_trip(
             None => args.trip.handover_interruption.name().to_string(),
         },
         prediction: match args.prediction {
-            _ if traces.is_some() => format!(
-                "none: recorded traces (one-way delay {}; {}) carry no train position for LinkDB; HPR never throttles",
-                traces.map_or_else(String::new, |t| t.delays().join(", ")),
-                traces.map_or_else(String::new, |t| t
-                    .files
-                    .iter()
-                    .map(|f| f.display().to_string())
-                    .collect::<Vec<_>>()
-                    .join(", "))
-            ),
+            _ if traces.is_some() => {
+                "none: recorded traces carry no train position for LinkDB; HPR never throttles"
+                    .to_string()
+            }
             PredictAt::None => "none: LinkDB not loaded, HPR never throttles".to_string(),
             at => format!(
                 "LinkDB paper predictor in {}, trained on {} simulated rides of route {} with trip seeds from {} (never the replayed ride)",
@@ -634,21 +635,41 @@ fn run_trip(
             ),
         },
         started: utc_now(),
+        trace_files: traces.map_or_else(Vec::new, |t| {
+            t.files.iter().map(|f| f.display().to_string()).collect()
+        }),
+        path_delays: traces.map_or_else(Vec::new, |t| t.delays()),
     };
-    eprintln!(
-        "bench ({mode}): preset {} (trip model {}) route {} trip {} (interruptions: {source}, {}), window {:.1}-{:.1} s of the trip, workload seed {seed}, {} systems x {:.0} s, testbed `{name}`, output {}",
-        meta.preset,
-        meta.trip_model.as_deref().unwrap_or("?"),
-        meta.route_seed,
-        meta.trip_seed,
-        meta.handover_interruption,
-        meta.from_s,
-        meta.from_s + plan.end_s,
-        systems.len(),
-        plan.end_s,
-        out.display()
-    );
+    if traces.is_some() {
+        eprintln!(
+            "bench ({mode}): recorded traces ({}: {}), window {:.1}-{:.1} s of the traces, workload seed {seed}, {} systems x {:.0} s, testbed `{name}`, output {}",
+            meta.trip_model.as_deref().unwrap_or("?"),
+            meta.carriers.join(", "),
+            meta.from_s,
+            meta.from_s + plan.end_s,
+            systems.len(),
+            plan.end_s,
+            out.display()
+        );
+    } else {
+        eprintln!(
+            "bench ({mode}): preset {} (trip model {}) route {} trip {} (interruptions: {source}, {}), window {:.1}-{:.1} s of the trip, workload seed {seed}, {} systems x {:.0} s, testbed `{name}`, output {}",
+            meta.preset,
+            meta.trip_model.as_deref().unwrap_or("?"),
+            meta.route_seed,
+            meta.trip_seed,
+            meta.handover_interruption,
+            meta.from_s,
+            meta.from_s + plan.end_s,
+            systems.len(),
+            plan.end_s,
+            out.display()
+        );
+    }
     eprintln!("note: {}", meta.prediction);
+    if !meta.path_delays.is_empty() {
+        eprintln!("one-way delay: {}", meta.path_delays.join("; "));
+    }
     let mut runs = Vec::new();
     for (k, idx) in run_order(systems.len(), ride).into_iter().enumerate() {
         let sys = &systems[idx];
@@ -672,6 +693,7 @@ fn run_trip(
             spec: sys.spec.clone(),
             pipeline: sys.pipeline(),
             ready_s: f64::NAN,
+            late_paths: vec![],
             error: Some(format!("{e:#}")),
             flows: vec![],
             im: vec![],
@@ -966,8 +988,19 @@ fn run_system(
     relay
         .wait_for("relay running", 1, lead_end)
         .context("relay")?;
+    let mut late_paths = Vec::new();
     if sys.mode == "polycorn" {
-        relay.wait_for("subflow up", n, lead_end).context("relay")?;
+        if let Err(e) = relay.wait_for("subflow up", n, lead_end) {
+            late_paths = late_subflows(&relay.log(), trip, plan.lead_s)
+                .map_err(|why| e.context(format!("relay: {why}")))?;
+            eprintln!(
+                "{label}: note: {} not connected when the workload started: no capacity in the {:.0} s lead-in; the relay connects {} when {} link carries data",
+                late_paths.join(", "),
+                plan.lead_s,
+                if late_paths.len() == 1 { "it" } else { "them" },
+                if late_paths.len() == 1 { "its" } else { "their" },
+            );
+        }
     }
     let ready_s = t0.elapsed().as_secs_f64();
     let done = Arc::new(AtomicBool::new(false));
@@ -1001,12 +1034,52 @@ fn run_system(
         spec: sys.spec.clone(),
         pipeline: sys.pipeline(),
         ready_s,
+        late_paths,
         error: None,
         flows,
         im,
         path_down_bytes: stats.iter().map(|(_, d)| d.bytes_out).collect(),
         counters,
     })
+}
+
+/// Most emulated bytes (either direction) a path may carry during the lead-in and still count as
+/// "could not connect" when its subflow is not up by then: a TLS 1.3 handshake with this
+/// bench's certificates needs ~6 kB; 32 kB leaves room for retransmissions.
+const LATE_PATH_LEAD_BYTES: f64 = 32_000.0;
+
+/// When not every subflow came up in the lead-in: the paths that did not (by the relay's
+/// `subflow up path=pI` lines), if at least one did and each missing one's emulated link carried
+/// less than [`LATE_PATH_LEAD_BYTES`] in some direction during the lead-in — a link, not a
+/// setup, problem; every system meets it. Otherwise why the run counts as failed.
+fn late_subflows(relay_log: &str, trip: &Trip, lead_s: f64) -> Result<Vec<String>, String> {
+    let steps = ((lead_s * 1000.0) as u64 / STEP_MS) as usize;
+    let bytes = |bps: &[f64]| bps.iter().take(steps).sum::<f64>() * STEP_MS as f64 / 1000.0 / 8.0;
+    let mut late = Vec::new();
+    let mut why = Vec::new();
+    for (i, p) in trip.paths.iter().enumerate() {
+        if relay_log.contains(&format!("subflow up path=p{i} ")) {
+            continue;
+        }
+        let (down, up) = (bytes(&p.dl_bps), bytes(&p.ul_bps));
+        if down.min(up) >= LATE_PATH_LEAD_BYTES {
+            why.push(format!(
+                "path {} (p{i}) did not connect although its link carried {:.0} kB down / {:.0} kB up in the {lead_s:.0} s lead-in",
+                p.name,
+                down / 1000.0,
+                up / 1000.0
+            ));
+        }
+        late.push(p.name.clone());
+    }
+    if late.len() == trip.paths.len() {
+        why.push("no path connected".into());
+    }
+    if why.is_empty() {
+        Ok(late)
+    } else {
+        Err(why.join("; "))
+    }
 }
 
 /// Where relay and proxy serve metrics inside their namespaces.
@@ -1132,6 +1205,40 @@ fn build_linkdb(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A path whose link carried nothing in the lead-in may join late; one that had capacity and
+    /// still did not connect, or no path at all, fails the run with the reason.
+    #[test]
+    fn late_subflows_only_where_the_link_carried_nothing() {
+        use polycorn_link::trace::{DelaySeries, DeliveryTrace};
+        use polycorn_link::trip::TracePath;
+        // "busy": one opportunity per ms (12 Mbit/s); "idle": nothing for 10 s, then the same.
+        let busy = DeliveryTrace::parse("b", "1\n").unwrap();
+        let idle_ms: String = (10_001..=11_000).map(|m| format!("{m}\n")).collect();
+        let idle = DeliveryTrace::parse("i", &idle_ms).unwrap();
+        let d = DelaySeries::constant(20_000);
+        let path = |name: &str, t| TracePath {
+            name: name.into(),
+            down: t,
+            up: t,
+            delay: &d,
+        };
+        let trip = Trip::from_traces(&[path("a", &busy), path("b", &idle)], 20_000);
+        let log = "INFO polycorn_net::relay: subflow up path=p0 proxy=x addr=x\n";
+        assert_eq!(late_subflows(log, &trip, 6.0), Ok(vec!["b".to_string()]));
+        // With a 12 s lead-in path b carried 2 s of data: a real failure to connect.
+        let e = late_subflows(log, &trip, 12.0).unwrap_err();
+        assert!(e.contains("path b (p1) did not connect although"), "{e}");
+        // Path a down, b idle: a failed to connect with capacity, and nothing connected.
+        let e = late_subflows("", &trip, 6.0).unwrap_err();
+        assert!(
+            e.contains("path a (p0)") && e.contains("no path connected"),
+            "{e}"
+        );
+        let trip = Trip::from_traces(&[path("a", &idle), path("b", &idle)], 20_000);
+        let e = late_subflows("", &trip, 6.0).unwrap_err();
+        assert_eq!(e, "no path connected");
+    }
 
     #[test]
     fn a_system_named_again_runs_again_under_a_numbered_name() {

@@ -215,6 +215,17 @@ pub fn load_dirs_only(dirs: &[PathBuf], only: &[String]) -> Result<Loaded> {
                     );
                 }
             }
+            // Recorded traces play the part of a route: another set of traces is other
+            // conditions (its identity hashes the paths' opportunities and delays).
+            if r.meta.preset == report::TRACES_PRESET && f.meta.trip_model != r.meta.trip_model {
+                bail!(
+                    "{}: recorded traces `{}` differ from `{}` in {}; only rides of one set of traces pool",
+                    file.display(),
+                    r.meta.trip_model.as_deref().unwrap_or("not recorded"),
+                    f.meta.trip_model.as_deref().unwrap_or("not recorded"),
+                    first.display()
+                );
+            }
             if f.meta.route_seed != r.meta.route_seed {
                 bail!(
                     "{}: route {} differs from route {} in {}; only rides of one route pool",
@@ -556,6 +567,23 @@ fn float(v: &Value, path: &str) -> Result<f64> {
         .with_context(|| format!("`{path}` is not a number"))
 }
 
+/// A list of strings that results written before it existed lack (absent or `null`: empty).
+fn strings(v: &Value, path: &str) -> Result<Vec<String>> {
+    let mut cur = v;
+    for key in path.split('.') {
+        match cur.get(key) {
+            None | Some(Value::Null) => return Ok(vec![]),
+            Some(x) => cur = x,
+        }
+    }
+    cur.as_array()
+        .with_context(|| format!("`{path}` is not a list"))?
+        .iter()
+        .map(|x| x.as_str().map(str::to_string))
+        .collect::<Option<_>>()
+        .with_context(|| format!("`{path}` holds a non-string"))
+}
+
 fn array<'a>(v: &'a Value, path: &str) -> Result<&'a Vec<Value>> {
     at(v, path)?
         .as_array()
@@ -595,6 +623,10 @@ pub fn from_json(v: &Value) -> Result<Results> {
         },
         prediction: string(v, "meta.handover_prediction")?,
         started: string(v, "meta.started")?,
+        // Recorded since 2026-11-28 (session 35); earlier trace rides name them in the
+        // prediction text.
+        trace_files: strings(v, "meta.trace_files")?,
+        path_delays: strings(v, "meta.path_delays")?,
     };
     let mut oracle = BTreeMap::new();
     let mut bulk = Vec::new();
@@ -762,6 +794,8 @@ fn run_from_json(r: &Value) -> Result<SystemRun> {
             Some(other) => bail!("`pipeline` is not a string: {other}"),
         },
         ready_s: float(r, "ready_s")?,
+        // Absent in rides recorded before it existed: every path was up (or the run failed).
+        late_paths: strings(r, "late_paths")?,
         error: r.get("error").and_then(Value::as_str).map(str::to_string),
         flows,
         im,
@@ -1042,6 +1076,37 @@ mod tests {
             load_dirs_only(&[d("first"), d("other")], &[]).unwrap_err()
         );
         assert!(e.contains("another workload seed"), "{e}");
+    }
+
+    /// Rides of recorded traces pool with rides of the same traces only; what a ride records
+    /// since session 35 (trace files, per-path delays, late paths) survives the round trip.
+    #[test]
+    fn rides_of_other_traces_do_not_pool() {
+        let dir = tempfile::tempdir().unwrap();
+        let d = |n: &str| dir.path().join(n);
+        for (name, seed, model) in [
+            ("a/trip-1", 1, "traces-aaaaaaaaaaaa"),
+            ("a/trip-2", 2, "traces-aaaaaaaaaaaa"),
+            ("b/trip-3", 3, "traces-bbbbbbbbbbbb"),
+        ] {
+            let mut r = ride(seed);
+            r.meta.preset = report::TRACES_PRESET.into();
+            r.meta.trip_model = Some(model.into());
+            r.meta.trace_files = vec!["x.down".into(), "y.csv".into()];
+            r.meta.path_delays = vec!["x: 20 ms".into(), "y: half the log's PINGMIN".into()];
+            r.runs[0].late_paths = vec!["y".into()];
+            write(&d(name), &r);
+        }
+        let back = load_dirs(&[d("a")]).unwrap();
+        assert_eq!(back.len(), 2);
+        assert_eq!(back[0].1.meta.trace_files, ["x.down", "y.csv"]);
+        assert_eq!(back[0].1.meta.path_delays[1], "y: half the log's PINGMIN");
+        assert_eq!(back[0].1.runs[0].late_paths, ["y"]);
+        let e = format!("{:#}", load_dirs(&[d("a"), d("b")]).unwrap_err());
+        assert!(
+            e.contains("recorded traces `traces-bbbbbbbbbbbb` differ from `traces-aaaaaaaaaaaa`"),
+            "{e}"
+        );
     }
 
     #[test]

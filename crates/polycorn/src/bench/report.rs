@@ -254,7 +254,7 @@ impl Results {
                     .collect();
                 json!({
                     "system": r.system, "mode": r.mode, "spec": r.spec, "pipeline": r.pipeline,
-                    "ready_s": num(r.ready_s), "error": r.error,
+                    "ready_s": num(r.ready_s), "late_paths": r.late_paths, "error": r.error,
                     "path_down_bytes": r.path_down_bytes,
                     "counters": r.counters,
                     "bulk": per_size,
@@ -282,6 +282,7 @@ impl Results {
                 "mode": m.mode, "window_from_s": m.from_s, "window_s": m.window_s,
                 "queue_bytes": m.queue_bytes, "carriers": m.carriers,
                 "handover_prediction": m.prediction, "started": m.started,
+                "trace_files": m.trace_files, "path_delays": m.path_delays,
                 "interruptions": m.interruptions,
                 "handover_interruption": m.handover_interruption,
             },
@@ -415,6 +416,22 @@ pub fn table(r: &Results) -> String {
         );
     }
     let _ = writeln!(o, "handover prediction: {}", m.prediction);
+    if !m.path_delays.is_empty() {
+        let _ = writeln!(
+            o,
+            "traces: {}; one-way delay: {}",
+            m.trace_files.join(", "),
+            m.path_delays.join("; ")
+        );
+    }
+    for run in r.runs.iter().filter(|x| !x.late_paths.is_empty()) {
+        let _ = writeln!(
+            o,
+            "{}: {} not connected when the workload started (no capacity in the lead-in)",
+            run.system,
+            run.late_paths.join(", ")
+        );
+    }
     let _ = writeln!(
         o,
         "\nbulk downloads: median goodput Mbit/s / median FCT s / median FCT÷oracle (completed/flows)"
@@ -1123,9 +1140,11 @@ pub fn html(r: &Results) -> String {
     if m.preset == TRACES_PRESET {
         let _ = write!(
             h,
-            "<h1>polycorn bench — {} mode</h1><p>polycorn {} · kernel {} · <b>recorded traces</b> ({}), ride {}, workload seed {} · window {:.0}–{:.0} s of the traces ({} paths: {}) · queue {} · no handovers · started {}</p>",
+            "<h1>polycorn bench — {} mode</h1><p>polycorn {} · kernel {} · <b>recorded traces</b> ({}), ride {}, workload seed {} · window {:.0}–{:.0} s of the traces ({} paths: {}) · one-way delay {} · queue {} · no handovers · started {}</p>",
             esc(&m.mode), esc(&m.version), esc(&m.kernel), esc(m.trip_model.as_deref().unwrap_or("not recorded")), m.trip_seed, m.seed,
-            m.from_s, m.from_s + r.plan.end_s, m.carriers.len(), esc(&m.carriers.join(", ")), esc(&queue), esc(&m.started)
+            m.from_s, m.from_s + r.plan.end_s, m.carriers.len(), esc(&m.carriers.join(", ")),
+            esc(&if m.path_delays.is_empty() { "not recorded".to_string() } else { m.path_delays.join("; ") }),
+            esc(&queue), esc(&m.started)
         );
     } else {
         let _ = write!(
@@ -1438,15 +1457,16 @@ pub fn html(r: &Results) -> String {
             esc(&an::activity_line(run))
         );
     }
-    h.push_str("</table><h2>Systems</h2><table><tr><th>system</th><th>relay mode</th><th>scheduler</th><th>ready after s</th></tr>");
+    h.push_str("</table><h2>Systems</h2><table><tr><th>system</th><th>relay mode</th><th>scheduler</th><th>ready after s</th><th>paths not up at the start</th></tr>");
     for run in &r.runs {
         let _ = write!(
             h,
-            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
             esc(&run.system),
             esc(&run.mode),
             esc(&super::spec_label(&run.spec, run.pipeline.as_deref())),
-            f(run.ready_s, 2)
+            f(run.ready_s, 2),
+            esc(&run.late_paths.join(", "))
         );
     }
     let _ = write!(
@@ -2032,6 +2052,7 @@ pub(crate) mod tests {
                 },
                 pipeline: None,
                 ready_s: 1.0,
+                late_paths: vec![],
                 error: None,
                 flows: plan
                     .bulk
@@ -2089,6 +2110,8 @@ pub(crate) mod tests {
             handover_interruption: "hold".into(),
             prediction: "none".into(),
             started: "now".into(),
+            trace_files: vec![],
+            path_delays: vec![],
         };
         Results::new(meta, plan, &trip, runs)
     }
