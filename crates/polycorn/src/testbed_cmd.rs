@@ -352,6 +352,16 @@ pub(crate) fn read_trace(path: &std::path::Path) -> Result<RecordedPath> {
     } else {
         down.clone()
     };
+    // `trip generate` writes these beside its traces too; a trace path has no outage model.
+    for other in ["outages.csv", "interruptions.csv"] {
+        let f = path.with_extension(other);
+        if is_down && f.exists() {
+            eprintln!(
+                "note: {} is not read: a trace path replays capacity and delay only (to replay a generated trip whole, give its --preset and seeds)",
+                f.display()
+            );
+        }
+    }
     let delay_path = path.with_extension("delay.csv");
     let delay = if is_down && delay_path.exists() {
         let d_name = delay_path.display().to_string();
