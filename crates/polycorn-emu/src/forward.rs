@@ -263,10 +263,14 @@ impl Emulator {
                     .map(|f| f.revents().is_some_and(|r| r.intersects(PollFlags::POLLIN)))
                     .collect::<Vec<_>>()
             };
-            let now = self.now_us();
+            // Each packet is stamped when it is read, not when the poll returned: reading and
+            // forwarding other paths' packets takes time, and an earlier stamp would let the
+            // link serve a packet at an opportunity before it arrived (an answer faster than the
+            // emulated round trip by the loop's duration).
+            let start = self.start;
             for (i, p) in self.paths.iter_mut().enumerate() {
                 if readable[2 * i] {
-                    ingest(i, &mut p.relay, &mut p.up, &mut p.proxy, now, &mut self.buf)?;
+                    ingest(i, &mut p.relay, &mut p.up, &mut p.proxy, start, &mut self.buf)?;
                 }
                 if readable[2 * i + 1] {
                     ingest(
@@ -274,10 +278,11 @@ impl Emulator {
                         &mut p.proxy,
                         &mut p.down,
                         &mut p.relay,
-                        now,
+                        start,
                         &mut self.buf,
                     )?;
                 }
+                let now = elapsed_us(start);
                 deliver(&mut p.up, &mut p.proxy, now);
                 deliver(&mut p.down, &mut p.relay, now);
             }
@@ -286,13 +291,19 @@ impl Emulator {
     }
 }
 
-/// Read every waiting packet from `from` into direction `d` (or straight to `to` if unshaped).
+/// Microseconds since `start`.
+fn elapsed_us(start: Instant) -> u64 {
+    start.elapsed().as_micros() as u64
+}
+
+/// Read every waiting packet from `from` into direction `d` (or straight to `to` if unshaped),
+/// each stamped with the time it was read (µs since `start`).
 fn ingest(
     path: usize,
     from: &mut File,
     d: &mut Direction,
     to: &mut File,
-    now: u64,
+    start: Instant,
     buf: &mut [u8],
 ) -> Result<(), EmuError> {
     loop {
@@ -316,7 +327,7 @@ fn ingest(
             Some(link) => {
                 let id = d.next_id;
                 d.next_id += 1;
-                match link.enqueue(now, id, n as u32) {
+                match link.enqueue(elapsed_us(start), id, n as u32) {
                     EnqueueOutcome::Enqueued => d.packets.push_back((id, buf[..n].to_vec())),
                     EnqueueOutcome::Dropped(_) => d.stats.dropped += 1,
                 }
