@@ -270,7 +270,14 @@ impl Emulator {
             let start = self.start;
             for (i, p) in self.paths.iter_mut().enumerate() {
                 if readable[2 * i] {
-                    ingest(i, &mut p.relay, &mut p.up, &mut p.proxy, start, &mut self.buf)?;
+                    ingest(
+                        i,
+                        &mut p.relay,
+                        &mut p.up,
+                        &mut p.proxy,
+                        start,
+                        &mut self.buf,
+                    )?;
                 }
                 if readable[2 * i + 1] {
                     ingest(
