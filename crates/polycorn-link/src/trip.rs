@@ -1504,36 +1504,19 @@ mod tests {
         assert_eq!(p.ul_bps, vec![2.0 * per; 5]);
         assert_eq!(p.owd_us, vec![25_000; 5]);
         // A delay series is read at each step's start; looped with the trace, it repeats.
-        let d = DelaySeries::new(vec![(0, 30_000), (15, 40_000)])
-            .unwrap()
-            .looped(20);
-        let t2 = Trip::from_traces(
-            &[TracePath {
+        let owd_with = |points: Vec<(u64, u64)>| {
+            let d = DelaySeries::new(points).unwrap().looped(20);
+            let path = TracePath {
                 name: "x".into(),
                 down: &down,
                 up: &up,
                 delay: &d,
-            }],
-            45,
-        );
+            };
+            Trip::from_traces(&[path], 45).paths[0].owd_us.clone()
+        };
+        assert_eq!(owd_with(vec![(0, 30_000), (15, 40_000)]), vec![30_000; 5]);
         assert_eq!(
-            t2.paths[0].owd_us,
-            vec![30_000, 30_000, 30_000, 30_000, 30_000]
-        );
-        let d = DelaySeries::new(vec![(0, 30_000), (10, 40_000)])
-            .unwrap()
-            .looped(20);
-        let t2 = Trip::from_traces(
-            &[TracePath {
-                name: "x".into(),
-                down: &down,
-                up: &up,
-                delay: &d,
-            }],
-            45,
-        );
-        assert_eq!(
-            t2.paths[0].owd_us,
+            owd_with(vec![(0, 30_000), (10, 40_000)]),
             vec![30_000, 40_000, 30_000, 40_000, 30_000]
         );
         // Played back, every step delivers exactly its opportunities.
