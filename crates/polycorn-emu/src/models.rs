@@ -109,16 +109,23 @@ pub fn constant(
 }
 
 /// A path replaying recorded traces (looping, as mahimahi does), with `delay` one way in each
-/// direction (a constant, or a series looped with the traces: [`DelaySeries::looped`]).
+/// direction (a constant, or a series looped with the traces: [`DelaySeries::looped`]), dark
+/// in both directions during `outages` (packets dropped), except that packets are held during
+/// `hold_in` (both already looped: [`Outages::looped`]).
 pub fn from_traces(
     downlink: DeliveryTrace,
     uplink: DeliveryTrace,
     delay: DelaySeries,
+    outages: Outages,
+    hold_in: Outages,
     queue: QueueLimit,
 ) -> PathModel {
     let dir = |t: DeliveryTrace| {
         let mut cfg = LinkConfig::new(t);
         cfg.delay = delay.clone();
+        cfg.outages = outages.clone();
+        cfg.outage_mode = OutageMode::Drop;
+        cfg.hold_in = hold_in.clone();
         cfg.queue = queue;
         DirectionModel::Shaped(cfg)
     };
@@ -159,5 +166,39 @@ mod tests {
         for m in from_trip(&again, None).unwrap() {
             assert_eq!(held(&m), (&Outages::none(), &Outages::none()));
         }
+    }
+
+    /// A trace path's outages black out both directions (packets dropped), except the held
+    /// spans; without outages its links are never dark.
+    #[test]
+    fn trace_links_carry_their_outages_both_ways() {
+        let t = DeliveryTrace::parse("t", "1\n").unwrap();
+        let out = Outages::new(vec![(100, 300), (500, 600)]).unwrap();
+        let hold = Outages::new(vec![(500, 600)]).unwrap();
+        let m = from_traces(
+            t.clone(),
+            t.clone(),
+            DelaySeries::constant(5_000),
+            out.clone(),
+            hold.clone(),
+            QueueLimit::Bytes(DEFAULT_QUEUE_BYTES),
+        );
+        for d in [&m.uplink, &m.downlink] {
+            let DirectionModel::Shaped(c) = d else {
+                panic!("trace paths are shaped")
+            };
+            assert_eq!((&c.outages, &c.hold_in), (&out, &hold));
+            assert_eq!(c.outage_mode, OutageMode::Drop);
+            assert!(c.looping);
+        }
+        let plain = from_traces(
+            t.clone(),
+            t,
+            DelaySeries::constant(5_000),
+            Outages::none(),
+            Outages::none(),
+            QueueLimit::Bytes(DEFAULT_QUEUE_BYTES),
+        );
+        assert_eq!(held(&plain), (&Outages::none(), &Outages::none()));
     }
 }

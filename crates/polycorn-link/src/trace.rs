@@ -822,6 +822,42 @@ impl Outages {
         self.spans_ms.is_empty()
     }
 
+    /// Total time dark, ms.
+    pub fn dark_ms(&self) -> u64 {
+        self.spans_ms.iter().map(|&(s, e)| e - s).sum()
+    }
+
+    /// These outages as one period of a looping trace, repeated every `period_ms` from 0 until
+    /// `until_ms` (at most [`MAX_TIMESTAMP_MS`]; the last repetition is cut there). Spans that
+    /// start at or after `period_ms` never play and are left out; a span reaching past it is cut
+    /// there. At most [`MAX_POINTS`] spans: a horizon that would need more ends earlier. A
+    /// `period_ms` of 0 returns the outages unchanged.
+    pub fn looped(&self, period_ms: u64, until_ms: u64) -> Outages {
+        if period_ms == 0 {
+            return self.clone();
+        }
+        let until_ms = until_ms.min(MAX_TIMESTAMP_MS);
+        let one: Vec<(u64, u64)> = self
+            .spans_ms
+            .iter()
+            .filter(|&&(s, _)| s < period_ms)
+            .map(|&(s, e)| (s, e.min(period_ms)))
+            .collect();
+        let mut spans_ms = Vec::new();
+        let mut base = 0u64;
+        'periods: while !one.is_empty() && base < until_ms {
+            for &(s, e) in &one {
+                let (s, e) = (base + s, (base + e).min(until_ms));
+                if s >= until_ms || spans_ms.len() == MAX_POINTS {
+                    break 'periods;
+                }
+                spans_ms.push((s, e));
+            }
+            base += period_ms;
+        }
+        Outages { spans_ms }
+    }
+
     /// Index of the first span ending after `t_us`.
     fn first_ending_after(&self, t_us: u64) -> usize {
         self.spans_ms
@@ -859,6 +895,31 @@ impl Outages {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn outages_loop_with_their_trace() {
+        let o = Outages::new(vec![(10, 20), (90, 130), (150, 160)]).unwrap();
+        assert_eq!(o.dark_ms(), 60);
+        // Period 100: (150, 160) never plays, (90, 130) is cut at 100; repeated until 250.
+        let l = o.looped(100, 250);
+        assert_eq!(
+            l.spans_ms(),
+            &[(10, 20), (90, 100), (110, 120), (190, 200), (210, 220)]
+        );
+        // The joint at 100 is one outage: no change at 100 once (90, 100) and a span at 100 touch.
+        let touching = Outages::new(vec![(0, 5), (95, 100)])
+            .unwrap()
+            .looped(100, 300);
+        assert!(touching.is_out(99_000) && touching.is_out(100_000) && !touching.is_out(105_000));
+        assert_eq!(touching.next_change_after(96_000), Some(105_000));
+        assert!(Outages::none().looped(100, 1_000).is_empty());
+        assert_eq!(o.looped(0, 1_000), o);
+        // A horizon cut inside a span.
+        assert_eq!(
+            o.looped(100, 115).spans_ms(),
+            &[(10, 20), (90, 100), (110, 115)]
+        );
+    }
 
     fn kind_of(r: Result<DeliveryTrace, TraceError>) -> (usize, TraceErrorKind) {
         let e = r.unwrap_err();

@@ -886,6 +886,12 @@ pub struct TracePath<'a> {
     /// One-way delay in both directions, read at the start of each step (loop it with the
     /// trace, [`DelaySeries::looped`](crate::trace::DelaySeries::looped), if it should repeat).
     pub delay: &'a crate::trace::DelaySeries,
+    /// Outages (both directions dark, packets dropped) within one period of the downlink
+    /// trace; they loop with it ([`Outages::looped`](crate::trace::Outages::looped)).
+    pub outages: &'a crate::trace::Outages,
+    /// The outages during which packets are held rather than dropped (a successful handover's
+    /// interruption), looped alike.
+    pub interruptions: &'a crate::trace::Outages,
 }
 
 /// Per-step capacity (bit/s) of `trace` played in a loop for `steps` steps of [`STEP_MS`]:
@@ -944,8 +950,16 @@ impl Trip {
                     owd_us: (0..steps as u64)
                         .map(|k| p.delay.delay_at_us(k * STEP_MS * 1000))
                         .collect(),
-                    outages_ms: Vec::new(),
-                    interruptions_ms: Vec::new(),
+                    outages_ms: p
+                        .outages
+                        .looped(p.down.period_ms(), steps as u64 * STEP_MS)
+                        .spans_ms()
+                        .to_vec(),
+                    interruptions_ms: p
+                        .interruptions
+                        .looped(p.down.period_ms(), steps as u64 * STEP_MS)
+                        .spans_ms()
+                        .to_vec(),
                 })
                 .collect(),
             context: Vec::new(),
@@ -1483,7 +1497,7 @@ mod tests {
 
     #[test]
     fn traces_become_a_trip_byte_for_byte_looped() {
-        use crate::trace::{DelaySeries, DeliveryTrace};
+        use crate::trace::{DelaySeries, DeliveryTrace, Outages};
         // Down: 3 opportunities in the first 10 ms, 1 in the next 10 (period 20 ms).
         let down = DeliveryTrace::parse("d", "1\n1\n10\n20\n").unwrap();
         let up = DeliveryTrace::parse("u", "5\n").unwrap();
@@ -1493,6 +1507,8 @@ mod tests {
                 down: &down,
                 up: &up,
                 delay: &DelaySeries::constant(25_000),
+                outages: &Outages::none(),
+                interruptions: &Outages::none(),
             }],
             45,
         );
@@ -1511,6 +1527,8 @@ mod tests {
                 down: &down,
                 up: &up,
                 delay: &d,
+                outages: &Outages::none(),
+                interruptions: &Outages::none(),
             };
             Trip::from_traces(&[path], 45).paths[0].owd_us.clone()
         };
@@ -1532,6 +1550,28 @@ mod tests {
         assert!(t.handovers.is_empty() && t.context.is_empty());
         assert!(t.speed_mps.iter().all(|v| *v == 0.0));
         assert_eq!(t.config.name, "traces");
+        assert!(p.outages_ms.is_empty() && p.interruptions_ms.is_empty());
+        // Outages and interruptions loop with the downlink trace (period 20 ms).
+        let (out, held) = (
+            Outages::new(vec![(2, 8), (15, 25)]).unwrap(),
+            Outages::new(vec![(3, 4)]).unwrap(),
+        );
+        let t = Trip::from_traces(
+            &[TracePath {
+                name: "x".into(),
+                down: &down,
+                up: &up,
+                delay: &DelaySeries::constant(25_000),
+                outages: &out,
+                interruptions: &held,
+            }],
+            45,
+        );
+        assert_eq!(
+            t.paths[0].outages_ms,
+            [(2, 8), (15, 20), (22, 28), (35, 40), (42, 48)]
+        );
+        assert_eq!(t.paths[0].interruptions_ms, [(3, 4), (23, 24), (43, 44)]);
         // Recorded traces may start at 0 ms: that opportunity is in the first step.
         let zero = DeliveryTrace::parse("z", "0\n0\n7\n12\n").unwrap();
         let t = Trip::from_traces(
@@ -1540,6 +1580,8 @@ mod tests {
                 down: &zero,
                 up: &zero,
                 delay: &DelaySeries::constant(0),
+                outages: &Outages::none(),
+                interruptions: &Outages::none(),
             }],
             30,
         );

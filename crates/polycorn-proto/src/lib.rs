@@ -19,5 +19,6 @@ pub use frame::{
     ResetReason, Role, VERSION,
 };
 pub use session::{
-    Event, PathCounters, PeerHello, ProtoError, ReadOutcome, ReorderStats, Session, SessionConfig,
+    Event, FlowTotals, PathCounters, PeerHello, ProtoError, ReadOutcome, ReorderStats, Session,
+    SessionConfig,
 };

@@ -401,6 +401,19 @@ pub struct Session {
     reorder_waits: Vec<Duration>,
     /// The epoch of the peer's Hellos so far.
     peer_epoch: Option<u64>,
+    totals: FlowTotals,
+}
+
+/// Passenger connections a session has carried, since it was created (a restart with a new peer
+/// epoch does not zero them).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct FlowTotals {
+    /// Flows opened: on the relay every [`Session::open_flow`]; on the proxy every `OpenFlow`
+    /// taken (one refused for `max_flows` is not opened).
+    pub opened: u64,
+    /// Of those, flows that ended by a reset instead of both FINs: reset by this end or the
+    /// peer, refused by the destination, or reset because the session was lost.
+    pub reset: u64,
 }
 
 /// What a peer's Hello says, once checked ([`Session::check_hello`]).
@@ -466,6 +479,7 @@ impl Session {
             reorder: ReorderStats::default(),
             reorder_waits: Vec::new(),
             peer_epoch: None,
+            totals: FlowTotals::default(),
         })
     }
 
@@ -532,6 +546,23 @@ impl Session {
     /// Flows currently open.
     pub fn open_flows(&self) -> usize {
         self.flows.len()
+    }
+
+    /// Flows opened and reset so far.
+    pub fn flow_totals(&self) -> FlowTotals {
+        self.totals
+    }
+
+    /// Forget `flow`, which ended by a reset (counted unless the peer never announced it).
+    fn forget_reset_flow(&mut self, now: Instant, flow: u64) {
+        if self
+            .flows
+            .get(&flow)
+            .is_some_and(|f| f.phase != FlowPhase::Unannounced)
+        {
+            self.totals.reset += 1;
+        }
+        self.forget_flow(now, flow);
     }
 
     /// Tell the session how to turn its clock into wall-clock time (Unix µs), for one-way
@@ -663,7 +694,7 @@ impl Session {
                 flow,
                 reason: ResetReason::SessionLost,
             });
-            self.forget_flow(now, flow);
+            self.forget_reset_flow(now, flow);
         }
         // The relay keeps counting flow ids (a passenger connection's tasks may still hold an
         // old id for a moment); a relay that restarted counts from 1 again, so the proxy forgets
@@ -816,6 +847,7 @@ impl Session {
         self.next_flow += 1;
         let st = self.new_flow_state(FlowPhase::Opening, Some(user));
         self.flows.insert(flow, st);
+        self.totals.opened += 1;
         self.register_user(now, flow, user);
         let cseq = self.next_cseq;
         self.push_ctrl(Frame::OpenFlow {
@@ -864,7 +896,7 @@ impl Session {
         }
         let cseq = self.next_cseq;
         self.push_ctrl(Frame::OpenResult { cseq, flow, status });
-        self.forget_flow(now, flow);
+        self.forget_reset_flow(now, flow);
         Ok(())
     }
 
@@ -947,7 +979,7 @@ impl Session {
         }
         let cseq = self.next_cseq;
         self.push_ctrl(Frame::Reset { cseq, flow, reason });
-        self.forget_flow(now, flow);
+        self.forget_reset_flow(now, flow);
         Ok(())
     }
 
@@ -1105,7 +1137,7 @@ impl Session {
                                 self.check_done(now, flow);
                             } else {
                                 self.events.push_back(Event::FlowOpened { flow, status });
-                                self.forget_flow(now, flow);
+                                self.forget_reset_flow(now, flow);
                             }
                         }
                     }
@@ -1116,7 +1148,7 @@ impl Session {
                 if self.ctrl_first_time(cseq)? {
                     if self.flows.contains_key(&flow) {
                         self.events.push_back(Event::FlowReset { flow, reason });
-                        self.forget_flow(now, flow);
+                        self.forget_reset_flow(now, flow);
                     } else if flow != 0 {
                         // Reset before its OpenFlow arrived (or for a flow long gone): a late
                         // OpenFlow must not connect it.
@@ -1258,6 +1290,7 @@ impl Session {
                 f.phase = FlowPhase::Requested;
                 f.user = Some(user);
                 self.unannounced -= 1;
+                self.totals.opened += 1;
             }
             Some(_) => return Ok(()),
             None => {
@@ -1274,6 +1307,7 @@ impl Session {
                 }
                 let st = self.new_flow_state(FlowPhase::Requested, Some(user));
                 self.flows.insert(flow, st);
+                self.totals.opened += 1;
             }
         }
         self.register_user(now, flow, user);
@@ -1706,7 +1740,7 @@ impl Session {
                     flow,
                     reason: ResetReason::SessionLost,
                 });
-                self.forget_flow(now, flow);
+                self.forget_reset_flow(now, flow);
             }
             self.events.push_back(Event::SessionLost);
             // Start counting again so a later outage is judged on its own.

@@ -7,7 +7,9 @@ use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 
 use polycorn_proto::frame::decode;
 use polycorn_proto::session::INITIAL_CREDIT;
-use polycorn_proto::{Destination, Event, OpenStatus, ReadOutcome, Role, Session, SessionConfig};
+use polycorn_proto::{
+    Destination, Event, FlowTotals, OpenStatus, ReadOutcome, Role, Session, SessionConfig,
+};
 use polycorn_sched::path::TcpInfoSample;
 use polycorn_sched::predict::NoPrediction;
 use polycorn_sched::time::{Bandwidth, Duration, Instant};
@@ -327,7 +329,14 @@ fn byte_exact_over_two_paths_with_every_preset() {
 
 #[test]
 fn empty_flows_close() {
-    exchange("hrsch", &[10, 35], 0, 0, &[]);
+    let (_, _, net) = exchange("hrsch", &[10, 35], 0, 0, &[]);
+    // One flow opened at each end, closed by FINs: none reset.
+    let once = FlowTotals {
+        opened: 1,
+        reset: 0,
+    };
+    assert_eq!(net.relay.flow_totals(), once);
+    assert_eq!(net.proxy.flow_totals(), once);
 }
 
 #[test]
@@ -421,6 +430,13 @@ fn hold_time_exceeded_resets_flows() {
         .any(|e| matches!(e, Event::FlowReset { flow: f, .. } if *f == flow)));
     assert!(net.relay_events.contains(&Event::SessionLost));
     assert_eq!(net.relay.open_flows(), 0);
+    assert_eq!(
+        net.relay.flow_totals(),
+        FlowTotals {
+            opened: 1,
+            reset: 1
+        }
+    );
 }
 
 /// On the proxy a session whose paths have all been down longer than the hold time is over even
@@ -576,6 +592,15 @@ fn a_proxy_restart_resets_the_old_flows_and_new_ones_work() {
     for i in 0..3 {
         assert!(ping_pong(&mut net, 5_000), "flow {i} after the restart");
     }
+    // Totals survive the restart: 3 + 1 + 3 flows opened, the one in flight reset.
+    assert_eq!(
+        net.relay.flow_totals(),
+        FlowTotals {
+            opened: 7,
+            reset: 1
+        }
+    );
+    assert_eq!(net.proxy.flow_totals().opened, 3, "the new proxy's flows");
 }
 
 #[test]
@@ -607,6 +632,13 @@ fn refused_flow_reaches_the_relay() {
     }));
     assert_eq!(net.relay.open_flows(), 0);
     assert_eq!(net.proxy.open_flows(), 0);
+    // Refused by the destination: opened and reset at both ends.
+    let refused = FlowTotals {
+        opened: 1,
+        reset: 1,
+    };
+    assert_eq!(net.relay.flow_totals(), refused);
+    assert_eq!(net.proxy.flow_totals(), refused);
 }
 
 #[test]

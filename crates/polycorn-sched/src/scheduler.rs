@@ -287,6 +287,9 @@ pub struct Scheduler {
     poll_stamp: u64,
     next_gen: u32,
     pf_ref: Instant,
+    /// PF's weight `exp((at - pf_ref) / τ)` at `at`: the shells poll many decisions at one
+    /// `now`, which then need one `exp`.
+    pf_weight: Option<(Instant, f64)>,
     train: TrainContext,
     trace: Trace,
     attempts: Vec<Attempt>,
@@ -322,6 +325,7 @@ impl Scheduler {
             poll_stamp: 0,
             next_gen: 0,
             pf_ref: Instant::ZERO,
+            pf_weight: None,
             train: TrainContext::default(),
             trace,
             attempts: Vec::with_capacity(usize::from(cfg.max_attempts_per_poll)),
@@ -1314,8 +1318,13 @@ impl Scheduler {
     }
 
     fn pf_account(&mut self, now: Instant, us: u32, bytes: u64) {
-        let tau = self.cfg.pf_time_constant.as_secs_f64().max(1e-6);
-        let mut w = libm::exp((now - self.pf_ref).as_secs_f64() / tau);
+        let mut w = match self.pf_weight {
+            Some((at, w)) if at == now => w,
+            _ => {
+                let tau = self.cfg.pf_time_constant.as_secs_f64().max(1e-6);
+                libm::exp((now - self.pf_ref).as_secs_f64() / tau)
+            }
+        };
         if w > PF_MAX_WEIGHT {
             for u in self.users.iter_mut().flatten() {
                 u.pf_acc /= w;
@@ -1323,6 +1332,7 @@ impl Scheduler {
             self.pf_ref = now;
             w = 1.0;
         }
+        self.pf_weight = Some((now, w));
         if let Some(u) = self.users[us as usize].as_mut() {
             u.pf_acc += bytes as f64 * w;
         }

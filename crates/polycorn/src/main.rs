@@ -9,6 +9,7 @@ mod linkdb_cmd;
 mod net_cmd;
 mod netbench;
 mod realdata;
+mod soak;
 mod testbed_cmd;
 mod tripgen;
 
@@ -194,6 +195,9 @@ enum NetAction {
         #[arg(long, default_value = "pcnb")]
         name: String,
     },
+    /// Relay and proxy under connection churn for a while, then checked for failed or wrong
+    /// bytes, flows left open and leaked file descriptors; memory reported over time (root).
+    Soak(soak::SoakArgs),
 }
 
 #[derive(Subcommand, Debug)]
@@ -269,6 +273,9 @@ fn run(cli: Cli) -> Result<()> {
         Command::Net {
             action: NetAction::Bench { secs, name },
         } => drop(netbench::run(&name, secs)?),
+        Command::Net {
+            action: NetAction::Soak(args),
+        } => soak::run(&args)?,
         Command::Relay { config } => net_cmd::relay(&config)?,
         Command::Proxy { config } => net_cmd::proxy(&config)?,
         Command::Tls {

@@ -191,8 +191,19 @@ fn trace_paths(engine: WeakEngine, names: Vec<String>) -> Option<tokio::task::Jo
     }))
 }
 
+/// What one session's sampler last wrote into the (shared) metrics, so each sample adds only
+/// this session's change: a proxy carries several relays' sessions into one set of metrics.
+#[derive(Default)]
+struct Sampled {
+    paths: Vec<polycorn_proto::PathCounters>,
+    open: i64,
+    totals: polycorn_proto::FlowTotals,
+    stages: Vec<(&'static str, u64)>,
+}
+
 /// Copy the session's counters into the metrics every second, until the session is over (the
-/// sampler holds no reference that would keep the session alive).
+/// sampler holds no reference that would keep the session alive). Its flows then leave
+/// `polycorn_flows_open`.
 fn sample_metrics(
     engine: WeakEngine,
     names: Vec<String>,
@@ -200,12 +211,16 @@ fn sample_metrics(
 ) -> tokio::task::JoinHandle<()> {
     trace_paths(engine.clone(), names.clone());
     tokio::spawn(async move {
-        let mut last = vec![polycorn_proto::PathCounters::default(); names.len()];
+        let mut last = Sampled {
+            paths: vec![polycorn_proto::PathCounters::default(); names.len()],
+            ..Sampled::default()
+        };
         let mut tick = tokio::time::interval(Duration::from_secs(1));
         let mut waits = Vec::new();
         loop {
             tick.tick().await;
             let Some(engine) = engine.upgrade() else {
+                metrics.flows_open.dec_by(last.open);
                 return;
             };
             sample_once(&engine, &names, &metrics, &mut last, &mut waits);
@@ -213,12 +228,12 @@ fn sample_metrics(
     })
 }
 
-/// One sample of [`sample_metrics`]: `last` holds each path's counters at the previous one.
+/// One sample of [`sample_metrics`]: `last` holds what the previous one wrote.
 fn sample_once(
     engine: &polycorn_net::engine::Engine,
     names: &[String],
     metrics: &Metrics,
-    last: &mut [polycorn_proto::PathCounters],
+    last: &mut Sampled,
     waits: &mut Vec<polycorn_sched::Duration>,
 ) {
     engine.with(|s, _| s.take_reorder_waits(waits));
@@ -235,12 +250,17 @@ fn sample_once(
                 (c, st, s.path_usable(i as u8))
             })
             .collect();
-        (paths, s.open_flows(), s.stage_moves().to_vec())
+        (
+            paths,
+            s.open_flows(),
+            s.flow_totals(),
+            s.stage_moves().to_vec(),
+        )
     });
-    let (paths, open, stages) = snapshot;
+    let (paths, open, totals, stages) = snapshot;
     for (i, (c, st, up)) in paths.into_iter().enumerate() {
         let m = metrics.path(&names[i]);
-        let l = last[i];
+        let l = last.paths[i];
         m.sent_bytes.inc_by(c.tx_bytes.saturating_sub(l.tx_bytes));
         m.received_bytes
             .inc_by(c.rx_bytes.saturating_sub(l.rx_bytes));
@@ -262,14 +282,27 @@ fn sample_once(
             }
         }
         m.set_kernel_retransmissions(engine.path_retransmissions(i as u8));
-        last[i] = c;
+        last.paths[i] = c;
     }
-    metrics.flows_open.set(open as i64);
-    for (stage, n) in stages {
-        let c = metrics.stage(stage);
-        let have = c.get();
-        c.inc_by(n.saturating_sub(have));
+    let open = open as i64;
+    metrics.flows_open.inc_by(open - last.open);
+    last.open = open;
+    metrics
+        .flows_total
+        .inc_by(totals.opened.saturating_sub(last.totals.opened));
+    metrics
+        .flows_reset
+        .inc_by(totals.reset.saturating_sub(last.totals.reset));
+    last.totals = totals;
+    for &(stage, n) in &stages {
+        let before = last
+            .stages
+            .iter()
+            .find(|(s, _)| *s == stage)
+            .map_or(0, |(_, b)| *b);
+        metrics.stage(stage).inc_by(n.saturating_sub(before));
     }
+    last.stages = stages;
 }
 
 /// `polycorn relay --config FILE`.
@@ -703,5 +736,59 @@ mod tests {
             .expect("the sampler ended after its session")
             .unwrap();
         assert!(weak.upgrade().is_none(), "nothing else holds the session");
+    }
+
+    /// A proxy serves several relays' sessions into one set of metrics: open flows add up over
+    /// the sessions, a session that ends takes its flows out of the gauge, and the counters
+    /// count every session's flows once.
+    #[tokio::test(start_paused = true)]
+    async fn flow_metrics_add_up_over_sessions_and_leave_with_them() {
+        use polycorn_proto::{Destination, ResetReason};
+        let metrics = Arc::new(Metrics::new());
+        let names = vec!["0".to_string()];
+        let user: std::net::IpAddr = "10.0.1.2".parse().unwrap();
+        let dst = Destination::Addr("198.51.100.7:80".parse().unwrap());
+        let mut engines = Vec::new();
+        let mut samplers = Vec::new();
+        for (id, n) in [(1, 2), (2, 3)] {
+            let session = Session::new(SessionConfig::new(Role::Relay, id, "minrtt")).unwrap();
+            let (engine, events) =
+                Engine::new(session, Box::new(polycorn_sched::predict::NoPrediction));
+            for _ in 0..n {
+                engine.with(|s, now| s.open_flow(now, user, dst.clone()).unwrap());
+            }
+            samplers.push(sample_metrics(
+                engine.downgrade(),
+                names.clone(),
+                metrics.clone(),
+            ));
+            engines.push((engine, events));
+        }
+        let value = |name: &str| -> f64 {
+            metrics
+                .encode()
+                .lines()
+                .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
+                .unwrap_or_else(|| panic!("no {name}"))
+        };
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        assert_eq!(value("polycorn_flows_open"), 5.0);
+        assert_eq!(value("polycorn_flows_total"), 5.0);
+        assert_eq!(value("polycorn_flows_reset_total"), 0.0);
+        engines[1]
+            .0
+            .with(|s, now| s.reset_flow(now, 1, ResetReason::PeerReset).unwrap());
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        assert_eq!(value("polycorn_flows_open"), 4.0);
+        assert_eq!(value("polycorn_flows_total"), 5.0, "counted once");
+        assert_eq!(value("polycorn_flows_reset_total"), 1.0);
+        drop(engines.remove(0));
+        let first = samplers.remove(0);
+        tokio::time::timeout(Duration::from_secs(5), first)
+            .await
+            .expect("the first session's sampler ended")
+            .unwrap();
+        assert_eq!(value("polycorn_flows_open"), 2.0, "its 2 flows left");
+        assert_eq!(value("polycorn_flows_total"), 5.0);
     }
 }

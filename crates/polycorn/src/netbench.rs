@@ -30,15 +30,15 @@ pub struct Measured {
     pub proxy_cpu: f64,
 }
 
-struct Topology {
+pub(crate) struct Topology {
     name: String,
 }
 
 impl Topology {
-    fn ns(&self, r: &str) -> String {
+    pub(crate) fn ns(&self, r: &str) -> String {
         format!("{}-{r}", self.name)
     }
-    fn up(name: &str) -> Result<Topology> {
+    pub(crate) fn up(name: &str) -> Result<Topology> {
         let t = Topology { name: name.into() };
         t.down();
         for r in ["c", "r", "p", "s"] {

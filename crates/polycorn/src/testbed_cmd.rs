@@ -15,7 +15,7 @@ use polycorn_emu::forward::{Emulator, PathModel};
 use polycorn_emu::models::{self, DEFAULT_QUEUE_BYTES};
 use polycorn_emu::testbed::{self, TestbedSpec};
 use polycorn_link::link::QueueLimit;
-use polycorn_link::trace::{DelaySeries, DeliveryTrace};
+use polycorn_link::trace::{DelaySeries, DeliveryTrace, Outages};
 use polycorn_link::trip::Trip;
 
 use crate::tripgen::TripArgs;
@@ -37,7 +37,9 @@ pub struct ModelArgs {
     /// CSV with `Timestamp,DL_bitrate,UL_bitrate` columns (e.g. ucc5g; its downlink series is
     /// used in both directions, since UL of a download session is only ACKs). Delay:
     /// `--delay-ms`, else the recording's own (`X.delay.csv` beside `X.down`, or half the
-    /// log's `PINGMIN`), else 20 ms.
+    /// log's `PINGMIN`), else 20 ms. Outages: `X.outages.csv` beside `X.down` (packets
+    /// dropped; held in the spans of `X.interruptions.csv`, per --handover-interruption),
+    /// looping with the trace.
     #[arg(long = "trace", value_name = "FILE")]
     pub traces: Vec<std::path::PathBuf>,
     /// One-way delay, ms: one value for every path, or one per path (`--delay-ms 20,60`)
@@ -100,10 +102,22 @@ impl ModelArgs {
                 .collect::<Result<Vec<_>>>()?;
             let own: Vec<_> = recorded.iter().map(|r| r.delay.clone()).collect();
             let delays = path_delays(&self.delay_ms, &own, DEFAULT_DELAY_MS)?;
+            let hold = self.trip.handover_interruption == crate::tripgen::InterruptionMode::Hold;
             let paths = recorded
                 .into_iter()
                 .zip(delays)
-                .map(|(r, (d, _))| models::from_traces(r.down, r.up, d, queue))
+                .map(|(r, (d, _))| {
+                    if let Some(what) = &r.outage_source {
+                        eprintln!("outages: {what}");
+                    }
+                    let period = r.down.period_ms();
+                    let outages = r.outages.looped(period, OUTAGE_HORIZON_MS);
+                    let held = match hold {
+                        true => r.interruptions.looped(period, OUTAGE_HORIZON_MS),
+                        false => Outages::none(),
+                    };
+                    models::from_traces(r.down, r.up, d, outages, held, queue)
+                })
                 .collect();
             return Ok((paths, None));
         }
@@ -311,6 +325,74 @@ pub(crate) struct RecordedPath {
     /// from: a throughput log's `PINGMIN` column, or `X.delay.csv` beside `X.down` (the
     /// format `polycorn trip generate` writes).
     pub delay: Option<(DelaySeries, String)>,
+    /// Outages within one period of the downlink trace (`X.outages.csv` beside `X.down`, the
+    /// format `polycorn trip generate` writes; none otherwise), packets dropped during them.
+    pub outages: Outages,
+    /// Of those, where packets are held (`X.interruptions.csv`).
+    pub interruptions: Outages,
+    /// What was read for them, for the run's header (`None`: no outage file).
+    pub outage_source: Option<String>,
+}
+
+/// How far ahead the outages of a looping trace path are laid out in the testbed: 7 days.
+const OUTAGE_HORIZON_MS: u64 = 7 * 86_400_000;
+
+/// `X.outages.csv` / `X.interruptions.csv` beside the trace `X.down`: one period of outages
+/// and interruptions, and a description (spans that would never play are dropped and said).
+fn read_outages(
+    down_path: &std::path::Path,
+    period_ms: u64,
+) -> Result<Option<(Outages, Outages, String)>> {
+    let o_path = down_path.with_extension("outages.csv");
+    let i_path = down_path.with_extension("interruptions.csv");
+    if !o_path.exists() {
+        if i_path.exists() {
+            bail!(
+                "{} has no {} beside it: interruptions are the outages during which packets are held, so they need the outages",
+                i_path.display(),
+                o_path.display()
+            );
+        }
+        return Ok(None);
+    }
+    let read = |p: &std::path::Path| -> Result<Outages> {
+        let name = p.display().to_string();
+        let text = std::fs::read_to_string(p).with_context(|| format!("read {name}"))?;
+        Ok(Outages::parse(&name, &text)?)
+    };
+    let outages = read(&o_path)?;
+    let interruptions = if i_path.exists() {
+        read(&i_path)?
+    } else {
+        Outages::none()
+    };
+    let late = outages
+        .spans_ms()
+        .iter()
+        .filter(|s| s.0 >= period_ms)
+        .count();
+    let mut what = format!(
+        "{} ({} outages, {:.1} s dark per {:.1} s loop",
+        o_path.display(),
+        outages.spans_ms().len() - late,
+        outages.looped(period_ms, period_ms).dark_ms() as f64 / 1000.0,
+        period_ms as f64 / 1000.0
+    );
+    if !interruptions.is_empty() {
+        what += &format!(
+            "; packets held in the {} interruptions of {}",
+            interruptions.spans_ms().len(),
+            i_path.display()
+        );
+    }
+    what.push(')');
+    if late > 0 {
+        eprintln!(
+            "note: {late} outages in {} start after the trace's last opportunity ({period_ms} ms) and never play",
+            o_path.display()
+        );
+    }
+    Ok(Some((outages, interruptions, what)))
 }
 
 /// A recorded path: a mahimahi file (`X.down` + `X.up` if present, + `X.delay.csv` if present)
@@ -339,6 +421,9 @@ pub(crate) fn read_trace(path: &std::path::Path) -> Result<RecordedPath> {
             up: down.clone(),
             down,
             delay,
+            outages: Outages::none(),
+            interruptions: Outages::none(),
+            outage_source: None,
         });
     }
     let down = DeliveryTrace::parse(&name, &text)?;
@@ -352,16 +437,13 @@ pub(crate) fn read_trace(path: &std::path::Path) -> Result<RecordedPath> {
     } else {
         down.clone()
     };
-    // `trip generate` writes these beside its traces too; a trace path has no outage model.
-    for other in ["outages.csv", "interruptions.csv"] {
-        let f = path.with_extension(other);
-        if is_down && f.exists() {
-            eprintln!(
-                "note: {} is not read: a trace path replays capacity and delay only (to replay a generated trip whole, give its --preset and seeds)",
-                f.display()
-            );
-        }
-    }
+    let (outages, interruptions, outage_source) = match is_down {
+        true => match read_outages(path, down.period_ms())? {
+            Some((o, i, what)) => (o, i, Some(what)),
+            None => (Outages::none(), Outages::none(), None),
+        },
+        false => (Outages::none(), Outages::none(), None),
+    };
     let delay_path = path.with_extension("delay.csv");
     let delay = if is_down && delay_path.exists() {
         let d_name = delay_path.display().to_string();
@@ -372,7 +454,14 @@ pub(crate) fn read_trace(path: &std::path::Path) -> Result<RecordedPath> {
     } else {
         None
     };
-    Ok(RecordedPath { down, up, delay })
+    Ok(RecordedPath {
+        down,
+        up,
+        delay,
+        outages,
+        interruptions,
+        outage_source,
+    })
 }
 
 /// Per-path one-way delay from `--delay-ms` values: none (each path its recording's delay,

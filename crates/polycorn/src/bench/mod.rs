@@ -357,6 +357,9 @@ pub struct Meta {
     /// Recorded-trace runs: each path's one-way delay and where it came from (`name: 20 ms`,
     /// `name: half the log's PINGMIN (…)`); empty otherwise.
     pub path_delays: Vec<String>,
+    /// Recorded-trace runs: the paths with outages (`X.outages.csv`) and where they came from;
+    /// empty otherwise.
+    pub path_outages: Vec<String>,
     /// Wall-clock start (UTC, RFC 3339-ish).
     pub started: String,
 }
@@ -613,6 +616,9 @@ fn run_trip(
         carriers: trip.paths.iter().map(|p| p.name.clone()).collect(),
         interruptions: source.clone(),
         handover_interruption: match traces {
+            Some(_) if trip.paths.iter().any(|p| !p.interruptions_ms.is_empty()) => {
+                "hold".to_string()
+            }
             Some(_) => "none".to_string(),
             None => args.trip.handover_interruption.name().to_string(),
         },
@@ -639,6 +645,7 @@ fn run_trip(
             t.files.iter().map(|f| f.display().to_string()).collect()
         }),
         path_delays: traces.map_or_else(Vec::new, |t| t.delays()),
+        path_outages: traces.map_or_else(Vec::new, |t| t.outages()),
     };
     if traces.is_some() {
         eprintln!(
@@ -669,6 +676,9 @@ fn run_trip(
     eprintln!("note: {}", meta.prediction);
     if !meta.path_delays.is_empty() {
         eprintln!("one-way delay: {}", meta.path_delays.join("; "));
+    }
+    if !meta.path_outages.is_empty() {
+        eprintln!("outages: {}", meta.path_outages.join("; "));
     }
     let mut runs = Vec::new();
     for (k, idx) in run_order(systems.len(), ride).into_iter().enumerate() {
@@ -1083,10 +1093,10 @@ fn late_subflows(relay_log: &str, trip: &Trip, lead_s: f64) -> Result<Vec<String
 }
 
 /// Where relay and proxy serve metrics inside their namespaces.
-const METRICS_ADDR: &str = "127.0.0.1:9100";
+pub(crate) const METRICS_ADDR: &str = "127.0.0.1:9100";
 
 /// `GET /metrics` from the daemon listening on [`METRICS_ADDR`] inside namespace `ns`.
-fn scrape_metrics(ns: &str) -> Result<String> {
+pub(crate) fn scrape_metrics(ns: &str) -> Result<String> {
     use std::io::Read as _;
     let ns = ns.to_string();
     std::thread::spawn(move || -> Result<String> {
@@ -1217,11 +1227,14 @@ mod tests {
         let idle_ms: String = (10_001..=11_000).map(|m| format!("{m}\n")).collect();
         let idle = DeliveryTrace::parse("i", &idle_ms).unwrap();
         let d = DelaySeries::constant(20_000);
+        let none = polycorn_link::trace::Outages::none();
         let path = |name: &str, t| TracePath {
             name: name.into(),
             down: t,
             up: t,
             delay: &d,
+            outages: &none,
+            interruptions: &none,
         };
         let trip = Trip::from_traces(&[path("a", &busy), path("b", &idle)], 20_000);
         let log = "INFO polycorn_net::relay: subflow up path=p0 proxy=x addr=x\n";

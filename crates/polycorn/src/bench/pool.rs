@@ -627,6 +627,7 @@ pub fn from_json(v: &Value) -> Result<Results> {
         // prediction text.
         trace_files: strings(v, "meta.trace_files")?,
         path_delays: strings(v, "meta.path_delays")?,
+        path_outages: strings(v, "meta.path_outages")?,
     };
     let mut oracle = BTreeMap::new();
     let mut bulk = Vec::new();
@@ -1094,6 +1095,7 @@ mod tests {
             r.meta.trip_model = Some(model.into());
             r.meta.trace_files = vec!["x.down".into(), "y.csv".into()];
             r.meta.path_delays = vec!["x: 20 ms".into(), "y: half the log's PINGMIN".into()];
+            r.meta.path_outages = vec!["x: x.outages.csv (2 outages)".into()];
             r.runs[0].late_paths = vec!["y".into()];
             write(&d(name), &r);
         }
@@ -1101,6 +1103,10 @@ mod tests {
         assert_eq!(back.len(), 2);
         assert_eq!(back[0].1.meta.trace_files, ["x.down", "y.csv"]);
         assert_eq!(back[0].1.meta.path_delays[1], "y: half the log's PINGMIN");
+        assert_eq!(
+            back[0].1.meta.path_outages,
+            ["x: x.outages.csv (2 outages)"]
+        );
         assert_eq!(back[0].1.runs[0].late_paths, ["y"]);
         let e = format!("{:#}", load_dirs(&[d("a"), d("b")]).unwrap_err());
         assert!(

@@ -283,6 +283,7 @@ impl Results {
                 "queue_bytes": m.queue_bytes, "carriers": m.carriers,
                 "handover_prediction": m.prediction, "started": m.started,
                 "trace_files": m.trace_files, "path_delays": m.path_delays,
+                "path_outages": m.path_outages,
                 "interruptions": m.interruptions,
                 "handover_interruption": m.handover_interruption,
             },
@@ -423,6 +424,9 @@ pub fn table(r: &Results) -> String {
             m.trace_files.join(", "),
             m.path_delays.join("; ")
         );
+    }
+    if !m.path_outages.is_empty() {
+        let _ = writeln!(o, "outages: {}", m.path_outages.join("; "));
     }
     for run in r.runs.iter().filter(|x| !x.late_paths.is_empty()) {
         let _ = writeln!(
@@ -1140,11 +1144,13 @@ pub fn html(r: &Results) -> String {
     if m.preset == TRACES_PRESET {
         let _ = write!(
             h,
-            "<h1>polycorn bench — {} mode</h1><p>polycorn {} · kernel {} · <b>recorded traces</b> ({}), ride {}, workload seed {} · window {:.0}–{:.0} s of the traces ({} paths: {}) · one-way delay {} · queue {} · no handovers · started {}</p>",
+            "<h1>polycorn bench — {} mode</h1><p>polycorn {} · kernel {} · <b>recorded traces</b> ({}), ride {}, workload seed {} · window {:.0}–{:.0} s of the traces ({} paths: {}) · one-way delay {} · queue {} · {} · started {}</p>",
             esc(&m.mode), esc(&m.version), esc(&m.kernel), esc(m.trip_model.as_deref().unwrap_or("not recorded")), m.trip_seed, m.seed,
             m.from_s, m.from_s + r.plan.end_s, m.carriers.len(), esc(&m.carriers.join(", ")),
             esc(&if m.path_delays.is_empty() { "not recorded".to_string() } else { m.path_delays.join("; ") }),
-            esc(&queue), esc(&m.started)
+            esc(&queue),
+            esc(&if m.path_outages.is_empty() { "no outages, no handovers".to_string() } else { format!("outages {}", m.path_outages.join("; ")) }),
+            esc(&m.started)
         );
     } else {
         let _ = write!(
@@ -2112,6 +2118,7 @@ pub(crate) mod tests {
             started: "now".into(),
             trace_files: vec![],
             path_delays: vec![],
+            path_outages: vec![],
         };
         Results::new(meta, plan, &trip, runs)
     }

@@ -10,7 +10,7 @@
 use std::path::PathBuf;
 
 use anyhow::{bail, Result};
-use polycorn_link::trace::{DelaySeries, DeliveryTrace};
+use polycorn_link::trace::{DelaySeries, DeliveryTrace, Outages};
 use polycorn_link::trip::{TracePath, Trip};
 
 /// One-way delay of trace paths without a delay of their own, unless `--delay-ms` says
@@ -26,13 +26,19 @@ struct Path {
     delay: DelaySeries,
     /// Where the delay comes from (`20 ms`, `half the PINGMIN of …`, a `.delay.csv` file).
     delay_source: String,
+    /// Outages within one loop (`X.outages.csv`), and the held ones among them.
+    outages: Outages,
+    interruptions: Outages,
+    /// What the outages were read from, if any.
+    outage_source: Option<String>,
 }
 
 /// The recorded paths of a bench run.
 #[derive(Debug, Clone)]
 pub struct Traces {
     paths: Vec<Path>,
-    /// `traces-` and 12 hex digits of a SHA-256 over the paths' opportunities and delays.
+    /// `traces-` and 12 hex digits of a SHA-256 over the paths' opportunities, delays and
+    /// outages.
     pub id: String,
     /// The files, as given.
     pub files: Vec<PathBuf>,
@@ -67,6 +73,16 @@ impl Traces {
                     h.update(m.to_le_bytes());
                 }
             }
+            // Paths without outages hash as they did before outages were read.
+            if !(r.outages.is_empty() && r.interruptions.is_empty()) {
+                for o in [&r.outages, &r.interruptions] {
+                    h.update((o.spans_ms().len() as u64).to_le_bytes());
+                    for (a, b) in o.spans_ms() {
+                        h.update(a.to_le_bytes());
+                        h.update(b.to_le_bytes());
+                    }
+                }
+            }
             h.update(delay.period_ms().unwrap_or(0).to_le_bytes());
             h.update((delay.points().len() as u64).to_le_bytes());
             for (at, us) in delay.points() {
@@ -89,6 +105,9 @@ impl Traces {
                 up: r.up,
                 delay,
                 delay_source,
+                outages: r.outages,
+                interruptions: r.interruptions,
+                outage_source: r.outage_source,
             });
         }
         let digest = h.finalize();
@@ -110,9 +129,19 @@ impl Traces {
                 down: &p.down,
                 up: &p.up,
                 delay: &p.delay,
+                outages: &p.outages,
+                interruptions: &p.interruptions,
             })
             .collect();
         Trip::from_traces(&paths, duration_ms)
+    }
+
+    /// Per path with outages, `name: where they come from`.
+    pub fn outages(&self) -> Vec<String> {
+        self.paths
+            .iter()
+            .filter_map(|p| Some(format!("{}: {}", p.name, p.outage_source.as_ref()?)))
+            .collect()
     }
 
     /// Per path, `name: delay` (a constant in ms, or where the series comes from).
@@ -235,6 +264,72 @@ mod tests {
         .unwrap();
         let e = format!("{:#}", Traces::load(&[log], &[]).unwrap_err());
         assert!(e.contains("drive.csv") && e.contains("DL_bitrate"), "{e}");
+    }
+
+    /// `X.outages.csv` and `X.interruptions.csv` beside `X.down` (what `trip generate` writes)
+    /// black the path out, looping with its trace; they are part of the identity, described,
+    /// and an interruption file without outages is refused.
+    #[test]
+    fn paths_take_their_own_outages() {
+        let d = tempfile::tempdir().unwrap();
+        let a = d.path().join("a.down");
+        let b = d.path().join("b.down");
+        // Period 100 ms for both.
+        let ms: String = (1..=100).map(|m| format!("{m}\n")).collect();
+        std::fs::write(&a, &ms).unwrap();
+        std::fs::write(&b, &ms).unwrap();
+        let before = Traces::load(&[a.clone(), b.clone()], &[]).unwrap();
+        assert!(before.outages().is_empty());
+        assert!(before.trip(300).paths[0].outages_ms.is_empty());
+        // An outage reaching past the loop is cut there; one after it never plays.
+        std::fs::write(
+            d.path().join("a.outages.csv"),
+            "start_ms,end_ms\n10,30\n90,120\n150,160\n",
+        )
+        .unwrap();
+        std::fs::write(
+            d.path().join("a.interruptions.csv"),
+            "start_ms,end_ms\n10,30\n",
+        )
+        .unwrap();
+        let t = Traces::load(&[a.clone(), b.clone()], &[]).unwrap();
+        assert_ne!(t.id, before.id);
+        let trip = t.trip(250);
+        assert_eq!(
+            trip.paths[0].outages_ms,
+            [(10, 30), (90, 100), (110, 130), (190, 200), (210, 230)]
+        );
+        assert_eq!(
+            trip.paths[0].interruptions_ms,
+            [(10, 30), (110, 130), (210, 230)]
+        );
+        assert!(trip.paths[1].outages_ms.is_empty());
+        let o = t.outages();
+        assert_eq!(o.len(), 1, "{o:?}");
+        assert!(
+            o[0].starts_with("a: ")
+                && o[0].contains("a.outages.csv (2 outages, 0.0 s dark per 0.1 s loop")
+                && o[0].contains("packets held in the 1 interruptions"),
+            "{o:?}"
+        );
+        // A bad line is named by file and line.
+        std::fs::write(
+            d.path().join("a.outages.csv"),
+            "start_ms,end_ms\n10,30\n40,35\n",
+        )
+        .unwrap();
+        let e = format!(
+            "{:#}",
+            Traces::load(std::slice::from_ref(&a), &[]).unwrap_err()
+        );
+        assert!(e.contains("a.outages.csv:3"), "{e}");
+        // Interruptions without outages: refused, naming both files.
+        std::fs::remove_file(d.path().join("a.outages.csv")).unwrap();
+        let e = format!("{:#}", Traces::load(&[a], &[]).unwrap_err());
+        assert!(
+            e.contains("a.interruptions.csv") && e.contains("a.outages.csv"),
+            "{e}"
+        );
     }
 
     /// Real recorded traces (mahimahi's, when ../shared/data is there; they start at 0 ms and

@@ -1,0 +1,883 @@
+//! `polycorn net soak`: relay and proxy under connection churn for a while, then checked for
+//! what they leave behind — what an operator wants to know before a train runs them all day.
+//!
+//! Same topology as `polycorn net bench` (namespaces `{name}-c/-r/-p/-s`, two unshaped veth
+//! paths, TLS subflows, transparent interception), with `--users` passenger addresses on the
+//! client side. For `--secs`:
+//! * `--workers` threads each open passenger connections one after another: every connection
+//!   uploads a request of 100 B – 64 KiB and downloads 1 KiB – 1 MiB (mostly small), both as a
+//!   seeded byte pattern that the other end checks byte by byte, then waits for the server's
+//!   close;
+//! * `--idle` long-lived connections stay open throughout and exchange an 8-byte ping every
+//!   `--sample-secs`, as chat apps do.
+//!
+//! Every `--sample-secs` it prints the relay's and proxy's resident memory, open file
+//! descriptors and open passenger flows (`polycorn_flows_open`). After the load it closes
+//! everything and waits for both daemons to settle. The run **fails** (exit status 1, saying
+//! what) if any connection or ping failed or carried a wrong byte, if relay and proxy did not
+//! each count exactly the connections the clients opened (`polycorn_flows_total`), if a flow is
+//! still open at the end, or if a daemon holds more file descriptors than before the load
+//! (beyond [`FD_SLACK`]). Memory is reported, not judged: the allocator keeps freed pages, so
+//! read its trend over the samples (and over a longer `--secs`).
+
+use std::collections::BTreeMap;
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+use clap::Args;
+use polycorn_emu::netns::{exec_in, ip_in, InNamespace};
+
+use crate::bench::Daemon;
+use crate::netbench::Topology;
+
+/// Port of the soak server in the server namespace.
+const PORT: u16 = 5202;
+/// A daemon may hold this many more file descriptors after the load than before it.
+pub const FD_SLACK: usize = 4;
+/// `down_len` of an idle connection's request: the server echoes 8-byte pings until EOF.
+const ECHO: u64 = u64::MAX;
+/// Salt of the upload pattern (so an upload echoed back as a download would not verify).
+const UP_SALT: u64 = 0x5eed_0f0a_d0ad_0001;
+/// How long one connection may take before it counts as failed.
+const CONN_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long relay and proxy get to close every flow after the load.
+const SETTLE: Duration = Duration::from_secs(20);
+
+/// `polycorn net soak` options.
+#[derive(Args, Debug, Clone)]
+pub struct SoakArgs {
+    /// Seconds of load.
+    #[arg(long, default_value_t = 60.0)]
+    pub secs: f64,
+    /// Client threads opening connections one after another.
+    #[arg(long, default_value_t = 16)]
+    pub workers: usize,
+    /// Long-lived connections open throughout (pinged every --sample-secs).
+    #[arg(long, default_value_t = 32)]
+    pub idle: usize,
+    /// Passenger addresses the connections come from (round robin over workers).
+    #[arg(long, default_value_t = 4)]
+    pub users: usize,
+    /// Scheduler of relay and proxy (a preset or a spec, as in `polycorn schedulers`).
+    #[arg(long, default_value = "polycorn")]
+    pub scheduler: String,
+    /// Seconds between two samples of the daemons.
+    #[arg(long, default_value_t = 5.0)]
+    pub sample_secs: f64,
+    /// Black one path out every this many seconds, the paths taking turns (0: never). Its
+    /// packets are dropped in both directions at the relay, as in a failed handover.
+    #[arg(long, default_value_t = 0.0)]
+    pub blackout_every: f64,
+    /// How long each blackout lasts, seconds.
+    #[arg(long, default_value_t = 2.0)]
+    pub blackout_secs: f64,
+    /// Namespace prefix (created and removed).
+    #[arg(long, default_value = "pcsk")]
+    pub name: String,
+}
+
+/// One reading of a daemon.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Reading {
+    /// Resident memory, MiB.
+    pub rss_mib: f64,
+    /// Open file descriptors.
+    pub fds: usize,
+    /// Threads.
+    pub threads: usize,
+    /// `polycorn_flows_open`.
+    pub flows_open: f64,
+    /// `polycorn_flows_total`.
+    pub flows_total: f64,
+}
+
+/// SplitMix64: the byte pattern's generator and the workers' dice.
+fn splitmix(x: u64) -> u64 {
+    let mut z = x.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
+}
+
+/// Byte `offset` of the pattern `seed`.
+fn pattern_byte(seed: u64, offset: u64) -> u8 {
+    splitmix(seed ^ (offset / 8).wrapping_mul(0x2545_f491_4f6c_dd1d)).to_le_bytes()
+        [(offset % 8) as usize]
+}
+
+/// Fill `buf` with the pattern `seed` from `offset`.
+fn fill(seed: u64, offset: u64, buf: &mut [u8]) {
+    for (i, b) in buf.iter_mut().enumerate() {
+        *b = pattern_byte(seed, offset + i as u64);
+    }
+}
+
+/// The first offset in `data` (which starts at `offset`) that does not match the pattern.
+fn mismatch(seed: u64, offset: u64, data: &[u8]) -> Option<u64> {
+    data.iter()
+        .enumerate()
+        .find(|(i, &b)| b != pattern_byte(seed, offset + *i as u64))
+        .map(|(i, _)| offset + i as u64)
+}
+
+/// The request header: download length, upload length, seed.
+fn header(down: u64, up: u64, seed: u64) -> [u8; 24] {
+    let mut h = [0u8; 24];
+    h[..8].copy_from_slice(&down.to_be_bytes());
+    h[8..16].copy_from_slice(&up.to_be_bytes());
+    h[16..].copy_from_slice(&seed.to_be_bytes());
+    h
+}
+
+/// The server's side of one connection.
+fn serve(mut s: TcpStream) -> std::io::Result<()> {
+    let mut h = [0u8; 24];
+    s.read_exact(&mut h)?;
+    let word = |i: usize| u64::from_be_bytes(h[i * 8..i * 8 + 8].try_into().expect("8 bytes"));
+    let (down, up, seed) = (word(0), word(1), word(2));
+    if down == ECHO {
+        let mut p = [0u8; 8];
+        loop {
+            match s.read_exact(&mut p) {
+                Ok(()) => s.write_all(&p)?,
+                Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => return Ok(()),
+                Err(e) => return Err(e),
+            }
+        }
+    }
+    let mut buf = vec![0u8; 64 * 1024];
+    let mut got = 0u64;
+    while got < up {
+        let n = s.read(&mut buf[..(up - got).min(64 * 1024) as usize])?;
+        if n == 0 {
+            return Ok(());
+        }
+        if mismatch(seed ^ UP_SALT, got, &buf[..n]).is_some() {
+            // Close without an answer: the client reports the upload as corrupted.
+            return Ok(());
+        }
+        got += n as u64;
+    }
+    let mut sent = 0u64;
+    while sent < down {
+        let n = (down - sent).min(buf.len() as u64) as usize;
+        fill(seed, sent, &mut buf[..n]);
+        s.write_all(&buf[..n])?;
+        sent += n as u64;
+    }
+    Ok(())
+}
+
+fn start_server(ns: &str) -> Result<()> {
+    let ns = ns.to_string();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _g = InNamespace::enter(&ns).expect("enter server namespace");
+        let l = TcpListener::bind(("10.0.2.2", PORT)).expect("bind soak server");
+        tx.send(()).ok();
+        for s in l.incoming().flatten() {
+            std::thread::spawn(move || {
+                let _ = s.set_read_timeout(Some(CONN_TIMEOUT));
+                let _ = serve(s);
+            });
+        }
+    });
+    rx.recv_timeout(Duration::from_secs(5))
+        .context("soak server did not start")?;
+    Ok(())
+}
+
+/// What the clients counted.
+#[derive(Default)]
+struct Counts {
+    started: AtomicU64,
+    done: AtomicU64,
+    failed: AtomicU64,
+    bytes: AtomicU64,
+    pings: AtomicU64,
+    ping_failures: AtomicU64,
+    /// Idle connections that answered every ping.
+    idle_ok: AtomicU64,
+    /// Per error kind: count and the first message.
+    errors: Mutex<BTreeMap<&'static str, (u64, String)>>,
+    /// Completion times of connections that downloaded ≤ 16 KiB, µs.
+    small_us: Mutex<Vec<u64>>,
+}
+
+impl Counts {
+    fn error(&self, kind: &'static str, msg: String) {
+        let mut e = self.errors.lock().expect("not poisoned");
+        let entry = e.entry(kind).or_insert((0, msg));
+        entry.0 += 1;
+    }
+}
+
+fn user_addr(u: usize) -> String {
+    format!("10.0.1.{}", 10 + u)
+}
+
+fn connect(from: &str) -> std::io::Result<TcpStream> {
+    use socket2::{Domain, Socket, Type};
+    let s = Socket::new(Domain::IPV4, Type::STREAM, None)?;
+    let src: SocketAddr = format!("{from}:0").parse().expect("literal address");
+    s.bind(&src.into())?;
+    let dst: SocketAddr = SocketAddr::from(([10, 0, 2, 2], PORT));
+    s.connect_timeout(&dst.into(), Duration::from_secs(10))?;
+    let s: TcpStream = s.into();
+    s.set_read_timeout(Some(CONN_TIMEOUT))?;
+    s.set_write_timeout(Some(CONN_TIMEOUT))?;
+    Ok(s)
+}
+
+/// Download sizes (bytes, weight) and upload sizes of the churn.
+const DOWN_SIZES: [(u64, u64); 4] = [(1 << 10, 50), (16 << 10, 30), (256 << 10, 15), (1 << 20, 5)];
+const UP_SIZES: [(u64, u64); 3] = [(100, 70), (4 << 10, 25), (64 << 10, 5)];
+
+fn pick(sizes: &[(u64, u64)], die: u64) -> u64 {
+    let total: u64 = sizes.iter().map(|s| s.1).sum();
+    let mut r = die % total;
+    for &(v, w) in sizes {
+        if r < w {
+            return v;
+        }
+        r -= w;
+    }
+    sizes[0].0
+}
+
+/// One churn connection; the error kind and message if it failed.
+fn one_connection(from: &str, seed: u64, down: u64, up: u64) -> Result<(), (&'static str, String)> {
+    let mut s = connect(from).map_err(|e| ("connect", e.to_string()))?;
+    let mut buf = vec![0u8; 64 * 1024];
+    let mut req = header(down, up, seed).to_vec();
+    let mut off = 0u64;
+    while off < up {
+        let n = (up - off).min(buf.len() as u64) as usize;
+        fill(seed ^ UP_SALT, off, &mut buf[..n]);
+        req.extend_from_slice(&buf[..n]);
+        off += n as u64;
+    }
+    s.write_all(&req).map_err(|e| ("upload", e.to_string()))?;
+    let mut got = 0u64;
+    while got < down {
+        let n = s
+            .read(&mut buf)
+            .map_err(|e| ("download", format!("after {got} of {down} bytes: {e}")))?;
+        if n == 0 {
+            return Err((
+                "short download",
+                format!("closed after {got} of {down} bytes (upload of {up} bytes rejected?)"),
+            ));
+        }
+        if n as u64 > down - got {
+            return Err((
+                "extra bytes",
+                format!("{} bytes past {down}", n as u64 - (down - got)),
+            ));
+        }
+        if let Some(at) = mismatch(seed, got, &buf[..n]) {
+            return Err(("wrong byte", format!("at offset {at} of {down}")));
+        }
+        got += n as u64;
+    }
+    match s.read(&mut buf) {
+        Ok(0) => Ok(()),
+        Ok(n) => Err(("extra bytes", format!("{n} bytes past {down}"))),
+        Err(e) => Err(("no close", format!("after {down} bytes: {e}"))),
+    }
+}
+
+fn worker(
+    ns: String,
+    from: String,
+    id: u64,
+    until: Instant,
+    stop: Arc<AtomicBool>,
+    counts: Arc<Counts>,
+) -> Result<()> {
+    let _g = InNamespace::enter(&ns)?;
+    let mut k = 0u64;
+    while Instant::now() < until && !stop.load(Ordering::Relaxed) {
+        let seed = splitmix((id << 40) ^ k);
+        k += 1;
+        let down = pick(&DOWN_SIZES, splitmix(seed ^ 1));
+        let up = pick(&UP_SIZES, splitmix(seed ^ 2));
+        counts.started.fetch_add(1, Ordering::Relaxed);
+        let t = Instant::now();
+        match one_connection(&from, seed, down, up) {
+            Ok(()) => {
+                counts.done.fetch_add(1, Ordering::Relaxed);
+                counts.bytes.fetch_add(down + up, Ordering::Relaxed);
+                if down <= 16 << 10 {
+                    let us = t.elapsed().as_micros() as u64;
+                    counts.small_us.lock().expect("not poisoned").push(us);
+                }
+            }
+            Err((kind, msg)) => {
+                counts.failed.fetch_add(1, Ordering::Relaxed);
+                counts.error(kind, format!("{from}: {msg}"));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The long-lived connections: opened at once, pinged every `every` until `stop`.
+fn idle_conns(
+    ns: String,
+    n: usize,
+    users: usize,
+    every: Duration,
+    stop: Arc<AtomicBool>,
+    counts: Arc<Counts>,
+) -> Result<()> {
+    let _g = InNamespace::enter(&ns)?;
+    let mut conns: Vec<Option<TcpStream>> = Vec::new();
+    for i in 0..n {
+        counts.started.fetch_add(1, Ordering::Relaxed);
+        let from = user_addr(i % users);
+        let c = connect(&from).and_then(|mut s| {
+            s.write_all(&header(ECHO, 0, i as u64))?;
+            Ok(s)
+        });
+        match c {
+            Ok(s) => conns.push(Some(s)),
+            Err(e) => {
+                counts.failed.fetch_add(1, Ordering::Relaxed);
+                counts.error("idle connect", format!("{from}: {e}"));
+                conns.push(None);
+            }
+        }
+    }
+    let mut round = 0u64;
+    loop {
+        let next = Instant::now() + every;
+        while Instant::now() < next {
+            if stop.load(Ordering::Relaxed) {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let last = stop.load(Ordering::Relaxed);
+        round += 1;
+        for (i, slot) in conns.iter_mut().enumerate() {
+            let Some(s) = slot.as_mut() else { continue };
+            let ping = (round << 32 | i as u64).to_be_bytes();
+            let mut back = [0u8; 8];
+            let r = s.write_all(&ping).and_then(|()| s.read_exact(&mut back));
+            counts.pings.fetch_add(1, Ordering::Relaxed);
+            match r {
+                Ok(()) if back == ping => {}
+                Ok(()) => {
+                    counts.ping_failures.fetch_add(1, Ordering::Relaxed);
+                    counts.error("wrong ping", format!("connection {i}, round {round}"));
+                    *slot = None;
+                }
+                Err(e) => {
+                    counts.ping_failures.fetch_add(1, Ordering::Relaxed);
+                    counts.error("ping", format!("connection {i}, round {round}: {e}"));
+                    *slot = None;
+                }
+            }
+        }
+        if last {
+            break;
+        }
+    }
+    let open = conns.iter().filter(|c| c.is_some()).count() as u64;
+    counts.idle_ok.store(open, Ordering::Relaxed);
+    Ok(())
+}
+
+/// Every `every`, drop everything on one path (in turn) at the relay for `secs`, until `stop`.
+/// Returns how many blackouts there were.
+fn blackouts(
+    relay_ns: String,
+    every: Duration,
+    secs: Duration,
+    stop: Arc<AtomicBool>,
+) -> Result<u64> {
+    let nft = |args: &str| -> Result<()> {
+        exec_in(&relay_ns, "nft", &[args])
+            .map(drop)
+            .with_context(|| format!("nft {args} in {relay_ns}"))
+    };
+    nft("add table inet polycorn_soak")?;
+    nft("add chain inet polycorn_soak out { type filter hook output priority 0 ; }")?;
+    nft("add chain inet polycorn_soak in { type filter hook input priority 0 ; }")?;
+    let wait = |d: Duration| -> bool {
+        let until = Instant::now() + d;
+        while Instant::now() < until {
+            if stop.load(Ordering::Relaxed) {
+                return false;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        true
+    };
+    let mut n = 0u64;
+    while wait(every.saturating_sub(secs)) {
+        let dev = format!("path{}", n % 2);
+        nft(&format!(
+            "add rule inet polycorn_soak out oifname \"{dev}\" drop"
+        ))?;
+        nft(&format!(
+            "add rule inet polycorn_soak in iifname \"{dev}\" drop"
+        ))?;
+        n += 1;
+        wait(secs);
+        nft("flush chain inet polycorn_soak out")?;
+        nft("flush chain inet polycorn_soak in")?;
+    }
+    Ok(n)
+}
+
+/// Resident memory, descriptors and threads of `pid` from /proc; flows from its metrics.
+fn read_daemon(pid: u32, ns: &str) -> Result<Reading> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .with_context(|| format!("read /proc/{pid}/status (did the daemon exit?)"))?;
+    let field = |name: &str| -> f64 {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(name))
+            .and_then(|v| v.split_whitespace().next())
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0.0)
+    };
+    let fds = std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .with_context(|| format!("list /proc/{pid}/fd"))?
+        .count();
+    let body = crate::bench::scrape_metrics(ns)?;
+    let metric = |name: &str| -> f64 {
+        body.lines()
+            .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
+            .unwrap_or(f64::NAN)
+    };
+    Ok(Reading {
+        rss_mib: field("VmRSS:") / 1024.0,
+        fds,
+        threads: field("Threads:") as usize,
+        flows_open: metric("polycorn_flows_open"),
+        flows_total: metric("polycorn_flows_total"),
+    })
+}
+
+fn write_configs(
+    dir: &std::path::Path,
+    scheduler: &str,
+) -> Result<(std::path::PathBuf, std::path::PathBuf)> {
+    let m = crate::bench::METRICS_ADDR;
+    let relay = format!(
+        "[relay]\nmode = \"polycorn\"\nscheduler = \"{scheduler}\"\nproxy = \"10.100.0.2:7700\"\n\n\
+         [[path]]\nname = \"p0\"\ndevice = \"path0\"\nsource = \"10.100.0.1\"\nproxy = \"10.100.0.2:7700\"\n\n\
+         [[path]]\nname = \"p1\"\ndevice = \"path1\"\nsource = \"10.100.1.1\"\nproxy = \"10.100.1.2:7700\"\n\n\
+         [intercept]\ntransparent = \"0.0.0.0:7070\"\ninstall_nft = true\nlan_device = \"lan0\"\n\n\
+         [tls]\nca = \"ca.pem\"\ncert = \"relay.pem\"\nkey = \"relay.key\"\n\n\
+         [metrics]\nlisten = \"{m}\"\n\n[log]\nlevel = \"info\"\n"
+    );
+    let proxy = format!(
+        "[proxy]\nlisten = \"0.0.0.0:7700\"\nscheduler = \"{scheduler}\"\n\n\
+         [tls]\nca = \"ca.pem\"\ncert = \"proxy.pem\"\nkey = \"proxy.key\"\n\n\
+         [policy]\nallow = [\"10.0.2.0/24\"]\n\n[metrics]\nlisten = \"{m}\"\n"
+    );
+    let r = dir.join("relay.toml");
+    let p = dir.join("proxy.toml");
+    std::fs::write(&r, relay)?;
+    std::fs::write(&p, proxy)?;
+    Ok((r, p))
+}
+
+fn percentile(sorted: &[u64], q: f64) -> f64 {
+    if sorted.is_empty() {
+        return f64::NAN;
+    }
+    let i = ((sorted.len() - 1) as f64 * q).round() as usize;
+    sorted[i] as f64 / 1000.0
+}
+
+fn row(t: f64, counts: &Counts, relay: &Reading, proxy: &Reading) {
+    println!(
+        "{t:>6.0} {:>8} {:>6} {:>8.1} {:>5} {:>6} {:>8.1} {:>5} {:>6}",
+        counts.done.load(Ordering::Relaxed),
+        counts.failed.load(Ordering::Relaxed) + counts.ping_failures.load(Ordering::Relaxed),
+        relay.rss_mib,
+        relay.fds,
+        relay.flows_open,
+        proxy.rss_mib,
+        proxy.fds,
+        proxy.flows_open,
+    );
+}
+
+/// Run the soak; `Err` names every check that failed.
+pub fn run(args: &SoakArgs) -> Result<()> {
+    if !(args.secs.is_finite() && args.secs > 0.0 && args.secs <= 86_400.0) {
+        bail!(
+            "--secs must be more than 0 and at most 86400, got {}",
+            args.secs
+        );
+    }
+    if !(args.sample_secs.is_finite() && args.sample_secs >= 0.5) {
+        bail!(
+            "--sample-secs must be at least 0.5, got {}",
+            args.sample_secs
+        );
+    }
+    if args.workers == 0 && args.idle == 0 {
+        bail!("--workers and --idle are both 0: nothing would load the daemons");
+    }
+    let blackout = args.blackout_every != 0.0;
+    if !(args.blackout_every.is_finite() && args.blackout_every >= 0.0) {
+        bail!(
+            "--blackout-every must be 0 (never) or a number of seconds, got {}",
+            args.blackout_every
+        );
+    }
+    if blackout && !(args.blackout_secs > 0.0 && args.blackout_secs < args.blackout_every) {
+        bail!(
+            "--blackout-secs must be more than 0 and less than --blackout-every ({} s), got {}",
+            args.blackout_every,
+            args.blackout_secs
+        );
+    }
+    if !(1..=200).contains(&args.users) {
+        bail!("--users must be 1 to 200, got {}", args.users);
+    }
+    if args.workers + args.idle > 4000 {
+        bail!("--workers + --idle must be at most 4000 (one thread or socket each)");
+    }
+    polycorn_sched::Pipeline::from_spec(&args.scheduler)
+        .with_context(|| format!("--scheduler `{}`", args.scheduler))?;
+    let stop = crate::testbed_cmd::stop_on_signals("net soak", Vec::new())?;
+    let dir = std::env::temp_dir().join(format!("polycorn-soak-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).with_context(|| format!("create {}", dir.display()))?;
+    let result = soak(args, &dir, stop);
+    if result.is_ok() {
+        let _ = std::fs::remove_dir_all(&dir);
+    } else {
+        eprintln!("relay and proxy logs kept in {}", dir.display());
+    }
+    result
+}
+
+fn soak(args: &SoakArgs, dir: &std::path::Path, stop: Arc<AtomicBool>) -> Result<()> {
+    let blackout = args.blackout_every != 0.0;
+    polycorn_net::tls::generate(dir, &[], true)?;
+    let topo = Topology::up(&args.name)?;
+    let (c, r, p) = (topo.ns("c"), topo.ns("r"), topo.ns("p"));
+    for u in 0..args.users {
+        ip_in(
+            &c,
+            &[
+                "addr",
+                "add",
+                &format!("{}/24", user_addr(u)),
+                "dev",
+                "lan0",
+            ],
+        )?;
+    }
+    start_server(&topo.ns("s"))?;
+    let (relay_cfg, proxy_cfg) = write_configs(dir, &args.scheduler)?;
+    let ready_by = || Instant::now() + Duration::from_secs(20);
+    let mut proxy = Daemon::start(&p, "proxy", &proxy_cfg, dir.join("proxy.log"))?;
+    proxy.wait_for("proxy running", 1, ready_by())?;
+    let mut relay = Daemon::start(&r, "relay", &relay_cfg, dir.join("relay.log"))?;
+    relay.wait_for("relay running", 1, ready_by())?;
+    relay.wait_for("subflow up", 2, ready_by())?;
+    std::thread::sleep(Duration::from_secs(1));
+    let read = |d: &Daemon, ns: &str| read_daemon(d.pid(), ns);
+    let (relay0, proxy0) = (read(&relay, &r)?, read(&proxy, &p)?);
+    println!(
+        "soak: {} workers, {} idle connections, {} passengers, scheduler `{}`, {:.0} s over 2 unshaped veth paths ({} cores)",
+        args.workers,
+        args.idle,
+        args.users,
+        args.scheduler,
+        args.secs,
+        std::thread::available_parallelism().map_or(1, |n| n.get())
+    );
+    if blackout {
+        println!(
+            "blackouts: every {} s one path (in turn) drops everything for {} s",
+            args.blackout_every, args.blackout_secs
+        );
+    }
+    println!(
+        "{:>6} {:>8} {:>6} {:>8} {:>5} {:>6} {:>8} {:>5} {:>6}",
+        "t s", "conns", "failed", "relayMiB", "fds", "flows", "proxyMiB", "fds", "flows"
+    );
+    let counts = Arc::new(Counts::default());
+    row(0.0, &counts, &relay0, &proxy0);
+    let t0 = Instant::now();
+    let until = t0 + Duration::from_secs_f64(args.secs);
+    let every = Duration::from_secs_f64(args.sample_secs);
+    let load_stop = Arc::new(AtomicBool::new(false));
+    let mut threads = Vec::new();
+    let blackout_thread = blackout.then(|| {
+        let (ns, st) = (r.clone(), load_stop.clone());
+        let (every, secs) = (
+            Duration::from_secs_f64(args.blackout_every),
+            Duration::from_secs_f64(args.blackout_secs),
+        );
+        std::thread::spawn(move || blackouts(ns, every, secs, st))
+    });
+    if args.idle > 0 {
+        let (ns, st, co) = (c.clone(), load_stop.clone(), counts.clone());
+        let (n, users) = (args.idle, args.users);
+        threads.push(std::thread::spawn(move || {
+            idle_conns(ns, n, users, every, st, co)
+        }));
+    }
+    for w in 0..args.workers {
+        let (ns, st, co) = (c.clone(), stop.clone(), counts.clone());
+        let from = user_addr(w % args.users);
+        threads.push(std::thread::spawn(move || {
+            worker(ns, from, w as u64, until, st, co)
+        }));
+    }
+    let (mut relay_peak, mut proxy_peak) = (relay0, proxy0);
+    let mut next = t0 + every;
+    while Instant::now() < until && !stop.load(Ordering::Relaxed) {
+        std::thread::sleep(
+            Duration::from_millis(50).min(until.saturating_duration_since(Instant::now())),
+        );
+        if Instant::now() >= next {
+            next += every;
+            let (rr, pp) = (read(&relay, &r)?, read(&proxy, &p)?);
+            relay_peak.rss_mib = relay_peak.rss_mib.max(rr.rss_mib);
+            proxy_peak.rss_mib = proxy_peak.rss_mib.max(pp.rss_mib);
+            relay_peak.fds = relay_peak.fds.max(rr.fds);
+            proxy_peak.fds = proxy_peak.fds.max(pp.fds);
+            row(t0.elapsed().as_secs_f64(), &counts, &rr, &pp);
+        }
+    }
+    let load_secs = t0.elapsed().as_secs_f64();
+    load_stop.store(true, Ordering::Relaxed);
+    for t in threads {
+        t.join()
+            .map_err(|_| anyhow::anyhow!("a client thread panicked"))??;
+    }
+    let blackouts_done = match blackout_thread {
+        Some(t) => t
+            .join()
+            .map_err(|_| anyhow::anyhow!("the blackout thread panicked"))??,
+        None => 0,
+    };
+    // Every client socket is closed now; give relay and proxy time to close their flows.
+    let settle_from = Instant::now();
+    let (relay1, proxy1) = loop {
+        let (rr, pp) = (read(&relay, &r)?, read(&proxy, &p)?);
+        let settled = rr.flows_open == 0.0
+            && pp.flows_open == 0.0
+            && rr.fds <= relay0.fds + FD_SLACK
+            && pp.fds <= proxy0.fds + FD_SLACK;
+        if settled || settle_from.elapsed() >= SETTLE {
+            break (rr, pp);
+        }
+        std::thread::sleep(Duration::from_millis(250));
+    };
+    let settle_secs = settle_from.elapsed().as_secs_f64();
+    row(t0.elapsed().as_secs_f64(), &counts, &relay1, &proxy1);
+    drop(relay);
+    drop(proxy);
+    drop(topo);
+
+    let started = counts.started.load(Ordering::Relaxed);
+    let done = counts.done.load(Ordering::Relaxed);
+    let failed = counts.failed.load(Ordering::Relaxed);
+    let ping_failures = counts.ping_failures.load(Ordering::Relaxed);
+    let bytes = counts.bytes.load(Ordering::Relaxed);
+    let mut small = counts.small_us.lock().expect("not poisoned").clone();
+    small.sort_unstable();
+    println!(
+        "load {load_secs:.1} s: {done} connections completed ({:.0}/s), {:.1} MB checked byte by byte, {failed} failed; {} pings on {} idle connections ({} answered every one), {ping_failures} failed",
+        done as f64 / load_secs,
+        bytes as f64 / 1e6,
+        counts.pings.load(Ordering::Relaxed),
+        args.idle,
+        counts.idle_ok.load(Ordering::Relaxed),
+    );
+    println!(
+        "connections downloading <= 16 KiB: completion p50 {:.1} ms, p99 {:.1} ms, max {:.1} ms ({} connections)",
+        percentile(&small, 0.5),
+        percentile(&small, 0.99),
+        percentile(&small, 1.0),
+        small.len()
+    );
+    for (who, before, peak, after) in [
+        ("relay", relay0, relay_peak, relay1),
+        ("proxy", proxy0, proxy_peak, proxy1),
+    ] {
+        println!(
+            "{who}: memory {:.1} MiB before, {:.1} peak, {:.1} after ({:+.1}); file descriptors {} before, {} peak, {} after; threads {} before, {} after; flows opened {:.0}, open at the end {:.0}",
+            before.rss_mib,
+            peak.rss_mib,
+            after.rss_mib,
+            after.rss_mib - before.rss_mib,
+            before.fds,
+            peak.fds,
+            after.fds,
+            before.threads,
+            after.threads,
+            after.flows_total - before.flows_total,
+            after.flows_open,
+        );
+    }
+    println!("settled {settle_secs:.1} s after the load ended");
+    if blackout {
+        println!("{blackouts_done} blackouts of {} s", args.blackout_secs);
+    }
+
+    let errors: Vec<String> = counts
+        .errors
+        .lock()
+        .expect("not poisoned")
+        .iter()
+        .map(|(k, (n, first))| format!("{k}: {n} (first: {first})"))
+        .collect();
+    let mut problems = judge(
+        started,
+        failed,
+        ping_failures,
+        &errors,
+        &[("relay", relay0, relay1), ("proxy", proxy0, proxy1)],
+    );
+    if stop.load(Ordering::Relaxed) {
+        problems.push("stopped by a signal before --secs were up".into());
+    }
+    if problems.is_empty() {
+        println!("ok: every connection and ping completed with the right bytes; relay and proxy counted them all, closed every flow and hold no more descriptors than before");
+        Ok(())
+    } else {
+        bail!("soak failed:\n  {}", problems.join("\n  "))
+    }
+}
+
+/// What went wrong in a soak: failed connections or pings (`errors`: per kind, count and the
+/// first message), and per daemon (`name`, reading before the load, reading after it settled)
+/// a count of connections other than the clients', flows left open, or more descriptors.
+fn judge(
+    started: u64,
+    failed: u64,
+    ping_failures: u64,
+    errors: &[String],
+    daemons: &[(&str, Reading, Reading)],
+) -> Vec<String> {
+    let mut problems = Vec::new();
+    if failed + ping_failures > 0 {
+        problems.push(format!(
+            "{failed} of {started} connections and {ping_failures} pings failed — {}",
+            errors.join("; ")
+        ));
+    }
+    for (who, before, after) in daemons {
+        let opened = after.flows_total - before.flows_total;
+        if opened != started as f64 {
+            problems.push(format!(
+                "{who} counted {opened:.0} passenger connections, the clients opened {started}"
+            ));
+        }
+        if after.flows_open != 0.0 {
+            problems.push(format!(
+                "{who} still had {:.0} flows open {} s after every connection closed",
+                after.flows_open,
+                SETTLE.as_secs()
+            ));
+        }
+        if after.fds > before.fds + FD_SLACK {
+            problems.push(format!(
+                "{who} holds {} file descriptors after the load, {} before",
+                after.fds, before.fds
+            ));
+        }
+    }
+    problems
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_pattern_is_checked_from_any_offset() {
+        let mut a = vec![0u8; 100];
+        fill(7, 0, &mut a);
+        assert_eq!(mismatch(7, 0, &a), None);
+        assert_eq!(mismatch(7, 30, &a[30..]), None);
+        // A different seed, a shifted offset or one flipped byte is caught where it is.
+        assert_eq!(mismatch(8, 0, &a), Some(0));
+        assert!(mismatch(7, 1, &a[..50]).is_some());
+        a[42] ^= 1;
+        assert_eq!(mismatch(7, 0, &a), Some(42));
+        // The upload's salt makes it a different pattern.
+        let mut up = vec![0u8; 16];
+        fill(7 ^ UP_SALT, 0, &mut up);
+        assert_ne!(&up[..], &a[..16]);
+    }
+
+    #[test]
+    fn sizes_follow_their_weights() {
+        let mut n = BTreeMap::new();
+        for k in 0..10_000u64 {
+            *n.entry(pick(&DOWN_SIZES, splitmix(k))).or_insert(0u32) += 1;
+        }
+        // 50 / 30 / 15 / 5 %, within 2 points.
+        for (size, w) in DOWN_SIZES {
+            let share = f64::from(n[&size]) / 100.0;
+            assert!((share - w as f64).abs() < 2.0, "{size}: {share}% for {w}%");
+        }
+    }
+
+    #[test]
+    fn judge_names_every_leak_and_miscount() {
+        let before = Reading {
+            rss_mib: 10.0,
+            fds: 20,
+            threads: 3,
+            flows_open: 0.0,
+            flows_total: 5.0,
+        };
+        let clean = Reading {
+            fds: 20 + FD_SLACK,
+            flows_total: 105.0,
+            ..before
+        };
+        assert!(judge(100, 0, 0, &[], &[("relay", before, clean)]).is_empty());
+        let leaky = Reading {
+            fds: 21 + FD_SLACK,
+            flows_open: 2.0,
+            flows_total: 104.0,
+            ..before
+        };
+        let p = judge(
+            100,
+            1,
+            0,
+            &["connect: 1 (first: refused)".into()],
+            &[("relay", before, clean), ("proxy", before, leaky)],
+        );
+        assert_eq!(p.len(), 4, "{p:?}");
+        assert!(
+            p[0].contains("1 of 100 connections") && p[0].contains("refused"),
+            "{p:?}"
+        );
+        assert!(p[1].contains("proxy counted 99"), "{p:?}");
+        assert!(p[2].contains("2 flows open"), "{p:?}");
+        assert!(
+            p[3].contains(&format!("{} file descriptors", 21 + FD_SLACK)),
+            "{p:?}"
+        );
+        // A metric the daemon did not report (NaN) never passes for a match.
+        let silent = Reading {
+            flows_open: f64::NAN,
+            flows_total: f64::NAN,
+            ..before
+        };
+        assert_eq!(judge(1, 0, 0, &[], &[("relay", before, silent)]).len(), 2);
+    }
+}
