@@ -140,6 +140,8 @@ fn serve(mut s: TcpStream) -> std::io::Result<()> {
     let word = |i: usize| u64::from_be_bytes(h[i * 8..i * 8 + 8].try_into().expect("8 bytes"));
     let (down, up, seed) = (word(0), word(1), word(2));
     if down == ECHO {
+        // Idle between pings for as long as the client likes (`--sample-secs`).
+        s.set_read_timeout(None)?;
         let mut p = [0u8; 8];
         loop {
             match s.read_exact(&mut p) {
