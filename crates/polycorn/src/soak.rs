@@ -9,7 +9,10 @@
 //!   seeded byte pattern that the other end checks byte by byte, then waits for the server's
 //!   close;
 //! * `--idle` long-lived connections stay open throughout and exchange an 8-byte ping every
-//!   `--sample-secs`, as chat apps do.
+//!   `--sample-secs`, as chat apps do;
+//! * with `--blackout-every S`, one path at a time (in turn) drops every packet at the relay for
+//!   `--blackout-secs`, as in a failed handover, so reinjection and subflows coming back are
+//!   exercised under the same load.
 //!
 //! Every `--sample-secs` it prints the relay's and proxy's resident memory, open file
 //! descriptors and open passenger flows (`polycorn_flows_open`). After the load it closes

@@ -476,6 +476,62 @@ fn testbed_paths_from_recorded_traces() {
             );
         }
     }
+    // Outages beside a trace loop with it: dark half of every 2 s, so about half the pings
+    // (sent 10 per second) get no answer — and the testbed says what it read.
+    let dark = dir.join("dark.down");
+    std::fs::write(
+        &dark,
+        (1..=2000).map(|m| format!("{m}\n")).collect::<String>(),
+    )
+    .unwrap();
+    std::fs::write(dir.join("dark.outages.csv"), "start_ms,end_ms\n500,1500\n").unwrap();
+    let up = polycorn(&[
+        "testbed",
+        "up",
+        "--name",
+        name,
+        "--trace",
+        dark.to_str().unwrap(),
+    ]);
+    let stderr = String::from_utf8_lossy(&up.stderr).into_owned();
+    assert!(up.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("dark.outages.csv (1 outages, 1.0 s dark per 2.0 s loop)"),
+        "{stderr}"
+    );
+    let ping = Command::new("ip")
+        .args([
+            "netns",
+            "exec",
+            &format!("{name}-relay"),
+            "ping",
+            "-q",
+            "-c",
+            "40",
+            "-i",
+            "0.1",
+            "-W",
+            "1",
+            "-I",
+            "10.100.0.1",
+            "10.100.0.2",
+        ])
+        .output()
+        .unwrap();
+    assert!(polycorn(&["testbed", "down", "--name", name])
+        .status
+        .success());
+    let text = String::from_utf8_lossy(&ping.stdout).into_owned();
+    let received: u32 = text
+        .split(" received")
+        .next()
+        .and_then(|h| h.rsplit(' ').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no ping summary: {text}"));
+    assert!(
+        (10..=30).contains(&received),
+        "{received} of 40 answered: {text}"
+    );
     // A delay count that fits neither one nor every path is refused before anything is made.
     let out = polycorn(&[
         "testbed",
