@@ -182,16 +182,28 @@ fn download(ns: &str, secs: f64) -> Result<f64> {
     .map_err(|_| anyhow::anyhow!("client thread panicked"))?
 }
 
-fn write_configs(dir: &Path, mode: &str) -> Result<(std::path::PathBuf, std::path::PathBuf)> {
+/// Relay (`relay-{mode}.toml`) and proxy (`proxy.toml`) configurations for this topology, with
+/// `scheduler` at both ends and, if given, metrics served on `metrics` in each namespace.
+pub(crate) fn write_configs(
+    dir: &Path,
+    mode: &str,
+    scheduler: &str,
+    metrics: Option<&str>,
+) -> Result<(std::path::PathBuf, std::path::PathBuf)> {
+    let metrics = metrics.map_or(String::new(), |m| {
+        format!("\n[metrics]\nlisten = \"{m}\"\n")
+    });
     let relay = format!(
-        "[relay]\nmode = \"{mode}\"\nscheduler = \"hrsch\"\nproxy = \"10.100.0.2:7700\"\n\n\
+        "[relay]\nmode = \"{mode}\"\nscheduler = \"{scheduler}\"\nproxy = \"10.100.0.2:7700\"\n\n\
          [[path]]\nname = \"p0\"\ndevice = \"path0\"\nsource = \"10.100.0.1\"\nproxy = \"10.100.0.2:7700\"\n\n\
          [[path]]\nname = \"p1\"\ndevice = \"path1\"\nsource = \"10.100.1.1\"\nproxy = \"10.100.1.2:7700\"\n\n\
          [intercept]\ntransparent = \"0.0.0.0:7070\"\ninstall_nft = true\nlan_device = \"lan0\"\n\n\
-         [tls]\nca = \"ca.pem\"\ncert = \"relay.pem\"\nkey = \"relay.key\"\n\n[log]\nlevel = \"info\"\n"
+         [tls]\nca = \"ca.pem\"\ncert = \"relay.pem\"\nkey = \"relay.key\"\n\n[log]\nlevel = \"info\"\n{metrics}"
     );
-    let proxy = "[proxy]\nlisten = \"0.0.0.0:7700\"\ntunnel_listen = \"0.0.0.0:7701\"\ntunnel_peers = [\"10.100.0.0/16\"]\nscheduler = \"hrsch\"\n\n\
-                 [tls]\nca = \"ca.pem\"\ncert = \"proxy.pem\"\nkey = \"proxy.key\"\n\n[policy]\nallow = [\"10.0.2.0/24\"]\n";
+    let proxy = format!(
+        "[proxy]\nlisten = \"0.0.0.0:7700\"\ntunnel_listen = \"0.0.0.0:7701\"\ntunnel_peers = [\"10.100.0.0/16\"]\nscheduler = \"{scheduler}\"\n\n\
+         [tls]\nca = \"ca.pem\"\ncert = \"proxy.pem\"\nkey = \"proxy.key\"\n\n[policy]\nallow = [\"10.0.2.0/24\"]\n{metrics}"
+    );
     let r = dir.join(format!("relay-{mode}.toml"));
     let p = dir.join("proxy.toml");
     std::fs::write(&r, relay)?;
@@ -205,7 +217,7 @@ pub fn run(name: &str, secs: f64) -> Result<Vec<Measured>> {
     polycorn_net::tls::generate(&dir, &[], true)?;
     let topo = Topology::up(name)?;
     start_server(&topo.ns("s"))?;
-    let (_, proxy_cfg) = write_configs(&dir, "polycorn")?;
+    let (_, proxy_cfg) = write_configs(&dir, "polycorn", "hrsch", None)?;
     let proxy_log = dir.join("proxy.log");
     let ready_by = || Instant::now() + Duration::from_secs(20);
     let mut proxy = Daemon::start(&topo.ns("p"), "proxy", &proxy_cfg, proxy_log)?;
@@ -215,7 +227,7 @@ pub fn run(name: &str, secs: f64) -> Result<Vec<Measured>> {
         ("polycorn", "polycorn (hrsch, TLS 1.3)"),
         ("mptcp", "kernel MPTCP (plain)"),
     ] {
-        let (relay_cfg, _) = write_configs(&dir, mode)?;
+        let (relay_cfg, _) = write_configs(&dir, mode, "hrsch", None)?;
         let log = dir.join(format!("relay-{mode}.log"));
         let mut relay = Daemon::start(&topo.ns("r"), "relay", &relay_cfg, log)?;
         relay.wait_for("relay running", 1, ready_by())?;

@@ -471,31 +471,6 @@ fn read_daemon(pid: u32, ns: &str) -> Result<Reading> {
     })
 }
 
-fn write_configs(
-    dir: &std::path::Path,
-    scheduler: &str,
-) -> Result<(std::path::PathBuf, std::path::PathBuf)> {
-    let m = crate::bench::METRICS_ADDR;
-    let relay = format!(
-        "[relay]\nmode = \"polycorn\"\nscheduler = \"{scheduler}\"\nproxy = \"10.100.0.2:7700\"\n\n\
-         [[path]]\nname = \"p0\"\ndevice = \"path0\"\nsource = \"10.100.0.1\"\nproxy = \"10.100.0.2:7700\"\n\n\
-         [[path]]\nname = \"p1\"\ndevice = \"path1\"\nsource = \"10.100.1.1\"\nproxy = \"10.100.1.2:7700\"\n\n\
-         [intercept]\ntransparent = \"0.0.0.0:7070\"\ninstall_nft = true\nlan_device = \"lan0\"\n\n\
-         [tls]\nca = \"ca.pem\"\ncert = \"relay.pem\"\nkey = \"relay.key\"\n\n\
-         [metrics]\nlisten = \"{m}\"\n\n[log]\nlevel = \"info\"\n"
-    );
-    let proxy = format!(
-        "[proxy]\nlisten = \"0.0.0.0:7700\"\nscheduler = \"{scheduler}\"\n\n\
-         [tls]\nca = \"ca.pem\"\ncert = \"proxy.pem\"\nkey = \"proxy.key\"\n\n\
-         [policy]\nallow = [\"10.0.2.0/24\"]\n\n[metrics]\nlisten = \"{m}\"\n"
-    );
-    let r = dir.join("relay.toml");
-    let p = dir.join("proxy.toml");
-    std::fs::write(&r, relay)?;
-    std::fs::write(&p, proxy)?;
-    Ok((r, p))
-}
-
 fn percentile(sorted: &[u64], q: f64) -> f64 {
     if sorted.is_empty() {
         return f64::NAN;
@@ -587,7 +562,12 @@ fn soak(args: &SoakArgs, dir: &std::path::Path, stop: Arc<AtomicBool>) -> Result
         )?;
     }
     start_server(&topo.ns("s"))?;
-    let (relay_cfg, proxy_cfg) = write_configs(dir, &args.scheduler)?;
+    let (relay_cfg, proxy_cfg) = crate::netbench::write_configs(
+        dir,
+        "polycorn",
+        &args.scheduler,
+        Some(crate::bench::METRICS_ADDR),
+    )?;
     let ready_by = || Instant::now() + Duration::from_secs(20);
     let mut proxy = Daemon::start(&p, "proxy", &proxy_cfg, dir.join("proxy.log"))?;
     proxy.wait_for("proxy running", 1, ready_by())?;

@@ -413,27 +413,33 @@ fn testbed_paths_from_recorded_traces() {
     std::fs::write(&csv, format!("Timestamp,Longitude,Latitude,Speed,Operatorname,CellID,NetworkMode,RSRP,RSRQ,SNR,CQI,RSSI,DL_bitrate,UL_bitrate,State,PINGAVG,PINGMIN\n{rows}")).unwrap();
     let name = "pct-trace";
     let _ = polycorn(&["testbed", "down", "--name", name]);
+    // `count` pings relay -> proxy over path `i`, `interval` s apart, each waited for 1 s.
+    let ping = |i: usize, count: &str, interval: &str| {
+        Command::new("ip")
+            .args([
+                "netns",
+                "exec",
+                &format!("{name}-relay"),
+                "ping",
+                "-q",
+                "-c",
+                count,
+                "-i",
+                interval,
+                "-W",
+                "1",
+                "-I",
+                &format!("10.100.{i}.1"),
+                &format!("10.100.{i}.2"),
+            ])
+            .output()
+            .unwrap()
+    };
     // Idle ping RTT of each path (ms, average of 5).
     let rtts = || -> Vec<f64> {
         (0..2)
             .map(|i| {
-                let out = Command::new("ip")
-                    .args([
-                        "netns",
-                        "exec",
-                        &format!("{name}-relay"),
-                        "ping",
-                        "-q",
-                        "-c",
-                        "5",
-                        "-i",
-                        "0.2",
-                        "-I",
-                        &format!("10.100.{i}.1"),
-                        &format!("10.100.{i}.2"),
-                    ])
-                    .output()
-                    .unwrap();
+                let out = ping(i, "5", "0.2");
                 let text = String::from_utf8_lossy(&out.stdout).into_owned();
                 assert!(out.status.success(), "path {i}: {text}");
                 // rtt min/avg/max/mdev = a/b/c/d ms
@@ -499,29 +505,11 @@ fn testbed_paths_from_recorded_traces() {
         stderr.contains("dark.outages.csv (1 outages, 1.0 s dark per 2.0 s loop)"),
         "{stderr}"
     );
-    let ping = Command::new("ip")
-        .args([
-            "netns",
-            "exec",
-            &format!("{name}-relay"),
-            "ping",
-            "-q",
-            "-c",
-            "40",
-            "-i",
-            "0.1",
-            "-W",
-            "1",
-            "-I",
-            "10.100.0.1",
-            "10.100.0.2",
-        ])
-        .output()
-        .unwrap();
+    let dark_ping = ping(0, "40", "0.1");
     assert!(polycorn(&["testbed", "down", "--name", name])
         .status
         .success());
-    let text = String::from_utf8_lossy(&ping.stdout).into_owned();
+    let text = String::from_utf8_lossy(&dark_ping.stdout).into_owned();
     let received: u32 = text
         .split(" received")
         .next()

@@ -201,18 +201,22 @@ mod tests {
         assert!(e.contains("2 values for 1 paths"), "{e}");
     }
 
+    /// A directory with `a.down` and `b.down`: one opportunity per ms, period 100 ms.
+    fn two_paths() -> (tempfile::TempDir, PathBuf, PathBuf) {
+        let d = tempfile::tempdir().unwrap();
+        let (a, b) = (d.path().join("a.down"), d.path().join("b.down"));
+        let ms: String = (1..=100).map(|m| format!("{m}\n")).collect();
+        std::fs::write(&a, &ms).unwrap();
+        std::fs::write(&b, &ms).unwrap();
+        (d, a, b)
+    }
+
     /// Each path its own delay: one `--delay-ms` value per path; `X.delay.csv` beside
     /// `X.down` (what `trip generate` writes) and a log's `PINGMIN` column give series, looped
     /// with the capacity trace; an explicit `--delay-ms` overrides them.
     #[test]
     fn paths_take_their_own_delays() {
-        let d = tempfile::tempdir().unwrap();
-        let a = d.path().join("a.down");
-        let b = d.path().join("b.down");
-        // a: one opportunity per ms for 100 ms (period 100 ms).
-        let ms: String = (1..=100).map(|m| format!("{m}\n")).collect();
-        std::fs::write(&a, &ms).unwrap();
-        std::fs::write(&b, &ms).unwrap();
+        let (d, a, b) = two_paths();
         let t = Traces::load(&[a.clone(), b.clone()], &[10.0, 60.5]).unwrap();
         let trip = t.trip(200);
         assert_eq!(trip.paths[0].owd_us, vec![10_000; 20]);
@@ -271,13 +275,7 @@ mod tests {
     /// and an interruption file without outages is refused.
     #[test]
     fn paths_take_their_own_outages() {
-        let d = tempfile::tempdir().unwrap();
-        let a = d.path().join("a.down");
-        let b = d.path().join("b.down");
-        // Period 100 ms for both.
-        let ms: String = (1..=100).map(|m| format!("{m}\n")).collect();
-        std::fs::write(&a, &ms).unwrap();
-        std::fs::write(&b, &ms).unwrap();
+        let (d, a, b) = two_paths();
         let before = Traces::load(&[a.clone(), b.clone()], &[]).unwrap();
         assert!(before.outages().is_empty());
         assert!(before.trip(300).paths[0].outages_ms.is_empty());
