@@ -722,6 +722,9 @@ pub struct ProxySection {
     /// `rto_max_ms`: upper bound on the downlink subflows' retransmission timeout
     /// (`TCP_RTO_MAX_MS`, 1000..=120000; Linux 6.15 or later). None: the kernel's (120 s).
     pub rto_max_ms: Option<u32>,
+    /// `revoked_relays`: relay names (their certificates' common names, see
+    /// [`crate::tls::issue_relay`]) whose subflows are refused after the TLS handshake.
+    pub revoked_relays: Vec<String>,
 }
 
 impl Default for ProxySection {
@@ -736,6 +739,7 @@ impl Default for ProxySection {
             congestion: None,
             slow_start_after_idle: None,
             rto_max_ms: None,
+            revoked_relays: Vec::new(),
         }
     }
 }
@@ -890,6 +894,18 @@ impl ProxyConfig {
                     p.connect_timeout_s
                 ),
             ));
+        }
+        for (i, name) in p.revoked_relays.iter().enumerate() {
+            crate::tls::check_relay_name(name).map_err(|e| {
+                let why = match e {
+                    crate::tls::TlsError::InvalidRelayName { why, .. } => why,
+                    _ => "not a relay name",
+                };
+                v.invalid(
+                    format!("proxy.revoked_relays[{i}]"),
+                    format!("\"{name}\": {why} (relay names are what `polycorn tls relay --name` accepts)"),
+                )
+            })?;
         }
         v.tls_files(&mut self.tls, base)?;
         for (list, nets) in [
@@ -1528,6 +1544,10 @@ connect_timeout_s = 10
 # Cap on the downlink subflows' retransmission timeout, ms (TCP_RTO_MAX_MS, 1000..=120000,
 # Linux 6.15 or later; see relay.toml). Default: the kernel's (120 s).
 # rto_max_ms = 1000
+# Relays refused after the TLS handshake, by the name in their certificate (`polycorn tls
+# relay --name train-017` issues one per train): a lost or stolen gateway is shut out without
+# redistributing every file. Restart the proxy after a change.
+# revoked_relays = ["train-017"]
 
 [tls]
 ca = "ca.pem"

@@ -8,15 +8,15 @@
 //!
 //! | metric | type | labels | meaning |
 //! |---|---|---|---|
-//! | `polycorn_path_rtt_seconds` | gauge | `path` | smoothed RTT of the path's subflow (kernel `tcpi_rtt`) |
-//! | `polycorn_path_cwnd_bytes` | gauge | `path` | congestion window in bytes |
-//! | `polycorn_path_sent_bytes_total` | counter | `path` | payload bytes written to the subflow |
-//! | `polycorn_path_received_bytes_total` | counter | `path` | payload bytes read from the subflow |
-//! | `polycorn_path_retransmissions_total` | counter | `path` | kernel TCP retransmissions (`tcpi_total_retrans`, summed over reconnects) |
-//! | `polycorn_path_reinjected_bytes_total` | counter | `path` | bytes sent again after another path failed them (reinjection) |
-//! | `polycorn_path_redundant_bytes_total` | counter | `path` | bytes sent as a redundant copy (several paths in one decision) |
-//! | `polycorn_path_up` | gauge | `path` | 1 while the subflow is connected, else 0 |
-//! | `polycorn_path_reconnects_total` | counter | `path` | subflow reconnections after the first connect |
+//! | `polycorn_path_rtt_seconds` | gauge | `path`, `relay` | smoothed RTT of the path's subflow (kernel `tcpi_rtt`) |
+//! | `polycorn_path_cwnd_bytes` | gauge | `path`, `relay` | congestion window in bytes |
+//! | `polycorn_path_sent_bytes_total` | counter | `path`, `relay` | payload bytes written to the subflow |
+//! | `polycorn_path_received_bytes_total` | counter | `path`, `relay` | payload bytes read from the subflow |
+//! | `polycorn_path_retransmissions_total` | counter | `path`, `relay` | kernel TCP retransmissions (`tcpi_total_retrans`, summed over reconnects) |
+//! | `polycorn_path_reinjected_bytes_total` | counter | `path`, `relay` | bytes sent again after another path failed them (reinjection) |
+//! | `polycorn_path_redundant_bytes_total` | counter | `path`, `relay` | bytes sent as a redundant copy (several paths in one decision) |
+//! | `polycorn_path_up` | gauge | `path`, `relay` | 1 while the subflow is connected, else 0 |
+//! | `polycorn_path_reconnects_total` | counter | `path`, `relay` | subflow reconnections after the first connect |
 //! | `polycorn_user_bytes_total` | counter | `user`, `direction` | passenger payload bytes, `up` (to servers) or `down` |
 //! | `polycorn_stage_decisions_total` | counter | `stage` | scheduling decisions in which the stage moved a path |
 //! | `polycorn_reorder_wait_seconds` | histogram | | per data segment that arrived out of order: time until it could be delivered in order (the receive side's out-of-order delay) |
@@ -24,12 +24,16 @@
 //! | `polycorn_flows_total` | counter | | passenger connections opened |
 //! | `polycorn_flows_reset_total` | counter | | passenger connections ended by a reset |
 //! | `polycorn_frames_rejected_total` | counter | `reason` | frames refused by the session (malformed, unknown flow, …) |
-//! | `polycorn_peers_rejected_total` | counter | | subflow connections refused (TLS or hello failure) |
+//! | `polycorn_peers_rejected_total` | counter | | subflow connections refused (TLS or hello failure, revoked relay, session of another relay) |
 //!
+//! `relay` is the relay's name, the common name of its certificate (`polycorn-relay` for the
+//! certificate of `tls generate`, the train's name for one from `tls relay --name`): on a
+//! proxy serving several trains each train's paths are series of their own, and on the relay
+//! it is its own name, so dashboards of both ends match.
 //! # Bounded labels
 //!
 //! Label values come from the network (passenger addresses) or from code (path, stage and
-//! reason names). Each label dimension has a cap ([`MAX_PATHS`], [`MAX_USERS`],
+//! reason names). Each label dimension has a cap ([`MAX_PATHS`], [`MAX_RELAYS`], [`MAX_USERS`],
 //! [`MAX_STAGES`], [`MAX_REASONS`]); values beyond it share the series labelled
 //! [`OVERFLOW_LABEL`] (`other`), so a flood of passenger addresses cannot grow memory or the
 //! scrape without bound. Values are sanitised to `[A-Za-z0-9_.:/-]` (others become `_`) and
@@ -70,6 +74,8 @@ use tokio::sync::Semaphore;
 
 /// Most distinct `path` label values (the config allows 32 paths).
 pub const MAX_PATHS: usize = 64;
+/// Most distinct `relay` label values (trains served by one proxy).
+pub const MAX_RELAYS: usize = 256;
 /// Most distinct `user` label values.
 pub const MAX_USERS: usize = 4096;
 /// Most distinct `stage` label values.
@@ -101,6 +107,7 @@ pub type GaugeF64 = Gauge<f64, AtomicU64>;
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct PathLabels {
     path: String,
+    relay: String,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -226,7 +233,10 @@ impl UserMetrics {
 /// Label values seen per dimension, for the caps.
 #[derive(Debug, Default)]
 struct Seen {
-    paths: BTreeMap<String, Arc<AtomicU64>>,
+    paths: BTreeMap<String, ()>,
+    relays: BTreeMap<String, ()>,
+    /// Kernel retransmissions already counted, per (relay, path) label pair.
+    retrans_seen: BTreeMap<(String, String), Arc<AtomicU64>>,
     users: BTreeMap<String, ()>,
     stages: BTreeMap<String, ()>,
     reasons: BTreeMap<String, ()>,
@@ -444,15 +454,19 @@ impl Metrics {
         self.seen.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// The series of path `name` (created on first use).
-    pub fn path(&self, name: &str) -> PathMetrics {
-        let (label, baseline) = {
+    /// The series of path `name` of relay `relay` (created on first use).
+    pub fn path(&self, relay: &str, name: &str) -> PathMetrics {
+        let (l, baseline) = {
             let mut seen = self.seen();
-            let label = admit(&mut seen.paths, sanitize(name), MAX_PATHS);
-            let baseline = seen.paths.entry(label.clone()).or_default().clone();
-            (label, baseline)
+            let path = admit(&mut seen.paths, sanitize(name), MAX_PATHS);
+            let relay = admit(&mut seen.relays, sanitize(relay), MAX_RELAYS);
+            let baseline = seen
+                .retrans_seen
+                .entry((relay.clone(), path.clone()))
+                .or_default()
+                .clone();
+            (PathLabels { path, relay }, baseline)
         };
-        let l = PathLabels { path: label };
         PathMetrics {
             rtt_seconds: series(&self.path_rtt, &l),
             cwnd_bytes: series(&self.path_cwnd, &l),

@@ -44,6 +44,8 @@ pub struct ProxyOptions {
     pub predictor: Option<PredictorFactory>,
     /// Where to count bytes, refusals and flows.
     pub metrics: Option<Arc<crate::metrics::Metrics>>,
+    /// Relay names refused after the TLS handshake (`proxy.revoked_relays`).
+    pub revoked_relays: Vec<String>,
 }
 
 impl std::fmt::Debug for ProxyOptions {
@@ -99,7 +101,19 @@ impl Connector {
     }
 }
 
-type Sessions = Arc<Mutex<HashMap<u64, Engine>>>;
+/// A relay's session on the proxy.
+#[derive(Clone)]
+#[allow(missing_debug_implementations)] // the engine is a handle on a session, not data
+pub struct LiveSession {
+    /// The relay's name (its certificate's common name): every subflow of the session must
+    /// present it.
+    pub relay: Arc<str>,
+    /// The session.
+    pub engine: Engine,
+}
+
+/// The live sessions by id.
+pub type Sessions = Arc<Mutex<HashMap<u64, LiveSession>>>;
 
 /// A refused peer is warned about again after this long (with how many of its attempts were
 /// refused meanwhile); in between its refusals go to debug.
@@ -151,9 +165,7 @@ impl Refusals {
 
 /// Start the proxy: bind listeners (errors name the address); returns the running tasks and
 /// the live sessions (for metrics).
-pub async fn start(
-    opts: ProxyOptions,
-) -> Result<(JoinSet<()>, Arc<Mutex<HashMap<u64, Engine>>>), String> {
+pub async fn start(opts: ProxyOptions) -> Result<(JoinSet<()>, Sessions), String> {
     let mut tasks = JoinSet::new();
     let sessions: Sessions = Arc::new(Mutex::new(HashMap::new()));
     let connector = Arc::new(Connector::new(opts.policy.clone(), opts.connect_timeout));
@@ -246,10 +258,48 @@ async fn accept_loop(
                     return;
                 }
             };
-            let (engine, created) = {
+            // Refused after the handshake: a revoked relay, or a subflow naming a session
+            // that another relay holds.
+            let refuse = |cause: String| {
+                let warn = refusals.lock().expect("refusals").refused(
+                    std::time::Instant::now(),
+                    peer.ip(),
+                    &cause,
+                );
+                match warn {
+                    Some(n) => warn!(
+                        %peer,
+                        relay = %acc.relay,
+                        error = %cause,
+                        refused_since_last_warning = (n > 0).then_some(n),
+                        "subflow refused"
+                    ),
+                    None => debug!(%peer, relay = %acc.relay, error = %cause, "subflow refused"),
+                }
+                if let Some(m) = &o.metrics {
+                    m.peers_rejected.inc();
+                }
+            };
+            if o.revoked_relays.contains(&acc.relay) {
+                refuse(format!(
+                    "relay certificate `{}` is revoked (proxy.revoked_relays)",
+                    acc.relay
+                ));
+                return;
+            }
+            let (engine, created, same_name) = {
                 let mut map = s.lock().unwrap_or_else(|p| p.into_inner());
                 match map.get(&acc.session) {
-                    Some(e) => (e.clone(), false),
+                    Some(live) if *live.relay != *acc.relay => {
+                        let owner = live.relay.clone();
+                        drop(map);
+                        refuse(format!(
+                            "session {:016x} belongs to relay `{owner}`, not `{}`",
+                            acc.session, acc.relay
+                        ));
+                        return;
+                    }
+                    Some(live) => (live.engine.clone(), false, 0),
                     None => {
                         let mut cfg =
                             o.tuning
@@ -272,7 +322,14 @@ async fn accept_loop(
                         if let Some(m) = &o.metrics {
                             engine.set_metrics(m.clone());
                         }
-                        map.insert(acc.session, engine.clone());
+                        let same_name = map.values().filter(|l| *l.relay == *acc.relay).count();
+                        map.insert(
+                            acc.session,
+                            LiveSession {
+                                relay: acc.relay.as_str().into(),
+                                engine: engine.clone(),
+                            },
+                        );
                         tokio::spawn(engine.clone().run_timer());
                         tokio::spawn(session_events(
                             engine.clone(),
@@ -281,12 +338,27 @@ async fn accept_loop(
                             s.clone(),
                             c.clone(),
                         ));
-                        (engine, true)
+                        (engine, true, same_name)
                     }
                 }
             };
             if created {
-                info!(session = format!("{:016x}", acc.session), %peer, "new relay session");
+                info!(
+                    session = format!("{:016x}", acc.session),
+                    relay = %acc.relay,
+                    %peer,
+                    "new relay session"
+                );
+                if same_name > 0 {
+                    // A restarted relay's old session lives on until its hold time; two
+                    // gateways sharing one certificate keep theirs for as long as both run.
+                    warn!(
+                        relay = %acc.relay,
+                        other_sessions = same_name,
+                        "this relay name already has a session: a relay that restarted, or \
+                         one certificate on two gateways (issue one per train)"
+                    );
+                }
             }
             let hello = engine.inspect(|x| x.hello(acc.path).to_vec());
             let mut stream = acc.stream;
@@ -294,12 +366,12 @@ async fn accept_loop(
                 warn!(%peer, error = %e, "cannot answer Hello");
                 return;
             }
-            info!(%peer, path = acc.path, "subflow up");
+            info!(%peer, relay = %acc.relay, path = acc.path, "subflow up");
             let (r, w) = tokio::io::split(stream);
             let err = engine
                 .run_subflow(acc.path, acc.epoch, acc.initial, r, w, acc.tcp_info)
                 .await;
-            warn!(%peer, path = acc.path, error = %err, "subflow ended");
+            warn!(%peer, relay = %acc.relay, path = acc.path, error = %err, "subflow ended");
             if let (Some(m), crate::engine::SubflowError::Proto(e)) = (&o.metrics, &err) {
                 m.frame_rejected(proto_reason(e)).inc();
             }

@@ -358,6 +358,9 @@ pub struct Accepted {
     pub stream: tokio_rustls::server::TlsStream<TcpStream>,
     /// Session id from the Hello.
     pub session: u64,
+    /// The relay's name: the common name of the certificate it presented
+    /// ([`crate::tls::relay_name`]; `unnamed` if it has none).
+    pub relay: String,
     /// Path from the Hello.
     pub path: u8,
     /// The relay's incarnation of the session (from its Hello).
@@ -372,6 +375,7 @@ impl std::fmt::Debug for Accepted {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Accepted")
             .field("session", &self.session)
+            .field("relay", &self.relay)
             .field("path", &self.path)
             .finish_non_exhaustive()
     }
@@ -397,9 +401,17 @@ pub async fn proxy_accept(
     let (stream, hello, initial) = tokio::time::timeout(HANDSHAKE_TIMEOUT, fut)
         .await
         .map_err(|_| HandshakeError::Timeout("TLS and Hello"))??;
+    let relay = stream
+        .get_ref()
+        .1
+        .peer_certificates()
+        .and_then(|chain| chain.first())
+        .and_then(crate::tls::relay_name)
+        .unwrap_or_else(|| "unnamed".into());
     Ok(Accepted {
         stream,
         session: hello.session,
+        relay,
         path: hello.path,
         epoch: hello.epoch,
         initial,

@@ -8,6 +8,14 @@
 //!   [`PROXY_SERVER_NAME`] whatever IP address a path uses to reach the proxy, and presents
 //!   `relay.pem` (clientAuth, name `polycorn-relay`).
 //!
+//! **One certificate per train.** [`issue_relay`] signs a further relay certificate with the
+//! CA of a set, named after the train (`polycorn tls relay --name train-042 ./creds`). The proxy
+//! reads that name from the certificate each subflow presents ([`relay_name`]): it labels the
+//! session's logs and per-path metrics, binds the session to it (a subflow of another relay
+//! cannot join), and a name listed in `proxy.revoked_relays` is refused — so one lost gateway is
+//! shut out without redistributing every file. The set's own `relay.pem` is named
+//! [`RELAY_NAME`].
+//!
 //! Because the key usages differ, the proxy's key cannot pose as a relay and the relay's key
 //! cannot pose as a proxy. Both sides negotiate ALPN [`ALPN`] (`polycorn/1`).
 //!
@@ -160,6 +168,22 @@ pub enum TlsError {
         /// The name as given.
         san: String,
     },
+    /// A relay name [`issue_relay`] cannot put in a certificate.
+    #[error("relay name `{name}`: {why}")]
+    InvalidRelayName {
+        /// The name as given.
+        name: String,
+        /// What is wrong with it.
+        why: &'static str,
+    },
+    /// The CA key does not belong to the CA certificate (files of two different sets).
+    #[error("{}: not the key of the CA certificate {} (are they from the same `tls generate`?)", key.display(), cert.display())]
+    CaKeyMismatch {
+        /// `ca.pem`.
+        cert: PathBuf,
+        /// `ca.key`.
+        key: PathBuf,
+    },
     /// Certificate generation failed.
     #[error("generating {what}: {source}")]
     Generate {
@@ -185,6 +209,148 @@ pub struct Generated {
     pub relay_cert: PathBuf,
     /// `relay.key`.
     pub relay_key: PathBuf,
+}
+
+/// The files [`issue_relay`] wrote.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IssuedRelay {
+    /// `NAME.pem`: the relay certificate, common name and DNS name `NAME`.
+    pub cert: PathBuf,
+    /// `NAME.key` (mode 0600).
+    pub key: PathBuf,
+}
+
+/// Longest relay name (one DNS label).
+pub const MAX_RELAY_NAME: usize = 63;
+
+/// Checks a relay name: 1–[`MAX_RELAY_NAME`] characters of `a-z`, `0-9` and `-`, not starting or
+/// ending with `-` (a DNS label, so it fits the certificate's DNS name and needs no escaping in
+/// logs, metrics labels or file names).
+pub fn check_relay_name(name: &str) -> Result<(), TlsError> {
+    let bad = |why| {
+        Err(TlsError::InvalidRelayName {
+            name: name.to_string(),
+            why,
+        })
+    };
+    if name.is_empty() {
+        return bad("empty");
+    }
+    if name.len() > MAX_RELAY_NAME {
+        return bad("longer than 63 characters");
+    }
+    if !name
+        .bytes()
+        .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+    {
+        return bad("only a-z, 0-9 and '-' are allowed");
+    }
+    if name.starts_with('-') || name.ends_with('-') {
+        return bad("must not start or end with '-'");
+    }
+    Ok(())
+}
+
+/// Signs a certificate for the relay `name` with the CA in `ca_dir` (`ca.pem`, `ca.key`), and
+/// writes `NAME.pem` and `NAME.key` into `out` (created, mode 0700, if missing).
+///
+/// The certificate is like the set's `relay.pem` (client authentication only, same validity)
+/// with `name` as its common name and DNS name. Existing files are an error unless `force`;
+/// nothing is written then. `ca.key` must belong to `ca.pem`.
+pub fn issue_relay(
+    ca_dir: &Path,
+    name: &str,
+    out: &Path,
+    force: bool,
+) -> Result<IssuedRelay, TlsError> {
+    check_relay_name(name)?;
+    let (ca_pem, ca_key_file) = (ca_dir.join("ca.pem"), ca_dir.join("ca.key"));
+    let ca_der = load_certs(&ca_pem)?.swap_remove(0);
+    let ca_key_text = String::from_utf8(read(&ca_key_file)?).map_err(|_| TlsError::NoKey {
+        file: ca_key_file.clone(),
+    })?;
+    let ca_key = KeyPair::from_pem(&ca_key_text).map_err(|_| TlsError::NoKey {
+        file: ca_key_file.clone(),
+    })?;
+    let (_, parsed) =
+        x509_parser::parse_x509_certificate(&ca_der).map_err(|e| TlsError::BadCa {
+            file: ca_pem.clone(),
+            detail: e.to_string(),
+        })?;
+    if parsed.public_key().subject_public_key.data.as_ref() != ca_key.public_key_raw() {
+        return Err(TlsError::CaKeyMismatch {
+            cert: ca_pem,
+            key: ca_key_file,
+        });
+    }
+    let ca_params = CertificateParams::from_ca_cert_der(&ca_der).map_err(|e| TlsError::BadCa {
+        file: ca_pem.clone(),
+        detail: e.to_string(),
+    })?;
+    let gen = |what| move |source| TlsError::Generate { what, source };
+    // The issuer as rcgen needs it: same name, key and key identifier as `ca.pem`, so the new
+    // certificate chains to the file every proxy already trusts.
+    let issuer = ca_params
+        .self_signed(&ca_key)
+        .map_err(gen("CA certificate"))?;
+    let paths = [
+        out.join(format!("{name}.pem")),
+        out.join(format!("{name}.key")),
+    ];
+    if !force {
+        if let Some(existing) = paths.iter().find(|p| p.symlink_metadata().is_ok()) {
+            return Err(TlsError::Exists {
+                file: existing.clone(),
+            });
+        }
+    }
+    let key = KeyPair::generate().map_err(gen("relay key"))?;
+    let mut p = CertificateParams::default();
+    p.not_before = rcgen::date_time_ymd(1970, 1, 1);
+    p.not_after = rcgen::date_time_ymd(current_year() + VALIDITY_YEARS, 1, 1);
+    let mut dn = DistinguishedName::new();
+    dn.push(DnType::OrganizationName, "polycorn");
+    dn.push(DnType::CommonName, name);
+    p.distinguished_name = dn;
+    p.subject_alt_names = vec![SanType::DnsName(
+        name.try_into().map_err(gen("relay name"))?,
+    )];
+    p.key_usages = vec![KeyUsagePurpose::DigitalSignature];
+    p.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
+    p.use_authority_key_identifier_extension = true;
+    let cert = p
+        .signed_by(&key, &issuer, &ca_key)
+        .map_err(gen("relay certificate"))?;
+    fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(out)
+        .map_err(|source| TlsError::Write {
+            file: out.to_path_buf(),
+            source,
+        })?;
+    write_file(&paths[0], cert.pem().as_bytes(), false, force)?;
+    write_file(&paths[1], key.serialize_pem().as_bytes(), true, force)?;
+    let [cert, key] = paths;
+    Ok(IssuedRelay { cert, key })
+}
+
+/// The relay name a certificate carries: its subject's common name (`None` if it has none or
+/// cannot be parsed). The proxy calls it on the certificate a subflow presented, which the
+/// handshake has already verified.
+pub fn relay_name(cert: &CertificateDer<'_>) -> Option<String> {
+    let (_, parsed) = x509_parser::parse_x509_certificate(cert).ok()?;
+    let cn = parsed.subject().iter_common_name().next()?;
+    cn.as_str().ok().map(str::to_string)
+}
+
+/// The relay name in certificate file `file` (the relay labels its own metrics with it).
+pub fn relay_name_of_file(file: &Path) -> Result<String, TlsError> {
+    let certs = load_certs(file)?;
+    relay_name(&certs[0]).ok_or_else(|| TlsError::BadPem {
+        file: file.to_path_buf(),
+        detail: "the certificate has no common name".into(),
+    })
 }
 
 /// Creates a CA and the proxy and relay certificates it signs, in `dir` (created, mode 0700,

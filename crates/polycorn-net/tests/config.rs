@@ -748,6 +748,18 @@ fn proxy_errors() {
     )
     .unwrap();
     assert_eq!(p.proxy.listen.len(), 2);
+    let p = proxy(
+        &format!("[proxy]\nrevoked_relays = [\"train-017\", \"train-9\"]\n{PROXY_MIN}"),
+        d,
+    )
+    .unwrap();
+    assert_eq!(p.proxy.revoked_relays, ["train-017", "train-9"]);
+    proxy_err(
+        &format!("[proxy]\nrevoked_relays = [\"train-1\", \"Train 2\"]\n{PROXY_MIN}"),
+        d,
+        "proxy.revoked_relays[1]",
+        "\"Train 2\": only a-z, 0-9 and '-' are allowed",
+    );
     proxy_err(
         &format!("[proxy]\ntunnel_listen = \"0.0.0.0:7701\"\n{PROXY_MIN}"),
         d,

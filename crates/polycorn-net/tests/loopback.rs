@@ -109,7 +109,7 @@ struct Pair {
     socks: SocketAddr,
     dir: tempfile::TempDir,
     proxy_tasks: tokio::task::JoinSet<()>,
-    sessions: Arc<std::sync::Mutex<std::collections::HashMap<u64, polycorn_net::engine::Engine>>>,
+    sessions: polycorn_net::proxy::Sessions,
     relay_tasks: tokio::task::JoinSet<()>,
     relay: relay::Carrier,
 }
@@ -141,6 +141,7 @@ async fn start_pair(spec: &str, tuning: Tuning) -> Pair {
         connect_timeout: Duration::from_secs(3),
         predictor: None,
         metrics: None,
+        revoked_relays: Vec::new(),
     };
     let (proxy_tasks, sessions) = proxy::start(popts).await.unwrap();
     let socks = SocketAddr::from(([127, 0, 0, 1], free_port().await));
@@ -214,6 +215,7 @@ async fn the_proxy_frees_an_idle_session_whose_relay_is_gone() {
         .values()
         .next()
         .unwrap()
+        .engine
         .downgrade();
     let Pair {
         proxy_tasks,

@@ -40,7 +40,7 @@ const GET: &[u8] = b"GET /metrics HTTP/1.1\r\nHost: localhost\r\nUser-Agent: tes
 #[tokio::test]
 async fn scrape_shows_labelled_values() {
     let m = Arc::new(Metrics::new());
-    let a = m.path("A");
+    let a = m.path("train-1", "A");
     a.set_rtt(Duration::from_millis(185));
     a.set_cwnd_bytes(65_536);
     a.sent_bytes.inc_by(1_000);
@@ -53,7 +53,7 @@ async fn scrape_shows_labelled_values() {
     // A new subflow counts from zero again.
     a.reconnected();
     a.set_kernel_retransmissions(2);
-    let b = m.path("B");
+    let b = m.path("train-1", "B");
     b.connected();
     b.disconnected();
     let user: IpAddr = "10.0.1.23".parse().unwrap();
@@ -77,16 +77,16 @@ async fn scrape_shows_labelled_values() {
         "{head}"
     );
     for line in [
-        "polycorn_path_rtt_seconds{path=\"A\"} 0.185",
-        "polycorn_path_cwnd_bytes{path=\"A\"} 65536",
-        "polycorn_path_sent_bytes_total{path=\"A\"} 1000",
-        "polycorn_path_received_bytes_total{path=\"A\"} 2000",
-        "polycorn_path_retransmissions_total{path=\"A\"} 9",
-        "polycorn_path_reinjected_bytes_total{path=\"A\"} 300",
-        "polycorn_path_redundant_bytes_total{path=\"A\"} 400",
-        "polycorn_path_up{path=\"A\"} 1",
-        "polycorn_path_up{path=\"B\"} 0",
-        "polycorn_path_reconnects_total{path=\"A\"} 1",
+        "polycorn_path_rtt_seconds{path=\"A\",relay=\"train-1\"} 0.185",
+        "polycorn_path_cwnd_bytes{path=\"A\",relay=\"train-1\"} 65536",
+        "polycorn_path_sent_bytes_total{path=\"A\",relay=\"train-1\"} 1000",
+        "polycorn_path_received_bytes_total{path=\"A\",relay=\"train-1\"} 2000",
+        "polycorn_path_retransmissions_total{path=\"A\",relay=\"train-1\"} 9",
+        "polycorn_path_reinjected_bytes_total{path=\"A\",relay=\"train-1\"} 300",
+        "polycorn_path_redundant_bytes_total{path=\"A\",relay=\"train-1\"} 400",
+        "polycorn_path_up{path=\"A\",relay=\"train-1\"} 1",
+        "polycorn_path_up{path=\"B\",relay=\"train-1\"} 0",
+        "polycorn_path_reconnects_total{path=\"A\",relay=\"train-1\"} 1",
         "polycorn_user_bytes_total{user=\"10.0.1.23\",direction=\"up\"} 123",
         "polycorn_user_bytes_total{user=\"10.0.1.23\",direction=\"down\"} 4567",
         "polycorn_stage_decisions_total{stage=\"hpr\"} 1",
@@ -164,18 +164,26 @@ fn metrics_are_send_sync_and_handles_share_state() {
     fn assert_send_sync<T: Send + Sync>() {}
     assert_send_sync::<Metrics>();
     let m = Metrics::new();
-    let one = m.path("A");
-    let two = m.path("A");
+    let one = m.path("train-1", "A");
+    let two = m.path("train-1", "A");
     one.sent_bytes.inc_by(10);
     two.sent_bytes.inc_by(5);
-    assert_eq!(m.path("A").sent_bytes.get(), 15);
+    assert_eq!(m.path("train-1", "A").sent_bytes.get(), 15);
     // The retransmission baseline is per path, shared by every handle.
     one.set_kernel_retransmissions(4);
     two.set_kernel_retransmissions(6);
-    assert_eq!(m.path("A").retransmissions.get(), 6);
-    // Names are sanitised so the exposition stays well-formed.
-    m.path("bad\"name\n").up.set(1);
+    assert_eq!(m.path("train-1", "A").retransmissions.get(), 6);
+    // Another relay's path of the same name is a series of its own, with its own baseline.
+    let other = m.path("train-2", "A");
+    other.set_kernel_retransmissions(2);
+    assert_eq!(other.retransmissions.get(), 2);
+    assert_eq!(m.path("train-1", "A").sent_bytes.get(), 15);
     assert!(m
         .encode()
-        .contains("polycorn_path_up{path=\"bad_name_\"} 1"));
+        .contains("polycorn_path_retransmissions_total{path=\"A\",relay=\"train-2\"} 2"));
+    // Names are sanitised so the exposition stays well-formed.
+    m.path("train-1", "bad\"name\n").up.set(1);
+    assert!(m
+        .encode()
+        .contains("polycorn_path_up{path=\"bad_name_\",relay=\"train-1\"} 1"));
 }

@@ -284,3 +284,69 @@ async fn mismatched_credentials_fail_the_relay_connect_as_setup_errors() {
         assert!(proxy.await.unwrap().is_err(), "{what}: the proxy accepted");
     }
 }
+
+/// One certificate per train: signed by the set's CA, accepted by the set's proxy, and the
+/// proxy reads the train's name from it.
+#[tokio::test]
+async fn a_relay_certificate_per_train_handshakes_and_carries_its_name() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("pki");
+    let g = generated(&dir);
+    let out = tmp.path().join("train-042");
+    let issued = tls::issue_relay(&dir, "train-042", &out, false).unwrap();
+    assert_eq!(issued.cert, out.join("train-042.pem"));
+    let mode = std::fs::metadata(&issued.key).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode, 0o600);
+    let server = tls::server_config(&g.ca_cert, &g.proxy_cert, &g.proxy_key).unwrap();
+    let client = tls::client_config(&g.ca_cert, &issued.cert, &issued.key).unwrap();
+    let (server_result, client_ok) = handshake(server, client).await;
+    let peer = server_result.expect("the proxy accepts the train's certificate");
+    assert!(client_ok);
+    assert_eq!(tls::relay_name(&peer[0]).as_deref(), Some("train-042"));
+    assert_eq!(tls::relay_name_of_file(&issued.cert).unwrap(), "train-042");
+    assert_eq!(
+        tls::relay_name_of_file(&g.relay_cert).unwrap(),
+        tls::RELAY_NAME
+    );
+    // Issued again: refused unless forced, and nothing is overwritten.
+    let before = std::fs::read(&issued.key).unwrap();
+    let e = tls::issue_relay(&dir, "train-042", &out, false).unwrap_err();
+    assert!(matches!(e, TlsError::Exists { .. }), "{e}");
+    assert_eq!(std::fs::read(&issued.key).unwrap(), before);
+    tls::issue_relay(&dir, "train-042", &out, true).unwrap();
+    assert_ne!(std::fs::read(&issued.key).unwrap(), before);
+}
+
+#[test]
+fn relay_names_and_ca_files_are_checked() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("pki");
+    generated(&dir);
+    for (name, why) in [
+        ("", "empty"),
+        ("Train-1", "only a-z"),
+        ("train 1", "only a-z"),
+        ("train_1", "only a-z"),
+        ("-train", "must not start or end"),
+        (&"x".repeat(64), "longer than 63"),
+    ] {
+        let e = tls::issue_relay(&dir, name, &dir, false).unwrap_err();
+        let text = e.to_string();
+        assert!(text.contains(why), "{name:?}: {text}");
+        assert!(text.contains(&format!("`{name}`")), "{text}");
+    }
+    tls::check_relay_name(&"x".repeat(63)).unwrap();
+    // The CA key of another set: refused, naming both files.
+    let other = tmp.path().join("other");
+    generated(&other);
+    std::fs::copy(other.join("ca.key"), dir.join("ca.key")).unwrap();
+    let e = tls::issue_relay(&dir, "train-1", &dir, false).unwrap_err();
+    assert!(matches!(e, TlsError::CaKeyMismatch { .. }), "{e}");
+    let text = e.to_string();
+    assert!(text.contains("ca.key") && text.contains("ca.pem"), "{text}");
+    assert!(!dir.join("train-1.pem").exists());
+    // No CA key at all (a proxy's directory): the file is named.
+    std::fs::remove_file(dir.join("ca.key")).unwrap();
+    let e = tls::issue_relay(&dir, "train-1", &dir, false).unwrap_err();
+    assert!(e.to_string().contains("ca.key: file not found"), "{e}");
+}

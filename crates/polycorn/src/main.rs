@@ -182,6 +182,21 @@ enum TlsAction {
         #[arg(long)]
         force: bool,
     },
+    /// Sign a certificate for one more relay (one per train) with the CA in DIR, so the proxy
+    /// can tell trains apart and refuse one (`proxy.revoked_relays`) without re-keying the rest.
+    Relay {
+        /// Directory holding `ca.pem` and `ca.key` (as `tls generate` wrote them).
+        dir: std::path::PathBuf,
+        /// The relay's name: 1-63 of a-z, 0-9 and '-', e.g. `train-042`.
+        #[arg(long)]
+        name: String,
+        /// Where to write NAME.pem and NAME.key (default: DIR).
+        #[arg(long)]
+        out: Option<std::path::PathBuf>,
+        /// Overwrite NAME.pem and NAME.key if they exist.
+        #[arg(long)]
+        force: bool,
+    },
 }
 
 #[derive(Subcommand, Debug)]
@@ -281,6 +296,15 @@ fn run(cli: Cli) -> Result<()> {
         Command::Tls {
             action: TlsAction::Generate { dir, san, force },
         } => net_cmd::tls_generate(&dir, &san, force)?,
+        Command::Tls {
+            action:
+                TlsAction::Relay {
+                    dir,
+                    name,
+                    out,
+                    force,
+                },
+        } => net_cmd::tls_relay(&dir, &name, out.as_deref(), force)?,
         Command::Config {
             action: ConfigAction::Example { role },
         } => net_cmd::config_example(&role)?,

@@ -206,6 +206,7 @@ struct Sampled {
 /// `polycorn_flows_open`.
 fn sample_metrics(
     engine: WeakEngine,
+    relay: Arc<str>,
     names: Vec<String>,
     metrics: Arc<Metrics>,
 ) -> tokio::task::JoinHandle<()> {
@@ -223,7 +224,7 @@ fn sample_metrics(
                 metrics.flows_open.dec_by(last.open);
                 return;
             };
-            sample_once(&engine, &names, &metrics, &mut last, &mut waits);
+            sample_once(&engine, &relay, &names, &metrics, &mut last, &mut waits);
         }
     })
 }
@@ -231,6 +232,7 @@ fn sample_metrics(
 /// One sample of [`sample_metrics`]: `last` holds what the previous one wrote.
 fn sample_once(
     engine: &polycorn_net::engine::Engine,
+    relay: &str,
     names: &[String],
     metrics: &Metrics,
     last: &mut Sampled,
@@ -259,7 +261,7 @@ fn sample_once(
     });
     let (paths, open, totals, stages) = snapshot;
     for (i, (c, st, up)) in paths.into_iter().enumerate() {
-        let m = metrics.path(&names[i]);
+        let m = metrics.path(relay, &names[i]);
         let l = last.paths[i];
         m.sent_bytes.inc_by(c.tx_bytes.saturating_sub(l.tx_bytes));
         m.received_bytes
@@ -350,6 +352,11 @@ pub fn relay(path: &Path) -> Result<()> {
                 proxy: cfg.proxy_for(p),
             })
             .collect();
+        // The name the proxy knows this relay by (its certificate's), for its own metrics.
+        let relay_name = match &cfg.tls {
+            Some(t) => tls::relay_name_of_file(&t.cert)?,
+            None => tls::RELAY_NAME.to_string(),
+        };
         let tls_cfg = match (&cfg.tls, mode) {
             (Some(t), _) => Some(tls::client_config(&t.ca, &t.cert, &t.key)?),
             (None, Mode::Polycorn) => bail!("[tls]: required in polycorn mode"),
@@ -448,6 +455,7 @@ pub fn relay(path: &Path) -> Result<()> {
             engine.set_metrics(metrics.clone());
             sample_metrics(
                 engine.downgrade(),
+                relay_name.into(),
                 paths.iter().map(|p| p.name.clone()).collect(),
                 metrics,
             );
@@ -500,27 +508,46 @@ pub fn proxy(path: &Path) -> Result<()> {
             connect_timeout: cfg.proxy.connect_timeout(),
             predictor,
             metrics: Some(metrics.clone()),
+            revoked_relays: cfg.proxy.revoked_relays.clone(),
         };
+        if !cfg.proxy.revoked_relays.is_empty() {
+            info!(relays = ?cfg.proxy.revoked_relays, "revoked relays will be refused");
+        }
         serve_metrics(&cfg.metrics, metrics.clone()).await?;
         let (mut tasks, sessions) = proxy::start(opts).await.map_err(anyhow::Error::msg)?;
         {
             // Per-path metrics of every live session (paths are named by index on the proxy).
             let m = metrics.clone();
             tokio::spawn(async move {
-                let mut started = std::collections::HashSet::new();
+                // Session id -> (relay name, paths sampled).
+                let mut started: std::collections::HashMap<u64, (Arc<str>, usize)> =
+                    std::collections::HashMap::new();
                 let mut tick = tokio::time::interval(Duration::from_secs(1));
                 loop {
                     tick.tick().await;
-                    let live: Vec<(u64, polycorn_net::engine::Engine)> = sessions
+                    let live: Vec<(u64, polycorn_net::proxy::LiveSession)> = sessions
                         .lock()
                         .unwrap_or_else(|p| p.into_inner())
                         .iter()
                         .map(|(k, v)| (*k, v.clone()))
                         .collect();
-                    // Forget sessions that are over (their samplers stop by themselves).
-                    started.retain(|id| live.iter().any(|(l, _)| l == id));
-                    for (id, e) in live {
-                        if started.insert(id) {
+                    // Forget sessions that are over (their samplers stop by themselves); a
+                    // relay left with no session shows its paths down.
+                    let (gone, kept): (Vec<_>, Vec<_>) = started
+                        .drain()
+                        .partition(|(id, _)| !live.iter().any(|(l, _)| l == id));
+                    started.extend(kept);
+                    for (_, (relay, n)) in gone {
+                        if !live.iter().any(|(_, l)| l.relay == relay) {
+                            for i in 0..n {
+                                m.path(&relay, &i.to_string()).up.set(0);
+                            }
+                        }
+                    }
+                    for (id, live) in live {
+                        let e = live.engine;
+                        if let std::collections::hash_map::Entry::Vacant(slot) = started.entry(id)
+                        {
                             let names = (0..polycorn_sched::MAX_PATHS)
                                 .map(|i| format!("{i}"))
                                 .collect::<Vec<_>>();
@@ -532,7 +559,14 @@ pub fn proxy(path: &Path) -> Result<()> {
                                     .count()
                                     .max(1)
                             });
-                            sample_metrics(e.downgrade(), names[..n.max(2)].to_vec(), m.clone());
+                            let n = n.max(2);
+                            slot.insert((live.relay.clone(), n));
+                            sample_metrics(
+                                e.downgrade(),
+                                live.relay,
+                                names[..n].to_vec(),
+                                m.clone(),
+                            );
                         }
                     }
                 }
@@ -603,6 +637,26 @@ pub fn tls_generate(dir: &Path, san: &[String], force: bool) -> Result<()> {
     println!(
         "  keep {} off the train and off the proxy: whoever has it can mint relays",
         g.ca_key.display()
+    );
+    Ok(())
+}
+
+/// `polycorn tls relay DIR --name NAME`.
+pub fn tls_relay(dir: &Path, name: &str, out: Option<&Path>, force: bool) -> Result<()> {
+    let out = out.unwrap_or(dir);
+    let issued = tls::issue_relay(dir, name, out, force)?;
+    println!(
+        "relay `{name}`: {} {}",
+        issued.cert.display(),
+        issued.key.display()
+    );
+    println!(
+        "  give them and {} to the train, as [tls] cert and key of its relay.toml",
+        dir.join("ca.pem").display()
+    );
+    println!(
+        "  the proxy names this relay `{name}` in its logs and metrics; to shut it out, add it \
+         to proxy.revoked_relays"
     );
     Ok(())
 }
@@ -723,7 +777,7 @@ mod tests {
         let metrics = Arc::new(Metrics::new());
         let names = vec!["0".to_string(), "1".to_string()];
         let weak = engine.downgrade();
-        let sampler = sample_metrics(engine.downgrade(), names, metrics.clone());
+        let sampler = sample_metrics(engine.downgrade(), "r".into(), names, metrics.clone());
         tokio::time::sleep(Duration::from_secs(3)).await;
         assert!(!sampler.is_finished(), "sampling while the session lives");
         assert!(
@@ -759,6 +813,7 @@ mod tests {
             }
             samplers.push(sample_metrics(
                 engine.downgrade(),
+                format!("r{id}").into(),
                 names.clone(),
                 metrics.clone(),
             ));

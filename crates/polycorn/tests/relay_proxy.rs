@@ -162,8 +162,15 @@ fn configs(
 ) -> (PathBuf, PathBuf) {
     // Leading `key = value` lines of the relay's extra text belong to `[relay]`; the rest
     // (tables) is appended.
-    let split = extra.0.find('[').unwrap_or(extra.0.len());
-    let (relay_keys, relay_tables) = extra.0.split_at(split);
+    // The first line that opens a table.
+    let table_start = |text: &str| {
+        if text.starts_with('[') {
+            0
+        } else {
+            text.find("\n[").map_or(text.len(), |i| i + 1)
+        }
+    };
+    let (relay_keys, relay_tables) = extra.0.split_at(table_start(extra.0));
     // cubic unless the extra keys choose a congestion control.
     let cc = |keys: &str| {
         if keys.contains("congestion =") {
@@ -184,8 +191,7 @@ fn configs(
     relay += "[intercept]\ntransparent = \"0.0.0.0:7070\"\ntransparent6 = \"[::]:7070\"\nsocks5 = \"10.0.1.1:1080\"\ninstall_nft = true\nlan_device = \"lan0\"\n\n";
     relay += "[dns]\nlisten = \"10.0.1.1:53\"\nupstream = \"10.0.2.2:53\"\n\n[tls]\nca = \"ca.pem\"\ncert = \"relay.pem\"\nkey = \"relay.key\"\n\n[metrics]\nlisten = \"127.0.0.1:9100\"\n";
     // The same for the proxy's extra text and `[proxy]`.
-    let split = extra.1.find('[').unwrap_or(extra.1.len());
-    let (proxy_keys, proxy_tables) = extra.1.split_at(split);
+    let (proxy_keys, proxy_tables) = extra.1.split_at(table_start(extra.1));
     let proxy = format!(
         "[proxy]\nlisten = \"0.0.0.0:7700\"\ntunnel_listen = \"0.0.0.0:7701\"\ntunnel_peers = [\"10.100.0.0/16\"]\nscheduler = \"{spec}\"\n{}\n[tls]\nca = \"ca.pem\"\ncert = \"proxy.pem\"\nkey = \"proxy.key\"\n\n[policy]\nallow = [\"10.0.2.0/24\", \"fd00:2::/64\"]\n\n[metrics]\nlisten = \"127.0.0.1:9100\"\n",
         cc(proxy_keys)
@@ -551,11 +557,11 @@ fn hundred_passengers_five_flows_each() {
     );
     let relay_metrics = scrape(bed.ns("relay"));
     for needle in [
-        "polycorn_path_rtt_seconds{path=\"p0\"}",
-        "polycorn_path_cwnd_bytes{path=\"p1\"}",
+        "polycorn_path_rtt_seconds{path=\"p0\",relay=\"polycorn-relay\"}",
+        "polycorn_path_cwnd_bytes{path=\"p1\",relay=\"polycorn-relay\"}",
         "polycorn_user_bytes_total{user=\"10.0.1.150\",direction=\"up\"}",
         "polycorn_stage_decisions_total{stage=\"minrtt\"}",
-        "polycorn_path_sent_bytes_total{path=\"p0\"}",
+        "polycorn_path_sent_bytes_total{path=\"p0\",relay=\"polycorn-relay\"}",
         "polycorn_reorder_wait_seconds_count",
     ] {
         assert!(
@@ -564,10 +570,16 @@ fn hundred_passengers_five_flows_each() {
         );
     }
     let proxy_metrics = scrape(bed.ns("proxy"));
-    assert!(
-        proxy_metrics.contains("polycorn_user_bytes_total{user=\"10.0.1.199\",direction=\"down\"}"),
-        "{proxy_metrics}"
-    );
+    for needle in [
+        "polycorn_user_bytes_total{user=\"10.0.1.199\",direction=\"down\"}",
+        // The proxy labels the session's paths with the relay's certificate name.
+        "polycorn_path_up{path=\"0\",relay=\"polycorn-relay\"} 1",
+    ] {
+        assert!(
+            proxy_metrics.contains(needle),
+            "proxy metrics lack {needle}:\n{proxy_metrics}"
+        );
+    }
     let slowest = results
         .iter()
         .filter_map(|(_, _, r)| r.as_ref().ok())
@@ -724,8 +736,45 @@ fn hostile_peers_are_refused_and_passengers_unaffected() {
     }
     let bed = Bed::constant("d", 100, 10);
     start_server(&bed);
-    let stack = start_stack(&bed, "polycorn", "hrsch", 2);
+    let stack = start_stack_with(
+        &bed,
+        "polycorn",
+        "hrsch",
+        2,
+        ("", "revoked_relays = [\"train-7\"]"),
+        tempfile::tempdir().unwrap(),
+    );
     let certs = stack.dir.path().to_path_buf();
+    // Two more relays' certificates from the same CA, one per train, as an operator issues them.
+    for name in ["train-7", "train-8"] {
+        let out = Command::new(bin())
+            .args(["tls", "relay", "--name", name])
+            .arg(&certs)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(String::from_utf8_lossy(&out.stdout).contains(&format!("relay `{name}`")));
+    }
+    // The running relay's session, as the proxy logged it.
+    let log = stack.proxy.log();
+    let line = log
+        .lines()
+        .find(|l| l.contains("new relay session"))
+        .unwrap_or_else(|| panic!("no session logged:\n{}", tail(&log)));
+    assert!(line.contains("relay=polycorn-relay"), "{line}");
+    let hex: String = line
+        .split("session=")
+        .nth(1)
+        .unwrap()
+        .trim_start_matches('"')
+        .chars()
+        .take(16)
+        .collect();
+    let relay_session = u64::from_str_radix(&hex, 16).unwrap();
     // A passenger transfer runs throughout.
     let client_ns = bed.ns("client");
     let passenger = std::thread::spawn(move || {
@@ -827,6 +876,39 @@ fn hostile_peers_are_refused_and_passengers_unaffected() {
                 }
                 assert!(closed, "proxy must close a subflow that sent {payload:?}");
             }
+            // 4. Certificates of other trains: a revoked one is refused after the handshake
+            // whatever its Hello; one that names the running relay's session is refused; with
+            // a session of its own the same certificate is answered.
+            for (name, session, answered) in [
+                ("train-7", 0x77, false),
+                ("train-8", relay_session, false),
+                ("train-8", 0x88, true),
+            ] {
+                let cfg = polycorn_net::tls::client_config(
+                    &certs.join("ca.pem"),
+                    &certs.join(format!("{name}.pem")),
+                    &certs.join(format!("{name}.key")),
+                )
+                .unwrap();
+                let tcp = TcpStream::connect(proxy).await.unwrap();
+                let mut s = tokio_rustls::TlsConnector::from(cfg)
+                    .connect(polycorn_net::tls::proxy_server_name(), tcp)
+                    .await
+                    .unwrap();
+                let hello = polycorn_proto::Frame::Hello {
+                    version: polycorn_proto::VERSION,
+                    role: polycorn_proto::Role::Relay,
+                    session,
+                    path: 0,
+                    epoch: 1,
+                }
+                .to_vec();
+                s.write_all(&hello).await.unwrap();
+                s.flush().await.unwrap();
+                let r = tokio::time::timeout(Duration::from_secs(15), s.read(&mut b)).await;
+                let got = matches!(r, Ok(Ok(n)) if n > 0);
+                assert_eq!(got, answered, "{name} with session {session:x}: {r:?}");
+            }
         })
     });
     let r = passenger.join().unwrap();
@@ -845,6 +927,17 @@ fn hostile_peers_are_refused_and_passengers_unaffected() {
         "bad frames are logged:\n{}",
         tail(&log)
     );
+    for needle in [
+        "relay certificate `train-7` is revoked (proxy.revoked_relays)",
+        &format!("session {relay_session:016x} belongs to relay `polycorn-relay`, not `train-8`"),
+        "relay=train-8",
+    ] {
+        assert!(
+            log.contains(needle),
+            "proxy log lacks {needle}:\n{}",
+            tail(&log)
+        );
+    }
 }
 
 #[test]
