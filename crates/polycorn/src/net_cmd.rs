@@ -519,9 +519,7 @@ pub fn proxy(path: &Path) -> Result<()> {
             // Per-path metrics of every live session (paths are named by index on the proxy).
             let m = metrics.clone();
             tokio::spawn(async move {
-                // Session id -> (relay name, paths sampled).
-                let mut started: std::collections::HashMap<u64, (Arc<str>, usize)> =
-                    std::collections::HashMap::new();
+                let mut started = StartedSessions::new();
                 let mut tick = tokio::time::interval(Duration::from_secs(1));
                 loop {
                     tick.tick().await;
@@ -531,44 +529,7 @@ pub fn proxy(path: &Path) -> Result<()> {
                         .iter()
                         .map(|(k, v)| (*k, v.clone()))
                         .collect();
-                    // Forget sessions that are over (their samplers stop by themselves); a
-                    // relay left with no session shows its paths down.
-                    let (gone, kept): (Vec<_>, Vec<_>) = started
-                        .drain()
-                        .partition(|(id, _)| !live.iter().any(|(l, _)| l == id));
-                    started.extend(kept);
-                    for (_, (relay, n)) in gone {
-                        if !live.iter().any(|(_, l)| l.relay == relay) {
-                            for i in 0..n {
-                                m.path(&relay, &i.to_string()).up.set(0);
-                            }
-                        }
-                    }
-                    for (id, live) in live {
-                        let e = live.engine;
-                        if let std::collections::hash_map::Entry::Vacant(slot) = started.entry(id)
-                        {
-                            let names = (0..polycorn_sched::MAX_PATHS)
-                                .map(|i| format!("{i}"))
-                                .collect::<Vec<_>>();
-                            let n = e.inspect(|s| {
-                                (0..names.len())
-                                    .filter(|i| {
-                                        s.path_counters(*i as u8).is_some_and(|c| c.attaches > 0)
-                                    })
-                                    .count()
-                                    .max(1)
-                            });
-                            let n = n.max(2);
-                            slot.insert((live.relay.clone(), n));
-                            sample_metrics(
-                                e.downgrade(),
-                                live.relay,
-                                names[..n].to_vec(),
-                                m.clone(),
-                            );
-                        }
-                    }
+                    track_sessions(&mut started, live, &m);
                 }
             });
         }
@@ -580,6 +541,50 @@ pub fn proxy(path: &Path) -> Result<()> {
         tasks.abort_all();
         Ok(())
     })
+}
+
+/// The proxy's sessions whose metrics are sampled: id -> (relay name, paths sampled).
+type StartedSessions = std::collections::HashMap<u64, (Arc<str>, usize)>;
+
+/// One round of the proxy's metrics bookkeeping over the `live` sessions: a new session gets
+/// a sampler ([`sample_metrics`]) for its paths; a session that is over is forgotten (its
+/// sampler stops by itself), and a relay left with no session shows its paths down.
+fn track_sessions(
+    started: &mut StartedSessions,
+    live: Vec<(u64, polycorn_net::proxy::LiveSession)>,
+    m: &Arc<Metrics>,
+) {
+    let (gone, kept): (Vec<_>, Vec<_>) = started
+        .drain()
+        .partition(|(id, _)| !live.iter().any(|(l, _)| l == id));
+    started.extend(kept);
+    for (_, (relay, n)) in gone {
+        if !live.iter().any(|(_, l)| l.relay == relay) {
+            for i in 0..n {
+                m.path(&relay, &i.to_string()).up.set(0);
+            }
+        }
+    }
+    for (id, live) in live {
+        if let std::collections::hash_map::Entry::Vacant(slot) = started.entry(id) {
+            // Paths connected so far (at least 2); named by index.
+            let n = live
+                .engine
+                .inspect(|s| {
+                    (0..polycorn_sched::MAX_PATHS)
+                        .filter(|i| s.path_counters(*i as u8).is_some_and(|c| c.attaches > 0))
+                        .count()
+                })
+                .max(2);
+            slot.insert((live.relay.clone(), n));
+            sample_metrics(
+                live.engine.downgrade(),
+                live.relay,
+                (0..n).map(|i| i.to_string()).collect(),
+                m.clone(),
+            );
+        }
+    }
 }
 
 /// Build a handover predictor from LinkDB, if configured (proxy: downlink, relay: uplink).
@@ -790,6 +795,41 @@ mod tests {
             .expect("the sampler ended after its session")
             .unwrap();
         assert!(weak.upgrade().is_none(), "nothing else holds the session");
+    }
+
+    /// A proxy serving several trains: each session is sampled once under its relay's name,
+    /// and a relay whose last session is over shows its paths down, while a relay that still
+    /// has a session (it restarted) keeps them.
+    #[tokio::test(start_paused = true)]
+    async fn a_relay_without_sessions_shows_its_paths_down() {
+        let metrics = Arc::new(Metrics::new());
+        let live = |id: u64, relay: &str| {
+            let session = Session::new(SessionConfig::new(Role::Proxy, id, "minrtt")).unwrap();
+            let (engine, _events) =
+                Engine::new(session, Box::new(polycorn_sched::predict::NoPrediction));
+            (
+                id,
+                polycorn_net::proxy::LiveSession {
+                    relay: relay.into(),
+                    engine,
+                },
+            )
+        };
+        let (a, b1, b2) = (live(1, "train-a"), live(2, "train-b"), live(3, "train-b"));
+        let mut started = StartedSessions::new();
+        track_sessions(&mut started, vec![a.clone(), b1.clone()], &metrics);
+        assert_eq!(started.len(), 2);
+        assert_eq!(&*started[&1].0, "train-a");
+        // As if both trains' paths were up.
+        for relay in ["train-a", "train-b"] {
+            metrics.path(relay, "0").up.set(1);
+        }
+        // train-a's session ends; train-b's first one too, but it has a new one.
+        track_sessions(&mut started, vec![b2.clone()], &metrics);
+        assert_eq!(started.keys().copied().collect::<Vec<_>>(), [3]);
+        assert_eq!(metrics.path("train-a", "0").up.get(), 0);
+        assert_eq!(metrics.path("train-b", "0").up.get(), 1);
+        drop((a, b1, b2));
     }
 
     /// A proxy serves several relays' sessions into one set of metrics: open flows add up over
