@@ -454,6 +454,26 @@ impl Metrics {
         self.seen.lock().unwrap_or_else(|e| e.into_inner())
     }
 
+    /// Sets `polycorn_path_up` of every path series of relay `relay` to 0 (the proxy, when a
+    /// relay has no session left). Creates no series.
+    pub fn relay_paths_down(&self, relay: &str) {
+        let relay = sanitize(relay);
+        let paths: Vec<String> = self
+            .seen()
+            .retrans_seen
+            .keys()
+            .filter(|(r, _)| *r == relay)
+            .map(|(_, p)| p.clone())
+            .collect();
+        for path in paths {
+            let l = PathLabels {
+                path,
+                relay: relay.clone(),
+            };
+            series(&self.path_up, &l).set(0);
+        }
+    }
+
     /// The series of path `name` of relay `relay` (created on first use).
     pub fn path(&self, relay: &str, name: &str) -> PathMetrics {
         let (l, baseline) = {

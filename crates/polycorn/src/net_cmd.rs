@@ -204,10 +204,15 @@ struct Sampled {
 /// Copy the session's counters into the metrics every second, until the session is over (the
 /// sampler holds no reference that would keep the session alive). Its flows then leave
 /// `polycorn_flows_open`.
+///
+/// `names` name the session's path indices. With `only_connected` (the proxy, which learns the
+/// relay's paths as they connect) a path gets series once its subflow has connected; without it
+/// (the relay, which names its configured paths) every path has series from the start.
 fn sample_metrics(
     engine: WeakEngine,
     relay: Arc<str>,
     names: Vec<String>,
+    only_connected: bool,
     metrics: Arc<Metrics>,
 ) -> tokio::task::JoinHandle<()> {
     trace_paths(engine.clone(), names.clone());
@@ -224,16 +229,26 @@ fn sample_metrics(
                 metrics.flows_open.dec_by(last.open);
                 return;
             };
-            sample_once(&engine, &relay, &names, &metrics, &mut last, &mut waits);
+            sample_once(
+                &engine,
+                &relay,
+                &names,
+                only_connected,
+                &metrics,
+                &mut last,
+                &mut waits,
+            );
         }
     })
 }
 
 /// One sample of [`sample_metrics`]: `last` holds what the previous one wrote.
+#[allow(clippy::too_many_arguments)]
 fn sample_once(
     engine: &polycorn_net::engine::Engine,
     relay: &str,
     names: &[String],
+    only_connected: bool,
     metrics: &Metrics,
     last: &mut Sampled,
     waits: &mut Vec<polycorn_sched::Duration>,
@@ -261,6 +276,9 @@ fn sample_once(
     });
     let (paths, open, totals, stages) = snapshot;
     for (i, (c, st, up)) in paths.into_iter().enumerate() {
+        if only_connected && c.attaches == 0 {
+            continue;
+        }
         let m = metrics.path(relay, &names[i]);
         let l = last.paths[i];
         m.sent_bytes.inc_by(c.tx_bytes.saturating_sub(l.tx_bytes));
@@ -457,6 +475,7 @@ pub fn relay(path: &Path) -> Result<()> {
                 engine.downgrade(),
                 relay_name.into(),
                 paths.iter().map(|p| p.name.clone()).collect(),
+                false,
                 metrics,
             );
         }
@@ -544,7 +563,7 @@ pub fn proxy(path: &Path) -> Result<()> {
 }
 
 /// The proxy's sessions whose metrics are sampled: id -> (relay name, paths sampled).
-type StartedSessions = std::collections::HashMap<u64, (Arc<str>, usize)>;
+type StartedSessions = std::collections::HashMap<u64, Arc<str>>;
 
 /// One round of the proxy's metrics bookkeeping over the `live` sessions: a new session gets
 /// a sampler ([`sample_metrics`]) for its paths; a session that is over is forgotten (its
@@ -558,29 +577,23 @@ fn track_sessions(
         .drain()
         .partition(|(id, _)| !live.iter().any(|(l, _)| l == id));
     started.extend(kept);
-    for (_, (relay, n)) in gone {
+    for (_, relay) in gone {
         if !live.iter().any(|(_, l)| l.relay == relay) {
-            for i in 0..n {
-                m.path(&relay, &i.to_string()).up.set(0);
-            }
+            m.relay_paths_down(&relay);
         }
     }
     for (id, live) in live {
         if let std::collections::hash_map::Entry::Vacant(slot) = started.entry(id) {
-            // Paths connected so far (at least 2); named by index.
-            let n = live
-                .engine
-                .inspect(|s| {
-                    (0..polycorn_sched::MAX_PATHS)
-                        .filter(|i| s.path_counters(*i as u8).is_some_and(|c| c.attaches > 0))
-                        .count()
-                })
-                .max(2);
-            slot.insert((live.relay.clone(), n));
+            slot.insert(live.relay.clone());
+            // Every path index a relay may use, named by index; a path gets series once it
+            // has connected (a relay's paths come up one by one).
             sample_metrics(
                 live.engine.downgrade(),
                 live.relay,
-                (0..n).map(|i| i.to_string()).collect(),
+                (0..polycorn_sched::MAX_PATHS)
+                    .map(|i| i.to_string())
+                    .collect(),
+                true,
                 m.clone(),
             );
         }
@@ -782,7 +795,13 @@ mod tests {
         let metrics = Arc::new(Metrics::new());
         let names = vec!["0".to_string(), "1".to_string()];
         let weak = engine.downgrade();
-        let sampler = sample_metrics(engine.downgrade(), "r".into(), names, metrics.clone());
+        let sampler = sample_metrics(
+            engine.downgrade(),
+            "r".into(),
+            names,
+            false,
+            metrics.clone(),
+        );
         tokio::time::sleep(Duration::from_secs(3)).await;
         assert!(!sampler.is_finished(), "sampling while the session lives");
         assert!(
@@ -819,7 +838,12 @@ mod tests {
         let mut started = StartedSessions::new();
         track_sessions(&mut started, vec![a.clone(), b1.clone()], &metrics);
         assert_eq!(started.len(), 2);
-        assert_eq!(&*started[&1].0, "train-a");
+        assert_eq!(&*started[&1], "train-a");
+        // Sampled, but no path of theirs has connected: no path series yet.
+        tokio::time::sleep(Duration::from_millis(1500)).await;
+        let text = metrics.encode();
+        assert!(text.contains("polycorn_flows_open"), "{text}");
+        assert!(!text.contains("polycorn_path_up{"), "{text}");
         // As if both trains' paths were up.
         for relay in ["train-a", "train-b"] {
             metrics.path(relay, "0").up.set(1);
@@ -829,6 +853,9 @@ mod tests {
         assert_eq!(started.keys().copied().collect::<Vec<_>>(), [3]);
         assert_eq!(metrics.path("train-a", "0").up.get(), 0);
         assert_eq!(metrics.path("train-b", "0").up.get(), 1);
+        // Only existing series are set down.
+        metrics.relay_paths_down("train-z");
+        assert!(!metrics.encode().contains("train-z"));
         drop((a, b1, b2));
     }
 
@@ -855,6 +882,7 @@ mod tests {
                 engine.downgrade(),
                 format!("r{id}").into(),
                 names.clone(),
+                false,
                 metrics.clone(),
             ));
             engines.push((engine, events));
