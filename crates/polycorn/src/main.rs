@@ -310,19 +310,27 @@ fn run(cli: Cli) -> Result<()> {
         } => net_cmd::config_example(&role)?,
         Command::Config {
             action: ConfigAction::Check { role, file },
-        } => {
-            match role.as_str() {
-                "relay" => {
-                    let cfg = polycorn_net::config::RelayConfig::load(&file)?;
-                    for w in cfg.host_warnings(&file.display().to_string()) {
-                        eprintln!("warning: {w}");
-                    }
+        } => match role.as_str() {
+            "relay" => {
+                let cfg = polycorn_net::config::RelayConfig::load(&file)?;
+                for w in cfg.host_warnings(&file.display().to_string()) {
+                    eprintln!("warning: {w}");
                 }
-                "proxy" => drop(polycorn_net::config::ProxyConfig::load(&file)?),
-                other => anyhow::bail!("unknown role `{other}`: expected `relay` or `proxy`"),
+                println!("ok: {}", file.display());
+                if let Some(t) = &cfg.tls {
+                    let name = polycorn_net::tls::relay_name_of_file(&t.cert)?;
+                    println!("relay name (tls.cert): {name}");
+                }
             }
-            println!("ok: {}", file.display());
-        }
+            "proxy" => {
+                let cfg = polycorn_net::config::ProxyConfig::load(&file)?;
+                println!("ok: {}", file.display());
+                if !cfg.proxy.revoked_relays.is_empty() {
+                    println!("revoked relays: {}", cfg.proxy.revoked_relays.join(", "));
+                }
+            }
+            other => anyhow::bail!("unknown role `{other}`: expected `relay` or `proxy`"),
+        },
         Command::Bench {
             action: Some(BenchAction::Pool(args)),
             ..

@@ -188,6 +188,70 @@ fn config_check_warns_about_interfaces_and_addresses_this_host_lacks() {
     }
 }
 
+/// One certificate per train, as an operator issues it, and what `config check` says of it.
+#[test]
+fn tls_relay_issues_a_named_certificate_that_config_check_reads() {
+    let dir = tempfile::tempdir().unwrap();
+    let creds = dir.path().join("creds");
+    let train = dir.path().join("train-3");
+    let run = |args: &[&str]| {
+        let out = polycorn(args);
+        (
+            out.status.success(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let (ok, _, err) = run(&["tls", "generate", creds.to_str().unwrap()]);
+    assert!(ok, "{err}");
+    let (ok, out, err) = run(&[
+        "tls",
+        "relay",
+        "--name",
+        "train-3",
+        "--out",
+        train.to_str().unwrap(),
+        creds.to_str().unwrap(),
+    ]);
+    assert!(ok, "{err}");
+    assert!(out.contains("relay `train-3`"), "{out}");
+    assert!(train.join("train-3.pem").is_file() && train.join("train-3.key").is_file());
+    // A bad name, or a directory without the CA key: refused, saying why.
+    let (ok, _, err) = run(&["tls", "relay", "--name", "Train 3", creds.to_str().unwrap()]);
+    assert!(!ok);
+    assert!(
+        err.contains("relay name `Train 3`: only a-z, 0-9 and '-'"),
+        "{err}"
+    );
+    let (ok, _, err) = run(&["tls", "relay", "--name", "train-4", train.to_str().unwrap()]);
+    assert!(!ok);
+    assert!(err.contains("ca.pem: file not found"), "{err}");
+    let relay = dir.path().join("relay.toml");
+    std::fs::write(
+        &relay,
+        format!(
+            "[relay]\nmode = \"polycorn\"\nproxy = \"192.0.2.1:7700\"\n\n\
+             [[path]]\nname = \"a\"\ndevice = \"lo\"\nsource = \"127.0.0.1\"\n\n\
+             [intercept]\nsocks5 = \"127.0.0.1:1080\"\n\n\
+             [tls]\nca = \"creds/ca.pem\"\ncert = \"train-3/train-3.pem\"\nkey = \"train-3/train-3.key\"\n"
+        ),
+    )
+    .unwrap();
+    let (ok, out, err) = run(&["config", "check", "relay", relay.to_str().unwrap()]);
+    assert!(ok, "{err}");
+    assert!(out.contains("relay name (tls.cert): train-3"), "{out}");
+    let proxy = dir.path().join("proxy.toml");
+    std::fs::write(
+        &proxy,
+        "[proxy]\nrevoked_relays = [\"train-3\", \"train-9\"]\n\n\
+         [tls]\nca = \"creds/ca.pem\"\ncert = \"creds/proxy.pem\"\nkey = \"creds/proxy.key\"\n",
+    )
+    .unwrap();
+    let (ok, out, err) = run(&["config", "check", "proxy", proxy.to_str().unwrap()]);
+    assert!(ok, "{err}");
+    assert!(out.contains("revoked relays: train-3, train-9"), "{out}");
+}
+
 #[test]
 fn schedulers_check_accepts_and_refuses_with_the_valid_names() {
     let ok = polycorn(&["schedulers", "--check", "hpr,minrtt,tpr,ori+er(k=2)"]);
