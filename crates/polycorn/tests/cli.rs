@@ -229,12 +229,10 @@ fn tls_relay_issues_a_named_certificate_that_config_check_reads() {
     let relay = dir.path().join("relay.toml");
     std::fs::write(
         &relay,
-        format!(
-            "[relay]\nmode = \"polycorn\"\nproxy = \"192.0.2.1:7700\"\n\n\
-             [[path]]\nname = \"a\"\ndevice = \"lo\"\nsource = \"127.0.0.1\"\n\n\
-             [intercept]\nsocks5 = \"127.0.0.1:1080\"\n\n\
-             [tls]\nca = \"creds/ca.pem\"\ncert = \"train-3/train-3.pem\"\nkey = \"train-3/train-3.key\"\n"
-        ),
+        "[relay]\nmode = \"polycorn\"\nproxy = \"192.0.2.1:7700\"\n\n\
+         [[path]]\nname = \"a\"\ndevice = \"lo\"\nsource = \"127.0.0.1\"\n\n\
+         [intercept]\nsocks5 = \"127.0.0.1:1080\"\n\n\
+         [tls]\nca = \"creds/ca.pem\"\ncert = \"train-3/train-3.pem\"\nkey = \"train-3/train-3.key\"\n",
     )
     .unwrap();
     let (ok, out, err) = run(&["config", "check", "relay", relay.to_str().unwrap()]);
