@@ -1546,7 +1546,8 @@ connect_timeout_s = 10
 # rto_max_ms = 1000
 # Relays refused after the TLS handshake, by the name in their certificate (`polycorn tls
 # relay --name train-017` issues one per train): a lost or stolen gateway is shut out without
-# redistributing every file. Restart the proxy after a change.
+# redistributing every file. `systemctl reload polycorn-proxy` (SIGHUP) applies a change to this
+# list while running: a revoked relay's live subflows are cut at once.
 # revoked_relays = ["train-017"]
 
 [tls]

@@ -122,6 +122,8 @@ struct Core {
     writers: Vec<Option<Arc<Notify>>>,
     /// Per path: wakes the subflow task that a newer subflow replaced.
     cancel: Vec<Option<Arc<Notify>>>,
+    /// Why [`Engine::end_subflows`] ended the subflows, if it did.
+    ended: Option<&'static str>,
     /// When the timer task will wake up by itself (`None`: it sleeps without a deadline).
     timer_at: Option<Instant>,
     /// Per path: the kernel's retransmission count of the current subflow connection.
@@ -192,6 +194,9 @@ pub enum SubflowError {
     /// A newer subflow for the same path took over.
     #[error("replaced by a newer subflow for the same path")]
     Replaced,
+    /// This side ended every subflow of the session ([`Engine::end_subflows`]).
+    #[error("ended by this side: {0}")]
+    Ended(&'static str),
 }
 
 /// Detaches a path when its subflow task ends or is dropped (unless a newer subflow owns it).
@@ -242,6 +247,7 @@ impl Engine {
                 flows: HashMap::new(),
                 writers,
                 cancel,
+                ended: None,
                 timer_at: None,
                 retrans: vec![0; MAX_PATHS],
                 handing_over: [false; MAX_PATHS],
@@ -434,6 +440,8 @@ impl Engine {
                 old.notify_one();
             }
             c.handing_over[usize::from(path)] = false;
+            // A subflow accepted after `end_subflows` (the relay was let in again).
+            c.ended = None;
             let flows = c.session.open_flows();
             if c.session.on_peer_hello(now, peer_epoch) {
                 warn!(
@@ -550,9 +558,24 @@ impl Engine {
         tokio::select! {
             // A replaced subflow stops before its loops run again.
             biased;
-            _ = cancel.notified() => SubflowError::Replaced,
+            _ = cancel.notified() => match self.lock().ended {
+                Some(why) => SubflowError::Ended(why),
+                None => SubflowError::Replaced,
+            },
             r = read_loop => r.err().unwrap_or(SubflowError::Closed),
             r = write_loop => r.err().unwrap_or(SubflowError::Closed),
+        }
+    }
+
+    /// Ends every subflow the session has now, for `why` (their [`Engine::run_subflow`] calls
+    /// return [`SubflowError::Ended`]); their paths detach as after any subflow's end, so the
+    /// session then waits out its hold time like one whose relay is gone. The proxy calls it on
+    /// the session of a relay that was revoked.
+    pub fn end_subflows(&self, why: &'static str) {
+        let mut c = self.lock();
+        c.ended = Some(why);
+        for cancel in c.cancel.iter().flatten() {
+            cancel.notify_one();
         }
     }
 

@@ -44,8 +44,59 @@ pub struct ProxyOptions {
     pub predictor: Option<PredictorFactory>,
     /// Where to count bytes, refusals and flows.
     pub metrics: Option<Arc<crate::metrics::Metrics>>,
-    /// Relay names refused after the TLS handshake (`proxy.revoked_relays`).
-    pub revoked_relays: Vec<String>,
+    /// Relay names refused after the TLS handshake (`proxy.revoked_relays`), replaceable
+    /// while the proxy runs ([`revoke`]).
+    pub revoked_relays: Arc<Revoked>,
+}
+
+/// The relay names the proxy refuses (`proxy.revoked_relays`).
+#[derive(Debug, Default)]
+pub struct Revoked(std::sync::RwLock<Vec<String>>);
+
+impl Revoked {
+    /// A list of names.
+    pub fn new(names: Vec<String>) -> Revoked {
+        Revoked(std::sync::RwLock::new(names))
+    }
+
+    /// Whether `relay` is revoked.
+    pub fn contains(&self, relay: &str) -> bool {
+        self.0
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .iter()
+            .any(|r| r == relay)
+    }
+
+    /// The names, as configured.
+    pub fn names(&self) -> Vec<String> {
+        self.0.read().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+}
+
+/// Replaces the revoked names with `names` and ends the subflows of every live session whose
+/// relay is now revoked (its new subflows are refused; the session then ends at its hold time,
+/// resetting its passengers' flows). Returns the relays whose sessions were cut, with how many
+/// sessions each.
+pub fn revoke(sessions: &Sessions, revoked: &Revoked, names: Vec<String>) -> Vec<(String, usize)> {
+    *revoked.0.write().unwrap_or_else(|p| p.into_inner()) = names;
+    let mut cut: Vec<(String, usize)> = Vec::new();
+    let live: Vec<LiveSession> = sessions
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .values()
+        .cloned()
+        .collect();
+    for l in live {
+        if revoked.contains(&l.relay) {
+            l.engine.end_subflows("its relay was revoked");
+            match cut.iter_mut().find(|(r, _)| **r == *l.relay) {
+                Some((_, n)) => *n += 1,
+                None => cut.push((l.relay.to_string(), 1)),
+            }
+        }
+    }
+    cut
 }
 
 impl std::fmt::Debug for ProxyOptions {
@@ -280,7 +331,8 @@ async fn accept_loop(
                     m.peers_rejected.inc();
                 }
             };
-            if o.revoked_relays.contains(&acc.relay) {
+            let revoked = |relay: &str| o.revoked_relays.contains(relay);
+            if revoked(&acc.relay) {
                 refuse(format!(
                     "relay certificate `{}` is revoked (proxy.revoked_relays)",
                     acc.relay
@@ -364,6 +416,14 @@ async fn accept_loop(
             let mut stream = acc.stream;
             if let Err(e) = subflow::send_hello(&mut stream, &hello).await {
                 warn!(%peer, error = %e, "cannot answer Hello");
+                return;
+            }
+            if revoked(&acc.relay) {
+                // Revoked while this subflow was being set up.
+                refuse(format!(
+                    "relay certificate `{}` is revoked (proxy.revoked_relays)",
+                    acc.relay
+                ));
                 return;
             }
             info!(%peer, relay = %acc.relay, path = acc.path, "subflow up");

@@ -12,8 +12,9 @@
 //! CA of a set, named after the train (`polycorn tls relay --name train-042 ./creds`). The proxy
 //! reads that name from the certificate each subflow presents ([`relay_name`]): it labels the
 //! session's logs and per-path metrics, binds the session to it (a subflow of another relay
-//! cannot join), and a name listed in `proxy.revoked_relays` is refused — so one lost gateway is
-//! shut out without redistributing every file. The set's own `relay.pem` is named
+//! cannot join), and a name listed in `proxy.revoked_relays` is refused (applied on SIGHUP
+//! while running, cutting the relay's live subflows) — so one lost gateway is shut out without
+//! redistributing every file. The set's own `relay.pem` is named
 //! [`RELAY_NAME`].
 //!
 //! Because the key usages differ, the proxy's key cannot pose as a relay and the relay's key

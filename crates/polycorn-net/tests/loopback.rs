@@ -141,7 +141,7 @@ async fn start_pair(spec: &str, tuning: Tuning) -> Pair {
         connect_timeout: Duration::from_secs(3),
         predictor: None,
         metrics: None,
-        revoked_relays: Vec::new(),
+        revoked_relays: Default::default(),
     };
     let (proxy_tasks, sessions) = proxy::start(popts).await.unwrap();
     let socks = SocketAddr::from(([127, 0, 0, 1], free_port().await));

@@ -16,7 +16,7 @@ use polycorn_net::proxy::{self, ProxyOptions};
 use polycorn_net::relay::{self, Carrier, Mode, RelayOptions, RelayPath, Tuning};
 use polycorn_net::{context, tls};
 use polycorn_proto::{CellInfo, ContextInfo};
-use tracing::{info, warn};
+use tracing::{error, info, warn};
 
 fn init_logging(log: &LogConfig) -> Result<()> {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
@@ -527,13 +527,20 @@ pub fn proxy(path: &Path) -> Result<()> {
             connect_timeout: cfg.proxy.connect_timeout(),
             predictor,
             metrics: Some(metrics.clone()),
-            revoked_relays: cfg.proxy.revoked_relays.clone(),
+            revoked_relays: Arc::new(proxy::Revoked::new(cfg.proxy.revoked_relays.clone())),
         };
+        let revoked = opts.revoked_relays.clone();
         if !cfg.proxy.revoked_relays.is_empty() {
             info!(relays = ?cfg.proxy.revoked_relays, "revoked relays will be refused");
         }
         serve_metrics(&cfg.metrics, metrics.clone()).await?;
         let (mut tasks, sessions) = proxy::start(opts).await.map_err(anyhow::Error::msg)?;
+        tokio::spawn(reload_on_hangup(
+            path.to_path_buf(),
+            cfg.clone(),
+            sessions.clone(),
+            revoked,
+        ));
         {
             // Per-path metrics of every live session (paths are named by index on the proxy).
             let m = metrics.clone();
@@ -560,6 +567,51 @@ pub fn proxy(path: &Path) -> Result<()> {
         tasks.abort_all();
         Ok(())
     })
+}
+
+/// `systemctl reload polycorn-proxy` (SIGHUP): reads the configuration file again and applies
+/// `proxy.revoked_relays` — new subflows of a revoked relay are refused and its live sessions'
+/// subflows are cut at once. Other changes need a restart (said in a warning); a file that does
+/// not load is reported and changes nothing.
+async fn reload_on_hangup(
+    path: std::path::PathBuf,
+    mut running: ProxyConfig,
+    sessions: proxy::Sessions,
+    revoked: Arc<proxy::Revoked>,
+) {
+    let Ok(mut hup) = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()) else {
+        warn!("cannot install the SIGHUP handler: reload needs a restart");
+        return;
+    };
+    while hup.recv().await.is_some() {
+        let new = match ProxyConfig::load(&path) {
+            Ok(c) => c,
+            Err(e) => {
+                error!(error = %e, "reload: configuration not loaded; nothing changed");
+                continue;
+            }
+        };
+        let mut rest = new.clone();
+        rest.proxy.revoked_relays = running.proxy.revoked_relays.clone();
+        if rest != running {
+            warn!(
+                "reload: only proxy.revoked_relays is applied while running; restart the proxy \
+                 for the other changes in {}",
+                path.display()
+            );
+        }
+        let names = new.proxy.revoked_relays.clone();
+        let cut = proxy::revoke(&sessions, &revoked, names.clone());
+        info!(revoked_relays = ?names, "reload: revoked relays applied");
+        for (relay, n) in cut {
+            warn!(
+                relay = %relay,
+                sessions = n,
+                "relay revoked: its subflows were cut; its passengers' flows end at the hold time"
+            );
+        }
+        running.proxy.revoked_relays = new.proxy.revoked_relays;
+    }
 }
 
 /// The proxy's sessions whose metrics are sampled: id -> (relay name, paths sampled).
@@ -728,6 +780,16 @@ pub fn systemd_unit(role: &str, bin: &Path) -> Result<String> {
                 bin.display()
             )
         })?;
+    // The proxy applies a changed `proxy.revoked_relays` on SIGHUP (checked first).
+    let reload = if role == "proxy" {
+        format!(
+            "# systemctl reload polycorn-proxy: applies proxy.revoked_relays (other keys need a restart).\n\
+             ExecReload={bin} config check proxy /etc/polycorn/proxy.toml\n\
+             ExecReload=/bin/kill -HUP $MAINPID\n"
+        )
+    } else {
+        String::new()
+    };
     Ok(format!(
         r#"# polycorn {role} as a systemd service. Install it with:
 #   install -m 0755 {bin} /usr/local/bin/polycorn    # if not there already (then print this again)
@@ -749,7 +811,7 @@ StartLimitIntervalSec=0
 Type=exec
 ExecStartPre={bin} config check {role} /etc/polycorn/{role}.toml
 ExecStart={bin} {role} --config /etc/polycorn/{role}.toml
-Restart=always
+{reload}Restart=always
 RestartSec=2
 # On SIGTERM the {role} closes its connections and removes what it installed (the relay: its
 # nftables table and policy routes); after a harder kill the next start removes leftovers.

@@ -129,6 +129,24 @@ fn config_example_prints_systemd_units_that_systemd_accepts() {
         ] {
             assert!(unit.lines().any(|l| l == line), "{line} in\n{unit}");
         }
+        // Only the proxy reloads (SIGHUP applies proxy.revoked_relays, after a check); the
+        // relay has no reload and SIGHUP would stop it.
+        let reloads: Vec<&str> = unit
+            .lines()
+            .filter(|l| l.starts_with("ExecReload="))
+            .collect();
+        if role == "proxy" {
+            assert_eq!(
+                reloads,
+                [
+                    format!("ExecReload={bin} config check proxy /etc/polycorn/proxy.toml")
+                        .as_str(),
+                    "ExecReload=/bin/kill -HUP $MAINPID"
+                ]
+            );
+        } else {
+            assert!(reloads.is_empty(), "{unit}");
+        }
         let file = dir.path().join(format!("polycorn-{role}.service"));
         std::fs::write(&file, &unit).unwrap();
         let v = Command::new("systemd-analyze")

@@ -1050,6 +1050,77 @@ fn fetch_ok(bed: &Bed, stack: &Stack, up: u64, down: u64, what: &str) {
     );
 }
 
+/// An operator revokes a relay on a running proxy (`systemctl reload`, SIGHUP): its subflows
+/// are cut at once and its reconnections refused; a file that does not load changes nothing;
+/// taking the name off the list lets the relay in again, and passengers are carried.
+#[test]
+fn a_relay_revoked_on_reload_is_cut_at_once_and_let_in_again() {
+    let _s = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    if !is_root() {
+        return;
+    }
+    let bed = Bed::constant("v", 40, 20);
+    start_server(&bed);
+    let mut stack = start_stack(&bed, "polycorn", "minrtt", 2);
+    fetch_ok(&bed, &stack, KB, MB, "transfer before the revocation");
+    let file = stack.dir.path().join("proxy.toml");
+    let text = std::fs::read_to_string(&file).unwrap();
+    let hup = |stack: &Stack| {
+        let pid = stack.proxy.child.id().to_string();
+        assert!(Command::new("kill")
+            .args(["-HUP", &pid])
+            .status()
+            .unwrap()
+            .success());
+    };
+    let ups = |stack: &Stack| stack.proxy.log().matches("subflow up").count();
+    // A file that does not load: reported, nothing changes.
+    std::fs::write(&file, "[proxy]\nrevoked_relays = [\"Not A Name\"]\n").unwrap();
+    hup(&stack);
+    stack
+        .proxy
+        .wait_for("reload: configuration not loaded; nothing changed", 1);
+    fetch_ok(&bed, &stack, KB, MB, "transfer after a failed reload");
+    // Revoked.
+    std::fs::write(
+        &file,
+        text.replacen(
+            "[proxy]\n",
+            "[proxy]\nrevoked_relays = [\"polycorn-relay\"]\n",
+            1,
+        ),
+    )
+    .unwrap();
+    hup(&stack);
+    stack.proxy.wait_for("reload: revoked relays applied", 1);
+    stack
+        .proxy
+        .wait_for("relay revoked: its subflows were cut", 1);
+    stack
+        .proxy
+        .wait_for("relay certificate `polycorn-relay` is revoked", 1);
+    let before = ups(&stack);
+    std::thread::sleep(Duration::from_secs(3));
+    assert_eq!(
+        ups(&stack),
+        before,
+        "a revoked relay got a subflow up:\n{}",
+        tail(&stack.proxy.log())
+    );
+    // Let in again.
+    std::fs::write(&file, &text).unwrap();
+    hup(&stack);
+    stack.proxy.wait_for("reload: revoked relays applied", 2);
+    stack.proxy.wait_for("subflow up", before + 2);
+    fetch_ok(
+        &bed,
+        &stack,
+        KB,
+        MB,
+        "transfer after the relay was let in again",
+    );
+}
+
 /// A short blackout of an idle path (only probes in flight) cuts its subflow's slow-start
 /// threshold to a few segments; the relay replaces that subflow with a fresh connection once
 /// the path is back and idle, and traffic afterwards is byte-exact.
