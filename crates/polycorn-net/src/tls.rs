@@ -306,30 +306,11 @@ pub fn issue_relay(
         }
     }
     let key = KeyPair::generate().map_err(gen("relay key"))?;
-    let mut p = CertificateParams::default();
-    p.not_before = rcgen::date_time_ymd(1970, 1, 1);
-    p.not_after = rcgen::date_time_ymd(current_year() + VALIDITY_YEARS, 1, 1);
-    let mut dn = DistinguishedName::new();
-    dn.push(DnType::OrganizationName, "polycorn");
-    dn.push(DnType::CommonName, name);
-    p.distinguished_name = dn;
-    p.subject_alt_names = vec![SanType::DnsName(
-        name.try_into().map_err(gen("relay name"))?,
-    )];
-    p.key_usages = vec![KeyUsagePurpose::DigitalSignature];
-    p.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
-    p.use_authority_key_identifier_extension = true;
-    let cert = p
+    let cert = relay_params(name)
+        .map_err(gen("relay name"))?
         .signed_by(&key, &issuer, &ca_key)
         .map_err(gen("relay certificate"))?;
-    fs::DirBuilder::new()
-        .recursive(true)
-        .mode(0o700)
-        .create(out)
-        .map_err(|source| TlsError::Write {
-            file: out.to_path_buf(),
-            source,
-        })?;
+    create_private_dir(out)?;
     write_file(&paths[0], cert.pem().as_bytes(), false, force)?;
     write_file(&paths[1], key.serialize_pem().as_bytes(), true, force)?;
     let [cert, key] = paths;
@@ -384,18 +365,6 @@ pub fn generate(dir: &Path, proxy_san: &[String], force: bool) -> Result<Generat
     }
 
     let gen = |what| move |source| TlsError::Generate { what, source };
-    let not_after = rcgen::date_time_ymd(current_year() + VALIDITY_YEARS, 1, 1);
-    let not_before = rcgen::date_time_ymd(1970, 1, 1);
-    let base = |cn: &str| {
-        let mut p = CertificateParams::default();
-        p.not_before = not_before;
-        p.not_after = not_after;
-        let mut dn = DistinguishedName::new();
-        dn.push(DnType::OrganizationName, "polycorn");
-        dn.push(DnType::CommonName, cn);
-        p.distinguished_name = dn;
-        p
-    };
 
     let ca_key = KeyPair::generate().map_err(gen("CA key"))?;
     // A distinct CA name per set, so a certificate from another set fails as "unknown issuer"
@@ -404,13 +373,13 @@ pub fn generate(dir: &Path, proxy_san: &[String], force: bool) -> Result<Generat
         .iter()
         .map(|b| format!("{b:02x}"))
         .collect();
-    let mut ca = base(&format!("polycorn CA {tag}"));
+    let mut ca = base_params(&format!("polycorn CA {tag}"));
     ca.is_ca = IsCa::Ca(BasicConstraints::Constrained(0));
     ca.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign];
     let ca_cert = ca.self_signed(&ca_key).map_err(gen("CA certificate"))?;
 
     let proxy_key = KeyPair::generate().map_err(gen("proxy key"))?;
-    let mut proxy = base(PROXY_SERVER_NAME);
+    let mut proxy = base_params(PROXY_SERVER_NAME);
     proxy.subject_alt_names = sans;
     proxy.key_usages = vec![KeyUsagePurpose::DigitalSignature];
     proxy.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
@@ -420,25 +389,12 @@ pub fn generate(dir: &Path, proxy_san: &[String], force: bool) -> Result<Generat
         .map_err(gen("proxy certificate"))?;
 
     let relay_key = KeyPair::generate().map_err(gen("relay key"))?;
-    let mut relay = base(RELAY_NAME);
-    relay.subject_alt_names = vec![SanType::DnsName(
-        RELAY_NAME.try_into().expect("constant is ASCII"),
-    )];
-    relay.key_usages = vec![KeyUsagePurpose::DigitalSignature];
-    relay.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
-    relay.use_authority_key_identifier_extension = true;
-    let relay_cert = relay
+    let relay_cert = relay_params(RELAY_NAME)
+        .map_err(gen("relay name"))?
         .signed_by(&relay_key, &ca_cert, &ca_key)
         .map_err(gen("relay certificate"))?;
 
-    fs::DirBuilder::new()
-        .recursive(true)
-        .mode(0o700)
-        .create(dir)
-        .map_err(|source| TlsError::Write {
-            file: dir.to_path_buf(),
-            source,
-        })?;
+    create_private_dir(dir)?;
     let contents = [
         (ca_cert.pem(), false),
         (ca_key.serialize_pem(), true),
@@ -460,6 +416,41 @@ pub fn generate(dir: &Path, proxy_san: &[String], force: bool) -> Result<Generat
         relay_cert: next(),
         relay_key: next(),
     })
+}
+
+/// Validity (from 1970, see the module documentation, to [`VALIDITY_YEARS`] from now) and
+/// subject (organization `polycorn`, common name `cn`) of every certificate made here.
+fn base_params(cn: &str) -> CertificateParams {
+    let mut p = CertificateParams::default();
+    p.not_before = rcgen::date_time_ymd(1970, 1, 1);
+    p.not_after = rcgen::date_time_ymd(current_year() + VALIDITY_YEARS, 1, 1);
+    let mut dn = DistinguishedName::new();
+    dn.push(DnType::OrganizationName, "polycorn");
+    dn.push(DnType::CommonName, cn);
+    p.distinguished_name = dn;
+    p
+}
+
+/// A relay certificate named `name` (common name and DNS name), for client authentication.
+fn relay_params(name: &str) -> Result<CertificateParams, rcgen::Error> {
+    let mut p = base_params(name);
+    p.subject_alt_names = vec![SanType::DnsName(name.try_into()?)];
+    p.key_usages = vec![KeyUsagePurpose::DigitalSignature];
+    p.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
+    p.use_authority_key_identifier_extension = true;
+    Ok(p)
+}
+
+/// Creates `dir` (and its parents) with mode 0700 if missing.
+fn create_private_dir(dir: &Path) -> Result<(), TlsError> {
+    fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir)
+        .map_err(|source| TlsError::Write {
+            file: dir.to_path_buf(),
+            source,
+        })
 }
 
 /// Writes one generated file: keys 0600, certificates 0644; `create_new` unless `force`.
