@@ -723,7 +723,8 @@ pub struct ProxySection {
     /// (`TCP_RTO_MAX_MS`, 1000..=120000; Linux 6.15 or later). None: the kernel's (120 s).
     pub rto_max_ms: Option<u32>,
     /// `revoked_relays`: relay names (their certificates' common names, see
-    /// [`crate::tls::issue_relay`]) whose subflows are refused after the TLS handshake.
+    /// [`crate::tls::issue_relay`]) whose subflows are refused in the TLS handshake (alert
+    /// `certificate_revoked`).
     pub revoked_relays: Vec<String>,
 }
 
@@ -1544,7 +1545,7 @@ connect_timeout_s = 10
 # Cap on the downlink subflows' retransmission timeout, ms (TCP_RTO_MAX_MS, 1000..=120000,
 # Linux 6.15 or later; see relay.toml). Default: the kernel's (120 s).
 # rto_max_ms = 1000
-# Relays refused after the TLS handshake, by the name in their certificate (`polycorn tls
+# Relays refused in the TLS handshake, by the name in their certificate (`polycorn tls
 # relay --name train-017` issues one per train): a lost or stolen gateway is shut out without
 # redistributing every file. `systemctl reload polycorn-proxy` (SIGHUP) applies a change to this
 # list while running: a revoked relay's live subflows are cut at once.

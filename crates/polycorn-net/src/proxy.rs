@@ -44,42 +44,22 @@ pub struct ProxyOptions {
     pub predictor: Option<PredictorFactory>,
     /// Where to count bytes, refusals and flows.
     pub metrics: Option<Arc<crate::metrics::Metrics>>,
-    /// Relay names refused after the TLS handshake (`proxy.revoked_relays`), replaceable
-    /// while the proxy runs ([`revoke`]).
+    /// Relay names refused (`proxy.revoked_relays`), replaceable while the proxy runs
+    /// ([`revoke`]). Pass the same list to [`crate::tls::server_config_revoking`] for `tls`, so
+    /// the handshake refuses them with the alert `certificate_revoked` and the relay learns why;
+    /// the proxy checks again after the handshake (a list changed meanwhile, or a TLS
+    /// configuration built without it).
     pub revoked_relays: Arc<Revoked>,
 }
 
-/// The relay names the proxy refuses (`proxy.revoked_relays`).
-#[derive(Debug, Default)]
-pub struct Revoked(std::sync::RwLock<Vec<String>>);
-
-impl Revoked {
-    /// A list of names.
-    pub fn new(names: Vec<String>) -> Revoked {
-        Revoked(std::sync::RwLock::new(names))
-    }
-
-    /// Whether `relay` is revoked.
-    pub fn contains(&self, relay: &str) -> bool {
-        self.0
-            .read()
-            .unwrap_or_else(|p| p.into_inner())
-            .iter()
-            .any(|r| r == relay)
-    }
-
-    /// The names, as configured.
-    pub fn names(&self) -> Vec<String> {
-        self.0.read().unwrap_or_else(|p| p.into_inner()).clone()
-    }
-}
+pub use crate::tls::Revoked;
 
 /// Replaces the revoked names with `names` and ends the subflows of every live session whose
 /// relay is now revoked (its new subflows are refused; the session then ends at its hold time,
 /// resetting its passengers' flows). Returns the relays whose sessions were cut, with how many
 /// sessions each.
 pub fn revoke(sessions: &Sessions, revoked: &Revoked, names: Vec<String>) -> Vec<(String, usize)> {
-    *revoked.0.write().unwrap_or_else(|p| p.into_inner()) = names;
+    revoked.replace(names);
     let mut cut: Vec<(String, usize)> = Vec::new();
     let live: Vec<LiveSession> = sessions
         .lock()
@@ -286,6 +266,15 @@ async fn accept_loop(
                     // mostly a relay's spare connection attempt that lost the race to another
                     // one (or a port scan). Not counted as a refused peer.
                     debug!(%peer, "connection closed during its TLS handshake");
+                    return;
+                }
+                Err(e) if e.is_revoked_refusal() => {
+                    // The TLS verifier refused a revoked relay (and logged its name, at most
+                    // once a minute); the relay got the alert `certificate_revoked`.
+                    debug!(%peer, error = %e, "subflow refused: revoked relay");
+                    if let Some(m) = &o.metrics {
+                        m.peers_rejected.inc();
+                    }
                     return;
                 }
                 Err(e) => {

@@ -859,6 +859,7 @@ mod tests {
             source: io(std::io::ErrorKind::InvalidData),
         };
         assert!(tls.is_setup(), "a certificate or TLS alert problem");
+        assert!(H::Revoked.is_setup(), "revoked: repeats until someone acts");
         let refused = H::Io {
             what: "connect".into(),
             source: io(std::io::ErrorKind::ConnectionRefused),

@@ -74,6 +74,12 @@ pub enum HandshakeError {
     /// The peer closed the connection during the handshake.
     #[error("peer closed the connection during the handshake")]
     Closed,
+    /// The proxy refused this relay's certificate as revoked (TLS alert `certificate_revoked`).
+    #[error(
+        "the proxy refuses this relay's certificate as revoked (its proxy.revoked_relays lists \
+         this relay's name): ask its operator, or install a new certificate"
+    )]
+    Revoked,
     /// The proxy's host name did not resolve (and no earlier answer is known).
     #[error("resolve {host}: {reason}")]
     Resolve {
@@ -100,13 +106,33 @@ impl HandshakeError {
     /// repeats on every attempt until someone changes something.
     pub fn is_setup(&self) -> bool {
         match self {
-            HandshakeError::Setup { .. } | HandshakeError::Proto(_) => true,
+            HandshakeError::Setup { .. } | HandshakeError::Proto(_) | HandshakeError::Revoked => {
+                true
+            }
             HandshakeError::Io { source, .. } => source.kind() == io::ErrorKind::InvalidData,
             // The resolver's queries may go over a path in a blackout.
             HandshakeError::Timeout(_)
             | HandshakeError::Closed
             | HandshakeError::Resolve { .. } => false,
         }
+    }
+}
+
+impl HandshakeError {
+    /// Whether this is the proxy refusing a revoked relay in the TLS handshake
+    /// ([`crate::tls::Revoked`]).
+    pub fn is_revoked_refusal(&self) -> bool {
+        matches!(self, HandshakeError::Io { source, .. } if crate::tls::is_revoked_refusal(source))
+    }
+}
+
+/// A failure caused by the proxy's TLS alert `certificate_revoked` as [`HandshakeError::Revoked`].
+fn revoked_alert(e: HandshakeError) -> HandshakeError {
+    match e {
+        HandshakeError::Io { source, .. } if crate::tls::is_revoked_alert(&source) => {
+            HandshakeError::Revoked
+        }
+        e => e,
     }
 }
 
@@ -341,7 +367,8 @@ pub async fn relay_connect(
     };
     let (stream, initial, peer_epoch) = tokio::time::timeout(timeouts.handshake, fut)
         .await
-        .map_err(|_| HandshakeError::Timeout("TLS and Hello"))??;
+        .map_err(|_| HandshakeError::Timeout("TLS and Hello"))?
+        .map_err(revoked_alert)?;
     Ok(Established {
         stream,
         initial,

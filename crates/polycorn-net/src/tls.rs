@@ -12,9 +12,10 @@
 //! CA of a set, named after the train (`polycorn tls relay --name train-042 ./creds`). The proxy
 //! reads that name from the certificate each subflow presents ([`relay_name`]): it labels the
 //! session's logs and per-path metrics, binds the session to it (a subflow of another relay
-//! cannot join), and a name listed in `proxy.revoked_relays` is refused (applied on SIGHUP
+//! cannot join), and a name listed in `proxy.revoked_relays` is refused in the handshake with
+//! the alert `certificate_revoked` ([`server_config_revoking`], [`Revoked`]; applied on SIGHUP
 //! while running, cutting the relay's live subflows) — so one lost gateway is shut out without
-//! redistributing every file. The set's own `relay.pem` is named
+//! redistributing every file, and its relay can say why. The set's own `relay.pem` is named
 //! [`RELAY_NAME`].
 //!
 //! Because the key usages differ, the proxy's key cannot pose as a relay and the relay's key
@@ -48,21 +49,25 @@
 //! certificate. They build on the `ring` provider explicitly, so no process-wide default
 //! provider has to be installed.
 
+use std::collections::HashMap;
 use std::fs;
 use std::io::{self, Write};
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use rcgen::{
     BasicConstraints, CertificateParams, DistinguishedName, DnType, ExtendedKeyUsagePurpose, IsCa,
     KeyPair, KeyUsagePurpose, SanType,
 };
+use rustls::client::danger::HandshakeSignatureValid;
 use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::UnixTime;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
+use rustls::server::danger::{ClientCertVerified, ClientCertVerifier};
 use rustls::server::WebPkiClientVerifier;
-use rustls::{ClientConfig, RootCertStore, ServerConfig};
+use rustls::{ClientConfig, DigitallySignedStruct, RootCertStore, ServerConfig, SignatureScheme};
 
 /// The DNS name in the proxy's certificate, and the name relays always verify.
 pub const PROXY_SERVER_NAME: &str = "polycorn-proxy";
@@ -585,13 +590,27 @@ fn cert_key_error(cert: &Path, key: &Path, e: rustls::Error) -> TlsError {
 /// The proxy's TLS configuration: presents `cert`/`key`, requires a client certificate that
 /// chains to `ca` and is valid for client authentication. TLS 1.3 only, ALPN [`ALPN`].
 pub fn server_config(ca: &Path, cert: &Path, key: &Path) -> Result<Arc<ServerConfig>, TlsError> {
+    server_config_revoking(ca, cert, key, Arc::new(Revoked::default()))
+}
+
+/// [`server_config`] that also refuses every relay certificate whose name ([`relay_name`];
+/// `unnamed` without one) `revoked` lists at the time of the handshake, with the TLS alert
+/// `certificate_revoked` — so the relay learns why ([`is_revoked_alert`]) and the proxy's
+/// list can change while it runs.
+pub fn server_config_revoking(
+    ca: &Path,
+    cert: &Path,
+    key: &Path,
+    revoked: Arc<Revoked>,
+) -> Result<Arc<ServerConfig>, TlsError> {
     let provider = provider();
-    let verifier = WebPkiClientVerifier::builder_with_provider(roots(ca)?, provider.clone())
+    let inner = WebPkiClientVerifier::builder_with_provider(roots(ca)?, provider.clone())
         .build()
         .map_err(|e| TlsError::BadCa {
             file: ca.to_path_buf(),
             detail: e.to_string(),
         })?;
+    let verifier = Arc::new(RevokingVerifier { inner, revoked });
     let chain = load_certs(cert)?;
     let private = load_key(key)?;
     let mut config = ServerConfig::builder_with_provider(provider)
@@ -601,7 +620,167 @@ pub fn server_config(ca: &Path, cert: &Path, key: &Path) -> Result<Arc<ServerCon
         .with_single_cert(chain, private)
         .map_err(|e| cert_key_error(cert, key, e))?;
     config.alpn_protocols = vec![ALPN.to_vec()];
+    // No session resumption: a resumed session skips the client certificate's verification,
+    // so a relay revoked (or whose certificate expired) since its last full handshake would
+    // get in again. A full handshake costs the same round trips; only some CPU per subflow.
+    config.session_storage = Arc::new(rustls::server::NoServerSessionStorage {});
+    config.send_tls13_tickets = 0;
     Ok(Arc::new(config))
+}
+
+/// The relay names a proxy refuses (`proxy.revoked_relays`), replaceable while it runs.
+///
+/// The proxy's TLS verifier consults it at every handshake ([`server_config_revoking`]) and
+/// warns about each refused name at most once a minute (with how many refusals it did not
+/// log since).
+#[derive(Debug, Default)]
+pub struct Revoked {
+    names: RwLock<Vec<String>>,
+    /// Per refused name: when it was last logged and refusals since then.
+    warned: Mutex<HashMap<String, (Instant, u64)>>,
+}
+
+/// How often a refused relay name is logged at most.
+const REVOKED_WARN_EVERY: Duration = Duration::from_secs(60);
+
+impl Revoked {
+    /// A list of names.
+    pub fn new(names: Vec<String>) -> Revoked {
+        Revoked {
+            names: RwLock::new(names),
+            warned: Mutex::default(),
+        }
+    }
+
+    /// Whether `relay` is revoked.
+    pub fn contains(&self, relay: &str) -> bool {
+        self.names
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .iter()
+            .any(|r| r == relay)
+    }
+
+    /// The names, as configured.
+    pub fn names(&self) -> Vec<String> {
+        self.names.read().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// Replaces the names.
+    pub fn replace(&self, names: Vec<String>) {
+        *self.names.write().unwrap_or_else(|p| p.into_inner()) = names;
+    }
+
+    fn refused(&self, relay: &str) {
+        let now = Instant::now();
+        let mut warned = self.warned.lock().unwrap_or_else(|p| p.into_inner());
+        let log = match warned.get_mut(relay) {
+            Some((at, n)) if now.duration_since(*at) < REVOKED_WARN_EVERY => {
+                *n += 1;
+                None
+            }
+            Some((at, n)) => {
+                let since = std::mem::take(n);
+                *at = now;
+                Some(since)
+            }
+            None => {
+                if warned.len() >= 4096 {
+                    warned.clear();
+                }
+                warned.insert(relay.to_string(), (now, 0));
+                Some(0)
+            }
+        };
+        drop(warned);
+        if let Some(n) = log {
+            tracing::warn!(
+                relay,
+                refused_since_last_warning = (n > 0).then_some(n),
+                "subflow refused: relay certificate `{relay}` is revoked (proxy.revoked_relays)"
+            );
+        }
+    }
+}
+
+/// The proxy's client-certificate verifier: the CA's verdict, then the revoked names.
+#[derive(Debug)]
+struct RevokingVerifier {
+    inner: Arc<dyn ClientCertVerifier>,
+    revoked: Arc<Revoked>,
+}
+
+impl ClientCertVerifier for RevokingVerifier {
+    fn offer_client_auth(&self) -> bool {
+        self.inner.offer_client_auth()
+    }
+
+    fn client_auth_mandatory(&self) -> bool {
+        self.inner.client_auth_mandatory()
+    }
+
+    fn root_hint_subjects(&self) -> &[rustls::DistinguishedName] {
+        self.inner.root_hint_subjects()
+    }
+
+    fn verify_client_cert(
+        &self,
+        end_entity: &CertificateDer<'_>,
+        intermediates: &[CertificateDer<'_>],
+        now: UnixTime,
+    ) -> Result<ClientCertVerified, rustls::Error> {
+        let verified = self
+            .inner
+            .verify_client_cert(end_entity, intermediates, now)?;
+        let name = relay_name(end_entity).unwrap_or_else(|| "unnamed".into());
+        if self.revoked.contains(&name) {
+            self.revoked.refused(&name);
+            return Err(rustls::Error::InvalidCertificate(
+                rustls::CertificateError::Revoked,
+            ));
+        }
+        Ok(verified)
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        self.inner.verify_tls12_signature(message, cert, dss)
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        self.inner.verify_tls13_signature(message, cert, dss)
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
+        self.inner.supported_verify_schemes()
+    }
+}
+
+/// Whether `e` (an I/O error from a TLS stream) is the TLS alert `certificate_revoked` the
+/// peer sent: on a relay, the proxy refusing its certificate as revoked.
+pub fn is_revoked_alert(e: &io::Error) -> bool {
+    e.get_ref()
+        .and_then(|inner| inner.downcast_ref::<rustls::Error>())
+        .is_some_and(|r| {
+            *r == rustls::Error::AlertReceived(rustls::AlertDescription::CertificateRevoked)
+        })
+}
+
+/// Whether `e` (an I/O error from a TLS stream) is this end refusing the peer's certificate
+/// as revoked: on the proxy, a relay name in [`Revoked`].
+pub fn is_revoked_refusal(e: &io::Error) -> bool {
+    e.get_ref()
+        .and_then(|inner| inner.downcast_ref::<rustls::Error>())
+        .is_some_and(|r| *r == rustls::Error::InvalidCertificate(rustls::CertificateError::Revoked))
 }
 
 /// The relay's TLS configuration: trusts only `ca`, presents `cert`/`key`. TLS 1.3 only, ALPN

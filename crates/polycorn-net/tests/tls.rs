@@ -25,6 +25,18 @@ async fn handshake(
     server: Arc<rustls::ServerConfig>,
     client: Arc<rustls::ClientConfig>,
 ) -> (Result<Vec<CertificateDer<'static>>, std::io::Error>, bool) {
+    let (server, client) = handshake_errors(server, client).await;
+    (server, client.unwrap_or(false))
+}
+
+/// [`handshake`] with the client's error.
+async fn handshake_errors(
+    server: Arc<rustls::ServerConfig>,
+    client: Arc<rustls::ClientConfig>,
+) -> (
+    Result<Vec<CertificateDer<'static>>, std::io::Error>,
+    Result<bool, std::io::Error>,
+) {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let server_task = tokio::spawn(async move {
@@ -50,8 +62,7 @@ async fn handshake(
         tls.read_exact(&mut buf).await?;
         Ok::<_, std::io::Error>(&buf == b"world")
     }
-    .await
-    .unwrap_or(false);
+    .await;
     (server_task.await.unwrap(), client_ok)
 }
 
@@ -315,6 +326,53 @@ async fn a_relay_certificate_per_train_handshakes_and_carries_its_name() {
     assert_eq!(std::fs::read(&issued.key).unwrap(), before);
     tls::issue_relay(&dir, "train-042", &out, true).unwrap();
     assert_ne!(std::fs::read(&issued.key).unwrap(), before);
+}
+
+/// A revoked name is refused in the handshake with the alert `certificate_revoked`, which the
+/// relay can tell apart; the list changes while the configuration is in use.
+#[tokio::test]
+async fn a_revoked_relay_is_refused_in_the_handshake_and_told_why() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("pki");
+    let g = generated(&dir);
+    let train = tls::issue_relay(&dir, "train-7", &dir, false).unwrap();
+    let revoked = Arc::new(tls::Revoked::new(vec!["train-7".into()]));
+    let server =
+        tls::server_config_revoking(&g.ca_cert, &g.proxy_cert, &g.proxy_key, revoked.clone())
+            .unwrap();
+    let client = tls::client_config(&g.ca_cert, &train.cert, &train.key).unwrap();
+    let (server_result, client_result) = handshake_errors(server.clone(), client.clone()).await;
+    let e = server_result.expect_err("a revoked relay is refused");
+    assert!(tls::is_revoked_refusal(&e), "{e}");
+    let e = client_result.expect_err("the relay hears of it");
+    assert!(tls::is_revoked_alert(&e), "{e}");
+    // Another train of the same set is let in.
+    let other = tls::client_config(&g.ca_cert, &g.relay_cert, &g.relay_key).unwrap();
+    let (server_result, client_result) = handshake_errors(server.clone(), other).await;
+    server_result.expect("a relay not on the list is accepted");
+    assert!(client_result.unwrap());
+    // Taken off the list while the configuration is in use: let in.
+    revoked.replace(Vec::new());
+    let (server_result, client_result) = handshake_errors(server.clone(), client.clone()).await;
+    server_result.expect("let in again");
+    assert!(client_result.unwrap());
+    // Revoked again: the relay's next connection (which would resume the session it just had,
+    // skipping the certificate check, if the proxy allowed resumption) is refused.
+    revoked.replace(vec!["train-7".into()]);
+    let (server_result, client_result) = handshake_errors(server, client).await;
+    let e = server_result.expect_err("no way back in by session resumption");
+    assert!(tls::is_revoked_refusal(&e), "{e}");
+    assert!(tls::is_revoked_alert(&client_result.unwrap_err()));
+    // A refusal for another reason (a certificate of another CA) is not a revocation.
+    let stranger = tmp.path().join("stranger");
+    let s = generated(&stranger);
+    let server = tls::server_config(&g.ca_cert, &g.proxy_cert, &g.proxy_key).unwrap();
+    let foreign = tls::client_config(&g.ca_cert, &s.relay_cert, &s.relay_key).unwrap();
+    let (server_result, client_result) = handshake_errors(server, foreign).await;
+    let e = server_result.unwrap_err();
+    assert!(!tls::is_revoked_refusal(&e), "{e}");
+    let e = client_result.unwrap_err();
+    assert!(!tls::is_revoked_alert(&e), "{e}");
 }
 
 #[test]

@@ -509,7 +509,13 @@ pub fn proxy(path: &Path) -> Result<()> {
     check_rto_max("proxy.rto_max_ms", cfg.proxy.rto_max_ms)?;
     let rt = runtime()?;
     rt.block_on(async move {
-        let tls_cfg = tls::server_config(&cfg.tls.ca, &cfg.tls.cert, &cfg.tls.key)?;
+        let revoked = Arc::new(proxy::Revoked::new(cfg.proxy.revoked_relays.clone()));
+        let tls_cfg = tls::server_config_revoking(
+            &cfg.tls.ca,
+            &cfg.tls.cert,
+            &cfg.tls.key,
+            revoked.clone(),
+        )?;
         let metrics = Arc::new(Metrics::new());
         let opts = ProxyOptions {
             listen: cfg.proxy.listen.clone(),
@@ -527,9 +533,8 @@ pub fn proxy(path: &Path) -> Result<()> {
             connect_timeout: cfg.proxy.connect_timeout(),
             predictor,
             metrics: Some(metrics.clone()),
-            revoked_relays: Arc::new(proxy::Revoked::new(cfg.proxy.revoked_relays.clone())),
+            revoked_relays: revoked.clone(),
         };
-        let revoked = opts.revoked_relays.clone();
         if !cfg.proxy.revoked_relays.is_empty() {
             info!(relays = ?cfg.proxy.revoked_relays, "revoked relays will be refused");
         }

@@ -876,8 +876,8 @@ fn hostile_peers_are_refused_and_passengers_unaffected() {
                 }
                 assert!(closed, "proxy must close a subflow that sent {payload:?}");
             }
-            // 4. Certificates of other trains: a revoked one is refused after the handshake
-            // whatever its Hello; one that names the running relay's session is refused; with
+            // 4. Certificates of other trains: a revoked one is refused in the handshake (the
+            // TLS alert `certificate_revoked`) whatever its Hello; one that names the running relay's session is refused; with
             // a session of its own the same certificate is answered.
             for (name, session, answered) in [
                 ("train-7", 0x77, false),
@@ -908,6 +908,13 @@ fn hostile_peers_are_refused_and_passengers_unaffected() {
                 let r = tokio::time::timeout(Duration::from_secs(15), s.read(&mut b)).await;
                 let got = matches!(r, Ok(Ok(n)) if n > 0);
                 assert_eq!(got, answered, "{name} with session {session:x}: {r:?}");
+                if name == "train-7" {
+                    // Told why: the TLS alert `certificate_revoked`.
+                    assert!(
+                        matches!(&r, Ok(Err(e)) if polycorn_net::tls::is_revoked_alert(e)),
+                        "a revoked relay hears certificate_revoked: {r:?}"
+                    );
+                }
             }
         })
     });
@@ -1024,8 +1031,9 @@ fn wait_for_relay_log(stack: &Stack, want: &str, forbid: Option<(&str, &str)>, m
         }
         assert!(
             Instant::now() < deadline,
-            "{missing}:\n{}",
-            tail(&stack.relay.log())
+            "{missing}:\n{}\nproxy:\n{}",
+            tail(&stack.relay.log()),
+            tail(&stack.proxy.log())
         );
         std::thread::sleep(Duration::from_millis(200));
     }
@@ -1099,6 +1107,13 @@ fn a_relay_revoked_on_reload_is_cut_at_once_and_let_in_again() {
     stack
         .proxy
         .wait_for("relay certificate `polycorn-relay` is revoked", 1);
+    // The relay is told why (the TLS alert `certificate_revoked`), and says so at once.
+    wait_for_relay_log(
+        &stack,
+        "the proxy refuses this relay's certificate as revoked",
+        None,
+        "the relay does not say it was revoked",
+    );
     let before = ups(&stack);
     std::thread::sleep(Duration::from_secs(3));
     assert_eq!(
