@@ -99,6 +99,12 @@ pub struct FlowSignal {
 impl FlowSignal {
     fn set(&self, state: u8) {
         self.state.store(state, Ordering::SeqCst);
+        if state != OPEN {
+            // A flow that ends before the peer answered its opening (reset when every path
+            // stayed down past the hold time, say) ends the wait for that answer too: the
+            // waiting SOCKS5 passenger gets a failure instead of waiting forever.
+            drop(self.opened.lock().unwrap_or_else(|p| p.into_inner()).take());
+        }
         self.readable.notify_one();
         self.writable.notify_one();
     }

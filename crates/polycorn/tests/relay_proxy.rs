@@ -329,8 +329,13 @@ const SERVER4: &str = "10.0.2.2:9000";
 const SERVER6: &str = "[fd00:2::2]:9000";
 
 async fn socks_connect(dst: SocketAddr) -> std::io::Result<TcpStream> {
+    socks_connect_via("10.0.1.1:1080", dst).await
+}
+
+/// A SOCKS5 CONNECT to `dst` through the listener at `socks`.
+async fn socks_connect_via(socks: &str, dst: SocketAddr) -> std::io::Result<TcpStream> {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let mut s = TcpStream::connect("10.0.1.1:1080").await?;
+    let mut s = TcpStream::connect(socks).await?;
     s.write_all(&[5, 1, 0]).await?;
     let mut r = [0u8; 2];
     s.read_exact(&mut r).await?;
@@ -412,6 +417,22 @@ fn transfers(bed: &Bed, list: Vec<(Via, u64, u64)>, label: &str, stack: &Stack) 
             ),
         }
     }
+}
+
+/// The metrics page of the daemon listening on 127.0.0.1:9100 in namespace `ns`.
+fn scrape_metrics(ns: &str) -> String {
+    in_ns(ns, || {
+        Box::pin(async move {
+            use tokio::io::{AsyncReadExt, AsyncWriteExt};
+            let mut s = TcpStream::connect("127.0.0.1:9100").await.unwrap();
+            s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+                .await
+                .unwrap();
+            let mut body = String::new();
+            s.read_to_string(&mut body).await.unwrap();
+            body
+        })
+    })
 }
 
 fn tail(s: &str) -> String {
@@ -518,20 +539,7 @@ fn hundred_passengers_five_flows_each() {
         &failed[..failed.len().min(10)],
         tail(&stack.relay.log())
     );
-    let scrape = |ns: String| {
-        in_ns(&ns, || {
-            Box::pin(async move {
-                use tokio::io::{AsyncReadExt, AsyncWriteExt};
-                let mut s = TcpStream::connect("127.0.0.1:9100").await.unwrap();
-                s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
-                    .await
-                    .unwrap();
-                let mut body = String::new();
-                s.read_to_string(&mut body).await.unwrap();
-                body
-            })
-        })
-    };
+    let scrape = |ns: String| scrape_metrics(&ns);
     std::thread::sleep(Duration::from_millis(1500));
     // Passengers' DNS: UDP to the relay, carried over TCP through the proxy to the resolver.
     let answer = in_ns(&bed.ns("client"), || {
@@ -1134,6 +1142,271 @@ fn a_relay_revoked_on_reload_is_cut_at_once_and_let_in_again() {
         MB,
         "transfer after the relay was let in again",
     );
+}
+
+/// A second train's namespace, joined to the proxy's by one unshaped veth path
+/// (10.199.0.1 on the train, 10.199.0.2 at the proxy); removed on drop.
+struct SecondTrain {
+    ns: String,
+    device: String,
+}
+
+impl SecondTrain {
+    fn new(bed: &Bed) -> SecondTrain {
+        let ns = bed.ns("train2");
+        let device = format!("{}-2r", bed.name);
+        let peer = format!("{}-2p", bed.name);
+        let _ = Command::new("ip").args(["netns", "del", &ns]).status();
+        let ip = |args: &[&str]| {
+            let out = Command::new("ip").args(args).output().unwrap();
+            assert!(
+                out.status.success(),
+                "ip {args:?}: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        };
+        ip(&["netns", "add", &ns]);
+        let train = SecondTrain { ns, device };
+        let proxy_ns = bed.ns("proxy");
+        ip(&[
+            "link",
+            "add",
+            &train.device,
+            "netns",
+            &train.ns,
+            "type",
+            "veth",
+            "peer",
+            "name",
+            &peer,
+            "netns",
+            &proxy_ns,
+        ]);
+        ip(&["-n", &train.ns, "link", "set", "lo", "up"]);
+        ip(&[
+            "-n",
+            &train.ns,
+            "addr",
+            "add",
+            "10.199.0.1/24",
+            "dev",
+            &train.device,
+        ]);
+        ip(&["-n", &train.ns, "link", "set", &train.device, "up"]);
+        ip(&[
+            "-n",
+            &proxy_ns,
+            "addr",
+            "add",
+            "10.199.0.2/24",
+            "dev",
+            &peer,
+        ]);
+        ip(&["-n", &proxy_ns, "link", "set", &peer, "up"]);
+        train
+    }
+}
+
+impl Drop for SecondTrain {
+    fn drop(&mut self) {
+        // Deleting the namespace deletes the veth pair, both ends.
+        let _ = Command::new("ip").args(["netns", "del", &self.ns]).status();
+    }
+}
+
+/// One proxy, two trains with certificates of their own, at once: both carry passengers
+/// concurrently, the proxy tells them apart in logs and metrics, a train whose relay restarts
+/// is noticed as a second session of its name, and revoking one train leaves the other alone.
+#[test]
+fn two_trains_share_one_proxy_and_one_is_revoked_alone() {
+    let _s = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    if !is_root() {
+        return;
+    }
+    let bed = Bed::constant("w", 40, 20);
+    start_server(&bed);
+    // Train 1: the testbed's relay namespace, with the set's own certificate (`polycorn-relay`).
+    let mut stack = start_stack(&bed, "polycorn", "minrtt", 2);
+    let dir = stack.dir.path().to_path_buf();
+    let out = Command::new(bin())
+        .args(["tls", "relay", "--name", "train-2"])
+        .arg(&dir)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // Train 2: a namespace of its own, one path, passengers over SOCKS5.
+    let train = SecondTrain::new(&bed);
+    let relay2 = dir.join("train-2.toml");
+    std::fs::write(
+        &relay2,
+        format!(
+            "[relay]\nmode = \"polycorn\"\nscheduler = \"minrtt\"\nproxy = \"10.199.0.2:7700\"\n\
+             congestion = \"cubic\"\nhold_time_s = 3\n\n[[path]]\nname = \"p0\"\ndevice = \"{}\"\n\
+             source = \"10.199.0.1\"\nproxy = \"10.199.0.2:7700\"\n\n\
+             [intercept]\nsocks5 = \"127.0.0.1:1080\"\n\n\
+             [tls]\nca = \"ca.pem\"\ncert = \"train-2.pem\"\nkey = \"train-2.key\"\n\n\
+             [metrics]\nlisten = \"127.0.0.1:9100\"\n",
+            train.device
+        ),
+    )
+    .unwrap();
+    let start_train2 = |log: &str| {
+        let mut d = Daemon::start(&train.ns, "relay", &relay2, dir.join(log));
+        d.wait_for("subflow up", 1);
+        d
+    };
+    let mut relay2_daemon = start_train2("train-2.log");
+    let fetch2 = |down: u64| {
+        in_ns(&train.ns, move || {
+            Box::pin(async move {
+                let go = async {
+                    let s = socks_connect_via("127.0.0.1:1080", SERVER4.parse().unwrap()).await?;
+                    loadgen::transfer(s, KB, down).await
+                };
+                tokio::time::timeout(Duration::from_secs(60), go)
+                    .await
+                    .map_err(|_| std::io::Error::other("timed out"))?
+            })
+        })
+    };
+    // Both trains at once, byte-checked.
+    let t1 = {
+        let client = bed.ns("client");
+        std::thread::spawn(move || {
+            in_ns(&client, || {
+                Box::pin(async move {
+                    tokio::time::timeout(
+                        Duration::from_secs(60),
+                        one(Via::Transparent4, KB, 8 * MB, None),
+                    )
+                    .await
+                })
+            })
+        })
+    };
+    let r2 = fetch2(8 * MB);
+    let r1 = t1.join().unwrap();
+    assert!(
+        matches!(r1, Ok(Ok(_))),
+        "train 1: {r1:?}\n{}",
+        tail(&stack.proxy.log())
+    );
+    assert!(r2.is_ok(), "train 2: {r2:?}\n{}", tail(&stack.proxy.log()));
+    let log = stack.proxy.log();
+    assert_eq!(
+        log.matches("new relay session").count(),
+        2,
+        "one session per train:\n{}",
+        tail(&log)
+    );
+    for relay in ["polycorn-relay", "train-2"] {
+        assert!(
+            log.contains(&format!("relay={relay} peer=")),
+            "no session of {relay}:\n{}",
+            tail(&log)
+        );
+    }
+    // Metrics: each train's paths under its own name.
+    let up = |page: &str, relay: &str| -> Vec<String> {
+        page.lines()
+            .filter(|l| {
+                l.starts_with("polycorn_path_up{") && l.contains(&format!("relay=\"{relay}\""))
+            })
+            .map(str::to_string)
+            .collect()
+    };
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let page = scrape_metrics(&bed.ns("proxy"));
+        let (a, b) = (up(&page, "polycorn-relay"), up(&page, "train-2"));
+        if a.len() == 2 && b.len() == 1 && a.iter().chain(&b).all(|l| l.ends_with(" 1")) {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "proxy metrics: want 2 paths up for polycorn-relay, 1 for train-2; got {a:?} {b:?}"
+        );
+        std::thread::sleep(Duration::from_millis(300));
+    }
+    // Train 2's relay crashes and comes back: a new session under the same name while the old
+    // one waits out its hold time — the proxy says so — and it carries again.
+    let _ = relay2_daemon.child.kill();
+    let _ = relay2_daemon.child.wait();
+    relay2_daemon = start_train2("train-2-again.log");
+    stack
+        .proxy
+        .wait_for("this relay name already has a session", 1);
+    assert!(fetch2(MB).is_ok(), "train 2 after its restart");
+    // Revoke train 2 only: its subflow is cut and refused, train 1 carries on untouched.
+    let file = dir.join("proxy.toml");
+    let text = std::fs::read_to_string(&file).unwrap();
+    std::fs::write(
+        &file,
+        text.replacen("[proxy]\n", "[proxy]\nrevoked_relays = [\"train-2\"]\n", 1),
+    )
+    .unwrap();
+    let cut_before = stack
+        .proxy
+        .log()
+        .matches("relay=polycorn-relay path=")
+        .count();
+    assert!(Command::new("kill")
+        .args(["-HUP", &stack.proxy.child.id().to_string()])
+        .status()
+        .unwrap()
+        .success());
+    stack
+        .proxy
+        .wait_for("relay revoked: its subflows were cut", 1);
+    relay2_daemon.wait_for("the proxy refuses this relay's certificate as revoked", 1);
+    // Train 2's passengers get a failure (after its relay's hold time, 3 s here), not a hang.
+    let r = fetch2(KB);
+    assert!(
+        matches!(&r, Err(e) if e.to_string().contains("SOCKS5 reply")),
+        "a passenger of a revoked train: {r:?}"
+    );
+    // The proxy shows train 2's path down (its session waits out the hold time), train 1's up.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let page = scrape_metrics(&bed.ns("proxy"));
+        let (a, b) = (up(&page, "polycorn-relay"), up(&page, "train-2"));
+        if a.len() == 2
+            && a.iter().all(|l| l.ends_with(" 1"))
+            && b.iter().all(|l| l.ends_with(" 0"))
+        {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "proxy metrics after revoking train-2: got {a:?} {b:?}"
+        );
+        std::thread::sleep(Duration::from_millis(300));
+    }
+    fetch_ok(
+        &bed,
+        &stack,
+        KB,
+        8 * MB,
+        "train 1 after train 2 was revoked",
+    );
+    let log = stack.proxy.log();
+    assert_eq!(
+        log.matches("relay=polycorn-relay path=").count(),
+        cut_before,
+        "train 1's subflows were touched by train 2's revocation:\n{}",
+        tail(&log)
+    );
+    assert!(
+        !log.contains("relay revoked: its subflows were cut; its passengers' flows end at the hold time relay=polycorn-relay"),
+        "{}",
+        tail(&log)
+    );
+    drop(relay2_daemon);
+    drop(train);
 }
 
 /// A short blackout of an idle path (only probes in flight) cuts its subflow's slow-start
