@@ -116,9 +116,7 @@ impl HandshakeError {
             | HandshakeError::Resolve { .. } => false,
         }
     }
-}
 
-impl HandshakeError {
     /// Whether this is the proxy refusing a revoked relay in the TLS handshake
     /// ([`crate::tls::Revoked`]).
     pub fn is_revoked_refusal(&self) -> bool {

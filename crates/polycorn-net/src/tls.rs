@@ -768,19 +768,21 @@ impl ClientCertVerifier for RevokingVerifier {
 /// Whether `e` (an I/O error from a TLS stream) is the TLS alert `certificate_revoked` the
 /// peer sent: on a relay, the proxy refusing its certificate as revoked.
 pub fn is_revoked_alert(e: &io::Error) -> bool {
-    e.get_ref()
-        .and_then(|inner| inner.downcast_ref::<rustls::Error>())
-        .is_some_and(|r| {
-            *r == rustls::Error::AlertReceived(rustls::AlertDescription::CertificateRevoked)
-        })
+    rustls_error(e).is_some_and(|r| {
+        *r == rustls::Error::AlertReceived(rustls::AlertDescription::CertificateRevoked)
+    })
 }
 
 /// Whether `e` (an I/O error from a TLS stream) is this end refusing the peer's certificate
 /// as revoked: on the proxy, a relay name in [`Revoked`].
 pub fn is_revoked_refusal(e: &io::Error) -> bool {
-    e.get_ref()
-        .and_then(|inner| inner.downcast_ref::<rustls::Error>())
+    rustls_error(e)
         .is_some_and(|r| *r == rustls::Error::InvalidCertificate(rustls::CertificateError::Revoked))
+}
+
+/// The TLS error inside an I/O error of a TLS stream, if that is what it is.
+fn rustls_error(e: &io::Error) -> Option<&rustls::Error> {
+    e.get_ref()?.downcast_ref::<rustls::Error>()
 }
 
 /// The relay's TLS configuration: trusts only `ca`, presents `cert`/`key`. TLS 1.3 only, ALPN
