@@ -113,6 +113,14 @@ impl Daemon {
     fn log(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
+    /// SIGHUP (what `systemctl reload` sends).
+    fn hangup(&self) {
+        assert!(Command::new("kill")
+            .args(["-HUP", &self.child.id().to_string()])
+            .status()
+            .unwrap()
+            .success());
+    }
     fn wait_for(&mut self, what: &str, count: usize) {
         let t0 = Instant::now();
         while t0.elapsed() < Duration::from_secs(20) {
@@ -1081,33 +1089,17 @@ fn a_relay_revoked_on_reload_is_cut_at_once_and_let_in_again() {
     fetch_ok(&bed, &stack, KB, MB, "transfer before the revocation");
     let file = stack.dir.path().join("proxy.toml");
     let text = std::fs::read_to_string(&file).unwrap();
-    let hup = |stack: &Stack| {
-        let pid = stack.proxy.child.id().to_string();
-        assert!(Command::new("kill")
-            .args(["-HUP", &pid])
-            .status()
-            .unwrap()
-            .success());
-    };
     let ups = |stack: &Stack| stack.proxy.log().matches("subflow up").count();
     // A file that does not load: reported, nothing changes.
     std::fs::write(&file, "[proxy]\nrevoked_relays = [\"Not A Name\"]\n").unwrap();
-    hup(&stack);
+    stack.proxy.hangup();
     stack
         .proxy
         .wait_for("reload: configuration not loaded; nothing changed", 1);
     fetch_ok(&bed, &stack, KB, MB, "transfer after a failed reload");
     // Revoked.
-    std::fs::write(
-        &file,
-        text.replacen(
-            "[proxy]\n",
-            "[proxy]\nrevoked_relays = [\"polycorn-relay\"]\n",
-            1,
-        ),
-    )
-    .unwrap();
-    hup(&stack);
+    std::fs::write(&file, revoking(&text, "polycorn-relay")).unwrap();
+    stack.proxy.hangup();
     stack.proxy.wait_for("reload: revoked relays applied", 1);
     stack
         .proxy
@@ -1132,7 +1124,7 @@ fn a_relay_revoked_on_reload_is_cut_at_once_and_let_in_again() {
     );
     // Let in again.
     std::fs::write(&file, &text).unwrap();
-    hup(&stack);
+    stack.proxy.hangup();
     stack.proxy.wait_for("reload: revoked relays applied", 2);
     stack.proxy.wait_for("subflow up", before + 2);
     fetch_ok(
@@ -1142,6 +1134,15 @@ fn a_relay_revoked_on_reload_is_cut_at_once_and_let_in_again() {
         MB,
         "transfer after the relay was let in again",
     );
+}
+
+/// Proxy configuration `text` with `relay` in `proxy.revoked_relays`.
+fn revoking(text: &str, relay: &str) -> String {
+    text.replacen(
+        "[proxy]\n",
+        &format!("[proxy]\nrevoked_relays = [\"{relay}\"]\n"),
+        1,
+    )
 }
 
 /// A second train's namespace, joined to the proxy's by one unshaped veth path
@@ -1310,7 +1311,8 @@ fn two_trains_share_one_proxy_and_one_is_revoked_alone() {
             tail(&log)
         );
     }
-    // Metrics: each train's paths under its own name.
+    // Metrics: each train's paths under its own name. `wait_paths` polls the proxy's
+    // `polycorn_path_up` lines of both trains until `ok` holds (10 s).
     let up = |page: &str, relay: &str| -> Vec<String> {
         page.lines()
             .filter(|l| {
@@ -1319,19 +1321,26 @@ fn two_trains_share_one_proxy_and_one_is_revoked_alone() {
             .map(str::to_string)
             .collect()
     };
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        let page = scrape_metrics(&bed.ns("proxy"));
-        let (a, b) = (up(&page, "polycorn-relay"), up(&page, "train-2"));
-        if a.len() == 2 && b.len() == 1 && a.iter().chain(&b).all(|l| l.ends_with(" 1")) {
-            break;
+    let wait_paths = |ok: &dyn Fn(&[String], &[String]) -> bool, what: &str| {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let page = scrape_metrics(&bed.ns("proxy"));
+            let (a, b) = (up(&page, "polycorn-relay"), up(&page, "train-2"));
+            if ok(&a, &b) {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "proxy metrics, {what}: got {a:?} {b:?}"
+            );
+            std::thread::sleep(Duration::from_millis(300));
         }
-        assert!(
-            Instant::now() < deadline,
-            "proxy metrics: want 2 paths up for polycorn-relay, 1 for train-2; got {a:?} {b:?}"
-        );
-        std::thread::sleep(Duration::from_millis(300));
-    }
+    };
+    let all = |lines: &[String], v: &str| lines.iter().all(|l| l.ends_with(v));
+    wait_paths(
+        &|a, b| a.len() == 2 && b.len() == 1 && all(a, " 1") && all(b, " 1"),
+        "want 2 paths up for polycorn-relay, 1 for train-2",
+    );
     // Train 2's relay crashes and comes back: a new session under the same name while the old
     // one waits out its hold time — the proxy says so — and it carries again.
     let _ = relay2_daemon.child.kill();
@@ -1344,21 +1353,13 @@ fn two_trains_share_one_proxy_and_one_is_revoked_alone() {
     // Revoke train 2 only: its subflow is cut and refused, train 1 carries on untouched.
     let file = dir.join("proxy.toml");
     let text = std::fs::read_to_string(&file).unwrap();
-    std::fs::write(
-        &file,
-        text.replacen("[proxy]\n", "[proxy]\nrevoked_relays = [\"train-2\"]\n", 1),
-    )
-    .unwrap();
+    std::fs::write(&file, revoking(&text, "train-2")).unwrap();
     let cut_before = stack
         .proxy
         .log()
         .matches("relay=polycorn-relay path=")
         .count();
-    assert!(Command::new("kill")
-        .args(["-HUP", &stack.proxy.child.id().to_string()])
-        .status()
-        .unwrap()
-        .success());
+    stack.proxy.hangup();
     stack
         .proxy
         .wait_for("relay revoked: its subflows were cut", 1);
@@ -1370,22 +1371,10 @@ fn two_trains_share_one_proxy_and_one_is_revoked_alone() {
         "a passenger of a revoked train: {r:?}"
     );
     // The proxy shows train 2's path down (its session waits out the hold time), train 1's up.
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        let page = scrape_metrics(&bed.ns("proxy"));
-        let (a, b) = (up(&page, "polycorn-relay"), up(&page, "train-2"));
-        if a.len() == 2
-            && a.iter().all(|l| l.ends_with(" 1"))
-            && b.iter().all(|l| l.ends_with(" 0"))
-        {
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "proxy metrics after revoking train-2: got {a:?} {b:?}"
-        );
-        std::thread::sleep(Duration::from_millis(300));
-    }
+    wait_paths(
+        &|a, b| a.len() == 2 && all(a, " 1") && all(b, " 0"),
+        "after revoking train-2",
+    );
     fetch_ok(
         &bed,
         &stack,
