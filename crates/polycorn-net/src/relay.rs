@@ -313,6 +313,29 @@ const BACKOFF_CHECK: Duration = Duration::from_millis(250);
 /// keep arriving on its path, is replaced.
 const BACKOFF_MIN: Duration = Duration::from_millis(500);
 
+/// First pause after a failed connection attempt; it doubles with each failure in a row.
+const RETRY_MIN: Duration = Duration::from_millis(100);
+/// Longest pause between attempts that failed on coverage (timeouts, resets, no route): a
+/// path coming out of a blackout is tried again within this.
+const RETRY_MAX: Duration = Duration::from_secs(2);
+/// Longest pause between attempts the proxy refused ([`subflow::HandshakeError::refused_by_proxy`]:
+/// revoked, certificate, protocol version). Each costs the proxy a handshake and repeats until
+/// an operator acts; a relay let in again (revocation lifted) is back within this.
+const REFUSED_RETRY_MAX: Duration = Duration::from_secs(60);
+
+/// The pause after a failed attempt, given the pause after the previous one in the same run
+/// of failures (`None` for the first failure) and whether the proxy refused this one. A
+/// refusal starts at [`RETRY_MAX`] and doubles up to [`REFUSED_RETRY_MAX`]; any other failure
+/// doubles from [`RETRY_MIN`] up to [`RETRY_MAX`].
+fn retry_pause(previous: Option<Duration>, refused: bool) -> Duration {
+    let doubled = previous.map_or(RETRY_MIN, |p| p * 2);
+    if refused {
+        doubled.clamp(RETRY_MAX, REFUSED_RETRY_MAX)
+    } else {
+        doubled.clamp(RETRY_MIN, RETRY_MAX)
+    }
+}
+
 /// A path that has had no subflow this long, with every connection attempt failing, is
 /// reported as a warning: shorter outages (blackouts, tunnels) are routine on a train.
 const DOWN_WARN_AFTER: Duration = Duration::from_secs(30);
@@ -431,7 +454,8 @@ async fn maintain_path(
     };
     let failures = std::sync::Mutex::new(ConnectFailures::default());
     // Log a failed attempt of a path without a working subflow, as a warning when worth one.
-    let report = |e: &subflow::HandshakeError, what: &str| {
+    // (`retry`: the pause before the next attempt)
+    let report = |e: &subflow::HandshakeError, what: &str, retry: Duration| {
         let w = failures.lock().expect("connect failures").failed(
             std::time::Instant::now(),
             e.is_setup(),
@@ -444,13 +468,15 @@ async fn maintain_path(
                 proxy = %p.proxy,
                 attempts = w.attempts,
                 down_s = w.down.as_secs(),
+                retry_in_s = retry.as_secs_f64(),
                 error = %e,
                 "path has no subflow: connection attempts fail"
             ),
             None => debug!(path = %p.name, error = %e, "{what} failed"),
         }
     };
-    let mut backoff = Duration::from_millis(100);
+    // The pause after the last of the failed attempts in a row, if any.
+    let mut pause: Option<Duration> = None;
     let mut next: Option<subflow::Established> = None;
     loop {
         let est = match next.take() {
@@ -458,14 +484,15 @@ async fn maintain_path(
             None => match connect(CONNECT_TIMEOUTS).await {
                 Ok(e) => e,
                 Err(e) => {
-                    report(&e, "subflow connect");
-                    tokio::time::sleep(backoff).await;
-                    backoff = (backoff * 2).min(Duration::from_secs(2));
+                    let wait = retry_pause(pause, e.refused_by_proxy());
+                    report(&e, "subflow connect", wait);
+                    tokio::time::sleep(wait).await;
+                    pause = Some(wait);
                     continue;
                 }
             },
         };
-        backoff = Duration::from_millis(100);
+        pause = None;
         let recovered = failures
             .lock()
             .expect("connect failures")
@@ -512,10 +539,19 @@ async fn maintain_path(
                     // the proxy's end cannot be seen from here. Probe, with no pause between
                     // probes, until a fresh subflow is up, also when the old one speaks again
                     // meanwhile (keeping it gave 2-3x slower answers for a second or two).
+                    let mut pause = None;
                     loop {
                         match probe().await {
                             Ok(e) => return (e, Replace::Silent),
-                            Err(e) => report(&e, "probe connection"),
+                            // A path in a blackout: no pause (a probe bounds itself). A
+                            // refusal: the proxy answers at once, so pause as between attempts.
+                            Err(e) if e.refused_by_proxy() => {
+                                let wait = retry_pause(pause, true);
+                                report(&e, "probe connection", wait);
+                                tokio::time::sleep(wait).await;
+                                pause = Some(wait);
+                            }
+                            Err(e) => report(&e, "probe connection", Duration::ZERO),
                         }
                     }
                 }
@@ -845,6 +881,29 @@ mod tests {
         );
     }
 
+    /// Coverage failures are retried within 2 s; refusals back off to a minute, and a refusal
+    /// after coverage failures starts at 2 s.
+    #[test]
+    fn refused_attempts_back_off_to_a_minute_others_to_two_seconds() {
+        let run = |refused: &[bool]| {
+            let mut pause = None;
+            refused
+                .iter()
+                .map(|&r| {
+                    let p = retry_pause(pause, r);
+                    pause = Some(p);
+                    p.as_millis()
+                })
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(run(&[false; 7]), [100, 200, 400, 800, 1600, 2000, 2000]);
+        assert_eq!(
+            run(&[true; 7]),
+            [2000, 4000, 8000, 16000, 32000, 60000, 60000]
+        );
+        assert_eq!(run(&[false, false, true, false]), [100, 200, 2000, 2000]);
+    }
+
     #[test]
     fn handshake_errors_are_told_apart_by_cause() {
         use subflow::HandshakeError as H;
@@ -860,12 +919,22 @@ mod tests {
         };
         assert!(tls.is_setup(), "a certificate or TLS alert problem");
         assert!(H::Revoked.is_setup(), "revoked: repeats until someone acts");
+        assert!(H::Revoked.refused_by_proxy() && tls.refused_by_proxy());
+        assert!(
+            !setup.refused_by_proxy(),
+            "a local failure: the proxy never saw it"
+        );
         let refused = H::Io {
             what: "connect".into(),
             source: io(std::io::ErrorKind::ConnectionRefused),
         };
         assert!(!refused.is_setup());
+        assert!(
+            !refused.refused_by_proxy(),
+            "TCP refused: a proxy restarting, back within seconds"
+        );
         assert!(!H::Timeout("TCP connect").is_setup());
+        assert!(!H::Timeout("TCP connect").refused_by_proxy());
         assert!(!H::Closed.is_setup());
     }
 }

@@ -117,6 +117,18 @@ impl HandshakeError {
         }
     }
 
+    /// Whether the proxy answered and refused this relay: its certificate revoked, a TLS
+    /// failure on a certificate or an alert, or another protocol version. Unlike a missing
+    /// device (which a modem coming back fixes), each such attempt costs the proxy a full
+    /// handshake and repeats until an operator acts, so the relay retries it less often.
+    pub fn refused_by_proxy(&self) -> bool {
+        match self {
+            HandshakeError::Revoked | HandshakeError::Proto(ProtoError::Version { .. }) => true,
+            HandshakeError::Io { source, .. } => source.kind() == io::ErrorKind::InvalidData,
+            _ => false,
+        }
+    }
+
     /// Whether this is the proxy refusing a revoked relay in the TLS handshake
     /// ([`crate::tls::Revoked`]).
     pub fn is_revoked_refusal(&self) -> bool {

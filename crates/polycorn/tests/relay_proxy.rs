@@ -1114,6 +1114,14 @@ fn a_relay_revoked_on_reload_is_cut_at_once_and_let_in_again() {
         None,
         "the relay does not say it was revoked",
     );
+    // It retries after 2 s, then less and less often (up to once a minute).
+    assert!(
+        stack.relay.log().lines().any(|l| l
+            .contains("the proxy refuses this relay's certificate as revoked")
+            && l.contains("retry_in_s=2")),
+        "the relay does not say when it tries again:\n{}",
+        tail(&stack.relay.log())
+    );
     let before = ups(&stack);
     std::thread::sleep(Duration::from_secs(3));
     assert_eq!(
