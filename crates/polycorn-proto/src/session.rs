@@ -12,7 +12,8 @@
 //! as the application (the passenger's or server's socket) consumes data: at most
 //! `flow_window` beyond what was consumed, shrunk to `user_window / flows` for a passenger with
 //! many flows (never below the initial credit). Data beyond the credit is a protocol error, so
-//! the receive buffer of a flow never exceeds its window. The send buffer is bounded by the
+//! the receive buffer of a flow never exceeds its window. The credit bounds data bytes only: a
+//! FIN may follow the last byte it allows. The send buffer is bounded by the
 //! same window: the shell reads from a socket only as much as [`Session::send_capacity`]
 //! allows, which is how backpressure reaches the sending passenger or server (TCP flow control)
 //! instead of unbounded buffering.
@@ -1348,11 +1349,12 @@ impl Session {
         }
         let f = self.flows.get_mut(&flow).expect("present");
         let r = &mut f.recv;
-        let seq_end = end + u64::from(fin);
-        if seq_end > r.limit {
+        // The credit bounds the data, which needs buffer space; the FIN needs none, and a
+        // sender may put it on the last byte the credit allows.
+        if end > r.limit {
             return Err(ProtoError::FlowControl {
                 flow,
-                end: seq_end,
+                end,
                 limit: r.limit,
             });
         }

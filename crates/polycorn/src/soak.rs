@@ -19,8 +19,10 @@
 //! everything and waits for both daemons to settle. The run **fails** (exit status 1, saying
 //! what) if any connection or ping failed or carried a wrong byte, if relay and proxy did not
 //! each count exactly the connections the clients opened (`polycorn_flows_total`), if a flow is
-//! still open at the end, or if a daemon holds more file descriptors than before the load
-//! (beyond [`FD_SLACK`]). Memory is reported, not judged: the allocator keeps freed pages, so
+//! still open at the end, if a daemon holds more file descriptors than before the load
+//! (beyond [`FD_SLACK`]), or if either daemon logged a protocol violation (relay and proxy
+//! talk only to each other here: reinjection may hide one from the passengers, but it tears a
+//! subflow down). Each daemon's subflow reconnections are reported. Memory is reported, not judged: the allocator keeps freed pages, so
 //! read its trend over the samples (and over a longer `--secs`).
 
 use std::collections::BTreeMap;
@@ -96,6 +98,8 @@ pub struct Reading {
     pub flows_open: f64,
     /// `polycorn_flows_total`.
     pub flows_total: f64,
+    /// `polycorn_path_reconnects_total`, summed over paths.
+    pub reconnects: f64,
 }
 
 /// SplitMix64: the byte pattern's generator and the workers' dice.
@@ -468,6 +472,11 @@ fn read_daemon(pid: u32, ns: &str) -> Result<Reading> {
         threads: field("Threads:") as usize,
         flows_open: metric("polycorn_flows_open"),
         flows_total: metric("polycorn_flows_total"),
+        reconnects: body
+            .lines()
+            .filter(|l| l.starts_with("polycorn_path_reconnects_total{"))
+            .filter_map(|l| l.rsplit_once(' ')?.1.parse::<f64>().ok())
+            .sum(),
     })
 }
 
@@ -699,7 +708,7 @@ fn soak(args: &SoakArgs, dir: &std::path::Path, stop: Arc<AtomicBool>) -> Result
         ("proxy", proxy0, proxy_peak, proxy1),
     ] {
         println!(
-            "{who}: memory {:.1} MiB before, {:.1} peak, {:.1} after ({:+.1}); file descriptors {} before, {} peak, {} after; threads {} before, {} after; flows opened {:.0}, open at the end {:.0}",
+            "{who}: memory {:.1} MiB before, {:.1} peak, {:.1} after ({:+.1}); file descriptors {} before, {} peak, {} after; threads {} before, {} after; flows opened {:.0}, open at the end {:.0}; subflow reconnections {:.0}",
             before.rss_mib,
             peak.rss_mib,
             after.rss_mib,
@@ -711,6 +720,7 @@ fn soak(args: &SoakArgs, dir: &std::path::Path, stop: Arc<AtomicBool>) -> Result
             after.threads,
             after.flows_total - before.flows_total,
             after.flows_open,
+            after.reconnects - before.reconnects,
         );
     }
     println!("settled {settle_secs:.1} s after the load ended");
@@ -732,6 +742,9 @@ fn soak(args: &SoakArgs, dir: &std::path::Path, stop: Arc<AtomicBool>) -> Result
         &errors,
         &[("relay", relay0, relay1), ("proxy", proxy0, proxy1)],
     );
+    for who in ["relay", "proxy"] {
+        problems.extend(protocol_violations(who, &dir.join(format!("{who}.log")))?);
+    }
     if stop.load(Ordering::Relaxed) {
         problems.push("stopped by a signal before --secs were up".into());
     }
@@ -741,6 +754,22 @@ fn soak(args: &SoakArgs, dir: &std::path::Path, stop: Arc<AtomicBool>) -> Result
     } else {
         bail!("soak failed:\n  {}", problems.join("\n  "))
     }
+}
+
+/// Relay and proxy speak only to each other here, so a protocol violation in `who`'s log
+/// (a subflow torn down for a frame the session refused) is a bug, even when reinjection
+/// hid it from the passengers: one problem naming how many and the first.
+fn protocol_violations(who: &str, log: &std::path::Path) -> Result<Option<String>> {
+    let text = std::fs::read_to_string(log)
+        .with_context(|| format!("read {who} log {}", log.display()))?;
+    let mut hits = text.lines().filter(|l| l.contains("protocol violation"));
+    Ok(hits.next().map(|first| {
+        format!(
+            "{who} logged {} protocol violation(s) between relay and proxy (first: {})",
+            1 + hits.count(),
+            first.trim()
+        )
+    }))
 }
 
 /// What went wrong in a soak: failed connections or pings (`errors`: per kind, count and the
@@ -826,6 +855,7 @@ mod tests {
             threads: 3,
             flows_open: 0.0,
             flows_total: 5.0,
+            reconnects: 0.0,
         };
         let clean = Reading {
             fds: 20 + FD_SLACK,
@@ -864,5 +894,26 @@ mod tests {
             ..before
         };
         assert_eq!(judge(1, 0, 0, &[], &[("relay", before, silent)]).len(), 2);
+    }
+
+    #[test]
+    fn a_protocol_violation_in_a_log_fails_the_soak() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = dir.path().join("relay.log");
+        std::fs::write(&log, "INFO subflow up\nINFO relay running\n").unwrap();
+        assert_eq!(protocol_violations("relay", &log).unwrap(), None);
+        std::fs::write(
+            &log,
+            "INFO subflow up\nWARN subflow ended; reconnecting path=p0 error=protocol violation: \
+             flow 7: data up to sequence 262145 exceeds the granted credit 262144\n\
+             WARN subflow ended; reconnecting path=p1 error=protocol violation: x\n",
+        )
+        .unwrap();
+        let p = protocol_violations("relay", &log).unwrap().unwrap();
+        assert!(
+            p.starts_with("relay logged 2 protocol violation(s)") && p.contains("flow 7: data"),
+            "{p}"
+        );
+        assert!(protocol_violations("proxy", &dir.path().join("none.log")).is_err());
     }
 }
