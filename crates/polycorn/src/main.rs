@@ -10,6 +10,7 @@ mod net_cmd;
 mod netbench;
 mod realdata;
 mod soak;
+mod status;
 mod testbed_cmd;
 mod tripgen;
 
@@ -108,6 +109,14 @@ enum Command {
         #[command(subcommand)]
         action: Option<BenchAction>,
     },
+    /// What a running relay or proxy is doing, from its metrics endpoint: every path (up,
+    /// RTT, window, throughput, retransmissions, reconnections) and the passengers' flows.
+    #[command(
+        after_long_help = "Examples:\n  polycorn status relay /etc/polycorn/relay.toml\n  \
+        polycorn status proxy /etc/polycorn/proxy.toml --watch --interval 2\n  \
+        polycorn status --metrics 127.0.0.1:9100 --interval 0"
+    )]
+    Status(status::StatusArgs),
     /// List scheduler stages and presets, or check a pipeline spec.
     Schedulers {
         /// A spec to validate, e.g. "hpr,minrtt,tpr,ori+er(k=3)".
@@ -291,6 +300,7 @@ fn run(cli: Cli) -> Result<()> {
         Command::Net {
             action: NetAction::Soak(args),
         } => soak::run(&args)?,
+        Command::Status(args) => status::run(&args)?,
         Command::Relay { config } => net_cmd::relay(&config)?,
         Command::Proxy { config } => net_cmd::proxy(&config)?,
         Command::Tls {

@@ -206,6 +206,65 @@ fn config_check_warns_about_interfaces_and_addresses_this_host_lacks() {
     }
 }
 
+/// `polycorn status` says what is wrong when it cannot read a daemon: no endpoint in the
+/// configuration, nothing listening, something that is not a metrics endpoint. (Reading a
+/// running relay and proxy: `relay_proxy::hundred_passengers_five_flows_each`.)
+#[test]
+fn status_names_what_keeps_it_from_reading_a_daemon() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("relay.toml");
+    let relay = "[relay]\nmode = \"single\"\nproxy = \"192.0.2.1:7700\"\n\n\
+                 [[path]]\nname = \"a\"\ndevice = \"lo\"\nsource = \"127.0.0.1\"\n\n\
+                 [intercept]\nsocks5 = \"127.0.0.1:1080\"\n";
+    std::fs::write(&file, relay).unwrap();
+    let err = |args: &[&str]| {
+        let out = polycorn(args);
+        assert!(!out.status.success(), "{args:?} succeeded");
+        String::from_utf8_lossy(&out.stderr).into_owned()
+    };
+    let f = file.to_str().unwrap();
+    let e = err(&["status", "relay", f]);
+    assert!(
+        e.contains("relay.toml: no `[metrics] listen`") && e.contains("restart the relay"),
+        "{e}"
+    );
+    // A port nothing listens on.
+    let free = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = free.local_addr().unwrap().port();
+    drop(free);
+    std::fs::write(
+        &file,
+        format!("{relay}\n[metrics]\nlisten = \"0.0.0.0:{port}\"\n"),
+    )
+    .unwrap();
+    let e = err(&["status", "relay", f, "--interval", "0"]);
+    assert!(
+        e.contains(&format!("127.0.0.1:{port} (metrics.listen of {f})"))
+            && e.contains("cannot connect (is the daemon running"),
+        "{e}"
+    );
+    // Something that answers, but not with metrics.
+    let other = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = other.local_addr().unwrap().to_string();
+    let server = std::thread::spawn(move || {
+        use std::io::{Read, Write};
+        let (mut c, _) = other.accept().unwrap();
+        let mut buf = [0u8; 256];
+        let _ = c.read(&mut buf).unwrap();
+        c.write_all(b"HTTP/1.0 404 Not Found\r\n\r\nnope").unwrap();
+    });
+    let e = err(&["status", "--metrics", &addr, "--interval", "0"]);
+    server.join().unwrap();
+    assert!(e.contains("answered HTTP/1.0 404 Not Found"), "{e}");
+    let e = err(&["status", "--metrics", &addr, "--watch", "--interval", "0"]);
+    assert!(e.contains("--watch needs an --interval above 0"), "{e}");
+    let e = err(&["status", "proxy", f]);
+    assert!(
+        e.contains("relay.toml"),
+        "a relay file read as a proxy's: {e}"
+    );
+}
+
 /// One certificate per train, as an operator issues it, and what `config check` says of it.
 #[test]
 fn tls_relay_issues_a_named_certificate_that_config_check_reads() {

@@ -596,6 +596,53 @@ fn hundred_passengers_five_flows_each() {
             "proxy metrics lack {needle}:\n{proxy_metrics}"
         );
     }
+    // `polycorn status`: the same endpoints, read through each daemon's configuration.
+    let status = |role: &str, extra: &[&str]| {
+        let file = stack.dir.path().join(format!("{role}.toml"));
+        let out = Command::new("ip")
+            .args(["netns", "exec", &bed.ns(role), bin(), "status", role])
+            .arg(&file)
+            .args(extra)
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout).to_string();
+        assert!(
+            out.status.success(),
+            "status {role}: {}\n{text}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        text
+    };
+    let relay_status = status("relay", &["--interval", "0.5"]);
+    for (path, row) in [("p0", "polycorn-relay  p0"), ("p1", "polycorn-relay  p1")] {
+        let line = relay_status
+            .lines()
+            .find(|l| l.starts_with(row))
+            .unwrap_or_else(|| panic!("no row for {path}:\n{relay_status}"));
+        let cols: Vec<&str> = line.split_whitespace().collect();
+        assert_eq!(cols[2], "yes", "{path} up:\n{relay_status}");
+        let rtt: f64 = cols[3].parse().expect("an RTT in ms");
+        assert!(rtt > 0.0, "{relay_status}");
+    }
+    // The 500 passenger flows (DNS queries are not passenger flows).
+    let since_start: u64 = relay_status
+        .split(" since start")
+        .next()
+        .and_then(|h| h.rsplit(' ').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no flow count:\n{relay_status}"));
+    assert!(
+        relay_status.contains("rates over 0.5 s")
+            && relay_status.contains("polycorn-relay 2 of 2 paths up")
+            && since_start == 500,
+        "{relay_status}"
+    );
+    let proxy_status = status("proxy", &["--interval", "0"]);
+    assert!(
+        proxy_status.contains("polycorn-relay 2 of 2 paths up")
+            && !proxy_status.contains("rates over"),
+        "{proxy_status}"
+    );
     let slowest = results
         .iter()
         .filter_map(|(_, _, r)| r.as_ref().ok())

@@ -1097,27 +1097,11 @@ pub(crate) const METRICS_ADDR: &str = "127.0.0.1:9100";
 
 /// `GET /metrics` from the daemon listening on [`METRICS_ADDR`] inside namespace `ns`.
 pub(crate) fn scrape_metrics(ns: &str) -> Result<String> {
-    use std::io::Read as _;
     let ns = ns.to_string();
     std::thread::spawn(move || -> Result<String> {
         let _in = polycorn_emu::netns::InNamespace::enter(&ns)?;
         let addr: std::net::SocketAddr = METRICS_ADDR.parse()?;
-        let mut c = std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(2))
-            .with_context(|| format!("connect to {addr} in {ns}"))?;
-        c.set_read_timeout(Some(Duration::from_secs(5)))?;
-        c.write_all(b"GET /metrics HTTP/1.0\r\n\r\n")?;
-        let mut text = String::new();
-        c.read_to_string(&mut text)?;
-        let (head, body) = text
-            .split_once("\r\n\r\n")
-            .context("metrics response has no header end")?;
-        if !head.starts_with("HTTP/1.0 200") && !head.starts_with("HTTP/1.1 200") {
-            bail!(
-                "metrics endpoint answered {}",
-                head.lines().next().unwrap_or("")
-            );
-        }
-        Ok(body.to_string())
+        crate::status::fetch_metrics(addr).with_context(|| format!("metrics at {addr} in {ns}"))
     })
     .join()
     .map_err(|_| anyhow::anyhow!("metrics scrape thread panicked"))?

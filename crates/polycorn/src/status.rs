@@ -1,0 +1,568 @@
+//! `polycorn status`: what a running relay or proxy is doing, read from its metrics endpoint
+//! (`[metrics] listen`), as one table an operator can read on the train or on the proxy host:
+//! every path of every relay (up or down, RTT, window, throughput each way over the last
+//! interval, retransmissions, reconnections, reinjected bytes) and the passengers' flows.
+//!
+//! Two scrapes `--interval` apart give the rates; `--watch` keeps printing a fresh table every
+//! interval. Nothing is written to the daemon: the endpoint is read-only.
+
+use std::collections::BTreeMap;
+use std::io::{Read as _, Write as _};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, ToSocketAddrs};
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+use clap::{Args, ValueEnum};
+
+/// How long connecting to and reading the endpoint may take.
+const TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Which daemon's configuration file is given.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Role {
+    /// The on-train relay (`relay.toml`).
+    Relay,
+    /// The cloud proxy (`proxy.toml`).
+    Proxy,
+}
+
+/// `polycorn status` options.
+#[derive(Args, Debug, Clone)]
+pub struct StatusArgs {
+    /// `relay` or `proxy`: whose configuration FILE is.
+    #[arg(value_enum, required_unless_present = "metrics", requires = "file")]
+    pub role: Option<Role>,
+    /// The daemon's configuration: the endpoint is its `[metrics] listen`.
+    #[arg(required_unless_present = "metrics")]
+    pub file: Option<PathBuf>,
+    /// The metrics endpoint itself (`HOST:PORT`), instead of a configuration file.
+    #[arg(long, conflicts_with_all = ["role", "file"])]
+    pub metrics: Option<String>,
+    /// Seconds between the two readings the rates are computed from (0: one reading, no rates).
+    #[arg(long, default_value_t = 1.0)]
+    pub interval: f64,
+    /// Print a fresh table every --interval until interrupted.
+    #[arg(long)]
+    pub watch: bool,
+}
+
+/// `polycorn status`.
+pub fn run(args: &StatusArgs) -> Result<()> {
+    if !(args.interval.is_finite() && args.interval >= 0.0) {
+        bail!(
+            "--interval {}: expected a number of seconds ≥ 0",
+            args.interval
+        );
+    }
+    if args.watch && args.interval <= 0.0 {
+        bail!("--watch needs an --interval above 0");
+    }
+    let (addr, origin) = endpoint(args)?;
+    let read = || -> Result<(Instant, Snapshot)> {
+        let text =
+            fetch_metrics(addr).with_context(|| format!("metrics endpoint {addr}{origin}"))?;
+        let at = Instant::now();
+        let snap = Snapshot::from_samples(
+            &parse_samples(&text).with_context(|| format!("metrics from {addr}"))?,
+        );
+        Ok((at, snap))
+    };
+    let mut prev = read()?;
+    if args.interval == 0.0 {
+        return crate::emit(&render(addr, None, &prev.1));
+    }
+    let interval = Duration::from_secs_f64(args.interval);
+    loop {
+        std::thread::sleep(interval);
+        let cur = read()?;
+        let dt = cur.0.duration_since(prev.0).as_secs_f64();
+        let mut text = String::new();
+        if args.watch {
+            use std::io::IsTerminal as _;
+            if std::io::stdout().is_terminal() {
+                text.push_str("\x1b[2J\x1b[H");
+            }
+        }
+        text.push_str(&render(addr, Some((&prev.1, dt)), &cur.1));
+        crate::emit(&text)?;
+        if !args.watch {
+            return Ok(());
+        }
+        prev = cur;
+    }
+}
+
+/// The endpoint to read, and where it came from (for errors).
+fn endpoint(args: &StatusArgs) -> Result<(SocketAddr, String)> {
+    if let Some(m) = &args.metrics {
+        let hostport = m
+            .strip_prefix("http://")
+            .unwrap_or(m)
+            .trim_end_matches("/metrics");
+        let addr = hostport
+            .to_socket_addrs()
+            .with_context(|| format!("--metrics {m}: expected HOST:PORT"))?
+            .next()
+            .with_context(|| format!("--metrics {m}: no address"))?;
+        return Ok((addr, String::new()));
+    }
+    let (Some(role), Some(file)) = (args.role, &args.file) else {
+        bail!("give `relay FILE`, `proxy FILE` or --metrics HOST:PORT");
+    };
+    let listen = match role {
+        Role::Relay => {
+            polycorn_net::config::RelayConfig::load(file)?
+                .metrics
+                .listen
+        }
+        Role::Proxy => {
+            polycorn_net::config::ProxyConfig::load(file)?
+                .metrics
+                .listen
+        }
+    };
+    let Some(listen) = listen else {
+        bail!(
+            "{}: no `[metrics] listen`, and status reads the metrics endpoint: add \
+             `[metrics]` `listen = \"127.0.0.1:9100\"` and restart the {}",
+            file.display(),
+            match role {
+                Role::Relay => "relay",
+                Role::Proxy => "proxy",
+            }
+        );
+    };
+    Ok((
+        connectable(listen),
+        format!(" (metrics.listen of {})", file.display()),
+    ))
+}
+
+/// A listen address one can connect to: the wildcard means this host's loopback.
+fn connectable(listen: SocketAddr) -> SocketAddr {
+    match listen.ip() {
+        IpAddr::V4(a) if a.is_unspecified() => {
+            SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), listen.port())
+        }
+        IpAddr::V6(a) if a.is_unspecified() => {
+            SocketAddr::new(IpAddr::V6(Ipv6Addr::LOCALHOST), listen.port())
+        }
+        _ => listen,
+    }
+}
+
+/// `GET /metrics` from `addr`: the body of a 200 answer.
+pub(crate) fn fetch_metrics(addr: SocketAddr) -> Result<String> {
+    let mut c = std::net::TcpStream::connect_timeout(&addr, TIMEOUT)
+        .context("cannot connect (is the daemon running, with [metrics] listen there?)")?;
+    c.set_read_timeout(Some(TIMEOUT))?;
+    c.write_all(b"GET /metrics HTTP/1.0\r\n\r\n")?;
+    let mut text = String::new();
+    c.read_to_string(&mut text)
+        .context("cannot read the answer")?;
+    let (head, body) = text
+        .split_once("\r\n\r\n")
+        .context("answered without an HTTP header: not a metrics endpoint?")?;
+    if !head.starts_with("HTTP/1.0 200") && !head.starts_with("HTTP/1.1 200") {
+        bail!("answered {}", head.lines().next().unwrap_or(""));
+    }
+    Ok(body.to_string())
+}
+
+/// One sample of the OpenMetrics text: `name{label="value",…} value`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Sample {
+    /// Metric name, with its suffix (`_total`, `_bucket`, …).
+    pub name: String,
+    /// Labels in their order.
+    pub labels: Vec<(String, String)>,
+    /// The value.
+    pub value: f64,
+}
+
+impl Sample {
+    /// The value of label `key`, if present.
+    pub fn label(&self, key: &str) -> Option<&str> {
+        self.labels
+            .iter()
+            .find(|(k, _)| k == key)
+            .map(|(_, v)| v.as_str())
+    }
+}
+
+/// Every sample of an OpenMetrics/Prometheus text exposition (comments skipped). A line that
+/// is not a sample is an error naming its line number.
+pub fn parse_samples(text: &str) -> Result<Vec<Sample>> {
+    let mut out = Vec::new();
+    for (i, line) in text.lines().enumerate() {
+        let line = line.trim();
+        if line.is_empty() || line.starts_with('#') {
+            continue;
+        }
+        out.push(parse_line(line).with_context(|| format!("line {}: `{line}`", i + 1))?);
+    }
+    Ok(out)
+}
+
+fn parse_line(line: &str) -> Result<Sample> {
+    let name_end = line
+        .find(|c: char| c == '{' || c.is_whitespace())
+        .context("no value")?;
+    let name = &line[..name_end];
+    if name.is_empty()
+        || !name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == ':')
+    {
+        bail!("bad metric name `{name}`");
+    }
+    let mut rest = &line[name_end..];
+    let mut labels = Vec::new();
+    if let Some(r) = rest.strip_prefix('{') {
+        rest = r;
+        loop {
+            rest = rest.trim_start_matches([' ', ',']);
+            if let Some(r) = rest.strip_prefix('}') {
+                rest = r;
+                break;
+            }
+            let (key, r) = rest.split_once("=\"").context("label without =\"value\"")?;
+            let mut value = String::new();
+            let mut chars = r.char_indices();
+            let end = loop {
+                match chars.next() {
+                    Some((j, '"')) => break j,
+                    Some((_, '\\')) => match chars.next() {
+                        Some((_, 'n')) => value.push('\n'),
+                        Some((_, c)) => value.push(c),
+                        None => bail!("unterminated label value"),
+                    },
+                    Some((_, c)) => value.push(c),
+                    None => bail!("unterminated label value"),
+                }
+            };
+            labels.push((key.trim().to_string(), value));
+            rest = &r[end + 1..];
+        }
+    }
+    let value = rest.split_whitespace().next().context("no value")?;
+    let value = match value {
+        "+Inf" => f64::INFINITY,
+        "-Inf" => f64::NEG_INFINITY,
+        v => v
+            .parse()
+            .with_context(|| format!("value `{v}` is not a number"))?,
+    };
+    Ok(Sample {
+        name: name.to_string(),
+        labels,
+        value,
+    })
+}
+
+/// One path of one relay, as its daemon reports it.
+#[derive(Debug, Clone, Default, PartialEq)]
+struct PathRow {
+    up: bool,
+    rtt_s: Option<f64>,
+    cwnd_bytes: Option<f64>,
+    sent: f64,
+    received: f64,
+    retransmissions: f64,
+    reconnects: f64,
+    reinjected: f64,
+}
+
+/// One reading of a daemon's metrics.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Snapshot {
+    /// (relay, path) → the path.
+    paths: BTreeMap<(String, String), PathRow>,
+    flows_open: f64,
+    flows_total: f64,
+    flows_reset: f64,
+    peers_rejected: f64,
+    /// Passenger addresses with a byte counter.
+    passengers: usize,
+}
+
+impl Snapshot {
+    /// The families `status` shows, from the samples of one scrape.
+    pub fn from_samples(samples: &[Sample]) -> Snapshot {
+        let mut s = Snapshot::default();
+        let mut passengers = std::collections::BTreeSet::new();
+        for x in samples {
+            if let Some(p) = x.name.strip_prefix("polycorn_path_") {
+                let (Some(relay), Some(path)) = (x.label("relay"), x.label("path")) else {
+                    continue;
+                };
+                let row = s
+                    .paths
+                    .entry((relay.to_string(), path.to_string()))
+                    .or_default();
+                match p {
+                    "up" => row.up = x.value > 0.0,
+                    "rtt_seconds" => row.rtt_s = Some(x.value),
+                    "cwnd_bytes" => row.cwnd_bytes = Some(x.value),
+                    "sent_bytes_total" => row.sent = x.value,
+                    "received_bytes_total" => row.received = x.value,
+                    "retransmissions_total" => row.retransmissions = x.value,
+                    "reconnects_total" => row.reconnects = x.value,
+                    "reinjected_bytes_total" => row.reinjected = x.value,
+                    _ => {}
+                }
+                continue;
+            }
+            match x.name.as_str() {
+                "polycorn_flows_open" => s.flows_open = x.value,
+                "polycorn_flows_total" => s.flows_total = x.value,
+                "polycorn_flows_reset_total" => s.flows_reset = x.value,
+                "polycorn_peers_rejected_total" => s.peers_rejected = x.value,
+                "polycorn_user_bytes_total" => {
+                    if let Some(u) = x.label("user") {
+                        passengers.insert(u.to_string());
+                    }
+                }
+                _ => {}
+            }
+        }
+        s.passengers = passengers.len();
+        s
+    }
+}
+
+/// The table for reading `cur` of `addr`; with the reading before it and the seconds between
+/// them, also each path's throughput (a counter that went back — a restart — shows `-`).
+pub fn render(addr: SocketAddr, prev: Option<(&Snapshot, f64)>, cur: &Snapshot) -> String {
+    use std::fmt::Write as _;
+    let mut o = String::new();
+    let _ = writeln!(
+        o,
+        "polycorn status · http://{addr}/metrics{}",
+        match prev {
+            Some((_, dt)) => format!(" · rates over {dt:.1} s"),
+            None => String::new(),
+        }
+    );
+    if cur.paths.is_empty() {
+        o.push_str("no paths reported yet (a relay that has not connected, or a proxy no relay has reached)\n");
+    } else {
+        let relay_w = cur
+            .paths
+            .keys()
+            .map(|(r, _)| r.len())
+            .max()
+            .unwrap_or(0)
+            .max(5);
+        let path_w = cur
+            .paths
+            .keys()
+            .map(|(_, p)| p.len())
+            .max()
+            .unwrap_or(0)
+            .max(4);
+        let _ = writeln!(
+            o,
+            "{:<relay_w$}  {:<path_w$}  {:>4}  {:>7}  {:>8}  {:>11}  {:>11}  {:>8}  {:>10}  {:>13}",
+            "relay",
+            "path",
+            "up",
+            "rtt ms",
+            "cwnd KB",
+            "sent Mbit/s",
+            "recv Mbit/s",
+            "retrans",
+            "reconnects",
+            "reinjected MB"
+        );
+        for ((relay, path), r) in &cur.paths {
+            let before = prev
+                .and_then(|(p, dt)| p.paths.get(&(relay.clone(), path.clone())).map(|b| (b, dt)));
+            let rate = |now: f64, then: Option<f64>| match (then, before) {
+                (Some(t), Some((_, dt))) if now >= t && dt > 0.0 => {
+                    format!("{:.2}", (now - t) * 8.0 / dt / 1e6)
+                }
+                _ => "-".into(),
+            };
+            let gauge = |v: Option<f64>, scale: f64| match v {
+                Some(v) if r.up => format!("{:.1}", v / scale),
+                _ => "-".into(),
+            };
+            let _ = writeln!(
+                o,
+                "{:<relay_w$}  {:<path_w$}  {:>4}  {:>7}  {:>8}  {:>11}  {:>11}  {:>8}  {:>10}  {:>13.2}",
+                relay,
+                path,
+                if r.up { "yes" } else { "no" },
+                gauge(r.rtt_s, 1e-3),
+                gauge(r.cwnd_bytes, 1024.0),
+                rate(r.sent, before.map(|(b, _)| b.sent)),
+                rate(r.received, before.map(|(b, _)| b.received)),
+                r.retransmissions,
+                r.reconnects,
+                r.reinjected / 1e6,
+            );
+        }
+        let mut relays: BTreeMap<&str, (usize, usize)> = BTreeMap::new();
+        for ((relay, _), r) in &cur.paths {
+            let e = relays.entry(relay).or_default();
+            e.0 += usize::from(r.up);
+            e.1 += 1;
+        }
+        let summary: Vec<String> = relays
+            .iter()
+            .map(|(relay, (up, all))| format!("{relay} {up} of {all} paths up"))
+            .collect();
+        let _ = writeln!(o, "{}", summary.join(", "));
+    }
+    let _ = writeln!(
+        o,
+        "passenger flows: {} open, {} since start, {} reset; {} passenger address{}; {} subflow{} refused",
+        cur.flows_open,
+        cur.flows_total,
+        cur.flows_reset,
+        cur.passengers,
+        if cur.passengers == 1 { "" } else { "es" },
+        cur.peers_rejected,
+        if cur.peers_rejected == 1.0 { "" } else { "s" },
+    );
+    o
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use polycorn_net::metrics::{Direction, Metrics};
+
+    fn snapshot(m: &Metrics) -> Snapshot {
+        Snapshot::from_samples(&parse_samples(&m.encode()).expect("our own metrics parse"))
+    }
+
+    const ADDR: &str = "127.0.0.1:9100";
+
+    /// The daemon's own encoder, read back: paths of two trains, rates from two readings,
+    /// a path that is down shows no RTT.
+    #[test]
+    fn a_proxy_with_two_trains_reads_as_one_table() {
+        let m = Metrics::new();
+        let a = m.path("train-1", "lte0");
+        a.connected();
+        a.set_rtt(Duration::from_millis(45));
+        a.set_cwnd_bytes(120 * 1024);
+        let b = m.path("train-2", "lte1");
+        b.connected();
+        b.disconnected();
+        b.set_rtt(Duration::from_millis(300));
+        m.flows_open.set(3);
+        m.flows_total.inc_by(10);
+        m.user("10.0.1.2".parse().unwrap())
+            .bytes(Direction::Down)
+            .inc_by(5);
+        let before = snapshot(&m);
+        a.sent_bytes.inc_by(1_250_000); // 10 Mbit
+        a.received_bytes.inc_by(125_000);
+        a.reinjected_bytes.inc_by(2_000_000);
+        let after = snapshot(&m);
+        let t = render(ADDR.parse().unwrap(), Some((&before, 2.0)), &after);
+        let row = |name: &str| {
+            t.lines()
+                .find(|l| l.contains(name))
+                .unwrap_or_else(|| panic!("no row {name}:\n{t}"))
+                .split_whitespace()
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(
+            row("train-1"),
+            ["train-1", "lte0", "yes", "45.0", "120.0", "5.00", "0.50", "0", "0", "2.00"],
+            "{t}"
+        );
+        assert_eq!(
+            row("train-2"),
+            ["train-2", "lte1", "no", "-", "-", "0.00", "0.00", "0", "0", "0.00"],
+            "{t}"
+        );
+        assert!(t.contains("rates over 2.0 s"), "{t}");
+        assert!(
+            t.contains("train-1 1 of 1 paths up, train-2 0 of 1 paths up"),
+            "{t}"
+        );
+        assert!(
+            t.contains("passenger flows: 3 open, 10 since start, 0 reset; 1 passenger address;"),
+            "{t}"
+        );
+    }
+
+    /// One reading: no rates. A counter that went back (the daemon restarted between the
+    /// readings) gives no rate rather than a negative one.
+    #[test]
+    fn no_rate_without_two_readings_or_across_a_restart() {
+        let m = Metrics::new();
+        let a = m.path("polycorn-relay", "A");
+        a.connected();
+        a.sent_bytes.inc_by(1000);
+        let one = render(ADDR.parse().unwrap(), None, &snapshot(&m));
+        assert!(!one.contains("rates over"), "{one}");
+        let row: Vec<_> = one
+            .lines()
+            .find(|l| l.starts_with("polycorn-relay"))
+            .unwrap()
+            .split_whitespace()
+            .collect();
+        assert_eq!(row[5], "-", "{one}");
+        let later = snapshot(&m);
+        let restarted = snapshot(&Metrics::new());
+        let mut fresh = restarted.clone();
+        fresh.paths.insert(
+            ("polycorn-relay".into(), "A".into()),
+            PathRow {
+                up: true,
+                sent: 10.0,
+                ..PathRow::default()
+            },
+        );
+        let t = render(ADDR.parse().unwrap(), Some((&later, 1.0)), &fresh);
+        let row: Vec<_> = t
+            .lines()
+            .find(|l| l.starts_with("polycorn-relay"))
+            .unwrap()
+            .split_whitespace()
+            .collect();
+        assert_eq!(row[5], "-", "{t}");
+        assert!(render(ADDR.parse().unwrap(), None, &restarted).contains("no paths reported yet"));
+    }
+
+    #[test]
+    fn malformed_exposition_is_refused_naming_the_line() {
+        for (text, want) in [
+            ("# HELP x\nx_total 1\nbad line here\n", "line 3"),
+            ("a{b=\"c} 1\n", "unterminated"),
+            ("a{b} 1\n", "label without"),
+            ("a{b=\"c\"} one\n", "not a number"),
+            ("a\n", "no value"),
+        ] {
+            let e = format!("{:#}", parse_samples(text).unwrap_err());
+            assert!(e.contains(want), "{text:?}: {e}");
+        }
+        let s = parse_samples("a{b=\"x\\\"y\",c=\"\"} +Inf 123\n").unwrap();
+        assert_eq!(s[0].label("b"), Some("x\"y"));
+        assert_eq!(s[0].label("c"), Some(""));
+        assert_eq!(s[0].value, f64::INFINITY);
+    }
+
+    #[test]
+    fn a_wildcard_listen_address_is_read_on_loopback() {
+        assert_eq!(
+            connectable("0.0.0.0:9100".parse().unwrap()),
+            "127.0.0.1:9100".parse().unwrap()
+        );
+        assert_eq!(
+            connectable("[::]:9100".parse().unwrap()),
+            "[::1]:9100".parse().unwrap()
+        );
+        assert_eq!(
+            connectable("10.0.0.1:9100".parse().unwrap()),
+            "10.0.0.1:9100".parse().unwrap()
+        );
+    }
+}
