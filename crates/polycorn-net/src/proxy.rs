@@ -420,7 +420,16 @@ async fn accept_loop(
             let err = engine
                 .run_subflow(acc.path, acc.epoch, acc.initial, r, w, acc.tcp_info)
                 .await;
-            warn!(%peer, relay = %acc.relay, path = acc.path, error = %err, "subflow ended");
+            match err {
+                // Routine: the relay replaced the subflow (after a blackout, or a refresh), or
+                // this side ended the session's subflows (and said why).
+                crate::engine::SubflowError::Replaced | crate::engine::SubflowError::Ended(_) => {
+                    info!(%peer, relay = %acc.relay, path = acc.path, error = %err, "subflow ended")
+                }
+                _ => {
+                    warn!(%peer, relay = %acc.relay, path = acc.path, error = %err, "subflow ended")
+                }
+            }
             if let (Some(m), crate::engine::SubflowError::Proto(e)) = (&o.metrics, &err) {
                 m.frame_rejected(proto_reason(e)).inc();
             }
