@@ -34,6 +34,8 @@ struct Net {
     proxy_events: Vec<Event>,
     /// The relay's application stops reading (its receive window fills up).
     relay_reads_paused: bool,
+    /// Congestion window every subflow reports (64 KiB unless a test sets it).
+    cwnd_bytes: u64,
 }
 
 fn t(ms: u64) -> Instant {
@@ -56,12 +58,12 @@ fn hello_exchange(relay: &mut Session, proxy: &mut Session, now: Instant, path: 
     relay.on_peer_hello(now, to_relay.epoch);
 }
 
-fn info(unacked: u64) -> TcpInfoSample {
+fn info(unacked: u64, cwnd_bytes: u64) -> TcpInfoSample {
     TcpInfoSample {
         srtt: Duration::from_millis(20),
         rttvar: Duration::from_millis(5),
         min_rtt: None,
-        cwnd_bytes: 64 * 1024,
+        cwnd_bytes,
         mss_bytes: 1448,
         unacked_bytes: unacked,
         notsent_bytes: 0,
@@ -93,6 +95,7 @@ impl Net {
             relay_events: Vec::new(),
             proxy_events: Vec::new(),
             relay_reads_paused: false,
+            cwnd_bytes: 64 * 1024,
         }
     }
 
@@ -145,10 +148,10 @@ impl Net {
                 .map(|x| x.1.len() as u64)
                 .sum();
             self.relay
-                .on_tcp_info(now, p as u8, &info(unacked_r), 0)
+                .on_tcp_info(now, p as u8, &info(unacked_r, self.cwnd_bytes), 0)
                 .unwrap();
             self.proxy
-                .on_tcp_info(now, p as u8, &info(unacked_p), 0)
+                .on_tcp_info(now, p as u8, &info(unacked_p, self.cwnd_bytes), 0)
                 .unwrap();
             self.relay.poll_transmit(now, &NoPrediction);
             self.proxy.poll_transmit(now, &NoPrediction);
@@ -665,9 +668,11 @@ fn data_beyond_credit_is_a_protocol_error() {
 /// tore the subflow down: `polycorn net soak` saw it on about one connection in a thousand.)
 #[test]
 fn a_flow_exactly_as_long_as_the_credit_closes() {
+    // Windows large enough for the whole flow to leave in the first round trip.
+    let wide: &dyn Fn(&mut Net) = &|n| n.cwnd_bytes = 4 << 20;
     for spec in ["minrtt", "polycorn"] {
         let credit = INITIAL_CREDIT as usize;
-        exchange(spec, &[10, 35], credit, credit, &[]);
+        exchange(spec, &[10, 35], credit, credit, &[(0, wide)]);
     }
     let mut proxy = Session::new(SessionConfig::new(Role::Proxy, 1, "minrtt")).unwrap();
     proxy.attach_path(t(0), 0).unwrap();
@@ -766,13 +771,23 @@ proptest! {
     #![proptest_config(ProptestConfig { cases: 24, .. ProptestConfig::default() })]
     #[test]
     fn byte_exact_under_random_paths_and_failures(
-        d0 in 1u64..60, d1 in 1u64..200, up in 0usize..200_000, down in 0usize..600_000,
+        d0 in 1u64..60, d1 in 1u64..200,
+        up in prop_oneof![0usize..200_000, Just(INITIAL_CREDIT as usize)],
+        down in prop_oneof![0usize..600_000, Just(INITIAL_CREDIT as usize)],
+        cwnd in prop_oneof![Just(64u64 << 10), (16u64 << 10)..(8u64 << 20)],
         kill_at in 5u64..400, down_for in 1u64..3000, which in 0usize..2,
         spec in prop::sample::select(vec!["hrsch", "minrtt", "redundant", "roundrobin", "blest", "ecf"]),
     ) {
+        let window = move |n: &mut Net| n.cwnd_bytes = cwnd;
         let kill = move |n: &mut Net| n.kill(which);
         let revive = move |n: &mut Net| n.revive(which);
-        exchange(spec, &[d0, d1], up, down, &[(kill_at, &kill), (kill_at + down_for, &revive)]);
+        exchange(
+            spec,
+            &[d0, d1],
+            up,
+            down,
+            &[(0, &window), (kill_at, &kill), (kill_at + down_for, &revive)],
+        );
     }
 }
 
