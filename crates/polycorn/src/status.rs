@@ -441,6 +441,16 @@ mod tests {
 
     const ADDR: &str = "127.0.0.1:9100";
 
+    /// The columns of `table`'s first row that starts with `start`.
+    fn columns<'a>(table: &'a str, start: &str) -> Vec<&'a str> {
+        table
+            .lines()
+            .find(|l| l.starts_with(start))
+            .unwrap_or_else(|| panic!("no row {start}:\n{table}"))
+            .split_whitespace()
+            .collect()
+    }
+
     /// The daemon's own encoder, read back: paths of two trains, rates from two readings,
     /// a path that is down shows no RTT.
     #[test]
@@ -465,20 +475,13 @@ mod tests {
         a.reinjected_bytes.inc_by(2_000_000);
         let after = snapshot(&m);
         let t = render(ADDR.parse().unwrap(), Some((&before, 2.0)), &after);
-        let row = |name: &str| {
-            t.lines()
-                .find(|l| l.contains(name))
-                .unwrap_or_else(|| panic!("no row {name}:\n{t}"))
-                .split_whitespace()
-                .collect::<Vec<_>>()
-        };
         assert_eq!(
-            row("train-1"),
+            columns(&t, "train-1 "),
             ["train-1", "lte0", "yes", "45.0", "120.0", "5.00", "0.50", "0", "0", "2.00"],
             "{t}"
         );
         assert_eq!(
-            row("train-2"),
+            columns(&t, "train-2 "),
             ["train-2", "lte1", "no", "-", "-", "0.00", "0.00", "0", "0", "0.00"],
             "{t}"
         );
@@ -503,13 +506,7 @@ mod tests {
         a.sent_bytes.inc_by(1000);
         let one = render(ADDR.parse().unwrap(), None, &snapshot(&m));
         assert!(!one.contains("rates over"), "{one}");
-        let row: Vec<_> = one
-            .lines()
-            .find(|l| l.starts_with("polycorn-relay"))
-            .unwrap()
-            .split_whitespace()
-            .collect();
-        assert_eq!(row[5], "-", "{one}");
+        assert_eq!(columns(&one, "polycorn-relay ")[5], "-", "{one}");
         let later = snapshot(&m);
         let restarted = snapshot(&Metrics::new());
         let mut fresh = restarted.clone();
@@ -522,13 +519,7 @@ mod tests {
             },
         );
         let t = render(ADDR.parse().unwrap(), Some((&later, 1.0)), &fresh);
-        let row: Vec<_> = t
-            .lines()
-            .find(|l| l.starts_with("polycorn-relay"))
-            .unwrap()
-            .split_whitespace()
-            .collect();
-        assert_eq!(row[5], "-", "{t}");
+        assert_eq!(columns(&t, "polycorn-relay ")[5], "-", "{t}");
         assert!(render(ADDR.parse().unwrap(), None, &restarted).contains("no paths reported yet"));
     }
 
