@@ -1507,8 +1507,9 @@ user_window_bytes = 16777216    # per-passenger cap (>= flow_window_bytes)
 max_flows = 65536
 
 [metrics]
-# Prometheus endpoint (GET /metrics), no authentication: keep it on loopback.
-# listen = "127.0.0.1:9100"
+# Prometheus endpoint (GET /metrics), no authentication: keep it on loopback. `polycorn
+# status relay relay.toml` reads it; remove the line to serve no endpoint.
+listen = "127.0.0.1:9100"
 
 [log]
 format = "text"                 # text | json
@@ -1578,7 +1579,9 @@ user_window_bytes = 16777216
 max_flows = 65536
 
 [metrics]
-# listen = "127.0.0.1:9100"
+# Prometheus endpoint, no authentication: keep it on loopback (`polycorn status proxy
+# proxy.toml` reads it; remove the line to serve no endpoint).
+listen = "127.0.0.1:9100"
 
 [log]
 format = "text"

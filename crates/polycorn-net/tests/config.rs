@@ -103,6 +103,8 @@ fn examples_parse() {
     assert_eq!(r.intercept.udp, UdpPolicy::Block);
     assert_eq!(r.tls.as_ref().unwrap().ca, dir.path().join("ca.pem"));
     assert_eq!(r.limits.flow_window_bytes, 4 << 20);
+    // `polycorn status` works out of the box: metrics on loopback.
+    assert_eq!(r.metrics.listen, Some("127.0.0.1:9100".parse().unwrap()));
 
     let p = proxy(ProxyConfig::example(), dir.path()).unwrap();
     assert_eq!(
@@ -113,6 +115,7 @@ fn examples_parse() {
     assert!(p.policy.allow.is_empty());
     assert!(p.destination_policy_allows("93.184.216.34"));
     assert!(!p.destination_policy_allows("10.0.0.1"));
+    assert_eq!(p.metrics.listen, Some("127.0.0.1:9100".parse().unwrap()));
 
     // Every commented-out optional key in the examples is valid when uncommented.
     let uncomment = |text: &str| {
