@@ -624,7 +624,7 @@ fn hundred_passengers_five_flows_each() {
         let rtt: f64 = cols[3].parse().expect("an RTT in ms");
         assert!(rtt > 0.0, "{relay_status}");
     }
-    // The 500 passenger flows (DNS queries are not passenger flows).
+    // The 500 passenger flows, and the DNS query's once the metrics have sampled the session.
     let since_start: u64 = relay_status
         .split(" since start")
         .next()
@@ -634,7 +634,7 @@ fn hundred_passengers_five_flows_each() {
     assert!(
         relay_status.contains("rates over 0.5 s")
             && relay_status.contains("polycorn-relay 2 of 2 paths up")
-            && since_start == 500,
+            && (500..=501).contains(&since_start),
         "{relay_status}"
     );
     let proxy_status = status("proxy", &["--interval", "0"]);
