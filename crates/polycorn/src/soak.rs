@@ -22,8 +22,9 @@
 //! still open at the end, if a daemon holds more file descriptors than before the load
 //! (beyond [`FD_SLACK`]), or if either daemon logged a protocol violation (relay and proxy
 //! talk only to each other here: reinjection may hide one from the passengers, but it tears a
-//! subflow down). Each daemon's subflow reconnections are reported. Memory is reported, not judged: the allocator keeps freed pages, so
-//! read its trend over the samples (and over a longer `--secs`).
+//! subflow down). Each daemon's subflow reconnections are reported. Memory is reported, not
+//! judged: the allocator keeps freed pages, so read its trend over the samples (and over a
+//! longer `--secs`).
 
 use std::collections::BTreeMap;
 use std::io::{Read, Write};
@@ -460,22 +461,19 @@ fn read_daemon(pid: u32, ns: &str) -> Result<Reading> {
     let fds = std::fs::read_dir(format!("/proc/{pid}/fd"))
         .with_context(|| format!("list /proc/{pid}/fd"))?
         .count();
-    let body = crate::bench::scrape_metrics(ns)?;
-    let metric = |name: &str| -> f64 {
-        body.lines()
-            .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
-            .unwrap_or(f64::NAN)
-    };
+    let samples = crate::status::parse_samples(&crate::bench::scrape_metrics(ns)?)
+        .with_context(|| format!("metrics of the daemon in {ns}"))?;
+    let named = |name: &'static str| samples.iter().filter(move |x| x.name == name);
+    // NaN when the daemon did not report it, so it never passes for a match.
+    let metric = |name| named(name).next().map_or(f64::NAN, |x| x.value);
     Ok(Reading {
         rss_mib: field("VmRSS:") / 1024.0,
         fds,
         threads: field("Threads:") as usize,
         flows_open: metric("polycorn_flows_open"),
         flows_total: metric("polycorn_flows_total"),
-        reconnects: body
-            .lines()
-            .filter(|l| l.starts_with("polycorn_path_reconnects_total{"))
-            .filter_map(|l| l.rsplit_once(' ')?.1.parse::<f64>().ok())
+        reconnects: named("polycorn_path_reconnects_total")
+            .map(|x| x.value)
             .sum(),
     })
 }

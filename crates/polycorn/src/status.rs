@@ -348,20 +348,11 @@ pub fn render(addr: SocketAddr, prev: Option<(&Snapshot, f64)>, cur: &Snapshot) 
     if cur.paths.is_empty() {
         o.push_str("no paths reported yet (a relay that has not connected, or a proxy no relay has reached)\n");
     } else {
-        let relay_w = cur
-            .paths
-            .keys()
-            .map(|(r, _)| r.len())
-            .max()
-            .unwrap_or(0)
-            .max(5);
-        let path_w = cur
-            .paths
-            .keys()
-            .map(|(_, p)| p.len())
-            .max()
-            .unwrap_or(0)
-            .max(4);
+        let widest = |len: fn(&(String, String)) -> usize, min: usize| {
+            cur.paths.keys().map(len).max().unwrap_or(0).max(min)
+        };
+        let relay_w = widest(|(r, _)| r.len(), 5);
+        let path_w = widest(|(_, p)| p.len(), 4);
         let _ = writeln!(
             o,
             "{:<relay_w$}  {:<path_w$}  {:>4}  {:>7}  {:>8}  {:>11}  {:>11}  {:>8}  {:>10}  {:>13}",
