@@ -261,7 +261,7 @@ pub(crate) fn emit(text: &str) -> Result<()> {
 
 fn main() -> std::process::ExitCode {
     match run(Cli::parse()) {
-        Ok(()) => std::process::ExitCode::SUCCESS,
+        Ok(code) => std::process::ExitCode::from(code),
         Err(e) => {
             eprintln!("error: {e:#}");
             std::process::ExitCode::FAILURE
@@ -269,7 +269,8 @@ fn main() -> std::process::ExitCode {
     }
 }
 
-fn run(cli: Cli) -> Result<()> {
+/// Runs a command; the exit status it asks for (0 but for `status --check`).
+fn run(cli: Cli) -> Result<u8> {
     match cli.command {
         Command::Demo { scenarios } => emit(&demo::run(&scenarios)?)?,
         Command::Testbed {
@@ -300,7 +301,7 @@ fn run(cli: Cli) -> Result<()> {
         Command::Net {
             action: NetAction::Soak(args),
         } => soak::run(&args)?,
-        Command::Status(args) => status::run(&args)?,
+        Command::Status(args) => return status::run(&args),
         Command::Relay { config } => net_cmd::relay(&config)?,
         Command::Proxy { config } => net_cmd::proxy(&config)?,
         Command::Tls {
@@ -362,5 +363,5 @@ fn run(cli: Cli) -> Result<()> {
             }
         }
     }
-    Ok(())
+    Ok(0)
 }

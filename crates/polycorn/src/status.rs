@@ -45,10 +45,58 @@ pub struct StatusArgs {
     /// Print a fresh table every --interval until interrupted.
     #[arg(long)]
     pub watch: bool,
+    /// Print each reading as one line of JSON instead of the table.
+    #[arg(long)]
+    pub json: bool,
+    /// Health check for monitoring (the Nagios/Icinga plugin convention): one reading, one
+    /// line, and the exit status says it: 0 OK, 1 WARNING (a path down), 2 CRITICAL (a relay
+    /// with fewer than --min-paths paths up, a --relay not reporting, or no relay at all),
+    /// 3 UNKNOWN (the daemon could not be read).
+    #[arg(long, conflicts_with_all = ["watch", "json"])]
+    pub check: bool,
+    /// With --check: a relay with fewer paths up than this is CRITICAL.
+    #[arg(long, default_value_t = 1, requires = "check")]
+    pub min_paths: usize,
+    /// With --check: a relay (its certificate's name) that must be reporting; repeat for each
+    /// train a proxy serves.
+    #[arg(long = "relay", value_name = "NAME", requires = "check")]
+    pub relays: Vec<String>,
 }
 
-/// `polycorn status`.
-pub fn run(args: &StatusArgs) -> Result<()> {
+/// Exit status of `--check`, as monitoring systems read it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Health {
+    /// Every relay has every path up.
+    Ok = 0,
+    /// A path is down, but every relay has at least `--min-paths` up.
+    Warning = 1,
+    /// A relay below `--min-paths`, an expected relay missing, or no relay at all.
+    Critical = 2,
+    /// The daemon could not be read.
+    Unknown = 3,
+}
+
+impl Health {
+    fn word(self) -> &'static str {
+        match self {
+            Health::Ok => "OK",
+            Health::Warning => "WARNING",
+            Health::Critical => "CRITICAL",
+            Health::Unknown => "UNKNOWN",
+        }
+    }
+}
+
+/// `polycorn status`: the exit status (0, or with `--check` the [`Health`]).
+pub fn run(args: &StatusArgs) -> Result<u8> {
+    if args.check {
+        let (health, line) = match check_once(args) {
+            Ok(v) => v,
+            Err(e) => (Health::Unknown, format!("{e:#}")),
+        };
+        crate::emit(&format!("{}: {line}\n", health.word()))?;
+        return Ok(health as u8);
+    }
     if !(args.interval.is_finite() && args.interval >= 0.0) {
         bail!(
             "--interval {}: expected a number of seconds ≥ 0",
@@ -68,9 +116,17 @@ pub fn run(args: &StatusArgs) -> Result<()> {
         );
         Ok((at, snap))
     };
+    let show = |prev: Option<(&Snapshot, f64)>, cur: &Snapshot| {
+        if args.json {
+            format!("{}\n", to_json(addr, prev, cur))
+        } else {
+            render(addr, prev, cur)
+        }
+    };
     let mut prev = read()?;
     if args.interval == 0.0 {
-        return crate::emit(&render(addr, None, &prev.1));
+        crate::emit(&show(None, &prev.1))?;
+        return Ok(0);
     }
     let interval = Duration::from_secs_f64(args.interval);
     loop {
@@ -78,19 +134,138 @@ pub fn run(args: &StatusArgs) -> Result<()> {
         let cur = read()?;
         let dt = cur.0.duration_since(prev.0).as_secs_f64();
         let mut text = String::new();
-        if args.watch {
+        if args.watch && !args.json {
             use std::io::IsTerminal as _;
             if std::io::stdout().is_terminal() {
                 text.push_str("\x1b[2J\x1b[H");
             }
         }
-        text.push_str(&render(addr, Some((&prev.1, dt)), &cur.1));
+        text.push_str(&show(Some((&prev.1, dt)), &cur.1));
         crate::emit(&text)?;
         if !args.watch {
-            return Ok(());
+            return Ok(0);
         }
         prev = cur;
     }
+}
+
+/// One reading judged for `--check`: its health and the line saying why.
+fn check_once(args: &StatusArgs) -> Result<(Health, String)> {
+    let (addr, origin) = endpoint(args)?;
+    let text = fetch_metrics(addr).with_context(|| format!("metrics endpoint {addr}{origin}"))?;
+    let snap = Snapshot::from_samples(
+        &parse_samples(&text).with_context(|| format!("metrics from {addr}"))?,
+    );
+    Ok(judge(&snap, args.min_paths, &args.relays))
+}
+
+/// The health of a reading: every relay with at least `min_paths` paths up and every
+/// `expected` relay reporting, and whether any path is down. The line names every relay that
+/// is not OK, then the flows, then Nagios performance data.
+pub fn judge(cur: &Snapshot, min_paths: usize, expected: &[String]) -> (Health, String) {
+    let relays = cur.relays();
+    let mut health = Health::Ok;
+    let mut said = Vec::new();
+    if relays.is_empty() && expected.is_empty() {
+        health = Health::Critical;
+        said.push(
+            "no paths reported (a relay not connected to its proxy, or a proxy no relay has reached)"
+                .to_string(),
+        );
+    }
+    for name in expected {
+        if !relays.contains_key(name.as_str()) {
+            health = Health::Critical;
+            said.push(format!("{name} not reporting"));
+        }
+    }
+    for (relay, &(up, all)) in &relays {
+        let h = if up < min_paths {
+            Health::Critical
+        } else if up < all {
+            Health::Warning
+        } else {
+            continue;
+        };
+        health = health.max(h);
+        said.push(format!("{relay} {up} of {all} paths up"));
+    }
+    if said.is_empty() {
+        said.push(
+            relays
+                .iter()
+                .map(|(relay, (up, all))| format!("{relay} {up} of {all} paths up"))
+                .collect::<Vec<_>>()
+                .join(", "),
+        );
+    }
+    let (up, all) = relays
+        .values()
+        .fold((0, 0), |(u, a), &(up, all)| (u + up, a + all));
+    let line = format!(
+        "{}; passenger flows {} open | paths_up={up} paths={all} flows_open={}",
+        said.join(", "),
+        cur.flows_open,
+        cur.flows_open
+    );
+    (health, line)
+}
+
+/// Rate in Mbit/s of a counter read `dt` seconds apart (none across a restart).
+fn rate_mbps(now: f64, then: Option<f64>, dt: f64) -> Option<f64> {
+    match then {
+        Some(t) if now >= t && dt > 0.0 => Some((now - t) * 8.0 / dt / 1e6),
+        _ => None,
+    }
+}
+
+/// One reading as JSON (what `--json` prints, one object per line): the endpoint, the
+/// interval the rates are over (null on one reading), every path (rates null where the table
+/// shows `-`), each relay's paths up, and the flow counters.
+pub fn to_json(addr: SocketAddr, prev: Option<(&Snapshot, f64)>, cur: &Snapshot) -> String {
+    let paths: Vec<serde_json::Value> = cur
+        .paths
+        .iter()
+        .map(|((relay, path), r)| {
+            let before = prev
+                .and_then(|(p, dt)| p.paths.get(&(relay.clone(), path.clone())).map(|b| (b, dt)));
+            let rate = |now: f64, then: fn(&PathRow) -> f64| {
+                before.and_then(|(b, dt)| rate_mbps(now, Some(then(b)), dt))
+            };
+            let gauge = |v: Option<f64>| v.filter(|_| r.up);
+            serde_json::json!({
+                "relay": relay,
+                "path": path,
+                "up": r.up,
+                "rtt_ms": gauge(r.rtt_s).map(|s| s * 1e3),
+                "cwnd_bytes": gauge(r.cwnd_bytes),
+                "sent_mbps": rate(r.sent, |b| b.sent),
+                "received_mbps": rate(r.received, |b| b.received),
+                "sent_bytes": r.sent,
+                "received_bytes": r.received,
+                "retransmissions": r.retransmissions,
+                "reconnects": r.reconnects,
+                "reinjected_bytes": r.reinjected,
+            })
+        })
+        .collect();
+    let relays: Vec<serde_json::Value> = cur
+        .relays()
+        .iter()
+        .map(|(relay, (up, all))| serde_json::json!({"relay": relay, "paths_up": up, "paths": all}))
+        .collect();
+    serde_json::json!({
+        "endpoint": format!("http://{addr}/metrics"),
+        "interval_s": prev.map(|(_, dt)| dt),
+        "paths": paths,
+        "relays": relays,
+        "flows_open": cur.flows_open,
+        "flows_total": cur.flows_total,
+        "flows_reset": cur.flows_reset,
+        "passenger_addresses": cur.passengers,
+        "subflows_refused": cur.peers_rejected,
+    })
+    .to_string()
 }
 
 /// The endpoint to read, and where it came from (for errors).
@@ -330,6 +505,17 @@ impl Snapshot {
         s.passengers = passengers.len();
         s
     }
+
+    /// Per relay: (paths up, paths reported).
+    fn relays(&self) -> BTreeMap<&str, (usize, usize)> {
+        let mut relays: BTreeMap<&str, (usize, usize)> = BTreeMap::new();
+        for ((relay, _), r) in &self.paths {
+            let e = relays.entry(relay).or_default();
+            e.0 += usize::from(r.up);
+            e.1 += 1;
+        }
+        relays
+    }
 }
 
 /// The table for reading `cur` of `addr`; with the reading before it and the seconds between
@@ -370,11 +556,11 @@ pub fn render(addr: SocketAddr, prev: Option<(&Snapshot, f64)>, cur: &Snapshot) 
         for ((relay, path), r) in &cur.paths {
             let before = prev
                 .and_then(|(p, dt)| p.paths.get(&(relay.clone(), path.clone())).map(|b| (b, dt)));
-            let rate = |now: f64, then: Option<f64>| match (then, before) {
-                (Some(t), Some((_, dt))) if now >= t && dt > 0.0 => {
-                    format!("{:.2}", (now - t) * 8.0 / dt / 1e6)
-                }
-                _ => "-".into(),
+            let rate = |now: f64, then: Option<f64>| match before
+                .and_then(|(_, dt)| rate_mbps(now, then, dt))
+            {
+                Some(r) => format!("{r:.2}"),
+                None => "-".into(),
             };
             let gauge = |v: Option<f64>, scale: f64| match v {
                 Some(v) if r.up => format!("{:.1}", v / scale),
@@ -395,13 +581,8 @@ pub fn render(addr: SocketAddr, prev: Option<(&Snapshot, f64)>, cur: &Snapshot) 
                 r.reinjected / 1e6,
             );
         }
-        let mut relays: BTreeMap<&str, (usize, usize)> = BTreeMap::new();
-        for ((relay, _), r) in &cur.paths {
-            let e = relays.entry(relay).or_default();
-            e.0 += usize::from(r.up);
-            e.1 += 1;
-        }
-        let summary: Vec<String> = relays
+        let summary: Vec<String> = cur
+            .relays()
             .iter()
             .map(|(relay, (up, all))| format!("{relay} {up} of {all} paths up"))
             .collect();
@@ -512,6 +693,77 @@ mod tests {
         let t = render(ADDR.parse().unwrap(), Some((&later, 1.0)), &fresh);
         assert_eq!(columns(&t, "polycorn-relay ")[5], "-", "{t}");
         assert!(render(ADDR.parse().unwrap(), None, &restarted).contains("no paths reported yet"));
+    }
+
+    /// `--check`: every path up is OK; a path down a WARNING; a relay below the minimum, a
+    /// relay expected but absent, or no relay at all CRITICAL — and the line names which.
+    #[test]
+    fn check_judges_each_relay_against_the_minimum() {
+        let m = Metrics::new();
+        for (relay, path) in [("train-1", "a"), ("train-1", "b"), ("train-2", "a")] {
+            m.path(relay, path).connected();
+        }
+        m.flows_open.set(7);
+        let none: &[String] = &[];
+        let (h, line) = judge(&snapshot(&m), 1, none);
+        assert_eq!(h, Health::Ok, "{line}");
+        assert_eq!(
+            line,
+            "train-1 2 of 2 paths up, train-2 1 of 1 paths up; passenger flows 7 open \
+             | paths_up=3 paths=3 flows_open=7"
+        );
+        m.path("train-1", "b").disconnected();
+        let (h, line) = judge(&snapshot(&m), 1, none);
+        assert_eq!(h, Health::Warning, "{line}");
+        assert!(line.starts_with("train-1 1 of 2 paths up; "), "{line}");
+        let (h, line) = judge(&snapshot(&m), 2, none);
+        assert_eq!(h, Health::Critical, "{line}");
+        assert!(line.contains("train-1 1 of 2 paths up"), "{line}");
+        let (h, line) = judge(&snapshot(&m), 1, &["train-3".to_string()]);
+        assert_eq!(h, Health::Critical, "{line}");
+        assert!(
+            line.starts_with("train-3 not reporting, train-1 1 of 2"),
+            "{line}"
+        );
+        m.path("train-2", "a").disconnected();
+        assert_eq!(judge(&snapshot(&m), 1, none).0, Health::Critical);
+        let (h, line) = judge(&snapshot(&Metrics::new()), 1, none);
+        assert_eq!(h, Health::Critical);
+        assert!(line.starts_with("no paths reported"), "{line}");
+    }
+
+    /// `--json`: the table's content, rates null where the table shows `-`.
+    #[test]
+    fn json_has_what_the_table_has() {
+        let m = Metrics::new();
+        let a = m.path("train-1", "lte0");
+        a.connected();
+        a.set_rtt(Duration::from_millis(45));
+        let b = m.path("train-1", "lte1");
+        b.connected();
+        b.set_rtt(Duration::from_millis(80));
+        b.disconnected();
+        m.flows_total.inc_by(4);
+        let before = snapshot(&m);
+        a.sent_bytes.inc_by(1_250_000);
+        let after = snapshot(&m);
+        let addr = ADDR.parse().unwrap();
+        let v: serde_json::Value =
+            serde_json::from_str(&to_json(addr, Some((&before, 2.0)), &after)).unwrap();
+        assert_eq!(v["endpoint"], "http://127.0.0.1:9100/metrics");
+        assert_eq!(v["interval_s"], 2.0);
+        assert_eq!(v["flows_total"], 4.0);
+        assert_eq!(v["paths"][0]["path"], "lte0");
+        assert_eq!(v["paths"][0]["rtt_ms"], 45.0);
+        assert_eq!(v["paths"][0]["sent_mbps"], 5.0);
+        assert_eq!(v["paths"][1]["up"], false);
+        assert!(v["paths"][1]["rtt_ms"].is_null(), "{v}");
+        assert_eq!(
+            v["relays"],
+            serde_json::json!([{"relay": "train-1", "paths_up": 1, "paths": 2}])
+        );
+        let one: serde_json::Value = serde_json::from_str(&to_json(addr, None, &after)).unwrap();
+        assert!(one["interval_s"].is_null() && one["paths"][0]["sent_mbps"].is_null());
     }
 
     #[test]

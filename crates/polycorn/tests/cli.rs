@@ -243,6 +243,19 @@ fn status_names_what_keeps_it_from_reading_a_daemon() {
             && e.contains("cannot connect (is the daemon running"),
         "{e}"
     );
+    // As a monitoring check: UNKNOWN, exit status 3, the reason on stdout.
+    let out = polycorn(&["status", "relay", f, "--check"]);
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(3), "{said}");
+    assert!(
+        said.starts_with(&format!("UNKNOWN: metrics endpoint 127.0.0.1:{port}"))
+            && said.contains("cannot connect"),
+        "{said}"
+    );
+    let e = err(&["status", "relay", f, "--check", "--watch"]);
+    assert!(e.contains("cannot be used with"), "{e}");
+    let e = err(&["status", "relay", f, "--min-paths", "2"]);
+    assert!(e.contains("--check"), "{e}");
     // Something that answers, but not with metrics.
     let other = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = other.local_addr().unwrap().to_string();

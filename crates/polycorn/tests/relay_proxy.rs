@@ -597,7 +597,7 @@ fn hundred_passengers_five_flows_each() {
         );
     }
     // `polycorn status`: the same endpoints, read through each daemon's configuration.
-    let status = |role: &str, extra: &[&str]| {
+    let status_code = |role: &str, extra: &[&str]| {
         let file = stack.dir.path().join(format!("{role}.toml"));
         let out = Command::new("ip")
             .args(["netns", "exec", &bed.ns(role), bin(), "status", role])
@@ -606,11 +606,12 @@ fn hundred_passengers_five_flows_each() {
             .output()
             .unwrap();
         let text = String::from_utf8_lossy(&out.stdout).to_string();
-        assert!(
-            out.status.success(),
-            "status {role}: {}\n{text}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        let err = String::from_utf8_lossy(&out.stderr).to_string();
+        (out.status.code(), text, err)
+    };
+    let status = |role: &str, extra: &[&str]| {
+        let (code, text, err) = status_code(role, extra);
+        assert_eq!(code, Some(0), "status {role} {extra:?}: {err}\n{text}");
         text
     };
     let relay_status = status("relay", &["--interval", "0.5"]);
@@ -642,6 +643,38 @@ fn hundred_passengers_five_flows_each() {
         proxy_status.contains("polycorn-relay 2 of 2 paths up")
             && !proxy_status.contains("rates over"),
         "{proxy_status}"
+    );
+    // As a monitoring check (exit status 0 OK, 2 CRITICAL) and as JSON.
+    let ok = status(
+        "proxy",
+        &["--check", "--min-paths", "2", "--relay", "polycorn-relay"],
+    );
+    assert!(
+        ok.starts_with("OK: polycorn-relay 2 of 2 paths up; passenger flows "),
+        "{ok}"
+    );
+    let (code, missing, _) = status_code("proxy", &["--check", "--relay", "train-9"]);
+    assert_eq!(code, Some(2), "{missing}");
+    assert!(
+        missing.starts_with("CRITICAL: train-9 not reporting"),
+        "{missing}"
+    );
+    let (code, too_few, _) = status_code("relay", &["--check", "--min-paths", "3"]);
+    assert_eq!(code, Some(2), "{too_few}");
+    assert!(
+        too_few.starts_with("CRITICAL: polycorn-relay 2 of 2 paths up"),
+        "{too_few}"
+    );
+    let json: serde_json::Value =
+        serde_json::from_str(&status("relay", &["--json", "--interval", "0"])).unwrap();
+    assert_eq!(
+        json["relays"],
+        serde_json::json!([{"relay": "polycorn-relay", "paths_up": 2, "paths": 2}]),
+        "{json}"
+    );
+    assert!(
+        json["paths"][0]["rtt_ms"].as_f64().is_some_and(|r| r > 0.0),
+        "{json}"
     );
     let slowest = results
         .iter()
