@@ -3,7 +3,10 @@
 //!
 //! Same topology as `polycorn net bench` (namespaces `{name}-c/-r/-p/-s`, two unshaped veth
 //! paths, TLS subflows, transparent interception), with `--users` passenger addresses on the
-//! client side. For `--secs`:
+//! client side; with `--trip`, the bench's testbed instead (`{name}-client/-relay/-proxy/-server`,
+//! one emulated path per carrier of the trip, played from the moment the train first passes
+//! 250 km/h, its context replayed to the relay, LinkDB trained on 8 other rides of the route),
+//! so the churn meets the trip's capacity, delay and handovers. For `--secs`:
 //! * `--workers` threads each open passenger connections one after another: every connection
 //!   uploads a request of 100 B – 64 KiB and downloads 1 KiB – 1 MiB (mostly small), both as a
 //!   seeded byte pattern that the other end checks byte by byte, then waits for the server's
@@ -84,6 +87,162 @@ pub struct SoakArgs {
     /// Namespace prefix (created and removed).
     #[arg(long, default_value = "pcsk")]
     pub name: String,
+    /// Run over the emulated HSR trip (`--preset`, `--route-seed`, `--trip-seed`) instead of
+    /// two unshaped veth paths: one path per carrier with the trip's capacity, delay,
+    /// handovers and failed-handover blackouts, from the moment the train first passes
+    /// 250 km/h; the relay replays the trip's context and both ends predict from a LinkDB of
+    /// other rides of the route, as in `polycorn bench`.
+    #[arg(long, conflicts_with = "blackout_every")]
+    pub trip: bool,
+    /// The trip (with --trip).
+    #[command(flatten)]
+    pub trip_args: crate::tripgen::TripArgs,
+}
+
+/// Where the soak's traffic goes: two unshaped veth paths, or an emulated trip.
+enum Net {
+    Veth(Topology),
+    Trip(TripNet),
+}
+
+/// The testbed of an emulated trip: namespaces, emulator thread and context server, all
+/// stopped and removed on drop.
+struct TripNet {
+    spec: polycorn_emu::testbed::TestbedSpec,
+    stop: Arc<AtomicBool>,
+    emulator: Option<std::thread::JoinHandle<()>>,
+    context: Option<polycorn_emu::context::ContextServer>,
+    /// Carriers (paths).
+    paths: usize,
+    /// What the soak runs over, for its first line.
+    about: String,
+}
+
+impl Drop for TripNet {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        drop(self.context.take());
+        if let Some(t) = self.emulator.take() {
+            let _ = t.join();
+        }
+        let _ = polycorn_emu::testbed::down(&self.spec.name);
+    }
+}
+
+impl Net {
+    /// The namespace of `role` (`c`lient, `r`elay, `p`roxy, `s`erver).
+    fn ns(&self, role: &str) -> String {
+        match self {
+            Net::Veth(t) => t.ns(role),
+            Net::Trip(t) => t.spec.ns(match role {
+                "c" => "client",
+                "r" => "relay",
+                "p" => "proxy",
+                _ => "server",
+            }),
+        }
+    }
+
+    fn paths(&self) -> usize {
+        match self {
+            Net::Veth(_) => 2,
+            Net::Trip(t) => t.paths,
+        }
+    }
+
+    fn about(&self) -> String {
+        match self {
+            Net::Veth(_) => "2 unshaped veth paths".into(),
+            Net::Trip(t) => t.about.clone(),
+        }
+    }
+}
+
+/// Seconds of the trip the soak may use beyond `--secs`: daemons starting, flows settling.
+const TRIP_SLACK_S: f64 = 30.0;
+
+/// Build the testbed of `args.trip_args`'s trip, start its emulator and context replay, and
+/// write relay and proxy configurations for it into `dir`.
+fn trip_net(
+    args: &SoakArgs,
+    dir: &std::path::Path,
+) -> Result<(Net, std::path::PathBuf, std::path::PathBuf)> {
+    use polycorn_emu::testbed::{self, TestbedSpec};
+    let t = &args.trip_args;
+    let (cfg, _) = t.config()?;
+    let full = polycorn_link::trip::Trip::generate(&cfg)?;
+    let step = polycorn_link::trip::STEP_MS;
+    let from_ms = full
+        .speed_mps
+        .iter()
+        .position(|v| *v > crate::calibrate::HSR_SPEED_MPS)
+        .map(|i| i as u64 * step)
+        .with_context(|| format!("the `{}` trip never exceeds 250 km/h", t.preset))?;
+    let need_s = args.secs + SETTLE.as_secs_f64() + TRIP_SLACK_S;
+    let left_s = full.duration_ms.saturating_sub(from_ms) as f64 / 1000.0;
+    if need_s > left_s {
+        bail!(
+            "--trip: the `{}` trip (route {}, trip {}) has {left_s:.0} s after the train first \
+             passes 250 km/h, and --secs {} needs {need_s:.0} s with the daemons' start and the \
+             flows' settling: give --secs at most {:.0}",
+            t.preset,
+            t.route_seed,
+            t.trip_seed,
+            args.secs,
+            (left_s - SETTLE.as_secs_f64() - TRIP_SLACK_S).max(0.0)
+        );
+    }
+    let trip = crate::calibrate::window(&full, from_ms, (need_s * 1000.0) as u64);
+    let (handovers, failed) = crate::bench::report::window_handovers(&trip, args.secs)
+        .iter()
+        .fold((0, 0), |(n, f), h| (n + 1, f + usize::from(h.2)));
+    let paths = trip.paths.len();
+    let spec = TestbedSpec {
+        name: args.name.clone(),
+        paths,
+    };
+    let linkdb = crate::bench::build_linkdb(dir, t, &cfg, 8)?;
+    let sys = crate::bench::system(&format!("polycorn:{}", args.scheduler))?;
+    let (relay_cfg, proxy_cfg) =
+        crate::bench::write_configs(dir, &sys, paths, Some((&linkdb, true)))?;
+    let models = polycorn_emu::models::from_trip(&trip, None)?;
+    let _ = testbed::down(&spec.name);
+    testbed::up(&spec).with_context(|| format!("build testbed `{}`", spec.name))?;
+    let stop = Arc::new(AtomicBool::new(false));
+    let mut net = TripNet {
+        spec,
+        stop: stop.clone(),
+        emulator: None,
+        context: None,
+        paths,
+        about: format!(
+            "the emulated `{}` trip (route {}, trip {}) from {:.0} s, the train past 250 km/h: \
+             {paths} carriers, {handovers} handovers ({failed} failed) in the load's {:.0} s",
+            t.preset,
+            t.route_seed,
+            t.trip_seed,
+            from_ms as f64 / 1000.0,
+            args.secs
+        ),
+    };
+    let mut emu = polycorn_emu::forward::Emulator::attach(&net.spec, &models, stop.clone())?;
+    net.emulator = Some(
+        std::thread::Builder::new()
+            .name("emulator".into())
+            .spawn(move || {
+                if let Err(e) = emu.run() {
+                    eprintln!("emulator: {e}");
+                }
+            })?,
+    );
+    net.context = Some(polycorn_emu::context::ContextServer::start(
+        Some(&net.spec.ns("relay")),
+        SocketAddr::from(([127, 0, 0, 1], polycorn_emu::context::GPSD_PORT)),
+        trip.context.clone(),
+        trip.paths.iter().map(|p| p.name.clone()).collect(),
+        stop,
+    )?);
+    Ok((Net::Trip(net), relay_cfg, proxy_cfg))
 }
 
 /// One reading of a daemon.
@@ -539,7 +698,14 @@ pub fn run(args: &SoakArgs) -> Result<()> {
     }
     polycorn_sched::Pipeline::from_spec(&args.scheduler)
         .with_context(|| format!("--scheduler `{}`", args.scheduler))?;
-    let stop = crate::testbed_cmd::stop_on_signals("net soak", Vec::new())?;
+    // A second signal removes a trip's testbed at once (veth namespaces go with the process's
+    // Topology on the first).
+    let testbeds = if args.trip {
+        vec![args.name.clone()]
+    } else {
+        Vec::new()
+    };
+    let stop = crate::testbed_cmd::stop_on_signals("net soak", testbeds)?;
     let dir = std::env::temp_dir().join(format!("polycorn-soak-{}", std::process::id()));
     std::fs::create_dir_all(&dir).with_context(|| format!("create {}", dir.display()))?;
     let result = soak(args, &dir, stop);
@@ -554,7 +720,17 @@ pub fn run(args: &SoakArgs) -> Result<()> {
 fn soak(args: &SoakArgs, dir: &std::path::Path, stop: Arc<AtomicBool>) -> Result<()> {
     let blackout = args.blackout_every != 0.0;
     polycorn_net::tls::generate(dir, &[], true)?;
-    let topo = Topology::up(&args.name)?;
+    let (topo, relay_cfg, proxy_cfg) = if args.trip {
+        trip_net(args, dir)?
+    } else {
+        let (relay_cfg, proxy_cfg) = crate::netbench::write_configs(
+            dir,
+            "polycorn",
+            &args.scheduler,
+            Some(crate::bench::METRICS_ADDR),
+        )?;
+        (Net::Veth(Topology::up(&args.name)?), relay_cfg, proxy_cfg)
+    };
     let (c, r, p) = (topo.ns("c"), topo.ns("r"), topo.ns("p"));
     for u in 0..args.users {
         ip_in(
@@ -569,28 +745,24 @@ fn soak(args: &SoakArgs, dir: &std::path::Path, stop: Arc<AtomicBool>) -> Result
         )?;
     }
     start_server(&topo.ns("s"))?;
-    let (relay_cfg, proxy_cfg) = crate::netbench::write_configs(
-        dir,
-        "polycorn",
-        &args.scheduler,
-        Some(crate::bench::METRICS_ADDR),
-    )?;
-    let ready_by = || Instant::now() + Duration::from_secs(20);
+    // A carrier of a trip may start in a failed handover's blackout (up to 10 s).
+    let ready_by = || Instant::now() + Duration::from_secs(if args.trip { 40 } else { 20 });
     let mut proxy = Daemon::start(&p, "proxy", &proxy_cfg, dir.join("proxy.log"))?;
     proxy.wait_for("proxy running", 1, ready_by())?;
     let mut relay = Daemon::start(&r, "relay", &relay_cfg, dir.join("relay.log"))?;
     relay.wait_for("relay running", 1, ready_by())?;
-    relay.wait_for("subflow up", 2, ready_by())?;
+    relay.wait_for("subflow up", topo.paths(), ready_by())?;
     std::thread::sleep(Duration::from_secs(1));
     let read = |d: &Daemon, ns: &str| read_daemon(d.pid(), ns);
     let (relay0, proxy0) = (read(&relay, &r)?, read(&proxy, &p)?);
     println!(
-        "soak: {} workers, {} idle connections, {} passengers, scheduler `{}`, {:.0} s over 2 unshaped veth paths ({} cores)",
+        "soak: {} workers, {} idle connections, {} passengers, scheduler `{}`, {:.0} s over {} ({} cores)",
         args.workers,
         args.idle,
         args.users,
         args.scheduler,
         args.secs,
+        topo.about(),
         std::thread::available_parallelism().map_or(1, |n| n.get())
     );
     if blackout {

@@ -1363,3 +1363,77 @@ fn net_soak_checks_every_byte_and_finds_nothing_left_open() {
         String::from_utf8_lossy(&bad.stderr)
     );
 }
+
+/// `net soak --trip`: the same churn and checks over the emulated HSR trip — both carriers'
+/// capacity, delay and handovers, the relay fed the trip's context, both ends predicting from
+/// LinkDB — and the testbed removed afterwards.
+#[test]
+fn net_soak_over_the_emulated_trip_checks_every_byte() {
+    if !is_root() {
+        eprintln!("skipping: needs root");
+        return;
+    }
+    let _quiet = machine_to_myself();
+    let name = "pcsk-trip";
+    let out = polycorn(&[
+        "net",
+        "soak",
+        "--trip",
+        "--secs",
+        "20",
+        "--workers",
+        "6",
+        "--idle",
+        "8",
+        "--users",
+        "2",
+        "--sample-secs",
+        "5",
+        "--name",
+        name,
+    ]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    assert!(
+        stdout.contains("over the emulated `hsr` trip (route 1, trip 1) from ")
+            && stdout.contains("2 carriers,"),
+        "{stdout}"
+    );
+    assert!(stdout.contains("ok: every connection and ping"), "{stdout}");
+    let completed: u64 = stdout
+        .split(" connections completed")
+        .next()
+        .and_then(|h| h.rsplit(' ').next())
+        .and_then(|n| n.parse().ok())
+        .expect("a completed count");
+    assert!(completed >= 20, "{stdout}");
+    assert!(stdout.contains("(8 answered every one)"), "{stdout}");
+    for who in ["relay", "proxy"] {
+        assert!(
+            stdout.contains(&format!("{who}: memory"))
+                && stdout.lines().any(|l| l.starts_with(who)
+                    && l.contains(&format!(
+                        "flows opened {}, open at the end 0",
+                        completed + 8
+                    ))),
+            "{stdout}"
+        );
+    }
+    let ns = namespaces();
+    assert!(!ns.contains(name), "namespaces left: {ns}");
+    // A soak longer than the trip at speed, or with blackouts of its own: refused, saying why.
+    let long = polycorn(&["net", "soak", "--trip", "--secs", "3600", "--name", name]);
+    let e = String::from_utf8_lossy(&long.stderr);
+    assert!(
+        !long.status.success() && e.contains("give --secs at most"),
+        "{e}"
+    );
+    let both = polycorn(&["net", "soak", "--trip", "--blackout-every", "30"]);
+    let e = String::from_utf8_lossy(&both.stderr);
+    assert!(
+        !both.status.success() && e.contains("cannot be used with"),
+        "{e}"
+    );
+    assert!(!namespaces().contains(name));
+}

@@ -832,7 +832,7 @@ impl Drop for Daemon {
     }
 }
 
-fn write_configs(
+pub(crate) fn write_configs(
     dir: &Path,
     sys: &System,
     paths: usize,
@@ -1145,7 +1145,7 @@ fn out_dir_for(args: &BenchArgs) -> PathBuf {
 
 /// Build a LinkDB of `rides` simulated rides of the replayed trip's route (trip seeds from
 /// `trip_seed + 1000`, so never the replayed ride) and return the proxy's `[linkdb]` section.
-fn build_linkdb(
+pub(crate) fn build_linkdb(
     out: &Path,
     t: &crate::tripgen::TripArgs,
     cfg: &polycorn_link::trip::TripConfig,
