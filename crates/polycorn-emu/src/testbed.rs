@@ -108,6 +108,14 @@ impl TestbedSpec {
     pub fn proxy_path_addr(i: usize) -> String {
         format!("10.100.{i}.2")
     }
+    /// Relay-side IPv6 address of path `i`.
+    pub fn relay_path_addr6(i: usize) -> String {
+        format!("fd00:100:{i:x}::1")
+    }
+    /// Proxy-side IPv6 address of path `i`.
+    pub fn proxy_path_addr6(i: usize) -> String {
+        format!("fd00:100:{i:x}::2")
+    }
     /// TUN device name of path `i` (same on both ends).
     pub fn path_dev(i: usize) -> String {
         format!("path{i}")
@@ -277,40 +285,62 @@ fn build(spec: &TestbedSpec) -> Result<(), TestbedError> {
         //   path 0 and the baseline silently ran on one path.
         let relay_prefs = [("oif", 1000), ("from", 2000), ("to", 3000)];
         let proxy_prefs = [("to", 1000), ("oif", 2000), ("from", 3000)];
-        for (ns, local, peer, prefs) in [
+        // Every path is dual-stack (a carrier may hand a SIM an IPv6 address only): the same
+        // addressing and rules for IPv4 and IPv6.
+        for (ns, local, peer, local6, peer6, prefs) in [
             (
                 &relay,
                 TestbedSpec::relay_path_addr(i),
                 TestbedSpec::proxy_path_addr(i),
+                TestbedSpec::relay_path_addr6(i),
+                TestbedSpec::proxy_path_addr6(i),
                 relay_prefs,
             ),
             (
                 &proxy,
                 TestbedSpec::proxy_path_addr(i),
                 TestbedSpec::relay_path_addr(i),
+                TestbedSpec::proxy_path_addr6(i),
+                TestbedSpec::relay_path_addr6(i),
                 proxy_prefs,
             ),
         ] {
             ip_in(ns, &["tuntap", "add", "dev", &dev, "mode", "tun"])?;
             ip_in(ns, &["addr", "add", &format!("{local}/24"), "dev", &dev])?;
-            ip_in(ns, &["link", "set", &dev, "up"])?;
             ip_in(
                 ns,
-                &["route", "add", "default", "dev", &dev, "table", &table],
+                &[
+                    "-6",
+                    "addr",
+                    "add",
+                    &format!("{local6}/64"),
+                    "dev",
+                    &dev,
+                    "nodad",
+                ],
             )?;
-            for (selector, base) in prefs {
-                let value = match selector {
-                    "oif" => dev.clone(),
-                    "from" => local.to_string(),
-                    _ => peer.to_string(),
-                };
-                let pref = (base + i).to_string();
+            ip_in(ns, &["link", "set", &dev, "up"])?;
+            for (family, local, peer) in [("-4", &local, &peer), ("-6", &local6, &peer6)] {
                 ip_in(
                     ns,
                     &[
-                        "rule", "add", "pref", &pref, selector, &value, "table", &table,
+                        family, "route", "add", "default", "dev", &dev, "table", &table,
                     ],
                 )?;
+                for (selector, base) in prefs {
+                    let value = match selector {
+                        "oif" => dev.clone(),
+                        "from" => local.to_string(),
+                        _ => peer.to_string(),
+                    };
+                    let pref = (base + i).to_string();
+                    ip_in(
+                        ns,
+                        &[
+                            family, "rule", "add", "pref", &pref, selector, &value, "table", &table,
+                        ],
+                    )?;
+                }
             }
             sysctl_in(ns, &format!("net.ipv4.conf.{dev}.rp_filter"), "0")?;
         }

@@ -194,6 +194,23 @@ impl Refusals {
     }
 }
 
+/// The TLS subflow listener on `addr`, one of `all` the proxy listens on. An IPv6 listener
+/// takes IPv6 only (`IPV6_V6ONLY`) when `all` also has an IPv4 address on its port — so
+/// `["0.0.0.0:7700", "[::]:7700"]` binds both — and otherwise keeps the system's default
+/// (on Linux `[::]:7700` alone takes both families).
+fn subflow_listener(addr: SocketAddr, all: &[SocketAddr]) -> std::io::Result<TcpListener> {
+    use socket2::{Domain, Socket, Type};
+    let sock = Socket::new(Domain::for_address(addr), Type::STREAM, None)?;
+    sock.set_reuse_address(true)?;
+    if addr.is_ipv6() && all.iter().any(|a| a.is_ipv4() && a.port() == addr.port()) {
+        sock.set_only_v6(true)?;
+    }
+    sock.set_nonblocking(true)?;
+    sock.bind(&addr.into())?;
+    sock.listen(1024)?;
+    TcpListener::from_std(sock.into())
+}
+
 /// Start the proxy: bind listeners (errors name the address); returns the running tasks and
 /// the live sessions (for metrics).
 pub async fn start(opts: ProxyOptions) -> Result<(JoinSet<()>, Sessions), String> {
@@ -204,8 +221,7 @@ pub async fn start(opts: ProxyOptions) -> Result<(JoinSet<()>, Sessions), String
     let opts = Arc::new(opts);
     let refusals = Arc::new(Mutex::new(Refusals::default()));
     for addr in &opts.listen {
-        let l = TcpListener::bind(addr)
-            .await
+        let l = subflow_listener(*addr, &opts.listen)
             .map_err(|e| format!("subflow listener on {addr}: {e}"))?;
         info!(%addr, pipeline = %opts.pipeline, "proxy listening");
         let (a, s, o, c) = (
@@ -519,6 +535,33 @@ async fn session_events(
 mod tests {
     use super::*;
     use std::time::Instant;
+
+    /// `listen = ["0.0.0.0:P", "[::]:P"]` binds both (the IPv6 one IPv6-only); `[::]:P` alone
+    /// keeps the system's dual-stack default.
+    #[tokio::test]
+    async fn both_families_on_one_port_bind_side_by_side() {
+        let v6_works = std::net::TcpListener::bind("[::1]:0").is_ok();
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let v4 = SocketAddr::from(([0, 0, 0, 0], port));
+        let v6: SocketAddr = format!("[::]:{port}").parse().unwrap();
+        let all = [v4, v6];
+        let _a = subflow_listener(v4, &all).expect("IPv4 listener");
+        if !v6_works {
+            eprintln!("skipping the IPv6 half: no IPv6 on this host");
+            return;
+        }
+        let b = subflow_listener(v6, &all).expect("IPv6 listener beside the IPv4 one");
+        assert!(socket2::SockRef::from(&b).only_v6().unwrap());
+        drop((_a, b));
+        let alone = subflow_listener(v6, &[v6]).expect("IPv6 listener alone");
+        let default =
+            std::fs::read_to_string("/proc/sys/net/ipv6/bindv6only").is_ok_and(|v| v.trim() == "1");
+        assert_eq!(socket2::SockRef::from(&alone).only_v6().unwrap(), default);
+    }
 
     /// A misconfigured relay retrying every 2 s for an hour: warned about once, then once per
     /// 5 minutes with the count in between; another cause or another address is warned at once.

@@ -174,7 +174,7 @@ pub fn up(name: &str, model: &ModelArgs) -> Result<()> {
         bail!("the emulator exited ({status}) right after starting:\n{msg}");
     }
     println!("testbed `{name}` is up: namespaces {name}-client, {name}-relay, {name}-proxy, {name}-server");
-    println!("{} emulated paths (relay 10.100.i.1 <-> proxy 10.100.i.2, devices path0..path{}); emulator PID {}, log {log_path}", spec.paths, spec.paths - 1, child.id());
+    println!("{} emulated paths (relay 10.100.i.1 <-> proxy 10.100.i.2, fd00:100:i::1 <-> fd00:100:i::2, devices path0..path{}); emulator PID {}, log {log_path}", spec.paths, spec.paths - 1, child.id());
     if model.constant_mbit.is_none() && model.traces.is_empty() {
         println!("the trip's context (GPS, cells, RSRP) is served gpsd-style on 127.0.0.1:{GPSD_PORT} in {name}-relay");
     }

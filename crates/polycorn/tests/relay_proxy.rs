@@ -480,6 +480,85 @@ fn every_scheduler_and_both_baselines_carry_byte_exact() {
     }
 }
 
+/// Carriers that give the SIMs IPv6 addresses only: every path's source and proxy address
+/// IPv6 (the testbed's paths are dual-stack), passengers on IPv4 and IPv6, byte-exact, in
+/// polycorn mode and single-path mode.
+#[test]
+fn ipv6_only_carriers_carry_byte_exact() {
+    let _s = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    if !is_root() {
+        return;
+    }
+    let bed = Bed::constant("v6", 50, 10);
+    start_server(&bed);
+    for mode in ["polycorn", "single"] {
+        let dir = tempfile::tempdir().unwrap();
+        let out = Command::new(bin())
+            .args(["tls", "generate"])
+            .arg(dir.path())
+            .output()
+            .unwrap();
+        assert!(out.status.success());
+        let (r, p) = configs(&bed, dir.path(), mode, "polycorn", 2, ("", ""));
+        let mut relay = std::fs::read_to_string(&r).unwrap();
+        for i in 0..2 {
+            relay = relay
+                .replace(
+                    &format!("\"10.100.{i}.2:7700\""),
+                    &format!("\"[fd00:100:{i}::2]:7700\""),
+                )
+                .replace(
+                    &format!("\"10.100.{i}.1\""),
+                    &format!("\"fd00:100:{i}::1\""),
+                );
+        }
+        assert!(!relay.contains("10.100."), "{relay}");
+        std::fs::write(&r, relay).unwrap();
+        // The proxy listens on both families; the single-path baseline's tunnels come from
+        // the relay's IPv6 path addresses.
+        let proxy = std::fs::read_to_string(&p)
+            .unwrap()
+            .replace(
+                "listen = \"0.0.0.0:7700\"",
+                "listen = [\"0.0.0.0:7700\", \"[::]:7700\"]",
+            )
+            .replace(
+                "tunnel_listen = \"0.0.0.0:7701\"",
+                "tunnel_listen = \"[::]:7701\"",
+            )
+            .replace("[\"10.100.0.0/16\"]", "[\"fd00:100::/32\"]");
+        std::fs::write(&p, proxy).unwrap();
+        let mut proxy = Daemon::start(&bed.ns("proxy"), "proxy", &p, dir.path().join("proxy.log"));
+        proxy.wait_for("proxy running", 1);
+        let mut relay = Daemon::start(&bed.ns("relay"), "relay", &r, dir.path().join("relay.log"));
+        relay.wait_for("relay running", 1);
+        if mode == "polycorn" {
+            relay.wait_for("subflow up", 2);
+            let log = relay.log();
+            assert!(
+                log.contains("proxy=[fd00:100::2]:7700")
+                    && log.contains("proxy=[fd00:100:1::2]:7700"),
+                "{log}"
+            );
+        }
+        let stack = Stack { dir, proxy, relay };
+        let list = vec![
+            (Via::Transparent4, KB, KB),
+            (Via::Transparent4, MB, 16 * MB),
+            (Via::Transparent6, 100 * KB, 4 * MB),
+            (Via::Socks5, 3 * MB, 1),
+        ];
+        transfers(&bed, list, &format!("ipv6 paths, {mode}"), &stack);
+        if mode == "polycorn" {
+            let m = scrape_metrics(&bed.ns("proxy"));
+            for path in ["0", "1"] {
+                let up = format!("polycorn_path_up{{path=\"{path}\",relay=\"polycorn-relay\"}} 1");
+                assert!(m.contains(&up), "no {up}:\n{m}");
+            }
+        }
+    }
+}
+
 #[test]
 fn hundred_passengers_five_flows_each() {
     let _s = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
