@@ -482,7 +482,7 @@ fn every_scheduler_and_both_baselines_carry_byte_exact() {
 
 /// Carriers that give the SIMs IPv6 addresses only: every path's source and proxy address
 /// IPv6 (the testbed's paths are dual-stack), passengers on IPv4 and IPv6, byte-exact, in
-/// polycorn mode and single-path mode.
+/// polycorn mode and single-path mode; then one IPv6 path beside an IPv4 one in one session.
 #[test]
 fn ipv6_only_carriers_carry_byte_exact() {
     let _s = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
@@ -491,7 +491,7 @@ fn ipv6_only_carriers_carry_byte_exact() {
     }
     let bed = Bed::constant("v6", 50, 10);
     start_server(&bed);
-    for mode in ["polycorn", "single"] {
+    for (mode, v6_paths) in [("polycorn", 2), ("single", 2), ("polycorn", 1)] {
         let dir = tempfile::tempdir().unwrap();
         let out = Command::new(bin())
             .args(["tls", "generate"])
@@ -501,7 +501,7 @@ fn ipv6_only_carriers_carry_byte_exact() {
         assert!(out.status.success());
         let (r, p) = configs(&bed, dir.path(), mode, "polycorn", 2, ("", ""));
         let mut relay = std::fs::read_to_string(&r).unwrap();
-        for i in 0..2 {
+        for i in 0..v6_paths {
             relay = relay
                 .replace(
                     &format!("\"10.100.{i}.2:7700\""),
@@ -512,7 +512,7 @@ fn ipv6_only_carriers_carry_byte_exact() {
                     &format!("\"fd00:100:{i}::1\""),
                 );
         }
-        assert!(!relay.contains("10.100."), "{relay}");
+        assert_eq!(relay.contains("10.100."), v6_paths < 2, "{relay}");
         std::fs::write(&r, relay).unwrap();
         // The proxy listens on both families; the single-path baseline's tunnels come from
         // the relay's IPv6 path addresses.
@@ -535,9 +535,13 @@ fn ipv6_only_carriers_carry_byte_exact() {
         if mode == "polycorn" {
             relay.wait_for("subflow up", 2);
             let log = relay.log();
+            let second = if v6_paths == 2 {
+                "proxy=[fd00:100:1::2]:7700"
+            } else {
+                "proxy=10.100.1.2:7700"
+            };
             assert!(
-                log.contains("proxy=[fd00:100::2]:7700")
-                    && log.contains("proxy=[fd00:100:1::2]:7700"),
+                log.contains("path=p0 proxy=[fd00:100::2]:7700") && log.contains(second),
                 "{log}"
             );
         }
@@ -548,7 +552,12 @@ fn ipv6_only_carriers_carry_byte_exact() {
             (Via::Transparent6, 100 * KB, 4 * MB),
             (Via::Socks5, 3 * MB, 1),
         ];
-        transfers(&bed, list, &format!("ipv6 paths, {mode}"), &stack);
+        transfers(
+            &bed,
+            list,
+            &format!("{v6_paths} IPv6 paths of 2, {mode}"),
+            &stack,
+        );
         if mode == "polycorn" {
             let m = scrape_metrics(&bed.ns("proxy"));
             for path in ["0", "1"] {
