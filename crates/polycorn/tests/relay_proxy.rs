@@ -568,6 +568,55 @@ fn ipv6_only_carriers_carry_byte_exact() {
     }
 }
 
+/// A train with SIMs of four carriers: four subflows up, every path carrying part of a bulk
+/// download, and a download that survives two of the four blacked out.
+#[test]
+fn four_carriers_share_the_load_and_survive_two_blacked_out() {
+    let _s = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    if !is_root() {
+        return;
+    }
+    let bed = Bed::up(
+        "c4",
+        &["--paths", "4", "--constant-mbit", "20", "--delay-ms", "15"],
+    );
+    start_server(&bed);
+    let stack = start_stack(&bed, "polycorn", "polycorn", 4);
+    let sent = |m: &str, path: usize| -> f64 {
+        let key =
+            format!("polycorn_path_sent_bytes_total{{path=\"p{path}\",relay=\"polycorn-relay\"}} ");
+        m.lines()
+            .find_map(|l| l.strip_prefix(&key))
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or_else(|| panic!("no {key}in\n{m}"))
+    };
+    transfers(
+        &bed,
+        vec![
+            (Via::Transparent4, 16 * MB, KB),
+            (Via::Transparent6, KB, 16 * MB),
+        ],
+        "4 carriers",
+        &stack,
+    );
+    // Uplink bytes the relay sent on each path: a 16 MB upload at 4 × 20 Mbit/s needs them all.
+    let m = scrape_metrics(&bed.ns("relay"));
+    for path in 0..4 {
+        assert!(
+            sent(&m, path) > 1e6,
+            "path p{path} carried {} B:\n{m}",
+            sent(&m, path)
+        );
+    }
+    transfer_with_outage(
+        &bed,
+        &stack,
+        &["path0", "path2"],
+        Duration::from_secs(2),
+        Duration::from_secs(5),
+    );
+}
+
 #[test]
 fn hundred_passengers_five_flows_each() {
     let _s = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
