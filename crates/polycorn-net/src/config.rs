@@ -308,6 +308,11 @@ pub struct PathConfig {
     /// `proxy`: overrides `relay.proxy` for this path.
     #[serde(default)]
     pub proxy: Option<ProxyAddr>,
+    /// `mtu`: the largest IP packet the carrier passes on this path, bytes. Set it when the
+    /// carrier drops larger packets without saying so (a path-MTU black hole): the subflow's
+    /// TCP then sends and asks for segments that fit (`TCP_MAXSEG`). Default: the interface's.
+    #[serde(default)]
+    pub mtu: Option<u16>,
 }
 
 /// What the relay does with passengers' UDP.
@@ -575,6 +580,19 @@ impl RelayConfig {
             }
             if let Some(proxy) = &p.proxy {
                 v.proxy(&key("proxy"), proxy, self.relay.mode)?;
+            }
+            if let Some(mtu) = p.mtu {
+                // IPv6 needs 1280 (RFC 8200); IPv4 hosts must take 576 (RFC 791).
+                let min = if p.source.is_ipv6() { 1280 } else { 576 };
+                if !(min..=9000).contains(&mtu) {
+                    return Err(v.invalid(
+                        key("mtu"),
+                        format!(
+                            "{mtu}: expected {min} to 9000 bytes for an {} path",
+                            if p.source.is_ipv6() { "IPv6" } else { "IPv4" }
+                        ),
+                    ));
+                }
             }
             if let Some(j) = names.insert(p.name.clone(), i) {
                 return Err(v.invalid(
@@ -1456,6 +1474,7 @@ name = "A"
 device = "path0"
 source = "10.100.0.1"
 # proxy = "10.100.0.2:7700"   # optional: overrides relay.proxy for this path
+# mtu = 1400                   # optional: for a carrier that drops larger packets silently
 
 [[path]]
 name = "B"

@@ -47,6 +47,8 @@ pub struct RelayPath {
     /// Proxy reached over this path: an address, or a host name the relay resolves (polycorn
     /// mode only; see [`crate::proxy_addr`]).
     pub proxy: ProxyAddr,
+    /// Largest IP packet of the path (`mtu` in the configuration; `None`: the interface's).
+    pub mtu: Option<u16>,
 }
 
 /// Session tunables shared by relay and proxy.
@@ -86,6 +88,7 @@ impl Tuning {
         subflow::SubflowSockopts {
             congestion: self.congestion.clone(),
             rto_max_ms: self.rto_max_ms,
+            mtu: None,
         }
     }
 
@@ -322,6 +325,13 @@ const RETRY_MAX: Duration = Duration::from_secs(2);
 /// revoked, certificate, protocol version). Each costs the proxy a handshake and repeats until
 /// an operator acts; a relay let in again (revocation lifted) is back within this.
 const REFUSED_RETRY_MAX: Duration = Duration::from_secs(60);
+/// A subflow replaced as silent sooner than this after it came up counts towards
+/// [`SILENT_HINT_AFTER`].
+const SHORT_LIVED: Duration = Duration::from_secs(10);
+/// Short-lived silent subflows in a row of one path after which the relay warns of a path-MTU
+/// black hole: the handshake's small packets get through, the data's full-sized ones do not,
+/// so every new subflow falls silent as soon as it carries data.
+const SILENT_HINT_AFTER: u32 = 4;
 
 /// The pause after a failed attempt, given the pause after the previous one in the same run
 /// of failures (`None` for the first failure) and whether the proxy refused this one. A
@@ -427,6 +437,10 @@ async fn maintain_path(
     idle_refresh: crate::config::IdleRefresh,
 ) {
     let (hello, session) = engine.inspect(|s| (s.hello(path).to_vec(), s.session_id()));
+    let sockopts = subflow::SubflowSockopts {
+        mtu: p.mtu,
+        ..sockopts
+    };
     // Whether this path's latest attempt failed (a failing path may look the proxy up again).
     let failing = std::sync::atomic::AtomicBool::new(false);
     let (tls, p_ref, sockopts, hello, resolver, failing_ref) =
@@ -478,6 +492,8 @@ async fn maintain_path(
     // The pause after the last of the failed attempts in a row, if any.
     let mut pause: Option<Duration> = None;
     let mut next: Option<subflow::Established> = None;
+    // Subflows in a row replaced as silent within SHORT_LIVED of coming up.
+    let mut silent_streak = 0u32;
     loop {
         let est = match next.take() {
             Some(e) => e,
@@ -493,6 +509,7 @@ async fn maintain_path(
             },
         };
         pause = None;
+        let up_at = std::time::Instant::now();
         let recovered = failures
             .lock()
             .expect("connect failures")
@@ -634,6 +651,24 @@ async fn maintain_path(
             }
         };
         tokio::pin!(run, fresh);
+        let mut streak = |silent: bool| {
+            if up_at.elapsed() >= SHORT_LIVED {
+                silent_streak = 0;
+            } else if silent {
+                silent_streak += 1;
+                if silent_streak == SILENT_HINT_AFTER {
+                    warn!(
+                        path = %p.name,
+                        in_a_row = silent_streak,
+                        mtu = p.mtu,
+                        "the path's subflows connect but fall silent within seconds, again and \
+                         again: a carrier that drops full-sized packets without an ICMP answer \
+                         (a path-MTU black hole) does this; if it goes on, set (or lower) this \
+                         path's `mtu`, e.g. mtu = 1400"
+                    );
+                }
+            }
+        };
         let log_replace = |why: &Replace| match why {
             Replace::Silent => info!(path = %p.name, "path silent; replaced its subflow"),
             Replace::Refresh(ssthresh) => info!(
@@ -674,13 +709,18 @@ async fn maintain_path(
                 match f {
                     Some((f, why)) => {
                         log_replace(&why);
+                        streak(matches!(why, Replace::Silent));
                         next = Some(f);
                     }
-                    None => warn!(path = %p.name, error = %e, "subflow ended; reconnecting"),
+                    None => {
+                        warn!(path = %p.name, error = %e, "subflow ended; reconnecting");
+                        streak(false);
+                    }
                 }
             }
             (f, why) = &mut fresh => {
                 log_replace(&why);
+                streak(matches!(why, Replace::Silent));
                 // The old subflow's chunks may go on the new one (attached next iteration).
                 engine.hand_over(path);
                 next = Some(f);

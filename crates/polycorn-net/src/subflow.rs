@@ -176,6 +176,16 @@ pub struct SubflowSockopts {
     /// Upper bound on the retransmission timeout, ms (`TCP_RTO_MAX_MS`; `None`: the kernel's,
     /// 120 s unless `net.ipv4.tcp_rto_max_ms` says otherwise).
     pub rto_max_ms: Option<u32>,
+    /// Largest IP packet of the path, bytes (a relay path's `mtu`; `None`: the interface's).
+    /// Set before connecting ([`mss_for_mtu`]), so the SYN asks the peer for segments that fit
+    /// too: one end's setting covers both directions.
+    pub mtu: Option<u16>,
+}
+
+/// The TCP maximum segment size that fills an IP packet of `mtu` bytes to `peer` (IPv4 and
+/// TCP headers 40 bytes, IPv6 60; TCP options are taken off by the kernel).
+pub fn mss_for_mtu(mtu: u16, peer: SocketAddr) -> u32 {
+    u32::from(mtu).saturating_sub(if peer.is_ipv6() { 60 } else { 40 })
 }
 
 /// Socket options every subflow gets: no Nagle, a small unsent queue, and `opts`.
@@ -191,11 +201,13 @@ pub fn tune(stream: &TcpStream, opts: &SubflowSockopts) -> io::Result<()> {
     Ok(())
 }
 
-/// Connect a TCP socket to `proxy`, pinned to `device`/`source` when given.
+/// Connect a TCP socket to `proxy`, pinned to `device`/`source` when given, its segments
+/// sized for `mtu` when given.
 pub async fn connect_pinned(
     proxy: SocketAddr,
     source: Option<IpAddr>,
     device: Option<&str>,
+    mtu: Option<u16>,
     timeout: Duration,
 ) -> Result<TcpStream, HandshakeError> {
     let sock = match (source, device) {
@@ -221,6 +233,11 @@ pub async fn connect_pinned(
             s
         }
     };
+    if let Some(mtu) = mtu {
+        let mss = mss_for_mtu(mtu, proxy);
+        sock.set_mss(mss)
+            .map_err(setup_err(format!("set TCP_MAXSEG {mss} (mtu {mtu})")))?;
+    }
     let std_stream: std::net::TcpStream = sock.into();
     let tsock = tokio::net::TcpSocket::from_std_stream(std_stream);
     match tokio::time::timeout(timeout, tsock.connect(proxy)).await {
@@ -241,6 +258,7 @@ pub async fn connect_staggered(
     proxy: SocketAddr,
     source: Option<IpAddr>,
     device: Option<&str>,
+    mtu: Option<u16>,
     timeout: Duration,
     stagger: Duration,
 ) -> Result<TcpStream, HandshakeError> {
@@ -255,7 +273,7 @@ pub async fn connect_staggered(
             let device = device.map(str::to_string);
             let budget = STAGGERED_ATTEMPT.min(deadline - now);
             attempts.spawn(async move {
-                connect_pinned(proxy, source, device.as_deref(), budget).await
+                connect_pinned(proxy, source, device.as_deref(), mtu, budget).await
             });
             next_at = now + stagger;
         }
@@ -352,8 +370,10 @@ pub async fn relay_connect(
     timeouts: ConnectTimeouts,
 ) -> Result<Established, HandshakeError> {
     let tcp = match timeouts.tcp_stagger {
-        Some(every) => connect_staggered(proxy, source, device, timeouts.tcp, every).await?,
-        None => connect_pinned(proxy, source, device, timeouts.tcp).await?,
+        Some(every) => {
+            connect_staggered(proxy, source, device, sockopts.mtu, timeouts.tcp, every).await?
+        }
+        None => connect_pinned(proxy, source, device, sockopts.mtu, timeouts.tcp).await?,
     };
     tune(&tcp, sockopts).map_err(io_err("set subflow socket options"))?;
     let tcp_info = tcp_info_reader(&tcp).map_err(io_err("duplicate socket"))?;
@@ -476,6 +496,16 @@ pub fn acceptor(cfg: Arc<rustls::ServerConfig>) -> TlsAcceptor {
 mod tests {
     use super::*;
 
+    #[test]
+    fn the_segment_size_fills_the_mtu_for_either_family() {
+        assert_eq!(mss_for_mtu(1400, "10.0.0.1:7700".parse().unwrap()), 1360);
+        assert_eq!(
+            mss_for_mtu(1400, "[2001:db8::1]:7700".parse().unwrap()),
+            1340
+        );
+        assert_eq!(mss_for_mtu(1500, "10.0.0.1:7700".parse().unwrap()), 1460);
+    }
+
     /// A socket that cannot be set up fails every attempt the same way: the staggered connect
     /// gives up at the first such failure instead of retrying until its deadline.
     #[tokio::test(start_paused = true)]
@@ -485,6 +515,7 @@ mod tests {
             "127.0.0.1:9".parse().unwrap(),
             Some("127.0.0.1".parse().unwrap()),
             Some("nosuchdev0"),
+            None,
             Duration::from_secs(30),
             Duration::from_millis(250),
         )

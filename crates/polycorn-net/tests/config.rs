@@ -404,6 +404,31 @@ fn path_errors() {
         d,
     )
     .unwrap();
+    // A path's mtu: within what the source's family allows.
+    let with_mtu = |source: &str, mtu: &str| {
+        edit(
+            RELAY_MIN,
+            "source = \"10.101.0.1\"",
+            &format!("source = \"{source}\"\nmtu = {mtu}"),
+        )
+    };
+    let c = relay(&with_mtu("10.101.0.1", "1400"), d).unwrap();
+    assert_eq!(c.paths[1].mtu, Some(1400));
+    assert_eq!(c.paths[0].mtu, None);
+    relay(&with_mtu("2001:db8::1", "1280"), d).unwrap();
+    relay_err(
+        &with_mtu("10.101.0.1", "500"),
+        d,
+        "path[1].mtu",
+        "500: expected 576 to 9000 bytes for an IPv4 path",
+    );
+    relay_err(
+        &with_mtu("2001:db8::1", "1200"),
+        d,
+        "path[1].mtu",
+        "1200: expected 1280 to 9000 bytes for an IPv6 path",
+    );
+    relay_err(&with_mtu("10.101.0.1", "65536"), d, "path[1].mtu", "");
 
     let no_paths: String = RELAY_MIN
         .split("[[path]]")

@@ -108,6 +108,7 @@ fn staggered_attempts_overlap_in_a_blackout_and_one_wins_after_it() {
                     ([127, 0, 0, 1], PORT).into(),
                     None,
                     None,
+                    None,
                     Duration::from_secs(20),
                     Duration::from_millis(250),
                 ))

@@ -156,6 +156,7 @@ async fn start_pair(spec: &str, tuning: Tuning) -> Pair {
                 device: None,
                 source: Some(IpAddr::V4(Ipv4Addr::LOCALHOST)),
                 proxy: (*a).into(),
+                mtu: None,
             })
             .collect(),
         tls: Some(tls::client_config(&p("ca.pem"), &p("relay.pem"), &p("relay.key")).unwrap()),

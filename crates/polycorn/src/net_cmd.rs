@@ -368,6 +368,7 @@ pub fn relay(path: &Path) -> Result<()> {
                 device: Some(p.device.clone()),
                 source: Some(p.source),
                 proxy: cfg.proxy_for(p),
+                mtu: p.mtu,
             })
             .collect();
         // The name the proxy knows this relay by (its certificate's), for its own metrics.

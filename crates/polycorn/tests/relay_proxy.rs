@@ -617,6 +617,102 @@ fn four_carriers_share_the_load_and_survive_two_blacked_out() {
     );
 }
 
+/// A carrier that drops every packet over 1400 bytes and sends no ICMP (a path-MTU black
+/// hole): the path's subflows connect (the handshake's packets are small) and then fall silent
+/// under data, again and again. The relay says what this looks like and what to set; with
+/// `mtu = 1400` on that path its subflow carries the data without falling silent.
+#[test]
+fn a_path_mtu_black_hole_is_named_and_the_path_mtu_setting_cures_it() {
+    let _s = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    if !is_root() {
+        return;
+    }
+    let bed = Bed::constant("mtu", 20, 15);
+    start_server(&bed);
+    let hole = "  chain in_path0 { type filter hook ingress device \"path0\" priority 0; policy accept; ip length > 1400 drop; }\n";
+    let _holes = [
+        Blackhole::with_rules(&bed.ns("relay"), hole),
+        Blackhole::with_rules(&bed.ns("proxy"), hole),
+    ];
+    let received_p0 = |ns: &str| -> f64 {
+        let key = "polycorn_path_received_bytes_total{path=\"p0\",relay=\"polycorn-relay\"} ";
+        let m = scrape_metrics(ns);
+        m.lines()
+            .find_map(|l| l.strip_prefix(key))
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or_else(|| panic!("no {key}in\n{m}"))
+    };
+    {
+        let stack = start_stack(&bed, "polycorn", "polycorn", 2);
+        transfers(
+            &bed,
+            vec![(Via::Transparent4, KB, 8 * MB)],
+            "black hole",
+            &stack,
+        );
+        let t0 = Instant::now();
+        while !stack.relay.log().contains("path-MTU black hole") {
+            if t0.elapsed() > Duration::from_secs(30) {
+                panic!("no black-hole warning:\n{}", tail(&stack.relay.log()));
+            }
+            transfers(
+                &bed,
+                vec![(Via::Transparent4, KB, 2 * MB)],
+                "black hole",
+                &stack,
+            );
+        }
+        let log = stack.relay.log();
+        let hint = log
+            .lines()
+            .find(|l| l.contains("path-MTU black hole"))
+            .unwrap();
+        assert!(
+            hint.contains("WARN") && hint.contains("path=p0") && hint.contains("mtu = 1400"),
+            "{hint}"
+        );
+        assert!(!log
+            .lines()
+            .any(|l| l.contains("black hole") && l.contains("path=p1")));
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let out = Command::new(bin())
+        .args(["tls", "generate"])
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let (r, p) = configs(&bed, dir.path(), "polycorn", "polycorn", 2, ("", ""));
+    let relay_toml = std::fs::read_to_string(&r).unwrap().replacen(
+        "source = \"10.100.0.1\"\n",
+        "source = \"10.100.0.1\"\nmtu = 1400\n",
+        1,
+    );
+    std::fs::write(&r, relay_toml).unwrap();
+    let mut proxy = Daemon::start(&bed.ns("proxy"), "proxy", &p, dir.path().join("proxy.log"));
+    proxy.wait_for("proxy running", 1);
+    let mut relay = Daemon::start(&bed.ns("relay"), "relay", &r, dir.path().join("relay.log"));
+    relay.wait_for("subflow up", 2);
+    let stack = Stack { dir, proxy, relay };
+    let before = received_p0(&bed.ns("relay"));
+    transfers(
+        &bed,
+        vec![(Via::Transparent4, KB, 16 * MB)],
+        "mtu = 1400",
+        &stack,
+    );
+    let carried = received_p0(&bed.ns("relay")) - before;
+    let log = stack.relay.log();
+    assert!(
+        !log.lines()
+            .any(|l| l.contains("path=p0")
+                && (l.contains("path silent") || l.contains("black hole"))),
+        "{}",
+        tail(&log)
+    );
+    assert!(carried > 2e6, "p0 carried {carried} B of 16 MB");
+}
+
 #[test]
 fn hundred_passengers_five_flows_each() {
     let _s = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
