@@ -303,8 +303,11 @@ pub struct PathConfig {
     pub name: String,
     /// `device`: the network interface (`SO_BINDTODEVICE`).
     pub device: String,
-    /// `source`: the interface's address the subflow binds to.
-    pub source: IpAddr,
+    /// `source`: the interface's address the subflow binds to. Optional in mode `polycorn`:
+    /// without it every connection attempt takes the interface's current address (a modem
+    /// that gets a new address at every attach), preferring IPv4.
+    #[serde(default)]
+    pub source: Option<IpAddr>,
     /// `proxy`: overrides `relay.proxy` for this path.
     #[serde(default)]
     pub proxy: Option<ProxyAddr>,
@@ -456,12 +459,15 @@ impl RelayConfig {
                     p.device, p.name
                 ));
             }
-            if let Err(e) = std::net::UdpSocket::bind((p.source, 0)) {
+            let Some(source) = p.source else {
+                continue;
+            };
+            if let Err(e) = std::net::UdpSocket::bind((source, 0)) {
                 if e.kind() == io::ErrorKind::AddrNotAvailable {
                     out.push(format!(
-                        "{file}: path[{i}].source: {} is not an address of this host (path {:?} \
-                         cannot connect until it is)",
-                        p.source, p.name
+                        "{file}: path[{i}].source: {source} is not an address of this host (path \
+                         {:?} cannot connect until it is)",
+                        p.name
                     ));
                 }
             }
@@ -488,14 +494,17 @@ impl RelayConfig {
                      keeps trying"
                 )),
                 Err(_) => {}
-                Ok(addrs) if !addrs.iter().any(|a| a.is_ipv4() == p.source.is_ipv4()) => {
-                    let family = if p.source.is_ipv4() { "IPv4" } else { "IPv6" };
-                    out.push(format!(
-                        "{file}: {key}: {proxy} has no {family} address for path {:?} (source {})",
-                        p.name, p.source
-                    ));
+                Ok(addrs) => {
+                    let Some(source) = p.source else { continue };
+                    if !addrs.iter().any(|a| a.is_ipv4() == source.is_ipv4()) {
+                        let family = if source.is_ipv4() { "IPv4" } else { "IPv6" };
+                        out.push(format!(
+                            "{file}: {key}: {proxy} has no {family} address for path {:?} (source \
+                             {source})",
+                            p.name
+                        ));
+                    }
                 }
-                Ok(_) => {}
             }
         }
         if let Some(dev) = &self.intercept.lan_device {
@@ -569,27 +578,35 @@ impl RelayConfig {
             let key = |field: &str| format!("path[{i}].{field}");
             path_name(&p.name).map_err(|m| v.invalid(key("name"), m))?;
             device_name(&p.device).map_err(|m| v.invalid(key("device"), m))?;
-            if p.source.is_unspecified() || p.source.is_multicast() {
-                return Err(v.invalid(
-                    key("source"),
-                    format!(
-                        "{} is not a unicast address of the path's interface",
-                        p.source
-                    ),
-                ));
+            match p.source {
+                Some(s) if s.is_unspecified() || s.is_multicast() => {
+                    return Err(v.invalid(
+                        key("source"),
+                        format!("{s} is not a unicast address of the path's interface"),
+                    ));
+                }
+                None if self.relay.mode != RelayMode::Polycorn => {
+                    return Err(v.invalid(
+                        key("source"),
+                        "required in the baseline modes (mptcp, single); only mode \"polycorn\" \
+                         takes the interface's current address",
+                    ));
+                }
+                _ => {}
             }
             if let Some(proxy) = &p.proxy {
                 v.proxy(&key("proxy"), proxy, self.relay.mode)?;
             }
             if let Some(mtu) = p.mtu {
                 // IPv6 needs 1280 (RFC 8200); IPv4 hosts must take 576 (RFC 791).
-                let min = if p.source.is_ipv6() { 1280 } else { 576 };
+                let v6 = p.source.is_some_and(|s| s.is_ipv6());
+                let min = if v6 { 1280 } else { 576 };
                 if !(min..=9000).contains(&mtu) {
                     return Err(v.invalid(
                         key("mtu"),
                         format!(
                             "{mtu}: expected {min} to 9000 bytes for an {} path",
-                            if p.source.is_ipv6() { "IPv6" } else { "IPv4" }
+                            if v6 { "IPv6" } else { "IPv4" }
                         ),
                     ));
                 }
@@ -606,10 +623,13 @@ impl RelayConfig {
                     format!("duplicate device {:?} (also used by path[{j}])", p.device),
                 ));
             }
-            if let Some(j) = sources.insert(p.source, i) {
+            if let Some(j) = p.source.and_then(|s| sources.insert(s, i)) {
                 return Err(v.invalid(
                     key("source"),
-                    format!("duplicate source {} (also used by path[{j}])", p.source),
+                    format!(
+                        "duplicate source {} (also used by path[{j}])",
+                        p.source.expect("inserted")
+                    ),
                 ));
             }
         }
@@ -1475,6 +1495,9 @@ device = "path0"
 source = "10.100.0.1"
 # proxy = "10.100.0.2:7700"   # optional: overrides relay.proxy for this path
 # mtu = 1400                   # optional: for a carrier that drops larger packets silently
+# A modem that gets a new address at every attach: leave `source` out (mode polycorn); each
+# connection attempt then takes the interface's current address (IPv4 first). It needs a route
+# via the interface, as ModemManager/NetworkManager add for every modem.
 
 [[path]]
 name = "B"

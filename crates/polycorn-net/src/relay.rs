@@ -447,21 +447,42 @@ async fn maintain_path(
         (&tls, &p, &sockopts, &hello, &resolver, &failing);
     let connect = move |timeouts| async move {
         let failed = failing_ref.load(std::sync::atomic::Ordering::Relaxed);
-        let r = match resolver.resolve(p_ref.source, failed).await {
-            Ok(addr) => {
-                subflow::relay_connect(
-                    tls,
-                    addr,
-                    p_ref.source,
-                    p_ref.device.as_deref(),
-                    sockopts,
-                    hello,
-                    (session, path),
-                    timeouts,
-                )
-                .await
-            }
+        // A path without a configured source takes its interface's address of the moment.
+        let source = match (p_ref.source, p_ref.device.as_deref()) {
+            (None, Some(dev)) => match crate::sockopt::device_address(dev) {
+                Ok(Some(a)) => Ok(Some(a)),
+                Ok(None) => Err(subflow::HandshakeError::Io {
+                    what: format!("find an address of {dev}"),
+                    source: std::io::Error::new(
+                        std::io::ErrorKind::AddrNotAvailable,
+                        "the interface has none (modem not attached?)",
+                    ),
+                }),
+                Err(e) => Err(subflow::HandshakeError::Io {
+                    what: format!("read the addresses of {dev}"),
+                    source: e,
+                }),
+            },
+            (s, _) => Ok(s),
+        };
+        let r = match source {
             Err(e) => Err(e),
+            Ok(source) => match resolver.resolve(source, failed).await {
+                Ok(addr) => {
+                    subflow::relay_connect(
+                        tls,
+                        addr,
+                        source,
+                        p_ref.device.as_deref(),
+                        sockopts,
+                        hello,
+                        (session, path),
+                        timeouts,
+                    )
+                    .await
+                }
+                Err(e) => Err(e),
+            },
         };
         failing_ref.store(r.is_err(), std::sync::atomic::Ordering::Relaxed);
         r
@@ -515,10 +536,12 @@ async fn maintain_path(
             .expect("connect failures")
             .connected(std::time::Instant::now());
         // After a warning, how long the path was down and how many attempts failed.
+        let source = est.stream.get_ref().0.local_addr().ok().map(|a| a.ip());
         info!(
             path = %p.name,
             proxy = %p.proxy,
             addr = %est.peer,
+            source = source.map(tracing::field::display),
             down_s = recovered.as_ref().map(|w| w.down.as_secs()),
             failed_attempts = recovered.as_ref().map(|w| w.attempts),
             "subflow up"

@@ -505,6 +505,37 @@ pub fn mptcp_socket(domain: Domain) -> io::Result<Socket> {
 /// Wrap the result with `tokio::net::TcpSocket::from_std_stream` or connect it with
 /// `socket2` and hand it to tokio.
 pub fn pinned_tcp_socket(source: IpAddr, device: &str) -> io::Result<Socket> {
+    pinned_socket(source, device)
+}
+
+/// The address a subflow on `device` takes when its path names none: the interface's first
+/// IPv4 address that is not link-local, else its first IPv6 address that is not link-local;
+/// `None` when it has neither (a modem not attached).
+pub fn device_address(device: &str) -> io::Result<Option<IpAddr>> {
+    let mut v6 = None;
+    for ifa in nix::ifaddrs::getifaddrs().map_err(io::Error::from)? {
+        if ifa.interface_name != device {
+            continue;
+        }
+        let Some(addr) = ifa.address else { continue };
+        if let Some(a) = addr.as_sockaddr_in() {
+            let ip = a.ip();
+            if !ip.is_link_local() && !ip.is_unspecified() {
+                return Ok(Some(IpAddr::V4(ip)));
+            }
+        } else if let Some(a) = addr.as_sockaddr_in6() {
+            let ip = a.ip();
+            // fe80::/10
+            let link_local = (ip.segments()[0] & 0xffc0) == 0xfe80;
+            if !link_local && !ip.is_unspecified() && v6.is_none() {
+                v6 = Some(IpAddr::V6(ip));
+            }
+        }
+    }
+    Ok(v6)
+}
+
+fn pinned_socket(source: IpAddr, device: &str) -> io::Result<Socket> {
     let local = SocketAddr::new(source, 0);
     let sock = Socket::new(
         Domain::for_address(local),

@@ -404,6 +404,16 @@ fn path_errors() {
         d,
     )
     .unwrap();
+    // No source: the interface's address of the moment, in polycorn mode only.
+    let sourceless = edit(RELAY_MIN, "source = \"10.101.0.1\"\n", "");
+    let c = relay(&sourceless, d).unwrap();
+    assert_eq!(c.paths[1].source, None);
+    relay_err(
+        &edit(&sourceless, "[relay]\n", "[relay]\nmode = \"single\"\n"),
+        d,
+        "path[1].source",
+        "required in the baseline modes",
+    );
     // A path's mtu: within what the source's family allows.
     let with_mtu = |source: &str, mtu: &str| {
         edit(
@@ -413,6 +423,7 @@ fn path_errors() {
         )
     };
     let c = relay(&with_mtu("10.101.0.1", "1400"), d).unwrap();
+    assert_eq!(c.paths[1].source, Some("10.101.0.1".parse().unwrap()));
     assert_eq!(c.paths[1].mtu, Some(1400));
     assert_eq!(c.paths[0].mtu, None);
     relay(&with_mtu("2001:db8::1", "1280"), d).unwrap();

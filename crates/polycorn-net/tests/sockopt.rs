@@ -315,3 +315,14 @@ fn rto_max_keeps_retransmitting_every_second_through_a_blackout() {
     assert!(capped.backoff >= 5, "{capped:?}");
     drop(ns);
 }
+
+/// A path without `source` takes its interface's address: loopback's is 127.0.0.1; an interface
+/// that does not exist has none.
+#[test]
+fn device_address_reads_the_interfaces_current_address() {
+    assert_eq!(
+        sockopt::device_address("lo").unwrap(),
+        Some(Ipv4Addr::LOCALHOST.into())
+    );
+    assert_eq!(sockopt::device_address("nosuchdev0").unwrap(), None);
+}

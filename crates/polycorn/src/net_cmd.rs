@@ -366,7 +366,7 @@ pub fn relay(path: &Path) -> Result<()> {
             .map(|p| RelayPath {
                 name: p.name.clone(),
                 device: Some(p.device.clone()),
-                source: Some(p.source),
+                source: p.source,
                 proxy: cfg.proxy_for(p),
                 mtu: p.mtu,
             })

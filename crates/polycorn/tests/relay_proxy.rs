@@ -713,6 +713,81 @@ fn a_path_mtu_black_hole_is_named_and_the_path_mtu_setting_cures_it() {
     assert!(carried > 2e6, "p0 carried {carried} B of 16 MB");
 }
 
+/// A modem that gets a new address when it re-attaches, on a path configured without
+/// `source`: the relay connects from the interface's address of the moment, and when that
+/// address goes and another comes, the path's next subflow comes from the new one.
+#[test]
+fn a_path_without_source_follows_its_modems_new_address() {
+    let _s = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    if !is_root() {
+        return;
+    }
+    let bed = Bed::constant("addr", 20, 10);
+    start_server(&bed);
+    let dir = tempfile::tempdir().unwrap();
+    let out = Command::new(bin())
+        .args(["tls", "generate"])
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let (r, p) = configs(&bed, dir.path(), "polycorn", "polycorn", 2, ("", ""));
+    let relay_toml =
+        std::fs::read_to_string(&r)
+            .unwrap()
+            .replacen("source = \"10.100.0.1\"\n", "", 1);
+    std::fs::write(&r, relay_toml).unwrap();
+    let mut proxy = Daemon::start(&bed.ns("proxy"), "proxy", &p, dir.path().join("proxy.log"));
+    proxy.wait_for("proxy running", 1);
+    let mut relay = Daemon::start(&bed.ns("relay"), "relay", &r, dir.path().join("relay.log"));
+    relay.wait_for("subflow up", 2);
+    let stack = Stack { dir, proxy, relay };
+    let up_from = |addr: &str| {
+        stack
+            .relay
+            .log()
+            .lines()
+            .any(|l| l.contains("subflow up path=p0") && l.contains(&format!("source={addr}")))
+    };
+    assert!(up_from("10.100.0.1"), "{}", stack.relay.log());
+    transfers(
+        &bed,
+        vec![(Via::Transparent4, KB, 4 * MB)],
+        "first address",
+        &stack,
+    );
+    // The modem re-attaches with another address.
+    let ip = |args: &[&str]| {
+        let out = Command::new("ip")
+            .args(["netns", "exec", &bed.ns("relay"), "ip"])
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "ip {args:?}: {out:?}");
+    };
+    ip(&["addr", "del", "10.100.0.1/24", "dev", "path0"]);
+    ip(&["addr", "add", "10.100.0.7/24", "dev", "path0"]);
+    let t0 = Instant::now();
+    while !up_from("10.100.0.7") {
+        assert!(
+            t0.elapsed() < Duration::from_secs(30),
+            "no subflow from the new address within 30 s:\n{}",
+            tail(&stack.relay.log())
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    eprintln!(
+        "path p0 up from its new address {:.1} s after the change",
+        t0.elapsed().as_secs_f64()
+    );
+    transfers(
+        &bed,
+        vec![(Via::Transparent4, 4 * MB, 4 * MB)],
+        "new address",
+        &stack,
+    );
+}
+
 #[test]
 fn hundred_passengers_five_flows_each() {
     let _s = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
