@@ -1496,8 +1496,7 @@ source = "10.100.0.1"
 # proxy = "10.100.0.2:7700"   # optional: overrides relay.proxy for this path
 # mtu = 1400                   # optional: for a carrier that drops larger packets silently
 # A modem that gets a new address at every attach: leave `source` out (mode polycorn); each
-# connection attempt then takes the interface's current address (IPv4 first). It needs a route
-# via the interface, as ModemManager/NetworkManager add for every modem.
+# connection attempt then takes the interface's current address (IPv4 first).
 
 [[path]]
 name = "B"
