@@ -709,10 +709,14 @@ pub fn run(args: &SoakArgs) -> Result<()> {
     let dir = std::env::temp_dir().join(format!("polycorn-soak-{}", std::process::id()));
     std::fs::create_dir_all(&dir).with_context(|| format!("create {}", dir.display()))?;
     let result = soak(args, &dir, stop);
-    if result.is_ok() {
-        let _ = std::fs::remove_dir_all(&dir);
-    } else {
+    // Keep the daemons' logs of a failed soak; a soak that failed before starting them has none.
+    let logs = ["relay.log", "proxy.log"]
+        .iter()
+        .any(|f| dir.join(f).exists());
+    if result.is_err() && logs {
         eprintln!("relay and proxy logs kept in {}", dir.display());
+    } else {
+        let _ = std::fs::remove_dir_all(&dir);
     }
     result
 }
