@@ -513,6 +513,25 @@ fn ipv6_only_carriers_carry_byte_exact() {
                 );
         }
         assert_eq!(relay.contains("10.100."), v6_paths < 2, "{relay}");
+        // Mixed families: the proxy as one host name with an IPv4 and an IPv6 address; each
+        // path takes the address of its own family.
+        let _hosts = (v6_paths == 1).then(|| {
+            let hosts = NetnsHosts::new(&bed.ns("relay"));
+            std::fs::write(
+                hosts.dir.join("hosts"),
+                "127.0.0.1 localhost\n10.100.1.2 proxy.polycorn.test\nfd00:100::2 proxy.polycorn.test\n",
+            )
+            .unwrap();
+            relay = relay
+                .replace("proxy = \"[fd00:100:0::2]:7700\"\n", "")
+                .replace("proxy = \"10.100.1.2:7700\"\n", "")
+                .replacen(
+                    "[relay]\n",
+                    "[relay]\nproxy = \"proxy.polycorn.test:7700\"\n",
+                    1,
+                );
+            hosts
+        });
         std::fs::write(&r, relay).unwrap();
         // The proxy listens on both families; the single-path baseline's tunnels come from
         // the relay's IPv6 path addresses.
@@ -535,15 +554,18 @@ fn ipv6_only_carriers_carry_byte_exact() {
         if mode == "polycorn" {
             relay.wait_for("subflow up", 2);
             let log = relay.log();
-            let second = if v6_paths == 2 {
-                "proxy=[fd00:100:1::2]:7700"
+            let (first, second) = if v6_paths == 2 {
+                (
+                    "path=p0 proxy=[fd00:100::2]:7700",
+                    "path=p1 proxy=[fd00:100:1::2]:7700",
+                )
             } else {
-                "proxy=10.100.1.2:7700"
+                (
+                    "path=p0 proxy=proxy.polycorn.test:7700 addr=[fd00:100::2]:7700",
+                    "path=p1 proxy=proxy.polycorn.test:7700 addr=10.100.1.2:7700",
+                )
             };
-            assert!(
-                log.contains("path=p0 proxy=[fd00:100::2]:7700") && log.contains(second),
-                "{log}"
-            );
+            assert!(log.contains(first) && log.contains(second), "{log}");
         }
         let stack = Stack { dir, proxy, relay };
         let list = vec![
