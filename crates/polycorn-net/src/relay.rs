@@ -458,7 +458,8 @@ async fn maintain_path(
                         "the interface has none (modem not attached?)",
                     ),
                 }),
-                Err(e) => Err(subflow::HandshakeError::Io {
+                // No such interface: as for a path with a source, a setup failure.
+                Err(e) => Err(subflow::HandshakeError::Setup {
                     what: format!("read the addresses of {dev}"),
                     source: e,
                 }),

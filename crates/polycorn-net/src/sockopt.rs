@@ -510,8 +510,16 @@ pub fn pinned_tcp_socket(source: IpAddr, device: &str) -> io::Result<Socket> {
 
 /// The address a subflow on `device` takes when its path names none: the interface's first
 /// IPv4 address that is not link-local, else its first IPv6 address that is not link-local;
-/// `None` when it has neither (a modem not attached).
+/// `None` when it has neither (a modem not attached); an error when there is no such
+/// interface.
 pub fn device_address(device: &str) -> io::Result<Option<IpAddr>> {
+    check_ifname(device)?;
+    if nix::net::if_::if_nametoindex(device).is_err() {
+        return Err(io::Error::new(
+            io::ErrorKind::NotFound,
+            format!("no interface `{device}`"),
+        ));
+    }
     let mut v6 = None;
     for ifa in nix::ifaddrs::getifaddrs().map_err(io::Error::from)? {
         if ifa.interface_name != device {

@@ -317,12 +317,14 @@ fn rto_max_keeps_retransmitting_every_second_through_a_blackout() {
 }
 
 /// A path without `source` takes its interface's address: loopback's is 127.0.0.1; an interface
-/// that does not exist has none.
+/// that does not exist is an error naming it.
 #[test]
 fn device_address_reads_the_interfaces_current_address() {
     assert_eq!(
         sockopt::device_address("lo").unwrap(),
         Some(Ipv4Addr::LOCALHOST.into())
     );
-    assert_eq!(sockopt::device_address("nosuchdev0").unwrap(), None);
+    let e = sockopt::device_address("nosuchdev0").unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::NotFound);
+    assert!(e.to_string().contains("nosuchdev0"), "{e}");
 }
