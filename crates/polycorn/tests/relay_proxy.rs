@@ -239,10 +239,17 @@ fn start_stack_with(
     extra: (&str, &str),
     dir: tempfile::TempDir,
 ) -> Stack {
+    generate_credentials(dir.path());
+    let (r, p) = configs(bed, dir.path(), mode, spec, paths, extra);
+    let subflows = if mode == "polycorn" { paths } else { 0 };
+    start_daemons(bed, dir, &r, &p, subflows)
+}
+
+/// A fresh credential set (`polycorn tls generate`) in `dir`.
+fn generate_credentials(dir: &Path) {
     let out = Command::new(bin())
-        .arg("tls")
-        .arg("generate")
-        .arg(dir.path())
+        .args(["tls", "generate"])
+        .arg(dir)
         .output()
         .unwrap();
     assert!(
@@ -250,15 +257,61 @@ fn start_stack_with(
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let (r, p) = configs(bed, dir.path(), mode, spec, paths, extra);
-    let mut proxy = Daemon::start(&bed.ns("proxy"), "proxy", &p, dir.path().join("proxy.log"));
+}
+
+/// Proxy, then relay, from the configuration files `p` and `r` in `dir`; waits for `subflows`
+/// subflows to come up.
+fn start_daemons(bed: &Bed, dir: tempfile::TempDir, r: &Path, p: &Path, subflows: usize) -> Stack {
+    let mut proxy = Daemon::start(&bed.ns("proxy"), "proxy", p, dir.path().join("proxy.log"));
     proxy.wait_for("proxy running", 1);
-    let mut relay = Daemon::start(&bed.ns("relay"), "relay", &r, dir.path().join("relay.log"));
+    let mut relay = Daemon::start(&bed.ns("relay"), "relay", r, dir.path().join("relay.log"));
     relay.wait_for("relay running", 1);
-    if mode == "polycorn" {
-        relay.wait_for("subflow up", paths);
+    if subflows > 0 {
+        relay.wait_for("subflow up", subflows);
     }
     Stack { dir, proxy, relay }
+}
+
+/// `configs` for two paths in mode `mode` (scheduler `polycorn`) in a fresh credentials
+/// directory, the relay's file passed through `relay` and the proxy's through `proxy` before
+/// both daemons start (as [`start_daemons`]).
+fn start_edited(
+    bed: &Bed,
+    mode: &str,
+    relay: impl FnOnce(String) -> String,
+    proxy: impl FnOnce(String) -> String,
+    subflows: usize,
+) -> Stack {
+    let dir = tempfile::tempdir().unwrap();
+    generate_credentials(dir.path());
+    let (r, p) = configs(bed, dir.path(), mode, "polycorn", 2, ("", ""));
+    for (file, edit) in [
+        (&r, Box::new(relay) as Box<dyn FnOnce(String) -> String>),
+        (&p, Box::new(proxy)),
+    ] {
+        let text = edit(std::fs::read_to_string(file).unwrap());
+        std::fs::write(file, text).unwrap();
+    }
+    start_daemons(bed, dir, &r, &p, subflows)
+}
+
+/// Polls `done` every 200 ms until it holds; panics after `secs` with `what` and `log`'s tail.
+fn wait_until(
+    secs: u64,
+    what: &str,
+    log: impl Fn() -> String,
+    mut done: impl FnMut() -> bool,
+) -> Duration {
+    let t0 = Instant::now();
+    while !done() {
+        assert!(
+            t0.elapsed() < Duration::from_secs(secs),
+            "{what} within {secs} s:\n{}",
+            tail(&log())
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    t0.elapsed()
 }
 
 /// Run `f` on a fresh single-threaded runtime in namespace `ns`.
@@ -492,27 +545,6 @@ fn ipv6_only_carriers_carry_byte_exact() {
     let bed = Bed::constant("v6", 50, 10);
     start_server(&bed);
     for (mode, v6_paths) in [("polycorn", 2), ("single", 2), ("polycorn", 1)] {
-        let dir = tempfile::tempdir().unwrap();
-        let out = Command::new(bin())
-            .args(["tls", "generate"])
-            .arg(dir.path())
-            .output()
-            .unwrap();
-        assert!(out.status.success());
-        let (r, p) = configs(&bed, dir.path(), mode, "polycorn", 2, ("", ""));
-        let mut relay = std::fs::read_to_string(&r).unwrap();
-        for i in 0..v6_paths {
-            relay = relay
-                .replace(
-                    &format!("\"10.100.{i}.2:7700\""),
-                    &format!("\"[fd00:100:{i}::2]:7700\""),
-                )
-                .replace(
-                    &format!("\"10.100.{i}.1\""),
-                    &format!("\"fd00:100:{i}::1\""),
-                );
-        }
-        assert_eq!(relay.contains("10.100."), v6_paths < 2, "{relay}");
         // Mixed families: the proxy as one host name with an IPv4 and an IPv6 address; each
         // path takes the address of its own family.
         let _hosts = (v6_paths == 1).then(|| {
@@ -522,38 +554,51 @@ fn ipv6_only_carriers_carry_byte_exact() {
                 "127.0.0.1 localhost\n10.100.1.2 proxy.polycorn.test\nfd00:100::2 proxy.polycorn.test\n",
             )
             .unwrap();
-            relay = relay
-                .replace("proxy = \"[fd00:100:0::2]:7700\"\n", "")
-                .replace("proxy = \"10.100.1.2:7700\"\n", "")
-                .replacen(
-                    "[relay]\n",
-                    "[relay]\nproxy = \"proxy.polycorn.test:7700\"\n",
-                    1,
-                );
             hosts
         });
-        std::fs::write(&r, relay).unwrap();
+        let relay_edit = |mut relay: String| {
+            for i in 0..v6_paths {
+                relay = relay
+                    .replace(
+                        &format!("\"10.100.{i}.2:7700\""),
+                        &format!("\"[fd00:100:{i}::2]:7700\""),
+                    )
+                    .replace(
+                        &format!("\"10.100.{i}.1\""),
+                        &format!("\"fd00:100:{i}::1\""),
+                    );
+            }
+            assert_eq!(relay.contains("10.100."), v6_paths < 2, "{relay}");
+            if v6_paths == 1 {
+                relay = relay
+                    .replace("proxy = \"[fd00:100:0::2]:7700\"\n", "")
+                    .replace("proxy = \"10.100.1.2:7700\"\n", "")
+                    .replacen(
+                        "[relay]\n",
+                        "[relay]\nproxy = \"proxy.polycorn.test:7700\"\n",
+                        1,
+                    );
+            }
+            relay
+        };
         // The proxy listens on both families; the single-path baseline's tunnels come from
         // the relay's IPv6 path addresses.
-        let proxy = std::fs::read_to_string(&p)
-            .unwrap()
-            .replace(
-                "listen = \"0.0.0.0:7700\"",
-                "listen = [\"0.0.0.0:7700\", \"[::]:7700\"]",
-            )
-            .replace(
-                "tunnel_listen = \"0.0.0.0:7701\"",
-                "tunnel_listen = \"[::]:7701\"",
-            )
-            .replace("[\"10.100.0.0/16\"]", "[\"fd00:100::/32\"]");
-        std::fs::write(&p, proxy).unwrap();
-        let mut proxy = Daemon::start(&bed.ns("proxy"), "proxy", &p, dir.path().join("proxy.log"));
-        proxy.wait_for("proxy running", 1);
-        let mut relay = Daemon::start(&bed.ns("relay"), "relay", &r, dir.path().join("relay.log"));
-        relay.wait_for("relay running", 1);
+        let proxy_edit = |proxy: String| {
+            proxy
+                .replace(
+                    "listen = \"0.0.0.0:7700\"",
+                    "listen = [\"0.0.0.0:7700\", \"[::]:7700\"]",
+                )
+                .replace(
+                    "tunnel_listen = \"0.0.0.0:7701\"",
+                    "tunnel_listen = \"[::]:7701\"",
+                )
+                .replace("[\"10.100.0.0/16\"]", "[\"fd00:100::/32\"]")
+        };
+        let subflows = if mode == "polycorn" { 2 } else { 0 };
+        let stack = start_edited(&bed, mode, relay_edit, proxy_edit, subflows);
         if mode == "polycorn" {
-            relay.wait_for("subflow up", 2);
-            let log = relay.log();
+            let log = stack.relay.log();
             let (first, second) = if v6_paths == 2 {
                 (
                     "path=p0 proxy=[fd00:100::2]:7700",
@@ -567,7 +612,6 @@ fn ipv6_only_carriers_carry_byte_exact() {
             };
             assert!(log.contains(first) && log.contains(second), "{log}");
         }
-        let stack = Stack { dir, proxy, relay };
         let list = vec![
             (Via::Transparent4, KB, KB),
             (Via::Transparent4, MB, 16 * MB),
@@ -697,25 +741,19 @@ fn a_path_mtu_black_hole_is_named_and_the_path_mtu_setting_cures_it() {
             .lines()
             .any(|l| l.contains("black hole") && l.contains("path=p1")));
     }
-    let dir = tempfile::tempdir().unwrap();
-    let out = Command::new(bin())
-        .args(["tls", "generate"])
-        .arg(dir.path())
-        .output()
-        .unwrap();
-    assert!(out.status.success());
-    let (r, p) = configs(&bed, dir.path(), "polycorn", "polycorn", 2, ("", ""));
-    let relay_toml = std::fs::read_to_string(&r).unwrap().replacen(
-        "source = \"10.100.0.1\"\n",
-        "source = \"10.100.0.1\"\nmtu = 1400\n",
-        1,
+    let stack = start_edited(
+        &bed,
+        "polycorn",
+        |r| {
+            r.replacen(
+                "source = \"10.100.0.1\"\n",
+                "source = \"10.100.0.1\"\nmtu = 1400\n",
+                1,
+            )
+        },
+        |p| p,
+        2,
     );
-    std::fs::write(&r, relay_toml).unwrap();
-    let mut proxy = Daemon::start(&bed.ns("proxy"), "proxy", &p, dir.path().join("proxy.log"));
-    proxy.wait_for("proxy running", 1);
-    let mut relay = Daemon::start(&bed.ns("relay"), "relay", &r, dir.path().join("relay.log"));
-    relay.wait_for("subflow up", 2);
-    let stack = Stack { dir, proxy, relay };
     let before = received_p0(&bed.ns("relay"));
     transfers(
         &bed,
@@ -746,24 +784,13 @@ fn a_path_without_source_follows_its_modems_new_address() {
     }
     let bed = Bed::constant("addr", 20, 10);
     start_server(&bed);
-    let dir = tempfile::tempdir().unwrap();
-    let out = Command::new(bin())
-        .args(["tls", "generate"])
-        .arg(dir.path())
-        .output()
-        .unwrap();
-    assert!(out.status.success());
-    let (r, p) = configs(&bed, dir.path(), "polycorn", "polycorn", 2, ("", ""));
-    let relay_toml =
-        std::fs::read_to_string(&r)
-            .unwrap()
-            .replacen("source = \"10.100.0.1\"\n", "", 1);
-    std::fs::write(&r, relay_toml).unwrap();
-    let mut proxy = Daemon::start(&bed.ns("proxy"), "proxy", &p, dir.path().join("proxy.log"));
-    proxy.wait_for("proxy running", 1);
-    let mut relay = Daemon::start(&bed.ns("relay"), "relay", &r, dir.path().join("relay.log"));
-    relay.wait_for("subflow up", 2);
-    let stack = Stack { dir, proxy, relay };
+    let stack = start_edited(
+        &bed,
+        "polycorn",
+        |r| r.replacen("source = \"10.100.0.1\"\n", "", 1),
+        |p| p,
+        2,
+    );
     let up_from = |addr: &str| {
         stack
             .relay
@@ -789,18 +816,15 @@ fn a_path_without_source_follows_its_modems_new_address() {
     };
     ip(&["addr", "del", "10.100.0.1/24", "dev", "path0"]);
     ip(&["addr", "add", "10.100.0.7/24", "dev", "path0"]);
-    let t0 = Instant::now();
-    while !up_from("10.100.0.7") {
-        assert!(
-            t0.elapsed() < Duration::from_secs(30),
-            "no subflow from the new address within 30 s:\n{}",
-            tail(&stack.relay.log())
-        );
-        std::thread::sleep(Duration::from_millis(200));
-    }
+    let took = wait_until(
+        30,
+        "no subflow from the new address",
+        || stack.relay.log(),
+        || up_from("10.100.0.7"),
+    );
     eprintln!(
         "path p0 up from its new address {:.1} s after the change",
-        t0.elapsed().as_secs_f64()
+        took.as_secs_f64()
     );
     transfers(
         &bed,
@@ -2277,30 +2301,19 @@ fn a_proxy_host_name_is_resolved_and_followed_when_the_proxy_moves() {
     let hosts = NetnsHosts::new(&bed.ns("relay"));
     // The proxy listens on every address: its path-0 and path-1 addresses are both "it".
     hosts.set(name, "10.100.0.2");
-    let dir = tempfile::tempdir().unwrap();
-    let out = Command::new(bin())
-        .args(["tls", "generate"])
-        .arg(dir.path())
-        .output()
-        .unwrap();
-    assert!(out.status.success());
-    let (r, p) = configs(&bed, dir.path(), "polycorn", "polycorn", 2, ("", ""));
     // One name for every path, as an operator writes it.
-    let mut relay_toml = std::fs::read_to_string(&r).unwrap();
-    relay_toml = relay_toml.replacen(
-        "proxy = \"10.100.0.2:7700\"\n",
-        &format!("proxy = \"{name}:7700\"\n"),
-        1,
-    );
-    for i in 0..2 {
-        relay_toml = relay_toml.replace(&format!("proxy = \"10.100.{i}.2:7700\"\n"), "");
-    }
-    std::fs::write(&r, &relay_toml).unwrap();
-    let mut proxy = Daemon::start(&bed.ns("proxy"), "proxy", &p, dir.path().join("proxy.log"));
-    proxy.wait_for("proxy running", 1);
-    let mut relay = Daemon::start(&bed.ns("relay"), "relay", &r, dir.path().join("relay.log"));
-    relay.wait_for("subflow up", 2);
-    let stack = Stack { dir, proxy, relay };
+    let one_name = |mut relay: String| {
+        relay = relay.replacen(
+            "proxy = \"10.100.0.2:7700\"\n",
+            &format!("proxy = \"{name}:7700\"\n"),
+            1,
+        );
+        for i in 0..2 {
+            relay = relay.replace(&format!("proxy = \"10.100.{i}.2:7700\"\n"), "");
+        }
+        relay
+    };
+    let stack = start_edited(&bed, "polycorn", one_name, |p| p, 2);
     let ups = |log: &str, addr: &str| {
         log.lines()
             .filter(|l| {
@@ -2329,18 +2342,15 @@ fn a_proxy_host_name_is_resolved_and_followed_when_the_proxy_moves() {
         })
         .collect();
     let _old_gone = Blackhole::with_rules(&bed.ns("proxy"), &rules);
-    let t0 = Instant::now();
-    while ups(&stack.relay.log(), "10.100.1.2") < 2 {
-        assert!(
-            t0.elapsed() < Duration::from_secs(90),
-            "the paths did not follow the name within 90 s:\n{}",
-            tail(&stack.relay.log())
-        );
-        std::thread::sleep(Duration::from_millis(200));
-    }
+    let took = wait_until(
+        90,
+        "the paths did not follow the name",
+        || stack.relay.log(),
+        || ups(&stack.relay.log(), "10.100.1.2") >= 2,
+    );
     eprintln!(
         "both paths reconnected to the new address {:.1} s after the move",
-        t0.elapsed().as_secs_f64()
+        took.as_secs_f64()
     );
     let log = stack.relay.log();
     assert!(
