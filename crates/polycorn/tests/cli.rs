@@ -1285,6 +1285,21 @@ fn bench_runs_on_recorded_traces_and_names_them() {
     );
 }
 
+/// A `net soak` that passed: its output and the connections it completed.
+fn soak_passed(out: &std::process::Output) -> (String, u64) {
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    assert!(stdout.contains("ok: every connection and ping"), "{stdout}");
+    let completed = stdout
+        .split(" connections completed")
+        .next()
+        .and_then(|h| h.rsplit(' ').next())
+        .and_then(|n| n.parse().ok())
+        .expect("a completed count");
+    (stdout, completed)
+}
+
 /// `net soak`: connection churn and long-lived connections through a real relay and proxy
 /// (TLS subflows over two veth paths, transparent interception), the paths blacked out in
 /// turn; every byte checked, and afterwards no flow open and no descriptor more than before,
@@ -1317,18 +1332,9 @@ fn net_soak_checks_every_byte_and_finds_nothing_left_open() {
         "--name",
         name,
     ]);
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "{stdout}\n{stderr}");
-    assert!(stdout.contains("ok: every connection and ping"), "{stdout}");
+    let (stdout, completed) = soak_passed(&out);
     // Enough churn to mean something: hundreds of connections, with the idle ones pinged
     // at least three times each.
-    let completed: u64 = stdout
-        .split(" connections completed")
-        .next()
-        .and_then(|h| h.rsplit(' ').next())
-        .and_then(|n| n.parse().ok())
-        .expect("a completed count");
     assert!(completed >= 100, "{stdout}");
     assert!(stdout.contains("(10 answered every one)"), "{stdout}");
     // Paths blacked out in turn while all this ran, and nothing failed.
@@ -1392,21 +1398,12 @@ fn net_soak_over_the_emulated_trip_checks_every_byte() {
         "--name",
         name,
     ]);
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "{stdout}\n{stderr}");
+    let (stdout, completed) = soak_passed(&out);
     assert!(
         stdout.contains("over the emulated `hsr` trip (route 1, trip 1) from ")
             && stdout.contains("2 carriers,"),
         "{stdout}"
     );
-    assert!(stdout.contains("ok: every connection and ping"), "{stdout}");
-    let completed: u64 = stdout
-        .split(" connections completed")
-        .next()
-        .and_then(|h| h.rsplit(' ').next())
-        .and_then(|n| n.parse().ok())
-        .expect("a completed count");
     assert!(completed >= 20, "{stdout}");
     assert!(stdout.contains("(8 answered every one)"), "{stdout}");
     for who in ["relay", "proxy"] {
