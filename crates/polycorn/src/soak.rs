@@ -105,28 +105,14 @@ enum Net {
     Trip(TripNet),
 }
 
-/// The testbed of an emulated trip: namespaces, emulator thread and context server, all
-/// stopped and removed on drop.
+/// The testbed of an emulated trip and the trip playing on it; stopped and removed on drop
+/// (fields drop in order: the player, then the testbed).
 struct TripNet {
     spec: polycorn_emu::testbed::TestbedSpec,
-    stop: Arc<AtomicBool>,
-    emulator: Option<std::thread::JoinHandle<()>>,
-    context: Option<polycorn_emu::context::ContextServer>,
-    /// Carriers (paths).
-    paths: usize,
+    _player: crate::bench::TripPlayer,
+    _teardown: crate::bench::Teardown,
     /// What the soak runs over, for its first line.
     about: String,
-}
-
-impl Drop for TripNet {
-    fn drop(&mut self) {
-        self.stop.store(true, Ordering::Relaxed);
-        drop(self.context.take());
-        if let Some(t) = self.emulator.take() {
-            let _ = t.join();
-        }
-        let _ = polycorn_emu::testbed::down(&self.spec.name);
-    }
 }
 
 impl Net {
@@ -146,7 +132,7 @@ impl Net {
     fn paths(&self) -> usize {
         match self {
             Net::Veth(_) => 2,
-            Net::Trip(t) => t.paths,
+            Net::Trip(t) => t.spec.paths,
         }
     }
 
@@ -171,12 +157,7 @@ fn trip_net(
     let t = &args.trip_args;
     let (cfg, _) = t.config()?;
     let full = polycorn_link::trip::Trip::generate(&cfg)?;
-    let step = polycorn_link::trip::STEP_MS;
-    let from_ms = full
-        .speed_mps
-        .iter()
-        .position(|v| *v > crate::calibrate::HSR_SPEED_MPS)
-        .map(|i| i as u64 * step)
+    let from_ms = crate::bench::at_speed_from_ms(&full)
         .with_context(|| format!("the `{}` trip never exceeds 250 km/h", t.preset))?;
     let need_s = args.secs + SETTLE.as_secs_f64() + TRIP_SLACK_S;
     let left_s = full.duration_ms.saturating_sub(from_ms) as f64 / 1000.0;
@@ -205,16 +186,13 @@ fn trip_net(
     let sys = crate::bench::system(&format!("polycorn:{}", args.scheduler))?;
     let (relay_cfg, proxy_cfg) =
         crate::bench::write_configs(dir, &sys, paths, Some((&linkdb, true)))?;
-    let models = polycorn_emu::models::from_trip(&trip, None)?;
     let _ = testbed::down(&spec.name);
     testbed::up(&spec).with_context(|| format!("build testbed `{}`", spec.name))?;
-    let stop = Arc::new(AtomicBool::new(false));
-    let mut net = TripNet {
+    let teardown = crate::bench::Teardown(spec.name.clone());
+    let net = TripNet {
+        _player: crate::bench::TripPlayer::start(&spec, &trip, None)?,
+        _teardown: teardown,
         spec,
-        stop: stop.clone(),
-        emulator: None,
-        context: None,
-        paths,
         about: format!(
             "the emulated `{}` trip (route {}, trip {}) from {:.0} s, the train past 250 km/h: \
              {paths} carriers, {handovers} handovers ({failed} failed) in the load's {:.0} s",
@@ -225,23 +203,6 @@ fn trip_net(
             args.secs
         ),
     };
-    let mut emu = polycorn_emu::forward::Emulator::attach(&net.spec, &models, stop.clone())?;
-    net.emulator = Some(
-        std::thread::Builder::new()
-            .name("emulator".into())
-            .spawn(move || {
-                if let Err(e) = emu.run() {
-                    eprintln!("emulator: {e}");
-                }
-            })?,
-    );
-    net.context = Some(polycorn_emu::context::ContextServer::start(
-        Some(&net.spec.ns("relay")),
-        SocketAddr::from(([127, 0, 0, 1], polycorn_emu::context::GPSD_PORT)),
-        trip.context.clone(),
-        trip.paths.iter().map(|p| p.name.clone()).collect(),
-        stop,
-    )?);
     Ok((Net::Trip(net), relay_cfg, proxy_cfg))
 }
 

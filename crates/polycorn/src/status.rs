@@ -211,6 +211,14 @@ pub fn judge(cur: &Snapshot, min_paths: usize, expected: &[String]) -> (Health, 
     (health, line)
 }
 
+/// The same path in the reading before, with the seconds between the two readings.
+fn row_before<'a>(
+    prev: Option<(&'a Snapshot, f64)>,
+    key: &(String, String),
+) -> Option<(&'a PathRow, f64)> {
+    prev.and_then(|(p, dt)| p.paths.get(key).map(|b| (b, dt)))
+}
+
 /// Rate in Mbit/s of a counter read `dt` seconds apart (none across a restart).
 fn rate_mbps(now: f64, then: Option<f64>, dt: f64) -> Option<f64> {
     match then {
@@ -226,9 +234,8 @@ pub fn to_json(addr: SocketAddr, prev: Option<(&Snapshot, f64)>, cur: &Snapshot)
     let paths: Vec<serde_json::Value> = cur
         .paths
         .iter()
-        .map(|((relay, path), r)| {
-            let before = prev
-                .and_then(|(p, dt)| p.paths.get(&(relay.clone(), path.clone())).map(|b| (b, dt)));
+        .map(|(key @ (relay, path), r)| {
+            let before = row_before(prev, key);
             let rate = |now: f64, then: fn(&PathRow) -> f64| {
                 before.and_then(|(b, dt)| rate_mbps(now, Some(then(b)), dt))
             };
@@ -553,9 +560,8 @@ pub fn render(addr: SocketAddr, prev: Option<(&Snapshot, f64)>, cur: &Snapshot) 
             "reconnects",
             "reinjected MB"
         );
-        for ((relay, path), r) in &cur.paths {
-            let before = prev
-                .and_then(|(p, dt)| p.paths.get(&(relay.clone(), path.clone())).map(|b| (b, dt)));
+        for (key @ (relay, path), r) in &cur.paths {
+            let before = row_before(prev, key);
             let rate = |now: f64, then: Option<f64>| match before
                 .and_then(|(_, dt)| rate_mbps(now, then, dt))
             {

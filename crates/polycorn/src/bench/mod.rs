@@ -35,7 +35,7 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context, Result};
 use clap::Args;
 use polycorn_emu::context::{ContextServer, GPSD_PORT};
-use polycorn_emu::forward::Emulator;
+use polycorn_emu::forward::{DirStats, EmuError, Emulator};
 use polycorn_emu::models;
 use polycorn_emu::testbed::{self, TestbedSpec};
 use polycorn_link::link::QueueLimit;
@@ -567,17 +567,12 @@ fn run_trip(
     };
     let from_ms = match from_s {
         Some(ms) => ms,
-        None => full
-            .speed_mps
-            .iter()
-            .position(|v| *v > HSR_SPEED_MPS)
-            .map(|s| s as u64 * STEP_MS)
-            .with_context(|| {
-                format!(
-                    "the `{}` trip never exceeds 250 km/h; pass --from-s",
-                    args.trip.preset
-                )
-            })?,
+        None => at_speed_from_ms(&full).with_context(|| {
+            format!(
+                "the `{}` trip never exceeds 250 km/h; pass --from-s",
+                args.trip.preset
+            )
+        })?,
     };
     if from_ms + window_ms > full.duration_ms {
         bail!(
@@ -745,7 +740,7 @@ fn run_trip(
 }
 
 /// Removes a testbed when dropped.
-struct Teardown(String);
+pub(crate) struct Teardown(pub(crate) String);
 
 impl Drop for Teardown {
     fn drop(&mut self) {
@@ -955,30 +950,9 @@ fn run_system(
     let max_users = plan.im.iter().map(|s| s.users).max().unwrap_or(0);
     workload::add_user_addresses(&spec.ns("client"), max_users)?;
     let _servers = workload::Servers::start(&spec.ns("server"))?;
-    let models = models::from_trip(trip, queue_bytes.map(QueueLimit::Bytes))?;
-    let emu_stop = Arc::new(AtomicBool::new(false));
-    let mut emu = Emulator::attach(&spec, &models, emu_stop.clone())?;
-    let t0 = Instant::now();
-    let emu_thread = std::thread::Builder::new()
-        .name("emulator".into())
-        .spawn(move || emu.run())?;
-    // Stop the emulator however this function ends.
-    struct StopEmu(Arc<AtomicBool>);
-    impl Drop for StopEmu {
-        fn drop(&mut self) {
-            self.0.store(true, Ordering::Relaxed);
-        }
-    }
-    let stop_guard = StopEmu(emu_stop.clone());
-    let names = trip.paths.iter().map(|p| p.name.clone()).collect();
-    let addr = std::net::SocketAddr::from(([127, 0, 0, 1], GPSD_PORT));
-    let _context = ContextServer::start(
-        Some(&spec.ns("relay")),
-        addr,
-        trip.context.clone(),
-        names,
-        emu_stop.clone(),
-    )?;
+    // Stops the emulator however this function ends.
+    let player = TripPlayer::start(&spec, trip, queue_bytes.map(QueueLimit::Bytes))?;
+    let t0 = player.t0;
     let lead_end = t0 + Duration::from_secs_f64(plan.lead_s);
     let mut proxy = Daemon::start(
         &spec.ns("proxy"),
@@ -1034,10 +1008,7 @@ fn run_system(
     }
     drop(relay);
     drop(proxy);
-    drop(stop_guard);
-    let stats = emu_thread
-        .join()
-        .map_err(|_| anyhow::anyhow!("emulator thread panicked"))??;
+    let stats = player.finish()?;
     Ok(SystemRun {
         system: sys.name.clone(),
         mode: sys.mode.clone(),
@@ -1051,6 +1022,77 @@ fn run_system(
         path_down_bytes: stats.iter().map(|(_, d)| d.bytes_out).collect(),
         counters,
     })
+}
+
+/// What the emulator forwarded per path (uplink, downlink), or why it stopped.
+type EmuResult = std::result::Result<Vec<(DirStats, DirStats)>, EmuError>;
+
+/// A trip played in real time on a built testbed: the emulator on its own thread from `t0`, and
+/// the trip's context served to the relay over gpsd. Both stop when this is finished or
+/// dropped. (`polycorn bench` and `polycorn net soak --trip`.)
+pub(crate) struct TripPlayer {
+    /// When the trip's time 0 was played.
+    pub(crate) t0: Instant,
+    stop: Arc<AtomicBool>,
+    emulator: Option<std::thread::JoinHandle<EmuResult>>,
+    _context: Option<ContextServer>,
+}
+
+impl TripPlayer {
+    /// Start playing `trip` on testbed `spec` (each path's queue `queue`, else the trip's).
+    pub(crate) fn start(
+        spec: &TestbedSpec,
+        trip: &Trip,
+        queue: Option<QueueLimit>,
+    ) -> Result<TripPlayer> {
+        let models = models::from_trip(trip, queue)?;
+        let stop = Arc::new(AtomicBool::new(false));
+        let mut emu = Emulator::attach(spec, &models, stop.clone())?;
+        let t0 = Instant::now();
+        let emulator = std::thread::Builder::new()
+            .name("emulator".into())
+            .spawn(move || emu.run())?;
+        // Built first, so a context that fails to start still stops the emulator (drop).
+        let mut player = TripPlayer {
+            t0,
+            stop: stop.clone(),
+            emulator: Some(emulator),
+            _context: None,
+        };
+        player._context = Some(ContextServer::start(
+            Some(&spec.ns("relay")),
+            std::net::SocketAddr::from(([127, 0, 0, 1], GPSD_PORT)),
+            trip.context.clone(),
+            trip.paths.iter().map(|p| p.name.clone()).collect(),
+            stop,
+        )?);
+        Ok(player)
+    }
+
+    /// Stop the emulator and return what it forwarded per path (uplink, downlink).
+    pub(crate) fn finish(mut self) -> Result<Vec<(DirStats, DirStats)>> {
+        self.stop.store(true, Ordering::Relaxed);
+        let t = self.emulator.take().expect("joined once");
+        Ok(t.join()
+            .map_err(|_| anyhow::anyhow!("emulator thread panicked"))??)
+    }
+}
+
+impl Drop for TripPlayer {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(t) = self.emulator.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// Where `trip` first runs faster than 250 km/h, ms from its start.
+pub(crate) fn at_speed_from_ms(trip: &Trip) -> Option<u64> {
+    trip.speed_mps
+        .iter()
+        .position(|v| *v > HSR_SPEED_MPS)
+        .map(|s| s as u64 * STEP_MS)
 }
 
 /// Most emulated bytes (either direction) a path may carry during the lead-in and still count as
