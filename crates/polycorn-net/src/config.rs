@@ -305,7 +305,8 @@ pub struct PathConfig {
     pub device: String,
     /// `source`: the interface's address the subflow binds to. Optional in mode `polycorn`:
     /// without it every connection attempt takes the interface's current address (a modem
-    /// that gets a new address at every attach), preferring IPv4.
+    /// that gets a new address at every attach), preferring IPv4 when the proxy has an IPv4
+    /// address, else IPv6.
     #[serde(default)]
     pub source: Option<IpAddr>,
     /// `proxy`: overrides `relay.proxy` for this path.

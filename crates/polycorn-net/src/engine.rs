@@ -12,7 +12,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use polycorn_proto::frame::decode;
 use polycorn_proto::{
-    Destination, Event, OpenStatus, ProtoError, ReadOutcome, ResetReason, Session,
+    CloseReason, Destination, Event, OpenStatus, ProtoError, ReadOutcome, ResetReason, Session,
 };
 use polycorn_sched::path::{TcpInfoSample, MAX_PATHS};
 use polycorn_sched::time::Instant;
@@ -137,6 +137,8 @@ struct Core {
     /// Per path: the current subflow is being replaced by one that is already connected, so
     /// its end leaves the path attached (see [`Engine::hand_over`]).
     handing_over: [bool; MAX_PATHS],
+    /// Per path: the subflow task has taken output and not yet finished writing it.
+    writing: [bool; MAX_PATHS],
 }
 
 impl Core {
@@ -184,6 +186,11 @@ impl WeakEngine {
         self.0.upgrade().map(Engine)
     }
 }
+
+/// Why [`Engine::shut_down`] ends the subflows.
+const SHUTTING_DOWN: &str = "this side is shutting down";
+/// How long a subflow ended on purpose may take to send its TLS close_notify.
+const CLOSE_NOTIFY_WAIT: std::time::Duration = std::time::Duration::from_millis(500);
 
 /// A subflow ended.
 #[derive(Debug, thiserror::Error)]
@@ -257,6 +264,7 @@ impl Engine {
                 timer_at: None,
                 retrans: vec![0; MAX_PATHS],
                 handing_over: [false; MAX_PATHS],
+                writing: [false; MAX_PATHS],
             }),
             timer: Notify::new(),
             epoch: std::time::Instant::now(),
@@ -437,11 +445,17 @@ impl Engine {
         if usize::from(path) >= MAX_PATHS {
             return SubflowError::Proto(ProtoError::BadPath(path));
         }
+        if self.lock().session.closed_here() {
+            // A subflow that connected while this side shuts down.
+            let _ = tokio::time::timeout(CLOSE_NOTIFY_WAIT, writer.shutdown()).await;
+            return SubflowError::Ended(SHUTTING_DOWN);
+        }
         let notify = Arc::new(Notify::new());
         let cancel = Arc::new(Notify::new());
         {
             let now = self.now();
             let mut c = self.lock();
+            c.writing[usize::from(path)] = false;
             if let Some(old) = c.cancel[usize::from(path)].replace(cancel.clone()) {
                 old.notify_one();
             }
@@ -529,6 +543,7 @@ impl Engine {
                             return Err(SubflowError::Replaced);
                         }
                         c.session.take_output(path, &mut out);
+                        c.writing[usize::from(path)] = !out.is_empty();
                     }
                     let wrote = !out.is_empty();
                     if wrote {
@@ -548,6 +563,7 @@ impl Engine {
                         if !c.is_writer(path, &notify) {
                             return Err(SubflowError::Replaced);
                         }
+                        c.writing[usize::from(path)] = false;
                         c.session.on_tcp_info(now, path, &sample, 0)?;
                         c.retrans[usize::from(path)] = info.retransmissions;
                         self.drive(&mut c, now);
@@ -561,7 +577,7 @@ impl Engine {
             #[allow(unreachable_code)]
             Ok::<(), SubflowError>(())
         };
-        tokio::select! {
+        let err = tokio::select! {
             // A replaced subflow stops before its loops run again.
             biased;
             _ = cancel.notified() => match self.lock().ended {
@@ -570,7 +586,47 @@ impl Engine {
             },
             r = read_loop => r.err().unwrap_or(SubflowError::Closed),
             r = write_loop => r.err().unwrap_or(SubflowError::Closed),
+        };
+        if matches!(err, SubflowError::Ended(_)) {
+            // Ended on purpose: say so in TLS too (close_notify), so that the peer sees an
+            // orderly end rather than a connection cut.
+            let _ = tokio::time::timeout(CLOSE_NOTIFY_WAIT, writer.shutdown()).await;
         }
+        err
+    }
+
+    /// Close the session because this side shuts down, and end its subflows in order: a Close
+    /// frame goes out on every path (the peer resets its side of the passengers' connections at
+    /// once instead of holding them for its hold time), then each subflow ends with a TLS
+    /// close_notify. Open flows are reset here too. Waits until every subflow has ended, at
+    /// most `grace` (a path in a blackout cannot take its Close). Returns how many subflows
+    /// were still running when `grace` ran out.
+    pub async fn shut_down(&self, message: &str, grace: std::time::Duration) -> usize {
+        let deadline = tokio::time::Instant::now() + grace;
+        self.with(|s, now| s.close(now, CloseReason::Shutdown, message));
+        let running = |until_written: bool| {
+            let c = self.lock();
+            (0..MAX_PATHS)
+                .filter(|&p| {
+                    c.writers[p].is_some()
+                        && (!until_written || c.writing[p] || c.session.has_output(p as u8))
+                })
+                .count()
+        };
+        while running(true) > 0 && tokio::time::Instant::now() < deadline {
+            tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+        }
+        self.end_subflows(SHUTTING_DOWN);
+        while running(false) > 0 && tokio::time::Instant::now() < deadline {
+            tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+        }
+        running(false)
+    }
+
+    /// Whether the peer closed the session ([`Event::PeerClosed`]): its subflows' ends are
+    /// expected then.
+    pub fn peer_closed(&self) -> bool {
+        self.lock().session.peer_closed()
     }
 
     /// Ends every subflow the session has now, for `why` (their [`Engine::run_subflow`] calls

@@ -54,6 +54,30 @@ pub struct ProxyOptions {
 
 pub use crate::tls::Revoked;
 
+/// How long a stopping relay or proxy gives its sessions to tell the peer and end their
+/// subflows ([`Engine::shut_down`]).
+pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(1);
+
+/// Closes every live session because the proxy shuts down ([`Engine::shut_down`], all at once,
+/// within `grace`): each relay resets its passengers' connections at once and reconnects to
+/// the next proxy, instead of holding them for a proxy that will not answer. Returns how many
+/// sessions were closed.
+pub async fn shut_down(sessions: &Sessions, grace: Duration) -> usize {
+    let live: Vec<LiveSession> = sessions
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .values()
+        .cloned()
+        .collect();
+    let mut closing = JoinSet::new();
+    for l in &live {
+        let e = l.engine.clone();
+        closing.spawn(async move { e.shut_down("the proxy is shutting down", grace).await });
+    }
+    while closing.join_next().await.is_some() {}
+    live.len()
+}
+
 /// Replaces the revoked names with `names` and ends the subflows of every live session whose
 /// relay is now revoked (its new subflows are refused; the session then ends at its hold time,
 /// resetting its passengers' flows). Returns the relays whose sessions were cut, with how many
@@ -442,6 +466,10 @@ async fn accept_loop(
                 crate::engine::SubflowError::Replaced | crate::engine::SubflowError::Ended(_) => {
                     info!(%peer, relay = %acc.relay, path = acc.path, error = %err, "subflow ended")
                 }
+                // The relay said it is leaving (a Close frame) before it went.
+                _ if engine.peer_closed() => {
+                    info!(%peer, relay = %acc.relay, path = acc.path, error = %err, "subflow ended after the relay closed the session")
+                }
                 _ => {
                     warn!(%peer, relay = %acc.relay, path = acc.path, error = %err, "subflow ended")
                 }
@@ -514,6 +542,20 @@ async fn session_events(
                     "train context"
                 );
                 engine.on_context(&ctx);
+            }
+            Event::PeerClosed { reason, message } => {
+                let gone = sessions
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .remove(&id);
+                info!(
+                    session = format!("{id:016x}"),
+                    relay = gone.as_ref().map(|l| tracing::field::display(&l.relay)),
+                    ?reason,
+                    message = %message,
+                    "the relay closed the session; its passengers' connections were reset"
+                );
+                return;
             }
             Event::SessionLost => {
                 warn!(

@@ -273,17 +273,92 @@ impl ProxyResolver {
         source: Option<IpAddr>,
         failing: bool,
     ) -> Result<SocketAddr, HandshakeError> {
+        match source {
+            Some(s) => self.resolve_from(&[s], failing).await.map(|(_, a)| a),
+            None => {
+                let (host, port) = match &self.target {
+                    ProxyAddr::Ip(a) => return Ok(*a),
+                    ProxyAddr::Name { host, port } => (host.clone(), *port),
+                };
+                let error = self.refresh(&host, port, failing).await;
+                match self.lock().pick(None) {
+                    Pick::Addr(a) => Ok(a),
+                    _ => Err(HandshakeError::Resolve {
+                        host: format!("{host}:{port}"),
+                        reason: error.unwrap_or_else(|| "no answer yet".into()),
+                    }),
+                }
+            }
+        }
+    }
+
+    /// For a path that may use any of `sources` (a modem's addresses, in order of preference):
+    /// the first source the proxy has an address of the same family for, and that address.
+    /// With `sources` empty, an error.
+    pub async fn resolve_from(
+        self: &Arc<Self>,
+        sources: &[IpAddr],
+        failing: bool,
+    ) -> Result<(IpAddr, SocketAddr), HandshakeError> {
+        let family = |a: IpAddr| if a.is_ipv4() { "IPv4" } else { "IPv6" };
+        let list = || {
+            sources
+                .iter()
+                .map(ToString::to_string)
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
         let (host, port) = match &self.target {
-            ProxyAddr::Ip(a) => return Ok(*a),
+            ProxyAddr::Ip(a) => {
+                return match sources.iter().find(|s| s.is_ipv4() == a.is_ipv4()) {
+                    Some(s) => Ok((*s, *a)),
+                    None => Err(HandshakeError::Setup {
+                        what: format!(
+                            "reach the proxy at {a} (an {} address) from this path's address \
+                             ({})",
+                            family(a.ip()),
+                            list()
+                        ),
+                        source: io::Error::from(io::ErrorKind::AddrNotAvailable),
+                    }),
+                };
+            }
             ProxyAddr::Name { host, port } => (host.clone(), *port),
         };
+        let error = self.refresh(&host, port, failing).await;
+        let cache = self.lock();
+        for &s in sources {
+            match cache.pick(Some(s.is_ipv4())) {
+                Pick::Addr(a) => return Ok((s, a)),
+                Pick::Unresolved => {
+                    return Err(HandshakeError::Resolve {
+                        host: format!("{host}:{port}"),
+                        reason: error.unwrap_or_else(|| "no answer yet".into()),
+                    })
+                }
+                Pick::NoneOfFamily => {}
+            }
+        }
+        let families: Vec<&str> = sources.iter().map(|s| family(*s)).collect();
+        Err(HandshakeError::Setup {
+            what: format!(
+                "{host} has no {} address for this path (source {})",
+                families.join(" or "),
+                list()
+            ),
+            source: io::Error::from(io::ErrorKind::AddrNotAvailable),
+        })
+    }
+
+    /// Looks `host` up when the cache's plan says so; the lookup's error, if one was made now
+    /// and failed.
+    async fn refresh(self: &Arc<Self>, host: &str, port: u16, failing: bool) -> Option<String> {
         let plan = self.lock().plan(Instant::now(), failing);
-        let mut error = None;
         match plan {
-            Plan::UseCached => {}
+            Plan::UseCached => None,
             Plan::UseCachedAndRefresh => {
                 let me = Arc::clone(self);
-                let host = host.clone();
+                let host = host.to_string();
                 tokio::spawn(async move {
                     let answer = lookup(&host, port).await;
                     if let Err(e) = &answer {
@@ -291,29 +366,13 @@ impl ProxyResolver {
                     }
                     me.answer(answer);
                 });
+                None
             }
             Plan::LookUpNow => {
-                let answer = lookup(&host, port).await;
-                if let Err(e) = &answer {
-                    error = Some(e.to_string());
-                }
+                let answer = lookup(host, port).await;
+                let error = answer.as_ref().err().map(ToString::to_string);
                 self.answer(answer);
-            }
-        }
-        let v4 = source.map(|s| s.is_ipv4());
-        match self.lock().pick(v4) {
-            Pick::Addr(a) => Ok(a),
-            Pick::Unresolved => Err(HandshakeError::Resolve {
-                host: format!("{host}:{port}"),
-                reason: error.unwrap_or_else(|| "no answer yet".into()),
-            }),
-            Pick::NoneOfFamily => {
-                let family = if v4 == Some(true) { "IPv4" } else { "IPv6" };
-                let src = source.map_or_else(String::new, |s| format!(" (source {s})"));
-                Err(HandshakeError::Setup {
-                    what: format!("{host} has no {family} address for this path{src}"),
-                    source: io::Error::from(io::ErrorKind::AddrNotAvailable),
-                })
+                error
             }
         }
     }
@@ -493,6 +552,42 @@ mod tests {
             "a name that does not resolve may be a dead path's DNS"
         );
         assert!(e.to_string().contains("proxy.polycorn.invalid:7700"), "{e}");
+    }
+
+    /// A modem with addresses of both families reaches a proxy of either: the first of its
+    /// addresses whose family the proxy has is the source. A proxy of the other family only is a
+    /// setup error naming both.
+    #[tokio::test]
+    async fn a_path_with_both_families_takes_the_one_its_proxy_has() {
+        let v4: IpAddr = "10.100.0.1".parse().unwrap();
+        let v6: IpAddr = "fd00:100::1".parse().unwrap();
+        let r = ProxyResolver::new(ProxyAddr::Ip(a("[fd00:100::2]:7700")));
+        assert_eq!(
+            r.resolve_from(&[v4, v6], false).await.unwrap(),
+            (v6, a("[fd00:100::2]:7700"))
+        );
+        let r = ProxyResolver::new(ProxyAddr::Ip(a("10.100.0.2:7700")));
+        assert_eq!(
+            r.resolve_from(&[v4, v6], false).await.unwrap(),
+            (v4, a("10.100.0.2:7700"))
+        );
+        let e = r.resolve_from(&[v6], false).await.unwrap_err();
+        assert!(e.is_setup(), "{e:?}");
+        let text = e.to_string();
+        assert!(
+            text.contains("10.100.0.2:7700")
+                && text.contains("IPv4")
+                && text.contains("fd00:100::1"),
+            "{text}"
+        );
+        // A name: the first source whose family the name has an address in.
+        let r = ProxyResolver::new("localhost:7700".parse().unwrap());
+        let lo6: IpAddr = "::1".parse().unwrap();
+        let lo4: IpAddr = "127.0.0.1".parse().unwrap();
+        assert_eq!(
+            r.resolve_from(&[lo4, lo6], false).await.unwrap(),
+            (lo4, a("127.0.0.1:7700"))
+        );
     }
 
     #[tokio::test]

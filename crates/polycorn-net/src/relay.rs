@@ -265,6 +265,14 @@ async fn log_events(mut rx: mpsc::UnboundedReceiver<polycorn_proto::Event>) {
             polycorn_proto::Event::SessionLost => {
                 warn!("every path has been down longer than the hold time: passengers' connections were reset")
             }
+            polycorn_proto::Event::PeerClosed { reason, message } => {
+                warn!(
+                    ?reason,
+                    message = %message,
+                    "the proxy closed the session (a proxy restart or upgrade): passengers' \
+                     connections were reset; reconnecting"
+                )
+            }
             polycorn_proto::Event::FlowOpened { flow, status } if status != OpenStatus::Ok => {
                 debug!(flow, ?status, "proxy could not open flow")
             }
@@ -447,43 +455,44 @@ async fn maintain_path(
         (&tls, &p, &sockopts, &hello, &resolver, &failing);
     let connect = move |timeouts| async move {
         let failed = failing_ref.load(std::sync::atomic::Ordering::Relaxed);
-        // A path without a configured source takes its interface's address of the moment.
-        let source = match (p_ref.source, p_ref.device.as_deref()) {
-            (None, Some(dev)) => match crate::sockopt::device_address(dev) {
-                Ok(Some(a)) => Ok(Some(a)),
-                Ok(None) => Err(subflow::HandshakeError::Io {
+        // A path without a configured source takes its interface's address of the moment, of
+        // a family the proxy has an address in (IPv4 first).
+        let target = match (p_ref.source, p_ref.device.as_deref()) {
+            (None, Some(dev)) => match crate::sockopt::device_addresses(dev) {
+                Ok(addrs) if addrs.is_empty() => Err(subflow::HandshakeError::Io {
                     what: format!("find an address of {dev}"),
                     source: std::io::Error::new(
                         std::io::ErrorKind::AddrNotAvailable,
                         "the interface has none (modem not attached?)",
                     ),
                 }),
+                Ok(addrs) => resolver
+                    .resolve_from(&addrs, failed)
+                    .await
+                    .map(|(s, addr)| (Some(s), addr)),
                 // No such interface: as for a path with a source, a setup failure.
                 Err(e) => Err(subflow::HandshakeError::Setup {
                     what: format!("read the addresses of {dev}"),
                     source: e,
                 }),
             },
-            (s, _) => Ok(s),
+            (s, _) => resolver.resolve(s, failed).await.map(|addr| (s, addr)),
         };
-        let r = match source {
+        let r = match target {
             Err(e) => Err(e),
-            Ok(source) => match resolver.resolve(source, failed).await {
-                Ok(addr) => {
-                    subflow::relay_connect(
-                        tls,
-                        addr,
-                        source,
-                        p_ref.device.as_deref(),
-                        sockopts,
-                        hello,
-                        (session, path),
-                        timeouts,
-                    )
-                    .await
-                }
-                Err(e) => Err(e),
-            },
+            Ok((source, addr)) => {
+                subflow::relay_connect(
+                    tls,
+                    addr,
+                    source,
+                    p_ref.device.as_deref(),
+                    sockopts,
+                    hello,
+                    (session, path),
+                    timeouts,
+                )
+                .await
+            }
         };
         failing_ref.store(r.is_err(), std::sync::atomic::Ordering::Relaxed);
         r
@@ -713,6 +722,11 @@ async fn maintain_path(
         };
         tokio::select! {
             e = &mut run => {
+                if let crate::engine::SubflowError::Ended(why) = e {
+                    // The relay shuts down (Engine::shut_down): no reconnecting.
+                    debug!(path = %p.name, why, "subflow ended");
+                    return;
+                }
                 // The proxy drops the old subflow as soon as the probe's Hello arrives, which
                 // can end this one before the probe's connect returns here: keep the probe.
                 // Wait for the probe under way, not longer (a probe bounds itself).
@@ -737,7 +751,12 @@ async fn maintain_path(
                         next = Some(f);
                     }
                     None => {
-                        warn!(path = %p.name, error = %e, "subflow ended; reconnecting");
+                        if engine.peer_closed() {
+                            // Said once, as a warning, when the proxy's Close arrived.
+                            info!(path = %p.name, error = %e, "subflow ended by the proxy; reconnecting");
+                        } else {
+                            warn!(path = %p.name, error = %e, "subflow ended; reconnecting");
+                        }
                         streak(false);
                     }
                 }

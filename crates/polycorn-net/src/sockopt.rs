@@ -508,11 +508,11 @@ pub fn pinned_tcp_socket(source: IpAddr, device: &str) -> io::Result<Socket> {
     pinned_socket(source, device)
 }
 
-/// The address a subflow on `device` takes when its path names none: the interface's first
-/// IPv4 address that is not link-local, else its first IPv6 address that is not link-local;
-/// `None` when it has neither (a modem not attached); an error when there is no such
-/// interface.
-pub fn device_address(device: &str) -> io::Result<Option<IpAddr>> {
+/// The addresses a subflow on `device` can take when its path names none: the interface's
+/// first IPv4 and first IPv6 address that are not link-local, in that order (IPv4 first), each
+/// family at most once; empty when it has neither (a modem not attached); an error when there
+/// is no such interface.
+pub fn device_addresses(device: &str) -> io::Result<Vec<IpAddr>> {
     check_ifname(device)?;
     if nix::net::if_::if_nametoindex(device).is_err() {
         return Err(io::Error::new(
@@ -520,7 +520,7 @@ pub fn device_address(device: &str) -> io::Result<Option<IpAddr>> {
             format!("no interface `{device}`"),
         ));
     }
-    let mut v6 = None;
+    let (mut v4, mut v6) = (None, None);
     for ifa in nix::ifaddrs::getifaddrs().map_err(io::Error::from)? {
         if ifa.interface_name != device {
             continue;
@@ -528,8 +528,8 @@ pub fn device_address(device: &str) -> io::Result<Option<IpAddr>> {
         let Some(addr) = ifa.address else { continue };
         if let Some(a) = addr.as_sockaddr_in() {
             let ip = a.ip();
-            if !ip.is_link_local() && !ip.is_unspecified() {
-                return Ok(Some(IpAddr::V4(ip)));
+            if !ip.is_link_local() && !ip.is_unspecified() && v4.is_none() {
+                v4 = Some(IpAddr::V4(ip));
             }
         } else if let Some(a) = addr.as_sockaddr_in6() {
             let ip = a.ip();
@@ -540,7 +540,12 @@ pub fn device_address(device: &str) -> io::Result<Option<IpAddr>> {
             }
         }
     }
-    Ok(v6)
+    Ok(v4.into_iter().chain(v6).collect())
+}
+
+/// The first of [`device_addresses`]: IPv4 when the interface has one.
+pub fn device_address(device: &str) -> io::Result<Option<IpAddr>> {
+    Ok(device_addresses(device)?.first().copied())
 }
 
 fn pinned_socket(source: IpAddr, device: &str) -> io::Result<Socket> {

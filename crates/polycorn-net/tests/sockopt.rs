@@ -1,7 +1,7 @@
 //! Socket options on real loopback sockets.
 
 use std::io::{ErrorKind, Read, Write};
-use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpListener, TcpStream};
 use std::os::fd::AsFd;
 use std::time::{Duration, Instant};
 
@@ -324,6 +324,18 @@ fn device_address_reads_the_interfaces_current_address() {
         sockopt::device_address("lo").unwrap(),
         Some(Ipv4Addr::LOCALHOST.into())
     );
+    // Both families when the interface has both, IPv4 first.
+    let all = sockopt::device_addresses("lo").unwrap();
+    assert_eq!(all.first(), Some(&IpAddr::from(Ipv4Addr::LOCALHOST)));
+    if std::net::TcpListener::bind("[::1]:0").is_ok() {
+        assert_eq!(
+            all,
+            [
+                IpAddr::from(Ipv4Addr::LOCALHOST),
+                IpAddr::from(std::net::Ipv6Addr::LOCALHOST)
+            ]
+        );
+    }
     let e = sockopt::device_address("nosuchdev0").unwrap_err();
     assert_eq!(e.kind(), ErrorKind::NotFound);
     assert!(e.to_string().contains("nosuchdev0"), "{e}");

@@ -37,8 +37,8 @@ use polycorn_sched::time::{Duration, Instant};
 use thiserror::Error;
 
 use crate::frame::{
-    encode_data_header, ContextInfo, Destination, Frame, FrameError, OpenStatus, ResetReason, Role,
-    VERSION,
+    encode_data_header, CloseReason, ContextInfo, Destination, Frame, FrameError, OpenStatus,
+    ResetReason, Role, VERSION,
 };
 
 /// Credit every flow starts with, in both directions, before any [`Frame::Credit`].
@@ -177,6 +177,9 @@ pub enum ProtoError {
         /// What was wrong.
         what: &'static str,
     },
+    /// This end closed the session ([`Session::close`]): no new flow.
+    #[error("the session is closed (this end is shutting down)")]
+    Closed,
 }
 
 /// Something the shell must act on.
@@ -225,6 +228,16 @@ pub enum Event {
     /// reports it only while flows were open; the proxy also for an idle session, which it then
     /// frees.
     SessionLost,
+    /// The peer closed the session (a [`Frame::Close`], e.g. it is shutting down): every open
+    /// flow was reset ([`ResetReason::Shutdown`]). Frames that arrive after it are ignored until
+    /// a subflow's Hello comes from the next peer, which starts afresh (flows opened meanwhile
+    /// are carried to it).
+    PeerClosed {
+        /// Why.
+        reason: CloseReason,
+        /// The peer's words.
+        message: String,
+    },
 }
 
 /// Result of [`Session::read`].
@@ -403,6 +416,10 @@ pub struct Session {
     /// The epoch of the peer's Hellos so far.
     peer_epoch: Option<u64>,
     totals: FlowTotals,
+    /// This end closed the session ([`Session::close`]).
+    closed: bool,
+    /// The peer closed the session (until a new peer epoch).
+    peer_closed: bool,
 }
 
 /// Passenger connections a session has carried, since it was created (a restart with a new peer
@@ -481,6 +498,8 @@ impl Session {
             reorder_waits: Vec::new(),
             peer_epoch: None,
             totals: FlowTotals::default(),
+            closed: false,
+            peer_closed: false,
         })
     }
 
@@ -678,7 +697,12 @@ impl Session {
     pub fn on_peer_hello(&mut self, now: Instant, epoch: u64) -> bool {
         self.observe(now);
         match self.peer_epoch.replace(epoch) {
-            None => false,
+            None => {
+                // The first Hello, or the first of the peer that follows one that closed the
+                // session: flows opened meanwhile go to this one.
+                self.peer_closed = false;
+                false
+            }
             Some(e) if e == epoch => false,
             Some(_) => {
                 self.restart_with_peer(now);
@@ -688,15 +712,14 @@ impl Session {
     }
 
     fn restart_with_peer(&mut self, now: Instant) {
-        let mut flows: Vec<u64> = self.flows.keys().copied().collect();
-        flows.sort_unstable();
-        for flow in flows {
-            self.events.push_back(Event::FlowReset {
-                flow,
-                reason: ResetReason::SessionLost,
-            });
-            self.forget_reset_flow(now, flow);
-        }
+        self.peer_closed = false;
+        self.reset_all_flows(now, ResetReason::SessionLost);
+        self.forget_peer();
+    }
+
+    /// Forget what was said with the peer so far (control sequence numbers, queued output), as
+    /// in a new session with a new peer. Flows are not touched.
+    fn forget_peer(&mut self) {
         // The relay keeps counting flow ids (a passenger connection's tasks may still hold an
         // old id for a moment); a relay that restarted counts from 1 again, so the proxy forgets
         // which ids it closed.
@@ -832,6 +855,9 @@ impl Session {
         self.observe(now);
         if self.cfg.role != Role::Relay {
             return Err(ProtoError::WrongDirection("OpenFlow"));
+        }
+        if self.closed {
+            return Err(ProtoError::Closed);
         }
         if self.flows.len() >= self.cfg.max_flows {
             return Err(ProtoError::TooManyFlows(self.cfg.max_flows));
@@ -1069,6 +1095,52 @@ impl Session {
         }
     }
 
+    /// Close the session, e.g. because this end is shutting down: every open flow is reset
+    /// ([`Event::FlowReset`], reason [`ResetReason::Shutdown`]), queued output is dropped, and a
+    /// [`Frame::Close`] with `reason` and `message` is queued on every attached path, so that the
+    /// peer resets its side of the flows at once instead of waiting out its hold time
+    /// ([`Event::PeerClosed`] there). No flow can be opened afterwards ([`ProtoError::Closed`]).
+    pub fn close(&mut self, now: Instant, reason: CloseReason, message: &str) {
+        self.observe(now);
+        self.closed = true;
+        self.reset_all_flows(now, ResetReason::Shutdown);
+        self.ctrl_out.clear();
+        self.ack_dirty.clear();
+        self.ack_deadline = None;
+        let bytes = Frame::Close {
+            reason,
+            message: message.to_string(),
+        }
+        .to_vec();
+        for p in self.paths.iter_mut() {
+            p.prio.clear();
+            p.bulk.clear();
+            if p.attached {
+                p.prio.extend_from_slice(&bytes);
+            }
+        }
+    }
+
+    /// Whether this end closed the session ([`Session::close`]).
+    pub fn closed_here(&self) -> bool {
+        self.closed
+    }
+
+    /// Whether the peer closed the session ([`Event::PeerClosed`]) and no peer has said Hello
+    /// since.
+    pub fn peer_closed(&self) -> bool {
+        self.peer_closed
+    }
+
+    fn reset_all_flows(&mut self, now: Instant, reason: ResetReason) {
+        let mut flows: Vec<u64> = self.flows.keys().copied().collect();
+        flows.sort_unstable();
+        for flow in flows {
+            self.events.push_back(Event::FlowReset { flow, reason });
+            self.forget_reset_flow(now, flow);
+        }
+    }
+
     // ----- input ------------------------------------------------------------------------
 
     /// A frame arrived on `path` (after the Hello exchange).
@@ -1087,6 +1159,12 @@ impl Session {
                 }
                 self.all_down_since = None;
             }
+        }
+        if self.peer_closed {
+            // What a peer sent on its other subflows before its Close (sent on every path)
+            // arrives after it: it concerns flows and control frames that are gone, and must
+            // not acknowledge or answer the ones meant for the next peer.
+            return Ok(());
         }
         match frame {
             Frame::Hello { .. } => Err(ProtoError::Hello("second Hello on a subflow".into())),
@@ -1216,7 +1294,18 @@ impl Session {
                 self.events.push_back(Event::PeerPathStatus { path: p, up });
                 Ok(())
             }
-            Frame::Close { .. } => Ok(()),
+            Frame::Close { reason, message } => {
+                // Sent on every path: the first one counts (the rest are ignored above).
+                self.peer_closed = true;
+                self.reset_all_flows(now, ResetReason::Shutdown);
+                // The peer is gone with all it knew: the next one (a restarted proxy) starts
+                // afresh, and flows opened until it answers are carried to it rather than
+                // reset when its Hello shows a new epoch.
+                self.forget_peer();
+                self.peer_epoch = None;
+                self.events.push_back(Event::PeerClosed { reason, message });
+                Ok(())
+            }
         }
     }
 
@@ -1736,14 +1825,7 @@ impl Session {
             return;
         };
         if now > since + self.cfg.hold_time && self.hold_matters() {
-            let flows: Vec<u64> = self.flows.keys().copied().collect();
-            for flow in flows {
-                self.events.push_back(Event::FlowReset {
-                    flow,
-                    reason: ResetReason::SessionLost,
-                });
-                self.forget_reset_flow(now, flow);
-            }
+            self.reset_all_flows(now, ResetReason::SessionLost);
             self.events.push_back(Event::SessionLost);
             // Start counting again so a later outage is judged on its own.
             self.all_down_since = Some(now);

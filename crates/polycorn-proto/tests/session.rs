@@ -8,7 +8,8 @@ use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use polycorn_proto::frame::decode;
 use polycorn_proto::session::INITIAL_CREDIT;
 use polycorn_proto::{
-    Destination, Event, FlowTotals, OpenStatus, ReadOutcome, Role, Session, SessionConfig,
+    CloseReason, Destination, Event, FlowTotals, OpenStatus, ProtoError, ReadOutcome, ResetReason,
+    Role, Session, SessionConfig,
 };
 use polycorn_sched::path::TcpInfoSample;
 use polycorn_sched::predict::NoPrediction;
@@ -480,14 +481,30 @@ fn an_idle_session_is_lost_on_the_proxy_only() {
 /// proxy answers "pong"; both FIN. Panics on a reset; returns whether the relay saw the flow
 /// close cleanly within `steps` ms.
 fn ping_pong(net: &mut Net, steps: u64) -> bool {
-    let user = IpAddr::V4(Ipv4Addr::new(10, 0, 1, 2));
-    let dst = Destination::Addr(SocketAddr::from(([198, 51, 100, 7], 80)));
-    let now = t(net.now_ms);
     net.relay_events.clear();
     net.proxy_events.clear();
-    let flow = net.relay.open_flow(now, user, dst.clone()).unwrap();
+    let flow = open_ping(net);
+    carry_ping(net, flow, steps)
+}
+
+/// The relay opens a flow to `PING_DST` and sends "ping" and its FIN.
+fn open_ping(net: &mut Net) -> u64 {
+    let user = IpAddr::V4(Ipv4Addr::new(10, 0, 1, 2));
+    let now = t(net.now_ms);
+    let flow = net.relay.open_flow(now, user, ping_dst()).unwrap();
     net.relay.send(now, flow, b"ping").unwrap();
     net.relay.send_fin(now, flow).unwrap();
+    flow
+}
+
+fn ping_dst() -> Destination {
+    Destination::Addr(SocketAddr::from(([198, 51, 100, 7], 80)))
+}
+
+/// Runs `flow` (opened by [`open_ping`]) to its end: the proxy accepts it and answers "pong";
+/// whether both ends saw exactly that and the flow closed within `steps`.
+fn carry_ping(net: &mut Net, flow: u64, steps: u64) -> bool {
+    let dst = ping_dst();
     let (mut up, mut down) = (Vec::new(), Vec::new());
     let mut pf = None;
     let mut buf = [0u8; 64];
@@ -557,6 +574,134 @@ fn a_relay_carries_on_with_a_fresh_proxy_session_after_the_old_one_was_lost() {
     net.revive_all();
     for i in 0..3 {
         assert!(ping_pong(&mut net, 5_000), "flow {i} after the new session");
+    }
+}
+
+/// A relay that shuts down closes the session: the proxy resets its side of every flow at once
+/// (not after the hold time), reports the close once although it came on both paths, and
+/// ignores an OpenFlow that arrives after it. The closed relay opens no more flows.
+#[test]
+fn a_relay_that_closes_the_session_has_the_proxy_reset_its_flows_at_once() {
+    let mut net = Net::new("hrsch", 2, &[10, 30]);
+    assert!(ping_pong(&mut net, 2_000), "before the close");
+    let user = IpAddr::V4(Ipv4Addr::new(10, 0, 1, 2));
+    let dst = Destination::Addr(SocketAddr::from(([198, 51, 100, 7], 80)));
+    let flow = net
+        .relay
+        .open_flow(t(net.now_ms), user, dst.clone())
+        .unwrap();
+    net.relay
+        .send(t(net.now_ms), flow, b"half a request")
+        .unwrap();
+    for _ in 0..100 {
+        net.step();
+    }
+    let requested = net
+        .proxy_events
+        .iter()
+        .find_map(|e| match e {
+            Event::FlowRequested { flow: f, .. } => Some(*f),
+            _ => None,
+        })
+        .expect("the proxy saw the flow");
+    net.proxy.accept_flow(t(net.now_ms), requested).unwrap();
+    assert_eq!(net.proxy.open_flows(), 1);
+    net.relay_events.clear();
+    net.proxy_events.clear();
+    net.relay
+        .close(t(net.now_ms), CloseReason::Shutdown, "relay shutting down");
+    assert!(net.relay.closed_here());
+    assert_eq!(net.relay.open_flows(), 0);
+    assert!(matches!(
+        net.relay.open_flow(t(net.now_ms), user, dst),
+        Err(ProtoError::Closed)
+    ));
+    // Both paths carry the Close; the slower one arrives 30 ms in.
+    for _ in 0..40 {
+        net.step();
+    }
+    assert!(net.relay_events.contains(&Event::FlowReset {
+        flow,
+        reason: ResetReason::Shutdown
+    }));
+    let closes: Vec<&Event> = net
+        .proxy_events
+        .iter()
+        .filter(|e| matches!(e, Event::PeerClosed { .. }))
+        .collect();
+    assert_eq!(
+        closes,
+        [&Event::PeerClosed {
+            reason: CloseReason::Shutdown,
+            message: "relay shutting down".into()
+        }]
+    );
+    assert!(net.proxy_events.contains(&Event::FlowReset {
+        flow: requested,
+        reason: ResetReason::Shutdown
+    }));
+    assert!(net.proxy.peer_closed());
+    assert_eq!(net.proxy.open_flows(), 0);
+    assert_eq!(net.proxy.flow_totals().reset, 1);
+    // A late OpenFlow (written on another path before the Close) opens nothing.
+    let late = polycorn_proto::Frame::OpenFlow {
+        cseq: 1_000,
+        flow: 999,
+        user,
+        dst: Destination::Addr(SocketAddr::from(([198, 51, 100, 7], 81))),
+    };
+    net.proxy.on_frame(t(net.now_ms), 0, late).unwrap();
+    assert_eq!(net.proxy.open_flows(), 0);
+    assert!(!std::iter::from_fn(|| net.proxy.poll_event())
+        .any(|e| matches!(e, Event::FlowRequested { .. })));
+}
+
+/// A proxy that shuts down closes the session: the relay resets its passengers' flows at once
+/// and, when a new proxy answers (a new epoch), carries on with it.
+#[test]
+fn a_proxy_that_closes_the_session_has_the_relay_reset_and_carry_on_with_the_next() {
+    let mut net = Net::new("hrsch", 2, &[10, 30]);
+    let user = IpAddr::V4(Ipv4Addr::new(10, 0, 1, 2));
+    let dst = Destination::Addr(SocketAddr::from(([198, 51, 100, 7], 80)));
+    let flow = net.relay.open_flow(t(net.now_ms), user, dst).unwrap();
+    net.relay.send(t(net.now_ms), flow, b"waiting").unwrap();
+    for _ in 0..100 {
+        net.step();
+    }
+    net.relay_events.clear();
+    net.proxy
+        .close(t(net.now_ms), CloseReason::Shutdown, "proxy shutting down");
+    for _ in 0..40 {
+        net.step();
+    }
+    assert!(net.relay_events.contains(&Event::FlowReset {
+        flow,
+        reason: ResetReason::Shutdown
+    }));
+    assert!(net.relay_events.contains(&Event::PeerClosed {
+        reason: CloseReason::Shutdown,
+        message: "proxy shutting down".into()
+    }));
+    assert!(net.relay.peer_closed());
+    assert_eq!(net.relay.open_flows(), 0);
+    // A passenger connects while no proxy answers; then the proxy comes back (a new process,
+    // a new epoch) and the relay's subflows reach it: that flow is carried, not reset.
+    net.kill_all();
+    net.relay_events.clear();
+    net.proxy_events.clear();
+    let waiting = open_ping(&mut net);
+    for _ in 0..500 {
+        net.step();
+    }
+    net.proxy = proxy_session("hrsch", 2);
+    net.revive_all();
+    assert!(!net.relay.peer_closed(), "a new epoch is a new peer");
+    assert!(
+        carry_ping(&mut net, waiting, 5_000),
+        "the flow opened between the proxies"
+    );
+    for i in 0..3 {
+        assert!(ping_pong(&mut net, 5_000), "flow {i} with the new proxy");
     }
 }
 

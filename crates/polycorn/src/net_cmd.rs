@@ -482,7 +482,16 @@ pub fn relay(path: &Path) -> Result<()> {
         }
         info!(mode = ?mode, scheduler = %expanded(&cfg.relay.scheduler), protocol = polycorn_proto::VERSION, "relay running");
         tokio::select! {
-            _ = shutdown_signal() => info!("shutting down"),
+            _ = shutdown_signal() => {
+                info!("shutting down");
+                // Tell the proxy first: it resets its side of the passengers' connections now
+                // instead of holding them for its hold time.
+                if let Carrier::Session(engine) = &carrier {
+                    engine
+                        .shut_down("the relay is shutting down", polycorn_net::proxy::SHUTDOWN_GRACE)
+                        .await;
+                }
+            }
             Some(r) = tasks.join_next() => warn!(?r, "a relay task ended"),
         }
         tasks.abort_all();
@@ -550,6 +559,7 @@ pub fn proxy(path: &Path) -> Result<()> {
         {
             // Per-path metrics of every live session (paths are named by index on the proxy).
             let m = metrics.clone();
+            let sessions = sessions.clone();
             tokio::spawn(async move {
                 let mut started = StartedSessions::new();
                 let mut tick = tokio::time::interval(Duration::from_secs(1));
@@ -567,7 +577,12 @@ pub fn proxy(path: &Path) -> Result<()> {
         }
         info!(scheduler = %expanded(&cfg.proxy.scheduler), protocol = polycorn_proto::VERSION, "proxy running");
         tokio::select! {
-            _ = shutdown_signal() => info!("shutting down"),
+            _ = shutdown_signal() => {
+                // Tell every relay first: each resets its passengers' connections at once and
+                // reconnects to the next proxy instead of waiting for this one.
+                let closed = proxy::shut_down(&sessions, proxy::SHUTDOWN_GRACE).await;
+                info!(sessions = closed, "shutting down");
+            }
             Some(r) = tasks.join_next() => warn!(?r, "a proxy task ended"),
         }
         tasks.abort_all();
@@ -819,8 +834,9 @@ ExecStartPre={bin} config check {role} /etc/polycorn/{role}.toml
 ExecStart={bin} {role} --config /etc/polycorn/{role}.toml
 {reload}Restart=always
 RestartSec=2
-# On SIGTERM the {role} closes its connections and removes what it installed (the relay: its
-# nftables table and policy routes); after a harder kill the next start removes leftovers.
+# On SIGTERM the {role} tells the other end it is leaving (within a second), closes its
+# connections and removes what it installed (the relay: its nftables table and policy routes);
+# after a harder kill the next start removes leftovers.
 KillSignal=SIGTERM
 TimeoutStopSec=10
 # One socket per passenger connection (and, on the proxy, per server connection).

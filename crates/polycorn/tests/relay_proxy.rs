@@ -91,6 +91,8 @@ impl Drop for Bed {
 struct Daemon {
     child: Child,
     log: PathBuf,
+    /// How it exited, once [`Daemon::stop`] saw it go.
+    exited: Option<std::process::ExitStatus>,
 }
 
 impl Daemon {
@@ -108,7 +110,37 @@ impl Daemon {
             .stderr(f)
             .spawn()
             .unwrap();
-        Daemon { child, log }
+        Daemon {
+            child,
+            log,
+            exited: None,
+        }
+    }
+    /// SIGKILL: a crash, or the machine losing power (no goodbye to the peer).
+    fn crash(&mut self) {
+        self.child.kill().unwrap();
+        self.exited = Some(self.child.wait().unwrap());
+    }
+    /// SIGTERM (what `systemctl stop` sends); waits up to 10 s for the exit and returns it.
+    fn stop(&mut self) -> std::process::ExitStatus {
+        assert!(Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status()
+            .unwrap()
+            .success());
+        let t0 = Instant::now();
+        loop {
+            if let Ok(Some(st)) = self.child.try_wait() {
+                self.exited = Some(st);
+                return st;
+            }
+            assert!(
+                t0.elapsed() < Duration::from_secs(10),
+                "no exit within 10 s of SIGTERM:\n{}",
+                tail(&self.log())
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
     }
     fn log(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()
@@ -138,6 +170,9 @@ impl Daemon {
 
 impl Drop for Daemon {
     fn drop(&mut self) {
+        if self.exited.is_some() {
+            return;
+        }
         let pid = self.child.id() as i32;
         let _ = Command::new("kill")
             .args(["-TERM", &pid.to_string()])
@@ -832,6 +867,68 @@ fn a_path_without_source_follows_its_modems_new_address() {
         "new address",
         &stack,
     );
+}
+
+/// Modems with an IPv4 and an IPv6 address, paths without `source`, and a proxy reachable
+/// over IPv6 only (one path names it by address, the other by a host name with an AAAA record
+/// only): each path takes its modem's IPv6 address, not the IPv4 one it would take first.
+#[test]
+fn a_path_without_source_takes_the_address_family_its_proxy_has() {
+    let _s = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    if !is_root() {
+        return;
+    }
+    let bed = Bed::constant("fam", 20, 10);
+    start_server(&bed);
+    let hosts = NetnsHosts::new(&bed.ns("relay"));
+    std::fs::write(
+        hosts.dir.join("hosts"),
+        "127.0.0.1 localhost\nfd00:100:1::2 proxy6.polycorn.test\n",
+    )
+    .unwrap();
+    let relay_edit = |relay: String| {
+        relay
+            .replace("source = \"10.100.0.1\"\n", "")
+            .replace("source = \"10.100.1.1\"\n", "")
+            .replace(
+                "proxy = \"10.100.0.2:7700\"",
+                "proxy = \"[fd00:100:0::2]:7700\"",
+            )
+            .replace(
+                "proxy = \"10.100.1.2:7700\"",
+                "proxy = \"proxy6.polycorn.test:7700\"",
+            )
+    };
+    let proxy_edit = |proxy: String| {
+        proxy.replace(
+            "listen = \"0.0.0.0:7700\"",
+            "listen = [\"0.0.0.0:7700\", \"[::]:7700\"]",
+        )
+    };
+    let stack = start_edited(&bed, "polycorn", relay_edit, proxy_edit, 2);
+    let log = stack.relay.log();
+    for (path, addr, source) in [
+        ("p0", "[fd00:100::2]:7700", "fd00:100::1"),
+        ("p1", "[fd00:100:1::2]:7700", "fd00:100:1::1"),
+    ] {
+        assert!(
+            log.lines().any(|l| l.contains("subflow up")
+                && l.contains(&format!("path={path} "))
+                && l.contains(&format!("addr={addr}"))
+                && l.contains(&format!("source={source}"))),
+            "{path} up from {source} to {addr}:\n{log}"
+        );
+    }
+    transfers(
+        &bed,
+        vec![
+            (Via::Transparent4, KB, 8 * MB),
+            (Via::Transparent6, 2 * MB, KB),
+        ],
+        "IPv6 from dual-stack modems",
+        &stack,
+    );
+    // `stack` stops the daemons before `hosts` goes.
 }
 
 #[test]
@@ -1930,11 +2027,11 @@ fn a_path_whose_device_is_missing_is_reported_and_the_others_carry() {
     );
 }
 
-/// An operator restarts the proxy (an upgrade) while the relay keeps running and a download is
-/// in flight. The new proxy knows nothing of the relay's session: the download is reset on the
-/// relay at once (not left hanging), and every later connection works.
+/// The proxy crashes and is started again while the relay keeps running and a download is in
+/// flight. The new proxy knows nothing of the relay's session: the download is reset on the
+/// relay as soon as the new proxy answers (not left hanging), and every later connection works.
 #[test]
-fn a_proxy_restart_resets_the_connections_it_carried_and_new_ones_work() {
+fn a_proxy_crash_and_restart_resets_the_connections_it_carried_and_new_ones_work() {
     let _s = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
     if !is_root() {
         return;
@@ -1971,8 +2068,16 @@ fn a_proxy_restart_resets_the_connections_it_carried_and_new_ones_work() {
         })
     });
     std::thread::sleep(Duration::from_secs(3));
-    let Stack { dir, proxy, relay } = stack;
+    let Stack {
+        dir,
+        mut proxy,
+        relay,
+    } = stack;
     let config = dir.path().join("proxy.toml");
+    // Killed: an orderly stop would tell the relay (see
+    // `a_stopping_relay_or_proxy_tells_the_other_end_at_once`); here the relay learns it only
+    // from the new proxy's Hello.
+    proxy.crash();
     drop(proxy);
     let restarted = Instant::now();
     let mut proxy = Daemon::start(
@@ -2012,6 +2117,200 @@ fn a_proxy_restart_resets_the_connections_it_carried_and_new_ones_work() {
             &format!("connection {i} after the restart"),
         );
     }
+}
+
+/// Established TCP connections in namespace `ns` to `dst` (an address, as `ss` filters it).
+fn established_to(ns: &str, dst: &str) -> usize {
+    let out = Command::new("ip")
+        .args([
+            "netns",
+            "exec",
+            ns,
+            "ss",
+            "-Htn",
+            "state",
+            "established",
+            "dst",
+            dst,
+        ])
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout).lines().count()
+}
+
+/// `systemctl stop` on either end tells the other one (a Close frame, then TLS close_notify):
+/// a stopping relay has the proxy close its connections to the servers at once, and a
+/// stopping proxy has the relay reset its passengers' connections at once — both far sooner
+/// than the two-minute hold time configured here, which would otherwise keep them. Neither
+/// side logs a warning about the other's subflows for it, and a restarted proxy is reached.
+#[test]
+fn a_stopping_relay_or_proxy_tells_the_other_end_at_once() {
+    let _s = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    if !is_root() {
+        return;
+    }
+    let bed = Bed::constant("q", 40, 20);
+    start_server(&bed);
+    let hold = |t: String| t.replacen("\n[[path]]", "hold_time_s = 120\n\n[[path]]", 1);
+    let hold_proxy = |t: String| t.replacen("\n\n[tls]", "\nhold_time_s = 120\n\n[tls]", 1);
+    let mut stack = start_edited(&bed, "polycorn", hold, hold_proxy, 2);
+    assert!(
+        std::fs::read_to_string(stack.dir.path().join("relay.toml"))
+            .unwrap()
+            .contains("hold_time_s = 120")
+            && std::fs::read_to_string(stack.dir.path().join("proxy.toml"))
+                .unwrap()
+                .contains("hold_time_s = 120"),
+        "both configurations carry the long hold time"
+    );
+    fetch_ok(&bed, &stack, KB, 64 * KB, "a connection first");
+    // A download of about 80 s, in flight when a daemon stops.
+    let long_download = |bed: &Bed| {
+        let ns = bed.ns("client");
+        std::thread::spawn(move || {
+            in_ns(&ns, move || {
+                Box::pin(async move {
+                    tokio::time::timeout(
+                        Duration::from_secs(100),
+                        one(Via::Transparent4, KB, 800 * MB, None),
+                    )
+                    .await
+                    .map(|r| r.map(|_| ()).map_err(|e| e.to_string()))
+                })
+            })
+        })
+    };
+    let proxy_ns = bed.ns("proxy");
+
+    // 1. The relay stops.
+    let download = long_download(&bed);
+    wait_until(
+        20,
+        "the proxy connects to the server",
+        || stack_log(&stack),
+        || established_to(&proxy_ns, "10.0.2.2") > 0,
+    );
+    std::thread::sleep(Duration::from_secs(2));
+    let st = stack.relay.stop();
+    assert!(
+        st.success(),
+        "relay exit: {st}\n{}",
+        tail(&stack.relay.log())
+    );
+    let took = wait_until(
+        30,
+        "the proxy closes its connection to the server",
+        || stack_log(&stack),
+        || established_to(&proxy_ns, "10.0.2.2") == 0,
+    );
+    eprintln!("relay stop: server connection closed {took:?} later (hold time 120 s)");
+    let r = download.join().unwrap();
+    assert!(
+        matches!(r, Ok(Err(_))),
+        "the passenger's download was cut: {r:?}"
+    );
+    wait_until(
+        10,
+        "the proxy logs the relay's close",
+        || stack_log(&stack),
+        || {
+            stack
+                .proxy
+                .log()
+                .contains("the relay closed the session; its passengers' connections were reset")
+        },
+    );
+    let plog_text = stack.proxy.log();
+    let warned: Vec<&str> = plog_text
+        .lines()
+        .filter(|l| l.contains("WARN") && l.contains("subflow ended"))
+        .collect();
+    assert!(
+        warned.is_empty(),
+        "a relay's orderly stop is no warning:\n{}",
+        warned.join("\n")
+    );
+    assert!(
+        !stack.relay.log().contains("WARN"),
+        "the relay's own stop logs no warning:\n{}",
+        tail(&stack.relay.log())
+    );
+
+    // 2. The relay runs again; then the proxy stops.
+    let config = stack.dir.path().join("relay.toml");
+    stack.relay = Daemon::start(
+        &bed.ns("relay"),
+        "relay",
+        &config,
+        stack.dir.path().join("relay2.log"),
+    );
+    stack.relay.wait_for("subflow up", 2);
+    fetch_ok(
+        &bed,
+        &stack,
+        KB,
+        64 * KB,
+        "a connection through the new relay",
+    );
+    let download = long_download(&bed);
+    wait_until(
+        20,
+        "the proxy connects to the server",
+        || stack_log(&stack),
+        || established_to(&proxy_ns, "10.0.2.2") > 0,
+    );
+    std::thread::sleep(Duration::from_secs(2));
+    let st = stack.proxy.stop();
+    assert!(
+        st.success(),
+        "proxy exit: {st}\n{}",
+        tail(&stack.proxy.log())
+    );
+    let stopped = Instant::now();
+    let r = download.join().unwrap();
+    let took = stopped.elapsed();
+    assert!(
+        matches!(r, Ok(Err(_))),
+        "the passenger's download was cut: {r:?}"
+    );
+    assert!(
+        took < Duration::from_secs(30),
+        "the passenger's connection was reset {took:?} after the proxy stopped (hold time 120 s)"
+    );
+    eprintln!("proxy stop: passenger's connection reset {took:?} later (hold time 120 s)");
+    wait_for_relay_log(
+        &stack,
+        "the proxy closed the session",
+        None,
+        "the relay did not log the proxy's close",
+    );
+    // 3. The proxy comes back: passengers are carried again.
+    let config = stack.dir.path().join("proxy.toml");
+    stack.proxy = Daemon::start(
+        &proxy_ns,
+        "proxy",
+        &config,
+        stack.dir.path().join("proxy2.log"),
+    );
+    stack.proxy.wait_for("proxy running", 1);
+    for i in 0..3 {
+        fetch_ok(
+            &bed,
+            &stack,
+            KB,
+            256 * KB,
+            &format!("connection {i} through the restarted proxy"),
+        );
+    }
+}
+
+/// Both daemons' logs' tails, for failure messages.
+fn stack_log(stack: &Stack) -> String {
+    format!(
+        "proxy:\n{}\nrelay:\n{}",
+        tail(&stack.proxy.log()),
+        tail(&stack.relay.log())
+    )
 }
 
 /// The local port of the relay's subflow to `proxy` (an established TCP connection).
