@@ -189,8 +189,30 @@ impl WeakEngine {
 
 /// Why [`Engine::shut_down`] ends the subflows.
 const SHUTTING_DOWN: &str = "this side is shutting down";
-/// How long a subflow ended on purpose may take to send its TLS close_notify.
-const CLOSE_NOTIFY_WAIT: std::time::Duration = std::time::Duration::from_millis(500);
+/// How long a subflow ended on purpose may take to say goodbye ([`goodbye`]).
+const GOODBYE_WAIT: std::time::Duration = std::time::Duration::from_millis(1500);
+
+/// Ends a subflow on purpose: writes `last` (a Close frame, or nothing when one was written
+/// already), then TLS close_notify, then reads (and drops) whatever the peer still sends until
+/// it closes its side too, at most [`GOODBYE_WAIT`]. The reading matters: a socket closed with
+/// unread data is reset by the kernel, which throws away what it had not sent yet — the Close
+/// frame with it, behind a window of passengers' data.
+async fn goodbye<R, W>(reader: &mut R, writer: &mut W, last: &[u8])
+where
+    R: AsyncRead + Unpin,
+    W: AsyncWrite + Unpin,
+{
+    let _ = tokio::time::timeout(GOODBYE_WAIT, async {
+        if !last.is_empty() {
+            writer.write_all(last).await?;
+        }
+        writer.shutdown().await?;
+        let mut sink = vec![0u8; 16 * 1024];
+        while reader.read(&mut sink).await? > 0 {}
+        Ok::<(), io::Error>(())
+    })
+    .await;
+}
 
 /// A subflow ended.
 #[derive(Debug, thiserror::Error)]
@@ -446,8 +468,14 @@ impl Engine {
             return SubflowError::Proto(ProtoError::BadPath(path));
         }
         if self.lock().session.closed_here() {
-            // A subflow that connected while this side shuts down.
-            let _ = tokio::time::timeout(CLOSE_NOTIFY_WAIT, writer.shutdown()).await;
+            // A subflow that connected while this side shuts down: the peer, which has just
+            // taken it, is told the session is closed, as on the others.
+            let close = polycorn_proto::Frame::Close {
+                reason: CloseReason::Shutdown,
+                message: SHUTTING_DOWN.into(),
+            }
+            .to_vec();
+            goodbye(&mut reader, &mut writer, &close).await;
             return SubflowError::Ended(SHUTTING_DOWN);
         }
         let notify = Arc::new(Notify::new());
@@ -588,9 +616,7 @@ impl Engine {
             r = write_loop => r.err().unwrap_or(SubflowError::Closed),
         };
         if matches!(err, SubflowError::Ended(_)) {
-            // Ended on purpose: say so in TLS too (close_notify), so that the peer sees an
-            // orderly end rather than a connection cut.
-            let _ = tokio::time::timeout(CLOSE_NOTIFY_WAIT, writer.shutdown()).await;
+            goodbye(&mut reader, &mut writer, &[]).await;
         }
         err
     }
@@ -598,7 +624,7 @@ impl Engine {
     /// Close the session because this side shuts down, and end its subflows in order: a Close
     /// frame goes out on every path (the peer resets its side of the passengers' connections at
     /// once instead of holding them for its hold time), then each subflow ends with a TLS
-    /// close_notify. Open flows are reset here too. Waits until every subflow has ended, at
+    /// close_notify and waits for the peer to close its side. Open flows are reset here too. Waits until every subflow has ended, at
     /// most `grace` (a path in a blackout cannot take its Close). Returns how many subflows
     /// were still running when `grace` ran out.
     pub async fn shut_down(&self, message: &str, grace: std::time::Duration) -> usize {

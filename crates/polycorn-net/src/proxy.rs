@@ -55,8 +55,9 @@ pub struct ProxyOptions {
 pub use crate::tls::Revoked;
 
 /// How long a stopping relay or proxy gives its sessions to tell the peer and end their
-/// subflows ([`Engine::shut_down`]).
-pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(1);
+/// subflows ([`Engine::shut_down`]): the Close frame waits behind what the subflow's TCP has
+/// queued, and the peer closes its side once it has read it.
+pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(2);
 
 /// Closes every live session because the proxy shuts down ([`Engine::shut_down`], all at once,
 /// within `grace`): each relay resets its passengers' connections at once and reconnects to
@@ -431,8 +432,9 @@ async fn accept_loop(
                     "new relay session"
                 );
                 if same_name > 0 {
-                    // A restarted relay's old session lives on until its hold time; two
-                    // gateways sharing one certificate keep theirs for as long as both run.
+                    // A relay that crashed and restarted: its old session lives on until its
+                    // hold time (one that stopped in order closed it); two gateways sharing
+                    // one certificate keep theirs for as long as both run.
                     warn!(
                         relay = %acc.relay,
                         other_sessions = same_name,

@@ -576,16 +576,22 @@ pub fn proxy(path: &Path) -> Result<()> {
             });
         }
         info!(scheduler = %expanded(&cfg.proxy.scheduler), protocol = polycorn_proto::VERSION, "proxy running");
-        tokio::select! {
-            _ = shutdown_signal() => {
-                // Tell every relay first: each resets its passengers' connections at once and
-                // reconnects to the next proxy instead of waiting for this one.
-                let closed = proxy::shut_down(&sessions, proxy::SHUTDOWN_GRACE).await;
-                info!(sessions = closed, "shutting down");
+        let stop = tokio::select! {
+            _ = shutdown_signal() => true,
+            Some(r) = tasks.join_next() => {
+                warn!(?r, "a proxy task ended");
+                false
             }
-            Some(r) = tasks.join_next() => warn!(?r, "a proxy task ended"),
-        }
+        };
+        // The listeners first: a relay that reconnects must not find this proxy again.
         tasks.abort_all();
+        while tasks.join_next().await.is_some() {}
+        if stop {
+            // Then tell every relay: each resets its passengers' connections at once and
+            // reconnects to the next proxy instead of waiting for this one.
+            let closed = proxy::shut_down(&sessions, proxy::SHUTDOWN_GRACE).await;
+            info!(sessions = closed, "shutting down");
+        }
         Ok(())
     })
 }
@@ -834,7 +840,7 @@ ExecStartPre={bin} config check {role} /etc/polycorn/{role}.toml
 ExecStart={bin} {role} --config /etc/polycorn/{role}.toml
 {reload}Restart=always
 RestartSec=2
-# On SIGTERM the {role} tells the other end it is leaving (within a second), closes its
+# On SIGTERM the {role} tells the other end it is leaving (within two seconds), closes its
 # connections and removes what it installed (the relay: its nftables table and policy routes);
 # after a harder kill the next start removes leftovers.
 KillSignal=SIGTERM

@@ -2142,7 +2142,8 @@ fn established_to(ns: &str, dst: &str) -> usize {
 /// a stopping relay has the proxy close its connections to the servers at once, and a
 /// stopping proxy has the relay reset its passengers' connections at once — both far sooner
 /// than the two-minute hold time configured here, which would otherwise keep them. Neither
-/// side logs a warning about the other's subflows for it, and a restarted proxy is reached.
+/// side logs a warning about the other's subflows for it; a passenger connection opened while
+/// no proxy answers is carried once the restarted proxy is up.
 #[test]
 fn a_stopping_relay_or_proxy_tells_the_other_end_at_once() {
     let _s = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
@@ -2207,7 +2208,8 @@ fn a_stopping_relay_or_proxy_tells_the_other_end_at_once() {
     let r = download.join().unwrap();
     assert!(
         matches!(r, Ok(Err(_))),
-        "the passenger's download was cut: {r:?}"
+        "the passenger's download was cut: {r:?}\n{}",
+        stack_log(&stack)
     );
     wait_until(
         10,
@@ -2271,7 +2273,8 @@ fn a_stopping_relay_or_proxy_tells_the_other_end_at_once() {
     let took = stopped.elapsed();
     assert!(
         matches!(r, Ok(Err(_))),
-        "the passenger's download was cut: {r:?}"
+        "the passenger's download was cut: {r:?}\n{}",
+        stack_log(&stack)
     );
     assert!(
         took < Duration::from_secs(30),
@@ -2284,7 +2287,22 @@ fn a_stopping_relay_or_proxy_tells_the_other_end_at_once() {
         None,
         "the relay did not log the proxy's close",
     );
-    // 3. The proxy comes back: passengers are carried again.
+    // 3. A passenger connects while no proxy answers, then the proxy comes back: that
+    // connection is carried by the new proxy, and so are the next ones.
+    let ns = bed.ns("client");
+    let waiting = std::thread::spawn(move || {
+        in_ns(&ns, move || {
+            Box::pin(async move {
+                tokio::time::timeout(
+                    Duration::from_secs(60),
+                    one(Via::Transparent4, KB, MB, None),
+                )
+                .await
+                .map(|r| r.map(|_| ()).map_err(|e| e.to_string()))
+            })
+        })
+    });
+    std::thread::sleep(Duration::from_secs(1));
     let config = stack.dir.path().join("proxy.toml");
     stack.proxy = Daemon::start(
         &proxy_ns,
@@ -2293,6 +2311,12 @@ fn a_stopping_relay_or_proxy_tells_the_other_end_at_once() {
         stack.dir.path().join("proxy2.log"),
     );
     stack.proxy.wait_for("proxy running", 1);
+    let r = waiting.join().unwrap();
+    assert!(
+        matches!(r, Ok(Ok(()))),
+        "the connection opened while no proxy answered: {r:?}\n{}",
+        stack_log(&stack)
+    );
     for i in 0..3 {
         fetch_ok(
             &bed,
