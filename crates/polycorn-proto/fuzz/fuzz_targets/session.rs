@@ -1,17 +1,30 @@
-//! Feed arbitrary frames to a proxy session, as a hostile but authenticated relay would:
-//! errors are fine, panics are not.
+//! Feed arbitrary frames to a session, as a hostile but authenticated peer would: errors are
+//! fine, panics are not. The first byte picks the side: even, a proxy session fed by a relay;
+//! odd, a relay session with three flows open, fed by a proxy.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
 use polycorn_proto::frame::decode;
-use polycorn_proto::{Role, Session, SessionConfig};
+use polycorn_proto::{Destination, Role, Session, SessionConfig};
 use polycorn_sched::predict::NoPrediction;
 use polycorn_sched::time::Instant;
 
 fuzz_target!(|data: &[u8]| {
-    let mut s = Session::new(SessionConfig::new(Role::Proxy, 1, "hrsch")).unwrap();
+    let Some((&side, data)) = data.split_first() else {
+        return;
+    };
+    let role = if side % 2 == 0 { Role::Proxy } else { Role::Relay };
+    let mut s = Session::new(SessionConfig::new(role, 1, "hrsch")).unwrap();
     let _ = s.attach_path(Instant::ZERO, 0);
     let _ = s.attach_path(Instant::ZERO, 1);
+    if role == Role::Relay {
+        for port in 1..=3 {
+            let user = std::net::IpAddr::from([10, 0, 1, port as u8]);
+            let dst = Destination::Addr(std::net::SocketAddr::from(([192, 0, 2, 1], port)));
+            let flow = s.open_flow(Instant::ZERO, user, dst).unwrap();
+            let _ = s.send(Instant::ZERO, flow, &[0u8; 3000]);
+        }
+    }
     let mut at = 0;
     let mut ms = 0;
     while at < data.len() {
@@ -20,8 +33,15 @@ fuzz_target!(|data: &[u8]| {
                 ms += 1;
                 let now = Instant::from_millis(ms);
                 let _ = s.on_frame(now, (ms % 2) as u8, frame);
+                if s.peer_closed() {
+                    // The peer closed the session; the next frames come from a new one.
+                    let _ = s.on_peer_hello(now, ms);
+                }
                 s.poll_transmit(now, &NoPrediction);
                 while s.poll_event().is_some() {}
+                let mut out = Vec::new();
+                s.take_output(0, &mut out);
+                s.take_output(1, &mut out);
                 at += n;
             }
             Ok(None) | Err(_) => break,
