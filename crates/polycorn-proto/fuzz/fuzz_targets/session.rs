@@ -13,7 +13,11 @@ fuzz_target!(|data: &[u8]| {
     let Some((&side, data)) = data.split_first() else {
         return;
     };
-    let role = if side % 2 == 0 { Role::Proxy } else { Role::Relay };
+    let role = if side % 2 == 0 {
+        Role::Proxy
+    } else {
+        Role::Relay
+    };
     let mut s = Session::new(SessionConfig::new(role, 1, "hrsch")).unwrap();
     let _ = s.attach_path(Instant::ZERO, 0);
     let _ = s.attach_path(Instant::ZERO, 1);
