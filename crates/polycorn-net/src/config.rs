@@ -315,6 +315,7 @@ pub struct PathConfig {
     /// `mtu`: the largest IP packet the carrier passes on this path, bytes. Set it when the
     /// carrier drops larger packets without saying so (a path-MTU black hole): the subflow's
     /// TCP then sends and asks for segments that fit (`TCP_MAXSEG`). Default: the interface's.
+    /// The baselines' tunnels take it too (kernel MPTCP: the smallest of its paths').
     #[serde(default)]
     pub mtu: Option<u16>,
 }
@@ -1497,7 +1498,8 @@ source = "10.100.0.1"
 # proxy = "10.100.0.2:7700"   # optional: overrides relay.proxy for this path
 # mtu = 1400                   # optional: for a carrier that drops larger packets silently
 # A modem that gets a new address at every attach: leave `source` out (mode polycorn); each
-# connection attempt then takes the interface's current address (IPv4 first).
+# connection attempt then takes the interface's current address (IPv4 first, IPv6 when the
+# proxy has no IPv4 address).
 
 [[path]]
 name = "B"

@@ -96,6 +96,14 @@ impl Tunnels {
                     s.bind(&SocketAddr::new(src, 0).into())
                         .map_err(|_| OpenStatus::Failed)?;
                 }
+                // One socket option for every subflow the kernel adds: the smallest `mtu` of
+                // the paths that set one.
+                if let Some(mtu) = self.paths.iter().filter_map(|p| p.mtu).min() {
+                    let mss = subflow::mss_for_mtu(mtu, self.proxies[0]);
+                    if let Err(e) = s.set_mss(mss) {
+                        warn!(error = %e, mtu, "MPTCP tunnel keeps the interfaces' segment size");
+                    }
+                }
                 s.set_nonblocking(true).map_err(|_| OpenStatus::Failed)?;
                 (0, s)
             }
@@ -112,6 +120,12 @@ impl Tunnels {
                     .and_then(|s| s.set_nonblocking(true).map(|_| s)),
                 }
                 .map_err(|_| OpenStatus::Failed)?;
+                if let Some(mtu) = p.mtu {
+                    let mss = subflow::mss_for_mtu(mtu, self.proxies[i]);
+                    if let Err(e) = s.set_mss(mss) {
+                        warn!(error = %e, mtu, path = %p.name, "tunnel keeps the interface's segment size");
+                    }
+                }
                 (i, s)
             }
         };

@@ -806,6 +806,33 @@ fn a_path_mtu_black_hole_is_named_and_the_path_mtu_setting_cures_it() {
         tail(&log)
     );
     assert!(carried > 2e6, "p0 carried {carried} B of 16 MB");
+    drop(stack);
+    // The baselines' tunnels take the setting too: the single-path tunnel of the one passenger
+    // (path p0, the black hole's) and kernel MPTCP (one socket option for all its subflows).
+    for mode in ["single", "mptcp"] {
+        let stack = start_edited(
+            &bed,
+            mode,
+            |r| {
+                r.replacen(
+                    "source = \"10.100.0.1\"\n",
+                    "source = \"10.100.0.1\"\nmtu = 1400\n",
+                    1,
+                )
+            },
+            |p| p,
+            0,
+        );
+        transfers(
+            &bed,
+            vec![
+                (Via::Transparent4, KB, 8 * MB),
+                (Via::Transparent4, 2 * MB, KB),
+            ],
+            &format!("{mode}, mtu = 1400 on the black hole's path"),
+            &stack,
+        );
+    }
 }
 
 /// A modem that gets a new address when it re-attaches, on a path configured without
