@@ -59,17 +59,22 @@ pub use crate::tls::Revoked;
 /// queued, and the peer closes its side once it has read it.
 pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(2);
 
+/// The sessions live now (a copy: the lock is not held while they are acted on).
+fn live_sessions(sessions: &Sessions) -> Vec<LiveSession> {
+    sessions
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .values()
+        .cloned()
+        .collect()
+}
+
 /// Closes every live session because the proxy shuts down ([`Engine::shut_down`], all at once,
 /// within `grace`): each relay resets its passengers' connections at once and reconnects to
 /// the next proxy, instead of holding them for a proxy that will not answer. Returns how many
 /// sessions were closed.
 pub async fn shut_down(sessions: &Sessions, grace: Duration) -> usize {
-    let live: Vec<LiveSession> = sessions
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .values()
-        .cloned()
-        .collect();
+    let live = live_sessions(sessions);
     let mut closing = JoinSet::new();
     for l in &live {
         let e = l.engine.clone();
@@ -86,13 +91,7 @@ pub async fn shut_down(sessions: &Sessions, grace: Duration) -> usize {
 pub fn revoke(sessions: &Sessions, revoked: &Revoked, names: Vec<String>) -> Vec<(String, usize)> {
     revoked.replace(names);
     let mut cut: Vec<(String, usize)> = Vec::new();
-    let live: Vec<LiveSession> = sessions
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .values()
-        .cloned()
-        .collect();
-    for l in live {
+    for l in live_sessions(sessions) {
         if revoked.contains(&l.relay) {
             l.engine.end_subflows("its relay was revoked");
             match cut.iter_mut().find(|(r, _)| **r == *l.relay) {

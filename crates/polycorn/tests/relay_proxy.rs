@@ -2192,39 +2192,10 @@ fn a_stopping_relay_or_proxy_tells_the_other_end_at_once() {
         "both configurations carry the long hold time"
     );
     fetch_ok(&bed, &stack, KB, 64 * KB, "a connection first");
-    // A download of about 80 s, in flight when a daemon stops.
-    let long_download = |bed: &Bed| {
-        let ns = bed.ns("client");
-        std::thread::spawn(move || {
-            in_ns(&ns, move || {
-                Box::pin(async move {
-                    tokio::time::timeout(
-                        Duration::from_secs(100),
-                        one(Via::Transparent4, KB, 800 * MB, None),
-                    )
-                    .await
-                    .map(|r| r.map(|_| ()).map_err(|e| e.to_string()))
-                })
-            })
-        })
-    };
     let proxy_ns = bed.ns("proxy");
 
     // 1. The relay stops.
-    let download = long_download(&bed);
-    wait_until(
-        20,
-        "the proxy connects to the server",
-        || stack_log(&stack),
-        || established_to(&proxy_ns, "10.0.2.2") > 0,
-    );
-    std::thread::sleep(Duration::from_secs(2));
-    let st = stack.relay.stop();
-    assert!(
-        st.success(),
-        "relay exit: {st}\n{}",
-        tail(&stack.relay.log())
-    );
+    let download = stop_during_a_download(&bed, &mut stack, true);
     let took = wait_until(
         30,
         "the proxy closes its connection to the server",
@@ -2233,11 +2204,7 @@ fn a_stopping_relay_or_proxy_tells_the_other_end_at_once() {
     );
     eprintln!("relay stop: server connection closed {took:?} later (hold time 120 s)");
     let r = download.join().unwrap();
-    assert!(
-        matches!(r, Ok(Err(_))),
-        "the passenger's download was cut: {r:?}\n{}",
-        stack_log(&stack)
-    );
+    assert_cut(&r, &stack);
     wait_until(
         10,
         "the proxy logs the relay's close",
@@ -2281,28 +2248,11 @@ fn a_stopping_relay_or_proxy_tells_the_other_end_at_once() {
         64 * KB,
         "a connection through the new relay",
     );
-    let download = long_download(&bed);
-    wait_until(
-        20,
-        "the proxy connects to the server",
-        || stack_log(&stack),
-        || established_to(&proxy_ns, "10.0.2.2") > 0,
-    );
-    std::thread::sleep(Duration::from_secs(2));
-    let st = stack.proxy.stop();
-    assert!(
-        st.success(),
-        "proxy exit: {st}\n{}",
-        tail(&stack.proxy.log())
-    );
+    let download = stop_during_a_download(&bed, &mut stack, false);
     let stopped = Instant::now();
     let r = download.join().unwrap();
     let took = stopped.elapsed();
-    assert!(
-        matches!(r, Ok(Err(_))),
-        "the passenger's download was cut: {r:?}\n{}",
-        stack_log(&stack)
-    );
+    assert_cut(&r, &stack);
     assert!(
         took < Duration::from_secs(30),
         "the passenger's connection was reset {took:?} after the proxy stopped (hold time 120 s)"
@@ -2316,19 +2266,7 @@ fn a_stopping_relay_or_proxy_tells_the_other_end_at_once() {
     );
     // 3. A passenger connects while no proxy answers, then the proxy comes back: that
     // connection is carried by the new proxy, and so are the next ones.
-    let ns = bed.ns("client");
-    let waiting = std::thread::spawn(move || {
-        in_ns(&ns, move || {
-            Box::pin(async move {
-                tokio::time::timeout(
-                    Duration::from_secs(60),
-                    one(Via::Transparent4, KB, MB, None),
-                )
-                .await
-                .map(|r| r.map(|_| ()).map_err(|e| e.to_string()))
-            })
-        })
-    });
+    let waiting = download_in_background(&bed, MB, 60);
     std::thread::sleep(Duration::from_secs(1));
     let config = stack.dir.path().join("proxy.toml");
     stack.proxy = Daemon::start(
@@ -2353,6 +2291,63 @@ fn a_stopping_relay_or_proxy_tells_the_other_end_at_once() {
             &format!("connection {i} through the restarted proxy"),
         );
     }
+}
+
+/// A transparent passenger download of `down` bytes on its own thread, given `secs` at most.
+fn download_in_background(
+    bed: &Bed,
+    down: u64,
+    secs: u64,
+) -> std::thread::JoinHandle<Result<Result<(), String>, tokio::time::error::Elapsed>> {
+    let ns = bed.ns("client");
+    std::thread::spawn(move || {
+        in_ns(&ns, move || {
+            Box::pin(async move {
+                tokio::time::timeout(
+                    Duration::from_secs(secs),
+                    one(Via::Transparent4, KB, down, None),
+                )
+                .await
+                .map(|r| r.map(|_| ()).map_err(|e| e.to_string()))
+            })
+        })
+    })
+}
+
+/// Starts a download of about 80 s, waits until the proxy has connected it to the server, then
+/// stops the relay (`relay`) or the proxy with SIGTERM and checks that it exited cleanly.
+/// Returns the download's thread.
+fn stop_during_a_download(
+    bed: &Bed,
+    stack: &mut Stack,
+    relay: bool,
+) -> std::thread::JoinHandle<Result<Result<(), String>, tokio::time::error::Elapsed>> {
+    let download = download_in_background(bed, 800 * MB, 100);
+    let proxy_ns = bed.ns("proxy");
+    wait_until(
+        20,
+        "the proxy connects to the server",
+        || stack_log(stack),
+        || established_to(&proxy_ns, "10.0.2.2") > 0,
+    );
+    std::thread::sleep(Duration::from_secs(2));
+    let daemon = if relay {
+        &mut stack.relay
+    } else {
+        &mut stack.proxy
+    };
+    let st = daemon.stop();
+    assert!(st.success(), "exit: {st}\n{}", tail(&daemon.log()));
+    download
+}
+
+/// The download of [`stop_during_a_download`] ended in an error, not a timeout.
+fn assert_cut(r: &Result<Result<(), String>, tokio::time::error::Elapsed>, stack: &Stack) {
+    assert!(
+        matches!(r, Ok(Err(_))),
+        "the passenger's download was cut: {r:?}\n{}",
+        stack_log(stack)
+    );
 }
 
 /// Both daemons' logs' tails, for failure messages.
