@@ -624,9 +624,9 @@ impl Engine {
     /// Close the session because this side shuts down, and end its subflows in order: a Close
     /// frame goes out on every path (the peer resets its side of the passengers' connections at
     /// once instead of holding them for its hold time), then each subflow ends with a TLS
-    /// close_notify and waits for the peer to close its side. Open flows are reset here too. Waits until every subflow has ended, at
-    /// most `grace` (a path in a blackout cannot take its Close). Returns how many subflows
-    /// were still running when `grace` ran out.
+    /// close_notify and waits for the peer to close its side. Open flows are reset here too.
+    /// Waits until every subflow has ended, at most `grace` (a path in a blackout cannot take
+    /// its Close). Returns how many subflows were still running when `grace` ran out.
     pub async fn shut_down(&self, message: &str, grace: std::time::Duration) -> usize {
         let deadline = tokio::time::Instant::now() + grace;
         self.with(|s, now| s.close(now, CloseReason::Shutdown, message));
