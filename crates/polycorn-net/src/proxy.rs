@@ -403,6 +403,25 @@ async fn accept_loop(
                         if let Some(m) = &o.metrics {
                             engine.set_metrics(m.clone());
                         }
+                        // The same relay's earlier sessions: one without a subflow left is a
+                        // relay that crashed and started again, which will never come back to
+                        // it; end it now rather than hold its flows for the hold time.
+                        let ended: Vec<u64> = map
+                            .iter()
+                            .filter(|(_, l)| *l.relay == *acc.relay)
+                            .filter(|(_, l)| l.engine.with(|s, now| s.end_if_detached(now)))
+                            .map(|(id, _)| *id)
+                            .collect();
+                        for id in &ended {
+                            map.remove(id);
+                            info!(
+                                session = format!("{id:016x}"),
+                                relay = %acc.relay,
+                                "the relay opened a new session and its earlier one had no \
+                                 subflow left: ended that one now, resetting its passengers' \
+                                 connections"
+                            );
+                        }
                         let same_name = map.values().filter(|l| *l.relay == *acc.relay).count();
                         map.insert(
                             acc.session,
@@ -431,9 +450,10 @@ async fn accept_loop(
                     "new relay session"
                 );
                 if same_name > 0 {
-                    // A relay that crashed and restarted: its old session lives on until its
-                    // hold time (one that stopped in order closed it); two gateways sharing
-                    // one certificate keep theirs for as long as both run.
+                    // Another session of this name with a subflow still up: a relay that
+                    // restarted before the old subflows' end reached the proxy (that session
+                    // lives on until its hold time), or two gateways sharing one certificate,
+                    // which keep theirs for as long as both run.
                     warn!(
                         relay = %acc.relay,
                         other_sessions = same_name,
@@ -559,14 +579,17 @@ async fn session_events(
                 return;
             }
             Event::SessionLost => {
-                warn!(
-                    session = format!("{id:016x}"),
-                    "relay gone longer than the hold time; session closed"
-                );
-                sessions
+                let gone = sessions
                     .lock()
                     .unwrap_or_else(|p| p.into_inner())
                     .remove(&id);
+                // Not listed any more: ended when its relay opened a new one (logged there).
+                if gone.is_some() {
+                    warn!(
+                        session = format!("{id:016x}"),
+                        "relay gone longer than the hold time; session closed"
+                    );
+                }
                 return;
             }
             _ => {}

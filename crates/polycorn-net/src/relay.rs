@@ -167,12 +167,16 @@ pub(crate) fn random_u64() -> u64 {
 }
 
 /// Start the relay: bind listeners (errors name the address), start subflows; returns the
-/// carrier (for metrics and context) and the set of running tasks.
+/// carrier (for metrics and context), the set of running tasks, and apart from those the
+/// passenger listeners' tasks (transparent, SOCKS5, DNS): a relay that stops aborts those
+/// first, so that no passenger connection is accepted only to be reset, before it closes its
+/// session. Dropping either set stops its tasks.
 pub async fn start(
     opts: RelayOptions,
     context: Option<mpsc::Receiver<ContextInfo>>,
-) -> Result<(Carrier, JoinSet<()>), String> {
+) -> Result<(Carrier, JoinSet<()>, JoinSet<()>), String> {
     let mut tasks = JoinSet::new();
+    let mut listeners = JoinSet::new();
     let carrier = match opts.mode {
         Mode::Polycorn => {
             let tls = opts
@@ -240,23 +244,23 @@ pub async fn start(
         let l = crate::intercept::transparent_listener(*addr)
             .map_err(|e| format!("transparent listener on {addr}: {e}"))?;
         info!(%addr, "transparent (TPROXY) listener");
-        tasks.spawn(accept_transparent(l, carrier.clone()));
+        listeners.spawn(accept_transparent(l, carrier.clone()));
     }
     if let Some(addr) = opts.socks5 {
         let l = TcpListener::bind(addr)
             .await
             .map_err(|e| format!("SOCKS5 listener on {addr}: {e}"))?;
         info!(%addr, "SOCKS5 listener");
-        tasks.spawn(accept_socks5(l, carrier.clone()));
+        listeners.spawn(accept_socks5(l, carrier.clone()));
     }
     if let Some((listen, upstream)) = opts.dns {
         let sock = tokio::net::UdpSocket::bind(listen)
             .await
             .map_err(|e| format!("DNS listener on {listen}: {e}"))?;
         info!(%listen, %upstream, "DNS relay");
-        tasks.spawn(crate::dns::serve(sock, upstream, carrier.clone()));
+        listeners.spawn(crate::dns::serve(sock, upstream, carrier.clone()));
     }
-    Ok((carrier, tasks))
+    Ok((carrier, tasks, listeners))
 }
 
 async fn log_events(mut rx: mpsc::UnboundedReceiver<polycorn_proto::Event>) {

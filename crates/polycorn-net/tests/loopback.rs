@@ -101,6 +101,7 @@ async fn setup(spec: &str) -> (SocketAddr, tempfile::TempDir) {
     let pair = start_pair(spec, Tuning::default()).await;
     std::mem::forget(pair.proxy_tasks);
     std::mem::forget(pair.relay_tasks);
+    std::mem::forget(pair.relay_listeners);
     (pair.socks, pair.dir)
 }
 
@@ -111,6 +112,7 @@ struct Pair {
     proxy_tasks: tokio::task::JoinSet<()>,
     sessions: polycorn_net::proxy::Sessions,
     relay_tasks: tokio::task::JoinSet<()>,
+    relay_listeners: tokio::task::JoinSet<()>,
     relay: relay::Carrier,
 }
 
@@ -168,13 +170,14 @@ async fn start_pair(spec: &str, tuning: Tuning) -> Pair {
         idle_refresh: Default::default(),
         predictor: None,
     };
-    let (relay, relay_tasks) = relay::start(ropts, None).await.unwrap();
+    let (relay, relay_tasks, relay_listeners) = relay::start(ropts, None).await.unwrap();
     Pair {
         socks,
         dir,
         proxy_tasks,
         sessions,
         relay_tasks,
+        relay_listeners,
         relay,
     }
 }
@@ -222,11 +225,13 @@ async fn the_proxy_frees_an_idle_session_whose_relay_is_gone() {
         proxy_tasks,
         sessions,
         relay_tasks,
+        relay_listeners,
         relay,
         dir,
         ..
     } = pair;
     // The relay goes away (its subflows close with its tasks).
+    drop(relay_listeners);
     drop(relay_tasks);
     drop(relay);
     assert!(

@@ -1820,6 +1820,23 @@ impl Session {
         !self.flows.is_empty() || self.cfg.role == Role::Proxy
     }
 
+    /// End the session now, as its hold time running out would, if no path has a subflow
+    /// attached: every flow is reset ([`ResetReason::SessionLost`]) and [`Event::SessionLost`]
+    /// follows. Returns whether it ended. The proxy calls it on a relay's earlier session when
+    /// the same relay opens a new one: a relay that restarted after a crash will never come
+    /// back to the old session, so holding its passengers' connections only keeps servers
+    /// waiting.
+    pub fn end_if_detached(&mut self, now: Instant) -> bool {
+        self.observe(now);
+        if self.paths.iter().any(|p| p.attached) {
+            return false;
+        }
+        self.reset_all_flows(now, ResetReason::SessionLost);
+        self.events.push_back(Event::SessionLost);
+        self.all_down_since = Some(now);
+        true
+    }
+
     fn check_hold(&mut self, now: Instant) {
         let Some(since) = self.all_down_since else {
             return;

@@ -443,6 +443,49 @@ fn hold_time_exceeded_resets_flows() {
     );
 }
 
+/// A relay that crashed and started again opens a new session; the proxy ends the old one at
+/// once if none of its paths has a subflow left (`end_if_detached`), instead of holding its
+/// flows for the hold time. One with a path still attached is left alone.
+#[test]
+fn a_detached_session_can_be_ended_before_its_hold_time() {
+    let mut net = Net::new("minrtt", 2, &[10, 10]);
+    open_ping(&mut net);
+    let mut proxy_flow = None;
+    for _ in 0..50 {
+        net.step();
+        for e in std::mem::take(&mut net.proxy_events) {
+            if let Event::FlowRequested { flow: f, .. } = e {
+                net.proxy.accept_flow(t(net.now_ms), f).unwrap();
+                proxy_flow = Some(f);
+            }
+        }
+    }
+    let pf = proxy_flow.expect("the proxy saw the flow");
+    assert_eq!(net.proxy.open_flows(), 1);
+    net.kill(0);
+    assert!(
+        !net.proxy.end_if_detached(t(net.now_ms)),
+        "path 1 is still attached"
+    );
+    net.step();
+    assert!(net.proxy_events.is_empty(), "{:?}", net.proxy_events);
+    net.kill(1);
+    assert!(net.proxy.end_if_detached(t(net.now_ms)));
+    assert_eq!(net.proxy.open_flows(), 0);
+    let events = std::mem::take(&mut net.proxy_events);
+    let mut more = Vec::new();
+    while let Some(e) = net.proxy.poll_event() {
+        more.push(e);
+    }
+    let all: Vec<_> = events.into_iter().chain(more).collect();
+    assert!(
+        all.iter()
+            .any(|e| matches!(e, Event::FlowReset { flow: f, reason: ResetReason::SessionLost } if *f == pf)),
+        "{all:?}"
+    );
+    assert_eq!(all.last(), Some(&Event::SessionLost), "{all:?}");
+}
+
 /// On the proxy a session whose paths have all been down longer than the hold time is over even
 /// when no flow was open (the relay restarted, or left with every passenger's connection
 /// closed): the proxy must learn it to free the session. The relay keeps quiet without flows.

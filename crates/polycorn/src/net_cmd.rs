@@ -467,7 +467,7 @@ pub fn relay(path: &Path) -> Result<()> {
         };
         let metrics = Arc::new(Metrics::new());
         serve_metrics(&cfg.metrics, metrics.clone()).await?;
-        let (carrier, mut tasks) = relay::start(opts, Some(ctx_rx))
+        let (carrier, mut tasks, mut listeners) = relay::start(opts, Some(ctx_rx))
             .await
             .map_err(anyhow::Error::msg)?;
         if let Carrier::Session(engine) = &carrier {
@@ -484,7 +484,11 @@ pub fn relay(path: &Path) -> Result<()> {
         tokio::select! {
             _ = shutdown_signal() => {
                 info!("shutting down");
-                // Tell the proxy first: it resets its side of the passengers' connections now
+                // Accept no more passengers: a connection accepted now would only be reset. Their
+                // SYNs go unanswered instead, and a relay started again in time takes their retry.
+                listeners.abort_all();
+                while listeners.join_next().await.is_some() {}
+                // Then tell the proxy: it resets its side of the passengers' connections now
                 // instead of holding them for its hold time.
                 if let Carrier::Session(engine) = &carrier {
                     engine
@@ -493,7 +497,9 @@ pub fn relay(path: &Path) -> Result<()> {
                 }
             }
             Some(r) = tasks.join_next() => warn!(?r, "a relay task ended"),
+            Some(r) = listeners.join_next() => warn!(?r, "a relay listener ended"),
         }
+        listeners.abort_all();
         tasks.abort_all();
         drop(endpoints);
         if let Some(mut n) = nft {

@@ -1907,14 +1907,23 @@ fn two_trains_share_one_proxy_and_one_is_revoked_alone() {
         &|a, b| a.len() == 2 && b.len() == 1 && all(a, " 1") && all(b, " 1"),
         "want 2 paths up for polycorn-relay, 1 for train-2",
     );
-    // Train 2's relay crashes and comes back: a new session under the same name while the old
-    // one waits out its hold time — the proxy says so — and it carries again.
+    // Train 2's relay crashes and comes back: a new session under the same name. The old one
+    // has no subflow left (the crashed relay's kernel closed it), so the proxy ends it at once
+    // instead of holding it for its hold time, and says so; train 2 carries again.
     let _ = relay2_daemon.child.kill();
     let _ = relay2_daemon.child.wait();
     relay2_daemon = start_train2("train-2-again.log");
-    stack
-        .proxy
-        .wait_for("this relay name already has a session", 1);
+    stack.proxy.wait_for(
+        "the relay opened a new session and its earlier one had no subflow left",
+        1,
+    );
+    let log = stack.proxy.log();
+    assert!(
+        log.lines()
+            .any(|l| l.contains("earlier one had no subflow left") && l.contains("train-2")),
+        "{}",
+        tail(&log)
+    );
     assert!(fetch2(MB).is_ok(), "train 2 after its restart");
     // Revoke train 2 only: its subflow is cut and refused, train 1 carries on untouched.
     let file = dir.join("proxy.toml");

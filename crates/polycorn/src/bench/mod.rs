@@ -789,6 +789,30 @@ impl Daemon {
     pub(crate) fn pid(&self) -> u32 {
         self.child.id()
     }
+    /// Send `sig` (SIGTERM: what `systemctl stop` sends; SIGKILL: a crash) and wait up to
+    /// `within` for the exit: its status, or `None` when the daemon was still running then
+    /// (it is killed on drop). The child is reaped, so its PID is never signalled again.
+    pub(crate) fn signal_and_wait(
+        &mut self,
+        sig: nix::sys::signal::Signal,
+        within: Duration,
+    ) -> Result<Option<std::process::ExitStatus>> {
+        if let Some(st) = self.child.try_wait()? {
+            return Ok(Some(st));
+        }
+        nix::sys::signal::kill(nix::unistd::Pid::from_raw(self.child.id() as i32), sig)
+            .with_context(|| format!("send {sig} to {}", self.child.id()))?;
+        let t = Instant::now();
+        loop {
+            if let Some(st) = self.child.try_wait()? {
+                return Ok(Some(st));
+            }
+            if t.elapsed() >= within {
+                return Ok(None);
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
     pub(crate) fn wait_for(&mut self, what: &str, count: usize, until: Instant) -> Result<()> {
         loop {
             if self.log().matches(what).count() >= count {
@@ -810,6 +834,10 @@ impl Daemon {
 
 impl Drop for Daemon {
     fn drop(&mut self) {
+        // Already reaped (or exited): its PID may belong to another process by now.
+        if let Ok(Some(_)) = self.child.try_wait() {
+            return;
+        }
         let pid = self.child.id() as i32;
         let _ = nix::sys::signal::kill(
             nix::unistd::Pid::from_raw(pid),
