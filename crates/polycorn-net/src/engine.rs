@@ -743,6 +743,10 @@ impl Engine {
             }
         });
         let _ = stream.set_nodelay(true);
+        // Abortive close until the flow has ended in order: if this process dies (a crash, an
+        // OOM kill) the kernel then resets the connection instead of closing it with a FIN,
+        // which a passenger (or a server) could take for the end of a complete answer.
+        let _ = socket2::SockRef::from(&stream).set_linger(Some(std::time::Duration::ZERO));
         let (mut rd, mut wr) = stream.into_split();
         let upstream = async {
             let mut buf = vec![0u8; IO_CHUNK];
@@ -836,6 +840,10 @@ impl Engine {
                 self.reset_flow(flow, ResetReason::PeerReset);
             }
             return false;
+        }
+        // Ended in order (both FINs): close normally, so what is still queued gets delivered.
+        if let Ok(stream) = rd.reunite(wr) {
+            let _ = socket2::SockRef::from(&stream).set_linger(None);
         }
         true
     }

@@ -403,13 +403,14 @@ async fn accept_loop(
                         if let Some(m) = &o.metrics {
                             engine.set_metrics(m.clone());
                         }
-                        // The same relay's earlier sessions: one without a subflow left is a
-                        // relay that crashed and started again, which will never come back to
-                        // it; end it now rather than hold its flows for the hold time.
+                        // The same relay's earlier sessions: one whose paths are all down (its
+                        // subflows gone, or silent) belongs to a relay that crashed or lost
+                        // power and started again, which will never come back to it; end it
+                        // now rather than hold its flows for the hold time.
                         let ended: Vec<u64> = map
                             .iter()
                             .filter(|(_, l)| *l.relay == *acc.relay)
-                            .filter(|(_, l)| l.engine.with(|s, now| s.end_if_detached(now)))
+                            .filter(|(_, l)| l.engine.with(|s, now| s.end_if_all_paths_down(now)))
                             .map(|(id, _)| *id)
                             .collect();
                         for id in &ended {
@@ -417,8 +418,8 @@ async fn accept_loop(
                             info!(
                                 session = format!("{id:016x}"),
                                 relay = %acc.relay,
-                                "the relay opened a new session and its earlier one had no \
-                                 subflow left: ended that one now, resetting its passengers' \
+                                "the relay opened a new session and its earlier one had every \
+                                 path down: ended that one now, resetting its passengers' \
                                  connections"
                             );
                         }

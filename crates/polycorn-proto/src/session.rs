@@ -1820,15 +1820,16 @@ impl Session {
         !self.flows.is_empty() || self.cfg.role == Role::Proxy
     }
 
-    /// End the session now, as its hold time running out would, if no path has a subflow
-    /// attached: every flow is reset ([`ResetReason::SessionLost`]) and [`Event::SessionLost`]
-    /// follows. Returns whether it ended. The proxy calls it on a relay's earlier session when
-    /// the same relay opens a new one: a relay that restarted after a crash will never come
-    /// back to the old session, so holding its passengers' connections only keeps servers
-    /// waiting.
-    pub fn end_if_detached(&mut self, now: Instant) -> bool {
+    /// End the session now, as its hold time running out would, if no path is usable (every
+    /// subflow gone, or silent for the stall time): every flow is reset
+    /// ([`ResetReason::SessionLost`]) and [`Event::SessionLost`] follows. Returns whether it
+    /// ended. The proxy calls it on a relay's earlier session when the same relay opens a new
+    /// one: a relay that restarted (after a crash, or a gateway's power cut, whose subflows
+    /// only fall silent) will never come back to the old session, so holding its passengers'
+    /// connections for the hold time only keeps their servers waiting.
+    pub fn end_if_all_paths_down(&mut self, now: Instant) -> bool {
         self.observe(now);
-        if self.paths.iter().any(|p| p.attached) {
+        if self.paths.iter().any(|p| p.attached && !p.stalled) {
             return false;
         }
         self.reset_all_flows(now, ResetReason::SessionLost);

@@ -443,11 +443,12 @@ fn hold_time_exceeded_resets_flows() {
     );
 }
 
-/// A relay that crashed and started again opens a new session; the proxy ends the old one at
-/// once if none of its paths has a subflow left (`end_if_detached`), instead of holding its
-/// flows for the hold time. One with a path still attached is left alone.
+/// A relay that crashed (or lost power) and started again opens a new session; the proxy ends
+/// the old one at once if none of its paths is usable — subflows gone, or silent for the stall
+/// time — (`end_if_all_paths_down`), instead of holding its flows for the hold time. One with a
+/// path still working is left alone.
 #[test]
-fn a_detached_session_can_be_ended_before_its_hold_time() {
+fn a_session_with_every_path_down_can_be_ended_before_its_hold_time() {
     let mut net = Net::new("minrtt", 2, &[10, 10]);
     open_ping(&mut net);
     let mut proxy_flow = None;
@@ -464,13 +465,26 @@ fn a_detached_session_can_be_ended_before_its_hold_time() {
     assert_eq!(net.proxy.open_flows(), 1);
     net.kill(0);
     assert!(
-        !net.proxy.end_if_detached(t(net.now_ms)),
-        "path 1 is still attached"
+        !net.proxy.end_if_all_paths_down(t(net.now_ms)),
+        "path 1 still works"
     );
     net.step();
     assert!(net.proxy_events.is_empty(), "{:?}", net.proxy_events);
-    net.kill(1);
-    assert!(net.proxy.end_if_detached(t(net.now_ms)));
+    // Path 1 falls silent (a gateway without power), still attached: after the stall time
+    // (1.5 s) it no longer counts.
+    net.up[1] = false;
+    for _ in 0..500 {
+        net.step();
+    }
+    assert!(
+        !net.proxy.end_if_all_paths_down(t(net.now_ms)),
+        "path 1 silent for 0.5 s only"
+    );
+    for _ in 0..1_500 {
+        net.step();
+    }
+    assert!(net.proxy_events.is_empty(), "{:?}", net.proxy_events);
+    assert!(net.proxy.end_if_all_paths_down(t(net.now_ms)));
     assert_eq!(net.proxy.open_flows(), 0);
     let events = std::mem::take(&mut net.proxy_events);
     let mut more = Vec::new();

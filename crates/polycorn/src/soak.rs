@@ -20,10 +20,11 @@
 //!   stopped in order (SIGTERM, as `systemctl stop` and upgrades do), the relay stopped, the
 //!   proxy killed (SIGKILL, a crash), the relay killed — each started again at once.
 //!   Connections a restart cuts are excused only if they failed as a cut connection should
-//!   (reset, refused, or — after a relay crash only — closed early); a wrong byte or a
-//!   connection left hanging is a failure whenever it happens, and so is any failure of a
-//!   connection opened once the restarted daemon had every path up again (plus
-//!   [`RESTART_GRACE`]). Each restart's cost to passengers is printed.
+//!   (reset, refused, not connected, or closed before their first byte); a wrong byte, a
+//!   connection left hanging or one closed in order in the middle of its data is a failure
+//!   whenever it happens, and so is any failure of a connection opened once the restarted
+//!   daemon had every path up again (plus [`RESTART_GRACE`]). Each restart's cost to
+//!   passengers is printed.
 //!
 //! Every `--sample-secs` it prints the relay's and proxy's resident memory, open file
 //! descriptors and open passenger flows (`polycorn_flows_open`). After the load it closes
@@ -363,9 +364,12 @@ struct Failure {
     msg: String,
 }
 
-/// Kinds of failure no restart excuses: data that arrived wrong, and connections left hanging
-/// (a cut connection must be told at once).
-const NEVER_EXCUSED: [&str; 7] = [
+/// Kinds of failure no restart excuses: data that arrived wrong, connections left hanging (a
+/// cut connection must be told at once), and an orderly close in the middle of the data, which
+/// a passenger cannot tell from the end of a complete answer (a cut connection must be reset,
+/// also when the relay crashed: it closes its flows' sockets abortively unless they ended in
+/// order).
+const NEVER_EXCUSED: [&str; 9] = [
     "wrong byte",
     "extra bytes",
     "wrong ping",
@@ -373,11 +377,9 @@ const NEVER_EXCUSED: [&str; 7] = [
     "download hung",
     "close hung",
     "ping hung",
+    "short download",
+    "ping closed",
 ];
-/// Kinds of failure where the passenger saw an orderly close before the end of the data: it
-/// cannot tell that from a complete answer. Only a crashed relay (whose sockets the kernel
-/// closes) may cause it; an orderly stop resets.
-const CLEAN_CLOSE: [&str; 2] = ["short download", "ping closed"];
 
 /// One restart of relay or proxy during the load, seconds since the load started.
 #[derive(Debug, Clone, PartialEq)]
@@ -398,11 +400,7 @@ impl Restart {
     /// should.
     fn excuses(&self, f: &Failure) -> bool {
         let until = self.back.unwrap_or(f64::INFINITY) + RESTART_GRACE;
-        let clean_close_ok = self.killed && self.who == "relay";
-        !NEVER_EXCUSED.contains(&f.kind)
-            && (clean_close_ok || !CLEAN_CLOSE.contains(&f.kind))
-            && f.start <= until
-            && f.end >= self.at
+        !NEVER_EXCUSED.contains(&f.kind) && f.start <= until && f.end >= self.at
     }
 }
 
@@ -570,10 +568,16 @@ fn one_connection(from: &str, seed: u64, down: u64, up: u64) -> Result<(), (&'st
                 format!("after {got} of {down} bytes: {e}"),
             )
         })?;
+        if n == 0 && got == 0 {
+            return Err((
+                "no answer",
+                format!("closed before the first of {down} bytes (upload of {up} bytes rejected?)"),
+            ));
+        }
         if n == 0 {
             return Err((
                 "short download",
-                format!("closed after {got} of {down} bytes (upload of {up} bytes rejected?)"),
+                format!("closed in order after {got} of {down} bytes"),
             ));
         }
         if n as u64 > down - got {
@@ -1559,17 +1563,16 @@ mod tests {
         for kind in NEVER_EXCUSED {
             assert!(!stop.excuses(&failure(9.0, 10.5, kind)), "{kind}");
         }
-        // An orderly close in the middle of the data: only a relay crash may cause it.
-        let crash = |who| Restart {
-            who,
+        // Not even after a crash.
+        let crash = Restart {
             killed: true,
             ..stop.clone()
         };
-        for kind in CLEAN_CLOSE {
-            let f = failure(9.0, 10.5, kind);
-            assert!(!stop.excuses(&f) && !crash("proxy").excuses(&f), "{kind}");
-            assert!(crash("relay").excuses(&f), "{kind}");
+        for kind in NEVER_EXCUSED {
+            assert!(!crash.excuses(&failure(9.0, 10.5, kind)), "{kind}");
         }
+        // A connection closed before its first byte: a cut like any other.
+        assert!(crash.excuses(&failure(9.0, 10.5, "no answer")));
         // A restart that never got back excuses everything cut after its signal.
         let lost = Restart {
             back: None,

@@ -1908,19 +1908,19 @@ fn two_trains_share_one_proxy_and_one_is_revoked_alone() {
         "want 2 paths up for polycorn-relay, 1 for train-2",
     );
     // Train 2's relay crashes and comes back: a new session under the same name. The old one
-    // has no subflow left (the crashed relay's kernel closed it), so the proxy ends it at once
-    // instead of holding it for its hold time, and says so; train 2 carries again.
+    // has every path down (the crashed relay's kernel closed its subflow), so the proxy ends it
+    // at once instead of holding it for its hold time, and says so; train 2 carries again.
     let _ = relay2_daemon.child.kill();
     let _ = relay2_daemon.child.wait();
     relay2_daemon = start_train2("train-2-again.log");
     stack.proxy.wait_for(
-        "the relay opened a new session and its earlier one had no subflow left",
+        "the relay opened a new session and its earlier one had every path down",
         1,
     );
     let log = stack.proxy.log();
     assert!(
         log.lines()
-            .any(|l| l.contains("earlier one had no subflow left") && l.contains("train-2")),
+            .any(|l| l.contains("earlier one had every path down") && l.contains("train-2")),
         "{}",
         tail(&log)
     );
