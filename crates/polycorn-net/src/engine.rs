@@ -467,14 +467,10 @@ impl Engine {
         if usize::from(path) >= MAX_PATHS {
             return SubflowError::Proto(ProtoError::BadPath(path));
         }
-        if self.lock().session.closed_here() {
+        let close = self.lock().session.close_frame().map(<[u8]>::to_vec);
+        if let Some(close) = close {
             // A subflow that connected while this side shuts down: the peer, which has just
             // taken it, is told the session is closed, as on the others.
-            let close = polycorn_proto::Frame::Close {
-                reason: CloseReason::Shutdown,
-                message: SHUTTING_DOWN.into(),
-            }
-            .to_vec();
             goodbye(&mut reader, &mut writer, &close).await;
             return SubflowError::Ended(SHUTTING_DOWN);
         }

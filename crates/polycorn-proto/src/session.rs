@@ -416,8 +416,8 @@ pub struct Session {
     /// The epoch of the peer's Hellos so far.
     peer_epoch: Option<u64>,
     totals: FlowTotals,
-    /// This end closed the session ([`Session::close`]).
-    closed: bool,
+    /// This end closed the session ([`Session::close`]): the Close frame it sent.
+    closed: Option<Vec<u8>>,
     /// The peer closed the session (until a new peer epoch).
     peer_closed: bool,
 }
@@ -498,7 +498,7 @@ impl Session {
             reorder_waits: Vec::new(),
             peer_epoch: None,
             totals: FlowTotals::default(),
-            closed: false,
+            closed: None,
             peer_closed: false,
         })
     }
@@ -856,7 +856,7 @@ impl Session {
         if self.cfg.role != Role::Relay {
             return Err(ProtoError::WrongDirection("OpenFlow"));
         }
-        if self.closed {
+        if self.closed.is_some() {
             return Err(ProtoError::Closed);
         }
         if self.flows.len() >= self.cfg.max_flows {
@@ -1102,7 +1102,6 @@ impl Session {
     /// ([`Event::PeerClosed`] there). No flow can be opened afterwards ([`ProtoError::Closed`]).
     pub fn close(&mut self, now: Instant, reason: CloseReason, message: &str) {
         self.observe(now);
-        self.closed = true;
         self.reset_all_flows(now, ResetReason::Shutdown);
         self.ctrl_out.clear();
         self.ack_dirty.clear();
@@ -1119,11 +1118,18 @@ impl Session {
                 p.prio.extend_from_slice(&bytes);
             }
         }
+        self.closed = Some(bytes);
     }
 
     /// Whether this end closed the session ([`Session::close`]).
     pub fn closed_here(&self) -> bool {
-        self.closed
+        self.closed.is_some()
+    }
+
+    /// The encoded Close frame this end sent ([`Session::close`]), for the shell to write on a
+    /// subflow that connects after the close.
+    pub fn close_frame(&self) -> Option<&[u8]> {
+        self.closed.as_deref()
     }
 
     /// Whether the peer closed the session ([`Event::PeerClosed`]) and no peer has said Hello

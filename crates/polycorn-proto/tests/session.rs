@@ -8,8 +8,8 @@ use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use polycorn_proto::frame::decode;
 use polycorn_proto::session::INITIAL_CREDIT;
 use polycorn_proto::{
-    CloseReason, Destination, Event, FlowTotals, OpenStatus, ProtoError, ReadOutcome, ResetReason,
-    Role, Session, SessionConfig,
+    CloseReason, Destination, Event, FlowTotals, Frame, OpenStatus, ProtoError, ReadOutcome,
+    ResetReason, Role, Session, SessionConfig,
 };
 use polycorn_sched::path::TcpInfoSample;
 use polycorn_sched::predict::NoPrediction;
@@ -668,6 +668,15 @@ fn a_relay_that_closes_the_session_has_the_proxy_reset_its_flows_at_once() {
     net.relay
         .close(t(net.now_ms), CloseReason::Shutdown, "relay shutting down");
     assert!(net.relay.closed_here());
+    // The frame a subflow connecting after the close is to carry: the same Close.
+    let frame = net.relay.close_frame().expect("closed").to_vec();
+    let (decoded, used) = decode(&frame).unwrap().unwrap();
+    assert_eq!(used, frame.len());
+    assert!(
+        matches!(decoded, Frame::Close { reason: CloseReason::Shutdown, ref message } if message == "relay shutting down"),
+        "{decoded:?}"
+    );
+    assert!(net.proxy.close_frame().is_none());
     assert_eq!(net.relay.open_flows(), 0);
     assert!(matches!(
         net.relay.open_flow(t(net.now_ms), user, dst),

@@ -1,6 +1,9 @@
 //! Feed arbitrary frames to a session, as a hostile but authenticated peer would: errors are
 //! fine, panics are not. The first byte picks the side: even, a proxy session fed by a relay;
-//! odd, a relay session with three flows open, fed by a proxy.
+//! odd, a relay session with three flows open, fed by a proxy. With its bit 1 set, both paths
+//! go down after the eighth frame and the session is ended as the proxy ends a restarted
+//! relay's earlier one (`end_if_all_paths_down`); the frames after that arrive on paths
+//! attached again.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
@@ -40,6 +43,14 @@ fuzz_target!(|data: &[u8]| {
                 if s.peer_closed() {
                     // The peer closed the session; the next frames come from a new one.
                     let _ = s.on_peer_hello(now, ms);
+                }
+                if side & 2 != 0 && ms == 8 {
+                    let _ = s.detach_path(now, 0);
+                    let _ = s.detach_path(now, 1);
+                    assert!(s.end_if_all_paths_down(now), "every path is detached");
+                    assert_eq!(s.open_flows(), 0);
+                    let _ = s.attach_path(now, 0);
+                    let _ = s.attach_path(now, 1);
                 }
                 s.poll_transmit(now, &NoPrediction);
                 while s.poll_event().is_some() {}
