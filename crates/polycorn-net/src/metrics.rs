@@ -25,6 +25,8 @@
 //! | `polycorn_flows_reset_total` | counter | | passenger connections ended by a reset |
 //! | `polycorn_frames_rejected_total` | counter | `reason` | frames refused by the session (malformed, unknown flow, …) |
 //! | `polycorn_peers_rejected_total` | counter | | subflow connections refused (TLS or hello failure, revoked relay, session of another relay) |
+//! | `polycorn_relay_sessions_total` | counter | `relay` | (proxy) sessions the relay opened: one per start of the relay process |
+//! | `polycorn_relay_sessions_ended_total` | counter | `relay`, `how` | (proxy) sessions that ended: `closed` (the relay stopped in order), `restarted` (ended when the relay opened a new one, its paths all down: a crash or a power cut), `lost` (every path down longer than the hold time) |
 //!
 //! `relay` is the relay's name, the common name of its certificate (`polycorn-relay` for the
 //! certificate of `tls generate`, the train's name for one from `tls relay --name`): on a
@@ -108,6 +110,38 @@ pub type GaugeF64 = Gauge<f64, AtomicU64>;
 struct PathLabels {
     path: String,
     relay: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct RelayLabels {
+    relay: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct SessionEndLabels {
+    relay: String,
+    how: &'static str,
+}
+
+/// How a relay's session on the proxy ended (`how` of `polycorn_relay_sessions_ended_total`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SessionEnd {
+    /// The relay closed it (it stopped in order).
+    Closed,
+    /// The relay opened a new session while every path of this one was down.
+    Restarted,
+    /// Every path was down longer than the hold time.
+    Lost,
+}
+
+impl SessionEnd {
+    fn label(self) -> &'static str {
+        match self {
+            SessionEnd::Closed => "closed",
+            SessionEnd::Restarted => "restarted",
+            SessionEnd::Lost => "lost",
+        }
+    }
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -311,6 +345,8 @@ pub struct Metrics {
     pub flows_reset: Counter,
     /// `polycorn_peers_rejected_total`.
     pub peers_rejected: Counter,
+    relay_sessions: Family<RelayLabels, Counter>,
+    relay_sessions_ended: Family<SessionEndLabels, Counter>,
 }
 
 impl fmt::Debug for Metrics {
@@ -351,6 +387,8 @@ impl Metrics {
             flows_total: Counter::default(),
             flows_reset: Counter::default(),
             peers_rejected: Counter::default(),
+            relay_sessions: Family::default(),
+            relay_sessions_ended: Family::default(),
         };
         let r = &mut m.registry;
         r.register_with_unit(
@@ -446,6 +484,16 @@ impl Metrics {
             "Subflow connections refused",
             m.peers_rejected.clone(),
         );
+        r.register(
+            "polycorn_relay_sessions",
+            "Sessions the relay opened (one per start of the relay process)",
+            m.relay_sessions.clone(),
+        );
+        r.register(
+            "polycorn_relay_sessions_ended",
+            "Relay sessions that ended, by how",
+            m.relay_sessions_ended.clone(),
+        );
         m
     }
 
@@ -537,6 +585,22 @@ impl Metrics {
     pub fn stage(&self, name: &str) -> Counter {
         let label = admit(&mut self.seen().stages, sanitize(name), MAX_STAGES);
         series(&self.stage_decisions, &StageLabels { stage: label })
+    }
+
+    /// (proxy) Relay `relay` opened a session.
+    pub fn relay_session_opened(&self, relay: &str) {
+        let relay = admit(&mut self.seen().relays, sanitize(relay), MAX_RELAYS);
+        series(&self.relay_sessions, &RelayLabels { relay }).inc();
+    }
+
+    /// (proxy) A session of relay `relay` ended, `how`.
+    pub fn relay_session_ended(&self, relay: &str, how: SessionEnd) {
+        let relay = admit(&mut self.seen().relays, sanitize(relay), MAX_RELAYS);
+        let l = SessionEndLabels {
+            relay,
+            how: how.label(),
+        };
+        series(&self.relay_sessions_ended, &l).inc();
     }
 
     /// `polycorn_frames_rejected_total{reason=reason}`.
@@ -796,6 +860,27 @@ mod tests {
         assert_eq!(find_blank_line(b"GET / HTTP/1.1\r\n\r\n"), Some(14));
         assert_eq!(find_blank_line(b"GET / HTTP/1.1\n\n"), Some(14));
         assert_eq!(find_blank_line(b"GET / HTTP/1.1\r\n"), None);
+    }
+
+    #[test]
+    fn relay_sessions_are_counted_by_relay_and_how_they_ended() {
+        let m = Metrics::new();
+        m.relay_session_opened("train-1");
+        m.relay_session_opened("train-1");
+        m.relay_session_ended("train-1", SessionEnd::Restarted);
+        m.relay_session_opened("train-2");
+        m.relay_session_ended("train-2", SessionEnd::Closed);
+        m.relay_session_ended("train-2", SessionEnd::Lost);
+        let text = m.encode();
+        for want in [
+            "polycorn_relay_sessions_total{relay=\"train-1\"} 2",
+            "polycorn_relay_sessions_total{relay=\"train-2\"} 1",
+            "polycorn_relay_sessions_ended_total{relay=\"train-1\",how=\"restarted\"} 1",
+            "polycorn_relay_sessions_ended_total{relay=\"train-2\",how=\"closed\"} 1",
+            "polycorn_relay_sessions_ended_total{relay=\"train-2\",how=\"lost\"} 1",
+        ] {
+            assert!(text.lines().any(|l| l == want), "no `{want}` in:\n{text}");
+        }
     }
 
     #[test]

@@ -13,6 +13,7 @@ use tokio::task::JoinSet;
 use tracing::{debug, info, warn};
 
 use crate::engine::Engine;
+use crate::metrics::{Metrics, SessionEnd};
 use crate::policy::DestinationPolicy;
 use crate::relay::Tuning;
 use crate::subflow;
@@ -415,6 +416,9 @@ async fn accept_loop(
                             .collect();
                         for id in &ended {
                             map.remove(id);
+                            if let Some(m) = &o.metrics {
+                                m.relay_session_ended(&acc.relay, SessionEnd::Restarted);
+                            }
                             info!(
                                 session = format!("{id:016x}"),
                                 relay = %acc.relay,
@@ -424,6 +428,9 @@ async fn accept_loop(
                             );
                         }
                         let same_name = map.values().filter(|l| *l.relay == *acc.relay).count();
+                        if let Some(m) = &o.metrics {
+                            m.relay_session_opened(&acc.relay);
+                        }
                         map.insert(
                             acc.session,
                             LiveSession {
@@ -438,6 +445,7 @@ async fn accept_loop(
                             events,
                             s.clone(),
                             c.clone(),
+                            o.metrics.clone(),
                         ));
                         (engine, true, same_name)
                     }
@@ -521,7 +529,13 @@ async fn session_events(
     mut events: tokio::sync::mpsc::UnboundedReceiver<Event>,
     sessions: Sessions,
     connector: Arc<Connector>,
+    metrics: Option<Arc<Metrics>>,
 ) {
+    let ended = |relay: &str, how| {
+        if let Some(m) = &metrics {
+            m.relay_session_ended(relay, how);
+        }
+    };
     let mut first_context = true;
     while let Some(ev) = events.recv().await {
         match ev {
@@ -570,6 +584,9 @@ async fn session_events(
                     .lock()
                     .unwrap_or_else(|p| p.into_inner())
                     .remove(&id);
+                if let Some(l) = &gone {
+                    ended(&l.relay, SessionEnd::Closed);
+                }
                 info!(
                     session = format!("{id:016x}"),
                     relay = gone.as_ref().map(|l| tracing::field::display(&l.relay)),
@@ -585,7 +602,8 @@ async fn session_events(
                     .unwrap_or_else(|p| p.into_inner())
                     .remove(&id);
                 // Not listed any more: ended when its relay opened a new one (logged there).
-                if gone.is_some() {
+                if let Some(l) = &gone {
+                    ended(&l.relay, SessionEnd::Lost);
                     warn!(
                         session = format!("{id:016x}"),
                         "relay gone longer than the hold time; session closed"

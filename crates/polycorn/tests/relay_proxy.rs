@@ -1924,6 +1924,20 @@ fn two_trains_share_one_proxy_and_one_is_revoked_alone() {
         "{}",
         tail(&log)
     );
+    // The proxy counts train 2's sessions and how the first ended, for an operator's alert on
+    // a crashing relay; train 1 opened one and nothing ended.
+    let page = scrape_metrics(&bed.ns("proxy"));
+    for want in [
+        "polycorn_relay_sessions_total{relay=\"train-2\"} 2",
+        "polycorn_relay_sessions_ended_total{relay=\"train-2\",how=\"restarted\"} 1",
+        "polycorn_relay_sessions_total{relay=\"polycorn-relay\"} 1",
+    ] {
+        assert!(page.lines().any(|l| l == want), "no `{want}` in:\n{page}");
+    }
+    assert!(
+        !page.contains("polycorn_relay_sessions_ended_total{relay=\"polycorn-relay\""),
+        "{page}"
+    );
     assert!(fetch2(MB).is_ok(), "train 2 after its restart");
     // Revoke train 2 only: its subflow is cut and refused, train 1 carries on untouched.
     let file = dir.join("proxy.toml");
@@ -2224,6 +2238,12 @@ fn a_stopping_relay_or_proxy_tells_the_other_end_at_once() {
                 .log()
                 .contains("the relay closed the session; its passengers' connections were reset")
         },
+    );
+    let page = scrape_metrics(&proxy_ns);
+    let closed = "polycorn_relay_sessions_ended_total{relay=\"polycorn-relay\",how=\"closed\"} 1";
+    assert!(
+        page.lines().any(|l| l == closed),
+        "no `{closed}` in:\n{page}"
     );
     let plog_text = stack.proxy.log();
     let warned: Vec<&str> = plog_text
