@@ -185,13 +185,7 @@ impl Tunnels {
                     return;
                 }
                 let _ = passenger.set_nodelay(true);
-                if tokio::io::copy_bidirectional(&mut passenger, &mut tunnel)
-                    .await
-                    .is_err()
-                {
-                    let _ = socket2::SockRef::from(&passenger).set_linger(Some(Duration::ZERO));
-                    let _ = socket2::SockRef::from(&tunnel).set_linger(Some(Duration::ZERO));
-                }
+                copy_abortive_until_done(&mut passenger, &mut tunnel).await;
             }
             Err(status) => {
                 debug!(%user, %dst, ?status, "tunnel open failed");
@@ -201,6 +195,21 @@ impl Tunnels {
                     let _ = socket2::SockRef::from(&passenger).set_linger(Some(Duration::ZERO));
                 }
             }
+        }
+    }
+}
+
+/// Copy both ways between `a` and `b` until both directions ended. Both sockets close
+/// abortively (reset) unless the copy ended in order, also if this process dies meanwhile:
+/// the kernel would otherwise close them with a FIN, which the other side could take for the
+/// end of a complete answer (as polycorn's own flows, see `Engine::pump`).
+async fn copy_abortive_until_done(a: &mut TcpStream, b: &mut TcpStream) {
+    for s in [&*a, &*b] {
+        let _ = socket2::SockRef::from(s).set_linger(Some(Duration::ZERO));
+    }
+    if tokio::io::copy_bidirectional(a, b).await.is_ok() {
+        for s in [&*a, &*b] {
+            let _ = socket2::SockRef::from(s).set_linger(None);
         }
     }
 }
@@ -302,13 +311,7 @@ pub async fn serve_tunnels(
                     }
                     let _ = s.set_nodelay(true);
                     info!(%user, %dst, "tunnel");
-                    if tokio::io::copy_bidirectional(&mut s, &mut server)
-                        .await
-                        .is_err()
-                    {
-                        let _ = socket2::SockRef::from(&s).set_linger(Some(Duration::ZERO));
-                        let _ = socket2::SockRef::from(&server).set_linger(Some(Duration::ZERO));
-                    }
+                    copy_abortive_until_done(&mut s, &mut server).await;
                 }
                 Err(status) => {
                     let r = Frame::OpenResult {
