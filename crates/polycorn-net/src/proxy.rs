@@ -459,10 +459,10 @@ async fn accept_loop(
                     "new relay session"
                 );
                 if same_name > 0 {
-                    // Another session of this name with a subflow still up: a relay that
-                    // restarted before the old subflows' end reached the proxy (that session
-                    // lives on until its hold time), or two gateways sharing one certificate,
-                    // which keep theirs for as long as both run.
+                    // Another session of this name with a path still up: two gateways
+                    // sharing one certificate, which keep theirs for as long as both run, or a
+                    // relay back within the stall time of a power cut (that session lives on
+                    // until its hold time).
                     warn!(
                         relay = %acc.relay,
                         other_sessions = same_name,
