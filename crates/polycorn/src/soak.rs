@@ -920,15 +920,20 @@ struct Pair {
     counted: [(f64, f64); 2],
 }
 
+/// The log of `who`'s `run`-th run in `dir`: `relay.log`, then `relay.2.log`, …
+fn run_log(dir: &std::path::Path, who: &str, run: u32) -> std::path::PathBuf {
+    dir.join(if run == 1 {
+        format!("{who}.log")
+    } else {
+        format!("{who}.{run}.log")
+    })
+}
+
 impl Pair {
     fn start(&mut self, who: &str) -> Result<()> {
         let i = usize::from(who == "proxy");
         self.runs[i] += 1;
-        let log = self.dir.join(if self.runs[i] == 1 {
-            format!("{who}.log")
-        } else {
-            format!("{who}.{}.log", self.runs[i])
-        });
+        let log = run_log(&self.dir, who, self.runs[i]);
         let until = Instant::now() + Duration::from_secs(self.ready_s);
         if who == "proxy" {
             self.proxy = Daemon::start(&self.proxy_ns, "proxy", &self.proxy_cfg, log)?;
@@ -1031,13 +1036,7 @@ impl Pair {
     fn logs(&self, who: &str) -> Vec<std::path::PathBuf> {
         let i = usize::from(who == "proxy");
         (1..=self.runs[i])
-            .map(|n| {
-                self.dir.join(if n == 1 {
-                    format!("{who}.log")
-                } else {
-                    format!("{who}.{n}.log")
-                })
-            })
+            .map(|n| run_log(&self.dir, who, n))
             .collect()
     }
 }
@@ -1074,10 +1073,10 @@ fn soak(args: &SoakArgs, dir: &std::path::Path, stop: Arc<AtomicBool>) -> Result
     // A carrier of a trip may start in a failed handover's blackout (up to 10 s).
     let ready_s = if args.trip { 40 } else { 20 };
     let until = Instant::now() + Duration::from_secs(ready_s);
-    let mut proxy = Daemon::start(&p, "proxy", &proxy_cfg, dir.join("proxy.log"))?;
+    let mut proxy = Daemon::start(&p, "proxy", &proxy_cfg, run_log(dir, "proxy", 1))?;
     proxy.wait_for("proxy running", 1, until)?;
     let until = Instant::now() + Duration::from_secs(ready_s);
-    let mut relay = Daemon::start(&r, "relay", &relay_cfg, dir.join("relay.log"))?;
+    let mut relay = Daemon::start(&r, "relay", &relay_cfg, run_log(dir, "relay", 1))?;
     relay.wait_for("relay running", 1, until)?;
     relay.wait_for("subflow up", topo.paths(), until)?;
     let mut pair = Pair {
