@@ -82,7 +82,6 @@ fn both(d: DirectionModel) -> PathModel {
     }
 }
 
-/// Mean RTT of `count` pings from relay to proxy over path 0, ms.
 /// Per-packet RTTs of `count` pings from the relay to the proxy side, ms.
 fn ping_rtts_ms(bed: &Bed, count: u32) -> Vec<f64> {
     let out = exec_in(
@@ -118,11 +117,11 @@ fn iperf_intervals(bed: &Bed, secs: u32, port: u16) -> Vec<f64> {
         exec_in(
             &proxy,
             "iperf3",
-            &["-s", "-1", "-B", "10.100.0.2", "-p", &port_s],
+            &["-s", "-1", "-J", "-B", "10.100.0.2", "-p", &port_s],
         )
     });
     thread::sleep(Duration::from_millis(300));
-    let out = exec_in(
+    exec_in(
         &bed.relay(),
         "iperf3",
         &[
@@ -140,8 +139,10 @@ fn iperf_intervals(bed: &Bed, secs: u32, port: u16) -> Vec<f64> {
         ],
     )
     .expect("iperf3 client");
-    server.join().unwrap().expect("iperf3 server");
-    let v: serde_json::Value = serde_json::from_str(&out).expect("iperf3 JSON");
+    // The receiver's intervals: the sender's count bytes handed to its socket, which run ahead
+    // of the link while the queue and the send buffer fill.
+    let out = server.join().unwrap().expect("iperf3 server");
+    let v: serde_json::Value = serde_json::from_str(&out).expect("iperf3 server JSON");
     v["intervals"]
         .as_array()
         .expect("intervals")
