@@ -548,6 +548,12 @@ impl RelayConfig {
         RELAY_EXAMPLE
     }
 
+    /// The example's settings, parsed but not validated (the files it names need not exist
+    /// here): what units printed for the example are derived from.
+    pub fn example_settings() -> RelayConfig {
+        parse(RELAY_EXAMPLE, "the example relay.toml").expect("the example relay.toml parses")
+    }
+
     fn validate(&mut self, v: &mut Validator<'_>, base: &Path) -> Result<(), ConfigError> {
         v.scheduler("relay.scheduler", &self.relay.scheduler)?;
         v.proxy("relay.proxy", &self.relay.proxy, self.relay.mode)?;

@@ -508,6 +508,14 @@ impl NftTproxy {
         &self.opts
     }
 
+    /// Leave the interception installed when this value is dropped (the listeners outlive
+    /// this process: systemd socket activation). The next [`NftTproxy::install`] of the same
+    /// name replaces it; [`remove_leftovers`] removes it.
+    pub fn leave_installed(&mut self) {
+        self.table = false;
+        self.ip_added.clear();
+    }
+
     /// Remove exactly what was installed (idempotent). Tries every piece and returns the
     /// first failure.
     pub fn uninstall(&mut self) -> Result<(), InterceptError> {

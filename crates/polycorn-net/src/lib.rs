@@ -4,6 +4,7 @@
 //! Leaf modules (sockets, TLS, config, interception, context, metrics) know nothing of the
 //! session; `engine` ties one session to its subflows; `relay` and `proxy` are the two roles.
 
+pub mod activation;
 pub mod config;
 pub mod context;
 pub mod direct;

@@ -18,6 +18,7 @@ use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 use tracing::{debug, info, warn};
 
+use crate::activation::Inherited;
 use crate::direct::{self, DirectMode};
 use crate::engine::Engine;
 use crate::proxy_addr::{ProxyAddr, ProxyResolver};
@@ -171,10 +172,33 @@ pub(crate) fn random_u64() -> u64 {
 /// passenger listeners' tasks (transparent, SOCKS5, DNS): a relay that stops aborts those
 /// first, so that no passenger connection is accepted only to be reset, before it closes its
 /// session. Dropping either set stops its tasks.
+///
+/// A listener whose address is among the `inherited` sockets (systemd socket activation) uses
+/// that socket instead of binding one; a passed socket no listener uses is an error.
 pub async fn start(
     opts: RelayOptions,
     context: Option<mpsc::Receiver<ContextInfo>>,
+    mut inherited: Inherited,
 ) -> Result<(Carrier, JoinSet<()>, JoinSet<()>), String> {
+    // Match the passed sockets first: a socket unit that disagrees with the configuration
+    // fails the start before any subflow is made.
+    let mut configured = Vec::new();
+    let mut transparent = Vec::new();
+    for addr in &opts.transparent {
+        configured.push(format!("TCP {addr} (transparent)"));
+        transparent.push((*addr, inherited.take_listener(*addr, true)?));
+    }
+    let mut socks5 = None;
+    if let Some(addr) = opts.socks5 {
+        configured.push(format!("TCP {addr} (SOCKS5)"));
+        socks5 = Some((addr, inherited.take_listener(addr, false)?));
+    }
+    let mut dns = None;
+    if let Some((listen, upstream)) = opts.dns {
+        configured.push(format!("UDP {listen} (DNS)"));
+        dns = Some((listen, upstream, inherited.take_udp(listen)?));
+    }
+    inherited.check_all_used(&configured)?;
     let mut tasks = JoinSet::new();
     let mut listeners = JoinSet::new();
     let carrier = match opts.mode {
@@ -240,24 +264,46 @@ pub async fn start(
             )?))
         }
     };
-    for addr in &opts.transparent {
-        let l = crate::intercept::transparent_listener(*addr)
-            .map_err(|e| format!("transparent listener on {addr}: {e}"))?;
-        info!(%addr, "transparent (TPROXY) listener");
+    for (addr, passed) in transparent {
+        let l = match passed {
+            Some(l) => {
+                info!(%addr, "transparent (TPROXY) listener, passed by systemd");
+                TcpListener::from_std(l)
+            }
+            None => {
+                info!(%addr, "transparent (TPROXY) listener");
+                crate::intercept::transparent_listener(addr)
+            }
+        }
+        .map_err(|e| format!("transparent listener on {addr}: {e}"))?;
         listeners.spawn(accept_transparent(l, carrier.clone()));
     }
-    if let Some(addr) = opts.socks5 {
-        let l = TcpListener::bind(addr)
-            .await
-            .map_err(|e| format!("SOCKS5 listener on {addr}: {e}"))?;
-        info!(%addr, "SOCKS5 listener");
+    if let Some((addr, passed)) = socks5 {
+        let l = match passed {
+            Some(l) => {
+                info!(%addr, "SOCKS5 listener, passed by systemd");
+                TcpListener::from_std(l)
+            }
+            None => {
+                info!(%addr, "SOCKS5 listener");
+                TcpListener::bind(addr).await
+            }
+        }
+        .map_err(|e| format!("SOCKS5 listener on {addr}: {e}"))?;
         listeners.spawn(accept_socks5(l, carrier.clone()));
     }
-    if let Some((listen, upstream)) = opts.dns {
-        let sock = tokio::net::UdpSocket::bind(listen)
-            .await
-            .map_err(|e| format!("DNS listener on {listen}: {e}"))?;
-        info!(%listen, %upstream, "DNS relay");
+    if let Some((listen, upstream, passed)) = dns {
+        let sock = match passed {
+            Some(s) => {
+                info!(%listen, %upstream, "DNS relay, socket passed by systemd");
+                tokio::net::UdpSocket::from_std(s)
+            }
+            None => {
+                info!(%listen, %upstream, "DNS relay");
+                tokio::net::UdpSocket::bind(listen).await
+            }
+        }
+        .map_err(|e| format!("DNS listener on {listen}: {e}"))?;
         listeners.spawn(crate::dns::serve(sock, upstream, carrier.clone()));
     }
     Ok((carrier, tasks, listeners))

@@ -170,7 +170,10 @@ async fn start_pair(spec: &str, tuning: Tuning) -> Pair {
         idle_refresh: Default::default(),
         predictor: None,
     };
-    let (relay, relay_tasks, relay_listeners) = relay::start(ropts, None).await.unwrap();
+    let (relay, relay_tasks, relay_listeners) =
+        relay::start(ropts, None, polycorn_net::activation::Inherited::none())
+            .await
+            .unwrap();
     Pair {
         socks,
         dir,

@@ -71,6 +71,11 @@ enum Command {
         /// relay.toml (`polycorn config example relay` prints a commented one).
         #[arg(long)]
         config: std::path::PathBuf,
+        /// Remove the interception rules this configuration installs (nftables table, policy
+        /// rules and routes) and exit, without starting: a socket-activated relay leaves them
+        /// for its next start, and its socket unit runs this when it stops.
+        #[arg(long)]
+        remove_interception: bool,
     },
     /// Run the cloud proxy (terminates relays' subflows, connects to servers).
     Proxy {
@@ -226,11 +231,16 @@ enum NetAction {
 
 #[derive(Subcommand, Debug)]
 enum ConfigAction {
-    /// Print a commented example configuration for `relay` or `proxy`, or a systemd unit
-    /// that runs one (`relay.service`, `proxy.service`).
+    /// Print a commented example configuration for `relay` or `proxy`, a systemd unit that
+    /// runs one (`relay.service`, `proxy.service`), or the socket unit that holds the relay's
+    /// passenger listeners across its restarts (`relay.socket`).
     Example {
-        /// relay, proxy, relay.service or proxy.service.
+        /// relay, proxy, relay.service, proxy.service or relay.socket.
         role: String,
+        /// With relay.socket: the relay.toml whose listeners the unit binds (default: those
+        /// of `config example relay`).
+        #[arg(long)]
+        config: Option<std::path::PathBuf>,
     },
     /// Validate a configuration file without starting anything. For a relay it also warns
     /// (on stderr, still exiting 0) about interfaces and source addresses this host lacks.
@@ -302,7 +312,16 @@ fn run(cli: Cli) -> Result<u8> {
             action: NetAction::Soak(args),
         } => soak::run(&args)?,
         Command::Status(args) => return status::run(&args),
-        Command::Relay { config } => net_cmd::relay(&config)?,
+        Command::Relay {
+            config,
+            remove_interception,
+        } => {
+            if remove_interception {
+                net_cmd::relay_remove_interception(&config)?
+            } else {
+                net_cmd::relay(&config)?
+            }
+        }
         Command::Proxy { config } => net_cmd::proxy(&config)?,
         Command::Tls {
             action: TlsAction::Generate { dir, san, force },
@@ -317,8 +336,8 @@ fn run(cli: Cli) -> Result<u8> {
                 },
         } => net_cmd::tls_relay(&dir, &name, out.as_deref(), force)?,
         Command::Config {
-            action: ConfigAction::Example { role },
-        } => net_cmd::config_example(&role)?,
+            action: ConfigAction::Example { role, config },
+        } => net_cmd::config_example(&role, config.as_deref())?,
         Command::Config {
             action: ConfigAction::Check { role, file },
         } => match role.as_str() {

@@ -5,6 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
+use polycorn_net::activation::Inherited;
 use polycorn_net::config::{
     ContextSource, LogConfig, LogFormat, MetricsConfig, ProxyConfig, RelayConfig, RelayMode,
     UdpPolicy,
@@ -325,10 +326,63 @@ fn sample_once(
     last.stages = stages;
 }
 
+/// The nftables table of the relay's interception.
+const RELAY_NFT_TABLE: &str = "polycorn_relay";
+
+/// The relay's interception rules, when its configuration installs them.
+fn tproxy_options(cfg: &RelayConfig) -> Result<Option<TproxyOptions>> {
+    let ic = &cfg.intercept;
+    if !ic.install_nft || (ic.transparent.is_none() && ic.transparent6.is_none()) {
+        return Ok(None);
+    }
+    let lan = ic
+        .lan_device
+        .clone()
+        .context("intercept.lan_device: required with install_nft")?;
+    let mut o = TproxyOptions::new(RELAY_NFT_TABLE, lan);
+    o.v4_port = ic.transparent.map(|a| a.port());
+    o.v6_port = ic.transparent6.map(|a| a.port());
+    o.udp_block = ic.udp == UdpPolicy::Block;
+    Ok(Some(o))
+}
+
+/// `polycorn relay --config FILE --remove-interception`: remove the interception rules a relay
+/// with this configuration installs (nftables table, policy rules and routes), e.g. after the
+/// relay's socket unit stopped (a socket-activated relay leaves them for its next start) or
+/// after a crash. Idempotent.
+pub fn relay_remove_interception(path: &Path) -> Result<()> {
+    let cfg = RelayConfig::load(path)?;
+    match tproxy_options(&cfg)? {
+        Some(o) => {
+            polycorn_net::intercept::remove_leftovers(&o)
+                .context("remove the TPROXY rules (nftables)")?;
+            println!(
+                "removed the relay's interception, if it was installed (nftables table inet \
+                 {RELAY_NFT_TABLE}, fwmark rules and local routes)"
+            );
+        }
+        None => println!(
+            "{}: the relay installs no interception (intercept.install_nft or no transparent \
+             listener); nothing to remove",
+            path.display()
+        ),
+    }
+    Ok(())
+}
+
 /// `polycorn relay --config FILE`.
 pub fn relay(path: &Path) -> Result<()> {
+    // Listeners systemd passed (socket activation): taken before any thread or child starts.
+    let inherited = Inherited::from_env()?;
     let cfg = RelayConfig::load(path)?;
     init_logging(&cfg.log)?;
+    let activated = !inherited.is_empty();
+    if activated {
+        info!(
+            sockets = inherited.len(),
+            "listeners passed by systemd (socket activation)"
+        );
+    }
     // The uplink's handover predictor (HPR on the relay), loaded before the runtime starts.
     let predictor = if cfg.relay.mode == RelayMode::Polycorn {
         load_predictor(&cfg.linkdb)?
@@ -383,20 +437,9 @@ pub fn relay(path: &Path) -> Result<()> {
         };
         // Interception rules first: a half-configured relay should fail before it starts.
         let mut nft = None;
-        if cfg.intercept.install_nft
-            && (cfg.intercept.transparent.is_some() || cfg.intercept.transparent6.is_some())
-        {
-            let lan = cfg
-                .intercept
-                .lan_device
-                .clone()
-                .context("intercept.lan_device: required with install_nft")?;
-            let mut o = TproxyOptions::new("polycorn_relay", lan);
-            o.v4_port = cfg.intercept.transparent.map(|a| a.port());
-            o.v6_port = cfg.intercept.transparent6.map(|a| a.port());
-            o.udp_block = cfg.intercept.udp == UdpPolicy::Block;
+        if let Some(o) = tproxy_options(&cfg)? {
             nft = Some(NftTproxy::install(o).context("install the TPROXY rules (nftables)")?);
-            info!("TPROXY rules installed (nftables table inet polycorn_relay)");
+            info!("TPROXY rules installed (nftables table inet {RELAY_NFT_TABLE})");
         }
         let mut endpoints = None;
         if mode == Mode::Mptcp {
@@ -467,7 +510,7 @@ pub fn relay(path: &Path) -> Result<()> {
         };
         let metrics = Arc::new(Metrics::new());
         serve_metrics(&cfg.metrics, metrics.clone()).await?;
-        let (carrier, mut tasks, mut listeners) = relay::start(opts, Some(ctx_rx))
+        let (carrier, mut tasks, mut listeners) = relay::start(opts, Some(ctx_rx), inherited)
             .await
             .map_err(anyhow::Error::msg)?;
         if let Carrier::Session(engine) = &carrier {
@@ -503,7 +546,14 @@ pub fn relay(path: &Path) -> Result<()> {
         tasks.abort_all();
         drop(endpoints);
         if let Some(mut n) = nft {
-            if let Err(e) = n.uninstall() {
+            if activated {
+                // systemd keeps the listeners open: with the rules in place, passengers'
+                // connections wait in their backlog for the next relay instead of bypassing it.
+                // `polycorn relay --remove-interception` (the socket unit's ExecStopPost) removes
+                // them when the socket unit stops.
+                n.leave_installed();
+                info!("TPROXY rules left installed: the listeners are systemd's and stay open");
+            } else if let Err(e) = n.uninstall() {
                 warn!(error = %e, "removing the TPROXY rules failed");
             }
         }
@@ -764,8 +814,12 @@ pub fn tls_relay(dir: &Path, name: &str, out: Option<&Path>, force: bool) -> Res
     Ok(())
 }
 
-/// `polycorn config example relay|proxy`.
-pub fn config_example(role: &str) -> Result<()> {
+/// `polycorn config example relay|proxy|relay.service|proxy.service|relay.socket`; `config`:
+/// the relay configuration whose listeners `relay.socket` binds (default: the example's).
+pub fn config_example(role: &str, config: Option<&Path>) -> Result<()> {
+    if config.is_some() && role != "relay.socket" {
+        bail!("--config goes with `relay.socket` only (the unit binds that file's listeners)");
+    }
     match role {
         "relay" => print!("{}", RelayConfig::example()),
         "proxy" => print!("{}", ProxyConfig::example()),
@@ -774,12 +828,81 @@ pub fn config_example(role: &str) -> Result<()> {
             let daemon = role.trim_end_matches(".service");
             print!("{}", systemd_unit(daemon, &bin)?);
         }
+        "relay.socket" => {
+            let bin = std::env::current_exe().context("find this program's path")?;
+            let cfg = match config {
+                Some(p) => RelayConfig::load(p)?,
+                None => RelayConfig::example_settings(),
+            };
+            print!("{}", systemd_socket_unit(&cfg, &bin)?);
+        }
         other => bail!(
             "unknown example `{other}`: expected `relay`, `proxy` (configuration files) or \
-             `relay.service`, `proxy.service` (systemd units)"
+             `relay.service`, `proxy.service`, `relay.socket` (systemd units)"
         ),
     }
     Ok(())
+}
+
+/// A systemd socket unit holding the relay's passenger listeners (those of `cfg`) across
+/// restarts of `polycorn-relay.service` (socket activation; `polycorn_net::activation`).
+pub fn systemd_socket_unit(cfg: &RelayConfig, bin: &Path) -> Result<String> {
+    let bin = unit_bin(bin)?;
+    let ic = &cfg.intercept;
+    let mut listen = String::new();
+    if let Some(a) = ic.transparent {
+        listen += &format!("# intercept.transparent\nListenStream={a}\n");
+    }
+    if let Some(a) = ic.transparent6 {
+        listen += &format!("# intercept.transparent6\nListenStream={a}\n");
+    }
+    if let Some(a) = ic.socks5 {
+        listen += &format!("# intercept.socks5\nListenStream={a}\n");
+    }
+    if let Some(a) = cfg.dns.listen {
+        listen += &format!("# dns.listen\nListenDatagram={a}\n");
+    }
+    Ok(format!(
+        r#"# The polycorn relay's passenger listeners, held by systemd across restarts of the relay
+# (socket activation). Without it a restarted or crashed relay's listeners are gone until the
+# next process binds them, and passengers' new connections wait for their SYN retransmission
+# (about 1 s); with it they wait in the listeners' backlog and the next relay takes them. The
+# relay then leaves its nftables rules installed when it stops; this unit removes them when
+# it stops itself. Install it beside polycorn-relay.service (`config example relay.service`):
+#   polycorn config example relay.socket --config /etc/polycorn/relay.toml > /etc/systemd/system/polycorn-relay.socket
+#   systemctl daemon-reload && systemctl enable --now polycorn-relay.socket && systemctl restart polycorn-relay
+# The addresses must be exactly the relay's listeners; the relay refuses to start otherwise,
+# naming both. Print this again after changing them in relay.toml.
+
+[Unit]
+Description=polycorn relay: passengers' listeners
+
+[Socket]
+{listen}# TPROXY listeners must be transparent (the relay also sets it on the sockets it is given).
+Transparent=yes
+# IPv6 listeners take IPv6 only, as the relay's own do (an IPv4 one may share the port).
+BindIPv6Only=ipv6-only
+Backlog=1024
+Service=polycorn-relay.service
+ExecStopPost={bin} relay --config /etc/polycorn/relay.toml --remove-interception
+
+[Install]
+WantedBy=sockets.target
+"#
+    ))
+}
+
+/// This program's path for a unit: UTF-8 without whitespace.
+fn unit_bin(bin: &Path) -> Result<&str> {
+    bin.to_str()
+        .filter(|b| !b.contains(char::is_whitespace))
+        .with_context(|| {
+            format!(
+                "{}: this program's path must be UTF-8 without spaces to go in a unit; \
+                 install it elsewhere (e.g. /usr/local/bin/polycorn)",
+                bin.display()
+            )
+        })
 }
 
 /// A systemd unit that runs `bin relay|proxy --config /etc/polycorn/ROLE.toml`: checked
@@ -803,16 +926,7 @@ pub fn systemd_unit(role: &str, bin: &Path) -> Result<String> {
         ),
         other => bail!("no systemd unit for `{other}`: expected `relay` or `proxy`"),
     };
-    let bin = bin
-        .to_str()
-        .filter(|b| !b.contains(char::is_whitespace))
-        .with_context(|| {
-            format!(
-                "{}: this program's path must be UTF-8 without spaces to go in a unit; \
-                 install it elsewhere (e.g. /usr/local/bin/polycorn)",
-                bin.display()
-            )
-        })?;
+    let bin = unit_bin(bin)?;
     // The proxy applies a changed `proxy.revoked_relays` on SIGHUP (checked first).
     let reload = if role == "proxy" {
         format!(
@@ -847,8 +961,9 @@ ExecStart={bin} {role} --config /etc/polycorn/{role}.toml
 {reload}Restart=always
 RestartSec=2
 # On SIGTERM the {role} tells the other end it is leaving (within two seconds), closes its
-# connections and removes what it installed (the relay: its nftables table and policy routes);
-# after a harder kill the next start removes leftovers.
+# connections and removes what it installed (the relay: its nftables table and policy routes,
+# unless polycorn-relay.socket holds its listeners); after a harder kill the next start
+# removes leftovers.
 KillSignal=SIGTERM
 TimeoutStopSec=10
 # One socket per passenger connection (and, on the proxy, per server connection).

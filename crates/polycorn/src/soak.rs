@@ -117,6 +117,12 @@ pub struct SoakArgs {
     /// promptly and cleanly; every later one must complete.
     #[arg(long, default_value_t = 0.0)]
     pub restart_every: f64,
+    /// Hold the relay's passenger listener in this process and pass it to every relay started,
+    /// as systemd does with `config example relay.socket` (socket activation): connections
+    /// made while the relay restarts wait in its backlog. With --restart-every, a connection
+    /// opened after a relay was signalled must then complete.
+    #[arg(long)]
+    pub hold_listeners: bool,
     /// Namespace prefix (created and removed).
     #[arg(long, default_value = "pcsk")]
     pub name: String,
@@ -392,14 +398,27 @@ struct Restart {
     back: Option<f64>,
     /// The first connection opened after the signal that completed.
     first_ok: Option<f64>,
+    /// The relay's listener was held across the restart (`--hold-listeners`).
+    held: bool,
 }
+
+/// With the relay's listener held, how long after the signal a connection may still have been
+/// accepted by the relay that was stopping, seconds (its listener closes when the signal is
+/// handled).
+const HELD_SLACK: f64 = 0.1;
 
 impl Restart {
     /// Whether `f` is what this restart may do to a connection: one open during the restart
     /// (or opened up to [`RESTART_GRACE`] after it was over) that failed as a cut connection
     /// should.
+    /// With the relay's listener held, only connections open at the signal may be cut: later
+    /// ones wait in the backlog for the next relay.
     fn excuses(&self, f: &Failure) -> bool {
-        let until = self.back.unwrap_or(f64::INFINITY) + RESTART_GRACE;
+        let until = if self.held {
+            self.at + HELD_SLACK
+        } else {
+            self.back.unwrap_or(f64::INFINITY) + RESTART_GRACE
+        };
         !NEVER_EXCUSED.contains(&f.kind) && f.start <= until && f.end >= self.at
     }
 }
@@ -918,6 +937,8 @@ struct Pair {
     /// runs before the current one counted (up to their last reading).
     runs: [u32; 2],
     counted: [(f64, f64); 2],
+    /// The relay's listener, held across its restarts (`--hold-listeners`).
+    held: Option<std::os::fd::OwnedFd>,
 }
 
 /// The log of `who`'s `run`-th run in `dir`: `relay.log`, then `relay.2.log`, …
@@ -943,8 +964,19 @@ impl Pair {
                 self.proxy.wait_for("subflow up", self.paths, until)?;
             }
         } else {
-            self.relay = Daemon::start(&self.relay_ns, "relay", &self.relay_cfg, log)?;
+            self.relay = Daemon::start_passing(
+                &self.relay_ns,
+                "relay",
+                &self.relay_cfg,
+                log,
+                self.held.as_ref(),
+            )?;
             self.relay.wait_for("relay running", 1, until)?;
+            if self.held.is_some() {
+                self.relay
+                    .wait_for("listener, passed by systemd", 1, until)
+                    .context("the relay did not take the listener it was passed")?;
+            }
             self.relay.wait_for("subflow up", self.paths, until)?;
         }
         Ok(())
@@ -986,6 +1018,7 @@ impl Pair {
             at: counts.secs(t),
             back: None,
             first_ok: None,
+            held: who == "relay" && self.held.is_some(),
         });
         let d = if who == "proxy" {
             &mut self.proxy
@@ -1041,6 +1074,24 @@ impl Pair {
     }
 }
 
+/// The transparent listener of the relays the soak starts (`bench::write_configs`).
+const RELAY_TPROXY: &str = "0.0.0.0:7070";
+
+/// A transparent listener on `addr` in namespace `ns`, as systemd's socket unit makes it
+/// (`Transparent=yes`, `Backlog=1024`), for relays to be handed.
+fn hold_listener(ns: &str, addr: &str) -> Result<std::os::fd::OwnedFd> {
+    use socket2::{Domain, Socket, Type};
+    let addr: std::net::SocketAddr = addr.parse()?;
+    let _in = polycorn_emu::netns::InNamespace::enter(ns)?;
+    let s = Socket::new(Domain::for_address(addr), Type::STREAM, None)?;
+    s.set_reuse_address(true)?;
+    s.set_ip_transparent(true)?;
+    s.bind(&addr.into())
+        .with_context(|| format!("bind {addr} in {ns}"))?;
+    s.listen(1024)?;
+    Ok(s.into())
+}
+
 fn soak(args: &SoakArgs, dir: &std::path::Path, stop: Arc<AtomicBool>) -> Result<()> {
     let blackout = args.blackout_every != 0.0;
     let restarting = args.restart_every != 0.0;
@@ -1075,9 +1126,25 @@ fn soak(args: &SoakArgs, dir: &std::path::Path, stop: Arc<AtomicBool>) -> Result
     let until = Instant::now() + Duration::from_secs(ready_s);
     let mut proxy = Daemon::start(&p, "proxy", &proxy_cfg, run_log(dir, "proxy", 1))?;
     proxy.wait_for("proxy running", 1, until)?;
+    let held = if args.hold_listeners {
+        Some(hold_listener(&r, RELAY_TPROXY)?)
+    } else {
+        None
+    };
     let until = Instant::now() + Duration::from_secs(ready_s);
-    let mut relay = Daemon::start(&r, "relay", &relay_cfg, run_log(dir, "relay", 1))?;
+    let mut relay = Daemon::start_passing(
+        &r,
+        "relay",
+        &relay_cfg,
+        run_log(dir, "relay", 1),
+        held.as_ref(),
+    )?;
     relay.wait_for("relay running", 1, until)?;
+    if held.is_some() {
+        relay
+            .wait_for("listener, passed by systemd", 1, until)
+            .context("the relay did not take the listener it was passed")?;
+    }
     relay.wait_for("subflow up", topo.paths(), until)?;
     let mut pair = Pair {
         relay,
@@ -1091,6 +1158,7 @@ fn soak(args: &SoakArgs, dir: &std::path::Path, stop: Arc<AtomicBool>) -> Result
         ready_s,
         runs: [1, 1],
         counted: [(0.0, 0.0); 2],
+        held,
     };
     std::thread::sleep(Duration::from_secs(1));
     let (relay0, proxy0) = (pair.read("relay")?, pair.read("proxy")?);
@@ -1116,6 +1184,12 @@ fn soak(args: &SoakArgs, dir: &std::path::Path, stop: Arc<AtomicBool>) -> Result
         println!(
             "restarts: every {} s, in turn: proxy stopped (SIGTERM), relay stopped, proxy killed (SIGKILL), relay killed",
             args.restart_every
+        );
+    }
+    if args.hold_listeners {
+        println!(
+            "the relay's listener ({RELAY_TPROXY}) is held by the soak and passed to every relay \
+             (socket activation): connections opened after a relay's signal must complete"
         );
     }
     println!(
@@ -1549,6 +1623,7 @@ mod tests {
             at: 10.0,
             back: Some(11.0),
             first_ok: None,
+            held: false,
         };
         // Open across the restart, or opened up to RESTART_GRACE after it: cut, excused.
         assert!(stop.excuses(&failure(9.0, 10.2, "download")));
@@ -1578,6 +1653,17 @@ mod tests {
             ..stop.clone()
         };
         assert!(lost.excuses(&failure(500.0, 501.0, "connect")));
+        // With the relay's listener held, a connection opened after the signal waits for the
+        // next relay: it may not fail at all.
+        let held = Restart {
+            who: "relay",
+            held: true,
+            ..stop.clone()
+        };
+        assert!(held.excuses(&failure(9.0, 10.2, "download")));
+        assert!(held.excuses(&failure(10.0 + HELD_SLACK, 10.5, "no answer")));
+        assert!(!held.excuses(&failure(10.5, 12.0, "connect")));
+        assert!(!held.excuses(&failure(10.2, 12.0, "download")));
     }
 
     #[test]
@@ -1588,6 +1674,7 @@ mod tests {
             at,
             back: Some(at + 1.0),
             first_ok: None,
+            held: false,
         };
         let restarts = [r(10.0), r(30.0)];
         let failures = [

@@ -162,6 +162,39 @@ fn config_example_prints_systemd_units_that_systemd_accepts() {
             .collect();
         assert!(v.status.success() && ours.is_empty(), "{role}: {said}");
     }
+    // The socket unit beside the relay's service: the example's listener, transparent, and
+    // the interception removed when it stops.
+    let out = polycorn(&["config", "example", "relay.socket"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let unit = String::from_utf8(out.stdout).unwrap();
+    for line in [
+        "ListenStream=0.0.0.0:7070".to_string(),
+        "Transparent=yes".to_string(),
+        "Service=polycorn-relay.service".to_string(),
+        format!("ExecStopPost={bin} relay --config /etc/polycorn/relay.toml --remove-interception"),
+    ] {
+        assert!(unit.lines().any(|l| l == line), "{line} in\n{unit}");
+    }
+    let file = dir.path().join("polycorn-relay.socket");
+    std::fs::write(&file, &unit).unwrap();
+    let v = Command::new("systemd-analyze")
+        .arg("verify")
+        .arg(&file)
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&v.stderr);
+    let ours: Vec<&str> = said
+        .lines()
+        .filter(|l| l.contains("polycorn-relay.socket"))
+        .collect();
+    assert!(
+        v.status.success() && ours.is_empty(),
+        "relay.socket: {said}"
+    );
     let out = polycorn(&["config", "example", "relay.timer"]);
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
@@ -1454,6 +1487,58 @@ fn net_soak_restarts_relay_and_proxy_under_load() {
     );
 }
 
+/// With the relay's listener held across its restarts (what `config example relay.socket`
+/// has systemd do), a connection opened after the relay was stopped or killed waits in the
+/// backlog for the next relay: the soak then fails any such connection that does not complete,
+/// and checks that every relay run took the listener it was passed.
+#[test]
+fn net_soak_relay_restarts_lose_no_new_connection_with_its_listener_held() {
+    if !is_root() {
+        eprintln!("skipping: needs root");
+        return;
+    }
+    let _quiet = machine_to_myself();
+    let name = "pcsk-held";
+    let out = polycorn(&[
+        "net",
+        "soak",
+        "--secs",
+        "20",
+        "--restart-every",
+        "4",
+        "--hold-listeners",
+        "--workers",
+        "6",
+        "--idle",
+        "6",
+        "--users",
+        "2",
+        "--sample-secs",
+        "2",
+        "--name",
+        name,
+    ]);
+    let (stdout, completed) = soak_passed(&out);
+    assert!(completed >= 100, "{stdout}");
+    assert!(
+        stdout.contains("is held by the soak and passed to every relay"),
+        "{stdout}"
+    );
+    for kind in ["(relay stopped)", "(relay killed)"] {
+        let line = stdout
+            .lines()
+            .find(|l| l.starts_with("restart at ") && l.contains(kind))
+            .unwrap_or_else(|| panic!("no {kind} restart: {stdout}"));
+        assert!(
+            line.contains("first connection opened after the signal completed ")
+                && !line.ends_with("completed none"),
+            "{line}"
+        );
+    }
+    let ns = namespaces();
+    assert!(!ns.contains(name), "namespaces left: {ns}");
+}
+
 /// `net soak --trip`: the same churn and checks over the emulated HSR trip — both carriers'
 /// capacity, delay and handovers, the relay fed the trip's context, both ends predicting from
 /// LinkDB — and the testbed removed afterwards.
@@ -1517,4 +1602,163 @@ fn net_soak_over_the_emulated_trip_checks_every_byte() {
         "{e}"
     );
     assert!(!namespaces().contains(name));
+}
+
+/// Run `polycorn relay --config FILE` handed `listener` the way systemd hands a socket unit's
+/// listeners (fd 3, `LISTEN_FDS=1`, `LISTEN_PID` its own); it is killed after `secs` unless it
+/// exits first. Returns its exit status and stderr.
+#[allow(unsafe_code)]
+fn relay_with_passed_listener(
+    config: &Path,
+    listener: &std::net::TcpListener,
+    secs: u64,
+) -> (Option<std::process::ExitStatus>, String) {
+    use std::os::fd::AsRawFd;
+    use std::os::unix::process::CommandExt;
+    let fd = listener.as_raw_fd();
+    let dir = tempfile::tempdir().unwrap();
+    let err = dir.path().join("stderr");
+    let mut cmd = Command::new("sh");
+    cmd.args(["-c", "export LISTEN_PID=$$ LISTEN_FDS=1; exec \"$@\"", "sh"])
+        .arg(env!("CARGO_BIN_EXE_polycorn"))
+        .args(["relay", "--config"])
+        .arg(config)
+        .env("RUST_LOG", "info")
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::fs::File::create(&err).unwrap());
+    // SAFETY: only dup2/fcntl between fork and exec (async-signal-safe, no allocation).
+    unsafe {
+        cmd.pre_exec(move || {
+            if fd == 3 {
+                nix::fcntl::fcntl(
+                    3,
+                    nix::fcntl::FcntlArg::F_SETFD(nix::fcntl::FdFlag::empty()),
+                )?;
+            } else {
+                nix::unistd::dup2(fd, 3)?;
+            }
+            Ok(())
+        });
+    }
+    let mut child = cmd.spawn().unwrap();
+    let t = std::time::Instant::now();
+    let status = loop {
+        if let Some(st) = child.try_wait().unwrap() {
+            break Some(st);
+        }
+        if t.elapsed() >= std::time::Duration::from_secs(secs) {
+            child.kill().unwrap();
+            child.wait().unwrap();
+            break None;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    };
+    (status, std::fs::read_to_string(&err).unwrap())
+}
+
+/// A relay started by systemd's socket unit (`config example relay.socket`) takes the
+/// listener it is handed instead of binding one; a socket the configuration has no listener
+/// for stops the start with an error naming both.
+#[test]
+fn a_relay_takes_the_listeners_systemd_passes_and_refuses_ones_it_has_no_use_for() {
+    let _quiet = machine_to_myself();
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let dir = tempfile::tempdir().unwrap();
+    let write = |socks: u16| {
+        let file = dir.path().join(format!("relay-{socks}.toml"));
+        std::fs::write(
+            &file,
+            format!(
+                "[relay]\nmode = \"single\"\nproxy = \"192.0.2.1:7700\"\n\n\
+                 [[path]]\nname = \"a\"\ndevice = \"lo\"\nsource = \"127.0.0.1\"\n\n\
+                 [intercept]\nsocks5 = \"127.0.0.1:{socks}\"\n"
+            ),
+        )
+        .unwrap();
+        file
+    };
+    // The configured SOCKS5 address is the passed socket's: taken, not bound again (binding
+    // it again would fail: the port is in use).
+    let (status, err) = relay_with_passed_listener(&write(port), &listener, 3);
+    assert!(status.is_none(), "exited {status:?}: {err}");
+    assert!(
+        err.contains("listeners passed by systemd (socket activation)")
+            && err.contains("SOCKS5 listener, passed by systemd")
+            && err.contains("relay running"),
+        "{err}"
+    );
+    // A passed socket no listener of the configuration uses.
+    let other = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let other_port = other.local_addr().unwrap().port();
+    let (status, err) = relay_with_passed_listener(&write(other_port), &listener, 10);
+    assert!(status.is_some_and(|s| !s.success()), "{status:?}: {err}");
+    assert!(
+        err.contains(&format!(
+            "systemd passed a socket that the configuration does not listen on: TCP \
+             127.0.0.1:{port} (fd 3)"
+        )) && err.contains(&format!("TCP 127.0.0.1:{other_port} (SOCKS5)")),
+        "{err}"
+    );
+}
+
+/// `relay --remove-interception` (the socket unit's ExecStopPost: a socket-activated relay
+/// leaves its rules for the next start) removes the relay's nftables table, fwmark rule and
+/// local route, and is idempotent.
+#[test]
+fn relay_remove_interception_removes_what_a_relay_left_installed() {
+    if !is_root() {
+        eprintln!("skipping: needs root");
+        return;
+    }
+    let ns = "pcri-test";
+    let ip = |args: &[&str]| {
+        let out = Command::new("ip").args(args).output().unwrap();
+        assert!(out.status.success(), "ip {args:?}: {out:?}");
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let in_ns = |cmd: &[&str]| {
+        let mut a = vec!["netns", "exec", ns];
+        a.extend_from_slice(cmd);
+        ip(&a)
+    };
+    let _ = Command::new("ip").args(["netns", "del", ns]).output();
+    ip(&["netns", "add", ns]);
+    in_ns(&["nft", "add", "table", "inet", "polycorn_relay"]);
+    in_ns(&["ip", "rule", "add", "fwmark", "0x70c", "lookup", "7070"]);
+    in_ns(&["ip", "link", "set", "lo", "up"]);
+    in_ns(&[
+        "ip",
+        "route",
+        "add",
+        "local",
+        "0.0.0.0/0",
+        "dev",
+        "lo",
+        "table",
+        "7070",
+    ]);
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("relay.toml");
+    std::fs::write(
+        &file,
+        "[relay]\nmode = \"single\"\nproxy = \"192.0.2.1:7700\"\n\n\
+         [[path]]\nname = \"a\"\ndevice = \"lo\"\nsource = \"127.0.0.1\"\n\n\
+         [intercept]\ntransparent = \"0.0.0.0:7070\"\ninstall_nft = true\nlan_device = \"lan0\"\n",
+    )
+    .unwrap();
+    let bin = env!("CARGO_BIN_EXE_polycorn");
+    let cfg = file.to_str().unwrap();
+    for _ in 0..2 {
+        let out = in_ns(&[bin, "relay", "--config", cfg, "--remove-interception"]);
+        assert!(out.contains("removed the relay's interception"), "{out}");
+    }
+    let tables = in_ns(&["nft", "list", "tables"]);
+    let rules = in_ns(&["ip", "rule"]);
+    let routes = in_ns(&["ip", "route", "show", "table", "all"]);
+    ip(&["netns", "del", ns]);
+    assert!(!tables.contains("polycorn_relay"), "{tables}");
+    assert!(!rules.contains("0x70c"), "{rules}");
+    assert!(!routes.contains("table 7070"), "{routes}");
 }

@@ -764,10 +764,35 @@ pub(crate) struct Daemon {
 
 impl Daemon {
     pub(crate) fn start(ns: &str, role: &str, config: &Path, log: PathBuf) -> Result<Daemon> {
+        Daemon::start_passing(ns, role, config, log, None)
+    }
+
+    /// [`Daemon::start`], handing the daemon `listener` as systemd's socket activation does:
+    /// file descriptor 3, `LISTEN_FDS=1`, `LISTEN_PID` the daemon's own (a shell sets it to
+    /// its PID and execs `ip netns exec`, which execs the daemon, so the PID stays).
+    pub(crate) fn start_passing(
+        ns: &str,
+        role: &str,
+        config: &Path,
+        log: PathBuf,
+        listener: Option<&std::os::fd::OwnedFd>,
+    ) -> Result<Daemon> {
         let f = std::fs::File::create(&log)?;
         let exe = std::env::current_exe()?;
-        let child = Command::new("ip")
-            .args(["netns", "exec", ns])
+        let mut cmd = match listener {
+            None => Command::new("ip"),
+            Some(_) => {
+                let mut c = Command::new("sh");
+                c.args([
+                    "-c",
+                    "export LISTEN_PID=$$ LISTEN_FDS=1; exec \"$@\"",
+                    "sh",
+                    "ip",
+                ]);
+                c
+            }
+        };
+        cmd.args(["netns", "exec", ns])
             .arg(exe)
             .args([role, "--config"])
             .arg(config)
@@ -777,7 +802,11 @@ impl Daemon {
             )
             .stdin(Stdio::null())
             .stdout(Stdio::null())
-            .stderr(f)
+            .stderr(f);
+        if let Some(l) = listener {
+            pass_as_fd3(&mut cmd, std::os::fd::AsRawFd::as_raw_fd(l));
+        }
+        let child = cmd
             .spawn()
             .with_context(|| format!("start {role} in {ns}"))?;
         Ok(Daemon { child, log })
@@ -829,6 +858,28 @@ impl Daemon {
             }
             std::thread::sleep(Duration::from_millis(50));
         }
+    }
+}
+
+/// Make `fd` the child's file descriptor 3, open across its exec.
+#[allow(unsafe_code)]
+fn pass_as_fd3(cmd: &mut Command, fd: std::os::fd::RawFd) {
+    use std::os::unix::process::CommandExt;
+    // SAFETY: between fork and exec the closure calls only dup2 and fcntl, which are
+    // async-signal-safe, and allocates nothing.
+    unsafe {
+        cmd.pre_exec(move || {
+            if fd == 3 {
+                // dup2 onto itself would keep close-on-exec: clear it instead.
+                nix::fcntl::fcntl(
+                    3,
+                    nix::fcntl::FcntlArg::F_SETFD(nix::fcntl::FdFlag::empty()),
+                )?;
+            } else {
+                nix::unistd::dup2(fd, 3)?;
+            }
+            Ok(())
+        });
     }
 }
 
