@@ -1604,39 +1604,50 @@ fn net_soak_over_the_emulated_trip_checks_every_byte() {
     assert!(!namespaces().contains(name));
 }
 
-/// Run `polycorn relay --config FILE` handed `listener` the way systemd hands a socket unit's
-/// listeners (fd 3, `LISTEN_FDS=1`, `LISTEN_PID` its own); it is killed after `secs` unless it
-/// exits first. Returns its exit status and stderr.
+/// Run `polycorn relay --config FILE` handed `sockets` the way systemd hands a socket unit's
+/// (file descriptors 3, 4, …, `LISTEN_FDS`, `LISTEN_FDNAMES`, `LISTEN_PID` its own); it is
+/// killed after `secs` unless it exits first. Returns its exit status and stderr.
 #[allow(unsafe_code)]
-fn relay_with_passed_listener(
+fn relay_with_passed_sockets(
     config: &Path,
-    listener: &std::net::TcpListener,
+    sockets: &[(&dyn std::os::fd::AsRawFd, &str)],
     secs: u64,
 ) -> (Option<std::process::ExitStatus>, String) {
-    use std::os::fd::AsRawFd;
     use std::os::unix::process::CommandExt;
-    let fd = listener.as_raw_fd();
+    let fds: Vec<i32> = sockets.iter().map(|(s, _)| s.as_raw_fd()).collect();
+    let names: Vec<&str> = sockets.iter().map(|(_, n)| *n).collect();
     let dir = tempfile::tempdir().unwrap();
     let err = dir.path().join("stderr");
     let mut cmd = Command::new("sh");
-    cmd.args(["-c", "export LISTEN_PID=$$ LISTEN_FDS=1; exec \"$@\"", "sh"])
-        .arg(env!("CARGO_BIN_EXE_polycorn"))
-        .args(["relay", "--config"])
-        .arg(config)
-        .env("RUST_LOG", "info")
-        .stdin(std::process::Stdio::null())
-        .stdout(std::process::Stdio::null())
-        .stderr(std::fs::File::create(&err).unwrap());
-    // SAFETY: only dup2/fcntl between fork and exec (async-signal-safe, no allocation).
+    cmd.args([
+        "-c",
+        &format!(
+            "export LISTEN_PID=$$ LISTEN_FDS={} LISTEN_FDNAMES={}; exec \"$@\"",
+            fds.len(),
+            names.join(":")
+        ),
+        "sh",
+    ])
+    .arg(env!("CARGO_BIN_EXE_polycorn"))
+    .args(["relay", "--config"])
+    .arg(config)
+    .env("RUST_LOG", "info")
+    .stdin(std::process::Stdio::null())
+    .stdout(std::process::Stdio::null())
+    .stderr(std::fs::File::create(&err).unwrap());
+    // SAFETY: only fcntl and dup2 between fork and exec (async-signal-safe); the Vec was
+    // allocated before the fork and is only read.
     unsafe {
         cmd.pre_exec(move || {
-            if fd == 3 {
-                nix::fcntl::fcntl(
-                    3,
-                    nix::fcntl::FcntlArg::F_SETFD(nix::fcntl::FdFlag::empty()),
-                )?;
-            } else {
-                nix::unistd::dup2(fd, 3)?;
+            use nix::fcntl::{fcntl, FcntlArg};
+            // Out of the way first (a descriptor may already sit at 3, 4, …), then into place;
+            // dup2 leaves the copy open across exec.
+            let mut high = [0i32; 8];
+            for (h, fd) in high.iter_mut().zip(&fds) {
+                *h = fcntl(*fd, FcntlArg::F_DUPFD_CLOEXEC(100))?;
+            }
+            for (i, h) in high.iter().take(fds.len()).enumerate() {
+                nix::unistd::dup2(*h, 3 + i as i32)?;
             }
             Ok(())
         });
@@ -1658,13 +1669,15 @@ fn relay_with_passed_listener(
 }
 
 /// A relay started by systemd's socket unit (`config example relay.socket`) takes the
-/// listener it is handed instead of binding one; a socket the configuration has no listener
-/// for stops the start with an error naming both.
+/// listeners it is handed (TCP and UDP) instead of binding them; a socket the configuration has
+/// no listener for stops the start with an error naming both.
 #[test]
 fn a_relay_takes_the_listeners_systemd_passes_and_refuses_ones_it_has_no_use_for() {
     let _quiet = machine_to_myself();
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let port = listener.local_addr().unwrap().port();
+    let socks = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = socks.local_addr().unwrap().port();
+    let dns = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    let dns_port = dns.local_addr().unwrap().port();
     let dir = tempfile::tempdir().unwrap();
     let write = |socks: u16| {
         let file = dir.path().join(format!("relay-{socks}.toml"));
@@ -1673,32 +1686,43 @@ fn a_relay_takes_the_listeners_systemd_passes_and_refuses_ones_it_has_no_use_for
             format!(
                 "[relay]\nmode = \"single\"\nproxy = \"192.0.2.1:7700\"\n\n\
                  [[path]]\nname = \"a\"\ndevice = \"lo\"\nsource = \"127.0.0.1\"\n\n\
-                 [intercept]\nsocks5 = \"127.0.0.1:{socks}\"\n"
+                 [intercept]\nsocks5 = \"127.0.0.1:{socks}\"\n\n\
+                 [dns]\nlisten = \"127.0.0.1:{dns_port}\"\nupstream = \"192.0.2.53:53\"\n"
             ),
         )
         .unwrap();
         file
     };
-    // The configured SOCKS5 address is the passed socket's: taken, not bound again (binding
-    // it again would fail: the port is in use).
-    let (status, err) = relay_with_passed_listener(&write(port), &listener, 3);
+    // The configured addresses are the passed sockets': taken, not bound again (binding them
+    // again would fail: the ports are in use).
+    let (status, err) =
+        relay_with_passed_sockets(&write(port), &[(&socks, "socks"), (&dns, "dns")], 3);
     assert!(status.is_none(), "exited {status:?}: {err}");
     assert!(
-        err.contains("listeners passed by systemd (socket activation)")
+        err.contains("listeners passed by systemd (socket activation) sockets=2")
             && err.contains("SOCKS5 listener, passed by systemd")
+            && err.contains("DNS relay, socket passed by systemd")
             && err.contains("relay running"),
         "{err}"
     );
-    // A passed socket no listener of the configuration uses.
+    // A passed socket no listener of the configuration uses, named by its LISTEN_FDNAMES name.
     let other = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let other_port = other.local_addr().unwrap().port();
-    let (status, err) = relay_with_passed_listener(&write(other_port), &listener, 10);
+    let (status, err) =
+        relay_with_passed_sockets(&write(other_port), &[(&socks, "socks"), (&dns, "dns")], 10);
     assert!(status.is_some_and(|s| !s.success()), "{status:?}: {err}");
     assert!(
         err.contains(&format!(
             "systemd passed a socket that the configuration does not listen on: TCP \
-             127.0.0.1:{port} (fd 3)"
+             127.0.0.1:{port} (fd 3, socks)"
         )) && err.contains(&format!("TCP 127.0.0.1:{other_port} (SOCKS5)")),
+        "{err}"
+    );
+    // A corrupt environment is refused, naming the variable.
+    let (status, err) = relay_with_passed_sockets(&write(port), &[(&socks, "a:b")], 10);
+    assert!(status.is_some_and(|s| !s.success()), "{status:?}: {err}");
+    assert!(
+        err.contains("LISTEN_FDNAMES=\"a:b\": 2 names for 1 sockets"),
         "{err}"
     );
 }
