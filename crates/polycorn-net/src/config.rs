@@ -48,6 +48,9 @@ use crate::proxy_addr::ProxyAddr;
 
 /// Most paths a relay may have (the scheduler's path-set width).
 pub const MAX_PATHS: usize = polycorn_sched::MAX_PATHS;
+/// Longest allowed `drain_s` (the systemd units give a stop 40 s: the drain, then up to 2 s
+/// to tell the other end).
+pub const MAX_DRAIN_S: u64 = 30;
 /// Longest allowed `hold_time_s`.
 pub const MAX_HOLD_TIME_S: u64 = 3600;
 /// Longest allowed `connect_timeout_s`.
@@ -247,6 +250,11 @@ pub struct RelaySection {
     /// (`TCP_RTO_MAX_MS`, 1000..=120000; Linux 6.15 or later). None: the kernel's (120 s).
     #[serde(default)]
     pub rto_max_ms: Option<u32>,
+    /// `drain_s`: on an orderly stop, how long the relay lets the passenger connections open at
+    /// that moment finish before it closes the session and resets those left (default 0, at
+    /// most [`MAX_DRAIN_S`]). It accepts no new connection meanwhile.
+    #[serde(default)]
+    pub drain_s: u64,
 }
 
 /// Which idle subflows the relay replaces with a fresh connection (make before break), at most
@@ -271,6 +279,11 @@ impl RelaySection {
     /// `hold_time_s` as a duration.
     pub fn hold_time(&self) -> Duration {
         Duration::from_secs(self.hold_time_s)
+    }
+
+    /// `drain_s` as a duration.
+    pub fn drain(&self) -> Duration {
+        Duration::from_secs(self.drain_s)
     }
 }
 
@@ -561,6 +574,7 @@ impl RelayConfig {
             return Err(v.invalid("relay.tunnel_port", "must not be 0"));
         }
         v.hold_time("relay.hold_time_s", self.relay.hold_time_s)?;
+        v.drain("relay.drain_s", self.relay.drain_s)?;
         v.congestion("relay.congestion", self.relay.congestion.as_deref())?;
         v.rto_max("relay.rto_max_ms", self.relay.rto_max_ms)?;
 
@@ -772,6 +786,10 @@ pub struct ProxySection {
     /// [`crate::tls::issue_relay`]) whose subflows are refused in the TLS handshake (alert
     /// `certificate_revoked`).
     pub revoked_relays: Vec<String>,
+    /// `drain_s`: on an orderly stop, how long the proxy lets the flows open at that moment
+    /// finish before it closes every session and resets those left (default 0, at most
+    /// [`MAX_DRAIN_S`]). Flows relays open meanwhile are carried too.
+    pub drain_s: u64,
 }
 
 impl Default for ProxySection {
@@ -787,6 +805,7 @@ impl Default for ProxySection {
             slow_start_after_idle: None,
             rto_max_ms: None,
             revoked_relays: Vec::new(),
+            drain_s: 0,
         }
     }
 }
@@ -795,6 +814,11 @@ impl ProxySection {
     /// `hold_time_s` as a duration.
     pub fn hold_time(&self) -> Duration {
         Duration::from_secs(self.hold_time_s)
+    }
+
+    /// `drain_s` as a duration.
+    pub fn drain(&self) -> Duration {
+        Duration::from_secs(self.drain_s)
     }
 
     /// `connect_timeout_s` as a duration.
@@ -924,6 +948,7 @@ impl ProxyConfig {
         v.distinct_listeners(&named)?;
         v.scheduler("proxy.scheduler", &p.scheduler)?;
         v.hold_time("proxy.hold_time_s", p.hold_time_s)?;
+        v.drain("proxy.drain_s", p.drain_s)?;
         v.congestion("proxy.congestion", p.congestion.as_deref())?;
         v.rto_max("proxy.rto_max_ms", p.rto_max_ms)?;
         if p.tunnel_listen.is_some() && p.tunnel_peers.is_empty() {
@@ -1256,6 +1281,13 @@ impl Validator<'_> {
         Ok(())
     }
 
+    fn drain(&self, key: &str, seconds: u64) -> Result<(), ConfigError> {
+        if seconds > MAX_DRAIN_S {
+            return Err(self.invalid(key, format!("{seconds} is out of range 0..={MAX_DRAIN_S}")));
+        }
+        Ok(())
+    }
+
     fn congestion(&self, key: &str, name: Option<&str>) -> Result<(), ConfigError> {
         let Some(name) = name else { return Ok(()) };
         let ok = !name.is_empty()
@@ -1480,6 +1512,10 @@ proxy = "10.0.2.1:7700"
 tunnel_port = 7701
 # Passenger connections survive an outage of all paths this long (0..=3600 s).
 hold_time_s = 30
+# On an orderly stop (systemctl stop/restart), let the passenger connections open at that
+# moment finish for up to this long before closing (0..=30 s); no new connection is accepted
+# meanwhile (with polycorn-relay.socket they wait for the next relay). 0: close at once.
+# drain_s = 0
 # TCP congestion control of the subflows and tunnels (default: the system's, often cubic).
 # "bbr" is what we recommend over cellular paths (README, "congestion control").
 # congestion = "bbr"
@@ -1582,6 +1618,9 @@ listen = "0.0.0.0:7700"
 scheduler = "polycorn"
 # A relay's flows survive this long while it has no subflow (0..=3600 s).
 hold_time_s = 30
+# On an orderly stop, let the flows open at that moment finish for up to this long before
+# closing every session (0..=30 s); flows relays open meanwhile are carried too. 0: at once.
+# drain_s = 0
 # Limit on connecting to a server (1..=300 s).
 connect_timeout_s = 10
 # TCP congestion control of accepted subflows and tunnels, so of the downlink (default: the

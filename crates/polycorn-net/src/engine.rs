@@ -139,6 +139,9 @@ struct Core {
     handing_over: [bool; MAX_PATHS],
     /// Per path: the subflow task has taken output and not yet finished writing it.
     writing: [bool; MAX_PATHS],
+    /// Flows whose [`Engine::pump`] still runs (it may still be writing a flow's last bytes
+    /// after the session closed the flow).
+    pumping: std::collections::HashSet<u64>,
 }
 
 impl Core {
@@ -166,6 +169,15 @@ pub struct Engine(Arc<Shared>);
 impl std::fmt::Debug for Engine {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Engine").finish_non_exhaustive()
+    }
+}
+
+/// Takes a flow out of [`Core::pumping`] when its [`Engine::pump`] returns or is dropped.
+struct Pumping<'a>(&'a Engine, u64);
+
+impl Drop for Pumping<'_> {
+    fn drop(&mut self) {
+        self.0.lock().pumping.remove(&self.1);
     }
 }
 
@@ -287,6 +299,7 @@ impl Engine {
                 retrans: vec![0; MAX_PATHS],
                 handing_over: [false; MAX_PATHS],
                 writing: [false; MAX_PATHS],
+                pumping: std::collections::HashSet::new(),
             }),
             timer: Notify::new(),
             epoch: std::time::Instant::now(),
@@ -617,6 +630,31 @@ impl Engine {
         err
     }
 
+    /// Let the flows open now finish, for at most `within`, before [`Engine::shut_down`]: waits
+    /// until each of them has ended (the session closed it and its [`Engine::pump`] returned)
+    /// or `within` has passed. Flows opened meanwhile are carried as usual but not waited for.
+    /// Returns how many of the flows open at the call were still open at its end.
+    pub async fn drain(&self, within: std::time::Duration) -> usize {
+        let deadline = tokio::time::Instant::now() + within;
+        let ids: Vec<u64> = {
+            let c = self.lock();
+            c.flows.keys().chain(c.pumping.iter()).copied().collect()
+        };
+        loop {
+            let left = {
+                let c = self.lock();
+                ids.iter()
+                    .filter(|f| c.flows.contains_key(f) || c.pumping.contains(f))
+                    .collect::<std::collections::HashSet<_>>()
+                    .len()
+            };
+            if left == 0 || tokio::time::Instant::now() >= deadline {
+                return left;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+        }
+    }
+
     /// Close the session because this side shuts down, and end its subflows in order: a Close
     /// frame goes out on every path (the peer resets its side of the passengers' connections at
     /// once instead of holding them for its hold time), then each subflow ends with a TLS
@@ -739,6 +777,8 @@ impl Engine {
             }
         });
         let _ = stream.set_nodelay(true);
+        self.lock().pumping.insert(flow);
+        let _pumping = Pumping(self, flow);
         // Abortive close until the flow has ended in order: if this process dies (a crash, an
         // OOM kill) the kernel then resets the connection instead of closing it with a FIN,
         // which a passenger (or a server) could take for the end of a complete answer.

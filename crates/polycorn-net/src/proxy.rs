@@ -72,17 +72,29 @@ fn live_sessions(sessions: &Sessions) -> Vec<LiveSession> {
 
 /// Closes every live session because the proxy shuts down ([`Engine::shut_down`], all at once,
 /// within `grace`): each relay resets its passengers' connections at once and reconnects to
-/// the next proxy, instead of holding them for a proxy that will not answer. Returns how many
-/// sessions were closed.
-pub async fn shut_down(sessions: &Sessions, grace: Duration) -> usize {
+/// the next proxy, instead of holding them for a proxy that will not answer. First, for at
+/// most `drain`, the flows open at the call may finish ([`Engine::drain`]). Returns how many
+/// sessions were closed and how many of those flows were still open then (and so reset).
+pub async fn shut_down(sessions: &Sessions, grace: Duration, drain: Duration) -> (usize, usize) {
     let live = live_sessions(sessions);
     let mut closing = JoinSet::new();
     for l in &live {
         let e = l.engine.clone();
-        closing.spawn(async move { e.shut_down("the proxy is shutting down", grace).await });
+        closing.spawn(async move {
+            let left = if drain.is_zero() {
+                0
+            } else {
+                e.drain(drain).await
+            };
+            e.shut_down("the proxy is shutting down", grace).await;
+            left
+        });
     }
-    while closing.join_next().await.is_some() {}
-    live.len()
+    let mut cut = 0;
+    while let Some(r) = closing.join_next().await {
+        cut += r.unwrap_or(0);
+    }
+    (live.len(), cut)
 }
 
 /// Replaces the revoked names with `names` and ends the subflows of every live session whose

@@ -510,6 +510,14 @@ fn relay_section_errors() {
     )
     .unwrap();
     relay_err(
+        &edit(RELAY_MIN, "[relay]\n", "[relay]\ndrain_s = 31\n"),
+        d,
+        "relay.drain_s",
+        "out of range 0..=30",
+    );
+    let r = relay(&edit(RELAY_MIN, "[relay]\n", "[relay]\ndrain_s = 30\n"), d).unwrap();
+    assert_eq!(r.relay.drain(), std::time::Duration::from_secs(30));
+    relay_err(
         &edit(RELAY_MIN, "[relay]\n", "[relay]\ncongestion = \"BBR v2\"\n"),
         d,
         "relay.congestion",
@@ -864,6 +872,12 @@ fn proxy_errors() {
         d,
         "proxy.hold_time_s",
         "out of range",
+    );
+    proxy_err(
+        &format!("[proxy]\ndrain_s = 60\n{PROXY_MIN}"),
+        d,
+        "proxy.drain_s",
+        "60 is out of range 0..=30",
     );
     proxy_err(
         &format!("{PROXY_MIN}\n[policy]\ndeny = [\"10.0.0.1/8\"]\n"),

@@ -531,6 +531,13 @@ pub fn relay(path: &Path) -> Result<()> {
                 // SYNs go unanswered instead, and a relay started again in time takes their retry.
                 listeners.abort_all();
                 while listeners.join_next().await.is_some() {}
+                // The connections open now may finish, for at most relay.drain_s.
+                let drain = cfg.relay.drain();
+                if let (false, Carrier::Session(engine)) = (drain.is_zero(), &carrier) {
+                    info!(drain_s = drain.as_secs(), "draining: the passengers' connections open now may finish");
+                    let left = engine.drain(drain).await;
+                    info!(flows_reset = left, "drained");
+                }
                 // Then tell the proxy: it resets its side of the passengers' connections now
                 // instead of holding them for its hold time.
                 if let Carrier::Session(engine) = &carrier {
@@ -645,8 +652,19 @@ pub fn proxy(path: &Path) -> Result<()> {
         if stop {
             // Then tell every relay: each resets its passengers' connections at once and
             // reconnects to the next proxy instead of waiting for this one.
-            let closed = proxy::shut_down(&sessions, proxy::SHUTDOWN_GRACE).await;
-            info!(sessions = closed, "shutting down");
+            let drain = cfg.proxy.drain();
+            if !drain.is_zero() {
+                info!(
+                    drain_s = drain.as_secs(),
+                    "draining: the flows open now may finish"
+                );
+            }
+            let (closed, cut) = proxy::shut_down(&sessions, proxy::SHUTDOWN_GRACE, drain).await;
+            info!(
+                sessions = closed,
+                flows_reset = cut,
+                "shutting down"
+            );
         }
         Ok(())
     })
@@ -960,12 +978,13 @@ ExecStartPre={bin} config check {role} /etc/polycorn/{role}.toml
 ExecStart={bin} {role} --config /etc/polycorn/{role}.toml
 {reload}Restart=always
 RestartSec=2
-# On SIGTERM the {role} tells the other end it is leaving (within two seconds), closes its
-# connections and removes what it installed (the relay: its nftables table and policy routes,
-# unless polycorn-relay.socket holds its listeners); after a harder kill the next start
-# removes leftovers.
+# On SIGTERM the {role} lets open connections finish for {role}.drain_s (default 0, at most
+# 30 s), tells the other end it is leaving (within two seconds), closes its connections and
+# removes what it installed (the relay: its nftables table and policy routes, unless
+# polycorn-relay.socket holds its listeners); after a harder kill the next start removes
+# leftovers.
 KillSignal=SIGTERM
-TimeoutStopSec=10
+TimeoutStopSec=40
 # One socket per passenger connection (and, on the proxy, per server connection).
 LimitNOFILE=1048576
 # Root's network powers and nothing else.

@@ -76,8 +76,8 @@ const RESTARTS: [(&str, bool); 4] = [
 ];
 /// No restart begins this close to the end of the load.
 const RESTART_TAIL: Duration = Duration::from_secs(3);
-/// How long a daemon gets to exit after SIGTERM before it counts as hanging (its stop grace
-/// is 2 s).
+/// How long a daemon gets to exit after SIGTERM, beyond its drain, before it counts as
+/// hanging (its stop grace is 2 s).
 const STOP_WITHIN: Duration = Duration::from_secs(10);
 /// The proxy's `hold_time_s` in the soak's configurations (the default): how long it keeps a
 /// killed relay's flows, which the settling after the load must cover.
@@ -123,6 +123,10 @@ pub struct SoakArgs {
     /// opened after a relay was signalled must then complete.
     #[arg(long)]
     pub hold_listeners: bool,
+    /// `drain_s` of relay and proxy: on an orderly stop each lets the connections open at that
+    /// moment finish for up to this many seconds before closing (0..=30).
+    #[arg(long, default_value_t = 0)]
+    pub drain_secs: u64,
     /// Namespace prefix (created and removed).
     #[arg(long, default_value = "pcsk")]
     pub name: String,
@@ -890,6 +894,13 @@ pub fn run(args: &SoakArgs) -> Result<()> {
             args.restart_every
         );
     }
+    if args.drain_secs > polycorn_net::config::MAX_DRAIN_S {
+        bail!(
+            "--drain-secs must be 0 to {}, got {}",
+            polycorn_net::config::MAX_DRAIN_S,
+            args.drain_secs
+        );
+    }
     if !(1..=200).contains(&args.users) {
         bail!("--users must be 1 to 200, got {}", args.users);
     }
@@ -939,6 +950,8 @@ struct Pair {
     counted: [(f64, f64); 2],
     /// The relay's listener, held across its restarts (`--hold-listeners`).
     held: Option<std::os::fd::OwnedFd>,
+    /// Both daemons' `drain_s`.
+    drain_s: u64,
 }
 
 /// The log of `who`'s `run`-th run in `dir`: `relay.log`, then `relay.2.log`, …
@@ -1031,7 +1044,8 @@ impl Pair {
                 .context("no exit within 5 s of SIGKILL")?;
             "killed (SIGKILL)".to_string()
         } else {
-            match d.signal_and_wait(Signal::SIGTERM, STOP_WITHIN)? {
+            let within = STOP_WITHIN + Duration::from_secs(self.drain_s);
+            match d.signal_and_wait(Signal::SIGTERM, within)? {
                 Some(st) => {
                     if !st.success() {
                         problem = Some(format!("the {who} exited with {st} when stopped"));
@@ -1044,10 +1058,10 @@ impl Pair {
                 None => {
                     problem = Some(format!(
                         "the {who} did not exit within {} s of SIGTERM",
-                        STOP_WITHIN.as_secs()
+                        within.as_secs()
                     ));
                     d.signal_and_wait(Signal::SIGKILL, Duration::from_secs(5))?;
-                    format!("did not exit within {} s of SIGTERM", STOP_WITHIN.as_secs())
+                    format!("did not exit within {} s of SIGTERM", within.as_secs())
                 }
             }
         };
@@ -1072,6 +1086,18 @@ impl Pair {
             .map(|n| run_log(&self.dir, who, n))
             .collect()
     }
+}
+
+/// Adds `drain_s = SECS` to `section` of the configuration file `file`.
+fn set_drain(file: &std::path::Path, section: &str, secs: u64) -> Result<()> {
+    let text = std::fs::read_to_string(file)?;
+    let head = format!("{section}\n");
+    if !text.contains(&head) {
+        bail!("{}: no {section} section to add drain_s to", file.display());
+    }
+    let text = text.replacen(&head, &format!("{head}drain_s = {secs}\n"), 1);
+    std::fs::write(file, text)?;
+    Ok(())
 }
 
 /// The transparent listener of the relays the soak starts (`bench::write_configs`).
@@ -1107,6 +1133,10 @@ fn soak(args: &SoakArgs, dir: &std::path::Path, stop: Arc<AtomicBool>) -> Result
         )?;
         (Net::Veth(Topology::up(&args.name)?), relay_cfg, proxy_cfg)
     };
+    if args.drain_secs > 0 {
+        set_drain(&relay_cfg, "[relay]", args.drain_secs)?;
+        set_drain(&proxy_cfg, "[proxy]", args.drain_secs)?;
+    }
     let (c, r, p) = (topo.ns("c"), topo.ns("r"), topo.ns("p"));
     for u in 0..args.users {
         ip_in(
@@ -1159,6 +1189,7 @@ fn soak(args: &SoakArgs, dir: &std::path::Path, stop: Arc<AtomicBool>) -> Result
         runs: [1, 1],
         counted: [(0.0, 0.0); 2],
         held,
+        drain_s: args.drain_secs,
     };
     std::thread::sleep(Duration::from_secs(1));
     let (relay0, proxy0) = (pair.read("relay")?, pair.read("proxy")?);
@@ -1184,6 +1215,12 @@ fn soak(args: &SoakArgs, dir: &std::path::Path, stop: Arc<AtomicBool>) -> Result
         println!(
             "restarts: every {} s, in turn: proxy stopped (SIGTERM), relay stopped, proxy killed (SIGKILL), relay killed",
             args.restart_every
+        );
+    }
+    if args.drain_secs > 0 {
+        println!(
+            "drain: relay and proxy let the connections open at a stop finish for up to {} s",
+            args.drain_secs
         );
     }
     if args.hold_listeners {

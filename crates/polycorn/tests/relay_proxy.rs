@@ -2370,6 +2370,68 @@ fn stop_during_a_download(
     download
 }
 
+/// With `drain_s`, an orderly stop lets the connections open at that moment finish before the
+/// session closes: a download under way when the proxy is stopped completes, byte for byte,
+/// and the proxy exits after it; one that cannot finish within the relay's drain is reset at
+/// its end.
+#[test]
+fn a_stop_with_a_drain_lets_open_connections_finish() {
+    let _s = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    if !is_root() {
+        return;
+    }
+    let bed = Bed::constant("dr", 40, 20);
+    start_server(&bed);
+    let relay_drain = |t: String| t.replacen("\n[[path]]", "drain_s = 2\n\n[[path]]", 1);
+    let proxy_drain = |t: String| t.replacen("\n\n[tls]", "\ndrain_s = 8\n\n[tls]", 1);
+    let mut stack = start_edited(&bed, "polycorn", relay_drain, proxy_drain, 2);
+    fetch_ok(&bed, &stack, KB, 64 * KB, "a connection first");
+    let proxy_ns = bed.ns("proxy");
+
+    // 1. The proxy stops during a 20 MB download (about 2 s over two 40 Mbit/s paths).
+    let download = download_in_background(&bed, 20 * MB, 60);
+    wait_until(
+        20,
+        "the proxy connects to the server",
+        || stack_log(&stack),
+        || established_to(&proxy_ns, "10.0.2.2") > 0,
+    );
+    let st = stack.proxy.stop();
+    assert!(st.success(), "exit: {st}\n{}", tail(&stack.proxy.log()));
+    let r = download.join().unwrap();
+    assert!(
+        matches!(r, Ok(Ok(()))),
+        "the download under way when the proxy stopped: {r:?}\n{}",
+        stack_log(&stack)
+    );
+    let plog = stack.proxy.log();
+    assert!(
+        plog.contains("draining: the flows open now may finish") && plog.contains("flows_reset=0"),
+        "{}",
+        tail(&plog)
+    );
+
+    // 2. The proxy runs again; the relay stops during a download too long for its 2 s drain.
+    let config = stack.dir.path().join("proxy.toml");
+    stack.proxy = Daemon::start(
+        &proxy_ns,
+        "proxy",
+        &config,
+        stack.dir.path().join("proxy2.log"),
+    );
+    stack.proxy.wait_for("subflow up", 2);
+    let download = stop_during_a_download(&bed, &mut stack, true);
+    let r = download.join().unwrap();
+    assert_cut(&r, &stack);
+    let rlog = stack.relay.log();
+    assert!(
+        rlog.contains("draining: the passengers' connections open now may finish")
+            && rlog.contains("drained flows_reset=1"),
+        "{}",
+        tail(&rlog)
+    );
+}
+
 /// The download of [`stop_during_a_download`] ended in an error, not a timeout.
 fn assert_cut(r: &Result<Result<(), String>, tokio::time::error::Elapsed>, stack: &Stack) {
     assert!(
