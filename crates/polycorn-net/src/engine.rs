@@ -633,7 +633,8 @@ impl Engine {
     /// Let the flows open now finish, for at most `within`, before [`Engine::shut_down`]: waits
     /// until each of them has ended (the session closed it and its [`Engine::pump`] returned)
     /// or `within` has passed. Flows opened meanwhile are carried as usual but not waited for.
-    /// Returns how many of the flows open at the call were still open at its end.
+    /// Returns how many of the flows open at the call were still open at its end (with a zero
+    /// `within`: how many are open).
     pub async fn drain(&self, within: std::time::Duration) -> usize {
         let deadline = tokio::time::Instant::now() + within;
         let ids: Vec<u64> = {
