@@ -415,6 +415,7 @@ impl Restart {
     /// Whether `f` is what this restart may do to a connection: one open during the restart
     /// (or opened up to [`RESTART_GRACE`] after it was over) that failed as a cut connection
     /// should.
+    ///
     /// With the relay's listener held, only connections open at the signal may be cut: later
     /// ones wait in the backlog for the next relay.
     fn excuses(&self, f: &Failure) -> bool {
