@@ -1403,20 +1403,10 @@ fn net_soak_checks_every_byte_and_finds_nothing_left_open() {
     );
 }
 
-/// `net soak --restart-every`: relay and proxy stopped in order and killed, in turn, under the
-/// churn. Connections a restart cuts must fail as a cut connection should (no wrong byte, no
-/// hang, no orderly close mid-download except after a relay crash); every connection opened
-/// once a restart is over completes; afterwards no flow is left open — also the proxy's side
-/// of a killed relay's flows, well before its hold time (30 s) — and no descriptor more.
-#[test]
-fn net_soak_restarts_relay_and_proxy_under_load() {
-    if !is_root() {
-        eprintln!("skipping: needs root");
-        return;
-    }
-    let _quiet = machine_to_myself();
-    let name = "pcsk-rst";
-    let out = polycorn(&[
+/// `net soak` for 20 s with a restart every 4 s (all four kinds) and `extra` options, light
+/// load; asserts it passed and completed 100 connections or more. Returns its output.
+fn restart_soak(name: &str, extra: &[&str]) -> String {
+    let mut args = vec![
         "net",
         "soak",
         "--secs",
@@ -1433,9 +1423,41 @@ fn net_soak_restarts_relay_and_proxy_under_load() {
         "2",
         "--name",
         name,
-    ]);
-    let (stdout, completed) = soak_passed(&out);
+    ];
+    args.extend_from_slice(extra);
+    let (stdout, completed) = soak_passed(&polycorn(&args));
     assert!(completed >= 100, "{stdout}");
+    stdout
+}
+
+/// The soak's summary line of the restart of `kind` (`(relay killed)`, …) says a connection
+/// opened after its signal completed.
+fn assert_got_through_after(stdout: &str, kind: &str) {
+    let line = stdout
+        .lines()
+        .find(|l| l.starts_with("restart at ") && l.contains(kind))
+        .unwrap_or_else(|| panic!("no {kind} restart: {stdout}"));
+    assert!(
+        line.contains("first connection opened after the signal completed ")
+            && !line.ends_with("completed none"),
+        "{line}"
+    );
+}
+
+/// `net soak --restart-every`: relay and proxy stopped in order and killed, in turn, under the
+/// churn. Connections a restart cuts must fail as a cut connection should (no wrong byte, no
+/// hang, no orderly close mid-download except after a relay crash); every connection opened
+/// once a restart is over completes; afterwards no flow is left open — also the proxy's side
+/// of a killed relay's flows, well before its hold time (30 s) — and no descriptor more.
+#[test]
+fn net_soak_restarts_relay_and_proxy_under_load() {
+    if !is_root() {
+        eprintln!("skipping: needs root");
+        return;
+    }
+    let _quiet = machine_to_myself();
+    let name = "pcsk-rst";
+    let stdout = restart_soak(name, &[]);
     // All four kinds of restart happened, each cut what it carried, and passengers got
     // through again after each.
     for kind in [
@@ -1444,15 +1466,7 @@ fn net_soak_restarts_relay_and_proxy_under_load() {
         "(proxy killed)",
         "(relay killed)",
     ] {
-        let line = stdout
-            .lines()
-            .find(|l| l.starts_with("restart at ") && l.contains(kind))
-            .unwrap_or_else(|| panic!("no {kind} restart: {stdout}"));
-        assert!(
-            line.contains("first connection opened after the signal completed ")
-                && !line.ends_with("completed none"),
-            "{line}"
-        );
+        assert_got_through_after(&stdout, kind);
     }
     for who in ["relay", "proxy"] {
         assert!(
@@ -1499,41 +1513,13 @@ fn net_soak_relay_restarts_lose_no_new_connection_with_its_listener_held() {
     }
     let _quiet = machine_to_myself();
     let name = "pcsk-held";
-    let out = polycorn(&[
-        "net",
-        "soak",
-        "--secs",
-        "20",
-        "--restart-every",
-        "4",
-        "--hold-listeners",
-        "--workers",
-        "6",
-        "--idle",
-        "6",
-        "--users",
-        "2",
-        "--sample-secs",
-        "2",
-        "--name",
-        name,
-    ]);
-    let (stdout, completed) = soak_passed(&out);
-    assert!(completed >= 100, "{stdout}");
+    let stdout = restart_soak(name, &["--hold-listeners"]);
     assert!(
         stdout.contains("is held by the soak and passed to every relay"),
         "{stdout}"
     );
     for kind in ["(relay stopped)", "(relay killed)"] {
-        let line = stdout
-            .lines()
-            .find(|l| l.starts_with("restart at ") && l.contains(kind))
-            .unwrap_or_else(|| panic!("no {kind} restart: {stdout}"));
-        assert!(
-            line.contains("first connection opened after the signal completed ")
-                && !line.ends_with("completed none"),
-            "{line}"
-        );
+        assert_got_through_after(&stdout, kind);
     }
     let ns = namespaces();
     assert!(!ns.contains(name), "namespaces left: {ns}");

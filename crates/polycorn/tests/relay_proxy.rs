@@ -310,6 +310,19 @@ fn start_daemons(bed: &Bed, dir: tempfile::TempDir, r: &Path, p: &Path, subflows
 /// `configs` for two paths in mode `mode` (scheduler `polycorn`) in a fresh credentials
 /// directory, the relay's file passed through `relay` and the proxy's through `proxy` before
 /// both daemons start (as [`start_daemons`]).
+/// [`start_edited`] in polycorn mode with two subflows, `relay_key` added to `[relay]` and
+/// `proxy_key` to `[proxy]` (one `key = value` line each).
+fn start_with_keys(bed: &Bed, relay_key: &str, proxy_key: &str) -> Stack {
+    let relay = |t: String| t.replacen("\n[[path]]", &format!("{relay_key}\n\n[[path]]"), 1);
+    let proxy = |t: String| t.replacen("\n\n[tls]", &format!("\n{proxy_key}\n\n[tls]"), 1);
+    let stack = start_edited(bed, "polycorn", relay, proxy, 2);
+    for (file, key) in [("relay.toml", relay_key), ("proxy.toml", proxy_key)] {
+        let text = std::fs::read_to_string(stack.dir.path().join(file)).unwrap();
+        assert!(text.contains(key), "{file} lacks `{key}`:\n{text}");
+    }
+    stack
+}
+
 fn start_edited(
     bed: &Bed,
     mode: &str,
@@ -2202,18 +2215,7 @@ fn a_stopping_relay_or_proxy_tells_the_other_end_at_once() {
     }
     let bed = Bed::constant("q", 40, 20);
     start_server(&bed);
-    let hold = |t: String| t.replacen("\n[[path]]", "hold_time_s = 120\n\n[[path]]", 1);
-    let hold_proxy = |t: String| t.replacen("\n\n[tls]", "\nhold_time_s = 120\n\n[tls]", 1);
-    let mut stack = start_edited(&bed, "polycorn", hold, hold_proxy, 2);
-    assert!(
-        std::fs::read_to_string(stack.dir.path().join("relay.toml"))
-            .unwrap()
-            .contains("hold_time_s = 120")
-            && std::fs::read_to_string(stack.dir.path().join("proxy.toml"))
-                .unwrap()
-                .contains("hold_time_s = 120"),
-        "both configurations carry the long hold time"
-    );
+    let mut stack = start_with_keys(&bed, "hold_time_s = 120", "hold_time_s = 120");
     fetch_ok(&bed, &stack, KB, 64 * KB, "a connection first");
     let proxy_ns = bed.ns("proxy");
 
@@ -2382,9 +2384,7 @@ fn a_stop_with_a_drain_lets_open_connections_finish() {
     }
     let bed = Bed::constant("dr", 40, 20);
     start_server(&bed);
-    let relay_drain = |t: String| t.replacen("\n[[path]]", "drain_s = 2\n\n[[path]]", 1);
-    let proxy_drain = |t: String| t.replacen("\n\n[tls]", "\ndrain_s = 8\n\n[tls]", 1);
-    let mut stack = start_edited(&bed, "polycorn", relay_drain, proxy_drain, 2);
+    let mut stack = start_with_keys(&bed, "drain_s = 2", "drain_s = 8");
     fetch_ok(&bed, &stack, KB, 64 * KB, "a connection first");
     let proxy_ns = bed.ns("proxy");
 
