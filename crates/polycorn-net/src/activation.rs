@@ -309,6 +309,44 @@ impl Passed {
     }
 }
 
+/// Most sockets [`pass_sockets`] hands to one child.
+pub const MAX_PASSED: usize = 8;
+
+/// Have `cmd`'s child receive `fds` as systemd passes sockets: file descriptors 3, 4, … in
+/// order, open across its exec (for a supervisor holding listeners, the soak, tests). The
+/// caller sets `LISTEN_FDS` and `LISTEN_PID` (the child's PID is known only after the fork,
+/// so a shell wrapper exports `LISTEN_PID=$$` and execs the daemon). At most [`MAX_PASSED`].
+pub fn pass_sockets(cmd: &mut std::process::Command, fds: &[RawFd]) -> Result<(), String> {
+    use std::os::unix::process::CommandExt;
+    if fds.len() > MAX_PASSED {
+        return Err(format!(
+            "{} sockets to pass, at most {MAX_PASSED}",
+            fds.len()
+        ));
+    }
+    let mut list = [0 as RawFd; MAX_PASSED];
+    list[..fds.len()].copy_from_slice(fds);
+    let n = fds.len();
+    // SAFETY: between fork and exec the closure calls only fcntl and dup2 (async-signal-safe)
+    // on a copied array, and allocates nothing.
+    unsafe {
+        cmd.pre_exec(move || {
+            use nix::fcntl::{fcntl, FcntlArg};
+            // Out of the way first (a descriptor may already sit at 3, 4, …), then into place;
+            // dup2's copy stays open across exec.
+            let mut high = [0 as RawFd; MAX_PASSED];
+            for i in 0..n {
+                high[i] = fcntl(list[i], FcntlArg::F_DUPFD_CLOEXEC(100))?;
+            }
+            for (i, h) in high.iter().take(n).enumerate() {
+                nix::unistd::dup2(*h, FIRST_FD + i as RawFd)?;
+            }
+            Ok(())
+        });
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -637,7 +637,7 @@ impl Engine {
     /// `within`: how many are open).
     pub async fn drain(&self, within: std::time::Duration) -> usize {
         let deadline = tokio::time::Instant::now() + within;
-        let ids: Vec<u64> = {
+        let ids: std::collections::HashSet<u64> = {
             let c = self.lock();
             c.flows.keys().chain(c.pumping.iter()).copied().collect()
         };
@@ -646,8 +646,7 @@ impl Engine {
                 let c = self.lock();
                 ids.iter()
                     .filter(|f| c.flows.contains_key(f) || c.pumping.contains(f))
-                    .collect::<std::collections::HashSet<_>>()
-                    .len()
+                    .count()
             };
             if left == 0 || tokio::time::Instant::now() >= deadline {
                 return left;

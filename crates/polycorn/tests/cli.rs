@@ -1593,13 +1593,11 @@ fn net_soak_over_the_emulated_trip_checks_every_byte() {
 /// Run `polycorn relay --config FILE` handed `sockets` the way systemd hands a socket unit's
 /// (file descriptors 3, 4, …, `LISTEN_FDS`, `LISTEN_FDNAMES`, `LISTEN_PID` its own); it is
 /// killed after `secs` unless it exits first. Returns its exit status and stderr.
-#[allow(unsafe_code)]
 fn relay_with_passed_sockets(
     config: &Path,
     sockets: &[(&dyn std::os::fd::AsRawFd, &str)],
     secs: u64,
 ) -> (Option<std::process::ExitStatus>, String) {
-    use std::os::unix::process::CommandExt;
     let fds: Vec<i32> = sockets.iter().map(|(s, _)| s.as_raw_fd()).collect();
     let names: Vec<&str> = sockets.iter().map(|(_, n)| *n).collect();
     let dir = tempfile::tempdir().unwrap();
@@ -1621,23 +1619,7 @@ fn relay_with_passed_sockets(
     .stdin(std::process::Stdio::null())
     .stdout(std::process::Stdio::null())
     .stderr(std::fs::File::create(&err).unwrap());
-    // SAFETY: only fcntl and dup2 between fork and exec (async-signal-safe); the Vec was
-    // allocated before the fork and is only read.
-    unsafe {
-        cmd.pre_exec(move || {
-            use nix::fcntl::{fcntl, FcntlArg};
-            // Out of the way first (a descriptor may already sit at 3, 4, …), then into place;
-            // dup2 leaves the copy open across exec.
-            let mut high = [0i32; 8];
-            for (h, fd) in high.iter_mut().zip(&fds) {
-                *h = fcntl(*fd, FcntlArg::F_DUPFD_CLOEXEC(100))?;
-            }
-            for (i, h) in high.iter().take(fds.len()).enumerate() {
-                nix::unistd::dup2(*h, 3 + i as i32)?;
-            }
-            Ok(())
-        });
-    }
+    polycorn_net::activation::pass_sockets(&mut cmd, &fds).unwrap();
     let mut child = cmd.spawn().unwrap();
     let t = std::time::Instant::now();
     let status = loop {

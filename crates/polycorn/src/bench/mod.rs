@@ -804,7 +804,8 @@ impl Daemon {
             .stdout(Stdio::null())
             .stderr(f);
         if let Some(l) = listener {
-            pass_as_fd3(&mut cmd, std::os::fd::AsRawFd::as_raw_fd(l));
+            polycorn_net::activation::pass_sockets(&mut cmd, &[std::os::fd::AsRawFd::as_raw_fd(l)])
+                .map_err(anyhow::Error::msg)?;
         }
         let child = cmd
             .spawn()
@@ -858,28 +859,6 @@ impl Daemon {
             }
             std::thread::sleep(Duration::from_millis(50));
         }
-    }
-}
-
-/// Make `fd` the child's file descriptor 3, open across its exec.
-#[allow(unsafe_code)]
-fn pass_as_fd3(cmd: &mut Command, fd: std::os::fd::RawFd) {
-    use std::os::unix::process::CommandExt;
-    // SAFETY: between fork and exec the closure calls only dup2 and fcntl, which are
-    // async-signal-safe, and allocates nothing.
-    unsafe {
-        cmd.pre_exec(move || {
-            if fd == 3 {
-                // dup2 onto itself would keep close-on-exec: clear it instead.
-                nix::fcntl::fcntl(
-                    3,
-                    nix::fcntl::FcntlArg::F_SETFD(nix::fcntl::FdFlag::empty()),
-                )?;
-            } else {
-                nix::unistd::dup2(fd, 3)?;
-            }
-            Ok(())
-        });
     }
 }
 
