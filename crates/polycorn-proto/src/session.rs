@@ -556,6 +556,16 @@ impl Session {
             .is_some_and(|p| p.attached && !p.stalled)
     }
 
+    /// Whether `path`'s subflow is alive with its congestion window full at the last
+    /// `TCP_INFO` sample (in flight plus queued ≥ cwnd): the scheduler gives it nothing more
+    /// until a newer sample shows the window opened, so the shell should sample it again as
+    /// soon as acknowledgements can have arrived (see [`Session::on_tcp_info`]).
+    pub fn path_window_full(&self, path: u8) -> bool {
+        PathId::new(usize::from(path))
+            .and_then(|id| self.sched.path(id))
+            .is_some_and(|p| p.alive && !p.has_room())
+    }
+
     /// Whether `path`'s subflow is attached (possibly stalled).
     pub fn path_attached(&self, path: u8) -> bool {
         self.paths
