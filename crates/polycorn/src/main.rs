@@ -217,12 +217,15 @@ enum TlsAction {
 enum NetAction {
     /// One bulk download over two unshaped veth paths: polycorn (TLS) vs kernel MPTCP (root).
     Bench {
-        /// Seconds measured per system (after 1 s warm-up).
+        /// Seconds measured per system and direction (after 1 s warm-up).
         #[arg(long, default_value_t = 10.0)]
         secs: f64,
         /// Namespace prefix (created and removed).
         #[arg(long, default_value = "pcnb")]
         name: String,
+        /// Which way the bulk transfer goes: `down` (server to passenger), `up`, or `both`.
+        #[arg(long, value_enum, default_value = "both")]
+        direction: netbench::Direction,
     },
     /// Relay and proxy under connection churn for a while, then checked for failed or wrong
     /// bytes, flows left open and leaked file descriptors; memory reported over time (root).
@@ -306,8 +309,13 @@ fn run(cli: Cli) -> Result<u8> {
         } => tripgen::run(&args)?,
         Command::Linkdb { action } => linkdb_cmd::run(action)?,
         Command::Net {
-            action: NetAction::Bench { secs, name },
-        } => drop(netbench::run(&name, secs)?),
+            action:
+                NetAction::Bench {
+                    secs,
+                    name,
+                    direction,
+                },
+        } => drop(netbench::run(&name, secs, direction)?),
         Command::Net {
             action: NetAction::Soak(args),
         } => soak::run(&args)?,

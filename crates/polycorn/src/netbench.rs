@@ -1,15 +1,19 @@
-//! `polycorn net bench`: how fast relay + proxy carry one bulk download over two unshaped veth
-//! paths with encryption on, and kernel MPTCP over the same paths in the same run.
+//! `polycorn net bench`: how fast relay + proxy carry one bulk download (and one bulk upload)
+//! over two unshaped veth paths with encryption on, and kernel MPTCP over the same paths in the
+//! same run.
 //!
 //! Topology (namespaces `{name}-c/-r/-p/-s`, removed at the end):
 //! client 10.0.1.2 ─lan0─ relay 10.0.1.1 ═path0/path1 (veth, 10.100.i.1 ⇄ 10.100.i.2)═ proxy
 //! ─wan0─ server 10.0.2.2. The client's connection is intercepted transparently (TPROXY).
-//! Throughput is counted at the client; CPU time of the relay and proxy processes comes from
-//! /proc (user + system), as a share of one core.
+//! Throughput is counted at the receiver (the client for a download, the server for an upload);
+//! CPU time of the relay and proxy processes comes from /proc (user + system), as a share of
+//! one core.
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
@@ -17,11 +21,41 @@ use anyhow::{bail, Context, Result};
 use crate::bench::Daemon;
 use polycorn_emu::netns::{ip, ip_in, InNamespace};
 
+/// Which way the bulk transfer goes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Direction {
+    /// Server to client (a passenger downloading).
+    Down,
+    /// Client to server (a passenger uploading).
+    Up,
+    /// A download, then an upload.
+    Both,
+}
+
+impl Direction {
+    fn each(self) -> &'static [Direction] {
+        match self {
+            Direction::Down => &[Direction::Down],
+            Direction::Up => &[Direction::Up],
+            Direction::Both => &[Direction::Down, Direction::Up],
+        }
+    }
+    fn label(self) -> &'static str {
+        match self {
+            Direction::Down => "down",
+            Direction::Up => "up",
+            Direction::Both => "both",
+        }
+    }
+}
+
 /// One measurement.
 #[derive(Debug, Clone)]
 pub struct Measured {
     /// System label.
     pub system: String,
+    /// `down` or `up`.
+    pub direction: &'static str,
     /// Goodput at the client, Gbit/s.
     pub gbit: f64,
     /// Relay CPU, % of one core.
@@ -132,14 +166,34 @@ fn cpu_secs(pid: u32) -> f64 {
     (ticks(11) + ticks(12)) / 100.0
 }
 
-fn start_server(ns: &str) -> Result<()> {
+/// The bench server: bulk data to every connection on port 5201 (downloads); on port 5202 it
+/// reads every connection to the end (uploads) and hands the counter of the bytes it received
+/// to `uploads`, one per connection, in order.
+fn start_server(ns: &str) -> Result<mpsc::Receiver<Arc<AtomicU64>>> {
     let ns = ns.to_string();
-    let (tx, rx) = std::sync::mpsc::channel();
+    let (tx, rx) = mpsc::channel();
+    let (up_tx, up_rx) = mpsc::channel();
     std::thread::spawn(move || {
         let _g = InNamespace::enter(&ns).expect("enter server namespace");
-        let l = TcpListener::bind("10.0.2.2:5201").expect("bind bench server");
+        let down = TcpListener::bind("10.0.2.2:5201").expect("bind bench server");
+        let up = TcpListener::bind("10.0.2.2:5202").expect("bind bench upload server");
         tx.send(()).ok();
-        for s in l.incoming().flatten() {
+        std::thread::spawn(move || {
+            for s in up.incoming().flatten() {
+                let got = Arc::new(AtomicU64::new(0));
+                if up_tx.send(got.clone()).is_err() {
+                    return;
+                }
+                std::thread::spawn(move || {
+                    let mut s = s;
+                    let mut buf = vec![0u8; 1 << 20];
+                    while let Ok(n @ 1..) = s.read(&mut buf) {
+                        got.fetch_add(n as u64, Ordering::Relaxed);
+                    }
+                });
+            }
+        });
+        for s in down.incoming().flatten() {
             std::thread::spawn(move || {
                 let mut s = s;
                 let buf = vec![0u8; 256 * 1024];
@@ -149,9 +203,10 @@ fn start_server(ns: &str) -> Result<()> {
     });
     rx.recv_timeout(Duration::from_secs(5))
         .context("bench server did not start")?;
-    Ok(())
+    Ok(up_rx)
 }
 
+/// Gbit/s of one download, counted at the client.
 fn download(ns: &str, secs: f64) -> Result<f64> {
     let ns = ns.to_string();
     std::thread::spawn(move || -> Result<f64> {
@@ -180,6 +235,57 @@ fn download(ns: &str, secs: f64) -> Result<f64> {
     })
     .join()
     .map_err(|_| anyhow::anyhow!("client thread panicked"))?
+}
+
+/// Gbit/s of one upload, counted at the server (bytes the client's socket took but the server
+/// has not received do not count).
+fn upload(ns: &str, secs: f64, uploads: &mpsc::Receiver<Arc<AtomicU64>>) -> Result<f64> {
+    let (conn_tx, conn_rx) = mpsc::channel();
+    let (stop_tx, stop_rx) = mpsc::channel::<()>();
+    let ns = ns.to_string();
+    let writer = std::thread::spawn(move || -> Result<()> {
+        let _g = InNamespace::enter(&ns)?;
+        let dst: SocketAddr = "10.0.2.2:5202".parse().expect("literal");
+        let mut s = TcpStream::connect_timeout(&dst, Duration::from_secs(10))?;
+        s.set_write_timeout(Some(Duration::from_secs(10)))?;
+        conn_tx.send(()).ok();
+        let buf = vec![0u8; 256 * 1024];
+        while stop_rx.try_recv().is_err() {
+            s.write_all(&buf).context("upload write")?;
+        }
+        Ok(())
+    });
+    let got = conn_rx
+        .recv_timeout(Duration::from_secs(15))
+        .map_err(|_| anyhow::anyhow!("upload connection failed"))
+        .and_then(|()| {
+            uploads
+                .recv_timeout(Duration::from_secs(10))
+                .context("the server saw no upload connection")
+        });
+    let got = match got {
+        Ok(g) => g,
+        Err(e) => {
+            drop(stop_tx);
+            return match writer.join() {
+                Ok(Err(w)) => Err(w.context(e.to_string())),
+                _ => Err(e),
+            };
+        }
+    };
+    // Warm-up: let congestion windows open.
+    std::thread::sleep(Duration::from_secs(1));
+    let (b0, t0) = (got.load(Ordering::Relaxed), Instant::now());
+    std::thread::sleep(Duration::from_secs_f64(secs));
+    let (b1, t1) = (got.load(Ordering::Relaxed), Instant::now());
+    stop_tx.send(()).ok();
+    writer
+        .join()
+        .map_err(|_| anyhow::anyhow!("upload thread panicked"))??;
+    if b1 == b0 {
+        bail!("the server received nothing of the upload in {secs} s");
+    }
+    Ok((b1 - b0) as f64 * 8.0 / (t1 - t0).as_secs_f64() / 1e9)
 }
 
 /// Relay (`relay-{mode}.toml`) and proxy (`proxy.toml`) configurations for this topology, with
@@ -212,11 +318,14 @@ pub(crate) fn write_configs(
 }
 
 /// Run the benchmark; prints a table and returns the measurements.
-pub fn run(name: &str, secs: f64) -> Result<Vec<Measured>> {
+pub fn run(name: &str, secs: f64, direction: Direction) -> Result<Vec<Measured>> {
+    if !(secs.is_finite() && secs > 0.0) {
+        bail!("--secs must be a positive number of seconds, not {secs}");
+    }
     let dir = tempdir()?;
     polycorn_net::tls::generate(&dir, &[], true)?;
     let topo = Topology::up(name)?;
-    start_server(&topo.ns("s"))?;
+    let uploads = start_server(&topo.ns("s"))?;
     let (_, proxy_cfg) = write_configs(&dir, "polycorn", "hrsch", None)?;
     let proxy_log = dir.join("proxy.log");
     let ready_by = || Instant::now() + Duration::from_secs(20);
@@ -234,38 +343,54 @@ pub fn run(name: &str, secs: f64) -> Result<Vec<Measured>> {
         if mode == "polycorn" {
             relay.wait_for("subflow up", 2, ready_by())?;
         }
-        let (r0, p0) = (cpu_secs(relay.pid()), cpu_secs(proxy.pid()));
-        let t0 = Instant::now();
-        let gbit = download(&topo.ns("c"), secs)?;
-        let wall = t0.elapsed().as_secs_f64();
-        let (r1, p1) = (cpu_secs(relay.pid()), cpu_secs(proxy.pid()));
-        out.push(Measured {
-            system: label.into(),
-            gbit,
-            relay_cpu: (r1 - r0) / wall * 100.0,
-            proxy_cpu: (p1 - p0) / wall * 100.0,
-        });
+        for &d in direction.each() {
+            let (r0, p0) = (cpu_secs(relay.pid()), cpu_secs(proxy.pid()));
+            let t0 = Instant::now();
+            let gbit = match d {
+                Direction::Up => upload(&topo.ns("c"), secs, &uploads),
+                _ => download(&topo.ns("c"), secs),
+            }
+            .with_context(|| format!("{label}, {}", d.label()))?;
+            let wall = t0.elapsed().as_secs_f64();
+            let (r1, p1) = (cpu_secs(relay.pid()), cpu_secs(proxy.pid()));
+            out.push(Measured {
+                system: label.into(),
+                direction: d.label(),
+                gbit,
+                relay_cpu: (r1 - r0) / wall * 100.0,
+                proxy_cpu: (p1 - p0) / wall * 100.0,
+            });
+        }
         drop(relay);
     }
     drop(proxy);
     drop(topo);
     let _ = std::fs::remove_dir_all(&dir);
     println!(
-        "one bulk download, 2 unshaped veth paths, {secs:.0} s after 1 s warm-up ({} cores):",
+        "one bulk transfer at a time, 2 unshaped veth paths, {secs:.0} s after 1 s warm-up ({} cores):",
         num_cpus()
     );
     println!(
-        "{:<28} {:>8} {:>11} {:>11}",
-        "system", "Gbit/s", "relay CPU", "proxy CPU"
+        "{:<28} {:>9} {:>8} {:>11} {:>11}",
+        "system", "direction", "Gbit/s", "relay CPU", "proxy CPU"
     );
     for m in &out {
         println!(
-            "{:<28} {:>8.2} {:>10.0}% {:>10.0}%",
-            m.system, m.gbit, m.relay_cpu, m.proxy_cpu
+            "{:<28} {:>9} {:>8.2} {:>10.0}% {:>10.0}%",
+            m.system, m.direction, m.gbit, m.relay_cpu, m.proxy_cpu
         );
     }
-    if out.len() == 2 && out[1].gbit > 0.0 {
-        println!("polycorn / kernel MPTCP: {:.2}x", out[0].gbit / out[1].gbit);
+    for &d in direction.each() {
+        let of = |prefix: &str| {
+            out.iter()
+                .find(|m| m.direction == d.label() && m.system.starts_with(prefix))
+                .map(|m| m.gbit)
+        };
+        if let (Some(p), Some(k)) = (of("polycorn"), of("kernel")) {
+            if k > 0.0 {
+                println!("polycorn / kernel MPTCP, {}: {:.2}x", d.label(), p / k);
+            }
+        }
     }
     println!(
         "(CPU % of one core, from /proc user+system time; client and server share the same cores)"

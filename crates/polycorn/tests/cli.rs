@@ -1333,6 +1333,53 @@ fn soak_passed(out: &std::process::Output) -> (String, u64) {
     (stdout, completed)
 }
 
+/// `net bench`: relay + proxy (TLS subflows over two veth paths, transparent interception) and
+/// kernel MPTCP each carry a bulk download and a bulk upload; every row is measured at its
+/// receiver, the ratios are printed and no namespace is left. (What the numbers are is the
+/// bench's business, not this test's: it checks the pipeline.)
+#[test]
+fn net_bench_measures_both_systems_both_ways_and_leaves_nothing_behind() {
+    if !is_root() {
+        eprintln!("skipping: needs root");
+        return;
+    }
+    let _quiet = machine_to_myself();
+    let name = "pcnb-cli";
+    let out = polycorn(&["net", "bench", "--secs", "1", "--name", name]);
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for system in ["polycorn (hrsch, TLS 1.3)", "kernel MPTCP (plain)"] {
+        for direction in ["down", "up"] {
+            let gbit: f64 = stdout
+                .lines()
+                .filter_map(|l| l.strip_prefix(system))
+                .map(str::split_whitespace)
+                .find_map(|mut f| (f.next() == Some(direction)).then(|| f.next()?.parse().ok())?)
+                .unwrap_or_else(|| panic!("no {system} {direction} row: {stdout}"));
+            assert!(gbit > 0.0, "{system} {direction}: {gbit} Gbit/s\n{stdout}");
+        }
+    }
+    for direction in ["down", "up"] {
+        assert!(
+            stdout.contains(&format!("polycorn / kernel MPTCP, {direction}: ")),
+            "{stdout}"
+        );
+    }
+    assert!(!namespaces().contains(name), "{}", namespaces());
+    // A bad duration is refused before anything is built.
+    let out = polycorn(&["net", "bench", "--secs", "0", "--name", name]);
+    assert!(!out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("--secs must be a positive number"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
 /// `net soak`: connection churn and long-lived connections through a real relay and proxy
 /// (TLS subflows over two veth paths, transparent interception), the paths blacked out in
 /// turn; every byte checked, and afterwards no flow open and no descriptor more than before,
