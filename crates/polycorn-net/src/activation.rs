@@ -1,11 +1,13 @@
-//! Listening sockets handed to the relay by systemd (socket activation, the `sd_listen_fds`
-//! protocol), so that the passengers' listeners outlive a relay process.
+//! Listening sockets handed to the relay or the proxy by systemd (socket activation, the
+//! `sd_listen_fds` protocol), so that their listeners outlive a process.
 //!
 //! A relay that binds its own listeners closes them when it stops or crashes; until the next
 //! process listens again, passengers' SYNs find no listener and wait for their retransmission
 //! (about 1 s). With a `polycorn-relay.socket` unit (`polycorn config example relay.socket`),
 //! systemd binds the listeners once and keeps them across restarts of the service: connections
 //! made while no relay runs wait in the listener's backlog and are taken by the next process.
+//! The proxy's subflow listeners can be held the same way (`proxy.socket`): relays' subflows
+//! then wait in the backlog during a proxy restart instead of being refused.
 //!
 //! The protocol: `LISTEN_PID` is the process the sockets are for (another process ignores
 //! them), `LISTEN_FDS` how many there are, starting at file descriptor 3, and `LISTEN_FDNAMES`
@@ -130,7 +132,7 @@ pub struct Inherited {
 }
 
 impl Inherited {
-    /// No sockets: the relay binds every listener itself.
+    /// No sockets: the daemon binds every listener itself.
     pub fn none() -> Inherited {
         Inherited::default()
     }
@@ -258,7 +260,7 @@ impl Inherited {
 
     /// Fails naming every passed socket no listener claimed: the socket unit and the
     /// configuration disagree, and a passenger connecting there would wait forever.
-    pub fn check_all_used(&self, listeners: &[String]) -> Result<(), String> {
+    pub fn check_all_used(&self, daemon: &str, listeners: &[String]) -> Result<(), String> {
         if self.sockets.is_empty() {
             return Ok(());
         }
@@ -269,7 +271,7 @@ impl Inherited {
             listeners.join(", ")
         };
         Err(format!(
-            "systemd passed {} that the configuration does not listen on: {}; the relay's \
+            "systemd passed {} that the configuration does not listen on: {}; the {daemon}'s \
              listeners are {configured}. Make the socket unit's ListenStream=/ListenDatagram= \
              lines name exactly these addresses",
             if left.len() == 1 {
@@ -403,10 +405,16 @@ mod tests {
         assert!(inh.take_listener(udp_addr, false).unwrap().is_none());
         let l = inh.take_listener(tcp_addr, false).unwrap().unwrap();
         assert_eq!(l.local_addr().unwrap(), tcp_addr);
-        let e = inh.check_all_used(&["TCP 127.0.0.1:1".into()]).unwrap_err();
+        let e = inh
+            .check_all_used("relay", &["TCP 127.0.0.1:1".into()])
+            .unwrap_err();
         assert!(e.contains(&format!("UDP {udp_addr}")), "{e}");
+        assert!(
+            e.contains("the relay's listeners are TCP 127.0.0.1:1"),
+            "{e}"
+        );
         assert!(inh.take_udp(udp_addr).unwrap().is_some());
-        inh.check_all_used(&[]).unwrap();
+        inh.check_all_used("relay", &[]).unwrap();
     }
 
     #[test]

@@ -930,6 +930,12 @@ impl ProxyConfig {
         PROXY_EXAMPLE
     }
 
+    /// The example's settings, parsed but not validated (the files it names need not exist
+    /// here): what units printed for the example are derived from.
+    pub fn example_settings() -> ProxyConfig {
+        parse(PROXY_EXAMPLE, "the example proxy.toml").expect("the example proxy.toml parses")
+    }
+
     fn validate(&mut self, v: &mut Validator<'_>, base: &Path) -> Result<(), ConfigError> {
         let p = &self.proxy;
         if p.listen.is_empty() {

@@ -12,6 +12,7 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::task::JoinSet;
 use tracing::{debug, info, warn};
 
+use crate::activation::Inherited;
 use crate::engine::Engine;
 use crate::metrics::{Metrics, SessionEnd};
 use crate::policy::DestinationPolicy;
@@ -247,17 +248,51 @@ fn subflow_listener(addr: SocketAddr, all: &[SocketAddr]) -> std::io::Result<Tcp
 
 /// Start the proxy: bind listeners (errors name the address); returns the running tasks and
 /// the live sessions (for metrics).
-pub async fn start(opts: ProxyOptions) -> Result<(JoinSet<()>, Sessions), String> {
+///
+/// A subflow listener whose address is among the `inherited` sockets (systemd socket
+/// activation) uses that socket instead of binding one; a passed socket no subflow listener
+/// uses is an error, and so is one for the baselines' tunnel listener, an MPTCP socket the
+/// proxy always binds itself.
+pub async fn start(
+    opts: ProxyOptions,
+    mut inherited: Inherited,
+) -> Result<(JoinSet<()>, Sessions), String> {
+    // Match the passed sockets first: a socket unit that disagrees with the configuration
+    // fails the start before anything listens.
+    let mut configured = Vec::new();
+    let mut passed = Vec::new();
+    for addr in &opts.listen {
+        configured.push(format!("TCP {addr} (subflows)"));
+        passed.push(inherited.take_listener(*addr, false)?);
+    }
+    if let Some(addr) = opts.tunnel_listen {
+        if inherited.take_listener(addr, false)?.is_some() {
+            return Err(format!(
+                "systemd passed a socket for proxy.tunnel_listen ({addr}): that listener is an \
+                 MPTCP socket the proxy binds itself; remove its ListenStream= line from the \
+                 socket unit"
+            ));
+        }
+    }
+    inherited.check_all_used("proxy", &configured)?;
     let mut tasks = JoinSet::new();
     let sessions: Sessions = Arc::new(Mutex::new(HashMap::new()));
     let connector = Arc::new(Connector::new(opts.policy.clone(), opts.connect_timeout));
     let acceptor = subflow::acceptor(opts.tls.clone());
     let opts = Arc::new(opts);
     let refusals = Arc::new(Mutex::new(Refusals::default()));
-    for addr in &opts.listen {
-        let l = subflow_listener(*addr, &opts.listen)
-            .map_err(|e| format!("subflow listener on {addr}: {e}"))?;
-        info!(%addr, pipeline = %opts.pipeline, "proxy listening");
+    for (addr, passed) in opts.listen.iter().zip(passed) {
+        let l = match passed {
+            Some(l) => {
+                info!(%addr, pipeline = %opts.pipeline, "proxy listening, socket passed by systemd");
+                TcpListener::from_std(l)
+            }
+            None => {
+                info!(%addr, pipeline = %opts.pipeline, "proxy listening");
+                subflow_listener(*addr, &opts.listen)
+            }
+        }
+        .map_err(|e| format!("subflow listener on {addr}: {e}"))?;
         let (a, s, o, c) = (
             acceptor.clone(),
             sessions.clone(),

@@ -198,7 +198,7 @@ pub async fn start(
         configured.push(format!("UDP {listen} (DNS)"));
         dns = Some((listen, upstream, inherited.take_udp(listen)?));
     }
-    inherited.check_all_used(&configured)?;
+    inherited.check_all_used("relay", &configured)?;
     let mut tasks = JoinSet::new();
     let mut listeners = JoinSet::new();
     let carrier = match opts.mode {

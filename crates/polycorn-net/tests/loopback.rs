@@ -145,7 +145,9 @@ async fn start_pair(spec: &str, tuning: Tuning) -> Pair {
         metrics: None,
         revoked_relays: Default::default(),
     };
-    let (proxy_tasks, sessions) = proxy::start(popts).await.unwrap();
+    let (proxy_tasks, sessions) = proxy::start(popts, polycorn_net::activation::Inherited::none())
+        .await
+        .unwrap();
     let socks = SocketAddr::from(([127, 0, 0, 1], free_port().await));
     let ropts = RelayOptions {
         mode: Mode::Polycorn,

@@ -235,13 +235,14 @@ enum NetAction {
 #[derive(Subcommand, Debug)]
 enum ConfigAction {
     /// Print a commented example configuration for `relay` or `proxy`, a systemd unit that
-    /// runs one (`relay.service`, `proxy.service`), or the socket unit that holds the relay's
-    /// passenger listeners across its restarts (`relay.socket`).
+    /// runs one (`relay.service`, `proxy.service`), or the socket unit that holds its
+    /// listeners across its restarts (`relay.socket`: the passengers'; `proxy.socket`: the
+    /// relays' subflows).
     Example {
-        /// relay, proxy, relay.service, proxy.service or relay.socket.
+        /// relay, proxy, relay.service, proxy.service, relay.socket or proxy.socket.
         role: String,
-        /// With relay.socket: the relay.toml whose listeners the unit binds (default: those
-        /// of `config example relay`).
+        /// With relay.socket or proxy.socket: the relay.toml or proxy.toml whose listeners the
+        /// unit binds (default: those of `config example relay` or `proxy`).
         #[arg(long)]
         config: Option<std::path::PathBuf>,
     },

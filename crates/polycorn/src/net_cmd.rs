@@ -570,8 +570,16 @@ pub fn relay(path: &Path) -> Result<()> {
 
 /// `polycorn proxy --config FILE`.
 pub fn proxy(path: &Path) -> Result<()> {
+    // Listeners systemd passed (socket activation): taken before any thread or child starts.
+    let inherited = Inherited::from_env()?;
     let cfg = ProxyConfig::load(path)?;
     init_logging(&cfg.log)?;
+    if !inherited.is_empty() {
+        info!(
+            sockets = inherited.len(),
+            "listeners passed by systemd (socket activation)"
+        );
+    }
     // LinkDB is loaded before the async runtime starts (its PostgreSQL client blocks).
     let predictor = load_predictor(&cfg.linkdb)?;
     apply_slow_start_after_idle(
@@ -612,7 +620,9 @@ pub fn proxy(path: &Path) -> Result<()> {
             info!(relays = ?cfg.proxy.revoked_relays, "revoked relays will be refused");
         }
         serve_metrics(&cfg.metrics, metrics.clone()).await?;
-        let (mut tasks, sessions) = proxy::start(opts).await.map_err(anyhow::Error::msg)?;
+        let (mut tasks, sessions) = proxy::start(opts, inherited)
+            .await
+            .map_err(anyhow::Error::msg)?;
         tokio::spawn(reload_on_hangup(
             path.to_path_buf(),
             cfg.clone(),
@@ -832,11 +842,14 @@ pub fn tls_relay(dir: &Path, name: &str, out: Option<&Path>, force: bool) -> Res
     Ok(())
 }
 
-/// `polycorn config example relay|proxy|relay.service|proxy.service|relay.socket`; `config`:
-/// the relay configuration whose listeners `relay.socket` binds (default: the example's).
+/// `polycorn config example relay|proxy|relay.service|proxy.service|relay.socket|proxy.socket`;
+/// `config`: the configuration whose listeners a socket unit binds (default: the example's).
 pub fn config_example(role: &str, config: Option<&Path>) -> Result<()> {
-    if config.is_some() && role != "relay.socket" {
-        bail!("--config goes with `relay.socket` only (the unit binds that file's listeners)");
+    if config.is_some() && !role.ends_with(".socket") {
+        bail!(
+            "--config goes with `relay.socket` or `proxy.socket` only (the unit binds that \
+             file's listeners)"
+        );
     }
     match role {
         "relay" => print!("{}", RelayConfig::example()),
@@ -854,9 +867,16 @@ pub fn config_example(role: &str, config: Option<&Path>) -> Result<()> {
             };
             print!("{}", systemd_socket_unit(&cfg, &bin)?);
         }
+        "proxy.socket" => {
+            let cfg = match config {
+                Some(p) => ProxyConfig::load(p)?,
+                None => ProxyConfig::example_settings(),
+            };
+            print!("{}", systemd_proxy_socket_unit(&cfg));
+        }
         other => bail!(
             "unknown example `{other}`: expected `relay`, `proxy` (configuration files) or \
-             `relay.service`, `proxy.service`, `relay.socket` (systemd units)"
+             `relay.service`, `proxy.service`, `relay.socket`, `proxy.socket` (systemd units)"
         ),
     }
     Ok(())
@@ -908,6 +928,53 @@ ExecStopPost={bin} relay --config /etc/polycorn/relay.toml --remove-interception
 WantedBy=sockets.target
 "#
     ))
+}
+
+/// A systemd socket unit holding the proxy's subflow listeners (`proxy.listen` of `cfg`)
+/// across restarts of `polycorn-proxy.service`. The baselines' tunnel listener (an MPTCP
+/// socket) stays the proxy's own.
+pub fn systemd_proxy_socket_unit(cfg: &ProxyConfig) -> String {
+    let all = &cfg.proxy.listen;
+    let mut listen = String::new();
+    for a in all {
+        listen += &format!("ListenStream={a}\n");
+    }
+    // As the proxy binds its own: an IPv6 listener is IPv6-only when an IPv4 one shares its
+    // port, and otherwise follows the system's default (on Linux it takes both families).
+    let shared = all
+        .iter()
+        .any(|a| a.is_ipv6() && all.iter().any(|b| b.is_ipv4() && b.port() == a.port()));
+    let v6only = if shared {
+        "# An IPv4 listener shares an IPv6 one's port: IPv6 listeners take IPv6 only.\n\
+         BindIPv6Only=ipv6-only\n"
+    } else {
+        ""
+    };
+    format!(
+        r#"# The polycorn proxy's subflow listeners (proxy.listen), held by systemd across restarts of
+# the proxy (socket activation). Without it relays' subflows are refused while no proxy
+# listens and each relay tries again on its next attempt (every 250 ms); with it they wait in
+# the listeners' backlog and the next proxy takes them. Passengers' open connections are still
+# reset by a restart: the proxy's sessions do not survive it. proxy.tunnel_listen (kernel
+# MPTCP baselines) is not held: the proxy binds that MPTCP socket itself. Install it beside
+# polycorn-proxy.service (`config example proxy.service`):
+#   polycorn config example proxy.socket --config /etc/polycorn/proxy.toml > /etc/systemd/system/polycorn-proxy.socket
+#   systemctl daemon-reload && systemctl enable --now polycorn-proxy.socket && systemctl restart polycorn-proxy
+# The addresses must be exactly the proxy's listen addresses; the proxy refuses to start
+# otherwise, naming both. Print this again after changing them in proxy.toml.
+
+[Unit]
+Description=polycorn proxy: relays' subflow listeners
+
+[Socket]
+# proxy.listen
+{listen}{v6only}Backlog=1024
+Service=polycorn-proxy.service
+
+[Install]
+WantedBy=sockets.target
+"#
+    )
 }
 
 /// This program's path for a unit: UTF-8 without whitespace.
@@ -1014,6 +1081,34 @@ mod tests {
     use super::*;
     use polycorn_net::engine::Engine;
     use polycorn_proto::{Role, Session, SessionConfig};
+
+    /// The proxy's socket unit binds its listen addresses as the proxy would: an IPv6 one
+    /// IPv6-only only when an IPv4 one shares its port.
+    #[test]
+    fn the_proxy_socket_unit_lists_every_listener_and_splits_families_on_a_shared_port() {
+        let mut cfg = ProxyConfig::example_settings();
+        cfg.proxy.listen = vec!["0.0.0.0:7700".parse().unwrap()];
+        let unit = systemd_proxy_socket_unit(&cfg);
+        assert!(
+            unit.lines().any(|l| l == "ListenStream=0.0.0.0:7700"),
+            "{unit}"
+        );
+        assert!(!unit.contains("BindIPv6Only"), "{unit}");
+        cfg.proxy.listen = vec!["[::]:7700".parse().unwrap()];
+        assert!(!systemd_proxy_socket_unit(&cfg).contains("BindIPv6Only"));
+        cfg.proxy.listen = vec![
+            "0.0.0.0:7700".parse().unwrap(),
+            "[::]:7700".parse().unwrap(),
+        ];
+        let unit = systemd_proxy_socket_unit(&cfg);
+        for line in [
+            "ListenStream=0.0.0.0:7700",
+            "ListenStream=[::]:7700",
+            "BindIPv6Only=ipv6-only",
+        ] {
+            assert!(unit.lines().any(|l| l == line), "{line} in\n{unit}");
+        }
+    }
 
     /// A proxy runs for weeks and sees many relay sessions come and go: a session's metrics
     /// sampler must stop with it, not keep the session (and its timer) alive.

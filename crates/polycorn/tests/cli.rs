@@ -179,22 +179,41 @@ fn config_example_prints_systemd_units_that_systemd_accepts() {
     ] {
         assert!(unit.lines().any(|l| l == line), "{line} in\n{unit}");
     }
-    let file = dir.path().join("polycorn-relay.socket");
-    std::fs::write(&file, &unit).unwrap();
-    let v = Command::new("systemd-analyze")
-        .arg("verify")
-        .arg(&file)
-        .output()
-        .unwrap();
-    let said = String::from_utf8_lossy(&v.stderr);
-    let ours: Vec<&str> = said
-        .lines()
-        .filter(|l| l.contains("polycorn-relay.socket"))
-        .collect();
+    let verify = |role: &str, unit: &str| {
+        let file = dir.path().join(format!("polycorn-{role}.socket"));
+        std::fs::write(&file, unit).unwrap();
+        let v = Command::new("systemd-analyze")
+            .arg("verify")
+            .arg(&file)
+            .output()
+            .unwrap();
+        let said = String::from_utf8_lossy(&v.stderr);
+        let ours: Vec<&str> = said
+            .lines()
+            .filter(|l| l.contains(&format!("polycorn-{role}.socket")))
+            .collect();
+        assert!(
+            v.status.success() && ours.is_empty(),
+            "{role}.socket: {said}"
+        );
+    };
+    verify("relay", &unit);
+    // The proxy's: its subflow listener, no interception to remove.
+    let out = polycorn(&["config", "example", "proxy.socket"]);
     assert!(
-        v.status.success() && ours.is_empty(),
-        "relay.socket: {said}"
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
     );
+    let unit = String::from_utf8(out.stdout).unwrap();
+    for line in [
+        "ListenStream=0.0.0.0:7700",
+        "Service=polycorn-proxy.service",
+    ] {
+        assert!(unit.lines().any(|l| l == line), "{line} in\n{unit}");
+    }
+    assert!(!unit.contains("ExecStopPost"), "{unit}");
+    verify("proxy", &unit);
     let out = polycorn(&["config", "example", "relay.timer"]);
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
@@ -1645,6 +1664,18 @@ fn relay_with_passed_sockets(
     sockets: &[(&dyn std::os::fd::AsRawFd, &str)],
     secs: u64,
 ) -> (Option<std::process::ExitStatus>, String) {
+    daemon_with_passed_sockets("relay", config, sockets, secs, |_| {})
+}
+
+/// [`relay_with_passed_sockets`] for `relay` or `proxy`; `meanwhile` runs once the daemon
+/// started (before the wait).
+fn daemon_with_passed_sockets(
+    daemon: &str,
+    config: &Path,
+    sockets: &[(&dyn std::os::fd::AsRawFd, &str)],
+    secs: u64,
+    meanwhile: impl FnOnce(&Path),
+) -> (Option<std::process::ExitStatus>, String) {
     let fds: Vec<i32> = sockets.iter().map(|(s, _)| s.as_raw_fd()).collect();
     let names: Vec<&str> = sockets.iter().map(|(_, n)| *n).collect();
     let dir = tempfile::tempdir().unwrap();
@@ -1660,7 +1691,7 @@ fn relay_with_passed_sockets(
         "sh",
     ])
     .arg(env!("CARGO_BIN_EXE_polycorn"))
-    .args(["relay", "--config"])
+    .args([daemon, "--config"])
     .arg(config)
     .env("RUST_LOG", "info")
     .stdin(std::process::Stdio::null())
@@ -1669,6 +1700,7 @@ fn relay_with_passed_sockets(
     polycorn_net::activation::pass_sockets(&mut cmd, &fds).unwrap();
     let mut child = cmd.spawn().unwrap();
     let t = std::time::Instant::now();
+    meanwhile(&err);
     let status = loop {
         if let Some(st) = child.try_wait().unwrap() {
             break Some(st);
@@ -1738,6 +1770,101 @@ fn a_relay_takes_the_listeners_systemd_passes_and_refuses_ones_it_has_no_use_for
     assert!(status.is_some_and(|s| !s.success()), "{status:?}: {err}");
     assert!(
         err.contains("LISTEN_FDNAMES=\"a:b\": 2 names for 1 sockets"),
+        "{err}"
+    );
+}
+
+/// A proxy started by `config example proxy.socket`'s unit takes the subflow listener it is
+/// handed and accepts relays' connections on it; a socket for the tunnel listener (an MPTCP
+/// socket the proxy binds itself) or for no listener at all stops the start, naming it.
+#[test]
+fn a_proxy_takes_the_subflow_listener_systemd_passes_and_refuses_others() {
+    let _quiet = machine_to_myself();
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path().to_str().unwrap();
+    let out = polycorn(&["tls", "generate", d]);
+    assert!(out.status.success(), "{out:?}");
+    let held = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = held.local_addr().unwrap().port();
+    let write = |listen: u16, tunnel: Option<u16>| {
+        let file = dir.path().join(format!("proxy-{listen}.toml"));
+        let tunnel = tunnel.map_or(String::new(), |t| {
+            format!("tunnel_listen = \"127.0.0.1:{t}\"\ntunnel_peers = [\"127.0.0.0/8\"]\n")
+        });
+        std::fs::write(
+            &file,
+            format!(
+                "[proxy]\nlisten = \"127.0.0.1:{listen}\"\n{tunnel}\n[tls]\n\
+                 ca = \"{d}/ca.pem\"\ncert = \"{d}/proxy.pem\"\nkey = \"{d}/proxy.key\"\n"
+            ),
+        )
+        .unwrap();
+        file
+    };
+    // Taken, not bound again (the port is in use), and it is the proxy that accepts on it: a
+    // connection speaking no TLS is refused in its log.
+    let (status, err) = daemon_with_passed_sockets(
+        "proxy",
+        &write(port, None),
+        &[(&held, "subflows")],
+        4,
+        |log| {
+            let t = std::time::Instant::now();
+            while !std::fs::read_to_string(log)
+                .unwrap_or_default()
+                .contains("proxy running")
+            {
+                assert!(t.elapsed().as_secs() < 3, "the proxy did not start");
+                std::thread::sleep(std::time::Duration::from_millis(50));
+            }
+            let mut c = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+            std::io::Write::write_all(&mut c, b"GET / HTTP/1.0\r\n\r\n").unwrap();
+        },
+    );
+    assert!(status.is_none(), "exited {status:?}: {err}");
+    assert!(
+        err.contains("listeners passed by systemd (socket activation) sockets=1")
+            && err.contains("proxy listening, socket passed by systemd")
+            && err.contains("subflow refused"),
+        "{err}"
+    );
+    // The tunnel listener's address: refused, saying why.
+    let tunnel = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let tunnel_port = tunnel.local_addr().unwrap().port();
+    let free = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let (status, err) = daemon_with_passed_sockets(
+        "proxy",
+        &write(free, Some(tunnel_port)),
+        &[(&tunnel, "tunnel")],
+        10,
+        |_| {},
+    );
+    assert!(status.is_some_and(|s| !s.success()), "{status:?}: {err}");
+    assert!(
+        err.contains(&format!(
+            "systemd passed a socket for proxy.tunnel_listen (127.0.0.1:{tunnel_port})"
+        )),
+        "{err}"
+    );
+    // A socket no listener uses.
+    let (status, err) = daemon_with_passed_sockets(
+        "proxy",
+        &write(free, None),
+        &[(&held, "subflows")],
+        10,
+        |_| {},
+    );
+    assert!(status.is_some_and(|s| !s.success()), "{status:?}: {err}");
+    assert!(
+        err.contains(&format!(
+            "systemd passed a socket that the configuration does not listen on: TCP \
+             127.0.0.1:{port} (fd 3, subflows); the proxy's listeners are TCP 127.0.0.1:{free} \
+             (subflows)"
+        )),
         "{err}"
     );
 }
