@@ -117,10 +117,12 @@ pub struct SoakArgs {
     /// promptly and cleanly; every later one must complete.
     #[arg(long, default_value_t = 0.0)]
     pub restart_every: f64,
-    /// Hold the relay's passenger listener in this process and pass it to every relay started,
-    /// as systemd does with `config example relay.socket` (socket activation): connections
-    /// made while the relay restarts wait in its backlog. With --restart-every, a connection
-    /// opened after a relay was signalled must then complete.
+    /// Hold the relay's passenger listener and the proxy's subflow listener in this process
+    /// and pass them to every relay and proxy started, as systemd does with `config example
+    /// relay.socket` and `proxy.socket` (socket activation): connections made while the relay
+    /// restarts wait in its backlog, and so do the relay's subflows while the proxy restarts.
+    /// With --restart-every, a connection opened after a relay was signalled must then
+    /// complete.
     #[arg(long)]
     pub hold_listeners: bool,
     /// `drain_s` of relay and proxy: on an orderly stop each lets the connections open at that
@@ -951,6 +953,8 @@ struct Pair {
     counted: [(f64, f64); 2],
     /// The relay's listener, held across its restarts (`--hold-listeners`).
     held: Option<std::os::fd::OwnedFd>,
+    /// The proxy's subflow listener, likewise.
+    held_proxy: Option<std::os::fd::OwnedFd>,
     /// Both daemons' `drain_s`.
     drain_s: u64,
 }
@@ -971,8 +975,19 @@ impl Pair {
         let log = run_log(&self.dir, who, self.runs[i]);
         let until = Instant::now() + Duration::from_secs(self.ready_s);
         if who == "proxy" {
-            self.proxy = Daemon::start(&self.proxy_ns, "proxy", &self.proxy_cfg, log)?;
+            self.proxy = Daemon::start_passing(
+                &self.proxy_ns,
+                "proxy",
+                &self.proxy_cfg,
+                log,
+                self.held_proxy.as_ref(),
+            )?;
             self.proxy.wait_for("proxy running", 1, until)?;
+            if self.held_proxy.is_some() {
+                self.proxy
+                    .wait_for("socket passed by systemd", 1, until)
+                    .context("the proxy did not take the listener it was passed")?;
+            }
             if self.runs[i] > 1 {
                 // The relay's paths back on the new proxy.
                 self.proxy.wait_for("subflow up", self.paths, until)?;
@@ -1103,16 +1118,20 @@ fn set_drain(file: &std::path::Path, section: &str, secs: u64) -> Result<()> {
 
 /// The transparent listener of the relays the soak starts (`bench::write_configs`).
 const RELAY_TPROXY: &str = "0.0.0.0:7070";
+/// The subflow listener of the proxies the soak starts (both topologies' configurations).
+const PROXY_LISTEN: &str = "0.0.0.0:7700";
 
-/// A transparent listener on `addr` in namespace `ns`, as systemd's socket unit makes it
-/// (`Transparent=yes`, `Backlog=1024`), for relays to be handed.
-fn hold_listener(ns: &str, addr: &str) -> Result<std::os::fd::OwnedFd> {
+/// A listener on `addr` in namespace `ns`, as systemd's socket unit makes it (`Backlog=1024`;
+/// `transparent`: `Transparent=yes`), for relays or proxies to be handed.
+fn hold_listener(ns: &str, addr: &str, transparent: bool) -> Result<std::os::fd::OwnedFd> {
     use socket2::{Domain, Socket, Type};
     let addr: std::net::SocketAddr = addr.parse()?;
     let _in = polycorn_emu::netns::InNamespace::enter(ns)?;
     let s = Socket::new(Domain::for_address(addr), Type::STREAM, None)?;
     s.set_reuse_address(true)?;
-    s.set_ip_transparent(true)?;
+    if transparent {
+        s.set_ip_transparent(true)?;
+    }
     s.bind(&addr.into())
         .with_context(|| format!("bind {addr} in {ns}"))?;
     s.listen(1024)?;
@@ -1155,10 +1174,26 @@ fn soak(args: &SoakArgs, dir: &std::path::Path, stop: Arc<AtomicBool>) -> Result
     // A carrier of a trip may start in a failed handover's blackout (up to 10 s).
     let ready_s = if args.trip { 40 } else { 20 };
     let until = Instant::now() + Duration::from_secs(ready_s);
-    let mut proxy = Daemon::start(&p, "proxy", &proxy_cfg, run_log(dir, "proxy", 1))?;
+    let held_proxy = if args.hold_listeners {
+        Some(hold_listener(&p, PROXY_LISTEN, false)?)
+    } else {
+        None
+    };
+    let mut proxy = Daemon::start_passing(
+        &p,
+        "proxy",
+        &proxy_cfg,
+        run_log(dir, "proxy", 1),
+        held_proxy.as_ref(),
+    )?;
     proxy.wait_for("proxy running", 1, until)?;
+    if held_proxy.is_some() {
+        proxy
+            .wait_for("socket passed by systemd", 1, until)
+            .context("the proxy did not take the listener it was passed")?;
+    }
     let held = if args.hold_listeners {
-        Some(hold_listener(&r, RELAY_TPROXY)?)
+        Some(hold_listener(&r, RELAY_TPROXY, true)?)
     } else {
         None
     };
@@ -1190,6 +1225,7 @@ fn soak(args: &SoakArgs, dir: &std::path::Path, stop: Arc<AtomicBool>) -> Result
         runs: [1, 1],
         counted: [(0.0, 0.0); 2],
         held,
+        held_proxy,
         drain_s: args.drain_secs,
     };
     std::thread::sleep(Duration::from_secs(1));
@@ -1226,8 +1262,9 @@ fn soak(args: &SoakArgs, dir: &std::path::Path, stop: Arc<AtomicBool>) -> Result
     }
     if args.hold_listeners {
         println!(
-            "the relay's listener ({RELAY_TPROXY}) is held by the soak and passed to every relay \
-             (socket activation): connections opened after a relay's signal must complete"
+            "the relay's listener ({RELAY_TPROXY}) and the proxy's ({PROXY_LISTEN}) are held by \
+             the soak and passed to every relay and proxy (socket activation): connections \
+             opened after a relay's signal must complete"
         );
     }
     println!(

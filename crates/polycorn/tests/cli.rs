@@ -1570,7 +1570,8 @@ fn net_soak_restarts_relay_and_proxy_under_load() {
 /// With the relay's listener held across its restarts (what `config example relay.socket`
 /// has systemd do), a connection opened after the relay was stopped or killed waits in the
 /// backlog for the next relay: the soak then fails any such connection that does not complete,
-/// and checks that every relay run took the listener it was passed.
+/// and checks that every relay run took the listener it was passed — and every proxy run the
+/// proxy's (`proxy.socket`).
 #[test]
 fn net_soak_relay_restarts_lose_no_new_connection_with_its_listener_held() {
     if !is_root() {
@@ -1581,10 +1582,17 @@ fn net_soak_relay_restarts_lose_no_new_connection_with_its_listener_held() {
     let name = "pcsk-held";
     let stdout = restart_soak(name, &["--hold-listeners"]);
     assert!(
-        stdout.contains("is held by the soak and passed to every relay"),
+        stdout.contains("are held by the soak and passed to every relay and proxy"),
         "{stdout}"
     );
-    for kind in ["(relay stopped)", "(relay killed)"] {
+    // The proxy's listener too (every proxy run took it, or the soak would have failed):
+    // passengers get through after its restarts as well.
+    for kind in [
+        "(relay stopped)",
+        "(relay killed)",
+        "(proxy stopped)",
+        "(proxy killed)",
+    ] {
         assert_got_through_after(&stdout, kind);
     }
     let ns = namespaces();
