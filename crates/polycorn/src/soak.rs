@@ -968,6 +968,31 @@ fn run_log(dir: &std::path::Path, who: &str, run: u32) -> std::path::PathBuf {
     })
 }
 
+/// Start `who` (relay or proxy) in `ns`, handing it `held` if given, and wait until it runs
+/// (and took the listener it was handed).
+fn start_daemon(
+    ns: &str,
+    who: &str,
+    config: &std::path::Path,
+    log: std::path::PathBuf,
+    held: Option<&std::os::fd::OwnedFd>,
+    until: Instant,
+) -> Result<Daemon> {
+    let mut d = Daemon::start_passing(ns, who, config, log, held)?;
+    d.wait_for(&format!("{who} running"), 1, until)?;
+    if held.is_some() {
+        // The line of the listener that took it (not the start's "listeners passed by …").
+        let took = if who == "proxy" {
+            "proxy listening, socket passed by systemd"
+        } else {
+            "listener, passed by systemd"
+        };
+        d.wait_for(took, 1, until)
+            .with_context(|| format!("the {who} did not take the listener it was passed"))?;
+    }
+    Ok(d)
+}
+
 impl Pair {
     fn start(&mut self, who: &str) -> Result<()> {
         let i = usize::from(who == "proxy");
@@ -975,37 +1000,15 @@ impl Pair {
         let log = run_log(&self.dir, who, self.runs[i]);
         let until = Instant::now() + Duration::from_secs(self.ready_s);
         if who == "proxy" {
-            self.proxy = Daemon::start_passing(
-                &self.proxy_ns,
-                "proxy",
-                &self.proxy_cfg,
-                log,
-                self.held_proxy.as_ref(),
-            )?;
-            self.proxy.wait_for("proxy running", 1, until)?;
-            if self.held_proxy.is_some() {
-                self.proxy
-                    .wait_for("socket passed by systemd", 1, until)
-                    .context("the proxy did not take the listener it was passed")?;
-            }
+            let held = self.held_proxy.as_ref();
+            self.proxy = start_daemon(&self.proxy_ns, who, &self.proxy_cfg, log, held, until)?;
             if self.runs[i] > 1 {
                 // The relay's paths back on the new proxy.
                 self.proxy.wait_for("subflow up", self.paths, until)?;
             }
         } else {
-            self.relay = Daemon::start_passing(
-                &self.relay_ns,
-                "relay",
-                &self.relay_cfg,
-                log,
-                self.held.as_ref(),
-            )?;
-            self.relay.wait_for("relay running", 1, until)?;
-            if self.held.is_some() {
-                self.relay
-                    .wait_for("listener, passed by systemd", 1, until)
-                    .context("the relay did not take the listener it was passed")?;
-            }
+            let held = self.held.as_ref();
+            self.relay = start_daemon(&self.relay_ns, who, &self.relay_cfg, log, held, until)?;
             self.relay.wait_for("subflow up", self.paths, until)?;
         }
         Ok(())
@@ -1179,38 +1182,28 @@ fn soak(args: &SoakArgs, dir: &std::path::Path, stop: Arc<AtomicBool>) -> Result
     } else {
         None
     };
-    let mut proxy = Daemon::start_passing(
+    let proxy = start_daemon(
         &p,
         "proxy",
         &proxy_cfg,
         run_log(dir, "proxy", 1),
         held_proxy.as_ref(),
+        until,
     )?;
-    proxy.wait_for("proxy running", 1, until)?;
-    if held_proxy.is_some() {
-        proxy
-            .wait_for("socket passed by systemd", 1, until)
-            .context("the proxy did not take the listener it was passed")?;
-    }
     let held = if args.hold_listeners {
         Some(hold_listener(&r, RELAY_TPROXY, true)?)
     } else {
         None
     };
     let until = Instant::now() + Duration::from_secs(ready_s);
-    let mut relay = Daemon::start_passing(
+    let mut relay = start_daemon(
         &r,
         "relay",
         &relay_cfg,
         run_log(dir, "relay", 1),
         held.as_ref(),
+        until,
     )?;
-    relay.wait_for("relay running", 1, until)?;
-    if held.is_some() {
-        relay
-            .wait_for("listener, passed by systemd", 1, until)
-            .context("the relay did not take the listener it was passed")?;
-    }
     relay.wait_for("subflow up", topo.paths(), until)?;
     let mut pair = Pair {
         relay,

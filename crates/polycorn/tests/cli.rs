@@ -114,14 +114,32 @@ fn config_example_prints_systemd_units_that_systemd_accepts() {
     }
     let bin = env!("CARGO_BIN_EXE_polycorn");
     let dir = tempfile::tempdir().unwrap();
-    for role in ["relay", "proxy"] {
-        let out = polycorn(&["config", "example", &format!("{role}.service")]);
+    // `config example WHAT`'s output.
+    let example = |what: &str| {
+        let out = polycorn(&["config", "example", what]);
         assert!(
             out.status.success(),
             "{}",
             String::from_utf8_lossy(&out.stderr)
         );
-        let unit = String::from_utf8(out.stdout).unwrap();
+        String::from_utf8(out.stdout).unwrap()
+    };
+    // `systemd-analyze verify` accepts `unit` saved as `name`. Complaints about the unit name
+    // its file (`…/polycorn-relay.service:12: Unknown key`).
+    let verify = |name: &str, unit: &str| {
+        let file = dir.path().join(name);
+        std::fs::write(&file, unit).unwrap();
+        let v = Command::new("systemd-analyze")
+            .arg("verify")
+            .arg(&file)
+            .output()
+            .unwrap();
+        let said = String::from_utf8_lossy(&v.stderr);
+        let ours: Vec<&str> = said.lines().filter(|l| l.contains(name)).collect();
+        assert!(v.status.success() && ours.is_empty(), "{name}: {said}");
+    };
+    for role in ["relay", "proxy"] {
+        let unit = example(&format!("{role}.service"));
         for line in [
             format!("ExecStartPre={bin} config check {role} /etc/polycorn/{role}.toml"),
             format!("ExecStart={bin} {role} --config /etc/polycorn/{role}.toml"),
@@ -147,30 +165,11 @@ fn config_example_prints_systemd_units_that_systemd_accepts() {
         } else {
             assert!(reloads.is_empty(), "{unit}");
         }
-        let file = dir.path().join(format!("polycorn-{role}.service"));
-        std::fs::write(&file, &unit).unwrap();
-        let v = Command::new("systemd-analyze")
-            .arg("verify")
-            .arg(&file)
-            .output()
-            .unwrap();
-        let said = String::from_utf8_lossy(&v.stderr);
-        // Complaints about the unit name its file (`…/polycorn-relay.service:12: Unknown key`).
-        let ours: Vec<&str> = said
-            .lines()
-            .filter(|l| l.contains(&format!("polycorn-{role}.service")))
-            .collect();
-        assert!(v.status.success() && ours.is_empty(), "{role}: {said}");
+        verify(&format!("polycorn-{role}.service"), &unit);
     }
     // The socket unit beside the relay's service: the example's listener, transparent, and
     // the interception removed when it stops.
-    let out = polycorn(&["config", "example", "relay.socket"]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let unit = String::from_utf8(out.stdout).unwrap();
+    let unit = example("relay.socket");
     for line in [
         "ListenStream=0.0.0.0:7070".to_string(),
         "Transparent=yes".to_string(),
@@ -179,33 +178,9 @@ fn config_example_prints_systemd_units_that_systemd_accepts() {
     ] {
         assert!(unit.lines().any(|l| l == line), "{line} in\n{unit}");
     }
-    let verify = |role: &str, unit: &str| {
-        let file = dir.path().join(format!("polycorn-{role}.socket"));
-        std::fs::write(&file, unit).unwrap();
-        let v = Command::new("systemd-analyze")
-            .arg("verify")
-            .arg(&file)
-            .output()
-            .unwrap();
-        let said = String::from_utf8_lossy(&v.stderr);
-        let ours: Vec<&str> = said
-            .lines()
-            .filter(|l| l.contains(&format!("polycorn-{role}.socket")))
-            .collect();
-        assert!(
-            v.status.success() && ours.is_empty(),
-            "{role}.socket: {said}"
-        );
-    };
-    verify("relay", &unit);
+    verify("polycorn-relay.socket", &unit);
     // The proxy's: its subflow listener, no interception to remove.
-    let out = polycorn(&["config", "example", "proxy.socket"]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let unit = String::from_utf8(out.stdout).unwrap();
+    let unit = example("proxy.socket");
     for line in [
         "ListenStream=0.0.0.0:7700",
         "Service=polycorn-proxy.service",
@@ -213,7 +188,7 @@ fn config_example_prints_systemd_units_that_systemd_accepts() {
         assert!(unit.lines().any(|l| l == line), "{line} in\n{unit}");
     }
     assert!(!unit.contains("ExecStopPost"), "{unit}");
-    verify("proxy", &unit);
+    verify("polycorn-proxy.socket", &unit);
     let out = polycorn(&["config", "example", "relay.timer"]);
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
