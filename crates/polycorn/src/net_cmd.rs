@@ -370,19 +370,25 @@ pub fn relay_remove_interception(path: &Path) -> Result<()> {
     Ok(())
 }
 
+/// Logs how many sockets systemd passed, if any; returns whether it passed any.
+fn announce(inherited: &Inherited) -> bool {
+    if inherited.is_empty() {
+        return false;
+    }
+    info!(
+        sockets = inherited.len(),
+        "listeners passed by systemd (socket activation)"
+    );
+    true
+}
+
 /// `polycorn relay --config FILE`.
 pub fn relay(path: &Path) -> Result<()> {
     // Listeners systemd passed (socket activation): taken before any thread or child starts.
     let inherited = Inherited::from_env()?;
     let cfg = RelayConfig::load(path)?;
     init_logging(&cfg.log)?;
-    let activated = !inherited.is_empty();
-    if activated {
-        info!(
-            sockets = inherited.len(),
-            "listeners passed by systemd (socket activation)"
-        );
-    }
+    let activated = announce(&inherited);
     // The uplink's handover predictor (HPR on the relay), loaded before the runtime starts.
     let predictor = if cfg.relay.mode == RelayMode::Polycorn {
         load_predictor(&cfg.linkdb)?
@@ -574,12 +580,7 @@ pub fn proxy(path: &Path) -> Result<()> {
     let inherited = Inherited::from_env()?;
     let cfg = ProxyConfig::load(path)?;
     init_logging(&cfg.log)?;
-    if !inherited.is_empty() {
-        info!(
-            sockets = inherited.len(),
-            "listeners passed by systemd (socket activation)"
-        );
-    }
+    announce(&inherited);
     // LinkDB is loaded before the async runtime starts (its PostgreSQL client blocks).
     let predictor = load_predictor(&cfg.linkdb)?;
     apply_slow_start_after_idle(

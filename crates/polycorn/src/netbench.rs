@@ -56,7 +56,7 @@ pub struct Measured {
     pub system: String,
     /// `down` or `up`.
     pub direction: &'static str,
-    /// Goodput at the client, Gbit/s.
+    /// Goodput at the receiver (client for a download, server for an upload), Gbit/s.
     pub gbit: f64,
     /// Relay CPU, % of one core.
     pub relay_cpu: f64,
