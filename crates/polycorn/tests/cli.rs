@@ -1312,6 +1312,118 @@ fn bench_runs_on_recorded_traces_and_names_them() {
     );
 }
 
+/// A researcher benches uploads (the relay schedules them) over the emulated HSR trip: every
+/// byte is checked at the server, every upload is timed by its arrival there and is never
+/// faster than the oracle sending at every uplink's full capacity, the relay's scheduler did
+/// the work, and nothing is left behind.
+#[test]
+fn bench_uploads_cross_the_relay_checked_and_timed_at_the_server() {
+    if !is_root() {
+        eprintln!("skipping: needs root");
+        return;
+    }
+    let out = polycorn(&["bench", "--workloads", "upload", "--bulk-flows", "0"]);
+    assert!(!out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("--bulk-flows must be at least 1"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let res = dir.path().join("out");
+    let out = polycorn(&[
+        "bench",
+        "--quick",
+        "--systems",
+        "vanilla;mptcp",
+        "--workloads",
+        "upload",
+        "--bulk-flows",
+        "3",
+        "--name",
+        "pcupl",
+        "--out",
+        res.to_str().unwrap(),
+    ]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        stdout.contains("outputs complete and consistent (2 systems)"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("bulk uploads:") && stdout.contains("goodput ratio of uploads vs mptcp"),
+        "{stdout}"
+    );
+    assert!(
+        !stdout.contains("bulk downloads") && !stdout.contains("instant messaging"),
+        "{stdout}"
+    );
+    let r = read_json(&res.join("results.json"));
+    assert_eq!(r["plan"]["uploads"].as_array().unwrap().len(), 3);
+    assert!(r["plan"]["bulk"].as_array().unwrap().is_empty());
+    let mut completed = 0;
+    for run in r["runs"].as_array().unwrap() {
+        let sys = run["system"].as_str().unwrap();
+        assert!(run["flows"].as_array().unwrap().is_empty(), "{sys}");
+        let ups = run["uploads"].as_array().unwrap();
+        assert_eq!(ups.len(), 3, "{sys}");
+        for (u, plan) in ups.iter().zip(r["plan"]["uploads"].as_array().unwrap()) {
+            if u["ok"] != true {
+                eprintln!("{sys}: upload {} not complete: {}", u["idx"], u["error"]);
+                continue;
+            }
+            completed += 1;
+            let (fct, oracle) = (
+                u["fct_s"].as_f64().unwrap(),
+                plan["oracle_fct_s"].as_f64().unwrap(),
+            );
+            assert!(
+                fct >= oracle,
+                "{sys}: upload {u} faster than its oracle {oracle}"
+            );
+            // Timed at the server: its bins hold every byte.
+            let bytes: u64 = u["bins_100ms"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|b| b.as_u64().unwrap())
+                .sum();
+            assert_eq!(bytes, u["size"].as_u64().unwrap(), "{sys}: {u}");
+        }
+        assert!(run["path_up_bytes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|b| b.as_u64() > Some(0)));
+    }
+    // The 256 KB uploads at least get through on both systems.
+    assert!(completed >= 2, "{completed} uploads completed");
+    // The relay's scheduler placed the uploads.
+    let vanilla = &r["runs"][0];
+    let relay_decisions: f64 = vanilla["counters"]
+        .as_object()
+        .unwrap()
+        .iter()
+        .filter(|(k, _)| k.starts_with("relay:polycorn_stage_decisions_total"))
+        .map(|(_, v)| v.as_f64().unwrap())
+        .sum();
+    assert!(relay_decisions > 0.0, "{}", vanilla["counters"]);
+    let csv = std::fs::read_to_string(res.join("uploads.csv")).unwrap();
+    assert_eq!(csv.lines().count(), 1 + 2 * 3, "{csv}");
+    let html = std::fs::read_to_string(res.join("report.html")).unwrap();
+    assert!(html.contains("id=\"upload-ratio-vs-mptcp\""));
+    assert!(
+        !namespaces().contains("pcupl"),
+        "namespaces left: {}",
+        namespaces()
+    );
+}
+
 /// A `net soak` that passed: its output and the connections it completed.
 fn soak_passed(out: &std::process::Output) -> (String, u64) {
     let stdout = String::from_utf8_lossy(&out.stdout).into_owned();

@@ -14,7 +14,36 @@ pub const TAIL_SHARE: f64 = 0.1;
 /// Window after a failed handover for the Fig. 11a view, s.
 pub const HOF_WINDOW_S: f64 = 2.0;
 
-/// One bulk download as measured at the client.
+/// Which way a bulk flow's bytes go.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Dir {
+    /// Server to passenger: the proxy schedules it.
+    Down,
+    /// Passenger to server: the relay schedules it.
+    Up,
+}
+
+impl Dir {
+    /// Both, downloads first.
+    pub const BOTH: [Dir; 2] = [Dir::Down, Dir::Up];
+    /// Key in `results.json` (`bulk`, `upload`).
+    pub fn key(self) -> &'static str {
+        match self {
+            Dir::Down => "bulk",
+            Dir::Up => "upload",
+        }
+    }
+    /// Plural noun for tables (`downloads`, `uploads`).
+    pub fn noun(self) -> &'static str {
+        match self {
+            Dir::Down => "downloads",
+            Dir::Up => "uploads",
+        }
+    }
+}
+
+/// One bulk download as measured at the client, or one bulk upload as measured at the server
+/// (times from the client's connect, bytes as they reached the server).
 #[derive(Debug, Clone, PartialEq)]
 pub struct FlowResult {
     /// Plan index.
@@ -84,15 +113,29 @@ pub struct SystemRun {
     pub late_paths: Vec<String>,
     /// The run could not be carried out (daemon failed); results then are empty.
     pub error: Option<String>,
-    /// Bulk flows.
+    /// Bulk downloads.
     pub flows: Vec<FlowResult>,
     /// IM messages.
     pub im: Vec<ImResult>,
+    /// Bulk uploads (`--workloads upload`).
+    pub uploads: Vec<FlowResult>,
     /// Downlink bytes the emulator delivered per path.
     pub path_down_bytes: Vec<u64>,
+    /// Uplink bytes the emulator delivered per path (empty for rides recorded before it was).
+    pub path_up_bytes: Vec<u64>,
     /// Relay and proxy metric samples at the end of the run (`relay:name{labels}` -> value;
     /// see `parse_counters`); empty for systems without them.
     pub counters: std::collections::BTreeMap<String, f64>,
+}
+
+impl SystemRun {
+    /// The bulk flows going `dir`.
+    pub fn flows_of(&self, dir: Dir) -> &[FlowResult] {
+        match dir {
+            Dir::Down => &self.flows,
+            Dir::Up => &self.uploads,
+        }
+    }
 }
 
 /// Sum of the counters of `role` (`relay` or `proxy`) whose sample name starts with `prefix`.
@@ -360,6 +403,52 @@ pub fn oracle_fct_s(trip: &Trip, start_s: f64, size: u64) -> Option<f64> {
     None
 }
 
+/// Oracle lower bound on the FCT of a `size`-byte upload started at `start_s` (seconds into the
+/// emulated trip) and counted when its last byte reaches the server: every path sends at its
+/// full emulated uplink capacity from `start_s` (no handshake, no slow start, no queueing, no
+/// header bytes, zero capacity during outages), each 10 ms step's bytes arriving one one-way
+/// delay later. `None` if the trip ends first.
+pub fn oracle_upload_fct_s(trip: &Trip, start_s: f64, size: u64) -> Option<f64> {
+    let start_us = (start_s * 1e6) as u64;
+    let first = (start_us / 1000 / STEP_MS) as usize;
+    let mut arrivals: Vec<(u64, f64)> = Vec::new();
+    for k in first..trip.speed_mps.len() {
+        let step_us = k as u64 * STEP_MS * 1000;
+        // The step the upload starts in counts only from the start on.
+        let share = if k == first {
+            1.0 - (start_us - step_us) as f64 / (STEP_MS * 1000) as f64
+        } else {
+            1.0
+        };
+        for path in &trip.paths {
+            let bytes = path.ul_bps[k].max(0.0) * STEP_MS as f64 / 1000.0 / 8.0 * share;
+            if bytes > 0.0 {
+                arrivals.push((step_us + STEP_MS * 1000 + path.owd_us[k], bytes));
+            }
+        }
+        if arrivals.iter().map(|a| a.1).sum::<f64>() >= size as f64 * 2.0 + 1e6 {
+            break;
+        }
+    }
+    arrivals.sort_by_key(|a| a.0);
+    let mut got = 0.0;
+    for (at_us, b) in arrivals {
+        got += b;
+        if got >= size as f64 {
+            return Some(at_us as f64 / 1e6 - start_s);
+        }
+    }
+    None
+}
+
+/// The oracle FCT of a flow going `dir`.
+pub fn oracle_fct_in(dir: Dir, trip: &Trip, start_s: f64, size: u64) -> Option<f64> {
+    match dir {
+        Dir::Down => oracle_fct_s(trip, start_s, size),
+        Dir::Up => oracle_upload_fct_s(trip, start_s, size),
+    }
+}
+
 /// Lower bounds on IM exchanges over the emulated paths of a trip: a message handed to the
 /// relay at `t` and answered at once by the server arrives back no earlier than
 /// [`ImOracle::exchange_s`] says.
@@ -541,15 +630,15 @@ pub fn goodput_after_hof(run: &SystemRun, hofs_s: &[f64]) -> Vec<f64> {
     out
 }
 
-/// Per-flow goodput ratios `sys / reference` over flows that completed in both.
-pub fn goodput_ratios(sys: &SystemRun, reference: &SystemRun, size: u64) -> Vec<f64> {
+/// Per-flow goodput ratios `sys / reference` of the `dir` flows that completed in both.
+pub fn goodput_ratios(dir: Dir, sys: &SystemRun, reference: &SystemRun, size: u64) -> Vec<f64> {
     let r: BTreeMap<usize, &FlowResult> = reference
-        .flows
+        .flows_of(dir)
         .iter()
         .filter(|f| f.ok && f.size == size)
         .map(|f| (f.idx, f))
         .collect();
-    sys.flows
+    sys.flows_of(dir)
         .iter()
         .filter(|f| f.ok && f.size == size)
         .filter_map(|f| r.get(&f.idx).map(|g| f.goodput_mbps() / g.goodput_mbps()))
@@ -687,6 +776,38 @@ mod tests {
     }
 
     #[test]
+    fn upload_oracle_sends_at_every_paths_uplink_capacity_from_the_start() {
+        let cfg = TripConfig::preset("hsr", 1, 1).unwrap();
+        let mut trip = Trip::generate(&cfg).unwrap();
+        // Two paths of 8 Mbit/s uplink (10 kB per 10 ms step), 20 ms one way.
+        for p in &mut trip.paths {
+            p.ul_bps.iter_mut().for_each(|b| *b = 8e6);
+            p.owd_us.iter_mut().for_each(|d| *d = 20_000);
+        }
+        // 100 kB = five steps of both paths; the fifth step's bytes arrive one step and one
+        // one-way delay after it began: 4 × 10 + 10 + 20 ms.
+        let fct = oracle_upload_fct_s(&trip, 100.0, 100_000).unwrap();
+        assert!((fct - 0.070).abs() < 1e-9, "{fct}");
+        // Half a step late: the first step carries half as much.
+        let fct = oracle_upload_fct_s(&trip, 100.005, 100_000).unwrap();
+        assert!((fct - 0.075).abs() < 1e-9, "{fct}");
+        // No uplink capacity for a second: the upload waits it out.
+        let k = 10_000;
+        for p in &mut trip.paths {
+            p.ul_bps[k..k + 100].iter_mut().for_each(|b| *b = 0.0);
+        }
+        let fct = oracle_upload_fct_s(&trip, 100.0, 100_000).unwrap();
+        assert!((fct - 1.070).abs() < 1e-9, "{fct}");
+        // Past the trip's end there is no bound.
+        let end = trip.speed_mps.len() as f64 * STEP_MS as f64 / 1000.0;
+        assert_eq!(oracle_upload_fct_s(&trip, end - 0.02, 100_000_000), None);
+        assert_eq!(
+            oracle_fct_in(Dir::Up, &trip, 100.0, 1000),
+            oracle_upload_fct_s(&trip, 100.0, 1000)
+        );
+    }
+
+    #[test]
     fn im_bound_follows_opportunities_delays_and_outages() {
         // Two paths of 12 Mbit/s (one 1500-byte opportunity at the end of every millisecond),
         // 30 ms each way, for one second.
@@ -764,7 +885,9 @@ mod tests {
             error: None,
             flows,
             im: vec![],
+            uploads: vec![],
             path_down_bytes: vec![1, 3],
+            path_up_bytes: vec![],
             counters: Default::default(),
         };
         let a = run(vec![
@@ -777,7 +900,15 @@ mod tests {
             flow(1, 1.0, false),
             flow(2, 1.0, true),
         ]);
-        assert_eq!(goodput_ratios(&a, &b, 1000), vec![2.0]);
+        assert_eq!(goodput_ratios(Dir::Down, &a, &b, 1000), vec![2.0]);
+        // Uploads pair with uploads only, by their own index.
+        let mut a = a;
+        let mut b = b;
+        a.uploads = vec![flow(0, 4.0, true), flow(1, 1.0, true)];
+        b.uploads = vec![flow(0, 1.0, true)];
+        assert_eq!(goodput_ratios(Dir::Up, &a, &b, 1000), vec![0.25]);
+        assert_eq!(goodput_ratios(Dir::Down, &a, &b, 1000), vec![2.0]);
+        assert_eq!(a.flows_of(Dir::Up).len(), 2);
         assert_eq!(path_share(&a, 1), 0.75);
     }
 }
@@ -813,7 +944,9 @@ mod counter_tests {
             error: None,
             flows: vec![],
             im: vec![],
+            uploads: vec![],
             path_down_bytes: vec![],
+            path_up_bytes: vec![],
             counters: Default::default(),
         };
         assert_eq!(out_of_order_delay_s(&run), None);

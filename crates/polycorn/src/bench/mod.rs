@@ -73,12 +73,14 @@ pub struct BenchArgs {
     /// (`--systems 'vanilla;polycorn:minrtt,tpr'`), or a `--systems` of its own.
     #[arg(long)]
     pub systems: Vec<String>,
-    /// Bulk flows (cycled over 256 KB, 1 MB, 4 MB); default 6 quick, 12 full.
+    /// Bulk flows (cycled over 256 KB, 1 MB, 4 MB); default 6 quick, 12 full. With the
+    /// `upload` workload, also the number of uploads.
     #[arg(long)]
     pub bulk_flows: Option<usize>,
-    /// Workloads to run, comma-separated: `bulk` (downloads), `im` (instant messaging). Leaving
-    /// one out shortens every system's window, so more rides fit in the same time; the other
-    /// workload's schedule is unchanged but starts right after the lead-in.
+    /// Workloads to run, comma-separated: `bulk` (downloads), `im` (instant messaging), `upload`
+    /// (bulk uploads, after the others; not run unless named). Leaving one out shortens every
+    /// system's window, so more rides fit in the same time; the next workload's schedule is
+    /// unchanged but starts earlier on the trip.
     #[arg(long, value_delimiter = ',', default_value = "bulk,im")]
     pub workloads: Vec<Workload>,
     /// Where polycorn systems get LinkDB's handover-failure predictions: `both` (proxy for the
@@ -130,6 +132,8 @@ pub enum Workload {
     Bulk,
     /// Instant messaging with 10, 20 and 30 users.
     Im,
+    /// Bulk uploads of 256 KB, 1 MB and 4 MB (the relay schedules them).
+    Upload,
 }
 
 /// Which ends of a polycorn system run LinkDB's predictor.
@@ -415,18 +419,7 @@ pub fn run(args: &BenchArgs) -> Result<()> {
     } else {
         PlanParams::full()
     };
-    if args.workloads.is_empty() {
-        bail!("--workloads needs at least one of: bulk, im");
-    }
-    let bulk = args.workloads.contains(&Workload::Bulk);
-    params.im = args.workloads.contains(&Workload::Im);
-    match args.bulk_flows {
-        Some(_) if !bulk => bail!("--bulk-flows needs the bulk workload (--workloads)"),
-        Some(0) => bail!("--bulk-flows must be at least 1"),
-        Some(n) => params.bulk_flows = n,
-        None if !bulk => params.bulk_flows = 0,
-        None => {}
-    }
+    apply_workloads(&mut params, &args.workloads, args.bulk_flows)?;
     if args.trips == 0 || args.trips >= LINKDB_SEED_OFFSET {
         bail!("--trips must be 1 to {}", LINKDB_SEED_OFFSET - 1);
     }
@@ -490,6 +483,31 @@ pub fn run(args: &BenchArgs) -> Result<()> {
     if args.trips > 1 {
         print_pooled(&all, Some(&top))?;
     }
+    Ok(())
+}
+
+/// Set which workloads `params` plays, and how many bulk flows (`--workloads`, `--bulk-flows`).
+fn apply_workloads(
+    params: &mut PlanParams,
+    workloads: &[Workload],
+    bulk_flows: Option<usize>,
+) -> Result<()> {
+    if workloads.is_empty() {
+        bail!("--workloads needs at least one of: bulk, im, upload");
+    }
+    let bulk = workloads.contains(&Workload::Bulk);
+    let upload = workloads.contains(&Workload::Upload);
+    params.im = workloads.contains(&Workload::Im);
+    let n = match bulk_flows {
+        Some(_) if !bulk && !upload => {
+            bail!("--bulk-flows needs the bulk or the upload workload (--workloads)")
+        }
+        Some(0) => bail!("--bulk-flows must be at least 1"),
+        Some(n) => n,
+        None => params.bulk_flows,
+    };
+    params.bulk_flows = if bulk { n } else { 0 };
+    params.uploads = if upload { n } else { 0 };
     Ok(())
 }
 
@@ -702,17 +720,28 @@ fn run_trip(
             error: Some(format!("{e:#}")),
             flows: vec![],
             im: vec![],
+            uploads: vec![],
             path_down_bytes: vec![],
+            path_up_bytes: vec![],
             counters: Default::default(),
         });
         match &r.error {
             Some(e) => eprintln!("{label}: FAILED: {e}"),
             None => eprintln!(
-                "{label}: {}/{} bulk flows complete, {}/{} IM answers",
+                "{label}: {}/{} bulk flows complete, {}/{} IM answers{}",
                 r.flows.iter().filter(|f| f.ok).count(),
                 r.flows.len(),
                 r.im.iter().filter(|m| m.delivery_s.is_some()).count(),
-                r.im.len()
+                r.im.len(),
+                if plan.uploads.is_empty() {
+                    String::new()
+                } else {
+                    format!(
+                        ", {}/{} uploads complete",
+                        r.uploads.iter().filter(|f| f.ok).count(),
+                        r.uploads.len()
+                    )
+                }
             ),
         }
         runs.push((idx, r));
@@ -725,10 +754,15 @@ fn run_trip(
     print!("{}", report::table(&results));
     let html = report::write_html(out, &results)?;
     println!(
-        "raw: {} {} {}",
+        "raw: {} {} {}{}",
         out.join("flows.csv").display(),
         out.join("im.csv").display(),
-        out.join("results.json").display()
+        out.join("results.json").display(),
+        if results.plan.uploads.is_empty() {
+            String::new()
+        } else {
+            format!(" {}", out.join("uploads.csv").display())
+        }
     );
     println!("report: {}", html.display());
     report::verify(out, &results).context("the outputs are incomplete or inconsistent")?;
@@ -1007,7 +1041,7 @@ fn run_system(
     let (relay_cfg, proxy_cfg) = write_configs(&dir, sys, n, linkdb)?;
     let max_users = plan.im.iter().map(|s| s.users).max().unwrap_or(0);
     workload::add_user_addresses(&spec.ns("client"), max_users)?;
-    let _servers = workload::Servers::start(&spec.ns("server"))?;
+    let servers = workload::Servers::start(&spec.ns("server"))?;
     // Stops the emulator however this function ends.
     let player = TripPlayer::start(&spec, trip, queue_bytes.map(QueueLimit::Bytes))?;
     let t0 = player.t0;
@@ -1047,10 +1081,10 @@ fn run_system(
     let ready_s = t0.elapsed().as_secs_f64();
     let done = Arc::new(AtomicBool::new(false));
     let bar = progress(label.to_string(), t0, plan.end_s, done.clone());
-    let res = workload::run_client(&spec.ns("client"), plan, t0);
+    let res = workload::run_client(&spec.ns("client"), plan, t0, &servers.arrivals);
     done.store(true, Ordering::Relaxed);
     let _ = bar.join();
-    let (flows, im) = res?;
+    let played = res?;
     // The daemons copy session counters into their metrics once a second.
     std::thread::sleep(Duration::from_millis(1200));
     let mut counters = std::collections::BTreeMap::new();
@@ -1075,9 +1109,11 @@ fn run_system(
         ready_s,
         late_paths,
         error: None,
-        flows,
-        im,
+        flows: played.flows,
+        im: played.im,
+        uploads: played.uploads,
         path_down_bytes: stats.iter().map(|(_, d)| d.bytes_out).collect(),
+        path_up_bytes: stats.iter().map(|(u, _)| u.bytes_out).collect(),
         counters,
     })
 }
@@ -1492,6 +1528,24 @@ mod tests {
         assert_eq!(plain.unwrap().unwrap(), None);
         let e = system("mptcp+rto1s").unwrap_err();
         assert!(e.to_string().contains("polycorn systems only"), "{e}");
+    }
+
+    #[test]
+    fn workloads_choose_the_plan_and_bulk_flows_count_downloads_and_uploads() {
+        let apply = |w: &[Workload], n: Option<usize>| {
+            let mut p = PlanParams::full();
+            apply_workloads(&mut p, w, n).map(|()| (p.bulk_flows, p.im, p.uploads))
+        };
+        use Workload::*;
+        // The default: downloads and IM, no uploads.
+        assert_eq!(apply(&[Bulk, Im], None).unwrap(), (12, true, 0));
+        assert_eq!(apply(&[Upload], None).unwrap(), (0, false, 12));
+        assert_eq!(apply(&[Bulk, Im, Upload], Some(3)).unwrap(), (3, true, 3));
+        assert_eq!(apply(&[Im, Upload], Some(6)).unwrap(), (0, true, 6));
+        let err = |w: &[Workload], n| apply(w, n).unwrap_err().to_string();
+        assert!(err(&[], None).contains("bulk, im, upload"));
+        assert!(err(&[Im], Some(3)).contains("--bulk-flows needs the bulk or the upload"));
+        assert!(err(&[Upload], Some(0)).contains("at least 1"));
     }
 
     #[test]

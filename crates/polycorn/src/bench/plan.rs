@@ -13,14 +13,15 @@ pub const IM_UP_BYTES: usize = 100;
 /// Downlink answer, bytes.
 pub const IM_DOWN_BYTES: usize = 4;
 
-/// One bulk download.
+/// One bulk download or upload.
 #[derive(Debug, Clone, PartialEq)]
 pub struct BulkFlow {
-    /// Index within the plan (pairs flows across systems).
+    /// Index within its list (pairs flows across systems; downloads and uploads are numbered
+    /// separately).
     pub idx: usize,
     /// Start, seconds after the emulator started.
     pub start_s: f64,
-    /// Download size, bytes.
+    /// Bytes moved.
     pub size: u64,
 }
 
@@ -48,7 +49,13 @@ pub struct Plan {
     pub bulk_timeout_s: f64,
     /// IM segments, in start order.
     pub im: Vec<ImSegment>,
-    /// The run ends here (seconds after the emulator started).
+    /// Bulk uploads (`--workloads upload`), in start order, after the IM segments, so the
+    /// downloads and IM run at the same trip times with or without them.
+    pub uploads: Vec<BulkFlow>,
+    /// An upload not complete after this long is counted as failed (0 without uploads).
+    pub upload_timeout_s: f64,
+    /// The run ends here (seconds after the emulator started): every flow is complete or given
+    /// up by then.
     pub end_s: f64,
 }
 
@@ -71,6 +78,13 @@ pub struct PlanParams {
     pub im_segment_s: f64,
     /// Whether the instant-messaging segments run (`--workloads`).
     pub im: bool,
+    /// Bulk uploads (cycled over [`BULK_SIZES`]; `--workloads upload`).
+    pub uploads: usize,
+    /// Seconds between upload starts (the uplink has a third of the downlink's capacity, so
+    /// uploads get a longer gap than downloads).
+    pub upload_gap_s: f64,
+    /// See [`Plan::upload_timeout_s`].
+    pub upload_timeout_s: f64,
 }
 
 impl PlanParams {
@@ -85,6 +99,9 @@ impl PlanParams {
             im_mean_gap_s: 0.07,
             im_segment_s: 9.0,
             im: true,
+            uploads: 0,
+            upload_gap_s: 8.0,
+            upload_timeout_s: 40.0,
         }
     }
     /// Full mode.
@@ -98,6 +115,9 @@ impl PlanParams {
             im_mean_gap_s: 0.15,
             im_segment_s: 20.0,
             im: true,
+            uploads: 0,
+            upload_gap_s: 12.0,
+            upload_timeout_s: 60.0,
         }
     }
 }
@@ -141,8 +161,8 @@ impl Plan {
                 size: BULK_SIZES[idx % BULK_SIZES.len()],
             })
             .collect();
-        // Without bulk flows, IM starts right after the lead; without IM, the run ends when the
-        // last bulk flow's timeout would.
+        // Without bulk flows, IM starts right after the lead; without IM, the downloads end
+        // when the last one's timeout would.
         let mut t = match bulk.last() {
             Some(f) if !p.im => f.start_s + p.bulk_timeout_s,
             Some(_) => p.lead_s + p.bulk_flows as f64 * p.bulk_gap_s + p.drain_s,
@@ -177,11 +197,29 @@ impl Plan {
             });
             t += p.im_segment_s;
         }
+        // Uploads come last; the first one starts where the run would otherwise end.
+        let uploads: Vec<BulkFlow> = (0..p.uploads)
+            .map(|idx| BulkFlow {
+                idx,
+                start_s: t + idx as f64 * p.upload_gap_s,
+                size: BULK_SIZES[idx % BULK_SIZES.len()],
+            })
+            .collect();
+        if let Some(f) = uploads.last() {
+            t = f.start_s + p.upload_timeout_s;
+        }
         Plan {
             lead_s: p.lead_s,
             bulk,
             bulk_timeout_s: p.bulk_timeout_s,
             im,
+            // 0 without uploads, so plans without them compare equal whatever the mode.
+            upload_timeout_s: if uploads.is_empty() {
+                0.0
+            } else {
+                p.upload_timeout_s
+            },
+            uploads,
             end_s: t,
         }
     }
@@ -237,6 +275,39 @@ mod tests {
         assert_eq!(bulk_only.bulk, both.bulk);
         let last = bulk_only.bulk.last().unwrap();
         assert_eq!(bulk_only.end_s, last.start_s + bulk_only.bulk_timeout_s);
+    }
+
+    #[test]
+    fn uploads_come_last_and_leave_downloads_and_im_where_they_were() {
+        let without = Plan::new(&PlanParams::full(), 3);
+        let p = Plan::new(
+            &PlanParams {
+                uploads: 6,
+                ..PlanParams::full()
+            },
+            3,
+        );
+        assert_eq!(p.bulk, without.bulk);
+        assert_eq!(p.im, without.im);
+        assert_eq!(p.uploads.len(), 6);
+        assert_eq!(p.uploads[0].start_s, without.end_s);
+        assert!(p.uploads.windows(2).all(|w| w[0].start_s < w[1].start_s));
+        let sizes: Vec<u64> = p.uploads.iter().map(|f| f.size).collect();
+        assert_eq!(sizes[..3], BULK_SIZES);
+        let last = p.uploads.last().unwrap();
+        assert_eq!(p.end_s, last.start_s + p.upload_timeout_s);
+        // Uploads alone start right after the lead-in.
+        let alone = Plan::new(
+            &PlanParams {
+                bulk_flows: 0,
+                im: false,
+                uploads: 3,
+                ..PlanParams::full()
+            },
+            3,
+        );
+        assert!(alone.bulk.is_empty() && alone.im.is_empty());
+        assert_eq!(alone.uploads[0].start_s, PlanParams::full().lead_s);
     }
 
     #[test]

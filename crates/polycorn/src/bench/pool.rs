@@ -629,19 +629,12 @@ pub fn from_json(v: &Value) -> Result<Results> {
         path_delays: strings(v, "meta.path_delays")?,
         path_outages: strings(v, "meta.path_outages")?,
     };
-    let mut oracle = BTreeMap::new();
-    let mut bulk = Vec::new();
-    for (k, b) in array(v, "plan.bulk")?.iter().enumerate() {
-        let p = |f: &str| format!("plan.bulk.{k}.{f}");
-        let idx = uint(b, "idx").with_context(|| p("idx"))? as usize;
-        let o = b.get("oracle_fct_s").and_then(Value::as_f64);
-        oracle.insert(idx, o);
-        bulk.push(BulkFlow {
-            idx,
-            start_s: float(b, "start_s").with_context(|| p("start_s"))?,
-            size: uint(b, "size").with_context(|| p("size"))?,
-        });
-    }
+    let (bulk, oracle) = planned_flows(v, "bulk")?;
+    // Recorded since 2026-11-29 (session 45); absent: no uploads.
+    let (uploads, upload_oracle) = match v.pointer("/plan/uploads") {
+        None | Some(Value::Null) => (Vec::new(), BTreeMap::new()),
+        Some(_) => planned_flows(v, "uploads")?,
+    };
     let mut im = Vec::new();
     for (k, s) in array(v, "plan.im")?.iter().enumerate() {
         let p = |f: &str| format!("plan.im.{k}.{f}");
@@ -689,6 +682,11 @@ pub fn from_json(v: &Value) -> Result<Results> {
         bulk,
         bulk_timeout_s: float(v, "plan.bulk_timeout_s")?,
         im,
+        upload_timeout_s: match v.pointer("/plan/upload_timeout_s") {
+            None => 0.0,
+            Some(_) => float(v, "plan.upload_timeout_s")?,
+        },
+        uploads,
         end_s: float(v, "plan.end_s")?,
     };
     let hofs_s = array(v, "trip.failed_handovers_in_bulk_phase_s")?
@@ -725,6 +723,7 @@ pub fn from_json(v: &Value) -> Result<Results> {
         meta,
         plan,
         oracle,
+        upload_oracle,
         im_bounds,
         hofs_s,
         handovers,
@@ -734,12 +733,34 @@ pub fn from_json(v: &Value) -> Result<Results> {
     })
 }
 
-fn run_from_json(r: &Value) -> Result<SystemRun> {
-    let flows = array(r, "flows")?
+/// Oracle FCT per flow index, s.
+type Oracle = BTreeMap<usize, Option<f64>>;
+
+/// The planned flows under `plan.{key}` and their oracle FCTs.
+fn planned_flows(v: &Value, key: &str) -> Result<(Vec<BulkFlow>, Oracle)> {
+    let mut oracle = BTreeMap::new();
+    let mut flows = Vec::new();
+    for (k, b) in array(v, &format!("plan.{key}"))?.iter().enumerate() {
+        let p = |f: &str| format!("plan.{key}.{k}.{f}");
+        let idx = uint(b, "idx").with_context(|| p("idx"))? as usize;
+        let o = b.get("oracle_fct_s").and_then(Value::as_f64);
+        oracle.insert(idx, o);
+        flows.push(BulkFlow {
+            idx,
+            start_s: float(b, "start_s").with_context(|| p("start_s"))?,
+            size: uint(b, "size").with_context(|| p("size"))?,
+        });
+    }
+    Ok((flows, oracle))
+}
+
+/// The flows under `key` of a run (`flows`, `uploads`).
+fn flows_from_json(r: &Value, key: &str) -> Result<Vec<FlowResult>> {
+    array(r, key)?
         .iter()
         .enumerate()
         .map(|(k, f)| -> Result<FlowResult> {
-            let c = || format!("flows.{k}");
+            let c = || format!("{key}.{k}");
             Ok(FlowResult {
                 idx: uint(f, "idx").with_context(c)? as usize,
                 size: uint(f, "size").with_context(c)?,
@@ -747,7 +768,7 @@ fn run_from_json(r: &Value) -> Result<SystemRun> {
                 ok: at(f, "ok")
                     .with_context(c)?
                     .as_bool()
-                    .with_context(|| format!("flows.{k}.ok is not a boolean"))?,
+                    .with_context(|| format!("{key}.{k}.ok is not a boolean"))?,
                 error: f.get("error").and_then(Value::as_str).map(str::to_string),
                 first_byte_s: float(f, "first_byte_s").with_context(c)?,
                 fct_s: float(f, "fct_s").with_context(c)?,
@@ -757,10 +778,19 @@ fn run_from_json(r: &Value) -> Result<SystemRun> {
                     .iter()
                     .map(Value::as_u64)
                     .collect::<Option<_>>()
-                    .with_context(|| format!("flows.{k}.bins_100ms holds a non-integer"))?,
+                    .with_context(|| format!("{key}.{k}.bins_100ms holds a non-integer"))?,
             })
         })
-        .collect::<Result<_>>()?;
+        .collect()
+}
+
+fn run_from_json(r: &Value) -> Result<SystemRun> {
+    let flows = flows_from_json(r, "flows")?;
+    // Recorded since 2026-11-29 (session 45); absent: no uploads.
+    let uploads = match r.get("uploads") {
+        None | Some(Value::Null) => Vec::new(),
+        Some(_) => flows_from_json(r, "uploads")?,
+    };
     let im = array(r, "im_messages")?
         .iter()
         .enumerate()
@@ -800,11 +830,20 @@ fn run_from_json(r: &Value) -> Result<SystemRun> {
         error: r.get("error").and_then(Value::as_str).map(str::to_string),
         flows,
         im,
+        uploads,
         path_down_bytes: array(r, "path_down_bytes")?
             .iter()
             .map(Value::as_u64)
             .collect::<Option<_>>()
             .context("`path_down_bytes` holds a non-integer")?,
+        path_up_bytes: match r.get("path_up_bytes") {
+            None | Some(Value::Null) => Vec::new(),
+            Some(_) => array(r, "path_up_bytes")?
+                .iter()
+                .map(Value::as_u64)
+                .collect::<Option<_>>()
+                .context("`path_up_bytes` holds a non-integer")?,
+        },
         counters: at(r, "counters")?
             .as_object()
             .context("`counters` is not an object")?
@@ -828,6 +867,62 @@ mod tests {
     fn write(dir: &Path, r: &Results) {
         std::fs::create_dir_all(dir).unwrap();
         r.write_all(dir).unwrap();
+    }
+
+    #[test]
+    fn uploads_read_back_pool_apart_from_downloads_and_older_rides_have_none() {
+        let with = |seed| {
+            let mut r = report::tests::synthetic_with(crate::bench::plan::PlanParams {
+                uploads: 3,
+                ..crate::bench::plan::PlanParams::quick()
+            });
+            r.meta.trip_seed = seed;
+            r
+        };
+        let (a, mut b) = (with(1), with(2));
+        b.runs[3].uploads[2].ok = false;
+        b.runs[3].uploads[2].error = Some("not complete after 40 s".into());
+        let text =
+            |r: &Results| -> Value { serde_json::from_str(&r.to_json().to_string()).unwrap() };
+        let back = from_json(&text(&b)).unwrap();
+        assert_eq!(back.runs, b.runs);
+        assert_eq!(back.plan.uploads, b.plan.uploads);
+        assert_eq!(back.plan.upload_timeout_s, b.plan.upload_timeout_s);
+        assert_eq!(back.plan.end_s, b.plan.end_s);
+        assert_eq!(back.upload_oracle, b.upload_oracle);
+        assert!(back.upload_oracle.values().all(Option::is_some));
+        let (pooled, j) = report::pooled(&[from_json(&text(&a)).unwrap(), back]);
+        assert!(
+            pooled.contains("per-flow goodput ratio of uploads vs vanilla"),
+            "{pooled}"
+        );
+        assert!(pooled.contains("FCT / oracle of uploads"), "{pooled}");
+        // One upload per size and ride; the failed one (ride 2's 4 MB) is paired nowhere.
+        let up = &j["systems"]["hrsch"]["upload"]["1048576"]["goodput_ratio_vs_vanilla"];
+        assert_eq!(up["n"], 2, "{up}");
+        assert!(up["mean"].as_f64().unwrap() > 1.0, "{up}");
+        let up = &j["systems"]["hrsch"]["upload"]["4194304"]["goodput_ratio_vs_vanilla"];
+        assert_eq!(up["n"], 1, "{up}");
+        let down = &j["systems"]["hrsch"]["bulk"]["1048576"]["goodput_ratio_vs_vanilla"];
+        assert_eq!(down["n"], 4, "{down}");
+        // A ride written before uploads existed has none, and pools without upload tables.
+        let mut old = text(&ride(3));
+        old["plan"].as_object_mut().unwrap().remove("uploads");
+        old["plan"]
+            .as_object_mut()
+            .unwrap()
+            .remove("upload_timeout_s");
+        for run in old["runs"].as_array_mut().unwrap() {
+            let run = run.as_object_mut().unwrap();
+            run.remove("uploads");
+            run.remove("path_up_bytes");
+            run.remove("upload");
+        }
+        let old = from_json(&old).unwrap();
+        assert!(old.plan.uploads.is_empty() && old.runs.iter().all(|r| r.uploads.is_empty()));
+        // …and joins a ride of the same conditions written now.
+        assert_eq!(old.plan, from_json(&text(&ride(3))).unwrap().plan);
+        assert!(!report::pooled(&[old]).0.contains("uploads"));
     }
 
     #[test]

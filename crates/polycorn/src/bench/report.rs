@@ -9,8 +9,8 @@ use anyhow::{Context, Result};
 use polycorn_link::trip::{Outcome, Trip};
 use serde_json::{json, Value};
 
-use super::analysis::{self as an, Summary, SystemRun};
-use super::plan::{Plan, BULK_SIZES, IM_USERS};
+use super::analysis::{self as an, Dir, Summary, SystemRun};
+use super::plan::{BulkFlow, Plan, BULK_SIZES, IM_USERS};
 use super::Meta;
 
 /// A finished run with everything the report needs from the trip precomputed.
@@ -22,6 +22,8 @@ pub struct Results {
     pub plan: Plan,
     /// Oracle FCT per bulk flow index, s.
     pub oracle: BTreeMap<usize, Option<f64>>,
+    /// Oracle FCT per upload index, s.
+    pub upload_oracle: BTreeMap<usize, Option<f64>>,
     /// IM lower bounds per planned message, keyed by (users, user, message); empty for a
     /// ride read back from a file written before they existed (see `pool`).
     pub im_bounds: BTreeMap<(usize, usize, usize), an::ImBound>,
@@ -49,11 +51,14 @@ fn size_label(s: u64) -> String {
 impl Results {
     /// Precompute the trip-derived views.
     pub fn new(meta: Meta, plan: Plan, trip: &Trip, runs: Vec<SystemRun>) -> Results {
-        let oracle = plan
-            .bulk
-            .iter()
-            .map(|f| (f.idx, an::oracle_fct_s(trip, f.start_s, f.size)))
-            .collect();
+        let oracle_of = |dir: Dir, flows: &[BulkFlow]| {
+            flows
+                .iter()
+                .map(|f| (f.idx, an::oracle_fct_in(dir, trip, f.start_s, f.size)))
+                .collect()
+        };
+        let oracle = oracle_of(Dir::Down, &plan.bulk);
+        let upload_oracle = oracle_of(Dir::Up, &plan.uploads);
         let im_bounds = im_bounds(
             trip,
             plan.im.iter().flat_map(|seg| {
@@ -85,6 +90,7 @@ impl Results {
             meta,
             plan,
             oracle,
+            upload_oracle,
             im_bounds,
             hofs_s,
             handovers,
@@ -100,13 +106,29 @@ impl Results {
             .find(|r| r.system == name && r.error.is_none())
     }
 
-    /// FCT / oracle for every completed flow of `run` of `size`.
-    pub fn fct_over_oracle(&self, run: &SystemRun, size: u64) -> Vec<f64> {
-        run.flows
+    /// The oracle FCTs of the flows going `dir`, by index.
+    pub fn oracle_of(&self, dir: Dir) -> &BTreeMap<usize, Option<f64>> {
+        match dir {
+            Dir::Down => &self.oracle,
+            Dir::Up => &self.upload_oracle,
+        }
+    }
+
+    /// The planned flows going `dir`.
+    pub fn planned(&self, dir: Dir) -> &[BulkFlow] {
+        match dir {
+            Dir::Down => &self.plan.bulk,
+            Dir::Up => &self.plan.uploads,
+        }
+    }
+
+    /// FCT / oracle for every completed flow of `run` going `dir` of `size`.
+    pub fn fct_over_oracle(&self, dir: Dir, run: &SystemRun, size: u64) -> Vec<f64> {
+        run.flows_of(dir)
             .iter()
             .filter(|f| f.ok && f.size == size)
             .filter_map(|f| {
-                self.oracle
+                self.oracle_of(dir)
                     .get(&f.idx)
                     .copied()
                     .flatten()
@@ -154,33 +176,15 @@ impl Results {
             .collect()
     }
 
-    /// Write flows.csv, im.csv and results.json. The CSVs follow RFC 4180 (the `csv` crate):
-    /// a system named by a spec with commas (`polycorn:hpr,minrtt`) or an error with quotes or
-    /// line breaks is quoted, not split into extra columns.
+    /// Write flows.csv, im.csv, uploads.csv (when the plan has uploads) and results.json. The
+    /// CSVs follow RFC 4180 (the `csv` crate): a system named by a spec with commas
+    /// (`polycorn:hpr,minrtt`) or an error with quotes or line breaks is quoted, not split into
+    /// extra columns.
     pub fn write_all(&self, dir: &Path) -> Result<()> {
-        let mut f = csv::Writer::from_writer(Vec::new());
-        f.write_record(FLOWS_CSV_HEADER)?;
-        for r in &self.runs {
-            for x in &r.flows {
-                let o = self.oracle.get(&x.idx).copied().flatten();
-                f.write_record([
-                    r.system.clone(),
-                    r.mode.clone(),
-                    r.spec.clone(),
-                    x.idx.to_string(),
-                    x.size.to_string(),
-                    format!("{:.3}", x.start_s),
-                    x.ok.to_string(),
-                    format!("{:.4}", x.first_byte_s),
-                    format!("{:.4}", x.fct_s),
-                    format!("{:.4}", x.goodput_mbps()),
-                    format!("{:.4}", x.tail_s),
-                    o.map_or(String::new(), |o| format!("{o:.4}")),
-                    x.error.clone().unwrap_or_default(),
-                ])?;
-            }
+        std::fs::write(dir.join("flows.csv"), self.flows_csv(Dir::Down)?)?;
+        if !self.plan.uploads.is_empty() {
+            std::fs::write(dir.join("uploads.csv"), self.flows_csv(Dir::Up)?)?;
         }
-        std::fs::write(dir.join("flows.csv"), f.into_inner()?)?;
         let mut m = csv::Writer::from_writer(Vec::new());
         m.write_record(IM_CSV_HEADER)?;
         for r in &self.runs {
@@ -202,6 +206,33 @@ impl Results {
         Ok(())
     }
 
+    /// `flows.csv` (downloads) or `uploads.csv`: one row per flow and system.
+    fn flows_csv(&self, dir: Dir) -> Result<Vec<u8>> {
+        let mut f = csv::Writer::from_writer(Vec::new());
+        f.write_record(FLOWS_CSV_HEADER)?;
+        for r in &self.runs {
+            for x in r.flows_of(dir) {
+                let o = self.oracle_of(dir).get(&x.idx).copied().flatten();
+                f.write_record([
+                    r.system.clone(),
+                    r.mode.clone(),
+                    r.spec.clone(),
+                    x.idx.to_string(),
+                    x.size.to_string(),
+                    format!("{:.3}", x.start_s),
+                    x.ok.to_string(),
+                    format!("{:.4}", x.first_byte_s),
+                    format!("{:.4}", x.fct_s),
+                    format!("{:.4}", x.goodput_mbps()),
+                    format!("{:.4}", x.tail_s),
+                    o.map_or(String::new(), |o| format!("{o:.4}")),
+                    x.error.clone().unwrap_or_default(),
+                ])?;
+            }
+        }
+        Ok(f.into_inner()?)
+    }
+
     /// Everything as JSON (metadata, plan, raw results, summaries).
     pub fn to_json(&self) -> Value {
         let m = &self.meta;
@@ -213,29 +244,41 @@ impl Results {
             .runs
             .iter()
             .map(|r| {
-                let mut per_size = serde_json::Map::new();
-                for &size in &BULK_SIZES {
-                    let ok: Vec<&an::FlowResult> =
-                        r.flows.iter().filter(|f| f.ok && f.size == size).collect();
-                    let gp: Vec<f64> = ok.iter().map(|f| f.goodput_mbps()).collect();
-                    let fct: Vec<f64> = ok.iter().map(|f| f.fct_s).collect();
-                    let mut v = json!({
-                        "flows": r.flows.iter().filter(|f| f.size == size).count(),
-                        "completed": ok.len(),
-                        "goodput_mbps": summ(&Summary::of(&gp)),
-                        "fct_s": summ(&Summary::of(&fct)),
-                        "fct_over_oracle": summ(&Summary::of(&self.fct_over_oracle(r, size))),
-                    });
-                    for reference in ["vanilla", "mptcp"] {
-                        if let Some(refr) = self.run(reference) {
-                            let ratios = an::goodput_ratios(r, refr, size);
-                            let mut sv = summ(&Summary::of(&ratios));
-                            geo_into(&mut sv, &ratios);
-                            v[format!("goodput_ratio_vs_{reference}")] = sv;
+                let per_size = |dir: Dir| {
+                    let mut per_size = serde_json::Map::new();
+                    let flows = r.flows_of(dir);
+                    for &size in &BULK_SIZES {
+                        let ok: Vec<&an::FlowResult> =
+                            flows.iter().filter(|f| f.ok && f.size == size).collect();
+                        let gp: Vec<f64> = ok.iter().map(|f| f.goodput_mbps()).collect();
+                        let fct: Vec<f64> = ok.iter().map(|f| f.fct_s).collect();
+                        let mut v = json!({
+                            "flows": flows.iter().filter(|f| f.size == size).count(),
+                            "completed": ok.len(),
+                            "goodput_mbps": summ(&Summary::of(&gp)),
+                            "fct_s": summ(&Summary::of(&fct)),
+                            "fct_over_oracle": summ(&Summary::of(&self.fct_over_oracle(dir, r, size))),
+                        });
+                        for reference in ["vanilla", "mptcp"] {
+                            if let Some(refr) = self.run(reference) {
+                                let ratios = an::goodput_ratios(dir, r, refr, size);
+                                let mut sv = summ(&Summary::of(&ratios));
+                                geo_into(&mut sv, &ratios);
+                                v[format!("goodput_ratio_vs_{reference}")] = sv;
+                            }
                         }
+                        per_size.insert(size.to_string(), v);
                     }
-                    per_size.insert(size.to_string(), v);
-                }
+                    Value::Object(per_size)
+                };
+                let flow_rows = |flows: &[an::FlowResult]| {
+                    flows.iter().map(|f| json!({
+                        "idx": f.idx, "size": f.size, "start_s": f.start_s, "ok": f.ok,
+                        "error": f.error, "first_byte_s": num(f.first_byte_s), "fct_s": num(f.fct_s),
+                        "goodput_mbps": num(f.goodput_mbps()), "tail_s": num(f.tail_s),
+                        "bins_100ms": f.bins,
+                    })).collect::<Vec<_>>()
+                };
                 let im: Vec<Value> = IM_USERS
                     .iter()
                     .map(|&u| {
@@ -256,8 +299,10 @@ impl Results {
                     "system": r.system, "mode": r.mode, "spec": r.spec, "pipeline": r.pipeline,
                     "ready_s": num(r.ready_s), "late_paths": r.late_paths, "error": r.error,
                     "path_down_bytes": r.path_down_bytes,
+                    "path_up_bytes": r.path_up_bytes,
                     "counters": r.counters,
-                    "bulk": per_size,
+                    "bulk": per_size(Dir::Down),
+                    "upload": if self.plan.uploads.is_empty() { Value::Null } else { per_size(Dir::Up) },
                     "im": im,
                     "stage_views": {
                         "goodput_after_hof_mbps": summ(&Summary::of(&an::goodput_after_hof(r, &self.hofs_s))),
@@ -265,12 +310,8 @@ impl Results {
                         "out_of_order_delay_s": an::out_of_order_delay_s(r).map_or(Value::Null, num),
                         "worse_path_share": num(an::path_share(r, self.worse_path)),
                     },
-                    "flows": r.flows.iter().map(|f| json!({
-                        "idx": f.idx, "size": f.size, "start_s": f.start_s, "ok": f.ok,
-                        "error": f.error, "first_byte_s": num(f.first_byte_s), "fct_s": num(f.fct_s),
-                        "goodput_mbps": num(f.goodput_mbps()), "tail_s": num(f.tail_s),
-                        "bins_100ms": f.bins,
-                    })).collect::<Vec<_>>(),
+                    "flows": flow_rows(&r.flows),
+                    "uploads": flow_rows(&r.uploads),
                     "im_messages": r.im.iter().map(|x| json!([x.users, x.user, x.msg, x.send_s, x.delivery_s])).collect::<Vec<_>>(),
                 })
             })
@@ -292,6 +333,9 @@ impl Results {
                 "end_s": self.plan.end_s,
                 "bulk": self.plan.bulk.iter().map(|f| json!({"idx": f.idx, "start_s": f.start_s, "size": f.size,
                     "oracle_fct_s": self.oracle.get(&f.idx).copied().flatten()})).collect::<Vec<_>>(),
+                "upload_timeout_s": self.plan.upload_timeout_s,
+                "uploads": self.plan.uploads.iter().map(|f| json!({"idx": f.idx, "start_s": f.start_s, "size": f.size,
+                    "oracle_fct_s": self.upload_oracle.get(&f.idx).copied().flatten()})).collect::<Vec<_>>(),
                 "im": self.plan.im.iter().map(|s| {
                     let b = self.im_bound_stats(s.users);
                     json!({"users": s.users, "start_s": s.start_s, "deadline_s": s.deadline_s,
@@ -398,49 +442,14 @@ fn f(x: f64, prec: usize) -> String {
 /// `meta.preset` of a bench on recorded traces (`bench --trace`).
 pub const TRACES_PRESET: &str = "traces";
 
-/// The terminal summary.
-pub fn table(r: &Results) -> String {
-    let mut o = String::new();
-    let m = &r.meta;
-    let model = m.trip_model.as_deref().unwrap_or("not recorded");
-    if m.preset == TRACES_PRESET {
-        let _ = writeln!(
-            o,
-            "\npolycorn bench ({}) {} | recorded traces ({model}: {}) ride {} seed {} | kernel {} | window {:.0} s from trace time {:.0} s",
-            m.mode, m.version, m.carriers.join(", "), m.trip_seed, m.seed, m.kernel, r.plan.end_s, m.from_s
-        );
-    } else {
-        let _ = writeln!(
-            o,
-            "\npolycorn bench ({}) {} | preset {} (trip model {model}) route {} trip {} seed {} | kernel {} | window {:.0} s from trip time {:.0} s | successful-handover packets {}",
-            m.mode, m.version, m.preset, m.route_seed, m.trip_seed, m.seed, m.kernel, r.plan.end_s, m.from_s, m.handover_interruption
-        );
-    }
-    let _ = writeln!(o, "handover prediction: {}", m.prediction);
-    if !m.path_delays.is_empty() {
-        let _ = writeln!(
-            o,
-            "traces: {}; one-way delay: {}",
-            m.trace_files.join(", "),
-            m.path_delays.join("; ")
-        );
-    }
-    if !m.path_outages.is_empty() {
-        let _ = writeln!(o, "outages: {}", m.path_outages.join("; "));
-    }
-    for run in r.runs.iter().filter(|x| !x.late_paths.is_empty()) {
-        let _ = writeln!(
-            o,
-            "{}: {} not connected when the workload started (no capacity in the lead-in)",
-            run.system,
-            run.late_paths.join(", ")
-        );
-    }
+/// The terminal tables of the bulk flows going `dir`: per size goodput, FCT and FCT÷oracle;
+/// per-flow goodput ratios against vanilla and kernel MPTCP.
+fn bulk_tables(o: &mut String, r: &Results, dir: Dir, w: usize) {
     let _ = writeln!(
         o,
-        "\nbulk downloads: median goodput Mbit/s / median FCT s / median FCT÷oracle (completed/flows)"
+        "\nbulk {}: median goodput Mbit/s / median FCT s / median FCT÷oracle (completed/flows)",
+        dir.noun()
     );
-    let w = name_width(r.runs.iter().map(|x| x.system.as_str()));
     let _ = write!(o, "{:<w$}", "system");
     for &s in &BULK_SIZES {
         let _ = write!(o, " {:>26}", size_label(s));
@@ -453,12 +462,12 @@ pub fn table(r: &Results) -> String {
             continue;
         }
         for &s in &BULK_SIZES {
-            let ok: Vec<&an::FlowResult> =
-                run.flows.iter().filter(|x| x.ok && x.size == s).collect();
-            let n = run.flows.iter().filter(|x| x.size == s).count();
+            let flows = run.flows_of(dir);
+            let ok: Vec<&an::FlowResult> = flows.iter().filter(|x| x.ok && x.size == s).collect();
+            let n = flows.iter().filter(|x| x.size == s).count();
             let gp: Vec<f64> = ok.iter().map(|x| x.goodput_mbps()).collect();
             let fct: Vec<f64> = ok.iter().map(|x| x.fct_s).collect();
-            let orc = an::quantile(&r.fct_over_oracle(run, s), 0.5);
+            let orc = an::quantile(&r.fct_over_oracle(dir, run, s), 0.5);
             let cell = format!(
                 "{}/{}/{} ({}/{})",
                 f(an::quantile(&gp, 0.5), 1),
@@ -477,7 +486,8 @@ pub fn table(r: &Results) -> String {
         };
         let _ = writeln!(
             o,
-            "\nper-flow goodput ratio vs {reference}: mean [95% CI] median p10-p90 (pairs)"
+            "\nper-flow goodput ratio{} vs {reference}: mean [95% CI] median p10-p90 (pairs)",
+            of_uploads(dir)
         );
         for run in r
             .runs
@@ -486,7 +496,7 @@ pub fn table(r: &Results) -> String {
         {
             let _ = write!(o, "{:<w$}", run.system);
             for &s in &BULK_SIZES {
-                let v = Summary::of(&an::goodput_ratios(run, refr, s));
+                let v = Summary::of(&an::goodput_ratios(dir, run, refr, s));
                 let cell = format!(
                     "{} [{},{}] {} {}-{} ({})",
                     f(v.mean, 2),
@@ -502,6 +512,11 @@ pub fn table(r: &Results) -> String {
             o.push('\n');
         }
     }
+}
+
+/// The terminal tables of instant messaging: per user count the delivery times and the lower
+/// bound.
+fn im_tables(o: &mut String, r: &Results, w: usize) {
     let _ = writeln!(
         o,
         "\ninstant messaging: mean / p90 delivery time ms, CV across users (answers/messages)"
@@ -545,6 +560,54 @@ pub fn table(r: &Results) -> String {
             "\n  lower bound = each message and its answer over whichever path is best, no queueing and no TCP: mean/p90 (in brackets: mean when both stay on one SIM)"
         );
     }
+}
+
+/// The terminal summary.
+pub fn table(r: &Results) -> String {
+    let mut o = String::new();
+    let m = &r.meta;
+    let model = m.trip_model.as_deref().unwrap_or("not recorded");
+    if m.preset == TRACES_PRESET {
+        let _ = writeln!(
+            o,
+            "\npolycorn bench ({}) {} | recorded traces ({model}: {}) ride {} seed {} | kernel {} | window {:.0} s from trace time {:.0} s",
+            m.mode, m.version, m.carriers.join(", "), m.trip_seed, m.seed, m.kernel, r.plan.end_s, m.from_s
+        );
+    } else {
+        let _ = writeln!(
+            o,
+            "\npolycorn bench ({}) {} | preset {} (trip model {model}) route {} trip {} seed {} | kernel {} | window {:.0} s from trip time {:.0} s | successful-handover packets {}",
+            m.mode, m.version, m.preset, m.route_seed, m.trip_seed, m.seed, m.kernel, r.plan.end_s, m.from_s, m.handover_interruption
+        );
+    }
+    let _ = writeln!(o, "handover prediction: {}", m.prediction);
+    if !m.path_delays.is_empty() {
+        let _ = writeln!(
+            o,
+            "traces: {}; one-way delay: {}",
+            m.trace_files.join(", "),
+            m.path_delays.join("; ")
+        );
+    }
+    if !m.path_outages.is_empty() {
+        let _ = writeln!(o, "outages: {}", m.path_outages.join("; "));
+    }
+    for run in r.runs.iter().filter(|x| !x.late_paths.is_empty()) {
+        let _ = writeln!(
+            o,
+            "{}: {} not connected when the workload started (no capacity in the lead-in)",
+            run.system,
+            run.late_paths.join(", ")
+        );
+    }
+    let w = name_width(r.runs.iter().map(|x| x.system.as_str()));
+    // A run without a workload prints no empty tables for it.
+    if !r.plan.bulk.is_empty() {
+        bulk_tables(&mut o, r, Dir::Down, w);
+    }
+    if !r.plan.im.is_empty() {
+        im_tables(&mut o, r, w);
+    }
     let _ = writeln!(
         o,
         "\nper-stage views (Fig. 11): goodput 2 s after a failed handover mean/median Mbit/s (windows), tail delay (last 10%) mean/p95 s, out-of-order delay, share of downlink bytes on the worse path ({})",
@@ -570,6 +633,9 @@ pub fn table(r: &Results) -> String {
             f(an::out_of_order_delay_s(run).unwrap_or(f64::NAN) * 1e3, 1),
             f(100.0 * an::path_share(run, r.worse_path), 1)
         );
+    }
+    if !r.plan.uploads.is_empty() {
+        bulk_tables(&mut o, r, Dir::Up, w);
     }
     let with_counters: Vec<_> = r
         .runs
@@ -661,6 +727,11 @@ pub fn verify(dir: &Path, r: &Results) -> Result<()> {
     let flows = csv_records(&read("flows.csv")?, "flows.csv", &FLOWS_CSV_HEADER)?;
     let want = ran * r.plan.bulk.len();
     anyhow::ensure!(flows == want, "flows.csv has {flows} rows, expected {want}");
+    if !r.plan.uploads.is_empty() {
+        let ups = csv_records(&read("uploads.csv")?, "uploads.csv", &FLOWS_CSV_HEADER)?;
+        let want = ran * r.plan.uploads.len();
+        anyhow::ensure!(ups == want, "uploads.csv has {ups} rows, expected {want}");
+    }
     let im = csv_records(&read("im.csv")?, "im.csv", &IM_CSV_HEADER)?;
     let want = ran * msgs;
     anyhow::ensure!(im == want, "im.csv has {im} rows, expected {want}");
@@ -680,7 +751,10 @@ pub fn verify(dir: &Path, r: &Results) -> Result<()> {
         anyhow::ensure!(!j["meta"][key].is_null(), "results.json meta lacks {key}");
     }
     let html = read("report.html")?;
-    for id in PLOT_IDS {
+    let upload_plots = UPLOAD_PLOT_IDS
+        .iter()
+        .filter(|_| !r.plan.uploads.is_empty());
+    for id in PLOT_IDS.iter().chain(upload_plots) {
         anyhow::ensure!(
             html.contains(&format!("id=\"{id}\"")),
             "report.html lacks plot {id}"
@@ -708,6 +782,18 @@ pub fn verify(dir: &Path, r: &Results) -> Result<()> {
             run.system
         );
         anyhow::ensure!(
+            run.uploads.len() == r.plan.uploads.len(),
+            "{}: {} upload results for {} planned uploads",
+            run.system,
+            run.uploads.len(),
+            r.plan.uploads.len()
+        );
+        anyhow::ensure!(
+            r.plan.uploads.is_empty() || run.uploads.iter().any(|f| f.ok),
+            "{}: no bulk upload completed",
+            run.system
+        );
+        anyhow::ensure!(
             msgs == 0 || run.im.iter().any(|m| m.delivery_s.is_some()),
             "{}: no IM answer arrived",
             run.system
@@ -729,6 +815,15 @@ pub fn verify(dir: &Path, r: &Results) -> Result<()> {
     }
     Ok(())
 }
+
+/// The plots a report with uploads must contain besides [`PLOT_IDS`].
+pub const UPLOAD_PLOT_IDS: &[&str] = &[
+    "upload-fct-cdf-256",
+    "upload-fct-cdf-1024",
+    "upload-fct-cdf-4096",
+    "upload-ratio-vs-vanilla",
+    "upload-ratio-vs-mptcp",
+];
 
 /// The plots the report must contain.
 pub const PLOT_IDS: &[&str] = &[
@@ -1131,6 +1226,149 @@ pub fn write_html(dir: &Path, r: &Results) -> Result<PathBuf> {
     Ok(path)
 }
 
+/// Nothing for downloads (the tables' names since the first bench), " of uploads" for uploads.
+fn of_uploads(dir: Dir) -> &'static str {
+    match dir {
+        Dir::Down => "",
+        Dir::Up => " of uploads",
+    }
+}
+
+/// "Download" or "Upload", for plot titles.
+fn dir_title(dir: Dir) -> &'static str {
+    match dir {
+        Dir::Down => "Download",
+        Dir::Up => "Upload",
+    }
+}
+
+/// The report's section on the bulk flows going `dir`: FCT CDFs per size with the oracle,
+/// goodput-ratio bars against vanilla and kernel MPTCP, and a table.
+fn bulk_html(h: &mut String, r: &Results, ok_runs: &[&SystemRun], dir: Dir) {
+    // FCT CDFs.
+    let _ = write!(h, "<h2>Bulk {}</h2>", dir.noun());
+    if dir == Dir::Up {
+        h.push_str("<p>Uploads are timed from the passenger's connect to the last byte's arrival at the server; the relay schedules them over the carriers' uplinks, the oracle sends at every uplink's full capacity.</p>");
+    }
+    h.push_str("<div class=\"plots\">");
+    let prefix = match dir {
+        Dir::Down => "",
+        Dir::Up => "upload-",
+    };
+    for &size in &BULK_SIZES {
+        let series: Vec<LineSeries> = ok_runs
+            .iter()
+            .map(|run| {
+                let v: Vec<f64> = run
+                    .flows_of(dir)
+                    .iter()
+                    .filter(|x| x.ok && x.size == size)
+                    .map(|x| x.fct_s)
+                    .collect();
+                (run.system.clone(), cdf(&v))
+            })
+            .chain(std::iter::once((
+                "oracle".to_string(),
+                cdf(&r
+                    .planned(dir)
+                    .iter()
+                    .filter(|b| b.size == size)
+                    .filter_map(|b| r.oracle_of(dir).get(&b.idx).copied().flatten())
+                    .collect::<Vec<_>>()),
+            )))
+            .collect();
+        h.push_str(&lines(
+            &format!("{prefix}fct-cdf-{}", size / 1024),
+            &format!("{} FCT CDF, {}", dir_title(dir), size_label(size)),
+            "flow completion time, s",
+            "share of flows",
+            &series,
+            false,
+        ));
+    }
+    let groups: Vec<String> = BULK_SIZES.iter().map(|s| size_label(*s)).collect();
+    for reference in ["vanilla", "mptcp"] {
+        let refr = r.run(reference);
+        let series: Vec<BarSeries> = ok_runs
+            .iter()
+            .filter(|x| x.system != reference)
+            .filter_map(|x| refr.map(|refr| (*x, refr)))
+            .map(|(run, refr)| {
+                (
+                    run.system.clone(),
+                    BULK_SIZES
+                        .iter()
+                        .map(|&s| {
+                            let v = Summary::of(&an::goodput_ratios(dir, run, refr, s));
+                            (v.mean, v.ci_lo, v.ci_hi)
+                        })
+                        .collect(),
+                )
+            })
+            .collect();
+        h.push_str(&bars(
+            &format!("{prefix}ratio-vs-{reference}"),
+            &if refr.is_some() {
+                format!(
+                    "{} per-flow goodput ratio vs {reference} (mean, 95% CI)",
+                    dir_title(dir)
+                )
+            } else {
+                format!("Goodput ratio vs {reference}: {reference} was not run")
+            },
+            "goodput ratio",
+            &groups,
+            &series,
+            Some(1.0),
+        ));
+    }
+    h.push_str("</div>");
+    // Bulk table.
+    h.push_str("<table><tr><th>system</th><th>size</th><th>completed</th><th>goodput median Mbit/s</th><th>FCT mean s</th><th>FCT median s</th><th>FCT p90 s</th><th>FCT÷oracle median</th><th>ratio vs vanilla mean [95% CI] / median / p10 / p90</th><th>ratio vs mptcp mean [95% CI] / median / p10 / p90</th></tr>");
+    for run in ok_runs {
+        for &s in &BULK_SIZES {
+            let ok: Vec<&an::FlowResult> = run
+                .flows_of(dir)
+                .iter()
+                .filter(|x| x.ok && x.size == s)
+                .collect();
+            let gp: Vec<f64> = ok.iter().map(|x| x.goodput_mbps()).collect();
+            let fct = Summary::of(&ok.iter().map(|x| x.fct_s).collect::<Vec<_>>());
+            let ratio = |name: &str| {
+                r.run(name).map_or("-".to_string(), |refr| {
+                    let v = Summary::of(&an::goodput_ratios(dir, run, refr, s));
+                    format!(
+                        "{} [{}, {}] / {} / {} / {} (n={})",
+                        f(v.mean, 2),
+                        f(v.ci_lo, 2),
+                        f(v.ci_hi, 2),
+                        f(v.median, 2),
+                        f(v.p10, 2),
+                        f(v.p90, 2),
+                        v.n
+                    )
+                })
+            };
+            let _ = write!(
+                h,
+                "<tr><td>{}</td><td>{}</td><td>{}/{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+                esc(&run.system),
+                size_label(s),
+                ok.len(),
+                run.flows_of(dir).iter().filter(|x| x.size == s).count(),
+                f(an::quantile(&gp, 0.5), 2),
+                f(fct.mean, 2),
+                f(fct.median, 2),
+                f(fct.p90, 2),
+                f(an::quantile(&r.fct_over_oracle(dir, run, s), 0.5), 2),
+                ratio("vanilla"),
+                ratio("mptcp"),
+            );
+        }
+    }
+    h.push_str("</table>");
+}
+
 /// The whole report as one HTML document.
 pub fn html(r: &Results) -> String {
     let m = &r.meta;
@@ -1181,115 +1419,10 @@ pub fn html(r: &Results) -> String {
     h.push_str("<h2>Trip</h2><div class=\"plots\">");
     h.push_str(&trip_plot(r));
     h.push_str("</div>");
-    // Bulk: FCT CDFs.
-    h.push_str("<h2>Bulk downloads</h2><div class=\"plots\">");
-    for &size in &BULK_SIZES {
-        let series: Vec<LineSeries> = ok_runs
-            .iter()
-            .map(|run| {
-                let v: Vec<f64> = run
-                    .flows
-                    .iter()
-                    .filter(|x| x.ok && x.size == size)
-                    .map(|x| x.fct_s)
-                    .collect();
-                (run.system.clone(), cdf(&v))
-            })
-            .chain(std::iter::once((
-                "oracle".to_string(),
-                cdf(&r
-                    .plan
-                    .bulk
-                    .iter()
-                    .filter(|b| b.size == size)
-                    .filter_map(|b| r.oracle.get(&b.idx).copied().flatten())
-                    .collect::<Vec<_>>()),
-            )))
-            .collect();
-        h.push_str(&lines(
-            &format!("fct-cdf-{}", size / 1024),
-            &format!("FCT CDF, {}", size_label(size)),
-            "flow completion time, s",
-            "share of flows",
-            &series,
-            false,
-        ));
+    bulk_html(&mut h, r, &ok_runs, Dir::Down);
+    if !r.plan.uploads.is_empty() {
+        bulk_html(&mut h, r, &ok_runs, Dir::Up);
     }
-    let groups: Vec<String> = BULK_SIZES.iter().map(|s| size_label(*s)).collect();
-    for reference in ["vanilla", "mptcp"] {
-        let refr = r.run(reference);
-        let series: Vec<BarSeries> = ok_runs
-            .iter()
-            .filter(|x| x.system != reference)
-            .filter_map(|x| refr.map(|refr| (*x, refr)))
-            .map(|(run, refr)| {
-                (
-                    run.system.clone(),
-                    BULK_SIZES
-                        .iter()
-                        .map(|&s| {
-                            let v = Summary::of(&an::goodput_ratios(run, refr, s));
-                            (v.mean, v.ci_lo, v.ci_hi)
-                        })
-                        .collect(),
-                )
-            })
-            .collect();
-        h.push_str(&bars(
-            &format!("ratio-vs-{reference}"),
-            &if refr.is_some() {
-                format!("Per-flow goodput ratio vs {reference} (mean, 95% CI)")
-            } else {
-                format!("Goodput ratio vs {reference}: {reference} was not run")
-            },
-            "goodput ratio",
-            &groups,
-            &series,
-            Some(1.0),
-        ));
-    }
-    h.push_str("</div>");
-    // Bulk table.
-    h.push_str("<table><tr><th>system</th><th>size</th><th>completed</th><th>goodput median Mbit/s</th><th>FCT mean s</th><th>FCT median s</th><th>FCT p90 s</th><th>FCT÷oracle median</th><th>ratio vs vanilla mean [95% CI] / median / p10 / p90</th><th>ratio vs mptcp mean [95% CI] / median / p10 / p90</th></tr>");
-    for run in &ok_runs {
-        for &s in &BULK_SIZES {
-            let ok: Vec<&an::FlowResult> =
-                run.flows.iter().filter(|x| x.ok && x.size == s).collect();
-            let gp: Vec<f64> = ok.iter().map(|x| x.goodput_mbps()).collect();
-            let fct = Summary::of(&ok.iter().map(|x| x.fct_s).collect::<Vec<_>>());
-            let ratio = |name: &str| {
-                r.run(name).map_or("-".to_string(), |refr| {
-                    let v = Summary::of(&an::goodput_ratios(run, refr, s));
-                    format!(
-                        "{} [{}, {}] / {} / {} / {} (n={})",
-                        f(v.mean, 2),
-                        f(v.ci_lo, 2),
-                        f(v.ci_hi, 2),
-                        f(v.median, 2),
-                        f(v.p10, 2),
-                        f(v.p90, 2),
-                        v.n
-                    )
-                })
-            };
-            let _ = write!(
-                h,
-                "<tr><td>{}</td><td>{}</td><td>{}/{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
-                esc(&run.system),
-                size_label(s),
-                ok.len(),
-                run.flows.iter().filter(|x| x.size == s).count(),
-                f(an::quantile(&gp, 0.5), 2),
-                f(fct.mean, 2),
-                f(fct.median, 2),
-                f(fct.p90, 2),
-                f(an::quantile(&r.fct_over_oracle(run, s), 0.5), 2),
-                ratio("vanilla"),
-                ratio("mptcp"),
-            );
-        }
-    }
-    h.push_str("</table>");
     // IM.
     h.push_str("<h2>Instant messaging</h2><div class=\"plots\">");
     let mut im_series: Vec<LineSeries> = ok_runs
@@ -1782,92 +1915,112 @@ pub fn pooled(rides: &[Results]) -> (String, Value) {
     }
     let w = name_width(names.iter().map(String::as_str));
     // A run of one workload prints no empty tables for the other.
-    let has_bulk = rides
-        .iter()
-        .any(|r| r.runs.iter().any(|x| !x.flows.is_empty()));
     let has_im = rides
         .iter()
         .any(|r| r.runs.iter().any(|x| !x.im.is_empty()));
-    for reference in ["vanilla", "mptcp"] {
-        if !has_bulk || !rides.iter().any(|r| r.run(reference).is_some()) {
-            continue;
+    for dir in Dir::BOTH {
+        let has = rides
+            .iter()
+            .any(|r| r.runs.iter().any(|x| !x.flows_of(dir).is_empty()));
+        if has && dir == Dir::Up {
+            for name in &names {
+                systems[name]["upload"] = json!({});
+            }
         }
-        let _ = writeln!(
-            o,
-            "\nper-flow goodput ratio vs {reference}, pooled: mean [95% CI] median (pairs)"
-        );
-        // The geometric means of the same ratios, printed as a second block below.
-        let mut geo = String::new();
-        for name in names.iter().filter(|n| *n != reference) {
+        for reference in ["vanilla", "mptcp"] {
+            if !has || !rides.iter().any(|r| r.run(reference).is_some()) {
+                continue;
+            }
+            let _ = writeln!(
+                o,
+                "\nper-flow goodput ratio{} vs {reference}, pooled: mean [95% CI] median (pairs)",
+                of_uploads(dir)
+            );
+            // The geometric means of the same ratios, printed as a second block below.
+            let mut geo = String::new();
+            for name in names.iter().filter(|n| *n != reference) {
+                let _ = write!(o, "{name:<w$}");
+                let _ = write!(geo, "{name:<w$}");
+                for &size in &BULK_SIZES {
+                    let per_ride: Vec<Vec<f64>> = rides
+                        .iter()
+                        .filter_map(|r| {
+                            Some(an::goodput_ratios(
+                                dir,
+                                r.run(name)?,
+                                r.run(reference)?,
+                                size,
+                            ))
+                        })
+                        .collect();
+                    let v = per_ride.concat();
+                    let s = Summary::of(&v);
+                    let cell = format!(
+                        "{} [{},{}] {} ({})",
+                        f(s.mean, 2),
+                        f(s.ci_lo, 2),
+                        f(s.ci_hi, 2),
+                        f(s.median, 2),
+                        s.n
+                    );
+                    let _ = write!(o, " {cell:>28}");
+                    let mut sv = summ(&s);
+                    let g = geo_into(&mut sv, &v);
+                    let rc = an::RideCi::of(&per_ride);
+                    sv["geomean_ride_ci95"] = json!([num(rc.ci_lo), num(rc.ci_hi)]);
+                    sv["rides"] = json!(rc.rides);
+                    let cell = format!(
+                        "{} [{},{}] [{},{}]",
+                        f(g.gmean, 2),
+                        f(g.ci_lo, 2),
+                        f(g.ci_hi, 2),
+                        f(rc.ci_lo, 2),
+                        f(rc.ci_hi, 2)
+                    );
+                    let _ = write!(geo, " {cell:>32}");
+                    systems[name][dir.key()][size.to_string()]
+                        [format!("goodput_ratio_vs_{reference}")] = sv;
+                }
+                o.push('\n');
+                geo.push('\n');
+            }
+            let _ = writeln!(
+                o,
+                "  geometric mean [95% CI over flows] [95% CI over rides] of the same ratios (symmetric: A/B = 1/(B/A); the mean above is biased up by noise; flows of one ride share its luck, so judge by the interval over rides)"
+            );
+            o.push_str(&geo);
+        }
+        if has {
+            let _ = writeln!(
+                o,
+                "\nFCT / oracle{}, pooled: median (completed/flows)",
+                of_uploads(dir)
+            );
+        }
+        for name in names.iter().filter(|_| has) {
             let _ = write!(o, "{name:<w$}");
-            let _ = write!(geo, "{name:<w$}");
             for &size in &BULK_SIZES {
-                let per_ride: Vec<Vec<f64>> = rides
+                let v: Vec<f64> = rides
                     .iter()
-                    .filter_map(|r| Some(an::goodput_ratios(r.run(name)?, r.run(reference)?, size)))
+                    .filter_map(|r| Some(r.fct_over_oracle(dir, r.run(name)?, size)))
+                    .flatten()
                     .collect();
-                let v = per_ride.concat();
-                let s = Summary::of(&v);
-                let cell = format!(
-                    "{} [{},{}] {} ({})",
-                    f(s.mean, 2),
-                    f(s.ci_lo, 2),
-                    f(s.ci_hi, 2),
-                    f(s.median, 2),
-                    s.n
+                let flows = rides
+                    .iter()
+                    .filter_map(|r| r.runs.iter().find(|x| &x.system == name))
+                    .flat_map(|x| x.flows_of(dir).iter().filter(|f| f.size == size))
+                    .count();
+                let _ = write!(
+                    o,
+                    " {:>16}",
+                    format!("{} ({}/{})", f(an::quantile(&v, 0.5), 1), v.len(), flows)
                 );
-                let _ = write!(o, " {cell:>28}");
-                let mut sv = summ(&s);
-                let g = geo_into(&mut sv, &v);
-                let rc = an::RideCi::of(&per_ride);
-                sv["geomean_ride_ci95"] = json!([num(rc.ci_lo), num(rc.ci_hi)]);
-                sv["rides"] = json!(rc.rides);
-                let cell = format!(
-                    "{} [{},{}] [{},{}]",
-                    f(g.gmean, 2),
-                    f(g.ci_lo, 2),
-                    f(g.ci_hi, 2),
-                    f(rc.ci_lo, 2),
-                    f(rc.ci_hi, 2)
-                );
-                let _ = write!(geo, " {cell:>32}");
-                systems[name]["bulk"][size.to_string()][format!("goodput_ratio_vs_{reference}")] =
-                    sv;
+                systems[name][dir.key()][size.to_string()]["fct_over_oracle"] =
+                    summ(&Summary::of(&v));
+                systems[name][dir.key()][size.to_string()]["flows"] = json!(flows);
             }
             o.push('\n');
-            geo.push('\n');
         }
-        let _ = writeln!(
-            o,
-            "  geometric mean [95% CI over flows] [95% CI over rides] of the same ratios (symmetric: A/B = 1/(B/A); the mean above is biased up by noise; flows of one ride share its luck, so judge by the interval over rides)"
-        );
-        o.push_str(&geo);
-    }
-    if has_bulk {
-        let _ = writeln!(o, "\nFCT / oracle, pooled: median (completed/flows)");
-    }
-    for name in names.iter().filter(|_| has_bulk) {
-        let _ = write!(o, "{name:<w$}");
-        for &size in &BULK_SIZES {
-            let v: Vec<f64> = rides
-                .iter()
-                .filter_map(|r| Some(r.fct_over_oracle(r.run(name)?, size)))
-                .flatten()
-                .collect();
-            let flows = rides
-                .iter()
-                .filter_map(|r| r.runs.iter().find(|x| &x.system == name))
-                .flat_map(|x| x.flows.iter().filter(|f| f.size == size))
-                .count();
-            let _ = write!(
-                o,
-                " {:>16}",
-                format!("{} ({}/{})", f(an::quantile(&v, 0.5), 1), v.len(), flows)
-            );
-            systems[name]["bulk"][size.to_string()]["fct_over_oracle"] = summ(&Summary::of(&v));
-            systems[name]["bulk"][size.to_string()]["flows"] = json!(flows);
-        }
-        o.push('\n');
     }
     // IM: every delivered answer of every ride.
     let im = |name: &str, users: usize| -> (Vec<f64>, usize, Vec<f64>) {
@@ -2038,7 +2191,24 @@ pub(crate) mod tests {
         synthetic_with(PlanParams::quick())
     }
 
-    fn synthetic_with(params: PlanParams) -> Results {
+    /// Completed flows for `plan`, each `bps` fast after a 0.5 s start.
+    fn made_up_flows(plan: &[crate::bench::plan::BulkFlow], bps: f64) -> Vec<FlowResult> {
+        plan.iter()
+            .map(|b| FlowResult {
+                idx: b.idx,
+                size: b.size,
+                start_s: b.start_s,
+                ok: true,
+                error: None,
+                first_byte_s: 0.2,
+                fct_s: 0.5 + b.size as f64 / bps,
+                tail_s: 0.1,
+                bins: vec![10_000; 20],
+            })
+            .collect()
+    }
+
+    pub(crate) fn synthetic_with(params: PlanParams) -> Results {
         let plan = Plan::new(&params, 3);
         let trip = Trip::generate(&TripConfig::preset("hsr", 1, 1).unwrap()).unwrap();
         let trip = crate::calibrate::window(&trip, 150_000, 120_000);
@@ -2060,21 +2230,8 @@ pub(crate) mod tests {
                 ready_s: 1.0,
                 late_paths: vec![],
                 error: None,
-                flows: plan
-                    .bulk
-                    .iter()
-                    .map(|b| FlowResult {
-                        idx: b.idx,
-                        size: b.size,
-                        start_s: b.start_s,
-                        ok: true,
-                        error: None,
-                        first_byte_s: 0.2,
-                        fct_s: 0.5 + b.size as f64 / 1e6 / (1.0 + k as f64),
-                        tail_s: 0.1,
-                        bins: vec![10_000; 20],
-                    })
-                    .collect(),
+                flows: made_up_flows(&plan.bulk, 1e6 * (1.0 + k as f64)),
+                uploads: made_up_flows(&plan.uploads, 3e5 * (1.0 + k as f64)),
                 im: plan
                     .im
                     .iter()
@@ -2091,6 +2248,7 @@ pub(crate) mod tests {
                     })
                     .collect(),
                 path_down_bytes: vec![1000, 3000],
+                path_up_bytes: vec![300, 900],
                 counters: [(
                     "proxy:polycorn_stage_decisions_total{stage=\"minrtt\"}".to_string(),
                     1.0,
@@ -2315,6 +2473,12 @@ pub(crate) mod tests {
                 im: false,
                 ..PlanParams::quick()
             },
+            PlanParams {
+                im: false,
+                bulk_flows: 0,
+                uploads: 3,
+                ..PlanParams::quick()
+            },
         ] {
             let r = synthetic_with(params);
             let dir = tempfile::tempdir().unwrap();
@@ -2324,7 +2488,25 @@ pub(crate) mod tests {
             let t = table(&r);
             let (text, _) = pooled(&[r.clone(), r.clone()]);
             // The pooled text has no empty tables for the workload that did not run.
-            if params.im {
+            if params.uploads > 0 {
+                assert!(r.plan.bulk.is_empty() && r.plan.im.is_empty());
+                assert!(dir.path().join("uploads.csv").exists());
+                assert!(t.contains("bulk uploads"), "{t}");
+                assert!(
+                    t.contains("per-flow goodput ratio of uploads vs vanilla"),
+                    "{t}"
+                );
+                assert!(
+                    !t.contains("bulk downloads") && !t.contains("instant messaging"),
+                    "{t}"
+                );
+                assert!(
+                    text.contains("per-flow goodput ratio of uploads vs vanilla"),
+                    "{text}"
+                );
+                assert!(!text.contains("per-flow goodput ratio vs"), "{text}");
+                assert!(!text.contains("instant messaging"), "{text}");
+            } else if params.im {
                 assert!(r.plan.bulk.is_empty());
                 assert!(t.contains("instant messaging"), "{t}");
                 assert!(text.contains("instant messaging"), "{text}");
@@ -2332,6 +2514,8 @@ pub(crate) mod tests {
                 assert!(!text.contains("FCT / oracle"), "{text}");
             } else {
                 assert!(r.plan.im.is_empty());
+                assert!(!dir.path().join("uploads.csv").exists());
+                assert!(!t.contains("uploads"), "{t}");
                 assert!(t.contains("per-flow goodput ratio vs vanilla"), "{t}");
                 assert!(text.contains("per-flow goodput ratio vs vanilla"), "{text}");
                 assert!(text.contains("FCT / oracle"), "{text}");
@@ -2345,6 +2529,15 @@ pub(crate) mod tests {
         let h = html(&synthetic());
         for id in PLOT_IDS {
             assert!(h.contains(&format!("id=\"{id}\"")), "missing plot {id}");
+        }
+        // Upload plots only with uploads.
+        assert!(!h.contains("Bulk uploads"));
+        let with = html(&synthetic_with(PlanParams {
+            uploads: 3,
+            ..PlanParams::quick()
+        }));
+        for id in PLOT_IDS.iter().chain(UPLOAD_PLOT_IDS) {
+            assert!(with.contains(&format!("id=\"{id}\"")), "missing plot {id}");
         }
         assert!(!h.contains("<script"), "no scripts");
         assert!(
@@ -2439,7 +2632,12 @@ pub(crate) mod tests {
             return;
         };
         let dir = tempfile::tempdir().unwrap();
-        let path = write_html(dir.path(), &synthetic()).unwrap();
+        // Every workload, uploads too.
+        let r = synthetic_with(PlanParams {
+            uploads: 3,
+            ..PlanParams::quick()
+        });
+        let path = write_html(dir.path(), &r).unwrap();
         let profile = dir.path().join("profile");
         let out = std::process::Command::new(bin)
             .args([
@@ -2462,7 +2660,7 @@ pub(crate) mod tests {
             out.status,
             String::from_utf8_lossy(&out.stderr)
         );
-        for id in PLOT_IDS {
+        for id in PLOT_IDS.iter().chain(UPLOAD_PLOT_IDS) {
             let at = dom
                 .find(&format!("id=\"{id}\""))
                 .unwrap_or_else(|| panic!("plot {id} not in the rendered DOM"));
