@@ -603,21 +603,21 @@ pub fn failed_handovers_s(trip: &Trip, from_s: f64, to_s: f64) -> Vec<f64> {
         .collect()
 }
 
-/// Fig. 11a view: goodput (Mbit/s) of the system's bulk downloads in the HOF_WINDOW_S after
-/// each failed handover during which at least one of its bulk flows was running throughout.
-pub fn goodput_after_hof(run: &SystemRun, hofs_s: &[f64]) -> Vec<f64> {
+/// Fig. 11a view: goodput (Mbit/s) of the system's bulk flows going `dir` in the HOF_WINDOW_S
+/// after each failed handover during which at least one of them was running throughout.
+pub fn goodput_after_hof(dir: Dir, run: &SystemRun, hofs_s: &[f64]) -> Vec<f64> {
     let mut out = Vec::new();
     for &h in hofs_s {
         let (a, b) = (h, h + HOF_WINDOW_S);
         let active = run
-            .flows
+            .flows_of(dir)
             .iter()
             .any(|f| f.start_s <= a && f.start_s + f.fct_s >= b);
         if !active {
             continue;
         }
         let mut bytes = 0u64;
-        for f in &run.flows {
+        for f in run.flows_of(dir) {
             for (j, n) in f.bins.iter().enumerate() {
                 let t = f.start_s + (j as u64 * BIN_MS) as f64 / 1000.0;
                 if t >= a && t < b {

@@ -693,6 +693,14 @@ pub fn from_json(v: &Value) -> Result<Results> {
         .iter()
         .map(|x| x.as_f64().unwrap_or(f64::NAN))
         .collect();
+    // Recorded since 2026-11-29 (session 45); absent: no uploads.
+    let upload_hofs_s = match v.pointer("/trip/failed_handovers_in_upload_phase_s") {
+        None | Some(Value::Null) => Vec::new(),
+        Some(_) => array(v, "trip.failed_handovers_in_upload_phase_s")?
+            .iter()
+            .map(|x| x.as_f64().unwrap_or(f64::NAN))
+            .collect(),
+    };
     let handovers = array(v, "trip.handovers")?
         .iter()
         .enumerate()
@@ -726,6 +734,7 @@ pub fn from_json(v: &Value) -> Result<Results> {
         upload_oracle,
         im_bounds,
         hofs_s,
+        upload_hofs_s,
         handovers,
         capacity,
         worse_path,
@@ -890,6 +899,7 @@ mod tests {
         assert_eq!(back.plan.upload_timeout_s, b.plan.upload_timeout_s);
         assert_eq!(back.plan.end_s, b.plan.end_s);
         assert_eq!(back.upload_oracle, b.upload_oracle);
+        assert_eq!(back.upload_hofs_s, b.upload_hofs_s);
         assert!(back.upload_oracle.values().all(Option::is_some));
         let (pooled, j) = report::pooled(&[from_json(&text(&a)).unwrap(), back]);
         assert!(

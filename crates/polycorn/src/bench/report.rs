@@ -29,6 +29,8 @@ pub struct Results {
     pub im_bounds: BTreeMap<(usize, usize, usize), an::ImBound>,
     /// Failed handovers inside the bulk phase (when the source was lost), s after t0.
     pub hofs_s: Vec<f64>,
+    /// Failed handovers inside the upload phase, s after t0 (empty without uploads).
+    pub upload_hofs_s: Vec<f64>,
     /// Every handover in the window: (s after t0 — a failure at the loss of its source —,
     /// carrier, failed).
     pub handovers: Vec<(f64, usize, bool)>,
@@ -78,6 +80,12 @@ impl Results {
             .last()
             .map_or(plan.lead_s, |f| f.start_s + plan.bulk_timeout_s);
         let hofs_s = an::failed_handovers_s(trip, plan.lead_s, bulk_end);
+        let upload_hofs_s = match (plan.uploads.first(), plan.uploads.last()) {
+            (Some(a), Some(b)) => {
+                an::failed_handovers_s(trip, a.start_s, b.start_s + plan.upload_timeout_s)
+            }
+            _ => Vec::new(),
+        };
         let handovers = window_handovers(trip, plan.end_s);
         let capacity = capacity_1s(trip, plan.end_s);
         let cap = an::mean_capacity_mbps(trip, plan.lead_s, bulk_end);
@@ -93,6 +101,7 @@ impl Results {
             upload_oracle,
             im_bounds,
             hofs_s,
+            upload_hofs_s,
             handovers,
             capacity,
             worse_path,
@@ -104,6 +113,22 @@ impl Results {
         self.runs
             .iter()
             .find(|r| r.system == name && r.error.is_none())
+    }
+
+    /// The Fig. 11 views of `run`'s flows going `dir`: goodput in the windows after the failed
+    /// handovers of their phase (Mbit/s), and each completed flow's tail delay (s).
+    pub fn stage_views(&self, dir: Dir, run: &SystemRun) -> (Vec<f64>, Vec<f64>) {
+        let hofs = match dir {
+            Dir::Down => &self.hofs_s,
+            Dir::Up => &self.upload_hofs_s,
+        };
+        let tails = run
+            .flows_of(dir)
+            .iter()
+            .filter(|x| x.ok)
+            .map(|x| x.tail_s)
+            .collect();
+        (an::goodput_after_hof(dir, run, hofs), tails)
     }
 
     /// The oracle FCTs of the flows going `dir`, by index.
@@ -289,12 +314,7 @@ impl Results {
                                "over_oracle_median": num(an::quantile(&ob, 0.5))})
                     })
                     .collect();
-                let tails: Vec<f64> = r
-                    .flows
-                    .iter()
-                    .filter(|f| f.ok)
-                    .map(|f| f.tail_s)
-                    .collect();
+                let (after_hof, tails) = self.stage_views(Dir::Down, r);
                 json!({
                     "system": r.system, "mode": r.mode, "spec": r.spec, "pipeline": r.pipeline,
                     "ready_s": num(r.ready_s), "late_paths": r.late_paths, "error": r.error,
@@ -303,9 +323,16 @@ impl Results {
                     "counters": r.counters,
                     "bulk": per_size(Dir::Down),
                     "upload": if self.plan.uploads.is_empty() { Value::Null } else { per_size(Dir::Up) },
+                    "upload_stage_views": if self.plan.uploads.is_empty() { Value::Null } else {
+                        let (g, tails) = self.stage_views(Dir::Up, r);
+                        json!({
+                            "goodput_after_hof_mbps": summ(&Summary::of(&g)),
+                            "tail_delay_s": {"mean": num(an::mean(&tails)), "p95": num(an::quantile(&tails, 0.95))},
+                        })
+                    },
                     "im": im,
                     "stage_views": {
-                        "goodput_after_hof_mbps": summ(&Summary::of(&an::goodput_after_hof(r, &self.hofs_s))),
+                        "goodput_after_hof_mbps": summ(&Summary::of(&after_hof)),
                         "tail_delay_s": {"mean": num(an::mean(&tails)), "p95": num(an::quantile(&tails, 0.95))},
                         "out_of_order_delay_s": an::out_of_order_delay_s(r).map_or(Value::Null, num),
                         "worse_path_share": num(an::path_share(r, self.worse_path)),
@@ -346,6 +373,7 @@ impl Results {
             },
             "trip": {
                 "failed_handovers_in_bulk_phase_s": self.hofs_s,
+                "failed_handovers_in_upload_phase_s": self.upload_hofs_s,
                 "handovers": self.handovers.iter().map(|h| json!({"t_s": h.0, "carrier": h.1, "failed": h.2})).collect::<Vec<_>>(),
                 "capacity_mbps_1s": self.capacity,
                 "worse_path": self.worse_path,
@@ -512,6 +540,25 @@ fn bulk_tables(o: &mut String, r: &Results, dir: Dir, w: usize) {
             o.push('\n');
         }
     }
+    if dir == Dir::Up {
+        let _ = writeln!(
+            o,
+            "\nper-stage views of uploads: goodput 2 s after a failed handover mean/median Mbit/s (windows), tail delay (last 10%) mean/p95 s"
+        );
+        for run in r.runs.iter().filter(|x| x.error.is_none()) {
+            let (g, tails) = r.stage_views(dir, run);
+            let _ = writeln!(
+                o,
+                "{:<w$} {:>6}/{:<6} ({:>2})  tail {:>6}/{:<6}",
+                run.system,
+                f(an::mean(&g), 2),
+                f(an::quantile(&g, 0.5), 2),
+                g.len(),
+                f(an::mean(&tails), 3),
+                f(an::quantile(&tails, 0.95), 3),
+            );
+        }
+    }
 }
 
 /// The terminal tables of instant messaging: per user count the delivery times and the lower
@@ -614,13 +661,7 @@ pub fn table(r: &Results) -> String {
         r.meta.carriers.get(r.worse_path).cloned().unwrap_or_default()
     );
     for run in r.runs.iter().filter(|x| x.error.is_none()) {
-        let g = an::goodput_after_hof(run, &r.hofs_s);
-        let tails: Vec<f64> = run
-            .flows
-            .iter()
-            .filter(|x| x.ok)
-            .map(|x| x.tail_s)
-            .collect();
+        let (g, tails) = r.stage_views(Dir::Down, run);
         let _ = writeln!(
             o,
             "{:<w$} {:>6}/{:<6} ({:>2})  tail {:>6}/{:<6}  ooo {:>6} ms  worse path {:>5}%",
@@ -1529,13 +1570,8 @@ pub fn html(r: &Results) -> String {
     let hof_series: Vec<BarSeries> = ok_runs
         .iter()
         .map(|run| {
-            let g = Summary::of(&an::goodput_after_hof(run, &r.hofs_s));
-            let t: Vec<f64> = run
-                .flows
-                .iter()
-                .filter(|x| x.ok)
-                .map(|x| x.tail_s)
-                .collect();
+            let (g, t) = r.stage_views(Dir::Down, run);
+            let g = Summary::of(&g);
             (
                 run.system.clone(),
                 vec![
@@ -1563,13 +1599,7 @@ pub fn html(r: &Results) -> String {
     ));
     h.push_str("</div><table><tr><th>system</th><th>goodput after HOF mean / median Mbit/s (windows)</th><th>tail delay mean / p95 s</th><th>out-of-order delay</th><th>worse-path share</th></tr>");
     for run in &ok_runs {
-        let g = an::goodput_after_hof(run, &r.hofs_s);
-        let t: Vec<f64> = run
-            .flows
-            .iter()
-            .filter(|x| x.ok)
-            .map(|x| x.tail_s)
-            .collect();
+        let (g, t) = r.stage_views(Dir::Down, run);
         let _ = write!(
             h,
             "<tr><td>{}</td><td>{} / {} ({})</td><td>{} / {}</td><td>{}</td><td>{}%</td></tr>",
@@ -2492,6 +2522,9 @@ pub(crate) mod tests {
                 assert!(r.plan.bulk.is_empty() && r.plan.im.is_empty());
                 assert!(dir.path().join("uploads.csv").exists());
                 assert!(t.contains("bulk uploads"), "{t}");
+                assert!(t.contains("per-stage views of uploads"), "{t}");
+                let j = r.to_json();
+                assert!(j["runs"][3]["upload_stage_views"]["tail_delay_s"]["mean"].is_number());
                 assert!(
                     t.contains("per-flow goodput ratio of uploads vs vanilla"),
                     "{t}"
