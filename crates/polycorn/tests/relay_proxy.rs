@@ -2469,6 +2469,124 @@ fn subflow_port(ns: &str, proxy: &str) -> u16 {
     ports[0]
 }
 
+/// The local ports of every subflow the relay in `ns` has to a proxy listening on port 7700.
+fn subflow_ports(ns: &str) -> Vec<u16> {
+    let out = Command::new("ip")
+        .args(["netns", "exec", ns, "ss", "-Htn", "state", "established"])
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            let (local, peer) = (f.get(2)?, f.get(3)?);
+            peer.ends_with(":7700")
+                .then(|| local.rsplit(':').next()?.parse().ok())?
+        })
+        .collect()
+}
+
+/// A train's gateway loses power in the middle of a download: from that moment nothing of its
+/// subflows reaches the proxy — no FIN, no RST, no answer to the proxy's probes (every packet
+/// of those connections is dropped at the proxy's devices) — and a few seconds later the
+/// gateway is back with a new relay process. The proxy ends the silent session as soon as the
+/// new one opens (every path of it silent for the stall time, 1.5 s), resetting its connection
+/// to the server far sooner than the two-minute hold time, and the new relay carries
+/// passengers. (The same branch after a crash, where the kernel closes the subflows, is
+/// `two_trains_share_one_proxy_and_one_is_revoked_alone`.)
+#[test]
+fn a_relay_that_lost_power_has_its_silent_session_ended_when_it_comes_back() {
+    let _s = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    if !is_root() {
+        return;
+    }
+    let bed = Bed::constant("pw", 40, 20);
+    start_server(&bed);
+    let mut stack = start_with_keys(&bed, "hold_time_s = 120", "hold_time_s = 120");
+    fetch_ok(&bed, &stack, KB, 64 * KB, "a connection first");
+    let proxy_ns = bed.ns("proxy");
+    let download = download_in_background(&bed, 800 * MB, 100);
+    wait_until(
+        20,
+        "the proxy connects to the server",
+        || stack_log(&stack),
+        || established_to(&proxy_ns, "10.0.2.2") > 0,
+    );
+    let ports = subflow_ports(&bed.ns("relay"));
+    assert_eq!(ports.len(), 2, "one subflow per path: {ports:?}");
+    let set = ports
+        .iter()
+        .map(u16::to_string)
+        .collect::<Vec<_>>()
+        .join(", ");
+    let chains: String = (0..2)
+        .map(|i| {
+            format!(
+                "  chain in_path{i} {{ type filter hook ingress device \"path{i}\" priority 0; policy accept; meta protocol ip ip protocol tcp tcp sport {{ {set} }} drop; }}\n  chain out_path{i} {{ type filter hook egress device \"path{i}\" priority 0; policy accept; meta protocol ip ip protocol tcp tcp dport {{ {set} }} drop; }}\n"
+            )
+        })
+        .collect();
+    let _silence = Blackhole::with_rules(&proxy_ns, &chains);
+    // The power goes: the relay dies without a word reaching the proxy.
+    let cut = Instant::now();
+    stack.relay.crash();
+    let r = download.join().unwrap();
+    assert_cut(&r, &stack);
+    assert_eq!(
+        established_to(&proxy_ns, "10.0.2.2"),
+        1,
+        "the proxy still holds the server connection of the silent session"
+    );
+    // The gateway boots again.
+    std::thread::sleep(Duration::from_secs(3));
+    let config = stack.dir.path().join("relay.toml");
+    stack.relay = Daemon::start(
+        &bed.ns("relay"),
+        "relay",
+        &config,
+        stack.dir.path().join("relay2.log"),
+    );
+    stack.relay.wait_for("subflow up", 2);
+    wait_until(
+        20,
+        "the proxy closes the silent session's connection to the server",
+        || stack_log(&stack),
+        || established_to(&proxy_ns, "10.0.2.2") == 0,
+    );
+    let took = cut.elapsed();
+    eprintln!("power cut: server connection closed {took:?} later (hold time 120 s, 3 s reboot)");
+    assert!(took < Duration::from_secs(30), "{took:?} (hold time 120 s)");
+    assert!(
+        stack
+            .proxy
+            .log()
+            .contains("the relay opened a new session and its earlier one had every path down"),
+        "{}",
+        tail(&stack.proxy.log())
+    );
+    // Silence, not a close: no subflow of the old session ended before it was ended.
+    let plog = stack.proxy.log();
+    let before = &plog[..plog.find("earlier one had every path down").unwrap()];
+    assert!(
+        !before.contains("subflow ended"),
+        "the old subflows ended on their own, so the power cut was not silent:\n{plog}"
+    );
+    let page = scrape_metrics(&proxy_ns);
+    let restarted =
+        "polycorn_relay_sessions_ended_total{relay=\"polycorn-relay\",how=\"restarted\"} 1";
+    assert!(
+        page.lines().any(|l| l == restarted),
+        "no `{restarted}` in:\n{page}"
+    );
+    fetch_ok(
+        &bed,
+        &stack,
+        KB,
+        MB,
+        "a connection through the relay that came back",
+    );
+}
+
 /// After a blackout the proxy's frames can get through again while the relay's own TCP on
 /// that path still waits out a backed-off retransmission timer. Here only the data the relay
 /// sends on path0's subflow is lost, on its way into the proxy (its acknowledgements and any
