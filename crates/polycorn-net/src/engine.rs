@@ -708,6 +708,22 @@ impl Engine {
         running(false)
     }
 
+    /// (proxy) Tell the relay this end drains before it stops ([`Session::announce_draining`]),
+    /// so it opens new flows at the next proxy.
+    pub fn announce_draining(&self) {
+        self.with(|s, now| {
+            if let Err(e) = s.announce_draining(now) {
+                tracing::debug!(error = %e, "no drain announcement");
+            }
+        });
+    }
+
+    /// (relay) Whether the proxy announced its drain and has not closed the session since
+    /// ([`Session::peer_draining`]).
+    pub fn peer_draining(&self) -> bool {
+        self.lock().session.peer_draining()
+    }
+
     /// Whether the peer closed the session ([`Event::PeerClosed`]): its subflows' ends are
     /// expected then.
     pub fn peer_closed(&self) -> bool {

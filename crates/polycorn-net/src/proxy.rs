@@ -74,14 +74,21 @@ fn live_sessions(sessions: &Sessions) -> Vec<LiveSession> {
 /// Closes every live session because the proxy shuts down ([`Engine::shut_down`], all at once,
 /// within `grace`): each relay resets its passengers' connections at once and reconnects to
 /// the next proxy, instead of holding them for a proxy that will not answer. First, for at
-/// most `drain`, the flows open at the call may finish ([`Engine::drain`]). Returns how many
-/// sessions were closed and how many of those flows were still open then (and so reset).
+/// most `drain`, the flows open at the call may finish ([`Engine::drain`]); meanwhile each
+/// relay has been told ([`Engine::announce_draining`]) and holds the passenger connections it
+/// accepts for the next proxy rather than open them here (a relay from before 2026-11-29
+/// ignores the announcement and opens them here, to be reset at the drain's end if still
+/// running). Returns how many sessions were closed and how many of those flows were still open
+/// then (and so reset).
 pub async fn shut_down(sessions: &Sessions, grace: Duration, drain: Duration) -> (usize, usize) {
     let live = live_sessions(sessions);
     let mut closing = JoinSet::new();
     for l in &live {
         let e = l.engine.clone();
         closing.spawn(async move {
+            if !drain.is_zero() {
+                e.announce_draining();
+            }
             // With no drain: how many flows are open, all to be reset.
             let left = e.drain(drain).await;
             e.shut_down("the proxy is shutting down", grace).await;

@@ -323,6 +323,12 @@ async fn log_events(mut rx: mpsc::UnboundedReceiver<polycorn_proto::Event>) {
                      connections were reset; reconnecting"
                 )
             }
+            polycorn_proto::Event::PeerDraining => {
+                info!(
+                    "the proxy drains before it stops: new passenger connections wait for the \
+                     next proxy (the open ones carry on)"
+                )
+            }
             polycorn_proto::Event::FlowOpened { flow, status } if status != OpenStatus::Ok => {
                 debug!(flow, ?status, "proxy could not open flow")
             }
@@ -893,6 +899,24 @@ pub(crate) fn socks_reply(status: OpenStatus) -> socks5::Reply {
 }
 
 /// Carry one passenger connection. `socks` = answer the SOCKS5 client once the proxy answered.
+/// Longest a passenger connection waits for a draining proxy to close its session: its drain
+/// lasts at most [`crate::config::MAX_DRAIN_S`], its close [`crate::proxy::SHUTDOWN_GRACE`].
+const DRAIN_WAIT: Duration = Duration::from_secs(crate::config::MAX_DRAIN_S + 5);
+
+/// While the proxy drains ([`Engine::peer_draining`]), wait until it has closed the session (a
+/// flow opened after that goes to the next proxy), at most [`DRAIN_WAIT`]. Returns how long it
+/// waited, if at all.
+async fn wait_out_drain(engine: &Engine) -> Option<Duration> {
+    if !engine.peer_draining() {
+        return None;
+    }
+    let start = tokio::time::Instant::now();
+    while engine.peer_draining() && start.elapsed() < DRAIN_WAIT {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    Some(start.elapsed())
+}
+
 async fn carry(
     carrier: Carrier,
     mut stream: TcpStream,
@@ -902,6 +926,9 @@ async fn carry(
 ) {
     match carrier {
         Carrier::Session(engine) => {
+            if let Some(waited) = wait_out_drain(&engine).await {
+                debug!(%user, %dst, ?waited, "held while the proxy drained");
+            }
             let (flow, sig, opened) = match engine.open_flow(user, dst.clone()) {
                 Ok(x) => x,
                 Err(e) => {

@@ -18,7 +18,7 @@
 //! | 8 | Context | unix ms u64, lat f64, lon f64, speed f32, heading f32, n u8, n × (path u8, flags u8, cell u64, rsrp f32) |
 //! | 9 | Ping | id u32, sender clock µs u64 |
 //! | 10 | Pong | id u32, ping's clock µs u64, receiver clock µs u64 |
-//! | 11 | PathStatus | path u8, up u8 |
+//! | 11 | PathStatus | path u8, up u8 (path 255: the whole session, see [`SESSION_PATH`]) |
 //! | 12 | CtrlAck | cseq u64 (every control frame below it was received) |
 //! | 13 | Close | reason u8, message (UTF-8, ≤ 1024 bytes) |
 //!
@@ -32,6 +32,13 @@ use thiserror::Error;
 
 /// Protocol version carried in [`Frame::Hello`]; peers with another version are refused.
 pub const VERSION: u16 = 2;
+
+/// The path index a [`Frame::PathStatus`] uses for the session as a whole. From the proxy,
+/// `up = false` announces that it is draining before it stops: it carries the flows open now
+/// and will close the session, so the relay opens new flows at the next proxy instead. (A relay
+/// that does not know it ignores it, as it ignores every path status from the proxy, so the
+/// announcement needs no new protocol version.)
+pub const SESSION_PATH: u8 = 255;
 
 /// Bytes of the frame header (type + length).
 pub const HEADER_LEN: usize = 5;
@@ -224,7 +231,8 @@ pub enum Frame<'a> {
         /// Receiver's clock when the ping arrived, µs (one-way delay with synchronized clocks).
         received_us: u64,
     },
-    /// The relay reports a path (modem) up or down.
+    /// The relay reports a path (modem) up or down; for [`SESSION_PATH`], the proxy that it
+    /// drains.
     PathStatus {
         /// Path index.
         path: u8,

@@ -16,7 +16,7 @@ pub mod session;
 
 pub use frame::{
     decode, CellInfo, CloseReason, ContextInfo, Destination, Frame, FrameError, OpenStatus,
-    ResetReason, Role, VERSION,
+    ResetReason, Role, SESSION_PATH, VERSION,
 };
 pub use session::{
     Event, FlowTotals, PathCounters, PeerHello, ProtoError, ReadOutcome, ReorderStats, Session,

@@ -38,7 +38,7 @@ use thiserror::Error;
 
 use crate::frame::{
     encode_data_header, CloseReason, ContextInfo, Destination, Frame, FrameError, OpenStatus,
-    ResetReason, Role, VERSION,
+    ResetReason, Role, SESSION_PATH, VERSION,
 };
 
 /// Credit every flow starts with, in both directions, before any [`Frame::Credit`].
@@ -224,6 +224,9 @@ pub enum Event {
         /// Up?
         up: bool,
     },
+    /// (relay) The proxy announced that it drains before it stops: flows opened from now on
+    /// belong at the next proxy ([`Session::peer_draining`]).
+    PeerDraining,
     /// Every path has been down longer than the hold time; all flows were reset. The relay
     /// reports it only while flows were open; the proxy also for an idle session, which it then
     /// frees.
@@ -420,6 +423,8 @@ pub struct Session {
     closed: Option<Vec<u8>>,
     /// The peer closed the session (until a new peer epoch).
     peer_closed: bool,
+    /// (relay) The proxy announced its drain and has not closed the session yet.
+    peer_draining: bool,
 }
 
 /// Passenger connections a session has carried, since it was created (a restart with a new peer
@@ -500,6 +505,7 @@ impl Session {
             totals: FlowTotals::default(),
             closed: None,
             peer_closed: false,
+            peer_draining: false,
         })
     }
 
@@ -711,6 +717,7 @@ impl Session {
                 // The first Hello, or the first of the peer that follows one that closed the
                 // session: flows opened meanwhile go to this one.
                 self.peer_closed = false;
+                self.peer_draining = false;
                 false
             }
             Some(e) if e == epoch => false,
@@ -723,6 +730,7 @@ impl Session {
 
     fn restart_with_peer(&mut self, now: Instant) {
         self.peer_closed = false;
+        self.peer_draining = false;
         self.reset_all_flows(now, ResetReason::SessionLost);
         self.forget_peer();
     }
@@ -1096,6 +1104,24 @@ impl Session {
         }
     }
 
+    /// (proxy) Announce that this end drains before it stops ([`SESSION_PATH`]): the relay then
+    /// opens its new flows at the next proxy rather than here. Queued on every attached path
+    /// ahead of data.
+    pub fn announce_draining(&mut self, now: Instant) -> Result<(), ProtoError> {
+        if self.cfg.role != Role::Proxy {
+            return Err(ProtoError::WrongDirection("PathStatus (drain)"));
+        }
+        self.send_path_status(now, SESSION_PATH, false);
+        Ok(())
+    }
+
+    /// (relay) Whether the proxy announced its drain ([`Session::announce_draining`]) and has
+    /// not closed the session since: a flow opened now would be carried by a proxy about to
+    /// stop. Cleared by its Close, and by the Hello of a proxy with a new epoch.
+    pub fn peer_draining(&self) -> bool {
+        self.peer_draining
+    }
+
     /// Tell the peer that `path` is up or down (e.g. the modem lost its cell).
     pub fn send_path_status(&mut self, now: Instant, path: u8, up: bool) {
         self.observe(now);
@@ -1306,6 +1332,17 @@ impl Session {
                 }
                 Ok(())
             }
+            Frame::PathStatus {
+                path: SESSION_PATH,
+                up,
+            } => {
+                // Only a proxy announces a drain; a relay's session-wide status means nothing yet.
+                if self.cfg.role == Role::Relay && !up && !self.peer_draining {
+                    self.peer_draining = true;
+                    self.events.push_back(Event::PeerDraining);
+                }
+                Ok(())
+            }
             Frame::PathStatus { path: p, up } => {
                 self.events.push_back(Event::PeerPathStatus { path: p, up });
                 Ok(())
@@ -1313,6 +1350,7 @@ impl Session {
             Frame::Close { reason, message } => {
                 // Sent on every path: the first one counts (the rest are ignored above).
                 self.peer_closed = true;
+                self.peer_draining = false;
                 self.reset_all_flows(now, ResetReason::Shutdown);
                 // The peer is gone with all it knew: the next one (a restarted proxy) starts
                 // afresh, and flows opened until it answers are carried to it rather than

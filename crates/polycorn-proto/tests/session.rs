@@ -771,6 +771,70 @@ fn a_proxy_that_closes_the_session_has_the_relay_reset_and_carry_on_with_the_nex
     }
 }
 
+/// A proxy that drains before it stops announces it (a session-wide path status): the relay
+/// reports it once although it came on both paths, flows already open carry on to their end,
+/// and the announcement holds until the proxy's Close, after which flows go to the next proxy.
+/// Only a proxy can announce a drain; a relay's session-wide status is ignored.
+#[test]
+fn a_draining_proxy_tells_the_relay_until_it_closes() {
+    let mut net = Net::new("hrsch", 2, &[10, 30]);
+    let open = open_ping(&mut net);
+    for _ in 0..5 {
+        net.step();
+    }
+    assert!(!net.relay.peer_draining());
+    net.proxy.announce_draining(t(net.now_ms)).unwrap();
+    assert!(matches!(
+        net.relay.announce_draining(t(net.now_ms)),
+        Err(ProtoError::WrongDirection(_))
+    ));
+    assert!(
+        carry_ping(&mut net, open, 5_000),
+        "a flow open at the announcement finishes"
+    );
+    assert!(net.relay.peer_draining());
+    assert_eq!(
+        net.relay_events
+            .iter()
+            .filter(|e| **e == Event::PeerDraining)
+            .count(),
+        1,
+        "{:?}",
+        net.relay_events
+    );
+    // A flow the relay opens anyway (an old relay would) is still carried.
+    assert!(ping_pong(&mut net, 5_000), "a flow opened during the drain");
+    assert!(net.relay.peer_draining());
+    // The relay's own session-wide status means nothing to the proxy.
+    net.relay
+        .send_path_status(t(net.now_ms), polycorn_proto::SESSION_PATH, false);
+    for _ in 0..100 {
+        net.step();
+    }
+    assert!(!net.proxy.peer_draining());
+    assert!(!net
+        .proxy_events
+        .iter()
+        .any(|e| matches!(e, Event::PeerPathStatus { .. } | Event::PeerDraining)));
+    // The proxy closes: the drain is over, and the next proxy gets the flows.
+    net.proxy
+        .close(t(net.now_ms), CloseReason::Shutdown, "proxy shutting down");
+    for _ in 0..40 {
+        net.step();
+    }
+    assert!(net.relay.peer_closed());
+    assert!(!net.relay.peer_draining());
+    net.kill_all();
+    let waiting = open_ping(&mut net);
+    net.proxy = proxy_session("hrsch", 2);
+    net.revive_all();
+    assert!(!net.relay.peer_draining());
+    assert!(
+        carry_ping(&mut net, waiting, 5_000),
+        "the flow held for the next proxy"
+    );
+}
+
 /// The proxy restarts (an upgrade) and the relay's subflows reconnect within the hold time:
 /// the new proxy knows nothing of the session. Flows the old proxy carried cannot continue and
 /// are reset on the relay at once (not left hanging); new flows work.

@@ -123,11 +123,19 @@ impl Daemon {
     }
     /// SIGTERM (what `systemctl stop` sends); waits up to 10 s for the exit and returns it.
     fn stop(&mut self) -> std::process::ExitStatus {
+        self.terminate();
+        self.wait_exit()
+    }
+    /// SIGTERM, without waiting.
+    fn terminate(&self) {
         assert!(Command::new("kill")
             .args(["-TERM", &self.child.id().to_string()])
             .status()
             .unwrap()
             .success());
+    }
+    /// Waits up to 10 s for the exit and returns it.
+    fn wait_exit(&mut self) -> std::process::ExitStatus {
         let t0 = Instant::now();
         loop {
             if let Ok(Some(st)) = self.child.try_wait() {
@@ -2430,6 +2438,65 @@ fn a_stop_with_a_drain_lets_open_connections_finish() {
         "{}",
         tail(&rlog)
     );
+}
+
+/// While the proxy drains before it stops, the relay holds the passenger connections it
+/// accepts for the next proxy instead of opening them at the one that stops: a long download
+/// that starts during the drain completes, byte for byte, through the proxy started after it
+/// (carried by the old one it would have been reset at the drain's end), while the download
+/// open when the stop began is cut at the drain's end as before.
+#[test]
+fn a_passenger_connecting_while_the_proxy_drains_is_carried_by_the_next_proxy() {
+    let _s = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    if !is_root() {
+        return;
+    }
+    let bed = Bed::constant("dn", 40, 20);
+    start_server(&bed);
+    let mut stack = start_with_keys(&bed, "", "drain_s = 4");
+    fetch_ok(&bed, &stack, KB, 64 * KB, "a connection first");
+    let proxy_ns = bed.ns("proxy");
+    let open = download_in_background(&bed, 800 * MB, 60);
+    wait_until(
+        20,
+        "the proxy connects to the server",
+        || stack_log(&stack),
+        || established_to(&proxy_ns, "10.0.2.2") > 0,
+    );
+    stack.proxy.terminate();
+    wait_for_relay_log(
+        &stack,
+        "the proxy drains before it stops",
+        None,
+        "the relay was not told of the drain",
+    );
+    // About 10 s over the two paths: far longer than what is left of the drain.
+    let held = download_in_background(&bed, 100 * MB, 60);
+    let st = stack.proxy.wait_exit();
+    assert!(st.success(), "exit: {st}\n{}", tail(&stack.proxy.log()));
+    let r = open.join().unwrap();
+    assert_cut(&r, &stack);
+    let plog = stack.proxy.log();
+    assert!(
+        plog.contains("draining: the flows open now may finish") && plog.contains("flows_reset=1"),
+        "{}",
+        tail(&plog)
+    );
+    let config = stack.dir.path().join("proxy.toml");
+    stack.proxy = Daemon::start(
+        &proxy_ns,
+        "proxy",
+        &config,
+        stack.dir.path().join("proxy2.log"),
+    );
+    stack.proxy.wait_for("proxy running", 1);
+    let r = held.join().unwrap();
+    assert!(
+        matches!(r, Ok(Ok(()))),
+        "the download started during the drain: {r:?}\n{}",
+        stack_log(&stack)
+    );
+    fetch_ok(&bed, &stack, KB, MB, "a connection through the next proxy");
 }
 
 /// The download of [`stop_during_a_download`] ended in an error, not a timeout.
