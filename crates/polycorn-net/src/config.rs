@@ -788,7 +788,9 @@ pub struct ProxySection {
     pub revoked_relays: Vec<String>,
     /// `drain_s`: on an orderly stop, how long the proxy lets the flows open at that moment
     /// finish before it closes every session and resets those left (default 0, at most
-    /// [`MAX_DRAIN_S`]). Flows relays open meanwhile are carried too.
+    /// [`MAX_DRAIN_S`]). Relays are told and hold the passenger connections they accept
+    /// meanwhile for the next proxy (a relay from before 2026-11-29 opens them here; they are
+    /// carried, not waited for).
     pub drain_s: u64,
 }
 
@@ -1625,7 +1627,8 @@ scheduler = "polycorn"
 # A relay's flows survive this long while it has no subflow (0..=3600 s).
 hold_time_s = 30
 # On an orderly stop, let the flows open at that moment finish for up to this long before
-# closing every session (0..=30 s); flows relays open meanwhile are carried too. 0: at once.
+# closing every session (0..=30 s); relays hold new passenger connections meanwhile for the
+# next proxy. 0: at once.
 # drain_s = 0
 # Limit on connecting to a server (1..=300 s).
 connect_timeout_s = 10

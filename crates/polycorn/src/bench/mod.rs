@@ -5,7 +5,7 @@
 //! The preset's trip is generated from its seeds and cut to a window starting at the first
 //! moment above 250 km/h. For each system, in turn: a fresh testbed (`bch…` namespaces), the
 //! emulator started in-process on the window (its start is `t0`), the trip's context served
-//! gpsd-style to the relay, the IM and bulk servers in the server namespace, `polycorn proxy` and
+//! gpsd-style to the relay, the IM, bulk and upload servers in the server namespace, `polycorn proxy` and
 //! `polycorn relay` as child processes in their namespaces with the system's mode and scheduler,
 //! then the [`plan::Plan`] played from the client namespace at fixed times after `t0`; then
 //! everything is stopped and the testbed removed. So every system sees the same capacity,
@@ -14,8 +14,8 @@
 //! silently dropped.
 //!
 //! ## Outputs (`--out`, default `results/bench-<preset>-r<route>-t<trip>-<quick|full>/`)
-//! `flows.csv` (one row per bulk flow and system), `im.csv` (one row per IM message and
-//! system), `results.json` (metadata, raw results, summaries), `report.html` (self-contained:
+//! `flows.csv` (one row per bulk download and system), `uploads.csv` (the same for uploads, when
+//! `--workloads upload` ran them), `im.csv` (one row per IM message and system), `results.json` (metadata, raw results, summaries), `report.html` (self-contained:
 //! tables and inline SVG plots), `logs/` (relay and proxy logs per system).
 
 pub mod analysis;

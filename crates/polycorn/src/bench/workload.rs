@@ -22,6 +22,8 @@ use super::plan::{BulkFlow, Plan, IM_DOWN_BYTES, IM_UP_BYTES};
 pub const BULK_SERVER: &str = "10.0.2.2:9000";
 /// IM server address.
 pub const IM_SERVER: &str = "10.0.2.2:9001";
+/// IM users get client addresses 10.0.1.(IM_FIRST_HOST + user).
+const IM_FIRST_HOST: u8 = 100;
 /// Upload server address.
 pub const UPLOAD_SERVER: &str = "10.0.2.2:9002";
 /// The upload server's answer once it has every byte: all bytes as sent.
@@ -55,8 +57,6 @@ impl Arrivals {
             .unwrap_or_default()
     }
 }
-/// IM users get client addresses 10.0.1.(IM_FIRST_HOST + user).
-const IM_FIRST_HOST: u8 = 100;
 
 /// Servers running in a thread of the server namespace; stopped on drop.
 pub struct Servers {
