@@ -203,6 +203,23 @@ struct Stack {
     relay: Daemon,
 }
 
+impl Stack {
+    /// Starts `role` (`relay` or `proxy`) again with its configuration, logging to `log` in the
+    /// stack's directory (after a stop or a crash).
+    fn start_again(&mut self, bed: &Bed, role: &str, log: &str) {
+        let d = Daemon::start(
+            &bed.ns(role),
+            role,
+            &self.dir.path().join(format!("{role}.toml")),
+            self.dir.path().join(log),
+        );
+        match role {
+            "relay" => self.relay = d,
+            _ => self.proxy = d,
+        }
+    }
+}
+
 fn configs(
     bed: &Bed,
     dir: &Path,
@@ -2272,13 +2289,7 @@ fn a_stopping_relay_or_proxy_tells_the_other_end_at_once() {
     );
 
     // 2. The relay runs again; then the proxy stops.
-    let config = stack.dir.path().join("relay.toml");
-    stack.relay = Daemon::start(
-        &bed.ns("relay"),
-        "relay",
-        &config,
-        stack.dir.path().join("relay2.log"),
-    );
+    stack.start_again(&bed, "relay", "relay2.log");
     stack.relay.wait_for("subflow up", 2);
     fetch_ok(
         &bed,
@@ -2307,13 +2318,7 @@ fn a_stopping_relay_or_proxy_tells_the_other_end_at_once() {
     // connection is carried by the new proxy, and so are the next ones.
     let waiting = download_in_background(&bed, MB, 60);
     std::thread::sleep(Duration::from_secs(1));
-    let config = stack.dir.path().join("proxy.toml");
-    stack.proxy = Daemon::start(
-        &proxy_ns,
-        "proxy",
-        &config,
-        stack.dir.path().join("proxy2.log"),
-    );
+    stack.start_again(&bed, "proxy", "proxy2.log");
     stack.proxy.wait_for("proxy running", 1);
     let r = waiting.join().unwrap();
     assert!(
@@ -2330,6 +2335,24 @@ fn a_stopping_relay_or_proxy_tells_the_other_end_at_once() {
             &format!("connection {i} through the restarted proxy"),
         );
     }
+}
+
+/// [`download_in_background`], returned once the proxy has connected it to the server.
+fn download_reaching_the_server(
+    bed: &Bed,
+    stack: &Stack,
+    down: u64,
+    secs: u64,
+) -> std::thread::JoinHandle<Result<Result<(), String>, tokio::time::error::Elapsed>> {
+    let download = download_in_background(bed, down, secs);
+    let proxy_ns = bed.ns("proxy");
+    wait_until(
+        20,
+        "the proxy connects to the server",
+        || stack_log(stack),
+        || established_to(&proxy_ns, "10.0.2.2") > 0,
+    );
+    download
 }
 
 /// A transparent passenger download of `down` bytes on its own thread, given `secs` at most.
@@ -2361,14 +2384,7 @@ fn stop_during_a_download(
     stack: &mut Stack,
     relay: bool,
 ) -> std::thread::JoinHandle<Result<Result<(), String>, tokio::time::error::Elapsed>> {
-    let download = download_in_background(bed, 800 * MB, 100);
-    let proxy_ns = bed.ns("proxy");
-    wait_until(
-        20,
-        "the proxy connects to the server",
-        || stack_log(stack),
-        || established_to(&proxy_ns, "10.0.2.2") > 0,
-    );
+    let download = download_reaching_the_server(bed, stack, 800 * MB, 100);
     std::thread::sleep(Duration::from_secs(2));
     let daemon = if relay {
         &mut stack.relay
@@ -2394,16 +2410,9 @@ fn a_stop_with_a_drain_lets_open_connections_finish() {
     start_server(&bed);
     let mut stack = start_with_keys(&bed, "drain_s = 2", "drain_s = 8");
     fetch_ok(&bed, &stack, KB, 64 * KB, "a connection first");
-    let proxy_ns = bed.ns("proxy");
 
     // 1. The proxy stops during a 20 MB download (about 2 s over two 40 Mbit/s paths).
-    let download = download_in_background(&bed, 20 * MB, 60);
-    wait_until(
-        20,
-        "the proxy connects to the server",
-        || stack_log(&stack),
-        || established_to(&proxy_ns, "10.0.2.2") > 0,
-    );
+    let download = download_reaching_the_server(&bed, &stack, 20 * MB, 60);
     let st = stack.proxy.stop();
     assert!(st.success(), "exit: {st}\n{}", tail(&stack.proxy.log()));
     let r = download.join().unwrap();
@@ -2420,13 +2429,7 @@ fn a_stop_with_a_drain_lets_open_connections_finish() {
     );
 
     // 2. The proxy runs again; the relay stops during a download too long for its 2 s drain.
-    let config = stack.dir.path().join("proxy.toml");
-    stack.proxy = Daemon::start(
-        &proxy_ns,
-        "proxy",
-        &config,
-        stack.dir.path().join("proxy2.log"),
-    );
+    stack.start_again(&bed, "proxy", "proxy2.log");
     stack.proxy.wait_for("subflow up", 2);
     let download = stop_during_a_download(&bed, &mut stack, true);
     let r = download.join().unwrap();
@@ -2455,14 +2458,7 @@ fn a_passenger_connecting_while_the_proxy_drains_is_carried_by_the_next_proxy() 
     start_server(&bed);
     let mut stack = start_with_keys(&bed, "", "drain_s = 4");
     fetch_ok(&bed, &stack, KB, 64 * KB, "a connection first");
-    let proxy_ns = bed.ns("proxy");
-    let open = download_in_background(&bed, 800 * MB, 60);
-    wait_until(
-        20,
-        "the proxy connects to the server",
-        || stack_log(&stack),
-        || established_to(&proxy_ns, "10.0.2.2") > 0,
-    );
+    let open = download_reaching_the_server(&bed, &stack, 800 * MB, 60);
     stack.proxy.terminate();
     wait_for_relay_log(
         &stack,
@@ -2482,13 +2478,7 @@ fn a_passenger_connecting_while_the_proxy_drains_is_carried_by_the_next_proxy() 
         "{}",
         tail(&plog)
     );
-    let config = stack.dir.path().join("proxy.toml");
-    stack.proxy = Daemon::start(
-        &proxy_ns,
-        "proxy",
-        &config,
-        stack.dir.path().join("proxy2.log"),
-    );
+    stack.start_again(&bed, "proxy", "proxy2.log");
     stack.proxy.wait_for("proxy running", 1);
     let r = held.join().unwrap();
     assert!(
@@ -2572,13 +2562,7 @@ fn a_relay_that_lost_power_has_its_silent_session_ended_when_it_comes_back() {
     let mut stack = start_with_keys(&bed, "hold_time_s = 120", "hold_time_s = 120");
     fetch_ok(&bed, &stack, KB, 64 * KB, "a connection first");
     let proxy_ns = bed.ns("proxy");
-    let download = download_in_background(&bed, 800 * MB, 100);
-    wait_until(
-        20,
-        "the proxy connects to the server",
-        || stack_log(&stack),
-        || established_to(&proxy_ns, "10.0.2.2") > 0,
-    );
+    let download = download_reaching_the_server(&bed, &stack, 800 * MB, 100);
     let ports = subflow_ports(&bed.ns("relay"));
     assert_eq!(ports.len(), 2, "one subflow per path: {ports:?}");
     let set = ports
@@ -2606,13 +2590,7 @@ fn a_relay_that_lost_power_has_its_silent_session_ended_when_it_comes_back() {
     );
     // The gateway boots again.
     std::thread::sleep(Duration::from_secs(3));
-    let config = stack.dir.path().join("relay.toml");
-    stack.relay = Daemon::start(
-        &bed.ns("relay"),
-        "relay",
-        &config,
-        stack.dir.path().join("relay2.log"),
-    );
+    stack.start_again(&bed, "relay", "relay2.log");
     stack.relay.wait_for("subflow up", 2);
     wait_until(
         20,

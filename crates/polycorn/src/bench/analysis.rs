@@ -5,7 +5,7 @@
 
 use std::collections::BTreeMap;
 
-use polycorn_link::trip::{Outcome, Trip, STEP_MS};
+use polycorn_link::trip::{Outcome, PathProcess, Trip, STEP_MS};
 
 /// Width of a receive-progress bin, ms.
 pub const BIN_MS: u64 = 100;
@@ -377,16 +377,26 @@ pub fn oracle_fct_s(trip: &Trip, start_s: f64, size: u64) -> Option<f64> {
         }
     }
     let req_us = req_us?;
+    let last = last_byte_arrival_us(trip, (req_us / 1000 / STEP_MS) as usize, size, |k, path| {
+        let bytes = path.dl_bps[k].max(0.0) * STEP_MS as f64 / 1000.0 / 8.0;
+        let send_us = (k as u64 * STEP_MS * 1000).max(req_us);
+        (bytes > 0.0).then(|| (send_us + STEP_MS * 1000 + path.owd_us[k], bytes))
+    })?;
+    Some(last as f64 / 1e6 - start_s)
+}
+
+/// When the last of `size` bytes arrives, µs into the trip, if it does: `sent(k, path)` is when
+/// what `path` sends in 10 ms step `k` arrives (µs) and how many bytes it is, for every step
+/// from `first` on.
+fn last_byte_arrival_us(
+    trip: &Trip,
+    first: usize,
+    size: u64,
+    sent: impl Fn(usize, &PathProcess) -> Option<(u64, f64)>,
+) -> Option<u64> {
     let mut arrivals: Vec<(u64, f64)> = Vec::new();
-    let k0 = (req_us / 1000 / STEP_MS) as usize;
-    for k in k0..steps {
-        for path in &trip.paths {
-            let bytes = path.dl_bps[k].max(0.0) * STEP_MS as f64 / 1000.0 / 8.0;
-            if bytes > 0.0 {
-                let send_us = (k as u64 * STEP_MS * 1000).max(req_us);
-                arrivals.push((send_us + STEP_MS * 1000 + path.owd_us[k], bytes));
-            }
-        }
+    for k in first..trip.speed_mps.len() {
+        arrivals.extend(trip.paths.iter().filter_map(|p| sent(k, p)));
         // Enough in flight for certain: stop collecting.
         if arrivals.iter().map(|a| a.1).sum::<f64>() >= size as f64 * 2.0 + 1e6 {
             break;
@@ -397,7 +407,7 @@ pub fn oracle_fct_s(trip: &Trip, start_s: f64, size: u64) -> Option<f64> {
     for (at_us, b) in arrivals {
         got += b;
         if got >= size as f64 {
-            return Some(at_us as f64 / 1e6 - start_s);
+            return Some(at_us);
         }
     }
     None
@@ -411,8 +421,7 @@ pub fn oracle_fct_s(trip: &Trip, start_s: f64, size: u64) -> Option<f64> {
 pub fn oracle_upload_fct_s(trip: &Trip, start_s: f64, size: u64) -> Option<f64> {
     let start_us = (start_s * 1e6) as u64;
     let first = (start_us / 1000 / STEP_MS) as usize;
-    let mut arrivals: Vec<(u64, f64)> = Vec::new();
-    for k in first..trip.speed_mps.len() {
+    let last = last_byte_arrival_us(trip, first, size, |k, path| {
         let step_us = k as u64 * STEP_MS * 1000;
         // The step the upload starts in counts only from the start on.
         let share = if k == first {
@@ -420,25 +429,10 @@ pub fn oracle_upload_fct_s(trip: &Trip, start_s: f64, size: u64) -> Option<f64> 
         } else {
             1.0
         };
-        for path in &trip.paths {
-            let bytes = path.ul_bps[k].max(0.0) * STEP_MS as f64 / 1000.0 / 8.0 * share;
-            if bytes > 0.0 {
-                arrivals.push((step_us + STEP_MS * 1000 + path.owd_us[k], bytes));
-            }
-        }
-        if arrivals.iter().map(|a| a.1).sum::<f64>() >= size as f64 * 2.0 + 1e6 {
-            break;
-        }
-    }
-    arrivals.sort_by_key(|a| a.0);
-    let mut got = 0.0;
-    for (at_us, b) in arrivals {
-        got += b;
-        if got >= size as f64 {
-            return Some(at_us as f64 / 1e6 - start_s);
-        }
-    }
-    None
+        let bytes = path.ul_bps[k].max(0.0) * STEP_MS as f64 / 1000.0 / 8.0 * share;
+        (bytes > 0.0).then(|| (step_us + STEP_MS * 1000 + path.owd_us[k], bytes))
+    })?;
+    Some(last as f64 / 1e6 - start_s)
 }
 
 /// The oracle FCT of a flow going `dir`.

@@ -470,6 +470,19 @@ fn f(x: f64, prec: usize) -> String {
 /// `meta.preset` of a bench on recorded traces (`bench --trace`).
 pub const TRACES_PRESET: &str = "traces";
 
+/// Goodput after failed handovers (mean/median, windows) and tail delay (mean/p95), for the
+/// terminal's per-stage views.
+fn stage_cells(after_hof: &[f64], tails: &[f64]) -> String {
+    format!(
+        "{:>6}/{:<6} ({:>2})  tail {:>6}/{:<6}",
+        f(an::mean(after_hof), 2),
+        f(an::quantile(after_hof, 0.5), 2),
+        after_hof.len(),
+        f(an::mean(tails), 3),
+        f(an::quantile(tails, 0.95), 3),
+    )
+}
+
 /// The terminal tables of the bulk flows going `dir`: per size goodput, FCT and FCT÷oracle;
 /// per-flow goodput ratios against vanilla and kernel MPTCP.
 fn bulk_tables(o: &mut String, r: &Results, dir: Dir, w: usize) {
@@ -547,16 +560,7 @@ fn bulk_tables(o: &mut String, r: &Results, dir: Dir, w: usize) {
         );
         for run in r.runs.iter().filter(|x| x.error.is_none()) {
             let (g, tails) = r.stage_views(dir, run);
-            let _ = writeln!(
-                o,
-                "{:<w$} {:>6}/{:<6} ({:>2})  tail {:>6}/{:<6}",
-                run.system,
-                f(an::mean(&g), 2),
-                f(an::quantile(&g, 0.5), 2),
-                g.len(),
-                f(an::mean(&tails), 3),
-                f(an::quantile(&tails, 0.95), 3),
-            );
+            let _ = writeln!(o, "{:<w$} {}", run.system, stage_cells(&g, &tails));
         }
     }
 }
@@ -664,13 +668,9 @@ pub fn table(r: &Results) -> String {
         let (g, tails) = r.stage_views(Dir::Down, run);
         let _ = writeln!(
             o,
-            "{:<w$} {:>6}/{:<6} ({:>2})  tail {:>6}/{:<6}  ooo {:>6} ms  worse path {:>5}%",
+            "{:<w$} {}  ooo {:>6} ms  worse path {:>5}%",
             run.system,
-            f(an::mean(&g), 2),
-            f(an::quantile(&g, 0.5), 2),
-            g.len(),
-            f(an::mean(&tails), 3),
-            f(an::quantile(&tails, 0.95), 3),
+            stage_cells(&g, &tails),
             f(an::out_of_order_delay_s(run).unwrap_or(f64::NAN) * 1e3, 1),
             f(100.0 * an::path_share(run, r.worse_path), 1)
         );
