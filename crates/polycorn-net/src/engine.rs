@@ -724,6 +724,13 @@ impl Engine {
         self.lock().session.peer_draining()
     }
 
+    /// (relay) Count a passenger connection that waited out the proxy's drain.
+    pub fn note_held(&self) {
+        if let Some(m) = self.0.metrics.get() {
+            m.flows_held.inc();
+        }
+    }
+
     /// Whether the peer closed the session ([`Event::PeerClosed`]): its subflows' ends are
     /// expected then.
     pub fn peer_closed(&self) -> bool {

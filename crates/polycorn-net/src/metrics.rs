@@ -23,6 +23,7 @@
 //! | `polycorn_flows_open` | gauge | | passenger connections open now |
 //! | `polycorn_flows_total` | counter | | passenger connections opened |
 //! | `polycorn_flows_reset_total` | counter | | passenger connections ended by a reset |
+//! | `polycorn_flows_held_total` | counter | | (relay) passenger connections held while the proxy drained, then opened at the next proxy |
 //! | `polycorn_frames_rejected_total` | counter | `reason` | frames refused by the session (malformed, unknown flow, …) |
 //! | `polycorn_peers_rejected_total` | counter | | subflow connections refused (TLS or hello failure, revoked relay, session of another relay) |
 //! | `polycorn_relay_sessions_total` | counter | `relay` | (proxy) sessions the relay opened: one per start of the relay process |
@@ -343,6 +344,8 @@ pub struct Metrics {
     pub flows_total: Counter,
     /// `polycorn_flows_reset_total`.
     pub flows_reset: Counter,
+    /// `polycorn_flows_held_total`.
+    pub flows_held: Counter,
     /// `polycorn_peers_rejected_total`.
     pub peers_rejected: Counter,
     relay_sessions: Family<RelayLabels, Counter>,
@@ -386,6 +389,7 @@ impl Metrics {
             flows_open: Gauge::default(),
             flows_total: Counter::default(),
             flows_reset: Counter::default(),
+            flows_held: Counter::default(),
             peers_rejected: Counter::default(),
             relay_sessions: Family::default(),
             relay_sessions_ended: Family::default(),
@@ -473,6 +477,11 @@ impl Metrics {
             "polycorn_flows_reset",
             "Passenger connections ended by a reset",
             m.flows_reset.clone(),
+        );
+        r.register(
+            "polycorn_flows_held",
+            "Passenger connections held while the proxy drained, then opened at the next proxy",
+            m.flows_held.clone(),
         );
         r.register(
             "polycorn_frames_rejected",

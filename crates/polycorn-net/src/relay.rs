@@ -927,6 +927,7 @@ async fn carry(
     match carrier {
         Carrier::Session(engine) => {
             if let Some(waited) = wait_out_drain(&engine).await {
+                engine.note_held();
                 debug!(%user, %dst, ?waited, "held while the proxy drained");
             }
             let (flow, sig, opened) = match engine.open_flow(user, dst.clone()) {

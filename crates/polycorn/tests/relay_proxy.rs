@@ -2486,6 +2486,11 @@ fn a_passenger_connecting_while_the_proxy_drains_is_carried_by_the_next_proxy() 
         "the download started during the drain: {r:?}\n{}",
         stack_log(&stack)
     );
+    let page = scrape_metrics(&bed.ns("relay"));
+    assert!(
+        page.lines().any(|l| l == "polycorn_flows_held_total 1"),
+        "{page}"
+    );
     fetch_ok(&bed, &stack, KB, MB, "a connection through the next proxy");
 }
 
