@@ -269,6 +269,7 @@ pub fn to_json(addr: SocketAddr, prev: Option<(&Snapshot, f64)>, cur: &Snapshot)
         "flows_open": cur.flows_open,
         "flows_total": cur.flows_total,
         "flows_reset": cur.flows_reset,
+        "flows_held": cur.flows_held,
         "passenger_addresses": cur.passengers,
         "subflows_refused": cur.peers_rejected,
     })
@@ -464,6 +465,8 @@ pub struct Snapshot {
     flows_open: f64,
     flows_total: f64,
     flows_reset: f64,
+    /// (relay) Held while the proxy drained.
+    flows_held: f64,
     peers_rejected: f64,
     /// Passenger addresses with a byte counter.
     passengers: usize,
@@ -500,6 +503,7 @@ impl Snapshot {
                 "polycorn_flows_open" => s.flows_open = x.value,
                 "polycorn_flows_total" => s.flows_total = x.value,
                 "polycorn_flows_reset_total" => s.flows_reset = x.value,
+                "polycorn_flows_held_total" => s.flows_held = x.value,
                 "polycorn_peers_rejected_total" => s.peers_rejected = x.value,
                 "polycorn_user_bytes_total" => {
                     if let Some(u) = x.label("user") {
@@ -596,10 +600,15 @@ pub fn render(addr: SocketAddr, prev: Option<(&Snapshot, f64)>, cur: &Snapshot) 
     }
     let _ = writeln!(
         o,
-        "passenger flows: {} open, {} since start, {} reset; {} passenger address{}; {} subflow{} refused",
+        "passenger flows: {} open, {} since start, {} reset{}; {} passenger address{}; {} subflow{} refused",
         cur.flows_open,
         cur.flows_total,
         cur.flows_reset,
+        if cur.flows_held > 0.0 {
+            format!(", {} held through a proxy's drain", cur.flows_held)
+        } else {
+            String::new()
+        },
         cur.passengers,
         if cur.passengers == 1 { "" } else { "es" },
         cur.peers_rejected,
@@ -670,6 +679,13 @@ mod tests {
         );
         assert!(
             t.contains("passenger flows: 3 open, 10 since start, 0 reset; 1 passenger address;"),
+            "{t}"
+        );
+        // A relay that held connections through a proxy's drain says so.
+        m.flows_held.inc_by(2);
+        let t = render(ADDR.parse().unwrap(), None, &snapshot(&m));
+        assert!(
+            t.contains("0 reset, 2 held through a proxy's drain; 1 passenger address;"),
             "{t}"
         );
     }
@@ -759,6 +775,7 @@ mod tests {
         assert_eq!(v["endpoint"], "http://127.0.0.1:9100/metrics");
         assert_eq!(v["interval_s"], 2.0);
         assert_eq!(v["flows_total"], 4.0);
+        assert_eq!(v["flows_held"], 0.0);
         assert_eq!(v["paths"][0]["path"], "lte0");
         assert_eq!(v["paths"][0]["rtt_ms"], 45.0);
         assert_eq!(v["paths"][0]["sent_mbps"], 5.0);
