@@ -659,12 +659,16 @@ pub fn table(r: &Results) -> String {
     if !r.plan.im.is_empty() {
         im_tables(&mut o, r, w);
     }
-    let _ = writeln!(
-        o,
-        "\nper-stage views (Fig. 11): goodput 2 s after a failed handover mean/median Mbit/s (windows), tail delay (last 10%) mean/p95 s, out-of-order delay, share of downlink bytes on the worse path ({})",
-        r.meta.carriers.get(r.worse_path).cloned().unwrap_or_default()
-    );
-    for run in r.runs.iter().filter(|x| x.error.is_none()) {
+    // The downlink's views (an uploads-only run has none of its own: those follow).
+    let downlink = !r.plan.bulk.is_empty() || !r.plan.im.is_empty();
+    if downlink {
+        let _ = writeln!(
+            o,
+            "\nper-stage views (Fig. 11): goodput 2 s after a failed handover mean/median Mbit/s (windows), tail delay (last 10%) mean/p95 s, out-of-order delay, share of downlink bytes on the worse path ({})",
+            r.meta.carriers.get(r.worse_path).cloned().unwrap_or_default()
+        );
+    }
+    for run in r.runs.iter().filter(|x| downlink && x.error.is_none()) {
         let (g, tails) = r.stage_views(Dir::Down, run);
         let _ = writeln!(
             o,
@@ -2523,6 +2527,7 @@ pub(crate) mod tests {
                 assert!(dir.path().join("uploads.csv").exists());
                 assert!(t.contains("bulk uploads"), "{t}");
                 assert!(t.contains("per-stage views of uploads"), "{t}");
+                assert!(!t.contains("per-stage views (Fig. 11)"), "{t}");
                 let j = r.to_json();
                 assert!(j["runs"][3]["upload_stage_views"]["tail_delay_s"]["mean"].is_number());
                 assert!(
