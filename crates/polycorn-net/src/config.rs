@@ -1514,7 +1514,9 @@ mode = "polycorn"
 scheduler = "polycorn"
 # The proxy's subflow address, for every path that does not set its own: IP:port, or
 # host:port resolved by the relay (mode "polycorn"; kept while the name still lists it, looked
-# up again when a path fails to connect, at most every 10 s).
+# up again when a path fails to connect, at most every 10 s). A name with one address per
+# proxy host gives failover: when no path has reached the proxy in use for hold_time_s (at
+# least 10 s), the relay moves to the name's next address.
 proxy = "10.0.2.1:7700"
 # Proxy port of the mptcp / single baselines' tunnels.
 tunnel_port = 7701

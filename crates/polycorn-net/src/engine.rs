@@ -731,6 +731,13 @@ impl Engine {
         }
     }
 
+    /// (relay) Count a move to another proxy address (failover).
+    pub fn note_failover(&self) {
+        if let Some(m) = self.0.metrics.get() {
+            m.proxy_failovers.inc();
+        }
+    }
+
     /// Whether the peer closed the session ([`Event::PeerClosed`]): its subflows' ends are
     /// expected then.
     pub fn peer_closed(&self) -> bool {

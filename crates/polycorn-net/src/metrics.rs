@@ -24,6 +24,7 @@
 //! | `polycorn_flows_total` | counter | | passenger connections opened |
 //! | `polycorn_flows_reset_total` | counter | | passenger connections ended by a reset |
 //! | `polycorn_flows_held_total` | counter | | (relay) passenger connections held while the proxy drained, then opened at the next proxy |
+//! | `polycorn_proxy_failovers_total` | counter | | (relay) moves to another of the proxy name's addresses after no path reached the one in use for the hold time |
 //! | `polycorn_frames_rejected_total` | counter | `reason` | frames refused by the session (malformed, unknown flow, …) |
 //! | `polycorn_peers_rejected_total` | counter | | subflow connections refused (TLS or hello failure, revoked relay, session of another relay) |
 //! | `polycorn_relay_sessions_total` | counter | `relay` | (proxy) sessions the relay opened: one per start of the relay process |
@@ -346,6 +347,8 @@ pub struct Metrics {
     pub flows_reset: Counter,
     /// `polycorn_flows_held_total`.
     pub flows_held: Counter,
+    /// `polycorn_proxy_failovers_total`.
+    pub proxy_failovers: Counter,
     /// `polycorn_peers_rejected_total`.
     pub peers_rejected: Counter,
     relay_sessions: Family<RelayLabels, Counter>,
@@ -390,6 +393,7 @@ impl Metrics {
             flows_total: Counter::default(),
             flows_reset: Counter::default(),
             flows_held: Counter::default(),
+            proxy_failovers: Counter::default(),
             peers_rejected: Counter::default(),
             relay_sessions: Family::default(),
             relay_sessions_ended: Family::default(),
@@ -482,6 +486,11 @@ impl Metrics {
             "polycorn_flows_held",
             "Passenger connections held while the proxy drained, then opened at the next proxy",
             m.flows_held.clone(),
+        );
+        r.register(
+            "polycorn_proxy_failovers",
+            "Moves to another of the proxy name's addresses, after no path reached the one in use for the hold time",
+            m.proxy_failovers.clone(),
         );
         r.register(
             "polycorn_frames_rejected",

@@ -14,6 +14,14 @@
 //! [`LOOKUP_TIMEOUT`] keeps the previous answer; a refresh runs in the background, so a path
 //! that has an answer never waits for the resolver (whose queries may go over a path that is in
 //! a blackout).
+//!
+//! **Failover between proxies.** A name may list several proxies (one A or AAAA record per
+//! proxy host, each with the fleet's credentials). When no path has had a working subflow to
+//! the address in use for the relay's hold time (at least [`MIN_FAILOVER_AFTER`]), the next
+//! failing attempt moves every path to the name's next address of that family, in the
+//! resolver's order and wrapping around. By then the relay's session has ended with its hold
+//! time, so the move costs no passenger flow that could still have been saved; one path in a
+//! blackout while another still reaches the proxy never moves anything.
 
 use std::fmt;
 use std::io;
@@ -23,7 +31,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Deserializer};
-use tracing::{debug, info};
+use tracing::{debug, info, warn};
 
 use crate::subflow::HandshakeError;
 
@@ -31,6 +39,9 @@ use crate::subflow::HandshakeError;
 pub const REFRESH_AFTER: Duration = Duration::from_secs(10);
 /// How long one lookup may take.
 pub const LOOKUP_TIMEOUT: Duration = Duration::from_secs(5);
+/// Failover to another of the name's addresses never comes sooner than this (the relay waits
+/// its hold time, at least this).
+pub const MIN_FAILOVER_AFTER: Duration = Duration::from_secs(10);
 
 /// `IP:port` or `host:port` (`relay.proxy`, `path[i].proxy`).
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -167,12 +178,25 @@ pub enum Pick {
     NoneOfFamily,
 }
 
+/// One address family's part of the answer.
+#[derive(Clone, Debug, Default)]
+struct Family {
+    /// The address in use.
+    current: Option<SocketAddr>,
+    /// The name's latest addresses of this family, in the resolver's order.
+    listed: Vec<SocketAddr>,
+    /// Since when no subflow has been up to `current` (`None` while one is).
+    unreached_since: Option<Instant>,
+}
+
 /// The resolver's state, without I/O or clock (times are passed in).
 #[derive(Clone, Debug, Default)]
 pub struct ResolveCache {
-    /// Chosen IPv4 and IPv6 addresses.
-    v4: Option<SocketAddr>,
-    v6: Option<SocketAddr>,
+    /// IPv4 and IPv6.
+    v4: Family,
+    v6: Family,
+    /// Subflows up, per proxy address.
+    live: std::collections::BTreeMap<SocketAddr, usize>,
     /// Whether any lookup has answered.
     answered: bool,
     /// When the last lookup ended (answered or failed), while there is an answer.
@@ -215,19 +239,97 @@ impl ResolveCache {
         }
         self.answered = true;
         self.last_lookup = Some(now);
-        for (slot, v4) in [(&mut self.v4, true), (&mut self.v6, false)] {
-            let of_family = || addrs.iter().copied().filter(|a| a.is_ipv4() == v4);
+        for v4 in [true, false] {
+            let listed: Vec<SocketAddr> = addrs
+                .iter()
+                .copied()
+                .filter(|a| a.is_ipv4() == v4)
+                .collect();
+            let live = self.live.clone();
+            let f = self.family_mut(v4);
             // Sticky: keep the address in use while the name still lists it.
-            let keep = slot.is_some_and(|cur| of_family().any(|a| a == cur));
+            let keep = f.current.is_some_and(|cur| listed.contains(&cur));
             if !keep {
-                let new = of_family().next();
-                if new != *slot {
-                    changed.push((*slot, new));
+                let new = listed.first().copied();
+                if new != f.current {
+                    changed.push((f.current, new));
+                    f.unreached_since = new
+                        .filter(|a| live.get(a).copied().unwrap_or(0) == 0)
+                        .map(|_| now);
                 }
-                *slot = new;
+                f.current = new;
             }
+            f.listed = listed;
         }
         changed
+    }
+
+    fn family_mut(&mut self, v4: bool) -> &mut Family {
+        if v4 {
+            &mut self.v4
+        } else {
+            &mut self.v6
+        }
+    }
+
+    /// A subflow came up to `addr`.
+    pub fn subflow_up(&mut self, addr: SocketAddr) {
+        *self.live.entry(addr).or_default() += 1;
+        let f = self.family_mut(addr.is_ipv4());
+        if f.current == Some(addr) {
+            f.unreached_since = None;
+        }
+    }
+
+    /// A subflow to `addr` ended at `now`.
+    pub fn subflow_down(&mut self, now: Instant, addr: SocketAddr) {
+        let left = match self.live.get_mut(&addr) {
+            Some(n) => {
+                *n = n.saturating_sub(1);
+                *n
+            }
+            None => 0,
+        };
+        if left == 0 {
+            self.live.remove(&addr);
+            let f = self.family_mut(addr.is_ipv4());
+            if f.current == Some(addr) {
+                f.unreached_since = Some(now);
+            }
+        }
+    }
+
+    /// Failover, asked by a path whose attempt failed: when no subflow of any path has been
+    /// up to the address in use of the family `v4` for `after`, and the name lists another
+    /// address of that family, the next one (in the name's order, wrapping around) is taken.
+    /// Returns (old, new, how long the old one went unreached) when it moved.
+    pub fn fail_over(
+        &mut self,
+        now: Instant,
+        v4: bool,
+        after: Duration,
+    ) -> Option<(SocketAddr, SocketAddr, Duration)> {
+        let f = self.family_mut(v4);
+        let cur = f.current?;
+        let since = f.unreached_since?;
+        let unreached = now.saturating_duration_since(since);
+        if unreached < after || f.listed.len() < 2 {
+            return None;
+        }
+        let next = match f.listed.iter().position(|&a| a == cur) {
+            Some(i) => f.listed[(i + 1) % f.listed.len()],
+            None => f.listed[0],
+        };
+        if next == cur {
+            return None;
+        }
+        f.current = Some(next);
+        f.unreached_since = Some(now);
+        // A subflow still up to the new address (left from before) counts as reaching it.
+        if self.live.get(&next).copied().unwrap_or(0) > 0 {
+            self.family_mut(v4).unreached_since = None;
+        }
+        Some((cur, next, unreached))
     }
 
     /// The address for a path whose source is IPv4 (`Some(true)`), IPv6 (`Some(false)`) or
@@ -237,28 +339,121 @@ impl ResolveCache {
             return Pick::Unresolved;
         }
         let a = match v4 {
-            Some(true) => self.v4,
-            Some(false) => self.v6,
-            None => self.v4.or(self.v6),
+            Some(true) => self.v4.current,
+            Some(false) => self.v6.current,
+            None => self.v4.current.or(self.v6.current),
         };
         a.map_or(Pick::NoneOfFamily, Pick::Addr)
     }
 }
 
 /// Resolves one [`ProxyAddr`] for every path that connects to it (see the module docs).
-#[derive(Debug)]
 pub struct ProxyResolver {
     target: ProxyAddr,
     cache: Mutex<ResolveCache>,
+    /// Failover: how long no path may reach the address in use before the next is tried.
+    failover_after: Duration,
+    /// Called at every failover (the relay counts them).
+    on_failover: std::sync::OnceLock<Box<dyn Fn() + Send + Sync>>,
+    /// Asked before a failover: may this resolver move (the relay: none of its paths works,
+    /// also those that name another proxy)?
+    may_fail_over: std::sync::OnceLock<Box<dyn Fn() -> bool + Send + Sync>>,
+}
+
+impl fmt::Debug for ProxyResolver {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ProxyResolver")
+            .field("target", &self.target)
+            .field("failover_after", &self.failover_after)
+            .finish_non_exhaustive()
+    }
+}
+
+/// A subflow up to one of the proxy's addresses; counted by its resolver as reaching the proxy
+/// until it falls silent or is dropped.
+#[derive(Debug)]
+pub struct LiveSubflow {
+    resolver: Arc<ProxyResolver>,
+    addr: SocketAddr,
+    silent: std::sync::atomic::AtomicBool,
+}
+
+impl LiveSubflow {
+    /// The subflow no longer hears from the proxy (it stays open, waiting for a replacement).
+    pub fn silent(&self) {
+        if !self.silent.swap(true, std::sync::atomic::Ordering::Relaxed) {
+            self.resolver.lock().subflow_down(Instant::now(), self.addr);
+        }
+    }
+}
+
+impl Drop for LiveSubflow {
+    fn drop(&mut self) {
+        self.silent();
+    }
 }
 
 impl ProxyResolver {
     /// A resolver for `target` (a literal address needs none, and is returned as it is).
-    pub fn new(target: ProxyAddr) -> Arc<ProxyResolver> {
+    /// `failover_after`: when the name has several addresses of a family and no path has had
+    /// a subflow up to the one in use for this long, paths whose attempts fail move to the
+    /// next (see [`ResolveCache::fail_over`]).
+    pub fn new(target: ProxyAddr, failover_after: Duration) -> Arc<ProxyResolver> {
         Arc::new(ProxyResolver {
             target,
             cache: Mutex::new(ResolveCache::default()),
+            failover_after,
+            on_failover: std::sync::OnceLock::new(),
+            may_fail_over: std::sync::OnceLock::new(),
         })
+    }
+
+    /// Calls `f` at every failover from now on (set once; later calls are ignored).
+    pub fn on_failover(&self, f: impl Fn() + Send + Sync + 'static) {
+        let _ = self.on_failover.set(Box::new(f));
+    }
+
+    /// Fails over only when `gate` says so as well (set once; later calls are ignored).
+    pub fn fail_over_only_if(&self, gate: impl Fn() -> bool + Send + Sync + 'static) {
+        let _ = self.may_fail_over.set(Box::new(gate));
+    }
+
+    /// Counts a subflow up to `addr` until the returned value is dropped.
+    pub fn subflow_up(self: &Arc<Self>, addr: SocketAddr) -> LiveSubflow {
+        self.lock().subflow_up(addr);
+        LiveSubflow {
+            resolver: Arc::clone(self),
+            addr,
+            silent: std::sync::atomic::AtomicBool::new(false),
+        }
+    }
+
+    /// A failing path's failover check for the families in `v4s` (see [`ResolveCache::fail_over`]).
+    fn fail_over(&self, v4s: &[bool]) {
+        if self.may_fail_over.get().is_some_and(|gate| !gate()) {
+            return;
+        }
+        let mut done = [false; 2];
+        for &v4 in v4s {
+            if std::mem::replace(&mut done[usize::from(v4)], true) {
+                continue;
+            }
+            let moved = self
+                .lock()
+                .fail_over(Instant::now(), v4, self.failover_after);
+            if let Some((old, new, unreached)) = moved {
+                warn!(
+                    proxy = %self.target,
+                    addr = %new,
+                    was = %old,
+                    unreached_s = unreached.as_secs(),
+                    "proxy unreachable from every path: moving to the name's next address"
+                );
+                if let Some(f) = self.on_failover.get() {
+                    f();
+                }
+            }
+        }
     }
 
     /// What this resolver resolves.
@@ -281,6 +476,9 @@ impl ProxyResolver {
                     ProxyAddr::Name { host, port } => (host.clone(), *port),
                 };
                 let error = self.refresh(&host, port, failing).await;
+                if failing {
+                    self.fail_over(&[true, false]);
+                }
                 match self.lock().pick(None) {
                     Pick::Addr(a) => Ok(a),
                     _ => Err(HandshakeError::Resolve {
@@ -326,6 +524,10 @@ impl ProxyResolver {
             ProxyAddr::Name { host, port } => (host.clone(), *port),
         };
         let error = self.refresh(&host, port, failing).await;
+        if failing {
+            let v4s: Vec<bool> = sources.iter().map(IpAddr::is_ipv4).collect();
+            self.fail_over(&v4s);
+        }
         let cache = self.lock();
         for &s in sources {
             match cache.pick(Some(s.is_ipv4())) {
@@ -539,12 +741,71 @@ mod tests {
         );
     }
 
+    /// A name with two proxies (two A records): the relay moves to the other only when no
+    /// path has reached the one in use for the failover time, never while one path still
+    /// does, and comes back around when the other is unreachable as well.
+    #[test]
+    fn failover_moves_to_the_next_address_only_when_no_path_reaches_the_proxy() {
+        let after = Duration::from_secs(30);
+        let (p1, p2, v6) = (
+            a("192.0.2.1:7700"),
+            a("192.0.2.2:7700"),
+            a("[2001:db8::1]:7700"),
+        );
+        let t0 = Instant::now();
+        let s = Duration::from_secs;
+        let mut c = ResolveCache::default();
+        c.looked_up(t0, &[p1, v6, p2]);
+        assert_eq!(c.pick(Some(true)), Pick::Addr(p1));
+        // Never reached since the answer: a proxy that is down when the relay starts.
+        assert_eq!(c.fail_over(t0 + s(29), true, after), None);
+        c.subflow_up(p1);
+        c.subflow_up(p1);
+        // Both paths up; one falls silent (its carrier in a blackout), the other still
+        // reaches the proxy: no move, however long.
+        c.subflow_down(t0 + s(40), p1);
+        assert_eq!(c.fail_over(t0 + s(400), true, after), None);
+        // The second goes silent as well (the proxy's host is gone).
+        c.subflow_down(t0 + s(500), p1);
+        assert_eq!(c.fail_over(t0 + s(529), true, after), None);
+        assert_eq!(c.fail_over(t0 + s(530), true, after), Some((p1, p2, after)));
+        assert_eq!(c.pick(Some(true)), Pick::Addr(p2));
+        // The other family is untouched.
+        assert_eq!(c.pick(Some(false)), Pick::Addr(v6));
+        assert_eq!(c.fail_over(t0 + s(530), false, after), None);
+        // A later lookup that lists the first again keeps the one in use.
+        assert!(
+            c.looked_up(t0 + s(531), &[p1, p2]).len() == 1,
+            "only IPv6 went"
+        );
+        assert_eq!(c.pick(Some(true)), Pick::Addr(p2));
+        // The second proxy is unreachable too: back to the first, a failover time later.
+        assert_eq!(c.fail_over(t0 + s(559), true, after), None);
+        assert_eq!(c.fail_over(t0 + s(560), true, after), Some((p2, p1, after)));
+        // Reached: no more moves.
+        c.subflow_up(p1);
+        assert_eq!(c.fail_over(t0 + s(9000), true, after), None);
+        // A name with one address has nowhere to go.
+        let mut one = ResolveCache::default();
+        one.looked_up(t0, &[p1]);
+        assert_eq!(one.fail_over(t0 + s(9000), true, after), None);
+        // A subflow still up to an address a failover moves to counts as reaching it.
+        let mut c = ResolveCache::default();
+        c.looked_up(t0, &[p1, p2]);
+        c.subflow_up(p2);
+        assert_eq!(c.fail_over(t0 + s(30), true, after), Some((p1, p2, after)));
+        assert_eq!(c.fail_over(t0 + s(9000), true, after), None);
+    }
+
     #[tokio::test]
     async fn a_literal_address_is_used_as_it_is_and_an_unknown_name_is_a_coverage_error() {
-        let r = ProxyResolver::new(ProxyAddr::Ip(a("10.0.2.1:7700")));
+        let r = ProxyResolver::new(ProxyAddr::Ip(a("10.0.2.1:7700")), MIN_FAILOVER_AFTER);
         assert_eq!(r.resolve(None, true).await.unwrap(), a("10.0.2.1:7700"));
         // `.invalid` never resolves (RFC 6761), with or without a network.
-        let r = ProxyResolver::new("proxy.polycorn.invalid:7700".parse().unwrap());
+        let r = ProxyResolver::new(
+            "proxy.polycorn.invalid:7700".parse().unwrap(),
+            MIN_FAILOVER_AFTER,
+        );
         let e = r.resolve(None, false).await.unwrap_err();
         assert!(matches!(e, HandshakeError::Resolve { .. }), "{e:?}");
         assert!(
@@ -561,12 +822,12 @@ mod tests {
     async fn a_path_with_both_families_takes_the_one_its_proxy_has() {
         let v4: IpAddr = "10.100.0.1".parse().unwrap();
         let v6: IpAddr = "fd00:100::1".parse().unwrap();
-        let r = ProxyResolver::new(ProxyAddr::Ip(a("[fd00:100::2]:7700")));
+        let r = ProxyResolver::new(ProxyAddr::Ip(a("[fd00:100::2]:7700")), MIN_FAILOVER_AFTER);
         assert_eq!(
             r.resolve_from(&[v4, v6], false).await.unwrap(),
             (v6, a("[fd00:100::2]:7700"))
         );
-        let r = ProxyResolver::new(ProxyAddr::Ip(a("10.100.0.2:7700")));
+        let r = ProxyResolver::new(ProxyAddr::Ip(a("10.100.0.2:7700")), MIN_FAILOVER_AFTER);
         assert_eq!(
             r.resolve_from(&[v4, v6], false).await.unwrap(),
             (v4, a("10.100.0.2:7700"))
@@ -581,7 +842,7 @@ mod tests {
             "{text}"
         );
         // A name: the first source whose family the name has an address in.
-        let r = ProxyResolver::new("localhost:7700".parse().unwrap());
+        let r = ProxyResolver::new("localhost:7700".parse().unwrap(), MIN_FAILOVER_AFTER);
         let lo6: IpAddr = "::1".parse().unwrap();
         let lo4: IpAddr = "127.0.0.1".parse().unwrap();
         assert_eq!(
@@ -592,7 +853,7 @@ mod tests {
 
     #[tokio::test]
     async fn localhost_resolves_per_address_family() {
-        let r = ProxyResolver::new("localhost:7700".parse().unwrap());
+        let r = ProxyResolver::new("localhost:7700".parse().unwrap(), MIN_FAILOVER_AFTER);
         let v4 = r
             .resolve(Some("127.0.0.1".parse().unwrap()), false)
             .await

@@ -226,7 +226,28 @@ pub async fn start(
             for (i, p) in opts.paths.iter().enumerate() {
                 let resolver = resolvers
                     .entry(p.proxy.clone())
-                    .or_insert_with(|| ProxyResolver::new(p.proxy.clone()))
+                    .or_insert_with(|| {
+                        let r = ProxyResolver::new(
+                            p.proxy.clone(),
+                            opts.tuning
+                                .hold_time
+                                .max(crate::proxy_addr::MIN_FAILOVER_AFTER),
+                        );
+                        let e = engine.downgrade();
+                        r.on_failover(move || {
+                            if let Some(e) = e.upgrade() {
+                                e.note_failover();
+                            }
+                        });
+                        // Paths may name different proxies' names: none may still work.
+                        let (e, paths) = (engine.downgrade(), opts.paths.len() as u8);
+                        r.fail_over_only_if(move || {
+                            e.upgrade().is_some_and(|e| {
+                                e.inspect(|s| !(0..paths).any(|p| s.path_usable(p)))
+                            })
+                        });
+                        r
+                    })
                     .clone();
                 tasks.spawn(maintain_path(
                     engine.clone(),
@@ -612,6 +633,8 @@ async fn maintain_path(
             failed_attempts = recovered.as_ref().map(|w| w.attempts),
             "subflow up"
         );
+        // Counted as reaching the proxy at this address until it falls silent or ends.
+        let reaching = resolver.subflow_up(est.peer);
         let (r, w) = tokio::io::split(est.stream);
         let raw_info = est.raw_info;
         let run = engine.run_subflow(path, est.peer_epoch, est.initial, r, w, est.tcp_info);
@@ -640,6 +663,7 @@ async fn maintain_path(
                 let stalled = engine.inspect(|s| s.path_attached(path) && !s.path_usable(path));
                 silent = if stalled { silent + 1 } else { 0 };
                 if silent >= 2 {
+                    reaching.silent();
                     // A path silent this long went through a blackout: both ends' TCP on the
                     // old subflow sit in retransmission back-off with a collapsed window, and
                     // the proxy's end cannot be seen from here. Probe, with no pause between

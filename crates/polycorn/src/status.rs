@@ -270,6 +270,7 @@ pub fn to_json(addr: SocketAddr, prev: Option<(&Snapshot, f64)>, cur: &Snapshot)
         "flows_total": cur.flows_total,
         "flows_reset": cur.flows_reset,
         "flows_held": cur.flows_held,
+        "proxy_failovers": cur.proxy_failovers,
         "passenger_addresses": cur.passengers,
         "subflows_refused": cur.peers_rejected,
     })
@@ -467,6 +468,8 @@ pub struct Snapshot {
     flows_reset: f64,
     /// (relay) Held while the proxy drained.
     flows_held: f64,
+    /// (relay) Moves to another of the proxy name's addresses.
+    proxy_failovers: f64,
     peers_rejected: f64,
     /// Passenger addresses with a byte counter.
     passengers: usize,
@@ -504,6 +507,7 @@ impl Snapshot {
                 "polycorn_flows_total" => s.flows_total = x.value,
                 "polycorn_flows_reset_total" => s.flows_reset = x.value,
                 "polycorn_flows_held_total" => s.flows_held = x.value,
+                "polycorn_proxy_failovers_total" => s.proxy_failovers = x.value,
                 "polycorn_peers_rejected_total" => s.peers_rejected = x.value,
                 "polycorn_user_bytes_total" => {
                     if let Some(u) = x.label("user") {
@@ -604,10 +608,19 @@ pub fn render(addr: SocketAddr, prev: Option<(&Snapshot, f64)>, cur: &Snapshot) 
         cur.flows_open,
         cur.flows_total,
         cur.flows_reset,
-        if cur.flows_held > 0.0 {
-            format!(", {} held through a proxy's drain", cur.flows_held)
-        } else {
-            String::new()
+        match (cur.flows_held > 0.0, cur.proxy_failovers > 0.0) {
+            (false, false) => String::new(),
+            (held, moved) => [
+                held.then(|| format!(", {} held through a proxy's drain", cur.flows_held)),
+                moved.then(|| format!(
+                    ", {} move{} to another proxy",
+                    cur.proxy_failovers,
+                    if cur.proxy_failovers == 1.0 { "" } else { "s" }
+                )),
+            ]
+            .into_iter()
+            .flatten()
+            .collect::<String>(),
         },
         cur.passengers,
         if cur.passengers == 1 { "" } else { "es" },
@@ -686,6 +699,13 @@ mod tests {
         let t = render(ADDR.parse().unwrap(), None, &snapshot(&m));
         assert!(
             t.contains("0 reset, 2 held through a proxy's drain; 1 passenger address;"),
+            "{t}"
+        );
+        // And one that moved to another of the proxy name's addresses.
+        m.proxy_failovers.inc();
+        let t = render(ADDR.parse().unwrap(), None, &snapshot(&m));
+        assert!(
+            t.contains("0 reset, 2 held through a proxy's drain, 1 move to another proxy; 1"),
             "{t}"
         );
     }
@@ -776,6 +796,7 @@ mod tests {
         assert_eq!(v["interval_s"], 2.0);
         assert_eq!(v["flows_total"], 4.0);
         assert_eq!(v["flows_held"], 0.0);
+        assert_eq!(v["proxy_failovers"], 0.0);
         assert_eq!(v["paths"][0]["path"], "lte0");
         assert_eq!(v["paths"][0]["rtt_ms"], 45.0);
         assert_eq!(v["paths"][0]["sent_mbps"], 5.0);

@@ -2966,3 +2966,159 @@ fn a_proxy_host_name_is_resolved_and_followed_when_the_proxy_moves() {
     );
     fetch_ok(&bed, &stack, 256 * KB, 4 * MB, "transfer after the move");
 }
+
+/// Failover: the proxy's name lists two proxy hosts (two processes here, each on its own
+/// address with the fleet's credentials). While the one in use answers, the relay stays; when
+/// its address goes silent (its host lost: every packet to it dropped), the download it
+/// carried ends with the relay's hold time, and once no path has reached it for the hold time
+/// (10 s at least) the relay moves every path to the other address, where new connections are
+/// carried.
+#[test]
+fn a_relay_moves_to_the_names_other_proxy_when_its_own_is_gone() {
+    let _s = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    if !is_root() {
+        return;
+    }
+    let bed = Bed::constant("f", 40, 20);
+    start_server(&bed);
+    let name = "proxies.polycorn.test";
+    let hosts = NetnsHosts::new(&bed.ns("relay"));
+    std::fs::write(
+        hosts.dir.join("hosts"),
+        format!("127.0.0.1 localhost\n10.100.0.2 {name}\n10.100.1.2 {name}\n"),
+    )
+    .unwrap();
+    let one_name = |mut relay: String| {
+        relay = relay.replacen(
+            "proxy = \"10.100.0.2:7700\"\n",
+            &format!("proxy = \"{name}:7700\"\nhold_time_s = 5\n"),
+            1,
+        );
+        for i in 0..2 {
+            relay = relay.replace(&format!("proxy = \"10.100.{i}.2:7700\"\n"), "");
+        }
+        relay
+    };
+    // Proxy 0 on 10.100.0.2, proxy 1 (started below) on 10.100.1.2.
+    let on = |i: usize, t: String| {
+        t.replace("0.0.0.0:770", &format!("10.100.{i}.2:770"))
+            .replace("127.0.0.1:9100", &format!("127.0.0.1:910{i}"))
+    };
+    let stack = start_edited(&bed, "polycorn", one_name, |p| on(0, p), 2);
+    let p1_config = stack.dir.path().join("proxy1.toml");
+    let p0_text = std::fs::read_to_string(stack.dir.path().join("proxy.toml")).unwrap();
+    std::fs::write(
+        &p1_config,
+        on(1, p0_text.replace("10.100.0.2:770", "0.0.0.0:770")),
+    )
+    .unwrap();
+    let mut proxy1 = Daemon::start(
+        &bed.ns("proxy"),
+        "proxy",
+        &p1_config,
+        stack.dir.path().join("proxy1.log"),
+    );
+    proxy1.wait_for("proxy running", 1);
+    let ups = |addr: &str| {
+        stack
+            .relay
+            .log()
+            .lines()
+            .filter(|l| l.contains("subflow up") && l.contains(&format!("addr={addr}:7700")))
+            .count()
+    };
+    // The resolver's order decides which comes first; every path is on that one.
+    let (used, other) = if ups("10.100.0.2") > 0 {
+        ("10.100.0.2", "10.100.1.2")
+    } else {
+        ("10.100.1.2", "10.100.0.2")
+    };
+    assert_eq!(ups(used), 2, "{}", stack.relay.log());
+    assert_eq!(ups(other), 0, "{}", stack.relay.log());
+    fetch_ok(&bed, &stack, 256 * KB, 4 * MB, "transfer before the loss");
+    let download = download_reaching_the_server(&bed, &stack, 800 * MB, 120);
+
+    // The host of the proxy in use is lost: nothing reaches its address any more.
+    let rules: String = ["path0", "path1"]
+        .iter()
+        .map(|d| {
+            format!(
+                "  chain in_{d} {{ type filter hook ingress device \"{d}\" priority 0; policy accept; meta protocol ip ip daddr {used} drop; }}\n"
+            )
+        })
+        .collect();
+    let _gone = Blackhole::with_rules(&bed.ns("proxy"), &rules);
+    let moved = |log: &str| {
+        log.lines().any(|l| {
+            l.contains("moving to the name's next address")
+                && l.contains(&format!("addr={other}:7700"))
+                && l.contains(&format!("was={used}:7700"))
+        })
+    };
+    let took = wait_until(
+        90,
+        "the relay did not move to the other proxy",
+        || stack.relay.log(),
+        || moved(&stack.relay.log()) && ups(other) >= 2,
+    );
+    eprintln!(
+        "both paths up at the other proxy {:.1} s after the loss",
+        took.as_secs_f64()
+    );
+    let log = stack.relay.log();
+    let line = log
+        .lines()
+        .find(|l| l.contains("moving to the name's next address"))
+        .unwrap();
+    let unreached: u64 = line
+        .split("unreached_s=")
+        .nth(1)
+        .and_then(|r| r.split_whitespace().next())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("no unreached_s: {line}"));
+    assert!(
+        unreached >= 10,
+        "moved after {unreached} s unreached: the hold time (at least 10 s) comes first\n{line}"
+    );
+    assert_eq!(
+        log.matches("moving to the name's next address").count(),
+        1,
+        "one move:\n{}",
+        tail(&log)
+    );
+    let page = scrape_metrics(&bed.ns("relay"));
+    assert!(
+        page.lines()
+            .any(|l| l == "polycorn_proxy_failovers_total 1"),
+        "the relay counts the move:\n{page}"
+    );
+    // The download the lost proxy carried was reset (with the relay's hold time), not left
+    // hanging.
+    match download.join().unwrap() {
+        Ok(Err(_)) => {}
+        other => panic!(
+            "the lost proxy's download should end in a reset, got {other:?}\n{}",
+            tail(&log)
+        ),
+    }
+    for i in 0..3 {
+        fetch_ok(
+            &bed,
+            &stack,
+            64 * KB,
+            4 * MB,
+            &format!("transfer {i} after the move"),
+        );
+    }
+    let survivor = if other == "10.100.1.2" {
+        proxy1.log()
+    } else {
+        stack.proxy.log()
+    };
+    assert!(
+        survivor.contains("new relay session"),
+        "the other proxy carries the relay now:\n{}",
+        tail(&survivor)
+    );
+    drop(proxy1);
+}
