@@ -3,7 +3,8 @@
 //! odd, a relay session with three flows open, fed by a proxy. With its bit 1 set, both paths
 //! go down after the eighth frame and the session is ended as the proxy ends a restarted
 //! relay's earlier one (`end_if_all_paths_down`); the frames after that arrive on paths
-//! attached again.
+//! attached again. With bit 2 set, the session announces a drain after the fourth frame (as a
+//! stopping proxy does; a relay's session refuses to), and the peer's frames keep coming.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
@@ -43,6 +44,9 @@ fuzz_target!(|data: &[u8]| {
                 if s.peer_closed() {
                     // The peer closed the session; the next frames come from a new one.
                     let _ = s.on_peer_hello(now, ms);
+                }
+                if side & 4 != 0 && ms == 4 {
+                    let _ = s.announce_draining(now);
                 }
                 if side & 2 != 0 && ms == 8 {
                     let _ = s.detach_path(now, 0);
