@@ -428,16 +428,13 @@ impl ProxyResolver {
         }
     }
 
-    /// A failing path's failover check for the families in `v4s` (see [`ResolveCache::fail_over`]).
-    fn fail_over(&self, v4s: &[bool]) {
+    /// A failing path's failover check (see [`ResolveCache::fail_over`]), for both address
+    /// families at once: paths of both move together, in the name's order.
+    fn fail_over(&self) {
         if self.may_fail_over.get().is_some_and(|gate| !gate()) {
             return;
         }
-        let mut done = [false; 2];
-        for &v4 in v4s {
-            if std::mem::replace(&mut done[usize::from(v4)], true) {
-                continue;
-            }
+        for v4 in [true, false] {
             let moved = self
                 .lock()
                 .fail_over(Instant::now(), v4, self.failover_after);
@@ -477,7 +474,7 @@ impl ProxyResolver {
                 };
                 let error = self.refresh(&host, port, failing).await;
                 if failing {
-                    self.fail_over(&[true, false]);
+                    self.fail_over();
                 }
                 match self.lock().pick(None) {
                     Pick::Addr(a) => Ok(a),
@@ -525,8 +522,7 @@ impl ProxyResolver {
         };
         let error = self.refresh(&host, port, failing).await;
         if failing {
-            let v4s: Vec<bool> = sources.iter().map(IpAddr::is_ipv4).collect();
-            self.fail_over(&v4s);
+            self.fail_over();
         }
         let cache = self.lock();
         for &s in sources {
