@@ -2890,6 +2890,20 @@ impl Drop for NetnsHosts {
     }
 }
 
+/// The relay's configuration `relay` with the proxy given as `name` for every path (as an
+/// operator writes it), and `keys` added to `[relay]`.
+fn one_proxy_name(mut relay: String, name: &str, keys: &str) -> String {
+    relay = relay.replacen(
+        "proxy = \"10.100.0.2:7700\"\n",
+        &format!("proxy = \"{name}:7700\"\n{keys}"),
+        1,
+    );
+    for i in 0..2 {
+        relay = relay.replace(&format!("proxy = \"10.100.{i}.2:7700\"\n"), "");
+    }
+    relay
+}
+
 /// An operator gives the proxy as a host name. Every path reaches the proxy at the address the
 /// name resolves to; when the proxy moves (the name points elsewhere and the old address stops
 /// answering), the relay looks the name up again and every path reconnects to the new address.
@@ -2906,18 +2920,7 @@ fn a_proxy_host_name_is_resolved_and_followed_when_the_proxy_moves() {
     // The proxy listens on every address: its path-0 and path-1 addresses are both "it".
     hosts.set(name, "10.100.0.2");
     // One name for every path, as an operator writes it.
-    let one_name = |mut relay: String| {
-        relay = relay.replacen(
-            "proxy = \"10.100.0.2:7700\"\n",
-            &format!("proxy = \"{name}:7700\"\n"),
-            1,
-        );
-        for i in 0..2 {
-            relay = relay.replace(&format!("proxy = \"10.100.{i}.2:7700\"\n"), "");
-        }
-        relay
-    };
-    let stack = start_edited(&bed, "polycorn", one_name, |p| p, 2);
+    let stack = start_edited(&bed, "polycorn", |r| one_proxy_name(r, name, ""), |p| p, 2);
     let ups = |log: &str, addr: &str| {
         log.lines()
             .filter(|l| {
@@ -2988,22 +2991,12 @@ fn a_relay_moves_to_the_names_other_proxy_when_its_own_is_gone() {
         format!("127.0.0.1 localhost\n10.100.0.2 {name}\n10.100.1.2 {name}\n"),
     )
     .unwrap();
-    let one_name = |mut relay: String| {
-        relay = relay.replacen(
-            "proxy = \"10.100.0.2:7700\"\n",
-            &format!("proxy = \"{name}:7700\"\nhold_time_s = 5\n"),
-            1,
-        );
-        for i in 0..2 {
-            relay = relay.replace(&format!("proxy = \"10.100.{i}.2:7700\"\n"), "");
-        }
-        relay
-    };
     // Proxy 0 on 10.100.0.2, proxy 1 (started below) on 10.100.1.2.
     let on = |i: usize, t: String| {
         t.replace("0.0.0.0:770", &format!("10.100.{i}.2:770"))
             .replace("127.0.0.1:9100", &format!("127.0.0.1:910{i}"))
     };
+    let one_name = |r| one_proxy_name(r, name, "hold_time_s = 5\n");
     let stack = start_edited(&bed, "polycorn", one_name, |p| on(0, p), 2);
     let p1_config = stack.dir.path().join("proxy1.toml");
     let p0_text = std::fs::read_to_string(stack.dir.path().join("proxy.toml")).unwrap();
