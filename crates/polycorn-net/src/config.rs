@@ -556,6 +556,28 @@ impl RelayConfig {
             .unwrap_or_else(|| self.relay.proxy.clone())
     }
 
+    /// What `config check` tells about each proxy host name that resolves here: its addresses
+    /// and, where it lists several of one family, the failover between them.
+    pub fn proxy_notes(&self) -> Vec<String> {
+        let mut names: Vec<ProxyAddr> = self
+            .paths
+            .iter()
+            .map(|p| self.proxy_for(p))
+            .filter(|a| a.ip().is_none())
+            .collect();
+        names.sort();
+        names.dedup();
+        let after =
+            Duration::from_secs(self.relay.hold_time_s).max(crate::proxy_addr::MIN_FAILOVER_AFTER);
+        names
+            .into_iter()
+            .filter_map(|name| {
+                let addrs = crate::proxy_addr::lookup_blocking(&name).ok()?;
+                Some(describe_proxy_name(&name, &addrs, after))
+            })
+            .collect()
+    }
+
     /// A commented example `relay.toml`.
     pub fn example() -> &'static str {
         RELAY_EXAMPLE
@@ -1688,3 +1710,27 @@ format = "text"
 level = "info"
 "#
 );
+/// One line of [`RelayConfig::proxy_notes`]: `name`, the addresses it resolved to, and the
+/// failover between those of one family (after `after` without a path reaching the one in use).
+pub fn describe_proxy_name(name: &ProxyAddr, addrs: &[SocketAddr], after: Duration) -> String {
+    let list: Vec<String> = addrs.iter().map(|a| a.ip().to_string()).collect();
+    let mut line = format!("proxy {name} resolves here to {}", list.join(", "));
+    let failover: Vec<String> = [(true, "IPv4"), (false, "IPv6")]
+        .into_iter()
+        .filter_map(|(v4, family)| {
+            let n = addrs.iter().filter(|a| a.is_ipv4() == v4).count();
+            (n > 1).then(|| format!("{n} {family} addresses"))
+        })
+        .collect();
+    if failover.is_empty() {
+        line += " (one proxy: no failover)";
+    } else {
+        line += &format!(
+            " (failover between the {}: the relay moves to the next when no path has reached \
+             the one in use for {} s)",
+            failover.join(" and between the "),
+            after.as_secs()
+        );
+    }
+    line
+}

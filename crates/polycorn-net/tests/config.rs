@@ -978,3 +978,65 @@ fn the_proxy_may_be_a_host_name_in_polycorn_mode() {
         resolve[0]
     );
 }
+
+/// `config check` tells what each proxy name resolves to here and whether the relay can fail
+/// over between its addresses (several of one family).
+#[test]
+fn config_check_tells_a_proxy_names_addresses_and_failover() {
+    use polycorn_net::config::describe_proxy_name;
+    use std::time::Duration;
+    let name: polycorn_net::proxy_addr::ProxyAddr = "proxies.example.net:7700".parse().unwrap();
+    let a = |s: &str| s.parse::<SocketAddr>().unwrap();
+    let two = describe_proxy_name(
+        &name,
+        &[a("192.0.2.1:7700"), a("192.0.2.2:7700")],
+        Duration::from_secs(30),
+    );
+    assert_eq!(
+        two,
+        "proxy proxies.example.net:7700 resolves here to 192.0.2.1, 192.0.2.2 (failover between \
+         the 2 IPv4 addresses: the relay moves to the next when no path has reached the one in \
+         use for 30 s)"
+    );
+    let both = describe_proxy_name(
+        &name,
+        &[
+            a("192.0.2.1:7700"),
+            a("[2001:db8::1]:7700"),
+            a("192.0.2.2:7700"),
+            a("[2001:db8::2]:7700"),
+        ],
+        Duration::from_secs(10),
+    );
+    assert!(
+        both.contains("between the 2 IPv4 addresses and between the 2 IPv6 addresses")
+            && both.ends_with("for 10 s)"),
+        "{both}"
+    );
+    let one = describe_proxy_name(&name, &[a("192.0.2.1:7700")], Duration::from_secs(30));
+    assert!(one.ends_with("192.0.2.1 (one proxy: no failover)"), "{one}");
+    // From a file: localhost resolves everywhere; a name that does not resolve gets no note
+    // (host_warnings warns about it); a literal address needs none. The hold time sets the
+    // failover time, never below 10 s.
+    let d = files();
+    let d = d.path();
+    let text = edit(
+        RELAY_MIN,
+        "proxy = \"10.0.2.1:7700\"",
+        "proxy = \"localhost:7700\"\nhold_time_s = 3",
+    );
+    let notes = relay(&text, d).unwrap().proxy_notes();
+    assert_eq!(notes.len(), 1, "{notes:?}");
+    assert!(
+        notes[0].starts_with("proxy localhost:7700 resolves here to ")
+            && notes[0].contains("127.0.0.1"),
+        "{notes:?}"
+    );
+    let invalid = edit(
+        RELAY_MIN,
+        "proxy = \"10.0.2.1:7700\"",
+        "proxy = \"proxy.polycorn.invalid:7700\"",
+    );
+    assert!(relay(&invalid, d).unwrap().proxy_notes().is_empty());
+    assert!(relay(RELAY_MIN, d).unwrap().proxy_notes().is_empty());
+}

@@ -356,6 +356,9 @@ fn run(cli: Cli) -> Result<u8> {
                     eprintln!("warning: {w}");
                 }
                 println!("ok: {}", file.display());
+                for note in cfg.proxy_notes() {
+                    println!("{note}");
+                }
                 if let Some(t) = &cfg.tls {
                     let name = polycorn_net::tls::relay_name_of_file(&t.cert)?;
                     println!("relay name (tls.cert): {name}");
