@@ -731,8 +731,15 @@ impl Engine {
         }
     }
 
-    /// (relay) Count a move to another proxy address (failover).
-    pub fn note_failover(&self) {
+    /// (relay) A move to another proxy address (failover): the session starts afresh under a
+    /// new epoch ([`Session::renew_epoch`]), so a proxy that still holds its earlier state
+    /// starts afresh too when the relay comes back to it; counted.
+    pub fn fail_over(&self) {
+        let epoch = self.with(|s, now| s.renew_epoch(now));
+        tracing::info!(
+            epoch = format!("{epoch:016x}"),
+            "session starts afresh for the next proxy"
+        );
         if let Some(m) = self.0.metrics.get() {
             m.proxy_failovers.inc();
         }

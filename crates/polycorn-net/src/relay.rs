@@ -236,7 +236,7 @@ pub async fn start(
                         let e = engine.downgrade();
                         r.on_failover(move || {
                             if let Some(e) = e.upgrade() {
-                                e.note_failover();
+                                e.fail_over();
                             }
                         });
                         // Paths may name different proxies' names: none may still work.
@@ -521,15 +521,15 @@ async fn maintain_path(
     sockopts: subflow::SubflowSockopts,
     idle_refresh: crate::config::IdleRefresh,
 ) {
-    let (hello, session) = engine.inspect(|s| (s.hello(path).to_vec(), s.session_id()));
+    let session = engine.inspect(|s| s.session_id());
     let sockopts = subflow::SubflowSockopts {
         mtu: p.mtu,
         ..sockopts
     };
     // Whether this path's latest attempt failed (a failing path may look the proxy up again).
     let failing = std::sync::atomic::AtomicBool::new(false);
-    let (tls, p_ref, sockopts, hello, resolver, failing_ref) =
-        (&tls, &p, &sockopts, &hello, &resolver, &failing);
+    let (tls, p_ref, sockopts, resolver, failing_ref, engine_ref) =
+        (&tls, &p, &sockopts, &resolver, &failing, &engine);
     let connect = move |timeouts| async move {
         let failed = failing_ref.load(std::sync::atomic::Ordering::Relaxed);
         // A path without a configured source takes its interface's address of the moment, of
@@ -558,13 +558,16 @@ async fn maintain_path(
         let r = match target {
             Err(e) => Err(e),
             Ok((source, addr)) => {
+                // Built at each attempt: a failover (in the resolver, just now) renews the
+                // session's epoch.
+                let hello = engine_ref.inspect(|s| s.hello(path).to_vec());
                 subflow::relay_connect(
                     tls,
                     addr,
                     source,
                     p_ref.device.as_deref(),
                     sockopts,
-                    hello,
+                    &hello,
                     (session, path),
                     timeouts,
                 )

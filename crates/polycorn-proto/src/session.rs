@@ -728,6 +728,21 @@ impl Session {
         }
     }
 
+    /// Start afresh under a new epoch (this end's incarnation, [`SessionConfig::epoch`]), as an
+    /// end about to reach another peer does (the relay failing over to another proxy): every
+    /// open flow is reset ([`ResetReason::SessionLost`]), what was said with the peer so far is
+    /// forgotten, the next peer's Hello is taken as a first one, and this end's Hellos carry the
+    /// new epoch from now on. A peer that still holds the earlier state (a proxy the relay comes
+    /// back to within its hold time) then sees a restarted peer and starts afresh too, instead
+    /// of taking the new control frames for repeats of old ones. Returns the new epoch.
+    pub fn renew_epoch(&mut self, now: Instant) -> u64 {
+        self.observe(now);
+        self.cfg.epoch = self.cfg.epoch.wrapping_add(1);
+        self.peer_epoch = None;
+        self.restart_with_peer(now);
+        self.cfg.epoch
+    }
+
     fn restart_with_peer(&mut self, now: Instant) {
         self.peer_closed = false;
         self.peer_draining = false;

@@ -1085,3 +1085,64 @@ fn reorder_waits_are_measured() {
     let (_, _, net) = exchange("minrtt", &[10], 1_000, 1_000_000, &[]);
     assert_eq!(net.relay.reorder_stats().segments, 0);
 }
+
+/// A relay fails over to another proxy and later back to the first, which still holds the
+/// session's earlier state (its hold time has not run out). The relay renews its epoch at each
+/// move, so the first proxy recognises a restarted peer and starts afresh with it, and flows
+/// work with each proxy in turn.
+#[test]
+fn a_relay_that_moves_to_another_proxy_and_back_starts_afresh_with_each() {
+    let mut net = Net::new("hrsch", 2, &[10, 30]);
+    for _ in 0..3 {
+        assert!(ping_pong(&mut net, 2_000), "with the first proxy");
+    }
+    let first_epoch = net.relay.hello(0);
+    // Every path lost; the relay moves to the second proxy.
+    net.kill_all();
+    let open = open_ping(&mut net);
+    let first = std::mem::replace(&mut net.proxy, proxy_session("hrsch", 2));
+    net.relay_events.clear();
+    let epoch = net.relay.renew_epoch(t(net.now_ms));
+    assert!(net.relay_events.is_empty());
+    let events: Vec<Event> = std::iter::from_fn(|| net.relay.poll_event()).collect();
+    assert!(
+        events.contains(&Event::FlowReset {
+            flow: open,
+            reason: ResetReason::SessionLost
+        }),
+        "{events:?}"
+    );
+    assert_ne!(net.relay.hello(0), first_epoch);
+    assert!(matches!(net.relay.hello(1), Frame::Hello { epoch: e, .. } if e == epoch));
+    net.revive_all();
+    for _ in 0..3 {
+        assert!(ping_pong(&mut net, 5_000), "with the second proxy");
+    }
+    // And back to the first, which kept its state.
+    net.kill_all();
+    net.proxy = first;
+    net.relay.renew_epoch(t(net.now_ms));
+    net.proxy_events.clear();
+    net.revive_all();
+    // The first proxy ends what it still held of the relay's earlier flows.
+    for _ in 0..10 {
+        net.step();
+    }
+    assert!(
+        net.proxy_events.iter().all(|e| matches!(
+            e,
+            Event::FlowReset {
+                reason: ResetReason::SessionLost,
+                ..
+            }
+        )),
+        "{:?}",
+        net.proxy_events
+    );
+    for i in 0..3 {
+        assert!(
+            ping_pong(&mut net, 5_000),
+            "flow {i} back with the first proxy"
+        );
+    }
+}

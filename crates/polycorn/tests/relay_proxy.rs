@@ -3040,7 +3040,7 @@ fn a_relay_moves_to_the_names_other_proxy_when_its_own_is_gone() {
             )
         })
         .collect();
-    let _gone = Blackhole::with_rules(&bed.ns("proxy"), &rules);
+    let gone = Blackhole::with_rules(&bed.ns("proxy"), &rules);
     let moved = |log: &str| {
         log.lines().any(|l| {
             l.contains("moving to the name's next address")
@@ -3112,6 +3112,43 @@ fn a_relay_moves_to_the_names_other_proxy_when_its_own_is_gone() {
         survivor.contains("new relay session"),
         "the other proxy carries the relay now:\n{}",
         tail(&survivor)
+    );
+
+    // The first host is back, and the other proxy's process dies (its host answers, refusing
+    // every connection): the relay moves back around the list.
+    drop(gone);
+    let pid = if other == "10.100.1.2" {
+        proxy1.child.id()
+    } else {
+        stack.proxy.child.id()
+    };
+    let killed = Command::new("kill")
+        .args(["-KILL", &pid.to_string()])
+        .status()
+        .unwrap();
+    assert!(killed.success());
+    let moves = |log: &str| log.matches("moving to the name's next address").count();
+    wait_until(
+        90,
+        "the relay did not move back",
+        || stack.relay.log(),
+        || moves(&stack.relay.log()) == 2 && ups(used) >= 4,
+    );
+    let log = stack.relay.log();
+    assert!(
+        log.lines()
+            .any(|l| l.contains("moving to the name's next address")
+                && l.contains(&format!("addr={used}:7700"))
+                && l.contains(&format!("was={other}:7700"))),
+        "{}",
+        tail(&log)
+    );
+    fetch_ok(&bed, &stack, 64 * KB, 4 * MB, "transfer after moving back");
+    let page = scrape_metrics(&bed.ns("relay"));
+    assert!(
+        page.lines()
+            .any(|l| l == "polycorn_proxy_failovers_total 2"),
+        "{page}"
     );
     drop(proxy1);
 }

@@ -4,7 +4,9 @@
 //! go down after the eighth frame and the session is ended as the proxy ends a restarted
 //! relay's earlier one (`end_if_all_paths_down`); the frames after that arrive on paths
 //! attached again. With bit 2 set, the session announces a drain after the fourth frame (as a
-//! stopping proxy does; a relay's session refuses to), and the peer's frames keep coming.
+//! stopping proxy does; a relay's session refuses to), and the peer's frames keep coming. With
+//! bit 3 set, the session renews its epoch after the sixth frame (as a relay failing over to
+//! another proxy does) and takes the next frames as coming from that peer.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
@@ -47,6 +49,10 @@ fuzz_target!(|data: &[u8]| {
                 }
                 if side & 4 != 0 && ms == 4 {
                     let _ = s.announce_draining(now);
+                }
+                if side & 8 != 0 && ms == 6 {
+                    let _ = s.renew_epoch(now);
+                    let _ = s.on_peer_hello(now, 1_000 + ms);
                 }
                 if side & 2 != 0 && ms == 8 {
                     let _ = s.detach_path(now, 0);
