@@ -2975,7 +2975,9 @@ fn a_proxy_host_name_is_resolved_and_followed_when_the_proxy_moves() {
 /// its address goes silent (its host lost: every packet to it dropped), the download it
 /// carried ends with the relay's hold time, and once no path has reached it for the hold time
 /// (10 s at least) the relay moves every path to the other address, where new connections are
-/// carried.
+/// carried. When that one's process dies in turn (refusing, not silent) and the first host is
+/// back, the relay moves back to the first proxy, which kept the session's old state: the
+/// relay's renewed epoch makes it start afresh.
 #[test]
 fn a_relay_moves_to_the_names_other_proxy_when_its_own_is_gone() {
     let _s = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
