@@ -733,8 +733,8 @@ impl Session {
     /// open flow is reset ([`ResetReason::SessionLost`]), what was said with the peer so far is
     /// forgotten, the next peer's Hello is taken as a first one, and this end's Hellos carry the
     /// new epoch from now on. A peer that still holds the earlier state (a proxy the relay comes
-    /// back to within its hold time) then sees a restarted peer and starts afresh too, instead
-    /// of taking the new control frames for repeats of old ones. Returns the new epoch.
+    /// back to later) then sees a restarted peer and starts afresh too, instead of taking the
+    /// new control frames for repeats of old ones. Returns the new epoch.
     pub fn renew_epoch(&mut self, now: Instant) -> u64 {
         self.observe(now);
         self.cfg.epoch = self.cfg.epoch.wrapping_add(1);
