@@ -12,7 +12,8 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use polycorn_proto::frame::decode;
 use polycorn_proto::{
-    CloseReason, Destination, Event, OpenStatus, ProtoError, ReadOutcome, ResetReason, Session,
+    CloseReason, Destination, Event, HelloOutcome, OpenStatus, ProtoError, ReadOutcome,
+    ResetReason, Session,
 };
 use polycorn_sched::path::{TcpInfoSample, MAX_PATHS};
 use polycorn_sched::time::Instant;
@@ -128,6 +129,8 @@ struct Core {
     writers: Vec<Option<Arc<Notify>>>,
     /// Per path: wakes the subflow task that a newer subflow replaced.
     cancel: Vec<Option<Arc<Notify>>>,
+    /// Per path: this end's epoch in the Hello of the current subflow.
+    epochs: [u64; MAX_PATHS],
     /// Why [`Engine::end_subflows`] ended the subflows, if it did.
     ended: Option<&'static str>,
     /// When the timer task will wake up by itself (`None`: it sleeps without a deadline).
@@ -260,6 +263,13 @@ pub enum SubflowError {
     /// A newer subflow for the same path took over.
     #[error("replaced by a newer subflow for the same path")]
     Replaced,
+    /// (relay) The session started afresh under a new epoch (its proxy is another one, or one
+    /// that lost the session's state) after this subflow's Hello: connect again.
+    #[error("the session started afresh under a new epoch; connecting again")]
+    Renewed,
+    /// (relay) The proxy is another one than the session's, which another path still reaches.
+    #[error("the proxy is another one than the session's, which another path still reaches")]
+    OtherProxy,
     /// This side ended every subflow of the session ([`Engine::end_subflows`]).
     #[error("ended by this side: {0}")]
     Ended(&'static str),
@@ -313,6 +323,7 @@ impl Engine {
                 flows: HashMap::new(),
                 writers,
                 cancel,
+                epochs: [0; MAX_PATHS],
                 ended: None,
                 timer_at: None,
                 retrans: vec![0; MAX_PATHS],
@@ -480,14 +491,15 @@ impl Engine {
 
     /// Carry `path` over an established, handshaken byte stream until it fails, the peer closes
     /// it, or a newer subflow for the same path replaces it. `initial` holds bytes already read
-    /// after the Hello, `peer_epoch` is the epoch the peer's Hello carried (a new one resets
-    /// what the session said to the peer's earlier incarnation, see
+    /// after the Hello; `epochs` are (this end's, the peer's) as the two Hellos carried them (a
+    /// new peer epoch resets what the session said to the peer's earlier incarnation; a relay's
+    /// Hello of an epoch since renewed ends the subflow at once, see
     /// [`Session::on_peer_hello`]). The path is attached for the duration and detached (its data
     /// reinjected on the other paths) at the end, also when this future is dropped.
     pub async fn run_subflow<R, W>(
         &self,
         path: u8,
-        peer_epoch: u64,
+        (ours, peer_epoch): (u64, u64),
         initial: Vec<u8>,
         mut reader: R,
         mut writer: W,
@@ -512,6 +524,29 @@ impl Engine {
         {
             let now = self.now();
             let mut c = self.lock();
+            let flows = c.session.open_flows();
+            match c.session.on_peer_hello(now, ours, peer_epoch) {
+                HelloOutcome::Attach => {}
+                HelloOutcome::PeerRestarted => warn!(
+                    path,
+                    flows_reset = flows,
+                    "the peer lost this session's state (restarted, or dropped the session after \
+                     every path was down longer than the hold time); its open flows were reset"
+                ),
+                HelloOutcome::Renewed => {
+                    warn!(
+                        path,
+                        flows_reset = flows,
+                        epoch = format!("{:016x}", c.session.epoch()),
+                        "the proxy is another one, or lost this session's state; its open flows \
+                         were reset and the session starts afresh under a new epoch"
+                    );
+                    Self::end_stale_subflows(&mut c);
+                    return SubflowError::Renewed;
+                }
+                HelloOutcome::Stale => return SubflowError::Renewed,
+                HelloOutcome::Elsewhere => return SubflowError::OtherProxy,
+            }
             c.writing[usize::from(path)] = false;
             c.window_full[usize::from(path)] = false;
             if let Some(old) = c.cancel[usize::from(path)].replace(cancel.clone()) {
@@ -520,15 +555,7 @@ impl Engine {
             c.handing_over[usize::from(path)] = false;
             // A subflow accepted after `end_subflows` (the relay was let in again).
             c.ended = None;
-            let flows = c.session.open_flows();
-            if c.session.on_peer_hello(now, peer_epoch) {
-                warn!(
-                    path,
-                    flows_reset = flows,
-                    "the peer lost this session's state (restarted, or dropped the session after \
-                     every path was down longer than the hold time); its open flows were reset"
-                );
-            }
+            c.epochs[usize::from(path)] = ours;
             if c.session.path_attached(path) {
                 let _ = c.session.detach_path(now, path);
             }
@@ -642,10 +669,14 @@ impl Engine {
         let err = tokio::select! {
             // A replaced subflow stops before its loops run again.
             biased;
-            _ = cancel.notified() => match self.lock().ended {
-                Some(why) => SubflowError::Ended(why),
-                None => SubflowError::Replaced,
-            },
+            _ = cancel.notified() => {
+                let c = self.lock();
+                match c.ended {
+                    Some(why) => SubflowError::Ended(why),
+                    None if c.session.epoch() != ours => SubflowError::Renewed,
+                    None => SubflowError::Replaced,
+                }
+            }
             r = read_loop => r.err().unwrap_or(SubflowError::Closed),
             r = write_loop => r.err().unwrap_or(SubflowError::Closed),
         };
@@ -735,13 +766,31 @@ impl Engine {
     /// new epoch ([`Session::renew_epoch`]), so a proxy that still holds its earlier state
     /// starts afresh too when the relay comes back to it; counted.
     pub fn fail_over(&self) {
-        let epoch = self.with(|s, now| s.renew_epoch(now));
+        let epoch = {
+            let now = self.now();
+            let mut c = self.lock();
+            let epoch = c.session.renew_epoch(now);
+            Self::end_stale_subflows(&mut c);
+            epoch
+        };
         tracing::info!(
             epoch = format!("{epoch:016x}"),
             "session starts afresh for the next proxy"
         );
         if let Some(m) = self.0.metrics.get() {
             m.proxy_failovers.inc();
+        }
+    }
+
+    /// Ends the subflows whose Hello carried an epoch since renewed: they belong to the
+    /// conversation with an earlier proxy (their [`Engine::run_subflow`] calls return
+    /// [`SubflowError::Renewed`]).
+    fn end_stale_subflows(c: &mut Core) {
+        let epoch = c.session.epoch();
+        for (cancel, ours) in c.cancel.iter().zip(c.epochs) {
+            if let Some(cancel) = cancel.as_ref().filter(|_| ours != epoch) {
+                cancel.notify_one();
+            }
         }
     }
 
@@ -1155,7 +1204,9 @@ mod tests {
             let (ra, wa) = tokio::io::split(a_local);
             let e = engine.clone();
             let a =
-                tokio::spawn(async move { e.run_subflow(0, 0, Vec::new(), ra, wa, idle()).await });
+                tokio::spawn(
+                    async move { e.run_subflow(0, (0, 0), Vec::new(), ra, wa, idle()).await },
+                );
             tokio::time::sleep(Duration::from_millis(20)).await;
             context(&engine, 1);
             tokio::time::sleep(Duration::from_millis(20)).await;
@@ -1167,7 +1218,7 @@ mod tests {
             let (rb, wb) = tokio::io::split(b_local);
             let e = engine.clone();
             let mut b =
-                Box::pin(async move { e.run_subflow(0, 0, Vec::new(), rb, wb, idle()).await });
+                Box::pin(async move { e.run_subflow(0, (0, 0), Vec::new(), rb, wb, idle()).await });
             let mut cx = Context::from_waker(Waker::noop());
             assert!(b.as_mut().poll(&mut cx).is_pending());
             assert!(engine.inspect(|s| s.path_attached(0)));
@@ -1218,7 +1269,7 @@ mod tests {
         let (r, w) = tokio::io::split(local);
         let e = engine.clone();
         let run =
-            tokio::spawn(async move { e.run_subflow(0, 0, Vec::new(), r, w, tcp_info).await });
+            tokio::spawn(async move { e.run_subflow(0, (0, 0), Vec::new(), r, w, tcp_info).await });
         let settle = || async {
             for _ in 0..50 {
                 tokio::task::yield_now().await;
@@ -1268,7 +1319,8 @@ mod tests {
             let (local, peer) = tokio::io::duplex(1 << 16);
             let (r, w) = tokio::io::split(local);
             let e = engine.clone();
-            let run = Box::pin(async move { e.run_subflow(0, 0, Vec::new(), r, w, idle()).await });
+            let run =
+                Box::pin(async move { e.run_subflow(0, (0, 0), Vec::new(), r, w, idle()).await });
             (run, peer)
         };
         let attached = |engine: &Engine| engine.inspect(|s| s.path_attached(0));

@@ -522,7 +522,7 @@ async fn accept_loop(
                     );
                 }
             }
-            let hello = engine.inspect(|x| x.hello(acc.path).to_vec());
+            let (hello, ours) = engine.inspect(|x| (x.hello(acc.path).to_vec(), x.epoch()));
             let mut stream = acc.stream;
             if let Err(e) = subflow::send_hello(&mut stream, &hello).await {
                 warn!(%peer, error = %e, "cannot answer Hello");
@@ -539,7 +539,7 @@ async fn accept_loop(
             info!(%peer, relay = %acc.relay, path = acc.path, "subflow up");
             let (r, w) = tokio::io::split(stream);
             let err = engine
-                .run_subflow(acc.path, acc.epoch, acc.initial, r, w, acc.tcp_info)
+                .run_subflow(acc.path, (ours, acc.epoch), acc.initial, r, w, acc.tcp_info)
                 .await;
             match err {
                 // Routine: the relay replaced the subflow (after a blackout, or a refresh), or

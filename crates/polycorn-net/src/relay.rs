@@ -11,7 +11,9 @@ use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::time::Duration;
 
-use polycorn_proto::{ContextInfo, Destination, OpenStatus, Role, Session, SessionConfig};
+use polycorn_proto::{
+    ContextInfo, Destination, HelloOutcome, OpenStatus, Role, Session, SessionConfig,
+};
 use polycorn_sched::predict::NoPrediction;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::mpsc;
@@ -418,13 +420,26 @@ const SHORT_LIVED: Duration = Duration::from_secs(10);
 /// so every new subflow falls silent as soon as it carries data.
 const SILENT_HINT_AFTER: u32 = 4;
 
-/// The pause after a failed attempt, given the pause after the previous one in the same run
-/// of failures (`None` for the first failure) and whether the proxy refused this one. A
-/// refusal starts at [`RETRY_MAX`] and doubles up to [`REFUSED_RETRY_MAX`]; any other failure
-/// doubles from [`RETRY_MIN`] up to [`RETRY_MAX`].
-fn retry_pause(previous: Option<Duration>, refused: bool) -> Duration {
+/// The pause between attempts that reached another proxy than the session's, while other
+/// paths still reach the session's ([`subflow::HandshakeError::OtherProxy`]): each costs that
+/// proxy a handshake, and the path needs it only once the session's proxy is gone (its other
+/// paths then find that out themselves).
+const OTHER_PROXY_RETRY: Duration = Duration::from_secs(5);
+/// What the relay tells another proxy than its session's when a path reaches it: that proxy
+/// frees the session its Hello made at once (with an info line, not a subflow's warning).
+const OTHER_PROXY_CLOSE: &str = "this relay's session is with another proxy; trying again later";
+
+/// The pause after the failed attempt `e`, given the pause after the previous one in the same
+/// run of failures (`None` for the first failure). A refusal by the proxy starts at
+/// [`RETRY_MAX`] and doubles up to [`REFUSED_RETRY_MAX`]; another proxy than the session's
+/// gives [`OTHER_PROXY_RETRY`]; any other failure doubles from [`RETRY_MIN`] up to
+/// [`RETRY_MAX`].
+fn retry_pause(previous: Option<Duration>, e: &subflow::HandshakeError) -> Duration {
+    if matches!(e, subflow::HandshakeError::OtherProxy(_)) {
+        return OTHER_PROXY_RETRY;
+    }
     let doubled = previous.map_or(RETRY_MIN, |p| p * 2);
-    if refused {
+    if e.refused_by_proxy() {
         doubled.clamp(RETRY_MAX, REFUSED_RETRY_MAX)
     } else {
         doubled.clamp(RETRY_MIN, RETRY_MAX)
@@ -528,8 +543,10 @@ async fn maintain_path(
     };
     // Whether this path's latest attempt failed (a failing path may look the proxy up again).
     let failing = std::sync::atomic::AtomicBool::new(false);
-    let (tls, p_ref, sockopts, resolver, failing_ref, engine_ref) =
-        (&tls, &p, &sockopts, &resolver, &failing, &engine);
+    // Whether the path's attempts reaching another proxy than the session's were logged.
+    let other = std::sync::atomic::AtomicBool::new(false);
+    let (tls, p_ref, sockopts, resolver, failing_ref, engine_ref, other_told) =
+        (&tls, &p, &sockopts, &resolver, &failing, &engine, &other);
     let connect = move |timeouts| async move {
         let failed = failing_ref.load(std::sync::atomic::Ordering::Relaxed);
         // A path without a configured source takes its interface's address of the moment, of
@@ -560,18 +577,40 @@ async fn maintain_path(
             Ok((source, addr)) => {
                 // Built at each attempt: a failover (in the resolver, just now) renews the
                 // session's epoch.
-                let hello = engine_ref.inspect(|s| s.hello(path).to_vec());
-                subflow::relay_connect(
+                let (hello, epoch) = engine_ref.inspect(|s| (s.hello(path).to_vec(), s.epoch()));
+                let r = subflow::relay_connect(
                     tls,
                     addr,
                     source,
                     p_ref.device.as_deref(),
                     sockopts,
                     &hello,
-                    (session, path),
+                    (session, path, epoch),
                     timeouts,
                 )
-                .await
+                .await;
+                match r {
+                    Ok(est)
+                        if engine_ref.inspect(|s| s.hello_outcome(epoch, est.peer_epoch))
+                            == HelloOutcome::Elsewhere =>
+                    {
+                        // Said once until the path has a subflow again; a warning if it lasts.
+                        if !other_told.swap(true, std::sync::atomic::Ordering::Relaxed) {
+                            info!(
+                                path = %p_ref.name,
+                                proxy = %p_ref.proxy,
+                                addr = %est.peer,
+                                "the path reached another proxy than the session's, which \
+                                 other paths still reach: it waits (and keeps trying) until \
+                                 none does"
+                            );
+                        }
+                        let addr = est.peer;
+                        subflow::close_session(est.stream, OTHER_PROXY_CLOSE).await;
+                        Err(subflow::HandshakeError::OtherProxy(addr))
+                    }
+                    r => r,
+                }
             }
         };
         failing_ref.store(r.is_err(), std::sync::atomic::Ordering::Relaxed);
@@ -611,7 +650,7 @@ async fn maintain_path(
             None => match connect(CONNECT_TIMEOUTS).await {
                 Ok(e) => e,
                 Err(e) => {
-                    let wait = retry_pause(pause, e.refused_by_proxy());
+                    let wait = retry_pause(pause, &e);
                     report(&e, "subflow connect", wait);
                     tokio::time::sleep(wait).await;
                     pause = Some(wait);
@@ -620,6 +659,7 @@ async fn maintain_path(
             },
         };
         pause = None;
+        other.store(false, std::sync::atomic::Ordering::Relaxed);
         let up_at = std::time::Instant::now();
         let recovered = failures
             .lock()
@@ -640,7 +680,8 @@ async fn maintain_path(
         let reaching = resolver.subflow_up(est.peer);
         let (r, w) = tokio::io::split(est.stream);
         let raw_info = est.raw_info;
-        let run = engine.run_subflow(path, est.peer_epoch, est.initial, r, w, est.tcp_info);
+        let epochs = (est.epoch, est.peer_epoch);
+        let run = engine.run_subflow(path, epochs, est.initial, r, w, est.tcp_info);
         let probing = std::sync::atomic::AtomicBool::new(false);
         let probe = || async {
             probing.store(true, std::sync::atomic::Ordering::Relaxed);
@@ -651,10 +692,17 @@ async fn maintain_path(
         // A probe that replaces a working subflow (refresh, back-off) failed: the path still
         // has its subflow, nothing to warn about.
         let spare_probe = || async {
-            probe()
-                .await
-                .inspect_err(|e| debug!(path = %p.name, error = %e, "probe connection failed"))
-                .ok()
+            match probe().await {
+                Ok(e) => Some(e),
+                Err(e) => {
+                    debug!(path = %p.name, error = %e, "probe connection failed");
+                    if matches!(e, subflow::HandshakeError::OtherProxy(_)) {
+                        // Not again before the pause (each costs that proxy a handshake).
+                        tokio::time::sleep(OTHER_PROXY_RETRY).await;
+                    }
+                    None
+                }
+            }
         };
         // Watchdog: a path that stays silent (no frame for the session's stall time) is
         // probed with a fresh connection; when the probe gets through, it replaces the old
@@ -677,9 +725,13 @@ async fn maintain_path(
                         match probe().await {
                             Ok(e) => return (e, Replace::Silent),
                             // A path in a blackout: no pause (a probe bounds itself). A
-                            // refusal: the proxy answers at once, so pause as between attempts.
-                            Err(e) if e.refused_by_proxy() => {
-                                let wait = retry_pause(pause, true);
+                            // refusal, or another proxy than the session's: the proxy answers
+                            // at once, so pause as between attempts.
+                            Err(e)
+                                if e.refused_by_proxy()
+                                    || matches!(e, subflow::HandshakeError::OtherProxy(_)) =>
+                            {
+                                let wait = retry_pause(pause, &e);
                                 report(&e, "probe connection", wait);
                                 tokio::time::sleep(wait).await;
                                 pause = Some(wait);
@@ -834,7 +886,15 @@ async fn maintain_path(
                         next = Some(f);
                     }
                     None => {
-                        if engine.peer_closed() {
+                        if matches!(
+                            e,
+                            crate::engine::SubflowError::Renewed
+                                | crate::engine::SubflowError::OtherProxy
+                        ) {
+                            // Said once, as a warning, by the subflow that renewed the epoch;
+                            // another proxy: the next attempt says it.
+                            info!(path = %p.name, error = %e, "subflow ended");
+                        } else if engine.peer_closed() {
                             // Said once, as a warning, when the proxy's Close arrived.
                             info!(path = %p.name, error = %e, "subflow ended by the proxy; reconnecting");
                         } else {
@@ -1070,26 +1130,32 @@ mod tests {
     }
 
     /// Coverage failures are retried within 2 s; refusals back off to a minute, and a refusal
-    /// after coverage failures starts at 2 s.
+    /// after coverage failures starts at 2 s; another proxy than the session's is tried again
+    /// every 5 s.
     #[test]
     fn refused_attempts_back_off_to_a_minute_others_to_two_seconds() {
-        let run = |refused: &[bool]| {
+        use subflow::HandshakeError as E;
+        let run = |errors: &[fn() -> E]| {
             let mut pause = None;
-            refused
+            errors
                 .iter()
-                .map(|&r| {
-                    let p = retry_pause(pause, r);
+                .map(|e| {
+                    let p = retry_pause(pause, &e());
                     pause = Some(p);
                     p.as_millis()
                 })
                 .collect::<Vec<_>>()
         };
-        assert_eq!(run(&[false; 7]), [100, 200, 400, 800, 1600, 2000, 2000]);
+        let cov: fn() -> E = || E::Closed;
+        let refused: fn() -> E = || E::Revoked;
+        let other: fn() -> E = || E::OtherProxy("10.0.0.1:7700".parse().unwrap());
+        assert_eq!(run(&[cov; 7]), [100, 200, 400, 800, 1600, 2000, 2000]);
         assert_eq!(
-            run(&[true; 7]),
+            run(&[refused; 7]),
             [2000, 4000, 8000, 16000, 32000, 60000, 60000]
         );
-        assert_eq!(run(&[false, false, true, false]), [100, 200, 2000, 2000]);
+        assert_eq!(run(&[cov, cov, refused, cov]), [100, 200, 2000, 2000]);
+        assert_eq!(run(&[cov, other, other, cov]), [100, 5000, 5000, 2000]);
     }
 
     #[test]

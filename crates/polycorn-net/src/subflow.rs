@@ -12,7 +12,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use polycorn_proto::frame::decode;
-use polycorn_proto::{PeerHello, ProtoError, Role, Session};
+use polycorn_proto::{CloseReason, Frame, PeerHello, ProtoError, Role, Session};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio_rustls::{TlsAcceptor, TlsConnector};
@@ -80,6 +80,15 @@ pub enum HandshakeError {
          this relay's name): ask its operator, or install a new certificate"
     )]
     Revoked,
+    /// (relay) The proxy that answered is another one than the session's, which another path
+    /// still reaches: the path waits rather than end what the working paths carry.
+    #[error(
+        "the proxy at {0} is another one than the one this relay's session is with, which other \
+         paths still reach (its name now points elsewhere, or its IPv4 and IPv6 addresses lead \
+         to different proxies): this path waits until no path reaches the session's proxy \
+         (stop or drain that proxy to move the relay)"
+    )]
+    OtherProxy(SocketAddr),
     /// The proxy's host name did not resolve (and no earlier answer is known).
     #[error("resolve {host}: {reason}")]
     Resolve {
@@ -113,7 +122,8 @@ impl HandshakeError {
             // The resolver's queries may go over a path in a blackout.
             HandshakeError::Timeout(_)
             | HandshakeError::Closed
-            | HandshakeError::Resolve { .. } => false,
+            | HandshakeError::Resolve { .. }
+            | HandshakeError::OtherProxy(_) => false,
         }
     }
 
@@ -331,6 +341,8 @@ pub struct Established {
     pub stream: tokio_rustls::client::TlsStream<TcpStream>,
     /// Bytes read after the proxy's Hello.
     pub initial: Vec<u8>,
+    /// This end's incarnation of the session, as its Hello carried it.
+    pub epoch: u64,
     /// The proxy's incarnation of the session (from its Hello).
     pub peer_epoch: u64,
     /// `TCP_INFO` of the underlying socket.
@@ -356,8 +368,8 @@ impl std::fmt::Debug for Established {
     }
 }
 
-/// Relay side: connect, TLS, Hello for `path` of `session` (`hello` is ours, encoded); the
-/// proxy's Hello must name the same session and path.
+/// Relay side: connect, TLS, Hello for `path` of `session` (`hello` is ours, encoded, of
+/// epoch `epoch`); the proxy's Hello must name the same session and path.
 #[allow(clippy::too_many_arguments)]
 pub async fn relay_connect(
     tls: &TlsConnector,
@@ -366,7 +378,7 @@ pub async fn relay_connect(
     device: Option<&str>,
     sockopts: &SubflowSockopts,
     hello: &[u8],
-    (session, path): (u64, u8),
+    (session, path, epoch): (u64, u8, u64),
     timeouts: ConnectTimeouts,
 ) -> Result<Established, HandshakeError> {
     let tcp = match timeouts.tcp_stagger {
@@ -402,6 +414,7 @@ pub async fn relay_connect(
     Ok(Established {
         stream,
         initial,
+        epoch,
         peer_epoch,
         tcp_info,
         raw_info,
@@ -480,6 +493,22 @@ pub async fn proxy_accept(
 pub async fn send_hello<S: AsyncWrite + Unpin>(s: &mut S, hello: &[u8]) -> io::Result<()> {
     s.write_all(hello).await?;
     s.flush().await
+}
+
+/// Ends a handshaken subflow that will not join the session: a `Close` frame saying `message`
+/// (the peer drops what its side of the Hello set up, as after any Close), then TLS
+/// close_notify; gives up after 1 s.
+pub async fn close_session<S: AsyncWrite + Unpin>(mut s: S, message: &str) {
+    let close = Frame::Close {
+        reason: CloseReason::Shutdown,
+        message: message.to_string(),
+    }
+    .to_vec();
+    let _ = tokio::time::timeout(Duration::from_secs(1), async {
+        s.write_all(&close).await?;
+        s.shutdown().await
+    })
+    .await;
 }
 
 /// Shared TLS client/server handles.

@@ -281,7 +281,7 @@ async fn mismatched_credentials_fail_the_relay_connect_as_setup_errors() {
             None,
             &SubflowSockopts::default(),
             &hello,
-            (session.session_id(), 0),
+            (session.session_id(), 0, session.epoch()),
             ConnectTimeouts::DEFAULT,
         )
         .await

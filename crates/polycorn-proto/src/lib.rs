@@ -19,6 +19,6 @@ pub use frame::{
     ResetReason, Role, SESSION_PATH, VERSION,
 };
 pub use session::{
-    Event, FlowTotals, PathCounters, PeerHello, ProtoError, ReadOutcome, ReorderStats, Session,
-    SessionConfig,
+    Event, FlowTotals, HelloOutcome, PathCounters, PeerHello, ProtoError, ReadOutcome,
+    ReorderStats, Session, SessionConfig,
 };

@@ -254,6 +254,29 @@ pub enum ReadOutcome {
     Eof,
 }
 
+/// What a new subflow's Hellos mean for the session ([`Session::on_peer_hello`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum HelloOutcome {
+    /// Attach the subflow.
+    Attach,
+    /// The peer lost the session's state: every open flow was reset and the session starts
+    /// afresh with it. Attach the subflow.
+    PeerRestarted,
+    /// (relay) The proxy is another one, or one that lost the session's state, and no path
+    /// works with the session's proxy any more: every open flow was reset and this end took a
+    /// new epoch, so that no proxy it spoke to before takes what it says from now on for the
+    /// rest of an old conversation. The subflow's Hello carried the old epoch: drop it and
+    /// connect again.
+    Renewed,
+    /// (relay) The proxy is another one than the session's while a path still works with the
+    /// session's: nothing changed; drop the subflow and try again later (the session stays
+    /// with its proxy while that one is reachable).
+    Elsewhere,
+    /// The subflow's Hello carried an earlier epoch of this end (one renewed since it was
+    /// sent): drop it and connect again.
+    Stale,
+}
+
 /// Data segments that arrived out of order and waited for a gap to fill (receive side, all
 /// flows): the out-of-order delay of POLYCORN's Fig. 11.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -703,28 +726,71 @@ impl Session {
         Ok(())
     }
 
-    /// A subflow's Hello from the peer carried `epoch`; call it before attaching the subflow.
-    /// The first epoch is remembered. A different one means the peer lost the session's state
-    /// (a proxy restarted, or dropped the session after every path was down longer than the hold
-    /// time) and knows nothing of what was said before: every open flow is reset
-    /// ([`Event::FlowReset`], reason [`ResetReason::SessionLost`]) rather than left waiting for
-    /// answers that cannot come, and flow ids, control frame sequence numbers and queued output
-    /// start again as in a new session. Returns whether that happened.
-    pub fn on_peer_hello(&mut self, now: Instant, epoch: u64) -> bool {
+    /// This end's epoch: the incarnation its Hellos carry ([`SessionConfig::epoch`], changed
+    /// by [`Session::renew_epoch`]).
+    pub fn epoch(&self) -> u64 {
+        self.cfg.epoch
+    }
+
+    /// A new subflow's Hellos: this end's carried epoch `ours`, the peer's `theirs`; call it
+    /// before attaching the subflow, and attach it only on [`HelloOutcome::Attach`] or
+    /// [`HelloOutcome::PeerRestarted`].
+    ///
+    /// The peer's first epoch is remembered. A different one means the peer lost the session's
+    /// state (a proxy restarted, or dropped the session after every path was down longer than
+    /// the hold time), or, at the relay, that the proxy is another one (its host name moved).
+    /// Every open flow is then reset ([`Event::FlowReset`], reason
+    /// [`ResetReason::SessionLost`]) rather than left waiting for answers that cannot come, and
+    /// flow ids, control frame sequence numbers and queued output start again as in a new
+    /// session. The relay also renews its own epoch ([`Session::renew_epoch`]): a relay epoch
+    /// then only ever belongs to one proxy incarnation, so a proxy the relay comes back to
+    /// after speaking to another sees a restarted relay and starts afresh too, instead of
+    /// taking the new control frames for repeats of old ones.
+    ///
+    /// A relay whose proxy answers with another epoch while any path still works with the
+    /// session's proxy changes nothing ([`HelloOutcome::Elsewhere`]): one path that reached
+    /// another proxy (the name moved, or its IPv4 and IPv6 addresses lead to different hosts)
+    /// does not end what the working ones carry.
+    pub fn on_peer_hello(&mut self, now: Instant, ours: u64, theirs: u64) -> HelloOutcome {
         self.observe(now);
-        match self.peer_epoch.replace(epoch) {
-            None => {
+        let outcome = self.hello_outcome(ours, theirs);
+        match outcome {
+            HelloOutcome::Attach if self.peer_epoch.is_none() => {
                 // The first Hello, or the first of the peer that follows one that closed the
                 // session: flows opened meanwhile go to this one.
+                self.peer_epoch = Some(theirs);
                 self.peer_closed = false;
                 self.peer_draining = false;
-                false
             }
-            Some(e) if e == epoch => false,
-            Some(_) => {
+            HelloOutcome::Renewed => {
+                self.renew_epoch(now);
+            }
+            HelloOutcome::PeerRestarted => {
+                self.peer_epoch = Some(theirs);
                 self.restart_with_peer(now);
-                true
             }
+            HelloOutcome::Attach | HelloOutcome::Elsewhere | HelloOutcome::Stale => {}
+        }
+        outcome
+    }
+
+    /// What [`Session::on_peer_hello`] would answer for these epochs, changing nothing (the
+    /// relay asks before it takes a new connection as a path's subflow).
+    pub fn hello_outcome(&self, ours: u64, theirs: u64) -> HelloOutcome {
+        if ours != self.cfg.epoch {
+            return HelloOutcome::Stale;
+        }
+        match self.peer_epoch {
+            None => HelloOutcome::Attach,
+            Some(e) if e == theirs => HelloOutcome::Attach,
+            Some(_) if self.cfg.role == Role::Relay => {
+                if self.paths.iter().any(|p| p.attached && !p.stalled) {
+                    HelloOutcome::Elsewhere
+                } else {
+                    HelloOutcome::Renewed
+                }
+            }
+            Some(_) => HelloOutcome::PeerRestarted,
         }
     }
 

@@ -8,8 +8,8 @@ use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use polycorn_proto::frame::decode;
 use polycorn_proto::session::INITIAL_CREDIT;
 use polycorn_proto::{
-    CloseReason, Destination, Event, FlowTotals, Frame, OpenStatus, ProtoError, ReadOutcome,
-    ResetReason, Role, Session, SessionConfig,
+    CloseReason, Destination, Event, FlowTotals, Frame, HelloOutcome, OpenStatus, ProtoError,
+    ReadOutcome, ResetReason, Role, Session, SessionConfig,
 };
 use polycorn_sched::path::TcpInfoSample;
 use polycorn_sched::predict::NoPrediction;
@@ -50,13 +50,27 @@ fn proxy_session(spec: &str, epoch: u64) -> Session {
     Session::new(cfg).unwrap()
 }
 
-/// A new subflow's Hellos, both ways, as the shells exchange and check them.
-fn hello_exchange(relay: &mut Session, proxy: &mut Session, now: Instant, path: u8) {
-    let to_proxy = Session::check_hello(Role::Proxy, &relay.hello(path)).unwrap();
-    let to_relay = Session::check_hello(Role::Relay, &proxy.hello(path)).unwrap();
-    assert_eq!((to_proxy.path, to_relay.path), (path, path));
-    proxy.on_peer_hello(now, to_proxy.epoch);
-    relay.on_peer_hello(now, to_relay.epoch);
+/// A new subflow's Hellos, both ways, as the shells exchange and check them (the relay
+/// connects again when the proxy's answer renews its epoch). Returns how many connections it
+/// took.
+fn hello_exchange(relay: &mut Session, proxy: &mut Session, now: Instant, path: u8) -> usize {
+    for tries in 1..=3 {
+        let to_proxy = Session::check_hello(Role::Proxy, &relay.hello(path)).unwrap();
+        let to_relay = Session::check_hello(Role::Relay, &proxy.hello(path)).unwrap();
+        assert_eq!((to_proxy.path, to_relay.path), (path, path));
+        let answer = proxy.on_peer_hello(now, proxy.epoch(), to_proxy.epoch);
+        assert!(
+            matches!(answer, HelloOutcome::Attach | HelloOutcome::PeerRestarted),
+            "{answer:?}"
+        );
+        match relay.on_peer_hello(now, to_proxy.epoch, to_relay.epoch) {
+            HelloOutcome::Attach | HelloOutcome::PeerRestarted => return tries,
+            HelloOutcome::Renewed => continue,
+            HelloOutcome::Stale => panic!("the relay's Hello was built just now"),
+            HelloOutcome::Elsewhere => panic!("another path still works with another proxy"),
+        }
+    }
+    panic!("no subflow after three connections")
 }
 
 fn info(unacked: u64, cwnd_bytes: u64) -> TcpInfoSample {
@@ -1084,6 +1098,128 @@ fn reorder_waits_are_measured() {
     // One path only: nothing is ever out of order.
     let (_, _, net) = exchange("minrtt", &[10], 1_000, 1_000_000, &[]);
     assert_eq!(net.relay.reorder_stats().segments, 0);
+}
+
+/// One path reaches another proxy (the name moved, or its IPv4 and IPv6 addresses lead to
+/// different hosts) while the other still works with the session's proxy: nothing is reset and
+/// the session stays; once no path works with the session's proxy, the relay starts afresh
+/// with the other one.
+#[test]
+fn a_path_that_reaches_another_proxy_waits_while_the_sessions_proxy_works() {
+    let mut net = Net::new("hrsch", 2, &[10, 30]);
+    assert!(ping_pong(&mut net, 2_000));
+    let epoch = net.relay.epoch();
+    net.kill(0);
+    let open = open_ping(&mut net);
+    let other = Session::check_hello(Role::Relay, &proxy_session("hrsch", 2).hello(0)).unwrap();
+    let now = t(net.now_ms);
+    assert_eq!(
+        net.relay.hello_outcome(epoch, other.epoch),
+        HelloOutcome::Elsewhere
+    );
+    assert_eq!(
+        net.relay.on_peer_hello(now, epoch, other.epoch),
+        HelloOutcome::Elsewhere
+    );
+    assert_eq!(net.relay.epoch(), epoch);
+    let events: Vec<Event> = std::iter::from_fn(|| net.relay.poll_event()).collect();
+    assert!(
+        !events.iter().any(|e| matches!(e, Event::FlowReset { .. })),
+        "{events:?}"
+    );
+    // The flow opened meanwhile is carried by the session's proxy over path 1.
+    assert!(carry_ping(&mut net, open, 5_000));
+    net.revive(0);
+    assert!(ping_pong(&mut net, 5_000));
+    // A stalled path does not hold the session either.
+    net.kill(0);
+    net.up[1] = false;
+    for _ in 0..20_000 {
+        net.step();
+        if !net.relay.path_usable(1) {
+            break;
+        }
+    }
+    assert!(!net.relay.path_usable(1), "path 1 should stall");
+    assert_eq!(
+        net.relay.on_peer_hello(t(net.now_ms), epoch, other.epoch),
+        HelloOutcome::Renewed
+    );
+    assert_ne!(net.relay.epoch(), epoch);
+}
+
+/// The proxy host name moves to another proxy and back (DNS, no failover): the relay learns it
+/// from the other proxy's epoch, renews its own and connects again; back at the first proxy,
+/// which still holds the session's earlier state, the same happens, and the first proxy, seeing
+/// a new relay epoch, starts afresh instead of taking the relay's control frames for repeats.
+#[test]
+fn a_relay_whose_proxy_name_moves_away_and_back_starts_afresh_with_each() {
+    let mut net = Net::new("hrsch", 2, &[10, 30]);
+    for _ in 0..3 {
+        assert!(ping_pong(&mut net, 2_000), "with the first proxy");
+    }
+    let first_epoch = net.relay.epoch();
+    net.kill_all();
+    let open = open_ping(&mut net);
+    let first = std::mem::replace(&mut net.proxy, proxy_session("hrsch", 2));
+    let now = t(net.now_ms);
+    // Path 0 meets the other proxy first.
+    let old_hello = Session::check_hello(Role::Proxy, &net.relay.hello(1)).unwrap();
+    assert_eq!(hello_exchange(&mut net.relay, &mut net.proxy, now, 0), 2);
+    assert_ne!(net.relay.epoch(), first_epoch);
+    let events: Vec<Event> = std::iter::from_fn(|| net.relay.poll_event()).collect();
+    assert!(
+        events.contains(&Event::FlowReset {
+            flow: open,
+            reason: ResetReason::SessionLost
+        }),
+        "{events:?}"
+    );
+    // Path 1's connection sent its Hello before the renewal: turned away.
+    assert_eq!(
+        net.relay.on_peer_hello(now, old_hello.epoch, 2),
+        HelloOutcome::Stale
+    );
+    net.relay.attach_path(now, 0).unwrap();
+    net.proxy.attach_path(now, 0).unwrap();
+    net.up[0] = true;
+    net.revive(1);
+    for _ in 0..3 {
+        assert!(ping_pong(&mut net, 5_000), "with the second proxy");
+    }
+    // And back to the first, which kept its state.
+    net.kill_all();
+    net.proxy = first;
+    let second_epoch = net.relay.epoch();
+    net.proxy_events.clear();
+    net.revive_all();
+    assert_ne!(net.relay.epoch(), second_epoch);
+    for _ in 0..10 {
+        net.step();
+    }
+    assert!(
+        net.proxy_events.iter().all(|e| matches!(
+            e,
+            Event::FlowReset {
+                reason: ResetReason::SessionLost,
+                ..
+            }
+        )),
+        "{:?}",
+        net.proxy_events
+    );
+    for i in 0..3 {
+        assert!(
+            ping_pong(&mut net, 5_000),
+            "flow {i} back with the first proxy"
+        );
+    }
+    // The same proxy answering again (a subflow replaced) changes nothing.
+    let epoch = net.relay.epoch();
+    net.kill(0);
+    net.revive(0);
+    assert_eq!(net.relay.epoch(), epoch);
+    assert!(ping_pong(&mut net, 5_000), "after a subflow was replaced");
 }
 
 /// A relay fails over to another proxy and later back to the first, which still holds the

@@ -2178,7 +2178,7 @@ fn a_proxy_crash_and_restart_resets_the_connections_it_carried_and_new_ones_work
     let stack = Stack { dir, proxy, relay };
     wait_for_relay_log(
         &stack,
-        "the peer lost this session's state",
+        "the proxy is another one, or lost this session's state",
         None,
         "the relay did not notice the new proxy",
     );
@@ -3151,6 +3151,269 @@ fn a_relay_moves_to_the_names_other_proxy_when_its_own_is_gone() {
         page.lines()
             .any(|l| l == "polycorn_proxy_failovers_total 2"),
         "{page}"
+    );
+    drop(proxy1);
+}
+
+/// The proxy's host name moves to another proxy while the first one still works, and one path
+/// loses its subflow: that path reaches the other proxy but waits, since the other path still
+/// carries the session at the first proxy, so the passenger's download there goes on. When the
+/// operator stops the first proxy (drain, then Close), every path moves to the other proxy.
+#[test]
+fn a_path_that_reaches_another_proxy_waits_until_the_sessions_proxy_stops() {
+    let _s = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    if !is_root() {
+        return;
+    }
+    let bed = Bed::constant("ew", 40, 20);
+    start_server(&bed);
+    let name = "proxy.polycorn.test";
+    let hosts = NetnsHosts::new(&bed.ns("relay"));
+    hosts.set(name, "10.100.0.2");
+    let on = |i: usize, t: String| {
+        t.replace("0.0.0.0:770", &format!("10.100.{i}.2:770"))
+            .replace("127.0.0.1:9100", &format!("127.0.0.1:910{i}"))
+    };
+    let drain = |t: String| t.replacen("\n\n[tls]", "\ndrain_s = 2\n\n[tls]", 1);
+    let one_name = |r| one_proxy_name(r, name, "");
+    let mut stack = start_edited(&bed, "polycorn", one_name, |p| drain(on(0, p)), 2);
+    let p1_config = stack.dir.path().join("proxy1.toml");
+    let p0_text = std::fs::read_to_string(stack.dir.path().join("proxy.toml")).unwrap();
+    std::fs::write(
+        &p1_config,
+        on(1, p0_text.replace("10.100.0.2:770", "0.0.0.0:770")),
+    )
+    .unwrap();
+    let mut proxy1 = Daemon::start(
+        &bed.ns("proxy"),
+        "proxy",
+        &p1_config,
+        stack.dir.path().join("proxy1.log"),
+    );
+    proxy1.wait_for("proxy running", 1);
+    let ups = |addr: &str| {
+        stack
+            .relay
+            .log()
+            .lines()
+            .filter(|l| l.contains("subflow up") && l.contains(&format!("addr={addr}:7700")))
+            .count()
+    };
+    assert_eq!(ups("10.100.0.2"), 2, "{}", stack.relay.log());
+    let download = download_reaching_the_server(&bed, &stack, 800 * MB, 120);
+
+    // The name moves; path 0 no longer reaches the first proxy.
+    hosts.set(name, "10.100.1.2");
+    let cut = Blackhole::with_rules(
+        &bed.ns("proxy"),
+        "  chain in_path0 { type filter hook ingress device \"path0\" priority 0; policy accept; meta protocol ip ip daddr 10.100.0.2 drop; }\n",
+    );
+    let waits = |log: &str| {
+        log.lines().any(|l| {
+            l.contains("the path reached another proxy than the session's")
+                && l.contains("path=p0")
+                && l.contains("addr=10.100.1.2:7700")
+        })
+    };
+    wait_until(
+        60,
+        "path 0 did not reach the other proxy",
+        || stack.relay.log(),
+        || waits(&stack.relay.log()),
+    );
+    std::thread::sleep(Duration::from_secs(3));
+    let log = stack.relay.log();
+    assert!(
+        !download.is_finished(),
+        "the download at the first proxy goes on:\n{}",
+        tail(&log)
+    );
+    assert_eq!(ups("10.100.1.2"), 0, "{}", tail(&log));
+    assert!(
+        !log.contains("starts afresh") && !log.contains("flows_reset"),
+        "nothing was reset:\n{}",
+        tail(&log)
+    );
+    // The other proxy was told at once, and freed what the Hello set up.
+    let other = proxy1.log();
+    assert!(
+        other.contains("this relay's session is with another proxy") && !other.contains("WARN"),
+        "{}",
+        tail(&other)
+    );
+
+    // The operator stops the first proxy: every path moves to the other one.
+    drop(cut);
+    stack.proxy.terminate();
+    let st = stack.proxy.wait_exit();
+    assert!(st.success(), "exit: {st}\n{}", tail(&stack.proxy.log()));
+    assert_cut(&download.join().unwrap(), &stack);
+    let took = wait_until(
+        60,
+        "the relay did not move to the other proxy",
+        || stack.relay.log(),
+        || ups("10.100.1.2") >= 2,
+    );
+    eprintln!(
+        "both paths up at the other proxy {:.1} s after the first proxy's exit",
+        took.as_secs_f64()
+    );
+    for i in 0..2 {
+        fetch_ok(
+            &bed,
+            &stack,
+            64 * KB,
+            4 * MB,
+            &format!("transfer {i} at the other proxy"),
+        );
+    }
+    assert!(
+        !stack
+            .relay
+            .log()
+            .contains("starts afresh under a new epoch"),
+        "the first proxy closed the session: the other one's answer is a first one\n{}",
+        tail(&stack.relay.log())
+    );
+    drop(proxy1);
+}
+
+/// The proxy's host name moves (DNS, one address at a time, no failover) to another proxy
+/// while the first one's host is unreachable, and later back while the first proxy still holds
+/// the session from before. The relay learns from the other proxy's epoch that it speaks to
+/// another proxy and renews its own epoch, so the first proxy, met again, sees a restarted
+/// relay and starts afresh instead of taking the relay's new control frames for repeats of
+/// old ones (which left every new connection hanging).
+#[test]
+fn a_relay_follows_its_proxy_name_to_another_proxy_and_back() {
+    let _s = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    if !is_root() {
+        return;
+    }
+    let bed = Bed::constant("mv", 40, 20);
+    start_server(&bed);
+    let name = "proxy.polycorn.test";
+    let hosts = NetnsHosts::new(&bed.ns("relay"));
+    hosts.set(name, "10.100.0.2");
+    // Proxy 0 on 10.100.0.2 holds a relay's session for 120 s; proxy 1 on 10.100.1.2.
+    let on = |i: usize, t: String| {
+        t.replace("0.0.0.0:770", &format!("10.100.{i}.2:770"))
+            .replace("127.0.0.1:9100", &format!("127.0.0.1:910{i}"))
+    };
+    let hold = |t: String| t.replacen("\n\n[tls]", "\nhold_time_s = 120\n\n[tls]", 1);
+    let one_name = |r| one_proxy_name(r, name, "");
+    let stack = start_edited(&bed, "polycorn", one_name, |p| hold(on(0, p)), 2);
+    let p1_config = stack.dir.path().join("proxy1.toml");
+    let p0_text = std::fs::read_to_string(stack.dir.path().join("proxy.toml")).unwrap();
+    assert!(p0_text.contains("hold_time_s = 120"), "{p0_text}");
+    std::fs::write(
+        &p1_config,
+        on(1, p0_text.replace("10.100.0.2:770", "0.0.0.0:770")),
+    )
+    .unwrap();
+    let mut proxy1 = Daemon::start(
+        &bed.ns("proxy"),
+        "proxy",
+        &p1_config,
+        stack.dir.path().join("proxy1.log"),
+    );
+    proxy1.wait_for("proxy running", 1);
+    let ups = |addr: &str| {
+        stack
+            .relay
+            .log()
+            .lines()
+            .filter(|l| l.contains("subflow up") && l.contains(&format!("addr={addr}:7700")))
+            .count()
+    };
+    assert_eq!(ups("10.100.0.2"), 2, "{}", stack.relay.log());
+    fetch_ok(
+        &bed,
+        &stack,
+        256 * KB,
+        4 * MB,
+        "transfer at the first proxy",
+    );
+
+    // The name moves to the other proxy, and the first one's host is cut off.
+    hosts.set(name, "10.100.1.2");
+    let rules: String = ["path0", "path1"]
+        .iter()
+        .map(|d| {
+            format!(
+                "  chain in_{d} {{ type filter hook ingress device \"{d}\" priority 0; policy accept; meta protocol ip ip daddr 10.100.0.2 drop; }}\n"
+            )
+        })
+        .collect();
+    let gone = Blackhole::with_rules(&bed.ns("proxy"), &rules);
+    let renewed = |log: &str| {
+        log.matches("the session starts afresh under a new epoch")
+            .count()
+    };
+    let took = wait_until(
+        90,
+        "the relay did not follow the name to the other proxy",
+        || stack.relay.log(),
+        || ups("10.100.1.2") >= 2 && renewed(&stack.relay.log()) >= 1,
+    );
+    eprintln!(
+        "both paths up at the other proxy {:.1} s after the move",
+        took.as_secs_f64()
+    );
+    for i in 0..2 {
+        fetch_ok(
+            &bed,
+            &stack,
+            64 * KB,
+            4 * MB,
+            &format!("transfer {i} at the other proxy"),
+        );
+    }
+    assert!(
+        proxy1.log().contains("new relay session"),
+        "{}",
+        tail(&proxy1.log())
+    );
+
+    // Back: the name points at the first proxy again, its host answers again, and the other
+    // proxy's process is gone. The first proxy still holds the session from before.
+    hosts.set(name, "10.100.0.2");
+    drop(gone);
+    let killed = Command::new("kill")
+        .args(["-KILL", &proxy1.child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(killed.success());
+    let took = wait_until(
+        90,
+        "the relay did not follow the name back",
+        || stack.relay.log(),
+        || ups("10.100.0.2") >= 4 && renewed(&stack.relay.log()) >= 2,
+    );
+    eprintln!(
+        "both paths up at the first proxy again {:.1} s after the move back",
+        took.as_secs_f64()
+    );
+    for i in 0..3 {
+        fetch_ok(
+            &bed,
+            &stack,
+            64 * KB,
+            4 * MB,
+            &format!("transfer {i} back at the first proxy"),
+        );
+    }
+    let first = stack.proxy.log();
+    assert!(
+        first.contains("the peer lost this session's state"),
+        "the first proxy saw the relay start afresh:\n{}",
+        tail(&first)
+    );
+    assert_eq!(
+        first.matches("new relay session").count(),
+        1,
+        "the first proxy kept its session:\n{}",
+        tail(&first)
     );
     drop(proxy1);
 }

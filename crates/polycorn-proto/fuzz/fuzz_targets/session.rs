@@ -45,14 +45,20 @@ fuzz_target!(|data: &[u8]| {
                 let _ = s.on_frame(now, (ms % 2) as u8, frame);
                 if s.peer_closed() {
                     // The peer closed the session; the next frames come from a new one.
-                    let _ = s.on_peer_hello(now, ms);
+                    let ours = s.epoch();
+                    let _ = s.on_peer_hello(now, ours, ms);
                 }
                 if side & 4 != 0 && ms == 4 {
                     let _ = s.announce_draining(now);
                 }
                 if side & 8 != 0 && ms == 6 {
-                    let _ = s.renew_epoch(now);
-                    let _ = s.on_peer_hello(now, 1_000 + ms);
+                    let old = s.epoch();
+                    let ours = s.renew_epoch(now);
+                    // A subflow of the old epoch is turned away; the new one's answer is the
+                    // first of its peer; a different peer epoch after it renews again.
+                    let _ = s.on_peer_hello(now, old, 1_000 + ms);
+                    let _ = s.on_peer_hello(now, ours, 1_000 + ms);
+                    let _ = s.on_peer_hello(now, ours, 2_000 + ms);
                 }
                 if side & 2 != 0 && ms == 8 {
                     let _ = s.detach_path(now, 0);
