@@ -40,6 +40,11 @@ pub struct ConnectTimeouts {
 
 /// How long each of several staggered TCP attempts may wait for its handshake.
 pub const STAGGERED_ATTEMPT: Duration = Duration::from_millis(1500);
+/// A staggered connect whose attempts the proxy's host refused (no process listens: it
+/// restarts, or is gone) for this long gives up before its timeout, so the caller can look the
+/// proxy's name up again, or fail over, sooner; a proxy restarting within it is still caught
+/// by the next attempt.
+pub const REFUSED_GIVE_UP: Duration = Duration::from_secs(2);
 
 impl ConnectTimeouts {
     /// [`HANDSHAKE_TIMEOUT`] for each phase, one TCP attempt.
@@ -137,6 +142,11 @@ impl HandshakeError {
             HandshakeError::Io { source, .. } => source.kind() == io::ErrorKind::InvalidData,
             _ => false,
         }
+    }
+
+    /// Whether the proxy's host refused the TCP connection (nothing listens on its port).
+    pub fn is_refused(&self) -> bool {
+        matches!(self, HandshakeError::Io { source, .. } if source.kind() == io::ErrorKind::ConnectionRefused)
     }
 
     /// Whether this is the proxy refusing a revoked relay in the TLS handshake
@@ -263,7 +273,7 @@ pub async fn connect_pinned(
 /// Connect like [`connect_pinned`], but while no attempt has connected start a new one every
 /// `stagger` (each lives at most [`STAGGERED_ATTEMPT`], all within `timeout`); the first
 /// connection wins and the other attempts are dropped. The error is the last attempt's, or a
-/// timeout.
+/// timeout; an attempt refused once [`REFUSED_GIVE_UP`] has passed ends it at once.
 pub async fn connect_staggered(
     proxy: SocketAddr,
     source: Option<IpAddr>,
@@ -293,6 +303,9 @@ pub async fn connect_staggered(
                 Ok(Ok(s)) => return Ok(s),
                 // Every further attempt would fail the same way.
                 Ok(Err(e @ HandshakeError::Setup { .. })) => return Err(e),
+                Ok(Err(e)) if e.is_refused() && start.elapsed() >= REFUSED_GIVE_UP => {
+                    return Err(e)
+                }
                 Ok(Err(e)) => last_err = Some(e),
                 Err(e) => {
                     last_err = Some(HandshakeError::Io {

@@ -1,6 +1,7 @@
 //! Staggered subflow connects in a real network namespace (needs root, nft and ip): while the
 //! proxy's port drops every SYN (a blackout), new TCP attempts keep starting; once SYNs get
-//! through, one connection wins and the other attempts are closed.
+//! through, one connection wins and the other attempts are closed. A port that refuses (the
+//! proxy is down) ends the attempts after 2 s instead.
 //!
 //! The namespace `pcn-t<pid>-conn` (and the nftables table inside it) is deleted by name when
 //! the test ends, also on failure.
@@ -11,7 +12,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use nix::sched::{setns, CloneFlags};
-use polycorn_net::subflow::connect_staggered;
+use polycorn_net::subflow::{connect_staggered, REFUSED_GIVE_UP};
 
 const PORT: u16 = 7702;
 
@@ -139,4 +140,53 @@ fn staggered_attempts_overlap_in_a_blackout_and_one_wins_after_it() {
         "{} attempts still in SYN-SENT after one connected",
         ns.syn_sent()
     );
+}
+
+/// A proxy host that answers every SYN with a reset (no process listens: the proxy is down)
+/// ends the staggered connect soon after `REFUSED_GIVE_UP`, not at its timeout, so the relay
+/// can look the name up again sooner; a proxy that comes back within it is still connected to.
+#[test]
+fn a_refusing_proxy_ends_staggered_attempts_early_and_one_back_within_them_is_reached() {
+    if !can_run() {
+        return;
+    }
+    let ns = Ns::create(format!("pcn-t{}-refu", std::process::id()));
+    let connect = |name: String| {
+        std::thread::spawn(move || {
+            in_ns(&name, || {
+                let t0 = Instant::now();
+                let r = tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                    .unwrap()
+                    .block_on(connect_staggered(
+                        ([127, 0, 0, 1], PORT).into(),
+                        None,
+                        None,
+                        None,
+                        Duration::from_secs(20),
+                        Duration::from_millis(250),
+                    ));
+                (r, t0.elapsed())
+            })
+        })
+    };
+    let (r, took) = connect(ns.0.clone()).join().unwrap();
+    let e = r.expect_err("nothing listens");
+    assert!(e.is_refused(), "{e}");
+    assert!(
+        took >= REFUSED_GIVE_UP && took < Duration::from_secs(10),
+        "gave up after {took:?} (timeout 20 s)"
+    );
+
+    // The proxy comes back 1 s into the attempts.
+    let attempts = connect(ns.0.clone());
+    std::thread::sleep(Duration::from_secs(1));
+    let listener = in_ns(&ns.0, || {
+        std::net::TcpListener::bind(("127.0.0.1", PORT)).expect("bind the proxy port")
+    });
+    let (r, _) = attempts.join().unwrap();
+    let stream = r.expect("connected once the proxy listened again");
+    let (accepted, _) = listener.accept().unwrap();
+    assert_eq!(accepted.peer_addr().unwrap(), stream.local_addr().unwrap());
 }
