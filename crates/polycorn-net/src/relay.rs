@@ -242,11 +242,10 @@ pub async fn start(
                             }
                         });
                         // Paths may name different proxies' names: none may still work.
-                        let (e, paths) = (engine.downgrade(), opts.paths.len() as u8);
+                        let e = engine.downgrade();
                         r.fail_over_only_if(move || {
-                            e.upgrade().is_some_and(|e| {
-                                e.inspect(|s| !(0..paths).any(|p| s.path_usable(p)))
-                            })
+                            e.upgrade()
+                                .is_some_and(|e| e.inspect(|s| !s.any_path_usable()))
                         });
                         r
                     })
@@ -425,9 +424,31 @@ const SILENT_HINT_AFTER: u32 = 4;
 /// proxy a handshake, and the path needs it only once the session's proxy is gone (its other
 /// paths then find that out themselves).
 const OTHER_PROXY_RETRY: Duration = Duration::from_secs(5);
+/// How often a path waiting after reaching another proxy looks whether it may join now.
+const OTHER_PROXY_CHECK: Duration = Duration::from_millis(250);
 /// What the relay tells another proxy than its session's when a path reaches it: that proxy
 /// frees the session its Hello made at once (with an info line, not a subflow's warning).
 const OTHER_PROXY_CLOSE: &str = "this relay's session is with another proxy; trying again later";
+
+/// Sleeps `wait` after an attempt reached another proxy than the session's, or less: until no
+/// path works with the session's proxy any more, or the session changed (renewed, or closed by
+/// its proxy), so that the path tries again at once when it may join.
+async fn other_proxy_pause(engine: &Engine, wait: Duration) {
+    let (epoch, closed) = engine.inspect(|s| (s.epoch(), s.peer_closed()));
+    let until = tokio::time::Instant::now() + wait;
+    loop {
+        let now = tokio::time::Instant::now();
+        if now >= until {
+            return;
+        }
+        tokio::time::sleep((until - now).min(OTHER_PROXY_CHECK)).await;
+        let changed = engine
+            .inspect(|s| s.epoch() != epoch || s.peer_closed() != closed || !s.any_path_usable());
+        if changed {
+            return;
+        }
+    }
+}
 
 /// The pause after the failed attempt `e`, given the pause after the previous one in the same
 /// run of failures (`None` for the first failure). A refusal by the proxy starts at
@@ -617,6 +638,18 @@ async fn maintain_path(
         r
     };
     let failures = std::sync::Mutex::new(ConnectFailures::default());
+    // The pause `wait` after the failed attempt `e`.
+    let pause_after = |e: &subflow::HandshakeError, wait: Duration| {
+        let other = matches!(e, subflow::HandshakeError::OtherProxy(_));
+        let engine = &engine;
+        async move {
+            if other {
+                other_proxy_pause(engine, wait).await;
+            } else {
+                tokio::time::sleep(wait).await;
+            }
+        }
+    };
     // Log a failed attempt of a path without a working subflow, as a warning when worth one.
     // (`retry`: the pause before the next attempt)
     let report = |e: &subflow::HandshakeError, what: &str, retry: Duration| {
@@ -652,7 +685,7 @@ async fn maintain_path(
                 Err(e) => {
                     let wait = retry_pause(pause, &e);
                     report(&e, "subflow connect", wait);
-                    tokio::time::sleep(wait).await;
+                    pause_after(&e, wait).await;
                     pause = Some(wait);
                     continue;
                 }
@@ -698,7 +731,7 @@ async fn maintain_path(
                     debug!(path = %p.name, error = %e, "probe connection failed");
                     if matches!(e, subflow::HandshakeError::OtherProxy(_)) {
                         // Not again before the pause (each costs that proxy a handshake).
-                        tokio::time::sleep(OTHER_PROXY_RETRY).await;
+                        other_proxy_pause(&engine, OTHER_PROXY_RETRY).await;
                     }
                     None
                 }
@@ -733,7 +766,7 @@ async fn maintain_path(
                             {
                                 let wait = retry_pause(pause, &e);
                                 report(&e, "probe connection", wait);
-                                tokio::time::sleep(wait).await;
+                                pause_after(&e, wait).await;
                                 pause = Some(wait);
                             }
                             Err(e) => report(&e, "probe connection", Duration::ZERO),

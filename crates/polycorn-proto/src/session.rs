@@ -585,6 +585,11 @@ impl Session {
             .is_some_and(|p| p.attached && !p.stalled)
     }
 
+    /// Whether any path's subflow is attached and not stalled.
+    pub fn any_path_usable(&self) -> bool {
+        self.paths.iter().any(|p| p.attached && !p.stalled)
+    }
+
     /// Whether `path`'s subflow is alive with its congestion window full at the last
     /// `TCP_INFO` sample (in flight plus queued ≥ cwnd): the scheduler gives it nothing more
     /// until a newer sample shows the window opened, so the shell should sample it again as
@@ -784,7 +789,7 @@ impl Session {
             None => HelloOutcome::Attach,
             Some(e) if e == theirs => HelloOutcome::Attach,
             Some(_) if self.cfg.role == Role::Relay => {
-                if self.paths.iter().any(|p| p.attached && !p.stalled) {
+                if self.any_path_usable() {
                     HelloOutcome::Elsewhere
                 } else {
                     HelloOutcome::Renewed
