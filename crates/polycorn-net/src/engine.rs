@@ -542,6 +542,9 @@ impl Engine {
                          were reset and the session starts afresh under a new epoch"
                     );
                     Self::end_stale_subflows(&mut c);
+                    if let Some(m) = self.0.metrics.get() {
+                        m.session_renewals.inc();
+                    }
                     return SubflowError::Renewed;
                 }
                 HelloOutcome::Stale => return SubflowError::Renewed,

@@ -25,6 +25,7 @@
 //! | `polycorn_flows_reset_total` | counter | | passenger connections ended by a reset |
 //! | `polycorn_flows_held_total` | counter | | (relay) passenger connections held while the proxy drained, then opened at the next proxy |
 //! | `polycorn_proxy_failovers_total` | counter | | (relay) moves to another of the proxy name's addresses after no path reached the one in use for the hold time |
+//! | `polycorn_session_renewals_total` | counter | | (relay) fresh starts of the session, under a new epoch, with a proxy that answered with another epoch than the one before (another proxy, or a restarted one) |
 //! | `polycorn_frames_rejected_total` | counter | `reason` | frames refused by the session (malformed, unknown flow, …) |
 //! | `polycorn_peers_rejected_total` | counter | | subflow connections refused (TLS or hello failure, revoked relay, session of another relay) |
 //! | `polycorn_relay_sessions_total` | counter | `relay` | (proxy) sessions the relay opened: one per start of the relay process |
@@ -349,6 +350,8 @@ pub struct Metrics {
     pub flows_held: Counter,
     /// `polycorn_proxy_failovers_total`.
     pub proxy_failovers: Counter,
+    /// `polycorn_session_renewals_total`.
+    pub session_renewals: Counter,
     /// `polycorn_peers_rejected_total`.
     pub peers_rejected: Counter,
     relay_sessions: Family<RelayLabels, Counter>,
@@ -394,6 +397,7 @@ impl Metrics {
             flows_reset: Counter::default(),
             flows_held: Counter::default(),
             proxy_failovers: Counter::default(),
+            session_renewals: Counter::default(),
             peers_rejected: Counter::default(),
             relay_sessions: Family::default(),
             relay_sessions_ended: Family::default(),
@@ -491,6 +495,11 @@ impl Metrics {
             "polycorn_proxy_failovers",
             "Moves to another of the proxy name's addresses, after no path reached the one in use for the hold time",
             m.proxy_failovers.clone(),
+        );
+        r.register(
+            "polycorn_session_renewals",
+            "Fresh starts of the session with a proxy that answered with another epoch (another proxy, or a restarted one)",
+            m.session_renewals.clone(),
         );
         r.register(
             "polycorn_frames_rejected",

@@ -271,6 +271,7 @@ pub fn to_json(addr: SocketAddr, prev: Option<(&Snapshot, f64)>, cur: &Snapshot)
         "flows_reset": cur.flows_reset,
         "flows_held": cur.flows_held,
         "proxy_failovers": cur.proxy_failovers,
+        "session_renewals": cur.session_renewals,
         "passenger_addresses": cur.passengers,
         "subflows_refused": cur.peers_rejected,
     })
@@ -470,6 +471,7 @@ pub struct Snapshot {
     flows_held: f64,
     /// (relay) Moves to another of the proxy name's addresses.
     proxy_failovers: f64,
+    session_renewals: f64,
     peers_rejected: f64,
     /// Passenger addresses with a byte counter.
     passengers: usize,
@@ -508,6 +510,7 @@ impl Snapshot {
                 "polycorn_flows_reset_total" => s.flows_reset = x.value,
                 "polycorn_flows_held_total" => s.flows_held = x.value,
                 "polycorn_proxy_failovers_total" => s.proxy_failovers = x.value,
+                "polycorn_session_renewals_total" => s.session_renewals = x.value,
                 "polycorn_peers_rejected_total" => s.peers_rejected = x.value,
                 "polycorn_user_bytes_total" => {
                     if let Some(u) = x.label("user") {
@@ -608,20 +611,27 @@ pub fn render(addr: SocketAddr, prev: Option<(&Snapshot, f64)>, cur: &Snapshot) 
         cur.flows_open,
         cur.flows_total,
         cur.flows_reset,
-        match (cur.flows_held > 0.0, cur.proxy_failovers > 0.0) {
-            (false, false) => String::new(),
-            (held, moved) => [
-                held.then(|| format!(", {} held through a proxy's drain", cur.flows_held)),
-                moved.then(|| format!(
+        [
+            (cur.flows_held > 0.0)
+                .then(|| format!(", {} held through a proxy's drain", cur.flows_held)),
+            (cur.proxy_failovers > 0.0).then(|| {
+                format!(
                     ", {} move{} to another proxy",
                     cur.proxy_failovers,
                     if cur.proxy_failovers == 1.0 { "" } else { "s" }
-                )),
-            ]
-            .into_iter()
-            .flatten()
-            .collect::<String>(),
-        },
+                )
+            }),
+            (cur.session_renewals > 0.0).then(|| {
+                format!(
+                    ", {} fresh start{} with a new proxy",
+                    cur.session_renewals,
+                    if cur.session_renewals == 1.0 { "" } else { "s" }
+                )
+            }),
+        ]
+        .into_iter()
+        .flatten()
+        .collect::<String>(),
         cur.passengers,
         if cur.passengers == 1 { "" } else { "es" },
         cur.peers_rejected,
@@ -706,6 +716,16 @@ mod tests {
         let t = render(ADDR.parse().unwrap(), None, &snapshot(&m));
         assert!(
             t.contains("0 reset, 2 held through a proxy's drain, 1 move to another proxy; 1"),
+            "{t}"
+        );
+        // And one that started afresh with a proxy of another epoch, twice.
+        m.session_renewals.inc_by(2);
+        let t = render(ADDR.parse().unwrap(), None, &snapshot(&m));
+        assert!(
+            t.contains(
+                "2 held through a proxy's drain, 1 move to another proxy, 2 fresh starts with a \
+                 new proxy; 1"
+            ),
             "{t}"
         );
     }
@@ -797,6 +817,7 @@ mod tests {
         assert_eq!(v["flows_total"], 4.0);
         assert_eq!(v["flows_held"], 0.0);
         assert_eq!(v["proxy_failovers"], 0.0);
+        assert_eq!(v["session_renewals"], 0.0);
         assert_eq!(v["paths"][0]["path"], "lte0");
         assert_eq!(v["paths"][0]["rtt_ms"], 45.0);
         assert_eq!(v["paths"][0]["sent_mbps"], 5.0);

@@ -3403,6 +3403,12 @@ fn a_relay_follows_its_proxy_name_to_another_proxy_and_back() {
             &format!("transfer {i} back at the first proxy"),
         );
     }
+    let page = scrape_metrics(&bed.ns("relay"));
+    assert!(
+        page.lines()
+            .any(|l| l == "polycorn_session_renewals_total 2"),
+        "two fresh starts, one at each proxy:\n{page}"
+    );
     let first = stack.proxy.log();
     assert!(
         first.contains("the peer lost this session's state"),
