@@ -1871,6 +1871,177 @@ fn a_relay_takes_the_listeners_systemd_passes_and_refuses_ones_it_has_no_use_for
     );
 }
 
+/// A daemon started by systemd's own socket passing (`systemd-socket-activate`, from the systemd
+/// package: the same `sd_listen_fds` environment and descriptors a socket unit gives), killed
+/// by PID when dropped (the tool execs the daemon in its own process).
+struct SocketActivated {
+    child: std::process::Child,
+    log: PathBuf,
+}
+
+impl SocketActivated {
+    fn start(listen: &str, fdname: &str, daemon: &str, config: &Path, log: PathBuf) -> Self {
+        let child = Command::new("systemd-socket-activate")
+            .args(["-l", listen, &format!("--fdname={fdname}")])
+            .arg(env!("CARGO_BIN_EXE_polycorn"))
+            .args([daemon, "--config"])
+            .arg(config)
+            .env("RUST_LOG", "info")
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::fs::File::create(&log).unwrap())
+            .spawn()
+            .expect("run systemd-socket-activate");
+        SocketActivated { child, log }
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// Waits until the log contains `what` (at most 10 s).
+    fn wait_for(&self, what: &str) {
+        let t = std::time::Instant::now();
+        while !self.log().contains(what) {
+            assert!(t.elapsed().as_secs() < 10, "no `{what}`:\n{}", self.log());
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+    }
+}
+
+impl Drop for SocketActivated {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Socket activation with systemd's own implementation of the protocol
+/// (`systemd-socket-activate` holds each listener and starts the daemon on its first
+/// connection, as a socket unit does): a passenger's SOCKS5 connection starts the relay, the
+/// relay's first subflow starts the proxy, each takes the socket it is handed, and the
+/// passenger's download comes through byte for byte.
+#[test]
+fn relay_and_proxy_started_by_systemds_socket_activation_carry_a_download() {
+    let _quiet = machine_to_myself();
+    if !is_root() {
+        return;
+    }
+    let have = Command::new("systemd-socket-activate")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !have {
+        assert!(
+            std::env::var("CI").map_or(true, |v| v != "true"),
+            "systemd-socket-activate missing (scripts/lib.sh installs systemd) and CI=true \
+             forbids skipping"
+        );
+        eprintln!("skipped: systemd-socket-activate not installed");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path().to_str().unwrap();
+    let out = polycorn(&["tls", "generate", d]);
+    assert!(out.status.success(), "{out:?}");
+    let free = || {
+        std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port()
+    };
+    let (proxy_port, socks_port) = (free(), free());
+    // The server the passenger downloads from.
+    let server = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let server_port = server.local_addr().unwrap().port();
+    let body: Vec<u8> = (0..300_000u32).map(|i| (i * 7 % 251) as u8).collect();
+    let sent = body.clone();
+    let serve = std::thread::spawn(move || {
+        let (mut c, _) = server.accept().unwrap();
+        std::io::Write::write_all(&mut c, &sent).unwrap();
+    });
+    let proxy_config = dir.path().join("proxy.toml");
+    std::fs::write(
+        &proxy_config,
+        format!(
+            "[proxy]\nlisten = \"127.0.0.1:{proxy_port}\"\n\n[policy]\nallow = [\"127.0.0.0/8\"]\n\n\
+             [tls]\nca = \"{d}/ca.pem\"\ncert = \"{d}/proxy.pem\"\nkey = \"{d}/proxy.key\"\n"
+        ),
+    )
+    .unwrap();
+    let relay_config = dir.path().join("relay.toml");
+    std::fs::write(
+        &relay_config,
+        format!(
+            "[relay]\nproxy = \"127.0.0.1:{proxy_port}\"\n\n\
+             [[path]]\nname = \"a\"\ndevice = \"lo\"\nsource = \"127.0.0.1\"\n\n\
+             [intercept]\nsocks5 = \"127.0.0.1:{socks_port}\"\n\n\
+             [tls]\nca = \"{d}/ca.pem\"\ncert = \"{d}/relay.pem\"\nkey = \"{d}/relay.key\"\n"
+        ),
+    )
+    .unwrap();
+    let proxy = SocketActivated::start(
+        &format!("127.0.0.1:{proxy_port}"),
+        "subflows",
+        "proxy",
+        &proxy_config,
+        dir.path().join("proxy.log"),
+    );
+    let relay = SocketActivated::start(
+        &format!("127.0.0.1:{socks_port}"),
+        "socks",
+        "relay",
+        &relay_config,
+        dir.path().join("relay.log"),
+    );
+    proxy.wait_for(&format!("Listening on 127.0.0.1:{proxy_port}"));
+    relay.wait_for(&format!("Listening on 127.0.0.1:{socks_port}"));
+    // Neither daemon runs before its first connection.
+    assert!(!relay.log().contains("relay running"), "{}", relay.log());
+    assert!(!proxy.log().contains("proxy running"), "{}", proxy.log());
+
+    // The passenger: SOCKS5 CONNECT to the server, then the download.
+    use std::io::{Read, Write};
+    let mut c = std::net::TcpStream::connect(("127.0.0.1", socks_port)).unwrap();
+    c.set_read_timeout(Some(std::time::Duration::from_secs(20)))
+        .unwrap();
+    c.write_all(&[5, 1, 0]).unwrap();
+    let mut greet = [0u8; 2];
+    c.read_exact(&mut greet)
+        .unwrap_or_else(|e| panic!("{e}\nrelay:\n{}", relay.log()));
+    assert_eq!(greet, [5, 0]);
+    let [hi, lo] = server_port.to_be_bytes();
+    c.write_all(&[5, 1, 0, 1, 127, 0, 0, 1, hi, lo]).unwrap();
+    let mut reply = [0u8; 10];
+    c.read_exact(&mut reply)
+        .unwrap_or_else(|e| panic!("{e}\nrelay:\n{}\nproxy:\n{}", relay.log(), proxy.log()));
+    assert_eq!(reply[..2], [5, 0], "SOCKS5 reply {reply:?}");
+    let mut got = Vec::new();
+    c.read_to_end(&mut got)
+        .unwrap_or_else(|e| panic!("{e}\nrelay:\n{}\nproxy:\n{}", relay.log(), proxy.log()));
+    assert!(
+        got == body,
+        "{} of {} bytes, not the same",
+        got.len(),
+        body.len()
+    );
+    serve.join().unwrap();
+    let (rlog, plog) = (relay.log(), proxy.log());
+    assert!(
+        rlog.contains("listeners passed by systemd (socket activation) sockets=1")
+            && rlog.contains("SOCKS5 listener, passed by systemd")
+            && rlog.contains("subflow up"),
+        "{rlog}"
+    );
+    assert!(
+        plog.contains("listeners passed by systemd (socket activation) sockets=1")
+            && plog.contains("proxy listening, socket passed by systemd")
+            && plog.contains("new relay session"),
+        "{plog}"
+    );
+}
+
 /// A proxy started by `config example proxy.socket`'s unit takes the subflow listener it is
 /// handed and accepts relays' connections on it; a socket for the tunnel listener (an MPTCP
 /// socket the proxy binds itself) or for no listener at all stops the start, naming it.
