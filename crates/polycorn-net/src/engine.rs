@@ -267,6 +267,10 @@ pub enum SubflowError {
     /// that lost the session's state) after this subflow's Hello: connect again.
     #[error("the session started afresh under a new epoch; connecting again")]
     Renewed,
+    /// The relay's Hello on this subflow carried an epoch the relay has renewed since: dropped
+    /// (the relay connects again).
+    #[error("the relay's Hello carried an epoch renewed since")]
+    Stale,
     /// (relay) The proxy is another one than the session's, which another path still reaches.
     #[error("the proxy is another one than the session's, which another path still reaches")]
     OtherProxy,
@@ -547,7 +551,7 @@ impl Engine {
                     }
                     return SubflowError::Renewed;
                 }
-                HelloOutcome::Stale => return SubflowError::Renewed,
+                HelloOutcome::Stale => return SubflowError::Stale,
                 HelloOutcome::Elsewhere => return SubflowError::OtherProxy,
             }
             c.writing[usize::from(path)] = false;

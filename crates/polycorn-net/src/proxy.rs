@@ -543,8 +543,11 @@ async fn accept_loop(
                 .await;
             match err {
                 // Routine: the relay replaced the subflow (after a blackout, or a refresh), or
-                // this side ended the session's subflows (and said why).
-                crate::engine::SubflowError::Replaced | crate::engine::SubflowError::Ended(_) => {
+                // this side ended the session's subflows (and said why), or the subflow was
+                // one the relay opened just before it renewed its epoch.
+                crate::engine::SubflowError::Replaced
+                | crate::engine::SubflowError::Ended(_)
+                | crate::engine::SubflowError::Stale => {
                     info!(%peer, relay = %acc.relay, path = acc.path, error = %err, "subflow ended")
                 }
                 // The relay said it is leaving (a Close frame) before it went.

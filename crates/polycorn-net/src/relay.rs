@@ -922,6 +922,7 @@ async fn maintain_path(
                         if matches!(
                             e,
                             crate::engine::SubflowError::Renewed
+                                | crate::engine::SubflowError::Stale
                                 | crate::engine::SubflowError::OtherProxy
                         ) {
                             // Said once, as a warning, by the subflow that renewed the epoch;

@@ -254,6 +254,11 @@ pub enum ReadOutcome {
     Eof,
 }
 
+/// A relay Hello whose epoch is at most this far behind the relay's latest (as the proxy knows
+/// it) is from before the relay renewed its epoch ([`HelloOutcome::Stale`]); any other
+/// change is a relay that started afresh.
+const RENEWALS_BEHIND: u64 = 1 << 32;
+
 /// What a new subflow's Hellos mean for the session ([`Session::on_peer_hello`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum HelloOutcome {
@@ -272,8 +277,9 @@ pub enum HelloOutcome {
     /// session's: nothing changed; drop the subflow and try again later (the session stays
     /// with its proxy while that one is reachable).
     Elsewhere,
-    /// The subflow's Hello carried an earlier epoch of this end (one renewed since it was
-    /// sent): drop it and connect again.
+    /// The subflow's Hello carried an earlier epoch of the relay (one renewed since it was
+    /// sent; the relay sees it from its own epoch, the proxy because the relay's epochs only
+    /// grow): drop the subflow (the relay connects again). Nothing changed.
     Stale,
 }
 
@@ -795,6 +801,10 @@ impl Session {
                     HelloOutcome::Renewed
                 }
             }
+            // The relay's epochs only grow, by one at each renewal, within one session id (a
+            // restarted relay comes back under a new id): one a little behind the known one is
+            // a subflow the relay opened before it renewed, on its way out.
+            Some(e) if e.wrapping_sub(theirs) <= RENEWALS_BEHIND => HelloOutcome::Stale,
             Some(_) => HelloOutcome::PeerRestarted,
         }
     }

@@ -1100,6 +1100,50 @@ fn reorder_waits_are_measured() {
     assert_eq!(net.relay.reorder_stats().segments, 0);
 }
 
+/// A relay subflow opened just before the relay renewed its epoch can reach the proxy after a
+/// subflow of the new epoch: the proxy turns it away instead of taking it for a restarted
+/// relay (which would reset the flows just opened and start its side's numbering again under
+/// the relay's feet).
+#[test]
+fn a_relay_hello_from_before_its_renewal_is_turned_away_by_the_proxy() {
+    let mut net = Net::new("hrsch", 2, &[10, 30]);
+    assert!(ping_pong(&mut net, 2_000));
+    let old = net.relay.epoch();
+    net.kill_all();
+    net.relay.renew_epoch(t(net.now_ms));
+    net.revive_all();
+    // The proxy ends what it still held of the relay's earlier flows.
+    for _ in 0..10 {
+        net.step();
+    }
+    net.proxy_events.clear();
+    assert!(ping_pong(&mut net, 5_000), "after the renewal");
+    let open = open_ping(&mut net);
+    for _ in 0..5 {
+        net.step();
+    }
+    net.proxy_events.clear();
+    let now = t(net.now_ms);
+    let proxy_epoch = net.proxy.epoch();
+    assert_eq!(
+        net.proxy.on_peer_hello(now, proxy_epoch, old),
+        HelloOutcome::Stale
+    );
+    assert!(
+        std::iter::from_fn(|| net.proxy.poll_event())
+            .all(|e| !matches!(e, Event::FlowReset { .. })),
+        "nothing reset"
+    );
+    assert!(carry_ping(&mut net, open, 5_000), "the open flow goes on");
+    assert!(ping_pong(&mut net, 5_000));
+    // A relay epoch that is not behind is a relay that started afresh.
+    assert_eq!(
+        net.proxy
+            .on_peer_hello(t(net.now_ms), proxy_epoch, old.wrapping_add(7)),
+        HelloOutcome::PeerRestarted
+    );
+}
+
 /// One path reaches another proxy (the name moved, or its IPv4 and IPv6 addresses lead to
 /// different hosts) while the other still works with the session's proxy: nothing is reset and
 /// the session stays; once no path works with the session's proxy, the relay starts afresh
