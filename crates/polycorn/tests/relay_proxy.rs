@@ -2970,6 +2970,61 @@ fn a_proxy_host_name_is_resolved_and_followed_when_the_proxy_moves() {
     fetch_ok(&bed, &stack, 256 * KB, 4 * MB, "transfer after the move");
 }
 
+/// Two proxy processes with the fleet's credentials for one relay whose paths all name the proxy
+/// by `name` (`relay_keys` added to its `[relay]`): the stack's proxy on 10.100.0.2, its
+/// configuration edited by `edit` too, and a second one (returned) on 10.100.1.2, configured
+/// alike with its metrics on port 9101.
+fn two_proxies(
+    bed: &Bed,
+    name: &str,
+    relay_keys: &str,
+    edit: impl Fn(String) -> String,
+) -> (Stack, Daemon) {
+    let on = |i: usize, t: String| {
+        t.replace("0.0.0.0:770", &format!("10.100.{i}.2:770"))
+            .replace("127.0.0.1:9100", &format!("127.0.0.1:910{i}"))
+    };
+    let one_name = |r| one_proxy_name(r, name, relay_keys);
+    let stack = start_edited(bed, "polycorn", one_name, |p| edit(on(0, p)), 2);
+    let p1_config = stack.dir.path().join("proxy1.toml");
+    let p0_text = std::fs::read_to_string(stack.dir.path().join("proxy.toml")).unwrap();
+    std::fs::write(
+        &p1_config,
+        on(1, p0_text.replace("10.100.0.2:770", "0.0.0.0:770")),
+    )
+    .unwrap();
+    let mut proxy1 = Daemon::start(
+        &bed.ns("proxy"),
+        "proxy",
+        &p1_config,
+        stack.dir.path().join("proxy1.log"),
+    );
+    proxy1.wait_for("proxy running", 1);
+    (stack, proxy1)
+}
+
+/// How many subflows `relay` has brought up to proxy address `addr` (port 7700) so far.
+fn subflows_up_at(relay: &Daemon, addr: &str) -> usize {
+    relay
+        .log()
+        .lines()
+        .filter(|l| l.contains("subflow up") && l.contains(&format!("addr={addr}:7700")))
+        .count()
+}
+
+/// nftables chains (for [`Blackhole::with_rules`] in the proxy's namespace) that drop whatever
+/// arrives over `devices` for `addr`: the host there is lost, silently.
+fn cut_off(addr: &str, devices: &[&str]) -> String {
+    devices
+        .iter()
+        .map(|d| {
+            format!(
+                "  chain in_{d} {{ type filter hook ingress device \"{d}\" priority 0; policy accept; meta protocol ip ip daddr {addr} drop; }}\n"
+            )
+        })
+        .collect()
+}
+
 /// Failover: the proxy's name lists two proxy hosts (two processes here, each on its own
 /// address with the fleet's credentials). While the one in use answers, the relay stays; when
 /// its address goes silent (its host lost: every packet to it dropped), the download it
@@ -2993,35 +3048,9 @@ fn a_relay_moves_to_the_names_other_proxy_when_its_own_is_gone() {
         format!("127.0.0.1 localhost\n10.100.0.2 {name}\n10.100.1.2 {name}\n"),
     )
     .unwrap();
-    // Proxy 0 on 10.100.0.2, proxy 1 (started below) on 10.100.1.2.
-    let on = |i: usize, t: String| {
-        t.replace("0.0.0.0:770", &format!("10.100.{i}.2:770"))
-            .replace("127.0.0.1:9100", &format!("127.0.0.1:910{i}"))
-    };
-    let one_name = |r| one_proxy_name(r, name, "hold_time_s = 5\n");
-    let stack = start_edited(&bed, "polycorn", one_name, |p| on(0, p), 2);
-    let p1_config = stack.dir.path().join("proxy1.toml");
-    let p0_text = std::fs::read_to_string(stack.dir.path().join("proxy.toml")).unwrap();
-    std::fs::write(
-        &p1_config,
-        on(1, p0_text.replace("10.100.0.2:770", "0.0.0.0:770")),
-    )
-    .unwrap();
-    let mut proxy1 = Daemon::start(
-        &bed.ns("proxy"),
-        "proxy",
-        &p1_config,
-        stack.dir.path().join("proxy1.log"),
-    );
-    proxy1.wait_for("proxy running", 1);
-    let ups = |addr: &str| {
-        stack
-            .relay
-            .log()
-            .lines()
-            .filter(|l| l.contains("subflow up") && l.contains(&format!("addr={addr}:7700")))
-            .count()
-    };
+    // Proxy 0 on 10.100.0.2, proxy 1 on 10.100.1.2.
+    let (stack, proxy1) = two_proxies(&bed, name, "hold_time_s = 5\n", |p| p);
+    let ups = |addr: &str| subflows_up_at(&stack.relay, addr);
     // The resolver's order decides which comes first; every path is on that one.
     let (used, other) = if ups("10.100.0.2") > 0 {
         ("10.100.0.2", "10.100.1.2")
@@ -3034,15 +3063,7 @@ fn a_relay_moves_to_the_names_other_proxy_when_its_own_is_gone() {
     let download = download_reaching_the_server(&bed, &stack, 800 * MB, 120);
 
     // The host of the proxy in use is lost: nothing reaches its address any more.
-    let rules: String = ["path0", "path1"]
-        .iter()
-        .map(|d| {
-            format!(
-                "  chain in_{d} {{ type filter hook ingress device \"{d}\" priority 0; policy accept; meta protocol ip ip daddr {used} drop; }}\n"
-            )
-        })
-        .collect();
-    let gone = Blackhole::with_rules(&bed.ns("proxy"), &rules);
+    let gone = Blackhole::with_rules(&bed.ns("proxy"), &cut_off(used, &["path0", "path1"]));
     let moved = |log: &str| {
         log.lines().any(|l| {
             l.contains("moving to the name's next address")
@@ -3170,44 +3191,15 @@ fn a_path_that_reaches_another_proxy_waits_until_the_sessions_proxy_stops() {
     let name = "proxy.polycorn.test";
     let hosts = NetnsHosts::new(&bed.ns("relay"));
     hosts.set(name, "10.100.0.2");
-    let on = |i: usize, t: String| {
-        t.replace("0.0.0.0:770", &format!("10.100.{i}.2:770"))
-            .replace("127.0.0.1:9100", &format!("127.0.0.1:910{i}"))
-    };
     let drain = |t: String| t.replacen("\n\n[tls]", "\ndrain_s = 2\n\n[tls]", 1);
-    let one_name = |r| one_proxy_name(r, name, "");
-    let mut stack = start_edited(&bed, "polycorn", one_name, |p| drain(on(0, p)), 2);
-    let p1_config = stack.dir.path().join("proxy1.toml");
-    let p0_text = std::fs::read_to_string(stack.dir.path().join("proxy.toml")).unwrap();
-    std::fs::write(
-        &p1_config,
-        on(1, p0_text.replace("10.100.0.2:770", "0.0.0.0:770")),
-    )
-    .unwrap();
-    let mut proxy1 = Daemon::start(
-        &bed.ns("proxy"),
-        "proxy",
-        &p1_config,
-        stack.dir.path().join("proxy1.log"),
-    );
-    proxy1.wait_for("proxy running", 1);
-    let ups = |addr: &str| {
-        stack
-            .relay
-            .log()
-            .lines()
-            .filter(|l| l.contains("subflow up") && l.contains(&format!("addr={addr}:7700")))
-            .count()
-    };
+    let (mut stack, proxy1) = two_proxies(&bed, name, "", drain);
+    let ups = |addr: &str| subflows_up_at(&stack.relay, addr);
     assert_eq!(ups("10.100.0.2"), 2, "{}", stack.relay.log());
     let download = download_reaching_the_server(&bed, &stack, 800 * MB, 120);
 
     // The name moves; path 0 no longer reaches the first proxy.
     hosts.set(name, "10.100.1.2");
-    let cut = Blackhole::with_rules(
-        &bed.ns("proxy"),
-        "  chain in_path0 { type filter hook ingress device \"path0\" priority 0; policy accept; meta protocol ip ip daddr 10.100.0.2 drop; }\n",
-    );
+    let cut = Blackhole::with_rules(&bed.ns("proxy"), &cut_off("10.100.0.2", &["path0"]));
     let waits = |log: &str| {
         log.lines().any(|l| {
             l.contains("the path reached another proxy than the session's")
@@ -3295,37 +3287,12 @@ fn a_relay_follows_its_proxy_name_to_another_proxy_and_back() {
     let name = "proxy.polycorn.test";
     let hosts = NetnsHosts::new(&bed.ns("relay"));
     hosts.set(name, "10.100.0.2");
-    // Proxy 0 on 10.100.0.2 holds a relay's session for 120 s; proxy 1 on 10.100.1.2.
-    let on = |i: usize, t: String| {
-        t.replace("0.0.0.0:770", &format!("10.100.{i}.2:770"))
-            .replace("127.0.0.1:9100", &format!("127.0.0.1:910{i}"))
-    };
+    // Both proxies hold a relay's session for 120 s.
     let hold = |t: String| t.replacen("\n\n[tls]", "\nhold_time_s = 120\n\n[tls]", 1);
-    let one_name = |r| one_proxy_name(r, name, "");
-    let stack = start_edited(&bed, "polycorn", one_name, |p| hold(on(0, p)), 2);
-    let p1_config = stack.dir.path().join("proxy1.toml");
+    let (stack, proxy1) = two_proxies(&bed, name, "", hold);
     let p0_text = std::fs::read_to_string(stack.dir.path().join("proxy.toml")).unwrap();
     assert!(p0_text.contains("hold_time_s = 120"), "{p0_text}");
-    std::fs::write(
-        &p1_config,
-        on(1, p0_text.replace("10.100.0.2:770", "0.0.0.0:770")),
-    )
-    .unwrap();
-    let mut proxy1 = Daemon::start(
-        &bed.ns("proxy"),
-        "proxy",
-        &p1_config,
-        stack.dir.path().join("proxy1.log"),
-    );
-    proxy1.wait_for("proxy running", 1);
-    let ups = |addr: &str| {
-        stack
-            .relay
-            .log()
-            .lines()
-            .filter(|l| l.contains("subflow up") && l.contains(&format!("addr={addr}:7700")))
-            .count()
-    };
+    let ups = |addr: &str| subflows_up_at(&stack.relay, addr);
     assert_eq!(ups("10.100.0.2"), 2, "{}", stack.relay.log());
     fetch_ok(
         &bed,
@@ -3337,15 +3304,10 @@ fn a_relay_follows_its_proxy_name_to_another_proxy_and_back() {
 
     // The name moves to the other proxy, and the first one's host is cut off.
     hosts.set(name, "10.100.1.2");
-    let rules: String = ["path0", "path1"]
-        .iter()
-        .map(|d| {
-            format!(
-                "  chain in_{d} {{ type filter hook ingress device \"{d}\" priority 0; policy accept; meta protocol ip ip daddr 10.100.0.2 drop; }}\n"
-            )
-        })
-        .collect();
-    let gone = Blackhole::with_rules(&bed.ns("proxy"), &rules);
+    let gone = Blackhole::with_rules(
+        &bed.ns("proxy"),
+        &cut_off("10.100.0.2", &["path0", "path1"]),
+    );
     let renewed = |log: &str| {
         log.matches("the session starts afresh under a new epoch")
             .count()

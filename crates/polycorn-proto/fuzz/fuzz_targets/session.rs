@@ -55,10 +55,14 @@ fuzz_target!(|data: &[u8]| {
                     let old = s.epoch();
                     let ours = s.renew_epoch(now);
                     // A subflow of the old epoch is turned away; the new one's answer is the
-                    // first of its peer; a different peer epoch after it renews again.
+                    // first of its peer; a different peer epoch after it renews again (or, at a
+                    // relay with a path up, waits).
                     let _ = s.on_peer_hello(now, old, 1_000 + ms);
                     let _ = s.on_peer_hello(now, ours, 1_000 + ms);
                     let _ = s.on_peer_hello(now, ours, 2_000 + ms);
+                    // One behind the last: a relay's Hello from before its renewal, as the
+                    // proxy sees it.
+                    let _ = s.on_peer_hello(now, ours, 1_999 + ms);
                 }
                 if side & 2 != 0 && ms == 8 {
                     let _ = s.detach_path(now, 0);
