@@ -1100,6 +1100,29 @@ fn reorder_waits_are_measured() {
     assert_eq!(net.relay.reorder_stats().segments, 0);
 }
 
+/// The relay came back to a proxy that held the session's earlier state: that proxy ends what
+/// it still held of the relay's earlier flows (resets of the lost session only), and flows
+/// then work with it.
+fn back_at_the_first_proxy(net: &mut Net) {
+    for _ in 0..10 {
+        net.step();
+    }
+    assert!(
+        net.proxy_events.iter().all(|e| matches!(
+            e,
+            Event::FlowReset {
+                reason: ResetReason::SessionLost,
+                ..
+            }
+        )),
+        "{:?}",
+        net.proxy_events
+    );
+    for i in 0..3 {
+        assert!(ping_pong(net, 5_000), "flow {i} back with the first proxy");
+    }
+}
+
 /// A relay subflow opened just before the relay renewed its epoch can reach the proxy after a
 /// subflow of the new epoch: the proxy turns it away instead of taking it for a restarted
 /// relay (which would reset the flows just opened and start its side's numbering again under
@@ -1238,26 +1261,7 @@ fn a_relay_whose_proxy_name_moves_away_and_back_starts_afresh_with_each() {
     net.proxy_events.clear();
     net.revive_all();
     assert_ne!(net.relay.epoch(), second_epoch);
-    for _ in 0..10 {
-        net.step();
-    }
-    assert!(
-        net.proxy_events.iter().all(|e| matches!(
-            e,
-            Event::FlowReset {
-                reason: ResetReason::SessionLost,
-                ..
-            }
-        )),
-        "{:?}",
-        net.proxy_events
-    );
-    for i in 0..3 {
-        assert!(
-            ping_pong(&mut net, 5_000),
-            "flow {i} back with the first proxy"
-        );
-    }
+    back_at_the_first_proxy(&mut net);
     // The same proxy answering again (a subflow replaced) changes nothing.
     let epoch = net.relay.epoch();
     net.kill(0);
@@ -1304,25 +1308,5 @@ fn a_relay_that_moves_to_another_proxy_and_back_starts_afresh_with_each() {
     net.relay.renew_epoch(t(net.now_ms));
     net.proxy_events.clear();
     net.revive_all();
-    // The first proxy ends what it still held of the relay's earlier flows.
-    for _ in 0..10 {
-        net.step();
-    }
-    assert!(
-        net.proxy_events.iter().all(|e| matches!(
-            e,
-            Event::FlowReset {
-                reason: ResetReason::SessionLost,
-                ..
-            }
-        )),
-        "{:?}",
-        net.proxy_events
-    );
-    for i in 0..3 {
-        assert!(
-            ping_pong(&mut net, 5_000),
-            "flow {i} back with the first proxy"
-        );
-    }
+    back_at_the_first_proxy(&mut net);
 }
