@@ -79,6 +79,29 @@ fn eventually(secs: u64, mut cond: impl FnMut() -> bool) -> bool {
     cond()
 }
 
+/// A staggered connect to the proxy port on `ns`'s loopback (new attempt every 250 ms, 20 s
+/// in all), on its own thread.
+fn connect_in(
+    ns: String,
+) -> std::thread::JoinHandle<Result<tokio::net::TcpStream, polycorn_net::subflow::HandshakeError>> {
+    std::thread::spawn(move || {
+        in_ns(&ns, || {
+            tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap()
+                .block_on(connect_staggered(
+                    ([127, 0, 0, 1], PORT).into(),
+                    None,
+                    None,
+                    None,
+                    Duration::from_secs(20),
+                    Duration::from_millis(250),
+                ))
+        })
+    })
+}
+
 #[test]
 fn staggered_attempts_overlap_in_a_blackout_and_one_wins_after_it() {
     if !can_run() {
@@ -98,23 +121,7 @@ fn staggered_attempts_overlap_in_a_blackout_and_one_wins_after_it() {
         "add rule inet pcn_conn input tcp dport {PORT} tcp flags & (syn | ack) == syn drop"
     );
     ns.sh("nft", &[&rule]);
-    let name = ns.0.clone();
-    let connect = std::thread::spawn(move || {
-        in_ns(&name, || {
-            tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .unwrap()
-                .block_on(connect_staggered(
-                    ([127, 0, 0, 1], PORT).into(),
-                    None,
-                    None,
-                    None,
-                    Duration::from_secs(20),
-                    Duration::from_millis(250),
-                ))
-        })
-    });
+    let connect = connect_in(ns.0.clone());
     // A single attempt would keep one socket in SYN-SENT; staggering keeps several.
     assert!(
         eventually(10, || ns.syn_sent() >= 3),
@@ -151,27 +158,9 @@ fn a_refusing_proxy_ends_staggered_attempts_early_and_one_back_within_them_is_re
         return;
     }
     let ns = Ns::create(format!("pcn-t{}-refu", std::process::id()));
-    let connect = |name: String| {
-        std::thread::spawn(move || {
-            in_ns(&name, || {
-                let t0 = Instant::now();
-                let r = tokio::runtime::Builder::new_current_thread()
-                    .enable_all()
-                    .build()
-                    .unwrap()
-                    .block_on(connect_staggered(
-                        ([127, 0, 0, 1], PORT).into(),
-                        None,
-                        None,
-                        None,
-                        Duration::from_secs(20),
-                        Duration::from_millis(250),
-                    ));
-                (r, t0.elapsed())
-            })
-        })
-    };
-    let (r, took) = connect(ns.0.clone()).join().unwrap();
+    let t0 = Instant::now();
+    let r = connect_in(ns.0.clone()).join().unwrap();
+    let took = t0.elapsed();
     let e = r.expect_err("nothing listens");
     assert!(e.is_refused(), "{e}");
     assert!(
@@ -180,12 +169,12 @@ fn a_refusing_proxy_ends_staggered_attempts_early_and_one_back_within_them_is_re
     );
 
     // The proxy comes back 1 s into the attempts.
-    let attempts = connect(ns.0.clone());
+    let attempts = connect_in(ns.0.clone());
     std::thread::sleep(Duration::from_secs(1));
     let listener = in_ns(&ns.0, || {
         std::net::TcpListener::bind(("127.0.0.1", PORT)).expect("bind the proxy port")
     });
-    let (r, _) = attempts.join().unwrap();
+    let r = attempts.join().unwrap();
     let stream = r.expect("connected once the proxy listened again");
     let (accepted, _) = listener.accept().unwrap();
     assert_eq!(accepted.peer_addr().unwrap(), stream.local_addr().unwrap());

@@ -95,21 +95,29 @@ fn proxy_with_a_congestion_control_the_kernel_lacks_stops_at_startup() {
     );
 }
 
-/// The systemd units `config example` prints are ones systemd itself accepts
-/// (`systemd-analyze verify`: every key known, the binary there and executable), run this very
-/// binary, and check the configuration before every start.
-#[test]
-fn config_example_prints_systemd_units_that_systemd_accepts() {
-    let have = Command::new("systemd-analyze")
+/// Whether `tool` (of the systemd package, which scripts/lib.sh installs) runs here; a test
+/// without it is skipped, except under CI=true, which forbids skipping.
+fn have_systemd_tool(tool: &str) -> bool {
+    let have = Command::new(tool)
         .arg("--version")
         .output()
         .is_ok_and(|o| o.status.success());
     if !have {
         assert!(
             std::env::var("CI").map_or(true, |v| v != "true"),
-            "systemd-analyze missing (scripts/lib.sh installs systemd) and CI=true forbids skipping"
+            "{tool} missing (scripts/lib.sh installs systemd) and CI=true forbids skipping"
         );
-        eprintln!("skipped: systemd-analyze not installed");
+        eprintln!("skipped: {tool} not installed");
+    }
+    have
+}
+
+/// The systemd units `config example` prints are ones systemd itself accepts
+/// (`systemd-analyze verify`: every key known, the binary there and executable), run this very
+/// binary, and check the configuration before every start.
+#[test]
+fn config_example_prints_systemd_units_that_systemd_accepts() {
+    if !have_systemd_tool("systemd-analyze") {
         return;
     }
     let bin = env!("CARGO_BIN_EXE_polycorn");
@@ -1927,17 +1935,7 @@ fn relay_and_proxy_started_by_systemds_socket_activation_carry_a_download() {
     if !is_root() {
         return;
     }
-    let have = Command::new("systemd-socket-activate")
-        .arg("--version")
-        .output()
-        .is_ok_and(|o| o.status.success());
-    if !have {
-        assert!(
-            std::env::var("CI").map_or(true, |v| v != "true"),
-            "systemd-socket-activate missing (scripts/lib.sh installs systemd) and CI=true \
-             forbids skipping"
-        );
-        eprintln!("skipped: systemd-socket-activate not installed");
+    if !have_systemd_tool("systemd-socket-activate") {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
