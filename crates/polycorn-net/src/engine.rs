@@ -231,7 +231,7 @@ const GOODBYE_WAIT: std::time::Duration = std::time::Duration::from_millis(1500)
 /// it closes its side too, at most [`GOODBYE_WAIT`]. The reading matters: a socket closed with
 /// unread data is reset by the kernel, which throws away what it had not sent yet — the Close
 /// frame with it, behind a window of passengers' data.
-async fn goodbye<R, W>(reader: &mut R, writer: &mut W, last: &[u8])
+pub(crate) async fn goodbye<R, W>(reader: &mut R, writer: &mut W, last: &[u8])
 where
     R: AsyncRead + Unpin,
     W: AsyncWrite + Unpin,

@@ -508,20 +508,18 @@ pub async fn send_hello<S: AsyncWrite + Unpin>(s: &mut S, hello: &[u8]) -> io::R
     s.flush().await
 }
 
-/// Ends a handshaken subflow that will not join the session: a `Close` frame saying `message`
-/// (the peer drops what its side of the Hello set up, as after any Close), then TLS
-/// close_notify; gives up after 1 s.
-pub async fn close_session<S: AsyncWrite + Unpin>(mut s: S, message: &str) {
+/// Ends a handshaken subflow that will not join the session as the engine ends any subflow
+/// on purpose ([`crate::engine`]'s goodbye): a `Close` frame saying `message` (the peer drops
+/// what its side of the Hello set up, as after any Close), TLS close_notify, then what the
+/// peer still sends is read until it closes too.
+pub async fn close_session<S: AsyncRead + AsyncWrite + Unpin>(s: S, message: &str) {
     let close = Frame::Close {
         reason: CloseReason::Shutdown,
         message: message.to_string(),
     }
     .to_vec();
-    let _ = tokio::time::timeout(Duration::from_secs(1), async {
-        s.write_all(&close).await?;
-        s.shutdown().await
-    })
-    .await;
+    let (mut r, mut w) = tokio::io::split(s);
+    crate::engine::goodbye(&mut r, &mut w, &close).await;
 }
 
 /// Shared TLS client/server handles.
