@@ -633,7 +633,11 @@ async fn session_events(
                 );
                 engine.on_context(&ctx);
             }
-            Event::PeerClosed { reason, message } => {
+            Event::PeerClosed {
+                reason,
+                message,
+                flows_reset,
+            } => {
                 let gone = sessions
                     .lock()
                     .unwrap_or_else(|p| p.into_inner())
@@ -641,13 +645,15 @@ async fn session_events(
                 if let Some(l) = &gone {
                     ended(&l.relay, SessionEnd::Closed);
                 }
-                info!(
-                    session = format!("{id:016x}"),
-                    relay = gone.as_ref().map(|l| tracing::field::display(&l.relay)),
-                    ?reason,
-                    message = %message,
-                    "the relay closed the session; its passengers' connections were reset"
-                );
+                let session = format!("{id:016x}");
+                let relay = gone.as_ref().map(|l| tracing::field::display(&l.relay));
+                if flows_reset == 0 {
+                    info!(session, relay, ?reason, message = %message,
+                        "the relay closed the session; no passenger connection was open");
+                } else {
+                    info!(session, relay, ?reason, message = %message, flows_reset,
+                        "the relay closed the session; its passengers' connections were reset");
+                }
                 return;
             }
             Event::SessionLost => {

@@ -337,10 +337,27 @@ async fn log_events(mut rx: mpsc::UnboundedReceiver<polycorn_proto::Event>) {
             polycorn_proto::Event::SessionLost => {
                 warn!("every path has been down longer than the hold time: passengers' connections were reset")
             }
-            polycorn_proto::Event::PeerClosed { reason, message } => {
+            polycorn_proto::Event::PeerClosed {
+                reason,
+                message,
+                flows_reset: 0,
+            } => {
                 warn!(
                     ?reason,
                     message = %message,
+                    "the proxy closed the session (a proxy restart or upgrade); no passenger \
+                     connection was open; reconnecting"
+                )
+            }
+            polycorn_proto::Event::PeerClosed {
+                reason,
+                message,
+                flows_reset,
+            } => {
+                warn!(
+                    ?reason,
+                    message = %message,
+                    flows_reset,
                     "the proxy closed the session (a proxy restart or upgrade): passengers' \
                      connections were reset; reconnecting"
                 )

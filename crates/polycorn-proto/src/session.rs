@@ -240,6 +240,8 @@ pub enum Event {
         reason: CloseReason,
         /// The peer's words.
         message: String,
+        /// Flows that were open and were reset by it (0 for an idle session).
+        flows_reset: usize,
     },
 }
 
@@ -1447,13 +1449,18 @@ impl Session {
                 // Sent on every path: the first one counts (the rest are ignored above).
                 self.peer_closed = true;
                 self.peer_draining = false;
+                let flows_reset = self.flows.len();
                 self.reset_all_flows(now, ResetReason::Shutdown);
                 // The peer is gone with all it knew: the next one (a restarted proxy) starts
                 // afresh, and flows opened until it answers are carried to it rather than
                 // reset when its Hello shows a new epoch.
                 self.forget_peer();
                 self.peer_epoch = None;
-                self.events.push_back(Event::PeerClosed { reason, message });
+                self.events.push_back(Event::PeerClosed {
+                    reason,
+                    message,
+                    flows_reset,
+                });
                 Ok(())
             }
         }

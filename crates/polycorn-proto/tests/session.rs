@@ -713,7 +713,8 @@ fn a_relay_that_closes_the_session_has_the_proxy_reset_its_flows_at_once() {
         closes,
         [&Event::PeerClosed {
             reason: CloseReason::Shutdown,
-            message: "relay shutting down".into()
+            message: "relay shutting down".into(),
+            flows_reset: 1,
         }]
     );
     assert!(net.proxy_events.contains(&Event::FlowReset {
@@ -734,6 +735,28 @@ fn a_relay_that_closes_the_session_has_the_proxy_reset_its_flows_at_once() {
     assert_eq!(net.proxy.open_flows(), 0);
     assert!(!std::iter::from_fn(|| net.proxy.poll_event())
         .any(|e| matches!(e, Event::FlowRequested { .. })));
+}
+
+/// A relay that closes a session with no flow open says so to the proxy: nothing was reset
+/// (the proxy logs it that way, not as passengers' connections cut).
+#[test]
+fn closing_an_idle_session_resets_no_flow() {
+    let mut net = Net::new("hrsch", 2, &[10, 30]);
+    for _ in 0..100 {
+        net.step();
+    }
+    net.relay
+        .close(t(net.now_ms), CloseReason::Shutdown, "relay shutting down");
+    for _ in 0..40 {
+        net.step();
+    }
+    assert!(net.proxy_events.contains(&Event::PeerClosed {
+        reason: CloseReason::Shutdown,
+        message: "relay shutting down".into(),
+        flows_reset: 0,
+    }));
+    assert!(net.proxy.peer_closed());
+    assert_eq!(net.proxy.flow_totals().reset, 0);
 }
 
 /// A proxy that shuts down closes the session: the relay resets its passengers' flows at once
@@ -760,7 +783,8 @@ fn a_proxy_that_closes_the_session_has_the_relay_reset_and_carry_on_with_the_nex
     }));
     assert!(net.relay_events.contains(&Event::PeerClosed {
         reason: CloseReason::Shutdown,
-        message: "proxy shutting down".into()
+        message: "proxy shutting down".into(),
+        flows_reset: 1,
     }));
     assert!(net.relay.peer_closed());
     assert_eq!(net.relay.open_flows(), 0);
