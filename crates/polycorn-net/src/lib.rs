@@ -5,6 +5,7 @@
 //! session; `engine` ties one session to its subflows; `relay` and `proxy` are the two roles.
 
 pub mod activation;
+pub mod check;
 pub mod config;
 pub mod context;
 pub mod direct;

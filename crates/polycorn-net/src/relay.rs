@@ -209,7 +209,8 @@ pub async fn start(
                 .tls
                 .clone()
                 .ok_or("polycorn mode needs TLS credentials ([tls])")?;
-            let id = random_u64();
+            // Never the id a path check uses.
+            let id = random_u64().max(polycorn_proto::CHECK_SESSION + 1);
             let mut cfg = opts.tuning.session_config(Role::Relay, id, &opts.pipeline);
             cfg.epoch = random_u64();
             let session =
@@ -565,6 +566,37 @@ enum Replace {
 }
 
 /// Keep `path`'s subflow up: connect with backoff, run, and replace it when it stalls.
+/// Where path `p` connects now: its source address (the configured one, else its interface's
+/// address of the moment, of a family the proxy has an address in, IPv4 first) and the proxy's
+/// address. `failing`: the path's previous attempt failed (see [`ProxyResolver::resolve`]).
+pub(crate) async fn path_target(
+    p: &RelayPath,
+    resolver: &Arc<ProxyResolver>,
+    failing: bool,
+) -> Result<(Option<IpAddr>, SocketAddr), subflow::HandshakeError> {
+    match (p.source, p.device.as_deref()) {
+        (None, Some(dev)) => match crate::sockopt::device_addresses(dev) {
+            Ok(addrs) if addrs.is_empty() => Err(subflow::HandshakeError::Io {
+                what: format!("find an address of {dev}"),
+                source: std::io::Error::new(
+                    std::io::ErrorKind::AddrNotAvailable,
+                    "the interface has none (modem not attached?)",
+                ),
+            }),
+            Ok(addrs) => resolver
+                .resolve_from(&addrs, failing)
+                .await
+                .map(|(s, addr)| (Some(s), addr)),
+            // No such interface: as for a path with a source, a setup failure.
+            Err(e) => Err(subflow::HandshakeError::Setup {
+                what: format!("read the addresses of {dev}"),
+                source: e,
+            }),
+        },
+        (s, _) => resolver.resolve(s, failing).await.map(|addr| (s, addr)),
+    }
+}
+
 async fn maintain_path(
     engine: Engine,
     path: u8,
@@ -587,29 +619,7 @@ async fn maintain_path(
         (&tls, &p, &sockopts, &resolver, &failing, &engine, &other);
     let connect = move |timeouts| async move {
         let failed = failing_ref.load(std::sync::atomic::Ordering::Relaxed);
-        // A path without a configured source takes its interface's address of the moment, of
-        // a family the proxy has an address in (IPv4 first).
-        let target = match (p_ref.source, p_ref.device.as_deref()) {
-            (None, Some(dev)) => match crate::sockopt::device_addresses(dev) {
-                Ok(addrs) if addrs.is_empty() => Err(subflow::HandshakeError::Io {
-                    what: format!("find an address of {dev}"),
-                    source: std::io::Error::new(
-                        std::io::ErrorKind::AddrNotAvailable,
-                        "the interface has none (modem not attached?)",
-                    ),
-                }),
-                Ok(addrs) => resolver
-                    .resolve_from(&addrs, failed)
-                    .await
-                    .map(|(s, addr)| (Some(s), addr)),
-                // No such interface: as for a path with a source, a setup failure.
-                Err(e) => Err(subflow::HandshakeError::Setup {
-                    what: format!("read the addresses of {dev}"),
-                    source: e,
-                }),
-            },
-            (s, _) => resolver.resolve(s, failed).await.map(|addr| (s, addr)),
-        };
+        let target = path_target(p_ref, resolver, failed).await;
         let r = match target {
             Err(e) => Err(e),
             Ok((source, addr)) => {

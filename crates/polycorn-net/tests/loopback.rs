@@ -108,6 +108,8 @@ async fn setup(spec: &str) -> (SocketAddr, tempfile::TempDir) {
 /// A relay and a proxy joined over loopback.
 struct Pair {
     socks: SocketAddr,
+    /// The proxy's listeners, one per path.
+    proxy_listen: Vec<SocketAddr>,
     dir: tempfile::TempDir,
     proxy_tasks: tokio::task::JoinSet<()>,
     sessions: polycorn_net::proxy::Sessions,
@@ -178,6 +180,7 @@ async fn start_pair(spec: &str, tuning: Tuning) -> Pair {
             .unwrap();
     Pair {
         socks,
+        proxy_listen: listen,
         dir,
         proxy_tasks,
         sessions,
@@ -287,5 +290,117 @@ async fn refused_destination_gets_a_socks_error() {
         socks_connect(socks, denied).await.unwrap_err(),
         2,
         "not allowed"
+    );
+}
+
+/// A path check (`polycorn relay --check-paths`) beside a working relay: the proxy answers
+/// over both paths and closes, without a session (the relay's stays the only one, and carries
+/// on). A proxy of an earlier build answers the check's Hello as a new session's; the check
+/// reports that and closes the session it made.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_path_check_opens_no_session_and_closes_one_an_older_proxy_opened() {
+    use polycorn_net::subflow;
+    use polycorn_proto::{Frame, Role};
+
+    let srv = server().await;
+    let pair = start_pair("polycorn", Tuning::default()).await;
+    let live = |p: &Pair| p.sessions.lock().unwrap().len();
+    tokio::time::timeout(
+        Duration::from_secs(30),
+        transfer(pair.socks, srv, 1000, 1000),
+    )
+    .await
+    .expect("transfer timed out");
+    assert_eq!(live(&pair), 1);
+    let p = |f: &str| pair.dir.path().join(f);
+    let client = tls::client_config(&p("ca.pem"), &p("relay.pem"), &p("relay.key")).unwrap();
+    let paths: Vec<RelayPath> = pair
+        .proxy_listen
+        .iter()
+        .enumerate()
+        .map(|(i, a)| RelayPath {
+            name: format!("p{i}"),
+            device: None,
+            source: Some(IpAddr::V4(Ipv4Addr::LOCALHOST)),
+            proxy: (*a).into(),
+            mtu: None,
+        })
+        .collect();
+    let checks = polycorn_net::check::check_paths(&paths, client.clone(), Default::default()).await;
+    for c in &checks {
+        let ok = c
+            .outcome
+            .as_ref()
+            .unwrap_or_else(|e| panic!("{}: {e}", c.path));
+        let answer = ok.answer.as_deref().unwrap_or("");
+        assert!(
+            answer.contains("path check answered by polycorn"),
+            "{answer:?}"
+        );
+        assert_eq!(
+            ok.local.map(|a| a.ip()),
+            Some(IpAddr::V4(Ipv4Addr::LOCALHOST))
+        );
+    }
+    assert_eq!(live(&pair), 1, "the checks opened no session");
+    tokio::time::timeout(
+        Duration::from_secs(30),
+        transfer(pair.socks, srv, 5000, 50_000),
+    )
+    .await
+    .expect("transfer after the checks timed out");
+
+    // An earlier build: answers every Hello as a session's, and never closes it itself.
+    let old = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let old_addr = old.local_addr().unwrap();
+    let acceptor = subflow::acceptor(
+        tls::server_config(&p("ca.pem"), &p("proxy.pem"), &p("proxy.key")).unwrap(),
+    );
+    let older = tokio::spawn(async move {
+        let (tcp, _) = old.accept().await.unwrap();
+        let acc = subflow::proxy_accept(&acceptor, tcp, &Default::default())
+            .await
+            .unwrap();
+        let hello = Frame::Hello {
+            version: polycorn_proto::VERSION,
+            role: Role::Proxy,
+            session: acc.session,
+            path: acc.path,
+            epoch: 0x5eed,
+        }
+        .to_vec();
+        let mut s = acc.stream;
+        subflow::send_hello(&mut s, &hello).await.unwrap();
+        let mut got = acc.initial;
+        let _ = s.read_to_end(&mut got).await;
+        let mut at = 0;
+        let mut closed = false;
+        while let Ok(Some((f, n))) = polycorn_proto::decode(&got[at..]) {
+            at += n;
+            closed |= matches!(f, Frame::Close { .. });
+        }
+        (acc.session, closed)
+    });
+    let path = RelayPath {
+        name: "old".into(),
+        device: None,
+        source: Some(IpAddr::V4(Ipv4Addr::LOCALHOST)),
+        proxy: old_addr.into(),
+        mtu: None,
+    };
+    let checks = polycorn_net::check::check_paths(&[path], client, Default::default()).await;
+    let ok = checks[0]
+        .outcome
+        .as_ref()
+        .expect("the older proxy answered");
+    assert_eq!(ok.answer, None, "an older proxy says nothing of a check");
+    let (session, closed) = tokio::time::timeout(Duration::from_secs(10), older)
+        .await
+        .expect("the check left the older proxy's session open")
+        .unwrap();
+    assert_eq!(session, polycorn_proto::CHECK_SESSION);
+    assert!(
+        closed,
+        "the check closed the session the older proxy opened"
     );
 }

@@ -33,6 +33,13 @@ use thiserror::Error;
 /// Protocol version carried in [`Frame::Hello`]; peers with another version are refused.
 pub const VERSION: u16 = 2;
 
+/// The session id of a path check ([`Frame::Hello`] from a relay naming it): the proxy answers
+/// with a Hello of the same session and path (epoch 0), then a [`Frame::Close`] whose message
+/// says who answered, and opens no session. Relays never pick it for a session. (A proxy that
+/// does not know it opens a session for it, which the check then closes; no new protocol
+/// version is needed.)
+pub const CHECK_SESSION: u64 = 0;
+
 /// The path index a [`Frame::PathStatus`] uses for the session as a whole. From the proxy,
 /// `up = false` announces that it is draining before it stops: it carries the flows open now
 /// and will close the session, so the relay opens new flows at the next proxy instead. (A relay

@@ -16,7 +16,7 @@ pub mod session;
 
 pub use frame::{
     decode, CellInfo, CloseReason, ContextInfo, Destination, Frame, FrameError, OpenStatus,
-    ResetReason, Role, SESSION_PATH, VERSION,
+    ResetReason, Role, CHECK_SESSION, SESSION_PATH, VERSION,
 };
 pub use session::{
     Event, FlowTotals, HelloOutcome, PathCounters, PeerHello, ProtoError, ReadOutcome,

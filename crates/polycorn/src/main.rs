@@ -76,6 +76,13 @@ enum Command {
         /// for its next start, and its socket unit runs this when it stops.
         #[arg(long)]
         remove_interception: bool,
+        /// Check every path and exit, without starting: over each, as the relay would, look
+        /// the proxy up, connect (pinned to the path's interface), TLS with the relay's
+        /// certificate, Hello. One line per path; exit status 0 when every path reached the
+        /// proxy, 1 when some did not, 2 when none did. The proxy opens no session for it, so
+        /// it may run beside a working relay.
+        #[arg(long, conflicts_with = "remove_interception")]
+        check_paths: bool,
     },
     /// Run the cloud proxy (terminates relays' subflows, connects to servers).
     Proxy {
@@ -324,8 +331,11 @@ fn run(cli: Cli) -> Result<u8> {
         Command::Relay {
             config,
             remove_interception,
+            check_paths,
         } => {
-            if remove_interception {
+            if check_paths {
+                return net_cmd::relay_check_paths(&config);
+            } else if remove_interception {
                 net_cmd::relay_remove_interception(&config)?
             } else {
                 net_cmd::relay(&config)?

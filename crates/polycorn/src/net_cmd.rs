@@ -15,6 +15,7 @@ use polycorn_net::intercept::{NftTproxy, TproxyOptions};
 use polycorn_net::metrics::Metrics;
 use polycorn_net::proxy::{self, ProxyOptions};
 use polycorn_net::relay::{self, Carrier, Mode, RelayOptions, RelayPath, Tuning};
+use polycorn_net::subflow::HandshakeError;
 use polycorn_net::{context, tls};
 use polycorn_proto::{CellInfo, ContextInfo};
 use tracing::{error, info, warn};
@@ -382,6 +383,115 @@ fn announce(inherited: &Inherited) -> bool {
     true
 }
 
+/// The relay's paths as its configuration describes them.
+fn relay_paths(cfg: &RelayConfig) -> Vec<RelayPath> {
+    cfg.paths
+        .iter()
+        .map(|p| RelayPath {
+            name: p.name.clone(),
+            device: Some(p.device.clone()),
+            source: p.source,
+            proxy: cfg.proxy_for(p),
+            mtu: p.mtu,
+        })
+        .collect()
+}
+
+/// `polycorn relay --config FILE --check-paths`: over every path, as the relay would, reach the
+/// proxy (TCP pinned to the path, TLS with the relay's certificate, Hello) and say how it went;
+/// the proxy answers without opening a session, so this may run beside a working relay.
+/// Returns the exit status: 0 every path reached the proxy, 1 some did not, 2 none did.
+pub fn relay_check_paths(path: &Path) -> Result<u8> {
+    let cfg = RelayConfig::load(path)?;
+    if cfg.relay.mode != RelayMode::Polycorn {
+        bail!(
+            "{}: relay.mode is not \"polycorn\": only polycorn's subflows reach a proxy (the \
+             baselines' tunnels go to tunnel_port)",
+            path.display()
+        );
+    }
+    let t = cfg
+        .tls
+        .as_ref()
+        .with_context(|| format!("{}: [tls] is required in polycorn mode", path.display()))?;
+    let relay_name = tls::relay_name_of_file(&t.cert)?;
+    let tls_cfg = tls::client_config(&t.ca, &t.cert, &t.key)?;
+    let paths = relay_paths(&cfg);
+    let sockopts = tuning(
+        &cfg.limits,
+        cfg.relay.hold_time(),
+        cfg.relay.congestion.clone(),
+        cfg.relay.rto_max_ms,
+    )
+    .subflow_sockopts();
+    println!(
+        "checking {} path(s) as relay `{relay_name}`: TCP over the path, TLS, Hello",
+        paths.len()
+    );
+    let results = runtime()?.block_on(polycorn_net::check::check_paths(&paths, tls_cfg, sockopts));
+    for r in &results {
+        println!("{}", check_line(r));
+    }
+    let ok = results.iter().filter(|r| r.ok()).count();
+    println!("{ok} of {} path(s) reach the proxy", results.len());
+    Ok(match ok {
+        n if n == results.len() => 0,
+        0 => 2,
+        _ => 1,
+    })
+}
+
+/// One path's line of `relay --check-paths`.
+fn check_line(r: &polycorn_net::check::PathCheck) -> String {
+    let device = r.device.as_deref().unwrap_or("-");
+    match &r.outcome {
+        Ok(ok) => {
+            let source = ok.local.map_or_else(|| "-".into(), |a| a.ip().to_string());
+            let ms = |d: Duration| match d.as_secs_f64() * 1e3 {
+                ms if ms < 10.0 => format!("{ms:.1} ms"),
+                ms => format!("{ms:.0} ms"),
+            };
+            let mut line = format!(
+                "{} ({device}, {source}): ok, proxy {} reached in {}",
+                r.path,
+                ok.proxy,
+                ms(ok.setup)
+            );
+            if let Some(rtt) = ok.rtt {
+                line.push_str(&format!(", RTT {}", ms(rtt)));
+            }
+            if let Some(mss) = ok.mss {
+                line.push_str(&format!(", MSS {mss}"));
+            }
+            match &ok.answer {
+                Some(a) => line.push_str(&format!("; {a}")),
+                None => line.push_str(
+                    "; the proxy does not answer path checks (an earlier build): it opened a \
+                     session for the check, which the check closed",
+                ),
+            }
+            line
+        }
+        Err(e) => {
+            let mut line = format!("{} ({device}): FAILED to reach {}: {e}", r.path, r.proxy);
+            if e.is_setup() {
+                line.push_str(
+                    " (configuration or credentials: the relay's attempts fail the same way \
+                     until that is fixed)",
+                );
+            } else if e.is_refused() {
+                line.push_str(" (the proxy's host answered, but no proxy listens there)");
+            } else if matches!(e, HandshakeError::Timeout(_)) {
+                line.push_str(
+                    " (nothing came back over this path: no coverage, a carrier or firewall \
+                     dropping the port, or the proxy's host is down)",
+                );
+            }
+            line
+        }
+    }
+}
+
 /// `polycorn relay --config FILE`.
 pub fn relay(path: &Path) -> Result<()> {
     // Listeners systemd passed (socket activation): taken before any thread or child starts.
@@ -420,17 +530,7 @@ pub fn relay(path: &Path) -> Result<()> {
             RelayMode::Mptcp => Mode::Mptcp,
             RelayMode::Single => Mode::Single,
         };
-        let paths: Vec<RelayPath> = cfg
-            .paths
-            .iter()
-            .map(|p| RelayPath {
-                name: p.name.clone(),
-                device: Some(p.device.clone()),
-                source: p.source,
-                proxy: cfg.proxy_for(p),
-                mtu: p.mtu,
-            })
-            .collect();
+        let paths = relay_paths(&cfg);
         // The name the proxy knows this relay by (its certificate's), for its own metrics.
         let relay_name = match &cfg.tls {
             Some(t) => tls::relay_name_of_file(&t.cert)?,

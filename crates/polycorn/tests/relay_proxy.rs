@@ -2115,6 +2115,107 @@ fn a_path_whose_device_is_missing_is_reported_and_the_others_carry() {
     );
 }
 
+/// `polycorn relay --check-paths`, run beside a working relay with the same configuration:
+/// over each path it reaches the proxy (TCP pinned to the path, TLS, Hello) and says so with the
+/// path's RTT; a path whose device is missing, or whose carrier drops everything, is named as
+/// failed with why, and the exit status says some paths failed. The proxy answers the checks
+/// without opening a session: the relay's own session, and a download it carries, go on.
+#[test]
+fn a_path_check_names_each_paths_outcome_and_leaves_the_running_session_alone() {
+    let _s = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    if !is_root() {
+        return;
+    }
+    let bed = Bed::constant("k", 40, 20);
+    start_server(&bed);
+    let ghost = "[[path]]\nname = \"ghost\"\ndevice = \"nosuch0\"\nsource = \"10.100.9.1\"\nproxy = \"10.100.0.2:7700\"\n\n";
+    let stack = start_stack_with(
+        &bed,
+        "polycorn",
+        "polycorn",
+        2,
+        (ghost, ""),
+        tempfile::tempdir().unwrap(),
+    );
+    let relay_ns = bed.ns("relay");
+    let config = stack.dir.path().join("relay.toml");
+    let check = || {
+        let out = Command::new("ip")
+            .args(["netns", "exec", &relay_ns, bin(), "relay", "--config"])
+            .arg(&config)
+            .arg("--check-paths")
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout).into_owned()
+            + &String::from_utf8_lossy(&out.stderr);
+        (out.status.code(), text)
+    };
+    let line = |text: &str, path: &str| -> String {
+        text.lines()
+            .find(|l| l.starts_with(&format!("{path} (")))
+            .unwrap_or_else(|| panic!("no line for {path}:\n{text}"))
+            .to_string()
+    };
+    let download = download_reaching_the_server(&bed, &stack, 32 * MB, 60);
+    let (code, text) = check();
+    eprintln!("{text}");
+    assert_eq!(code, Some(1), "some paths failed:\n{text}");
+    for i in 0..2 {
+        let l = line(&text, &format!("p{i}"));
+        let want = format!("p{i} (path{i}, 10.100.{i}.1): ok, proxy 10.100.{i}.2:7700 reached");
+        assert!(l.starts_with(&want), "`{want}` in {l}");
+        assert!(l.contains("answered by polycorn"), "{l}");
+        // The emulated paths delay each direction by 20 ms.
+        let rtt: f64 = l
+            .split(", RTT ")
+            .nth(1)
+            .and_then(|r| r.split(" ms").next())
+            .and_then(|r| r.parse().ok())
+            .unwrap_or_else(|| panic!("no RTT in {l}"));
+        assert!(rtt >= 35.0, "RTT {rtt} ms over a 2 × 20 ms path: {l}");
+    }
+    let l = line(&text, "ghost");
+    for want in [
+        "ghost (nosuch0): FAILED",
+        "nosuch0",
+        "configuration or credentials",
+    ] {
+        assert!(l.contains(want), "`{want}` in {l}");
+    }
+    assert!(text.contains("2 of 3 path(s) reach the proxy"), "{text}");
+    let r = download.join().unwrap();
+    assert!(
+        matches!(r, Ok(Ok(()))),
+        "the relay's download beside the check: {r:?}\n{}",
+        tail(&stack_log(&stack))
+    );
+    let plog = stack.proxy.log();
+    assert_eq!(
+        plog.matches("path check from a relay answered").count(),
+        2,
+        "{}",
+        tail(&plog)
+    );
+    assert!(
+        plog.matches("new relay session").count() == 1 && !plog.contains("WARN"),
+        "the checks opened no session and disturbed none:\n{}",
+        tail(&plog)
+    );
+
+    // The carrier of path 1 drops everything: the check says that path timed out.
+    let _dark = Blackhole::new(&relay_ns, &["path1"]);
+    let (code, text) = check();
+    eprintln!("{text}");
+    assert_eq!(code, Some(1), "{text}");
+    assert!(line(&text, "p0").contains(": ok,"), "{text}");
+    let l = line(&text, "p1");
+    assert!(
+        l.starts_with("p1 (path1): FAILED to reach 10.100.1.2:7700") && l.contains("timed out"),
+        "{l}"
+    );
+    fetch_ok(&bed, &stack, KB, 256 * KB, "a transfer after the checks");
+}
+
 /// The proxy crashes and is started again while the relay keeps running and a download is in
 /// flight. The new proxy knows nothing of the relay's session: the download is reset on the
 /// relay as soon as the new proxy answers (not left hanging), and every later connection works.
