@@ -1,16 +1,20 @@
 //! A relay's check of its paths before it is put in service (`polycorn relay --check-paths`):
 //! over every path, as the relay itself would, look the proxy up, connect pinned to the path's
 //! interface and source, TLS with the relay's certificate, and exchange Hellos under the path
-//! check's session id ([`CHECK_SESSION`]). The proxy answers and closes without opening a
-//! session, so a check run beside a working relay changes nothing for its passengers.
+//! check's session id ([`CHECK_SESSION`]), then send [`PROBE_BYTES`] of data in full-size
+//! segments and have the proxy send as many back, which finds a path-MTU black hole (a carrier
+//! that drops large packets silently lets the handshakes through and stalls the data). The
+//! proxy answers and closes without opening a session, so a check run beside a working relay
+//! changes nothing for its passengers.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use polycorn_proto::frame::decode;
+use polycorn_proto::frame::{decode, encode_data_header};
 use polycorn_proto::{Frame, Role, CHECK_SESSION, VERSION};
-use tokio::io::AsyncReadExt;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
+use tracing::{debug, info};
 
 use crate::proxy_addr::ProxyResolver;
 use crate::relay::RelayPath;
@@ -23,8 +27,15 @@ pub const TIMEOUTS: ConnectTimeouts = ConnectTimeouts {
     handshake: Duration::from_secs(10),
     tcp_stagger: Some(Duration::from_millis(250)),
 };
-/// How long the proxy has, after its Hello, to close the check.
-const ANSWER_WAIT: Duration = Duration::from_secs(3);
+/// Data sent each way after the Hellos (flow 0, which no passenger's flow uses).
+pub const PROBE_BYTES: usize = 32 * 1024;
+/// How long the proxy waits for the relay's probe before it closes the check without it.
+pub const PROBE_WAIT: Duration = Duration::from_secs(5);
+/// How long the relay waits, after the Hellos, for the proxy's probe and closing words.
+pub const ANSWER_WAIT: Duration = Duration::from_secs(8);
+/// How long the relay waits for a proxy of an earlier build (which ignores the probe and never
+/// closes the check itself).
+const OLDER_WAIT: Duration = Duration::from_secs(2);
 
 /// One path's result.
 #[derive(Debug)]
@@ -52,15 +63,37 @@ pub struct Reached {
     pub rtt: Option<Duration>,
     /// The segment size TCP settled on (`mtu` of the path bounds it).
     pub mss: Option<u32>,
-    /// What the proxy said when it closed the check; `None`: it did not close it (a proxy of
-    /// an earlier build, which opened a session for the check; the check closed that).
-    pub answer: Option<String>,
+    /// How the exchange after the Hellos went.
+    pub answer: Answer,
+}
+
+/// What followed the Hellos.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Answer {
+    /// The probe went both ways and the proxy closed the check with these words.
+    Checked(String),
+    /// The proxy closed the check with these words without having received the probe: large
+    /// packets from the train are lost on this path.
+    ProbeLost(String),
+    /// Neither the proxy's probe nor its closing words arrived within [`ANSWER_WAIT`]: large
+    /// packets to the train are lost on this path, or it lost coverage just then.
+    AnswerLost,
+    /// A proxy of an earlier build: it answered the Hello as a new session's (with an epoch),
+    /// ignored the probe and did not close; the check closed that session.
+    Older,
 }
 
 impl PathCheck {
-    /// Whether the path reached the proxy.
+    /// Whether the path reached the proxy, and data went both ways (or the proxy is of a build
+    /// that cannot tell).
     pub fn ok(&self) -> bool {
-        self.outcome.is_ok()
+        matches!(
+            &self.outcome,
+            Ok(Reached {
+                answer: Answer::Checked(_) | Answer::Older,
+                ..
+            })
+        )
     }
 }
 
@@ -144,27 +177,44 @@ async fn check_path(
     let setup = start.elapsed();
     let sample = (est.tcp_info)().ok();
     let local = est.stream.get_ref().0.local_addr().ok();
+    let older = est.peer_epoch != 0;
     let mut stream = est.stream;
-    let mut buf = est.initial;
-    // The proxy's closing words; anything else it sends first is skipped.
-    let answer = tokio::time::timeout(ANSWER_WAIT, async {
-        let mut at = 0;
-        loop {
-            while let Ok(Some((frame, n))) = decode(&buf[at..]) {
-                at += n;
-                if let Frame::Close { message, .. } = frame {
-                    return Some(message.to_string());
+    let mut frames = FrameReader::new(est.initial);
+    let answer = if older {
+        // It runs a session for the check: let it settle, then close it.
+        let _ = tokio::time::timeout(OLDER_WAIT, frames.next(&mut stream)).await;
+        Answer::Older
+    } else {
+        stream
+            .write_all(&probe())
+            .await
+            .map_err(|e| HandshakeError::Io {
+                what: "send the probe".into(),
+                source: e,
+            })?;
+        stream.flush().await.map_err(|e| HandshakeError::Io {
+            what: "send the probe".into(),
+            source: e,
+        })?;
+        // The proxy's probe, then its closing words.
+        let mut got = 0usize;
+        let r = tokio::time::timeout(ANSWER_WAIT, async {
+            while let Some(seen) = frames.next(&mut stream).await {
+                match seen {
+                    Seen::Probe(n, _) => got += n,
+                    Seen::Close(words) => return Some(words),
+                    Seen::Other => {}
                 }
             }
-            match stream.read_buf(&mut buf).await {
-                Ok(0) | Err(_) => return None,
-                Ok(_) => {}
-            }
+            None
+        })
+        .await;
+        match r {
+            Ok(Some(words)) if got >= PROBE_BYTES => Answer::Checked(words),
+            Ok(Some(words)) => Answer::ProbeLost(words),
+            _ => Answer::AnswerLost,
         }
-    })
-    .await
-    .ok()
-    .flatten();
+    };
     subflow::close_session(stream, "path check done").await;
     Ok(Reached {
         local,
@@ -176,4 +226,128 @@ async fn check_path(
         mss: sample.as_ref().map(|s| s.sample.mss_bytes),
         answer,
     })
+}
+
+/// One Data frame of flow 0 carrying [`PROBE_BYTES`], with FIN.
+fn probe() -> Vec<u8> {
+    let mut out = Vec::with_capacity(PROBE_BYTES + 32);
+    encode_data_header(&mut out, 0, 0, true, PROBE_BYTES);
+    // Not all zeros: nothing on the way should find it easy to compress.
+    out.extend((0..PROBE_BYTES).map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8));
+    out
+}
+
+/// What a check looks at in a frame.
+enum Seen {
+    /// Probe data (flow 0): its length and whether it is the last.
+    Probe(usize, bool),
+    /// The other end closed, saying this.
+    Close(String),
+    /// Anything else.
+    Other,
+}
+
+/// Frames from a stream, one at a time.
+struct FrameReader {
+    buf: Vec<u8>,
+    at: usize,
+}
+
+impl FrameReader {
+    fn new(initial: Vec<u8>) -> FrameReader {
+        FrameReader {
+            buf: initial,
+            at: 0,
+        }
+    }
+
+    /// What the next frame says; `None` at the end of the stream, on an error or an
+    /// undecodable frame.
+    async fn next<S: AsyncRead + Unpin>(&mut self, s: &mut S) -> Option<Seen> {
+        loop {
+            match decode(&self.buf[self.at..]) {
+                Ok(Some((frame, n))) => {
+                    self.at += n;
+                    let seen = match frame {
+                        Frame::Data {
+                            flow: 0, data, fin, ..
+                        } => Seen::Probe(data.len(), fin),
+                        Frame::Close { message, .. } => Seen::Close(message.to_string()),
+                        _ => Seen::Other,
+                    };
+                    if self.at == self.buf.len() {
+                        self.buf.clear();
+                        self.at = 0;
+                    }
+                    return Some(seen);
+                }
+                Ok(None) => {}
+                Err(_) => return None,
+            }
+            match s.read_buf(&mut self.buf).await {
+                Ok(0) | Err(_) => return None,
+                Ok(_) => {}
+            }
+        }
+    }
+}
+
+/// The proxy's side of a check (a Hello naming [`CHECK_SESSION`]): answer the Hello, wait
+/// [`PROBE_WAIT`] at most for the relay's probe, send as much back, and close with words that
+/// say who answered; no session is made.
+pub(crate) async fn answer(acc: subflow::Accepted, peer: SocketAddr) {
+    let hello = Frame::Hello {
+        version: VERSION,
+        role: Role::Proxy,
+        session: CHECK_SESSION,
+        path: acc.path,
+        epoch: 0,
+    }
+    .to_vec();
+    let mut stream = acc.stream;
+    if let Err(e) = subflow::send_hello(&mut stream, &hello).await {
+        debug!(%peer, error = %e, "cannot answer a path check");
+        return;
+    }
+    let mut frames = FrameReader::new(acc.initial);
+    let mut got = 0usize;
+    let complete = tokio::time::timeout(PROBE_WAIT, async {
+        while let Some(seen) = frames.next(&mut stream).await {
+            if let Seen::Probe(n, fin) = seen {
+                got += n;
+                if fin || got >= PROBE_BYTES {
+                    return true;
+                }
+            }
+        }
+        false
+    })
+    .await
+    .unwrap_or(false);
+    let words = if complete {
+        let sent = stream.write_all(&probe()).await;
+        if let Err(e) = sent {
+            debug!(%peer, error = %e, "cannot answer a path check");
+            return;
+        }
+        format!(
+            "path check answered by polycorn {} (proxy, protocol {VERSION})",
+            env!("CARGO_PKG_VERSION")
+        )
+    } else {
+        format!(
+            "path check answered by polycorn {} (proxy, protocol {VERSION}); of the relay's \
+             probe only {got} bytes arrived in {} s",
+            env!("CARGO_PKG_VERSION"),
+            PROBE_WAIT.as_secs()
+        )
+    };
+    info!(
+        %peer,
+        relay = %acc.relay,
+        path = acc.path,
+        probe_bytes = got,
+        "path check from a relay answered"
+    );
+    subflow::close_session(stream, &words).await;
 }

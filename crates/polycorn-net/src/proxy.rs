@@ -421,7 +421,7 @@ async fn accept_loop(
                 return;
             }
             if acc.session == polycorn_proto::CHECK_SESSION {
-                answer_path_check(acc, peer).await;
+                crate::check::answer(acc, peer).await;
                 return;
             }
             let (engine, created, same_name) = {
@@ -678,35 +678,6 @@ async fn session_events(
             _ => {}
         }
     }
-}
-
-/// What a proxy says when it answers a path check ([`polycorn_proto::CHECK_SESSION`]).
-pub fn path_check_answer() -> String {
-    format!(
-        "path check answered by polycorn {} (proxy, protocol {})",
-        env!("CARGO_PKG_VERSION"),
-        polycorn_proto::VERSION
-    )
-}
-
-/// A relay's path check (`polycorn relay --check-paths`): answer its Hello and close, without
-/// a session, so a check never disturbs the relay's running session.
-async fn answer_path_check(acc: subflow::Accepted, peer: SocketAddr) {
-    let hello = polycorn_proto::Frame::Hello {
-        version: polycorn_proto::VERSION,
-        role: Role::Proxy,
-        session: polycorn_proto::CHECK_SESSION,
-        path: acc.path,
-        epoch: 0,
-    }
-    .to_vec();
-    let mut stream = acc.stream;
-    if let Err(e) = subflow::send_hello(&mut stream, &hello).await {
-        debug!(%peer, error = %e, "cannot answer a path check");
-        return;
-    }
-    info!(%peer, relay = %acc.relay, path = acc.path, "path check from a relay answered");
-    subflow::close_session(stream, &path_check_answer()).await;
 }
 
 #[cfg(test)]

@@ -443,7 +443,11 @@ pub fn relay_check_paths(path: &Path) -> Result<u8> {
 
 /// One path's line of `relay --check-paths`.
 fn check_line(r: &polycorn_net::check::PathCheck) -> String {
+    use polycorn_net::check::{Answer, ANSWER_WAIT, PROBE_BYTES};
     let device = r.device.as_deref().unwrap_or("-");
+    let kib = PROBE_BYTES / 1024;
+    let black_hole = "full-size packets are lost on this path (a path-MTU black hole: set the \
+                      path's `mtu`, e.g. 1400)";
     match &r.outcome {
         Ok(ok) => {
             let source = ok.local.map_or_else(|| "-".into(), |a| a.ip().to_string());
@@ -451,26 +455,32 @@ fn check_line(r: &polycorn_net::check::PathCheck) -> String {
                 ms if ms < 10.0 => format!("{ms:.1} ms"),
                 ms => format!("{ms:.0} ms"),
             };
-            let mut line = format!(
-                "{} ({device}, {source}): ok, proxy {} reached in {}",
-                r.path,
-                ok.proxy,
-                ms(ok.setup)
-            );
+            let mut facts = format!("proxy {} reached in {}", ok.proxy, ms(ok.setup));
             if let Some(rtt) = ok.rtt {
-                line.push_str(&format!(", RTT {}", ms(rtt)));
+                facts.push_str(&format!(", RTT {}", ms(rtt)));
             }
             if let Some(mss) = ok.mss {
-                line.push_str(&format!(", MSS {mss}"));
+                facts.push_str(&format!(", MSS {mss}"));
             }
+            let head = format!("{} ({device}, {source})", r.path);
             match &ok.answer {
-                Some(a) => line.push_str(&format!("; {a}")),
-                None => line.push_str(
-                    "; the proxy does not answer path checks (an earlier build): it opened a \
-                     session for the check, which the check closed",
+                Answer::Checked(words) => {
+                    format!("{head}: ok, {facts}, {kib} KiB each way; {words}")
+                }
+                Answer::Older => format!(
+                    "{head}: ok, {facts}; the proxy is of an earlier build without path checks \
+                     (no data sent; it opened a session for the check, which the check closed)"
+                ),
+                Answer::ProbeLost(words) => format!(
+                    "{head}: FAILED: {facts}, but the {kib} KiB sent to it did not arrive: \
+                     {black_hole}; {words}"
+                ),
+                Answer::AnswerLost => format!(
+                    "{head}: FAILED: {facts}, but its {kib} KiB answer did not arrive within {} \
+                     s: {black_hole}, or the path lost coverage just then",
+                    ANSWER_WAIT.as_secs()
                 ),
             }
-            line
         }
         Err(e) => {
             let mut line = format!("{} ({device}): FAILED to reach {}: {e}", r.path, r.proxy);

@@ -813,6 +813,19 @@ fn a_path_mtu_black_hole_is_named_and_the_path_mtu_setting_cures_it() {
         assert!(!log
             .lines()
             .any(|l| l.contains("black hole") && l.contains("path=p1")));
+        // The pre-service check finds it too: the probe sent to the proxy is lost.
+        let (code, text) = check_paths(&bed, &stack);
+        eprintln!("{text}");
+        assert_eq!(code, Some(1), "{text}");
+        let l = line(&text, "p0");
+        for want in [
+            "p0 (path0, 10.100.0.1): FAILED",
+            "did not arrive",
+            "path-MTU black hole",
+        ] {
+            assert!(l.contains(want), "`{want}` in {l}");
+        }
+        assert!(line(&text, "p1").contains(": ok,"), "{text}");
     }
     let stack = start_edited(
         &bed,
@@ -844,6 +857,10 @@ fn a_path_mtu_black_hole_is_named_and_the_path_mtu_setting_cures_it() {
         tail(&log)
     );
     assert!(carried > 2e6, "p0 carried {carried} B of 16 MB");
+    let (code, text) = check_paths(&bed, &stack);
+    assert_eq!(code, Some(0), "with `mtu = 1400` the check passes:\n{text}");
+    // 1400 less the IP and TCP headers, less TCP's timestamps.
+    assert!(line(&text, "p0").contains("MSS 1348"), "{text}");
     drop(stack);
     // The baselines' tunnels take the setting too: the single-path tunnel of the one passenger
     // (path p0, the black hole's) and kernel MPTCP (one socket option for all its subflows).
@@ -2138,24 +2155,7 @@ fn a_path_check_names_each_paths_outcome_and_leaves_the_running_session_alone() 
         tempfile::tempdir().unwrap(),
     );
     let relay_ns = bed.ns("relay");
-    let config = stack.dir.path().join("relay.toml");
-    let check = || {
-        let out = Command::new("ip")
-            .args(["netns", "exec", &relay_ns, bin(), "relay", "--config"])
-            .arg(&config)
-            .arg("--check-paths")
-            .output()
-            .unwrap();
-        let text = String::from_utf8_lossy(&out.stdout).into_owned()
-            + &String::from_utf8_lossy(&out.stderr);
-        (out.status.code(), text)
-    };
-    let line = |text: &str, path: &str| -> String {
-        text.lines()
-            .find(|l| l.starts_with(&format!("{path} (")))
-            .unwrap_or_else(|| panic!("no line for {path}:\n{text}"))
-            .to_string()
-    };
+    let check = || check_paths(&bed, &stack);
     let download = download_reaching_the_server(&bed, &stack, 32 * MB, 60);
     let (code, text) = check();
     eprintln!("{text}");
@@ -2202,18 +2202,59 @@ fn a_path_check_names_each_paths_outcome_and_leaves_the_running_session_alone() 
         tail(&plog)
     );
 
-    // The carrier of path 1 drops everything: the check says that path timed out.
-    let _dark = Blackhole::new(&relay_ns, &["path1"]);
+    // Path 0's carrier drops full-size packets towards the train (the handshakes pass): the
+    // proxy's answer is lost, and the check says so. Path 1's carrier drops everything: the
+    // check says that path timed out.
+    let hole = "  chain in_path0 { type filter hook ingress device \"path0\" priority 0; policy accept; ip length > 1400 drop; }\n  chain in_path1 { type filter hook ingress device \"path1\" priority 0; policy drop; }\n";
+    let dark = Blackhole::with_rules(&relay_ns, hole);
     let (code, text) = check();
     eprintln!("{text}");
-    assert_eq!(code, Some(1), "{text}");
-    assert!(line(&text, "p0").contains(": ok,"), "{text}");
+    assert_eq!(code, Some(2), "{text}");
+    let l = line(&text, "p0");
+    for want in [
+        "p0 (path0, 10.100.0.1): FAILED: proxy 10.100.0.2:7700 reached",
+        "KiB answer did not arrive",
+        "path-MTU black hole",
+        "`mtu`",
+    ] {
+        assert!(l.contains(want), "`{want}` in {l}");
+    }
     let l = line(&text, "p1");
     assert!(
         l.starts_with("p1 (path1): FAILED to reach 10.100.1.2:7700") && l.contains("timed out"),
         "{l}"
     );
+    drop(dark);
     fetch_ok(&bed, &stack, KB, 256 * KB, "a transfer after the checks");
+}
+
+/// `polycorn relay --config relay.toml --check-paths` in the relay's namespace, with the
+/// stack's relay configuration: its exit status and its output.
+fn check_paths(bed: &Bed, stack: &Stack) -> (Option<i32>, String) {
+    let out = Command::new("ip")
+        .args([
+            "netns",
+            "exec",
+            &bed.ns("relay"),
+            bin(),
+            "relay",
+            "--config",
+        ])
+        .arg(stack.dir.path().join("relay.toml"))
+        .arg("--check-paths")
+        .output()
+        .unwrap();
+    let text =
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+    (out.status.code(), text)
+}
+
+/// The line `check_paths` printed for `path`.
+fn line(text: &str, path: &str) -> String {
+    text.lines()
+        .find(|l| l.starts_with(&format!("{path} (")))
+        .unwrap_or_else(|| panic!("no line for {path}:\n{text}"))
+        .to_string()
 }
 
 /// The proxy crashes and is started again while the relay keeps running and a download is in
