@@ -7,7 +7,7 @@
 //! proxy answers and closes without opening a session, so a check run beside a working relay
 //! changes nothing for its passengers.
 
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -16,7 +16,7 @@ use polycorn_proto::{Frame, Role, CHECK_SESSION, VERSION};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use tracing::{debug, info};
 
-use crate::proxy_addr::ProxyResolver;
+use crate::proxy_addr::{ProxyAddr, ProxyResolver};
 use crate::relay::RelayPath;
 use crate::subflow::{self, ConnectTimeouts, HandshakeError, SubflowSockopts};
 
@@ -46,6 +46,8 @@ pub struct PathCheck {
     pub device: Option<String>,
     /// The proxy as configured (address or `host:port`).
     pub proxy: String,
+    /// The proxy's address this check tried (`None`: none was found for the path).
+    pub addr: Option<SocketAddr>,
     /// What happened.
     pub outcome: Result<Reached, HandshakeError>,
 }
@@ -97,8 +99,10 @@ impl PathCheck {
     }
 }
 
-/// Checks every path at once; the results in the paths' order. `sockopts` as the relay's
-/// subflows have them (each path's own `mtu` applies).
+/// Checks every path at once; the results in the paths' order. A proxy name with several
+/// addresses of a path's family (failover between proxy hosts, see [`crate::proxy_addr`]) is
+/// checked at each, the one the relay would take first; so every path has one result or more.
+/// `sockopts` as the relay's subflows have them (each path's own `mtu` applies).
 pub async fn check_paths(
     paths: &[RelayPath],
     tls: Arc<rustls::ClientConfig>,
@@ -122,38 +126,71 @@ pub async fn check_paths(
         };
         let path = u8::try_from(i).unwrap_or(u8::MAX);
         tasks.push(tokio::spawn(async move {
-            let outcome = check_path(&p, path, &resolver, &connector, &sockopts).await;
-            PathCheck {
+            let result = |addr, outcome| PathCheck {
                 path: p.name.clone(),
                 device: p.device.clone(),
                 proxy: p.proxy.to_string(),
+                addr,
                 outcome,
+            };
+            let (source, addrs) = match targets(&p, &resolver).await {
+                Ok(t) => t,
+                Err(e) => return vec![result(None, Err(e))],
+            };
+            let mut out = Vec::new();
+            for addr in addrs {
+                let outcome = check_path(&p, path, (source, addr), &connector, &sockopts).await;
+                out.push(result(Some(addr), outcome));
             }
+            out
         }));
     }
     let mut out = Vec::with_capacity(tasks.len());
     for (t, p) in tasks.into_iter().zip(paths) {
-        out.push(t.await.unwrap_or_else(|e| PathCheck {
-            path: p.name.clone(),
-            device: p.device.clone(),
-            proxy: p.proxy.to_string(),
-            outcome: Err(HandshakeError::Io {
-                what: "check the path".into(),
-                source: std::io::Error::other(e.to_string()),
+        match t.await {
+            Ok(v) => out.extend(v),
+            Err(e) => out.push(PathCheck {
+                path: p.name.clone(),
+                device: p.device.clone(),
+                proxy: p.proxy.to_string(),
+                addr: None,
+                outcome: Err(HandshakeError::Io {
+                    what: "check the path".into(),
+                    source: std::io::Error::other(e.to_string()),
+                }),
             }),
-        }));
+        }
     }
     out
+}
+
+/// The source address path `p` connects from and the proxy addresses to check from it: the
+/// one the relay would take, then the name's other addresses of the same family.
+async fn targets(
+    p: &RelayPath,
+    resolver: &Arc<ProxyResolver>,
+) -> Result<(Option<IpAddr>, Vec<SocketAddr>), HandshakeError> {
+    let (source, first) = crate::relay::path_target(p, resolver, false).await?;
+    let mut addrs = vec![first];
+    if let ProxyAddr::Name { host, port } = &p.proxy {
+        if let Ok(all) = crate::proxy_addr::lookup(host, *port).await {
+            for a in all {
+                if a.is_ipv4() == first.is_ipv4() && !addrs.contains(&a) {
+                    addrs.push(a);
+                }
+            }
+        }
+    }
+    Ok((source, addrs))
 }
 
 async fn check_path(
     p: &RelayPath,
     path: u8,
-    resolver: &Arc<ProxyResolver>,
+    (source, addr): (Option<IpAddr>, SocketAddr),
     connector: &tokio_rustls::TlsConnector,
     sockopts: &SubflowSockopts,
 ) -> Result<Reached, HandshakeError> {
-    let (source, addr) = crate::relay::path_target(p, resolver, false).await?;
     let hello = Frame::Hello {
         version: VERSION,
         role: Role::Relay,

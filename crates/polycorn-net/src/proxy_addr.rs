@@ -591,7 +591,7 @@ impl ProxyResolver {
 }
 
 /// One lookup of `host` with the system's resolver, at most [`LOOKUP_TIMEOUT`].
-async fn lookup(host: &str, port: u16) -> io::Result<Vec<SocketAddr>> {
+pub(crate) async fn lookup(host: &str, port: u16) -> io::Result<Vec<SocketAddr>> {
     match tokio::time::timeout(LOOKUP_TIMEOUT, tokio::net::lookup_host((host, port))).await {
         Ok(Ok(addrs)) => {
             let v: Vec<SocketAddr> = addrs.collect();

@@ -433,7 +433,17 @@ pub fn relay_check_paths(path: &Path) -> Result<u8> {
         println!("{}", check_line(r));
     }
     let ok = results.iter().filter(|r| r.ok()).count();
-    println!("{ok} of {} path(s) reach the proxy", results.len());
+    let proxies: std::collections::BTreeSet<_> = results.iter().filter_map(|r| r.addr).collect();
+    if results.len() == paths.len() {
+        println!("{ok} of {} path(s) reach the proxy", results.len());
+    } else {
+        println!(
+            "{ok} of {} checks passed ({} path(s), {} proxy address(es))",
+            results.len(),
+            paths.len(),
+            proxies.len()
+        );
+    }
     Ok(match ok {
         n if n == results.len() => 0,
         0 => 2,
@@ -483,7 +493,8 @@ fn check_line(r: &polycorn_net::check::PathCheck) -> String {
             }
         }
         Err(e) => {
-            let mut line = format!("{} ({device}): FAILED to reach {}: {e}", r.path, r.proxy);
+            let target = r.addr.map_or_else(|| r.proxy.clone(), |a| a.to_string());
+            let mut line = format!("{} ({device}): FAILED to reach {target}: {e}", r.path);
             if e.is_setup() {
                 line.push_str(
                     " (configuration or credentials: the relay's attempts fail the same way \

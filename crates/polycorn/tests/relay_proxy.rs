@@ -3202,10 +3202,46 @@ fn a_relay_moves_to_the_names_other_proxy_when_its_own_is_gone() {
     assert_eq!(ups(used), 2, "{}", stack.relay.log());
     assert_eq!(ups(other), 0, "{}", stack.relay.log());
     fetch_ok(&bed, &stack, 256 * KB, 4 * MB, "transfer before the loss");
+    // The pre-service check tries every path at both proxies, the one in use first.
+    let (code, text) = check_paths(&bed, &stack);
+    eprintln!("{text}");
+    assert_eq!(code, Some(0), "{text}");
+    let at = |text: &str, addr: &str| -> Vec<String> {
+        text.lines()
+            .filter(|l| l.contains(&format!(" {addr}:7700")))
+            .map(String::from)
+            .collect()
+    };
+    for addr in [used, other] {
+        let lines = at(&text, addr);
+        assert_eq!(lines.len(), 2, "{addr}:\n{text}");
+        assert!(lines.iter().all(|l| l.contains(": ok,")), "{text}");
+    }
+    assert!(
+        text.contains("4 of 4 checks passed (2 path(s), 2 proxy address(es))"),
+        "{text}"
+    );
+    let p0: Vec<&str> = text.lines().filter(|l| l.starts_with("p0 (")).collect();
+    assert!(p0[0].contains(used) && p0[1].contains(other), "{text}");
     let download = download_reaching_the_server(&bed, &stack, 800 * MB, 120);
 
     // The host of the proxy in use is lost: nothing reaches its address any more.
     let gone = Blackhole::with_rules(&bed.ns("proxy"), &cut_off(used, &["path0", "path1"]));
+    let (code, text) = check_paths(&bed, &stack);
+    eprintln!("{text}");
+    assert_eq!(code, Some(1), "{text}");
+    let lost = at(&text, used);
+    assert!(
+        lost.len() == 2
+            && lost
+                .iter()
+                .all(|l| l.contains("FAILED") && l.contains("timed out")),
+        "{text}"
+    );
+    assert!(
+        at(&text, other).iter().all(|l| l.contains(": ok,")),
+        "{text}"
+    );
     let moved = |log: &str| {
         log.lines().any(|l| {
             l.contains("moving to the name's next address")
