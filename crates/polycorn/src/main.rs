@@ -83,6 +83,11 @@ enum Command {
         /// it may run beside a working relay.
         #[arg(long, conflicts_with = "remove_interception")]
         check_paths: bool,
+        /// With --check-paths: one JSON object per check on stdout instead of the lines (`path`,
+        /// `device`, `proxy`, `addr`, `ok`, `source`, `setup_ms`, `rtt_ms`, `mss`, `answer`:
+        /// `checked`, `probe_lost`, `answer_lost` or `older_proxy`, `proxy_says`, `error`).
+        #[arg(long, requires = "check_paths")]
+        json: bool,
     },
     /// Run the cloud proxy (terminates relays' subflows, connects to servers).
     Proxy {
@@ -332,9 +337,10 @@ fn run(cli: Cli) -> Result<u8> {
             config,
             remove_interception,
             check_paths,
+            json,
         } => {
             if check_paths {
-                return net_cmd::relay_check_paths(&config);
+                return net_cmd::relay_check_paths(&config, json);
             } else if remove_interception {
                 net_cmd::relay_remove_interception(&config)?
             } else {

@@ -401,7 +401,8 @@ fn relay_paths(cfg: &RelayConfig) -> Vec<RelayPath> {
 /// proxy (TCP pinned to the path, TLS with the relay's certificate, Hello) and say how it went;
 /// the proxy answers without opening a session, so this may run beside a working relay.
 /// Returns the exit status: 0 every path reached the proxy, 1 some did not, 2 none did.
-pub fn relay_check_paths(path: &Path) -> Result<u8> {
+/// With `json`, one JSON object per check instead of the lines.
+pub fn relay_check_paths(path: &Path, json: bool) -> Result<u8> {
     let cfg = RelayConfig::load(path)?;
     if cfg.relay.mode != RelayMode::Polycorn {
         bail!(
@@ -424,15 +425,28 @@ pub fn relay_check_paths(path: &Path) -> Result<u8> {
         cfg.relay.rto_max_ms,
     )
     .subflow_sockopts();
-    println!(
-        "checking {} path(s) as relay `{relay_name}`: TCP over the path, TLS, Hello",
-        paths.len()
-    );
+    if !json {
+        println!(
+            "checking {} path(s) as relay `{relay_name}`: TCP over the path, TLS, Hello",
+            paths.len()
+        );
+    }
     let results = runtime()?.block_on(polycorn_net::check::check_paths(&paths, tls_cfg, sockopts));
+    let ok = results.iter().filter(|r| r.ok()).count();
+    let status = match ok {
+        n if n == results.len() => 0,
+        0 => 2,
+        _ => 1,
+    };
+    if json {
+        for r in &results {
+            println!("{}", check_json(r));
+        }
+        return Ok(status);
+    }
     for r in &results {
         println!("{}", check_line(r));
     }
-    let ok = results.iter().filter(|r| r.ok()).count();
     let proxies: std::collections::BTreeSet<_> = results.iter().filter_map(|r| r.addr).collect();
     if results.len() == paths.len() {
         println!("{ok} of {} path(s) reach the proxy", results.len());
@@ -444,11 +458,38 @@ pub fn relay_check_paths(path: &Path) -> Result<u8> {
             proxies.len()
         );
     }
-    Ok(match ok {
-        n if n == results.len() => 0,
-        0 => 2,
-        _ => 1,
-    })
+    Ok(status)
+}
+
+/// One check of `relay --check-paths --json`.
+fn check_json(r: &polycorn_net::check::PathCheck) -> serde_json::Value {
+    use polycorn_net::check::Answer;
+    let ms = |d: Duration| (d.as_secs_f64() * 1e4).round() / 10.0;
+    let mut v = serde_json::json!({
+        "path": r.path,
+        "device": r.device,
+        "proxy": r.proxy,
+        "addr": r.addr.map(|a| a.to_string()),
+        "ok": r.ok(),
+    });
+    match &r.outcome {
+        Ok(ok) => {
+            let (answer, says) = match &ok.answer {
+                Answer::Checked(w) => ("checked", Some(w)),
+                Answer::ProbeLost(w) => ("probe_lost", Some(w)),
+                Answer::AnswerLost => ("answer_lost", None),
+                Answer::Older => ("older_proxy", None),
+            };
+            v["source"] = serde_json::json!(ok.local.map(|a| a.ip().to_string()));
+            v["setup_ms"] = serde_json::json!(ms(ok.setup));
+            v["rtt_ms"] = serde_json::json!(ok.rtt.map(ms));
+            v["mss"] = serde_json::json!(ok.mss);
+            v["answer"] = serde_json::json!(answer);
+            v["proxy_says"] = serde_json::json!(says);
+        }
+        Err(e) => v["error"] = serde_json::json!(e.to_string()),
+    }
+    v
 }
 
 /// One path's line of `relay --check-paths`.

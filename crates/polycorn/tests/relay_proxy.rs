@@ -2183,6 +2183,32 @@ fn a_path_check_names_each_paths_outcome_and_leaves_the_running_session_alone() 
         assert!(l.contains(want), "`{want}` in {l}");
     }
     assert!(text.contains("2 of 3 path(s) reach the proxy"), "{text}");
+    // The same as JSON, one object per check.
+    let out = Command::new("ip")
+        .args(["netns", "exec", &relay_ns, bin(), "relay", "--config"])
+        .arg(stack.dir.path().join("relay.toml"))
+        .args(["--check-paths", "--json"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let checks: Vec<serde_json::Value> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
+        .collect();
+    assert_eq!(checks.len(), 3, "{checks:?}");
+    for (c, i) in checks.iter().zip(0..2) {
+        assert_eq!(c["path"], format!("p{i}"));
+        assert_eq!(c["ok"], true, "{c}");
+        assert_eq!(c["answer"], "checked", "{c}");
+        assert_eq!(c["addr"], format!("10.100.{i}.2:7700"), "{c}");
+        assert!(c["rtt_ms"].as_f64().unwrap() >= 35.0, "{c}");
+    }
+    assert_eq!(checks[2]["ok"], false);
+    assert!(
+        checks[2]["error"].as_str().unwrap().contains("nosuch0"),
+        "{}",
+        checks[2]
+    );
     let r = download.join().unwrap();
     assert!(
         matches!(r, Ok(Ok(()))),
@@ -2192,8 +2218,8 @@ fn a_path_check_names_each_paths_outcome_and_leaves_the_running_session_alone() 
     let plog = stack.proxy.log();
     assert_eq!(
         plog.matches("path check from a relay answered").count(),
-        2,
-        "{}",
+        4,
+        "two checks of two paths each:\n{}",
         tail(&plog)
     );
     assert!(
