@@ -68,12 +68,12 @@ pub const MAX_PATH_NAME_BYTES: usize = 32;
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
     /// The file could not be read.
-    #[error("{}: cannot read: {source}", file.display())]
+    #[error("{}: cannot read: {cause}", file.display())]
     Read {
         /// The configuration file.
         file: PathBuf,
-        /// The I/O error.
-        source: io::Error,
+        /// The I/O error (in the message, so not also the error's source).
+        cause: io::Error,
     },
     /// The TOML parser refused the file: syntax, a value of the wrong type, an unknown or a
     /// missing key.
@@ -1041,9 +1041,9 @@ impl ProxyConfig {
 // ---------------------------------------------------------------------------------------------
 
 fn read(path: &Path) -> Result<(String, PathBuf), ConfigError> {
-    let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+    let text = std::fs::read_to_string(path).map_err(|cause| ConfigError::Read {
         file: path.to_path_buf(),
-        source,
+        cause,
     })?;
     let base = match path.parent() {
         Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),

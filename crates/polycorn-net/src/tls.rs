@@ -101,12 +101,12 @@ pub enum TlsError {
         file: PathBuf,
     },
     /// The file exists but could not be read.
-    #[error("{}: cannot read: {source}", file.display())]
+    #[error("{}: cannot read: {cause}", file.display())]
     Read {
         /// The file.
         file: PathBuf,
-        /// The I/O error.
-        source: io::Error,
+        /// The I/O error (in the message, so not also the error's source).
+        cause: io::Error,
     },
     /// The file holds no PEM section of the expected kind.
     #[error("{}: not a PEM file with a {expected} (expected a -----BEGIN {expected}----- section)", file.display())]
@@ -515,7 +515,7 @@ fn read(file: &Path) -> Result<Vec<u8>, TlsError> {
         } else {
             TlsError::Read {
                 file: file.to_path_buf(),
-                source,
+                cause: source,
             }
         }
     })
