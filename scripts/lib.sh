@@ -19,7 +19,7 @@ as_root() {
 APT_PACKAGES=(
   build-essential pkg-config ca-certificates curl git
   iproute2 nftables iptables ethtool iputils-ping iperf3 tcpdump mptcpize
-  postgresql chromium systemd
+  postgresql chromium systemd systemd-container debootstrap
 )
 
 # Install missing Debian packages; does nothing (and needs no network) when all are present.

@@ -439,6 +439,40 @@ impl Netns {
     }
 }
 
+/// Held by the relay that manages an interception table in its network namespace for as long
+/// as it runs: an abstract Unix socket named after the table. Abstract names belong to the
+/// network namespace, as the table does, and the kernel frees the name when the process ends,
+/// however it ends. `relay --remove-interception` (a socket unit's `ExecStopPost`) takes it
+/// before it removes anything, so it never pulls the rules from under a relay that still runs
+/// or drains: systemd stops a socket unit and its service side by side.
+#[derive(Debug)]
+pub struct InterceptionLock {
+    _name: std::os::unix::net::UnixListener,
+}
+
+impl InterceptionLock {
+    /// Takes the lock of `table`, waiting up to `wait` while another process holds it;
+    /// `None` if it still does then.
+    pub fn acquire(table: &str, wait: std::time::Duration) -> io::Result<Option<InterceptionLock>> {
+        use std::os::linux::net::SocketAddrExt as _;
+        let name = format!("polycorn/interception/{table}");
+        let addr = std::os::unix::net::SocketAddr::from_abstract_name(name.as_bytes())?;
+        let deadline = std::time::Instant::now() + wait;
+        loop {
+            match std::os::unix::net::UnixListener::bind_addr(&addr) {
+                Ok(l) => return Ok(Some(InterceptionLock { _name: l })),
+                Err(e) if e.kind() == io::ErrorKind::AddrInUse => {
+                    if std::time::Instant::now() >= deadline {
+                        return Ok(None);
+                    }
+                    std::thread::sleep(std::time::Duration::from_millis(100));
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    }
+}
+
 /// Installed TPROXY interception; removed by [`NftTproxy::uninstall`] or on drop.
 #[derive(Debug)]
 pub struct NftTproxy {
@@ -559,6 +593,39 @@ impl Drop for NftTproxy {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// One holder at a time per table name; a waiter gets the lock as soon as the holder
+    /// ends, and gives up after its wait while the holder lives.
+    #[test]
+    fn the_interception_lock_has_one_holder_and_frees_at_its_end() {
+        let table = format!("lock_test_{}", std::process::id());
+        let held = InterceptionLock::acquire(&table, std::time::Duration::ZERO)
+            .unwrap()
+            .expect("free at first");
+        let t0 = std::time::Instant::now();
+        assert!(
+            InterceptionLock::acquire(&table, std::time::Duration::from_millis(300))
+                .unwrap()
+                .is_none()
+        );
+        assert!(t0.elapsed() >= std::time::Duration::from_millis(300));
+        assert!(
+            InterceptionLock::acquire(&format!("{table}_other"), std::time::Duration::ZERO)
+                .unwrap()
+                .is_some()
+        );
+        let releaser = std::thread::spawn(move || {
+            std::thread::sleep(std::time::Duration::from_millis(200));
+            drop(held);
+        });
+        assert!(
+            InterceptionLock::acquire(&table, std::time::Duration::from_secs(10))
+                .unwrap()
+                .is_some(),
+            "the waiter gets it once the holder is gone"
+        );
+        releaser.join().unwrap();
+    }
 
     #[test]
     fn ruleset_text() {

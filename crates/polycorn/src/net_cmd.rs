@@ -11,7 +11,7 @@ use polycorn_net::config::{
     UdpPolicy,
 };
 use polycorn_net::engine::WeakEngine;
-use polycorn_net::intercept::{NftTproxy, TproxyOptions};
+use polycorn_net::intercept::{InterceptionLock, NftTproxy, TproxyOptions};
 use polycorn_net::metrics::Metrics;
 use polycorn_net::proxy::{self, ProxyOptions};
 use polycorn_net::relay::{self, Carrier, Mode, RelayOptions, RelayPath, Tuning};
@@ -347,6 +347,12 @@ fn tproxy_options(cfg: &RelayConfig) -> Result<Option<TproxyOptions>> {
     Ok(Some(o))
 }
 
+/// How long a starting relay waits for a removal of the interception to finish.
+const RELAY_LOCK_WAIT: Duration = Duration::from_secs(5);
+/// How long `--remove-interception` waits for a running relay to exit (the relay unit's
+/// `TimeoutStopSec` is 40 s).
+const REMOVE_WAIT: Duration = Duration::from_secs(45);
+
 /// `polycorn relay --config FILE --remove-interception`: remove the interception rules a relay
 /// with this configuration installs (nftables table, policy rules and routes), e.g. after the
 /// relay's socket unit stopped (a socket-activated relay leaves them for its next start) or
@@ -355,6 +361,30 @@ pub fn relay_remove_interception(path: &Path) -> Result<()> {
     let cfg = RelayConfig::load(path)?;
     match tproxy_options(&cfg)? {
         Some(o) => {
+            // A relay that still runs (or drains, as systemd stops it beside its socket unit)
+            // keeps its rules until it has exited.
+            let lock = match InterceptionLock::acquire(&o.table, Duration::ZERO)
+                .context("take the interception lock")?
+            {
+                Some(l) => Some(l),
+                None => {
+                    println!(
+                        "a relay still runs in this network namespace: waiting up to {} s for it \
+                         to exit before removing its interception",
+                        REMOVE_WAIT.as_secs()
+                    );
+                    InterceptionLock::acquire(&o.table, REMOVE_WAIT)
+                        .context("take the interception lock")?
+                }
+            };
+            if lock.is_none() {
+                println!(
+                    "the relay still runs after {} s: its interception stays (nftables table inet \
+                     {RELAY_NFT_TABLE}); stop polycorn-relay.service too, then run this again",
+                    REMOVE_WAIT.as_secs()
+                );
+                return Ok(());
+            }
             polycorn_net::intercept::remove_leftovers(&o)
                 .context("remove the TPROXY rules (nftables)")?;
             println!(
@@ -604,8 +634,22 @@ pub fn relay(path: &Path) -> Result<()> {
             (None, _) => None,
         };
         // Interception rules first: a half-configured relay should fail before it starts.
+        // Declared first, so dropped last: held until the rules are dealt with.
+        let mut _lock = None;
         let mut nft = None;
         if let Some(o) = tproxy_options(&cfg)? {
+            // A removal still running (the socket unit's, at a restart of both) finishes first.
+            _lock = Some(
+                InterceptionLock::acquire(&o.table, RELAY_LOCK_WAIT)
+                    .context("take the interception lock")?
+                    .with_context(|| {
+                        format!(
+                            "another relay manages the interception (nftables table inet {}) \
+                             in this network namespace: one relay per namespace",
+                            o.table
+                        )
+                    })?,
+            );
             nft = Some(NftTproxy::install(o).context("install the TPROXY rules (nftables)")?);
             info!("TPROXY rules installed (nftables table inet {RELAY_NFT_TABLE})");
         }

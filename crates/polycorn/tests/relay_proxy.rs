@@ -3592,3 +3592,317 @@ fn a_relay_follows_its_proxy_name_to_another_proxy_and_back() {
     );
     drop(proxy1);
 }
+
+/// A minimal Debian 12 with systemd, for booting under `systemd-nspawn`: built once with
+/// debootstrap (from Debian's mirror, `POLYCORN_TEST_DEBIAN_MIRROR` to choose another) and
+/// kept under /var/tmp for later runs. `None` (with the reason) where the tools are missing
+/// or the mirror cannot be reached.
+fn debian_rootfs() -> Result<PathBuf, String> {
+    let dir = PathBuf::from("/var/tmp/polycorn-test/rootfs-bookworm");
+    if dir.join(".complete").exists() {
+        return Ok(dir);
+    }
+    for tool in ["debootstrap", "systemd-nspawn", "nsenter"] {
+        let found = Command::new("sh")
+            .args(["-c", &format!("command -v {tool}")])
+            .output()
+            .is_ok_and(|o| o.status.success());
+        if !found {
+            return Err(format!(
+                "{tool} not found (Debian packages debootstrap, systemd-container)"
+            ));
+        }
+    }
+    let mirror = std::env::var("POLYCORN_TEST_DEBIAN_MIRROR")
+        .unwrap_or_else(|_| "http://deb.debian.org/debian".into());
+    let building = dir.with_extension("building");
+    let _ = std::fs::remove_dir_all(&building);
+    std::fs::create_dir_all(building.parent().unwrap()).map_err(|e| e.to_string())?;
+    let out = Command::new("debootstrap")
+        .args([
+            "--variant=minbase",
+            "--include=systemd,systemd-sysv,dbus,nftables,iproute2",
+            "bookworm",
+        ])
+        .arg(&building)
+        .arg(&mirror)
+        .output()
+        .map_err(|e| e.to_string())?;
+    if !out.status.success() {
+        let _ = std::fs::remove_dir_all(&building);
+        return Err(format!(
+            "debootstrap from {mirror} failed: {}",
+            tail(&String::from_utf8_lossy(&out.stdout))
+        ));
+    }
+    std::fs::write(building.join(".complete"), "").map_err(|e| e.to_string())?;
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::rename(&building, &dir).map_err(|e| e.to_string())?;
+    Ok(dir)
+}
+
+/// A Debian container booted with systemd as its PID 1 inside the network namespace `netns`
+/// (`systemd-nspawn -b`, the root file system read-only under a throwaway overlay), with
+/// `bin` at /usr/local/bin/polycorn and the directory `etc` at /etc/polycorn. Shut down on drop.
+struct Container {
+    nspawn: Child,
+    leader: u32,
+    log: PathBuf,
+}
+
+impl Container {
+    fn boot(rootfs: &Path, netns: &str, bin: &str, etc: &Path, log: PathBuf) -> Container {
+        let mut nspawn = Command::new("systemd-nspawn")
+            .args([
+                "--quiet",
+                "--register=no",
+                "--keep-unit",
+                "--volatile=overlay",
+                // systemd's own network powers for the relay (nftables, TPROXY sockets).
+                "--capability=CAP_NET_ADMIN",
+                "--boot",
+                "--machine=polycorn-test",
+            ])
+            .arg(format!("--directory={}", rootfs.display()))
+            .arg(format!("--network-namespace-path=/run/netns/{netns}"))
+            .arg(format!("--bind-ro={bin}:/usr/local/bin/polycorn"))
+            .arg(format!("--bind={}:/etc/polycorn", etc.display()))
+            .stdin(Stdio::null())
+            .stdout(std::fs::File::create(&log).unwrap())
+            .stderr(Stdio::from(
+                std::fs::OpenOptions::new().append(true).open(&log).unwrap(),
+            ))
+            .spawn()
+            .unwrap();
+        // The container's systemd: the first descendant of systemd-nspawn that runs it (the
+        // processes before it are nspawn's own).
+        let systemd_below = |pid: u32| -> Option<u32> {
+            let mut at = pid;
+            for _ in 0..4 {
+                let children = std::fs::read_to_string(format!("/proc/{at}/task/{at}/children"))
+                    .unwrap_or_default();
+                at = children.split_whitespace().next()?.parse().ok()?;
+                let comm = std::fs::read_to_string(format!("/proc/{at}/comm")).unwrap_or_default();
+                if comm.trim() == "systemd" {
+                    return Some(at);
+                }
+            }
+            None
+        };
+        let t0 = Instant::now();
+        let leader = loop {
+            if let Some(pid) = systemd_below(nspawn.id()) {
+                break pid;
+            }
+            if let Ok(Some(st)) = nspawn.try_wait() {
+                panic!(
+                    "systemd-nspawn exited: {st}\n{}",
+                    std::fs::read_to_string(&log).unwrap_or_default()
+                );
+            }
+            assert!(t0.elapsed() < Duration::from_secs(30), "no container");
+            std::thread::sleep(Duration::from_millis(50));
+        };
+        let c = Container {
+            nspawn,
+            leader,
+            log,
+        };
+        // Until its bus is up, systemctl cannot ask it.
+        let t0 = Instant::now();
+        let mut state = c.sh("systemctl is-system-running --wait");
+        while state.contains("Failed to connect to bus") && t0.elapsed() < Duration::from_secs(60) {
+            std::thread::sleep(Duration::from_millis(200));
+            state = c.sh("systemctl is-system-running --wait");
+        }
+        assert!(
+            state.contains("running") || state.contains("degraded"),
+            "container boot: {state}\n{}",
+            c.console()
+        );
+        c
+    }
+
+    /// Runs `script` with `sh -c` inside the container (all of its namespaces); its stdout and
+    /// stderr.
+    fn sh(&self, script: &str) -> String {
+        let out = Command::new("nsenter")
+            .args(["-t", &self.leader.to_string(), "-a", "sh", "-c", script])
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr)
+    }
+
+    /// The relay units' journal, with microsecond times.
+    fn journal(&self) -> String {
+        self.sh("journalctl -o short-precise -u polycorn-relay.socket -u polycorn-relay --no-pager")
+    }
+
+    fn console(&self) -> String {
+        tail(&std::fs::read_to_string(&self.log).unwrap_or_default())
+    }
+}
+
+impl Drop for Container {
+    fn drop(&mut self) {
+        // SIGTERM asks systemd-nspawn for an orderly shutdown of the container.
+        let _ = Command::new("kill")
+            .args(["-TERM", &self.nspawn.id().to_string()])
+            .status();
+        let t0 = Instant::now();
+        while t0.elapsed() < Duration::from_secs(15) {
+            if let Ok(Some(_)) = self.nspawn.try_wait() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        let _ = self.nspawn.kill();
+        let _ = self.nspawn.wait();
+    }
+}
+
+/// The relay's systemd units (`config example relay.service`, `relay.socket`) under systemd as
+/// PID 1 (a Debian 12 container in the relay's namespace): the socket unit's transparent
+/// listener (`Transparent=yes`) takes passengers' connections and starts the relay, which
+/// installs its interception and carries them; a restart of the service keeps the listener;
+/// stopping both as the README says lets a download open at that moment finish within
+/// `drain_s` before the socket unit's `--remove-interception` removes the rules, which it
+/// leaves in place until the relay has exited (systemd stops the two units side by side), and
+/// nothing of the relay stays installed.
+#[test]
+fn the_relay_units_run_under_systemd_as_pid_1() {
+    let _s = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    if !is_root() {
+        return;
+    }
+    let rootfs = match debian_rootfs() {
+        Ok(d) => d,
+        Err(why) if std::env::var("CI").as_deref() == Ok("true") => {
+            panic!("no container for the systemd test: {why}")
+        }
+        Err(why) => {
+            eprintln!("skipping the systemd test: {why}");
+            return;
+        }
+    };
+    let bed = Bed::constant("sd", 40, 20);
+    start_server(&bed);
+    let dir = tempfile::tempdir().unwrap();
+    generate_credentials(dir.path());
+    let (relay_toml, proxy_toml) = configs(
+        &bed,
+        dir.path(),
+        "polycorn",
+        "polycorn",
+        2,
+        ("drain_s = 5\n", ""),
+    );
+    // The container sees this directory as /etc/polycorn.
+    let _ = relay_toml;
+    let mut proxy = Daemon::start(
+        &bed.ns("proxy"),
+        "proxy",
+        &proxy_toml,
+        dir.path().join("proxy.log"),
+    );
+    proxy.wait_for("proxy running", 1);
+    let c = Container::boot(
+        &rootfs,
+        &bed.ns("relay"),
+        bin(),
+        dir.path(),
+        dir.path().join("console.log"),
+    );
+    let out = c.sh("set -e
+         polycorn config example relay.service > /etc/systemd/system/polycorn-relay.service
+         polycorn config example relay.socket --config /etc/polycorn/relay.toml \
+             > /etc/systemd/system/polycorn-relay.socket
+         systemd-analyze verify /etc/systemd/system/polycorn-relay.socket \
+             /etc/systemd/system/polycorn-relay.service
+         systemctl daemon-reload
+         systemctl enable --now polycorn-relay.socket
+         systemctl restart polycorn-relay
+         echo units-started");
+    assert!(out.contains("units-started"), "{out}\n{}", c.journal());
+    let up = |n: usize| {
+        wait_until(
+            30,
+            "the relay's subflows under systemd",
+            || c.journal(),
+            || proxy.log().matches("subflow up").count() >= n,
+        )
+    };
+    up(2);
+    let fetch = |down: u64, what: &str| {
+        let r = in_ns(&bed.ns("client"), move || {
+            Box::pin(async move {
+                tokio::time::timeout(
+                    Duration::from_secs(60),
+                    one(Via::Transparent4, KB, down, None),
+                )
+                .await
+            })
+        });
+        assert!(
+            matches!(r, Ok(Ok(_))),
+            "{what}: {r:?}\n{}",
+            tail(&c.journal())
+        );
+    };
+    fetch(
+        4 * MB,
+        "a transparent download through the relay under systemd",
+    );
+    let journal = c.journal();
+    assert!(
+        journal.contains("transparent (TPROXY) listener, passed by systemd"),
+        "{}",
+        tail(&journal)
+    );
+
+    // A restart of the service: the listener stays systemd's, the relay comes back.
+    let out = c.sh("systemctl restart polycorn-relay && echo restarted");
+    assert!(out.contains("restarted"), "{out}");
+    up(4);
+    fetch(4 * MB, "a download after the relay's restart");
+
+    // Stop both units, as the README says, while a download runs.
+    let download = download_in_background(&bed, 24 * MB, 60);
+    wait_until(
+        20,
+        "the proxy connects to the server",
+        || c.journal(),
+        || established_to(&bed.ns("proxy"), "10.0.2.2") > 0,
+    );
+    let out = c.sh("systemctl stop polycorn-relay.socket polycorn-relay && echo stopped");
+    assert!(out.contains("stopped"), "{out}");
+    let r = download.join().unwrap();
+    let journal = c.journal();
+    assert!(
+        matches!(r, Ok(Ok(()))),
+        "the download open at the stop finishes within drain_s: {r:?}\n{}",
+        tail(&journal)
+    );
+    eprintln!("{}", tail(&journal));
+    // The last of each (the restart drained too).
+    let at = |what: &str| {
+        journal
+            .lines()
+            .enumerate()
+            .filter(|(_, l)| l.contains(what))
+            .map(|(i, _)| i)
+            .last()
+            .unwrap_or_else(|| panic!("no `{what}` in:\n{journal}"))
+    };
+    assert!(
+        at("drained") < at("removed the relay's interception"),
+        "the rules stayed until the relay had drained:\n{journal}"
+    );
+    let tables = Command::new("ip")
+        .args(["netns", "exec", &bed.ns("relay"), "nft", "list", "tables"])
+        .output()
+        .unwrap();
+    let tables = String::from_utf8_lossy(&tables.stdout);
+    assert!(!tables.contains("polycorn_relay"), "{tables}");
+    drop(c);
+}
