@@ -3648,10 +3648,19 @@ struct Container {
     nspawn: Child,
     leader: u32,
     log: PathBuf,
+    /// `relay` or `proxy`: whose units it runs.
+    role: String,
 }
 
 impl Container {
-    fn boot(rootfs: &Path, netns: &str, bin: &str, etc: &Path, log: PathBuf) -> Container {
+    fn boot(
+        rootfs: &Path,
+        netns: &str,
+        bin: &str,
+        etc: &Path,
+        log: PathBuf,
+        role: &str,
+    ) -> Container {
         let mut nspawn = Command::new("systemd-nspawn")
             .args([
                 "--quiet",
@@ -3661,8 +3670,8 @@ impl Container {
                 // systemd's own network powers for the relay (nftables, TPROXY sockets).
                 "--capability=CAP_NET_ADMIN",
                 "--boot",
-                "--machine=polycorn-test",
             ])
+            .arg(format!("--machine=polycorn-test-{role}"))
             .arg(format!("--directory={}", rootfs.display()))
             .arg(format!("--network-namespace-path=/run/netns/{netns}"))
             .arg(format!("--bind-ro={bin}:/usr/local/bin/polycorn"))
@@ -3707,6 +3716,7 @@ impl Container {
             nspawn,
             leader,
             log,
+            role: role.to_string(),
         };
         // Until its bus is up, systemctl cannot ask it.
         let t0 = Instant::now();
@@ -3733,9 +3743,31 @@ impl Container {
         String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr)
     }
 
-    /// The relay units' journal, with microsecond times.
+    /// The journal of the role's units, with microsecond times.
     fn journal(&self) -> String {
-        self.sh("journalctl -o short-precise -u polycorn-relay.socket -u polycorn-relay --no-pager")
+        let r = &self.role;
+        self.sh(&format!(
+            "journalctl -o short-precise -u polycorn-{r}.socket -u polycorn-{r} --no-pager"
+        ))
+    }
+
+    /// Installs the role's service and socket units as the README says, checks them with
+    /// `systemd-analyze verify`, and starts them.
+    fn start_units(&self) {
+        let r = &self.role;
+        let out = self.sh(&format!(
+            "set -e
+             polycorn config example {r}.service > /etc/systemd/system/polycorn-{r}.service
+             polycorn config example {r}.socket --config /etc/polycorn/{r}.toml \
+                 > /etc/systemd/system/polycorn-{r}.socket
+             systemd-analyze verify /etc/systemd/system/polycorn-{r}.socket \
+                 /etc/systemd/system/polycorn-{r}.service
+             systemctl daemon-reload
+             systemctl enable --now polycorn-{r}.socket
+             systemctl restart polycorn-{r}
+             echo units-started"
+        ));
+        assert!(out.contains("units-started"), "{out}\n{}", self.journal());
     }
 
     fn console(&self) -> String {
@@ -3761,16 +3793,18 @@ impl Drop for Container {
     }
 }
 
-/// The relay's systemd units (`config example relay.service`, `relay.socket`) under systemd as
-/// PID 1 (a Debian 12 container in the relay's namespace): the socket unit's transparent
-/// listener (`Transparent=yes`) takes passengers' connections and starts the relay, which
-/// installs its interception and carries them; a restart of the service keeps the listener;
-/// stopping both as the README says lets a download open at that moment finish within
-/// `drain_s` before the socket unit's `--remove-interception` removes the rules, which it
-/// leaves in place until the relay has exited (systemd stops the two units side by side), and
-/// nothing of the relay stays installed.
+/// The relay's and the proxy's systemd units (`config example relay.service`, `relay.socket`,
+/// `proxy.service`, `proxy.socket`) under systemd as PID 1, each in a Debian 12 container in its
+/// namespace of the testbed: the relay's socket unit's transparent listeners
+/// (`Transparent=yes`) take passengers' connections and start the relay, which installs its
+/// interception and carries them; `relay --check-paths` passes beside it; restarts of either
+/// service keep the listeners; stopping the relay's two units as the README says lets a
+/// download open at that moment finish within `drain_s` before the socket unit's
+/// `--remove-interception` removes the rules, which it leaves in place until the relay has
+/// exited (systemd stops the two units side by side), and nothing of the relay stays
+/// installed.
 #[test]
-fn the_relay_units_run_under_systemd_as_pid_1() {
+fn the_relay_and_proxy_units_run_under_systemd_as_pid_1() {
     let _s = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
     if !is_root() {
         return;
@@ -3797,42 +3831,43 @@ fn the_relay_units_run_under_systemd_as_pid_1() {
         2,
         ("drain_s = 5\n", ""),
     );
-    // The container sees this directory as /etc/polycorn.
-    let _ = relay_toml;
-    let mut proxy = Daemon::start(
-        &bed.ns("proxy"),
-        "proxy",
-        &proxy_toml,
-        dir.path().join("proxy.log"),
-    );
-    proxy.wait_for("proxy running", 1);
-    let c = Container::boot(
-        &rootfs,
-        &bed.ns("relay"),
-        bin(),
-        dir.path(),
-        dir.path().join("console.log"),
-    );
-    let out = c.sh("set -e
-         polycorn config example relay.service > /etc/systemd/system/polycorn-relay.service
-         polycorn config example relay.socket --config /etc/polycorn/relay.toml \
-             > /etc/systemd/system/polycorn-relay.socket
-         systemd-analyze verify /etc/systemd/system/polycorn-relay.socket \
-             /etc/systemd/system/polycorn-relay.service
-         systemctl daemon-reload
-         systemctl enable --now polycorn-relay.socket
-         systemctl restart polycorn-relay
-         echo units-started");
-    assert!(out.contains("units-started"), "{out}\n{}", c.journal());
+    // Both containers see this directory as /etc/polycorn.
+    let _ = (relay_toml, proxy_toml);
+    let boot = |role: &str| {
+        Container::boot(
+            &rootfs,
+            &bed.ns(role),
+            bin(),
+            dir.path(),
+            dir.path().join(format!("console-{role}.log")),
+            role,
+        )
+    };
+    let proxy = boot("proxy");
+    proxy.start_units();
+    let c = boot("relay");
+    c.start_units();
     let up = |n: usize| {
         wait_until(
             30,
             "the relay's subflows under systemd",
             || c.journal(),
-            || proxy.log().matches("subflow up").count() >= n,
+            || c.journal().matches("subflow up").count() >= n,
         )
     };
     up(2);
+    let pj = proxy.journal();
+    assert!(
+        pj.contains("socket passed by systemd") && pj.contains("subflow up"),
+        "{}",
+        tail(&pj)
+    );
+    let check =
+        c.sh("polycorn relay --config /etc/polycorn/relay.toml --check-paths; echo status=$?");
+    assert!(
+        check.contains("2 of 2 path(s) reach the proxy") && check.contains("status=0"),
+        "{check}"
+    );
     let fetch = |down: u64, what: &str| {
         let r = in_ns(&bed.ns("client"), move || {
             Box::pin(async move {
@@ -3865,6 +3900,11 @@ fn the_relay_units_run_under_systemd_as_pid_1() {
     assert!(out.contains("restarted"), "{out}");
     up(4);
     fetch(4 * MB, "a download after the relay's restart");
+    // The proxy's restart: its listener stays systemd's too, the relay's paths come back.
+    let out = proxy.sh("systemctl restart polycorn-proxy && echo restarted");
+    assert!(out.contains("restarted"), "{out}");
+    up(6);
+    fetch(4 * MB, "a download after the proxy's restart");
 
     // Stop both units, as the README says, while a download runs.
     let download = download_in_background(&bed, 24 * MB, 60);
