@@ -65,6 +65,8 @@ pub struct Reached {
     pub rtt: Option<Duration>,
     /// The segment size TCP settled on (`mtu` of the path bounds it).
     pub mss: Option<u32>,
+    /// When the proxy's certificate stops being valid, seconds since 1970.
+    pub proxy_cert_not_after: Option<i64>,
     /// How the exchange after the Hellos went.
     pub answer: Answer,
 }
@@ -214,6 +216,13 @@ async fn check_path(
     let setup = start.elapsed();
     let sample = (est.tcp_info)().ok();
     let local = est.stream.get_ref().0.local_addr().ok();
+    let proxy_cert_not_after = est
+        .stream
+        .get_ref()
+        .1
+        .peer_certificates()
+        .and_then(|chain| chain.first())
+        .and_then(crate::tls::peer_not_after);
     let older = est.peer_epoch != 0;
     let mut stream = est.stream;
     let mut frames = FrameReader::new(est.initial);
@@ -261,6 +270,7 @@ async fn check_path(
             .as_ref()
             .map(|s| Duration::from_micros(s.sample.srtt.as_micros())),
         mss: sample.as_ref().map(|s| s.sample.mss_bytes),
+        proxy_cert_not_after,
         answer,
     })
 }

@@ -27,6 +27,7 @@
 //! | `polycorn_proxy_failovers_total` | counter | | (relay) moves to another of the proxy name's addresses after no path reached the one in use for the hold time |
 //! | `polycorn_session_renewals_total` | counter | | (relay) fresh starts of the session, under a new epoch, with a proxy that answered with another epoch than the one before (another proxy, or a restarted one) |
 //! | `polycorn_frames_rejected_total` | counter | `reason` | frames refused by the session (malformed, unknown flow, …) |
+//! | `polycorn_tls_not_after_seconds` | gauge | `file` | when the process's own certificate (`cert`) and its CA file (`ca`) stop being valid, seconds since 1970 (alert on it minus `time()`) |
 //! | `polycorn_peers_rejected_total` | counter | | subflow connections refused (TLS or hello failure, revoked relay, session of another relay) |
 //! | `polycorn_relay_sessions_total` | counter | `relay` | (proxy) sessions the relay opened: one per start of the relay process |
 //! | `polycorn_relay_sessions_ended_total` | counter | `relay`, `how` | (proxy) sessions that ended: `closed` (the relay stopped in order), `restarted` (ended when the relay opened a new one, its paths all down: a crash or a power cut), `lost` (every path down longer than the hold time) |
@@ -156,6 +157,11 @@ struct UserLabels {
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct StageLabels {
     stage: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct FileLabels {
+    file: String,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -338,6 +344,7 @@ pub struct Metrics {
     user_bytes: Family<UserLabels, Counter>,
     stage_decisions: Family<StageLabels, Counter>,
     frames_rejected: Family<ReasonLabels, Counter>,
+    tls_not_after: Family<FileLabels, Gauge>,
     /// `polycorn_reorder_wait_seconds`.
     pub reorder_wait: Histogram,
     /// `polycorn_flows_open`.
@@ -391,6 +398,7 @@ impl Metrics {
             user_bytes: Family::default(),
             stage_decisions: Family::default(),
             frames_rejected: Family::default(),
+            tls_not_after: Family::default(),
             reorder_wait: Histogram::new(REORDER_WAIT_BUCKETS.iter().copied()),
             flows_open: Gauge::default(),
             flows_total: Counter::default(),
@@ -505,6 +513,12 @@ impl Metrics {
             "polycorn_frames_rejected",
             "Frames refused by the session, by reason",
             m.frames_rejected.clone(),
+        );
+        r.register_with_unit(
+            "polycorn_tls_not_after",
+            "When the certificate (file=cert) and the CA file (file=ca) stop being valid, since 1970",
+            Unit::Seconds,
+            m.tls_not_after.clone(),
         );
         r.register(
             "polycorn_peers_rejected",
@@ -628,6 +642,17 @@ impl Metrics {
             how: how.label(),
         };
         series(&self.relay_sessions_ended, &l).inc();
+    }
+
+    /// `polycorn_tls_not_after_seconds{file=file}` (`cert` or `ca`): seconds since 1970.
+    pub fn set_tls_not_after(&self, file: &str, secs: i64) {
+        series(
+            &self.tls_not_after,
+            &FileLabels {
+                file: sanitize(file),
+            },
+        )
+        .set(secs);
     }
 
     /// `polycorn_frames_rejected_total{reason=reason}`.

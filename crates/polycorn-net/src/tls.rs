@@ -494,16 +494,104 @@ fn current_year() -> i32 {
         .duration_since(UNIX_EPOCH)
         .map(|d| d.as_secs() / 86_400)
         .unwrap_or(0);
-    // Civil-from-days (proleptic Gregorian), enough to get the year.
-    let z = days as i64 + 719_468;
+    civil_from_days(days as i64).0
+}
+
+/// The (proleptic Gregorian) UTC date of a day counted from 1970-01-01.
+fn civil_from_days(days: i64) -> (i32, u32, u32) {
+    let z = days + 719_468;
     let era = z.div_euclid(146_097);
     let doe = z - era * 146_097;
     let yoe = (doe - doe / 1_460 + doe / 36_524 - doe / 146_096) / 365;
     let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
     let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
     let month = if mp < 10 { mp + 3 } else { mp - 9 };
     let year = yoe + era * 400 + i64::from(month <= 2);
-    i32::try_from(year).unwrap_or(1970)
+    (
+        i32::try_from(year).unwrap_or(1970),
+        month as u32,
+        day as u32,
+    )
+}
+
+/// A certificate file's validity warns this long before it ends.
+pub const EXPIRY_WARNING: Duration = Duration::from_secs(30 * 86_400);
+
+/// When the certificates of a file stop being valid.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Validity {
+    /// The configuration key (`tls.cert`, `tls.ca`).
+    pub key: &'static str,
+    /// The file.
+    pub file: PathBuf,
+    /// The earliest end of validity (`notAfter`) among the file's certificates, in seconds
+    /// since 1970 (UTC).
+    pub not_after: i64,
+}
+
+impl Validity {
+    /// Seconds left at `now` (seconds since 1970); negative once it has ended.
+    pub fn left(&self, now: i64) -> i64 {
+        self.not_after - now
+    }
+
+    /// Whether an operator should be told at `now`: ended, or ending within
+    /// [`EXPIRY_WARNING`].
+    pub fn needs_warning(&self, now: i64) -> bool {
+        self.left(now) < EXPIRY_WARNING.as_secs() as i64
+    }
+
+    /// `tls.cert (relay.pem): valid until 2036-01-01 (3685 days left)`, or `… ENDED on … (N
+    /// days ago): renew it` once ended.
+    pub fn describe(&self, now: i64) -> String {
+        let (y, m, d) = civil_from_days(self.not_after.div_euclid(86_400));
+        let days = self.left(now).div_euclid(86_400);
+        let head = format!("{} ({})", self.key, self.file.display());
+        if days < 0 || self.left(now) <= 0 {
+            format!(
+                "{head}: validity ENDED on {y:04}-{m:02}-{d:02} ({} days ago): renew it",
+                -days
+            )
+        } else if self.needs_warning(now) {
+            format!("{head}: valid until {y:04}-{m:02}-{d:02}, only {days} days left: renew it")
+        } else {
+            format!("{head}: valid until {y:04}-{m:02}-{d:02} ({days} days left)")
+        }
+    }
+}
+
+/// The validity of the certificates in `file` (every certificate of a chain counts: the one
+/// that ends first ends the file's), named `key` for messages.
+pub fn validity_of_file(key: &'static str, file: &Path) -> Result<Validity, TlsError> {
+    let certs = load_certs(file)?;
+    let mut not_after = i64::MAX;
+    for c in &certs {
+        let (_, parsed) = x509_parser::parse_x509_certificate(c).map_err(|e| TlsError::BadPem {
+            file: file.to_path_buf(),
+            detail: format!("certificate: {e}"),
+        })?;
+        not_after = not_after.min(parsed.validity().not_after.timestamp());
+    }
+    Ok(Validity {
+        key,
+        file: file.to_path_buf(),
+        not_after,
+    })
+}
+
+/// The validity of a certificate the peer presented (its first, the end entity's), in seconds
+/// since 1970; `None` if it does not parse.
+pub fn peer_not_after(cert: &CertificateDer<'_>) -> Option<i64> {
+    let (_, parsed) = x509_parser::parse_x509_certificate(cert).ok()?;
+    Some(parsed.validity().not_after.timestamp())
+}
+
+/// Seconds since 1970 now (0 if the clock is before it).
+pub fn unix_now() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs() as i64)
 }
 
 fn read(file: &Path) -> Result<Vec<u8>, TlsError> {

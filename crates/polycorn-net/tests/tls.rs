@@ -408,3 +408,64 @@ fn relay_names_and_ca_files_are_checked() {
     let e = tls::issue_relay(&dir, "train-1", &dir, false).unwrap_err();
     assert!(e.to_string().contains("ca.key: file not found"), "{e}");
 }
+
+/// How long certificate files stay valid: a generated set ten years and more, without a
+/// warning; a certificate that ended, or ends within 30 days, is told with its date; the file's
+/// earliest end counts when it holds a chain.
+#[test]
+fn certificate_validity_is_read_and_told_with_its_date() {
+    let dir = tempfile::tempdir().unwrap();
+    let g = generated(dir.path());
+    let now = tls::unix_now();
+    let v = tls::validity_of_file("tls.cert", &g.relay_cert).unwrap();
+    assert!(v.left(now) > 9 * 365 * 86_400, "{v:?}");
+    assert!(!v.needs_warning(now));
+    let text = v.describe(now);
+    assert!(
+        text.starts_with("tls.cert (")
+            && text.contains("valid until ")
+            && text.contains("-01-01 ("),
+        "{text}"
+    );
+
+    // A certificate that ended on 2020-01-01, alone and in a chain before the generated one.
+    let mut p = rcgen::CertificateParams::new(vec!["old.example".into()]).unwrap();
+    p.not_before = rcgen::date_time_ymd(2019, 1, 1);
+    p.not_after = rcgen::date_time_ymd(2020, 1, 1);
+    let key = rcgen::KeyPair::generate().unwrap();
+    let old = p.self_signed(&key).unwrap().pem();
+    let file = dir.path().join("old.pem");
+    std::fs::write(&file, &old).unwrap();
+    let v = tls::validity_of_file("tls.ca", &file).unwrap();
+    assert_eq!(v.not_after, 1_577_836_800);
+    assert!(v.needs_warning(now));
+    let text = v.describe(now);
+    assert!(
+        text.contains("validity ENDED on 2020-01-01") && text.contains("renew it"),
+        "{text}"
+    );
+    let chain = dir.path().join("chain.pem");
+    std::fs::write(
+        &chain,
+        std::fs::read_to_string(&g.relay_cert).unwrap() + &old,
+    )
+    .unwrap();
+    assert_eq!(
+        tls::validity_of_file("tls.cert", &chain).unwrap().not_after,
+        1_577_836_800
+    );
+
+    // Nine days before its end: a warning with what is left.
+    let soon = tls::Validity {
+        key: "tls.cert",
+        file: "relay.pem".into(),
+        not_after: 1_577_836_800,
+    };
+    let text = soon.describe(1_577_836_800 - 9 * 86_400 - 3_600);
+    assert!(soon.needs_warning(1_577_836_800 - 9 * 86_400));
+    assert!(!soon.needs_warning(1_577_836_800 - 31 * 86_400));
+    assert_eq!(
+        text,
+        "tls.cert (relay.pem): valid until 2020-01-01, only 9 days left: renew it"
+    );
+}

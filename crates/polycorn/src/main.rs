@@ -84,8 +84,9 @@ enum Command {
         #[arg(long, conflicts_with = "remove_interception")]
         check_paths: bool,
         /// With --check-paths: one JSON object per check on stdout instead of the lines (`path`,
-        /// `device`, `proxy`, `addr`, `ok`, `source`, `setup_ms`, `rtt_ms`, `mss`, `answer`:
-        /// `checked`, `probe_lost`, `answer_lost` or `older_proxy`, `proxy_says`, `error`).
+        /// `device`, `proxy`, `addr`, `ok`, `source`, `setup_ms`, `rtt_ms`, `mss`,
+        /// `proxy_cert_not_after` (seconds since 1970), `answer`: `checked`, `probe_lost`,
+        /// `answer_lost` or `older_proxy`, `proxy_says`, `error`).
         #[arg(long, requires = "check_paths")]
         json: bool,
     },
@@ -295,6 +296,23 @@ fn main() -> std::process::ExitCode {
     }
 }
 
+/// `config check`: how long the TLS files stay valid (on stdout; a warning on stderr as well
+/// when that ends within 30 days or has ended).
+fn print_validity(cert: &std::path::Path, ca: &std::path::Path) -> anyhow::Result<()> {
+    use polycorn_net::tls;
+    let now = tls::unix_now();
+    for v in [
+        tls::validity_of_file("tls.cert", cert)?,
+        tls::validity_of_file("tls.ca", ca)?,
+    ] {
+        println!("{}", v.describe(now));
+        if v.needs_warning(now) {
+            eprintln!("warning: {}", v.describe(now));
+        }
+    }
+    Ok(())
+}
+
 /// An error and its causes, as `{:#}` prints them, but without a cause whose text the message
 /// already carries (many of our errors name their cause in their own text).
 fn error_text(e: &anyhow::Error) -> String {
@@ -392,6 +410,7 @@ fn run(cli: Cli) -> Result<u8> {
                 if let Some(t) = &cfg.tls {
                     let name = polycorn_net::tls::relay_name_of_file(&t.cert)?;
                     println!("relay name (tls.cert): {name}");
+                    print_validity(&t.cert, &t.ca)?;
                 }
             }
             "proxy" => {
@@ -400,6 +419,7 @@ fn run(cli: Cli) -> Result<u8> {
                 if !cfg.proxy.revoked_relays.is_empty() {
                     println!("revoked relays: {}", cfg.proxy.revoked_relays.join(", "));
                 }
+                print_validity(&cfg.tls.cert, &cfg.tls.ca)?;
             }
             other => anyhow::bail!("unknown role `{other}`: expected `relay` or `proxy`"),
         },

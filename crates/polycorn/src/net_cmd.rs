@@ -514,6 +514,7 @@ fn check_json(r: &polycorn_net::check::PathCheck) -> serde_json::Value {
             v["setup_ms"] = serde_json::json!(ms(ok.setup));
             v["rtt_ms"] = serde_json::json!(ok.rtt.map(ms));
             v["mss"] = serde_json::json!(ok.mss);
+            v["proxy_cert_not_after"] = serde_json::json!(ok.proxy_cert_not_after);
             v["answer"] = serde_json::json!(answer);
             v["proxy_says"] = serde_json::json!(says);
         }
@@ -544,7 +545,19 @@ fn check_line(r: &polycorn_net::check::PathCheck) -> String {
                 facts.push_str(&format!(", MSS {mss}"));
             }
             let head = format!("{} ({device}, {source})", r.path);
-            match &ok.answer {
+            // The proxy's certificate only when it ends soon.
+            let now = tls::unix_now();
+            let cert = ok
+                .proxy_cert_not_after
+                .map(|not_after| tls::Validity {
+                    key: "the proxy's certificate",
+                    file: ok.proxy.to_string().into(),
+                    not_after,
+                })
+                .filter(|v| v.needs_warning(now))
+                .map(|v| format!("; {}", v.describe(now)))
+                .unwrap_or_default();
+            let line = match &ok.answer {
                 Answer::Checked(words) => {
                     format!("{head}: ok, {facts}, {kib} KiB each way; {words}")
                 }
@@ -561,7 +574,8 @@ fn check_line(r: &polycorn_net::check::PathCheck) -> String {
                      s: {black_hole}, or the path lost coverage just then",
                     ANSWER_WAIT.as_secs()
                 ),
-            }
+            };
+            line + &cert
         }
         Err(e) => {
             let target = r.addr.map_or_else(|| r.proxy.clone(), |a| a.to_string());
@@ -582,6 +596,38 @@ fn check_line(r: &polycorn_net::check::PathCheck) -> String {
             line
         }
     }
+}
+
+/// The TLS files' validity: logged at the start (a warning when it ends within
+/// [`tls::EXPIRY_WARNING`] or has ended, and again every day while so), and exported as
+/// `polycorn_tls_not_after_seconds` for monitoring. (Nothing else changes: a certificate past
+/// its end fails in the handshakes, which say so.)
+fn watch_certificates(cert: &Path, ca: &Path, metrics: &Metrics) -> Result<()> {
+    let files = [
+        tls::validity_of_file("tls.cert", cert)?,
+        tls::validity_of_file("tls.ca", ca)?,
+    ];
+    metrics.set_tls_not_after("cert", files[0].not_after);
+    metrics.set_tls_not_after("ca", files[1].not_after);
+    let say = |files: &[tls::Validity], always: bool| {
+        let now = tls::unix_now();
+        for v in files {
+            if v.needs_warning(now) {
+                warn!("{}", v.describe(now));
+            } else if always {
+                info!("{}", v.describe(now));
+            }
+        }
+    };
+    say(&files, true);
+    tokio::spawn(async move {
+        let day = Duration::from_secs(86_400);
+        loop {
+            tokio::time::sleep(day).await;
+            say(&files, false);
+        }
+    });
+    Ok(())
 }
 
 /// `polycorn relay --config FILE`.
@@ -721,6 +767,9 @@ pub fn relay(path: &Path) -> Result<()> {
             predictor,
         };
         let metrics = Arc::new(Metrics::new());
+        if let Some(t) = &cfg.tls {
+            watch_certificates(&t.cert, &t.ca, &metrics)?;
+        }
         serve_metrics(&cfg.metrics, metrics.clone()).await?;
         let (carrier, mut tasks, mut listeners) = relay::start(opts, Some(ctx_rx), inherited)
             .await
@@ -805,6 +854,7 @@ pub fn proxy(path: &Path) -> Result<()> {
             revoked.clone(),
         )?;
         let metrics = Arc::new(Metrics::new());
+        watch_certificates(&cfg.tls.cert, &cfg.tls.ca, &metrics)?;
         let opts = ProxyOptions {
             listen: cfg.proxy.listen.clone(),
             tunnel_listen: cfg.proxy.tunnel_listen,

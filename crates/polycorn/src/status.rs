@@ -49,9 +49,10 @@ pub struct StatusArgs {
     #[arg(long)]
     pub json: bool,
     /// Health check for monitoring (the Nagios/Icinga plugin convention): one reading, one
-    /// line, and the exit status says it: 0 OK, 1 WARNING (a path down), 2 CRITICAL (a relay
-    /// with fewer than --min-paths paths up, a --relay not reporting, or no relay at all),
-    /// 3 UNKNOWN (the daemon could not be read).
+    /// line, and the exit status says it: 0 OK, 1 WARNING (a path down, or the daemon's TLS
+    /// certificate or CA file ending within 30 days), 2 CRITICAL (a relay with fewer than
+    /// --min-paths paths up, a --relay not reporting, no relay at all, or a certificate that
+    /// has ended), 3 UNKNOWN (the daemon could not be read).
     #[arg(long, conflicts_with_all = ["watch", "json"])]
     pub check: bool,
     /// With --check: a relay with fewer paths up than this is CRITICAL.
@@ -156,13 +157,20 @@ fn check_once(args: &StatusArgs) -> Result<(Health, String)> {
     let snap = Snapshot::from_samples(
         &parse_samples(&text).with_context(|| format!("metrics from {addr}"))?,
     );
-    Ok(judge(&snap, args.min_paths, &args.relays))
+    Ok(judge(
+        &snap,
+        args.min_paths,
+        &args.relays,
+        polycorn_net::tls::unix_now(),
+    ))
 }
 
-/// The health of a reading: every relay with at least `min_paths` paths up and every
-/// `expected` relay reporting, and whether any path is down. The line names every relay that
-/// is not OK, then the flows, then Nagios performance data.
-pub fn judge(cur: &Snapshot, min_paths: usize, expected: &[String]) -> (Health, String) {
+/// The health of a reading at `now` (seconds since 1970): every relay with at least
+/// `min_paths` paths up and every `expected` relay reporting, whether any path is down, and
+/// whether the daemon's certificate or CA file ends within 30 days (WARNING) or has ended
+/// (CRITICAL). The line names every relay and file that is not OK, then the flows, then
+/// Nagios performance data.
+pub fn judge(cur: &Snapshot, min_paths: usize, expected: &[String], now: i64) -> (Health, String) {
     let relays = cur.relays();
     let mut health = Health::Ok;
     let mut said = Vec::new();
@@ -190,6 +198,18 @@ pub fn judge(cur: &Snapshot, min_paths: usize, expected: &[String]) -> (Health, 
         health = health.max(h);
         said.push(format!("{relay} {up} of {all} paths up"));
     }
+    let mut certs_said = Vec::new();
+    for (file, &end) in &cur.tls_not_after {
+        let left = end as i64 - now;
+        let warn = polycorn_net::tls::EXPIRY_WARNING.as_secs() as i64;
+        if left <= 0 {
+            health = Health::Critical;
+            certs_said.push(format!("TLS {file} ended {} days ago", -left / 86_400));
+        } else if left < warn {
+            health = health.max(Health::Warning);
+            certs_said.push(format!("TLS {file} ends in {} days", left / 86_400));
+        }
+    }
     if said.is_empty() {
         said.push(
             relays
@@ -199,6 +219,7 @@ pub fn judge(cur: &Snapshot, min_paths: usize, expected: &[String]) -> (Health, 
                 .join(", "),
         );
     }
+    said.extend(certs_said);
     let (up, all) = relays
         .values()
         .fold((0, 0), |(u, a), &(up, all)| (u + up, a + all));
@@ -274,6 +295,7 @@ pub fn to_json(addr: SocketAddr, prev: Option<(&Snapshot, f64)>, cur: &Snapshot)
         "session_renewals": cur.session_renewals,
         "passenger_addresses": cur.passengers,
         "subflows_refused": cur.peers_rejected,
+        "tls_not_after": cur.tls_not_after,
     })
     .to_string()
 }
@@ -475,6 +497,8 @@ pub struct Snapshot {
     peers_rejected: f64,
     /// Passenger addresses with a byte counter.
     passengers: usize,
+    /// `polycorn_tls_not_after_seconds` by file (`cert`, `ca`): seconds since 1970.
+    tls_not_after: BTreeMap<String, f64>,
 }
 
 impl Snapshot {
@@ -512,6 +536,11 @@ impl Snapshot {
                 "polycorn_proxy_failovers_total" => s.proxy_failovers = x.value,
                 "polycorn_session_renewals_total" => s.session_renewals = x.value,
                 "polycorn_peers_rejected_total" => s.peers_rejected = x.value,
+                "polycorn_tls_not_after_seconds" => {
+                    if let Some(f) = x.label("file") {
+                        s.tls_not_after.insert(f.to_string(), x.value);
+                    }
+                }
                 "polycorn_user_bytes_total" => {
                     if let Some(u) = x.label("user") {
                         passengers.insert(u.to_string());
@@ -637,6 +666,19 @@ pub fn render(addr: SocketAddr, prev: Option<(&Snapshot, f64)>, cur: &Snapshot) 
         cur.peers_rejected,
         if cur.peers_rejected == 1.0 { "" } else { "s" },
     );
+    if !cur.tls_not_after.is_empty() {
+        let now = polycorn_net::tls::unix_now();
+        let files: Vec<String> = cur
+            .tls_not_after
+            .iter()
+            .map(|(file, &end)| match (end as i64 - now) / 86_400 {
+                d if end as i64 <= now => format!("{file} ENDED {} days ago", -d),
+                d if d < 30 => format!("{file} {d} days left: renew it"),
+                d => format!("{file} {d} days left"),
+            })
+            .collect();
+        let _ = writeln!(o, "TLS validity: {}", files.join(", "));
+    }
     o
 }
 
@@ -644,6 +686,9 @@ pub fn render(addr: SocketAddr, prev: Option<(&Snapshot, f64)>, cur: &Snapshot) 
 mod tests {
     use super::*;
     use polycorn_net::metrics::{Direction, Metrics};
+
+    /// The clock of the judged readings: 2030-01-01.
+    const NOW: i64 = 1_893_456_000;
 
     fn snapshot(m: &Metrics) -> Snapshot {
         Snapshot::from_samples(&parse_samples(&m.encode()).expect("our own metrics parse"))
@@ -767,7 +812,7 @@ mod tests {
         }
         m.flows_open.set(7);
         let none: &[String] = &[];
-        let (h, line) = judge(&snapshot(&m), 1, none);
+        let (h, line) = judge(&snapshot(&m), 1, none, NOW);
         assert_eq!(h, Health::Ok, "{line}");
         assert_eq!(
             line,
@@ -775,23 +820,49 @@ mod tests {
              | paths_up=3 paths=3 flows_open=7"
         );
         m.path("train-1", "b").disconnected();
-        let (h, line) = judge(&snapshot(&m), 1, none);
+        let (h, line) = judge(&snapshot(&m), 1, none, NOW);
         assert_eq!(h, Health::Warning, "{line}");
         assert!(line.starts_with("train-1 1 of 2 paths up; "), "{line}");
-        let (h, line) = judge(&snapshot(&m), 2, none);
+        let (h, line) = judge(&snapshot(&m), 2, none, NOW);
         assert_eq!(h, Health::Critical, "{line}");
         assert!(line.contains("train-1 1 of 2 paths up"), "{line}");
-        let (h, line) = judge(&snapshot(&m), 1, &["train-3".to_string()]);
+        let (h, line) = judge(&snapshot(&m), 1, &["train-3".to_string()], NOW);
         assert_eq!(h, Health::Critical, "{line}");
         assert!(
             line.starts_with("train-3 not reporting, train-1 1 of 2"),
             "{line}"
         );
         m.path("train-2", "a").disconnected();
-        assert_eq!(judge(&snapshot(&m), 1, none).0, Health::Critical);
-        let (h, line) = judge(&snapshot(&Metrics::new()), 1, none);
+        assert_eq!(judge(&snapshot(&m), 1, none, NOW).0, Health::Critical);
+        let (h, line) = judge(&snapshot(&Metrics::new()), 1, none, NOW);
         assert_eq!(h, Health::Critical);
         assert!(line.starts_with("no paths reported"), "{line}");
+    }
+
+    /// `--check` on a daemon whose certificate ends soon: WARNING within 30 days, CRITICAL once
+    /// it has ended, each naming the file; far from its end it changes nothing.
+    #[test]
+    fn check_warns_before_a_certificate_ends() {
+        let m = Metrics::new();
+        m.path("train-1", "a").connected();
+        m.set_tls_not_after("cert", NOW + 400 * 86_400);
+        m.set_tls_not_after("ca", NOW + 4000 * 86_400);
+        let none: &[String] = &[];
+        let (h, line) = judge(&snapshot(&m), 1, none, NOW);
+        assert_eq!(h, Health::Ok, "{line}");
+        m.set_tls_not_after("cert", NOW + 9 * 86_400 + 60);
+        let (h, line) = judge(&snapshot(&m), 1, none, NOW);
+        assert_eq!(h, Health::Warning, "{line}");
+        assert!(
+            line.starts_with("train-1 1 of 1 paths up, TLS cert ends in 9 days; "),
+            "{line}"
+        );
+        m.set_tls_not_after("cert", NOW - 2 * 86_400);
+        let (h, line) = judge(&snapshot(&m), 1, none, NOW);
+        assert_eq!(h, Health::Critical, "{line}");
+        assert!(line.contains("TLS cert ended 2 days ago"), "{line}");
+        let text = render("127.0.0.1:9100".parse().unwrap(), None, &snapshot(&m));
+        assert!(text.contains("TLS validity: ca "), "{text}");
     }
 
     /// `--json`: the table's content, rates null where the table shows `-`.

@@ -2202,6 +2202,26 @@ fn a_path_check_names_each_paths_outcome_and_leaves_the_running_session_alone() 
         assert_eq!(c["answer"], "checked", "{c}");
         assert_eq!(c["addr"], format!("10.100.{i}.2:7700"), "{c}");
         assert!(c["rtt_ms"].as_f64().unwrap() >= 35.0, "{c}");
+        // `tls generate` makes certificates valid for ten years and more.
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_secs() as i64;
+        let end = c["proxy_cert_not_after"].as_i64().unwrap();
+        assert!(end > now + 9 * 365 * 86_400, "{c}");
+    }
+    // Both daemons export when their certificates end, for monitoring.
+    for role in ["relay", "proxy"] {
+        let page = scrape_metrics(&bed.ns(role));
+        for file in ["cert", "ca"] {
+            let key = format!("polycorn_tls_not_after_seconds{{file=\"{file}\"}} ");
+            let end: i64 = page
+                .lines()
+                .find_map(|l| l.strip_prefix(&key))
+                .and_then(|v| v.trim().parse().ok())
+                .unwrap_or_else(|| panic!("no {key}in the {role}'s metrics:\n{page}"));
+            assert!(end > 1_900_000_000, "{role} {file}: {end}");
+        }
     }
     assert_eq!(checks[2]["ok"], false);
     assert!(
