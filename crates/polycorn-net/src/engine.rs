@@ -359,6 +359,11 @@ impl Engine {
         let _ = self.0.metrics.set(metrics);
     }
 
+    /// The metrics set with [`Engine::set_metrics`], if any.
+    pub fn metrics(&self) -> Option<Arc<crate::metrics::Metrics>> {
+        self.0.metrics.get().cloned()
+    }
+
     /// The engine's clock.
     pub fn now(&self) -> Instant {
         Instant::from_micros(self.0.epoch.elapsed().as_micros() as u64)

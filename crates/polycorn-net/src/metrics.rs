@@ -28,6 +28,8 @@
 //! | `polycorn_session_renewals_total` | counter | | (relay) fresh starts of the session, under a new epoch, with a proxy that answered with another epoch than the one before (another proxy, or a restarted one) |
 //! | `polycorn_frames_rejected_total` | counter | `reason` | frames refused by the session (malformed, unknown flow, …) |
 //! | `polycorn_tls_not_after_seconds` | gauge | `file` | when the process's own certificate (`cert`) and its CA file (`ca`) stop being valid, seconds since 1970 (alert on it minus `time()`) |
+//! | `polycorn_relay_tls_not_after_seconds` | gauge | `relay` | (proxy) when the relay's certificate stops being valid, as it presented it last |
+//! | `polycorn_proxy_tls_not_after_seconds` | gauge | | (relay) when the proxy's certificate stops being valid, as it presented it last |
 //! | `polycorn_peers_rejected_total` | counter | | subflow connections refused (TLS or hello failure, revoked relay, session of another relay) |
 //! | `polycorn_relay_sessions_total` | counter | `relay` | (proxy) sessions the relay opened: one per start of the relay process |
 //! | `polycorn_relay_sessions_ended_total` | counter | `relay`, `how` | (proxy) sessions that ended: `closed` (the relay stopped in order), `restarted` (ended when the relay opened a new one, its paths all down: a crash or a power cut), `lost` (every path down longer than the hold time) |
@@ -345,6 +347,9 @@ pub struct Metrics {
     stage_decisions: Family<StageLabels, Counter>,
     frames_rejected: Family<ReasonLabels, Counter>,
     tls_not_after: Family<FileLabels, Gauge>,
+    relay_tls_not_after: Family<RelayLabels, Gauge>,
+    /// `polycorn_proxy_tls_not_after_seconds` (relay): when the proxy's certificate ends.
+    pub proxy_tls_not_after: Gauge,
     /// `polycorn_reorder_wait_seconds`.
     pub reorder_wait: Histogram,
     /// `polycorn_flows_open`.
@@ -399,6 +404,8 @@ impl Metrics {
             stage_decisions: Family::default(),
             frames_rejected: Family::default(),
             tls_not_after: Family::default(),
+            relay_tls_not_after: Family::default(),
+            proxy_tls_not_after: Gauge::default(),
             reorder_wait: Histogram::new(REORDER_WAIT_BUCKETS.iter().copied()),
             flows_open: Gauge::default(),
             flows_total: Counter::default(),
@@ -519,6 +526,18 @@ impl Metrics {
             "When the certificate (file=cert) and the CA file (file=ca) stop being valid, since 1970",
             Unit::Seconds,
             m.tls_not_after.clone(),
+        );
+        r.register_with_unit(
+            "polycorn_relay_tls_not_after",
+            "When the relay's certificate stops being valid, since 1970 (proxy)",
+            Unit::Seconds,
+            m.relay_tls_not_after.clone(),
+        );
+        r.register_with_unit(
+            "polycorn_proxy_tls_not_after",
+            "When the proxy's certificate stops being valid, since 1970 (relay)",
+            Unit::Seconds,
+            m.proxy_tls_not_after.clone(),
         );
         r.register(
             "polycorn_peers_rejected",
@@ -653,6 +672,12 @@ impl Metrics {
             },
         )
         .set(secs);
+    }
+
+    /// (proxy) `polycorn_relay_tls_not_after_seconds{relay=relay}`: seconds since 1970.
+    pub fn set_relay_tls_not_after(&self, relay: &str, secs: i64) {
+        let relay = admit(&mut self.seen().relays, sanitize(relay), MAX_RELAYS);
+        series(&self.relay_tls_not_after, &RelayLabels { relay }).set(secs);
     }
 
     /// `polycorn_frames_rejected_total{reason=reason}`.

@@ -506,6 +506,25 @@ async fn accept_loop(
                     }
                 }
             };
+            if let Some(end) = acc.cert_not_after {
+                if let Some(m) = &o.metrics {
+                    m.set_relay_tls_not_after(&acc.relay, end);
+                }
+                let now = crate::tls::unix_now();
+                let v = crate::tls::Validity {
+                    key: "the relay's certificate",
+                    file: acc.relay.clone().into(),
+                    not_after: end,
+                };
+                if created && v.needs_warning(now) {
+                    warn!(
+                        relay = %acc.relay,
+                        "{} (`polycorn tls relay --name {}` issues a new one)",
+                        v.describe(now),
+                        acc.relay
+                    );
+                }
+            }
             if created {
                 info!(
                     session = format!("{:016x}", acc.session),

@@ -566,6 +566,30 @@ enum Replace {
 }
 
 /// Keep `path`'s subflow up: connect with backoff, run, and replace it when it stalls.
+/// The end of the proxy's certificate that was warned about last (one warning per value, not
+/// per subflow).
+static PROXY_CERT_TOLD: std::sync::atomic::AtomicI64 = std::sync::atomic::AtomicI64::new(0);
+
+/// A subflow's proxy presented a certificate ending at `end` (seconds since 1970): exported as
+/// `polycorn_proxy_tls_not_after_seconds`, and a warning when that is within
+/// [`crate::tls::EXPIRY_WARNING`] or over.
+fn note_proxy_certificate(engine: &Engine, end: i64, addr: SocketAddr) {
+    if let Some(m) = engine.metrics() {
+        m.proxy_tls_not_after.set(end);
+    }
+    let v = crate::tls::Validity {
+        key: "the proxy's certificate",
+        file: addr.to_string().into(),
+        not_after: end,
+    };
+    let now = crate::tls::unix_now();
+    if v.needs_warning(now)
+        && PROXY_CERT_TOLD.swap(end, std::sync::atomic::Ordering::Relaxed) != end
+    {
+        warn!("{} (on the proxy)", v.describe(now));
+    }
+}
+
 /// Where path `p` connects now: its source address (the configured one, else its interface's
 /// address of the moment, of a family the proxy has an address in, IPv4 first) and the proxy's
 /// address. `failing`: the path's previous attempt failed (see [`ProxyResolver::resolve`]).
@@ -736,6 +760,9 @@ async fn maintain_path(
             failed_attempts = recovered.as_ref().map(|w| w.attempts),
             "subflow up"
         );
+        if let Some(end) = est.peer_cert_not_after {
+            note_proxy_certificate(&engine, end, est.peer);
+        }
         // Counted as reaching the proxy at this address until it falls silent or ends.
         let reaching = resolver.subflow_up(est.peer);
         let (r, w) = tokio::io::split(est.stream);

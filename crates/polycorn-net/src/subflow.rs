@@ -364,6 +364,8 @@ pub struct Established {
     pub raw_info: RawInfoFn,
     /// The proxy's address.
     pub peer: SocketAddr,
+    /// When the proxy's certificate stops being valid, seconds since 1970.
+    pub peer_cert_not_after: Option<i64>,
 }
 
 /// Reads the raw `TCP_INFO` of a subflow's socket.
@@ -424,6 +426,12 @@ pub async fn relay_connect(
         .await
         .map_err(|_| HandshakeError::Timeout("TLS and Hello"))?
         .map_err(revoked_alert)?;
+    let peer_cert_not_after = stream
+        .get_ref()
+        .1
+        .peer_certificates()
+        .and_then(|chain| chain.first())
+        .and_then(crate::tls::peer_not_after);
     Ok(Established {
         stream,
         initial,
@@ -432,6 +440,7 @@ pub async fn relay_connect(
         tcp_info,
         raw_info,
         peer: proxy,
+        peer_cert_not_after,
     })
 }
 
@@ -452,6 +461,8 @@ pub struct Accepted {
     pub initial: Vec<u8>,
     /// `TCP_INFO` of the underlying socket.
     pub tcp_info: TcpInfoFn,
+    /// When the relay's certificate stops being valid, seconds since 1970.
+    pub cert_not_after: Option<i64>,
 }
 
 impl std::fmt::Debug for Accepted {
@@ -484,13 +495,15 @@ pub async fn proxy_accept(
     let (stream, hello, initial) = tokio::time::timeout(HANDSHAKE_TIMEOUT, fut)
         .await
         .map_err(|_| HandshakeError::Timeout("TLS and Hello"))??;
-    let relay = stream
+    let cert = stream
         .get_ref()
         .1
         .peer_certificates()
-        .and_then(|chain| chain.first())
+        .and_then(|chain| chain.first());
+    let relay = cert
         .and_then(crate::tls::relay_name)
         .unwrap_or_else(|| "unnamed".into());
+    let cert_not_after = cert.and_then(crate::tls::peer_not_after);
     Ok(Accepted {
         stream,
         session: hello.session,
@@ -499,6 +512,7 @@ pub async fn proxy_accept(
         epoch: hello.epoch,
         initial,
         tcp_info,
+        cert_not_after,
     })
 }
 

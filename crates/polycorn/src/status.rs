@@ -202,12 +202,19 @@ pub fn judge(cur: &Snapshot, min_paths: usize, expected: &[String], now: i64) ->
     for (file, &end) in &cur.tls_not_after {
         let left = end as i64 - now;
         let warn = polycorn_net::tls::EXPIRY_WARNING.as_secs() as i64;
+        let days = |d: i64| {
+            if d == 1 {
+                "1 day".to_string()
+            } else {
+                format!("{d} days")
+            }
+        };
         if left <= 0 {
             health = Health::Critical;
-            certs_said.push(format!("TLS {file} ended {} days ago", -left / 86_400));
+            certs_said.push(format!("TLS {file} ended {} ago", days(-left / 86_400)));
         } else if left < warn {
             health = health.max(Health::Warning);
-            certs_said.push(format!("TLS {file} ends in {} days", left / 86_400));
+            certs_said.push(format!("TLS {file} ends in {}", days(left / 86_400)));
         }
     }
     if said.is_empty() {
@@ -541,6 +548,17 @@ impl Snapshot {
                         s.tls_not_after.insert(f.to_string(), x.value);
                     }
                 }
+                // 0 until a proxy presented one.
+                "polycorn_proxy_tls_not_after_seconds" if x.value > 0.0 => {
+                    s.tls_not_after
+                        .insert("proxy's certificate".to_string(), x.value);
+                }
+                "polycorn_relay_tls_not_after_seconds" => {
+                    if let Some(r) = x.label("relay") {
+                        s.tls_not_after
+                            .insert(format!("certificate of relay {r}"), x.value);
+                    }
+                }
                 "polycorn_user_bytes_total" => {
                     if let Some(u) = x.label("user") {
                         passengers.insert(u.to_string());
@@ -668,9 +686,13 @@ pub fn render(addr: SocketAddr, prev: Option<(&Snapshot, f64)>, cur: &Snapshot) 
     );
     if !cur.tls_not_after.is_empty() {
         let now = polycorn_net::tls::unix_now();
+        // Its own files always; peers' certificates (one per relay on a proxy) when they end
+        // soon.
+        let soon = now + polycorn_net::tls::EXPIRY_WARNING.as_secs() as i64;
         let files: Vec<String> = cur
             .tls_not_after
             .iter()
+            .filter(|(file, &end)| matches!(file.as_str(), "cert" | "ca") || (end as i64) < soon)
             .map(|(file, &end)| match (end as i64 - now) / 86_400 {
                 d if end as i64 <= now => format!("{file} ENDED {} days ago", -d),
                 d if d < 30 => format!("{file} {d} days left: renew it"),
@@ -863,6 +885,29 @@ mod tests {
         assert!(line.contains("TLS cert ended 2 days ago"), "{line}");
         let text = render("127.0.0.1:9100".parse().unwrap(), None, &snapshot(&m));
         assert!(text.contains("TLS validity: ca "), "{text}");
+        // On a proxy, each relay's certificate as it presented it; far from its end it is no
+        // news, a few days before it a warning naming the relay.
+        m.set_tls_not_after("cert", NOW + 400 * 86_400);
+        m.set_relay_tls_not_after("train-1", NOW + 400 * 86_400);
+        assert_eq!(judge(&snapshot(&m), 1, none, NOW).0, Health::Ok);
+        m.set_relay_tls_not_after("train-1", NOW + 5 * 86_400 + 60);
+        let (h, line) = judge(&snapshot(&m), 1, none, NOW);
+        assert_eq!(h, Health::Warning, "{line}");
+        assert!(
+            line.contains("TLS certificate of relay train-1 ends in 5 days"),
+            "{line}"
+        );
+        // A relay's gauge of the proxy's certificate reads 0 until one was presented.
+        let relay = Metrics::new();
+        relay.path("train-1", "a").connected();
+        assert_eq!(judge(&snapshot(&relay), 1, none, NOW).0, Health::Ok);
+        relay.proxy_tls_not_after.set(NOW - 86_400);
+        let (h, line) = judge(&snapshot(&relay), 1, none, NOW);
+        assert_eq!(h, Health::Critical, "{line}");
+        assert!(
+            line.contains("TLS proxy's certificate ended 1 day ago"),
+            "{line}"
+        );
     }
 
     /// `--json`: the table's content, rates null where the table shows `-`.

@@ -2210,17 +2210,27 @@ fn a_path_check_names_each_paths_outcome_and_leaves_the_running_session_alone() 
         let end = c["proxy_cert_not_after"].as_i64().unwrap();
         assert!(end > now + 9 * 365 * 86_400, "{c}");
     }
-    // Both daemons export when their certificates end, for monitoring.
-    for role in ["relay", "proxy"] {
+    // Both daemons export when their certificates end, and the other end's, for monitoring.
+    for (role, peer) in [
+        ("relay", "polycorn_proxy_tls_not_after_seconds "),
+        (
+            "proxy",
+            "polycorn_relay_tls_not_after_seconds{relay=\"polycorn-relay\"} ",
+        ),
+    ] {
         let page = scrape_metrics(&bed.ns(role));
-        for file in ["cert", "ca"] {
-            let key = format!("polycorn_tls_not_after_seconds{{file=\"{file}\"}} ");
+        for key in ["{file=\"cert\"} ", "{file=\"ca\"} ", ""] {
+            let key = if key.is_empty() {
+                peer.to_string()
+            } else {
+                format!("polycorn_tls_not_after_seconds{key}")
+            };
             let end: i64 = page
                 .lines()
                 .find_map(|l| l.strip_prefix(&key))
                 .and_then(|v| v.trim().parse().ok())
                 .unwrap_or_else(|| panic!("no {key}in the {role}'s metrics:\n{page}"));
-            assert!(end > 1_900_000_000, "{role} {file}: {end}");
+            assert!(end > 1_900_000_000, "{role} {key}: {end}");
         }
     }
     assert_eq!(checks[2]["ok"], false);
