@@ -269,6 +269,18 @@ pub fn issue_relay(
     out: &Path,
     force: bool,
 ) -> Result<IssuedRelay, TlsError> {
+    issue_relay_valid_for(ca_dir, name, out, force, None)
+}
+
+/// [`issue_relay`], the certificate valid until `days` days from today (UTC midnight) when
+/// given, for fleets that renew their trains' certificates on a schedule.
+pub fn issue_relay_valid_for(
+    ca_dir: &Path,
+    name: &str,
+    out: &Path,
+    force: bool,
+    days: Option<u32>,
+) -> Result<IssuedRelay, TlsError> {
     check_relay_name(name)?;
     let (ca_pem, ca_key_file) = (ca_dir.join("ca.pem"), ca_dir.join("ca.key"));
     let ca_der = load_certs(&ca_pem)?.swap_remove(0);
@@ -311,8 +323,12 @@ pub fn issue_relay(
         }
     }
     let key = KeyPair::generate().map_err(gen("relay key"))?;
-    let cert = relay_params(name)
-        .map_err(gen("relay name"))?
+    let mut params = relay_params(name).map_err(gen("relay name"))?;
+    if let Some(days) = days {
+        let (y, m, d) = civil_from_days(unix_now().div_euclid(86_400) + i64::from(days));
+        params.not_after = rcgen::date_time_ymd(y, m as u8, d as u8);
+    }
+    let cert = params
         .signed_by(&key, &issuer, &ca_key)
         .map_err(gen("relay certificate"))?;
     create_private_dir(out)?;

@@ -223,6 +223,10 @@ enum TlsAction {
         /// Overwrite NAME.pem and NAME.key if they exist.
         #[arg(long)]
         force: bool,
+        /// Valid until this many days from today (UTC midnight), instead of until 1 January ten
+        /// years on: for fleets that renew trains' certificates on a schedule.
+        #[arg(long, value_parser = clap::value_parser!(u32).range(1..=36_500))]
+        valid_days: Option<u32>,
     },
 }
 
@@ -390,8 +394,9 @@ fn run(cli: Cli) -> Result<u8> {
                     name,
                     out,
                     force,
+                    valid_days,
                 },
-        } => net_cmd::tls_relay(&dir, &name, out.as_deref(), force)?,
+        } => net_cmd::tls_relay(&dir, &name, out.as_deref(), force, valid_days)?,
         Command::Config {
             action: ConfigAction::Example { role, config },
         } => net_cmd::config_example(&role, config.as_deref())?,

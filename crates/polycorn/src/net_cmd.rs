@@ -1080,14 +1080,22 @@ pub fn tls_generate(dir: &Path, san: &[String], force: bool) -> Result<()> {
 }
 
 /// `polycorn tls relay DIR --name NAME`.
-pub fn tls_relay(dir: &Path, name: &str, out: Option<&Path>, force: bool) -> Result<()> {
+pub fn tls_relay(
+    dir: &Path,
+    name: &str,
+    out: Option<&Path>,
+    force: bool,
+    valid_days: Option<u32>,
+) -> Result<()> {
     let out = out.unwrap_or(dir);
-    let issued = tls::issue_relay(dir, name, out, force)?;
+    let issued = tls::issue_relay_valid_for(dir, name, out, force, valid_days)?;
     println!(
         "relay `{name}`: {} {}",
         issued.cert.display(),
         issued.key.display()
     );
+    let v = tls::validity_of_file("certificate", &issued.cert)?;
+    println!("  {}", v.describe(tls::unix_now()));
     println!(
         "  give them and {} to the train, as [tls] cert and key of its relay.toml",
         dir.join("ca.pem").display()

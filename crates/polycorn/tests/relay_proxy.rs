@@ -1850,8 +1850,9 @@ fn two_trains_share_one_proxy_and_one_is_revoked_alone() {
     // Train 1: the testbed's relay namespace, with the set's own certificate (`polycorn-relay`).
     let mut stack = start_stack(&bed, "polycorn", "minrtt", 2);
     let dir = stack.dir.path().to_path_buf();
+    // Train 2's certificate ends in 20 days (a fleet renewing on a schedule).
     let out = Command::new(bin())
-        .args(["tls", "relay", "--name", "train-2"])
+        .args(["tls", "relay", "--name", "train-2", "--valid-days", "20"])
         .arg(&dir)
         .output()
         .unwrap();
@@ -1932,6 +1933,31 @@ fn two_trains_share_one_proxy_and_one_is_revoked_alone() {
             tail(&log)
         );
     }
+    // The proxy noticed train 2's certificate ends soon, and only that one.
+    let warned: Vec<&str> = log
+        .lines()
+        .filter(|l| l.contains("WARN") && l.contains("the relay's certificate"))
+        .collect();
+    assert!(
+        warned.len() == 1
+            && warned[0].contains("(train-2): valid until")
+            && warned[0].contains("days left: renew it")
+            && warned[0].contains("polycorn tls relay --name train-2"),
+        "{warned:?}"
+    );
+    let check = Command::new("ip")
+        .args(["netns", "exec", &bed.ns("proxy"), bin(), "status", "proxy"])
+        .arg(stack.dir.path().join("proxy.toml"))
+        .arg("--check")
+        .output()
+        .unwrap();
+    let line = String::from_utf8_lossy(&check.stdout);
+    assert_eq!(check.status.code(), Some(1), "{line}");
+    assert!(
+        line.starts_with("WARNING: ")
+            && line.contains("TLS certificate of relay train-2 ends in 19 days"),
+        "{line}"
+    );
     // Metrics: each train's paths under its own name. `wait_paths` polls the proxy's
     // `polycorn_path_up` lines of both trains until `ok` holds (10 s).
     let up = |page: &str, relay: &str| -> Vec<String> {
