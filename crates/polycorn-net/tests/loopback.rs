@@ -108,8 +108,8 @@ async fn setup(spec: &str) -> (SocketAddr, tempfile::TempDir) {
 /// A relay and a proxy joined over loopback.
 struct Pair {
     socks: SocketAddr,
-    /// The proxy's listeners, one per path.
-    proxy_listen: Vec<SocketAddr>,
+    /// The relay's paths, one to each of the proxy's listeners.
+    relay_paths: Vec<RelayPath>,
     dir: tempfile::TempDir,
     proxy_tasks: tokio::task::JoinSet<()>,
     sessions: polycorn_net::proxy::Sessions,
@@ -151,20 +151,21 @@ async fn start_pair(spec: &str, tuning: Tuning) -> Pair {
         .await
         .unwrap();
     let socks = SocketAddr::from(([127, 0, 0, 1], free_port().await));
+    let relay_paths: Vec<RelayPath> = listen
+        .iter()
+        .enumerate()
+        .map(|(i, a)| RelayPath {
+            name: format!("p{i}"),
+            device: None,
+            source: Some(IpAddr::V4(Ipv4Addr::LOCALHOST)),
+            proxy: (*a).into(),
+            mtu: None,
+        })
+        .collect();
     let ropts = RelayOptions {
         mode: Mode::Polycorn,
         pipeline: spec.into(),
-        paths: listen
-            .iter()
-            .enumerate()
-            .map(|(i, a)| RelayPath {
-                name: format!("p{i}"),
-                device: None,
-                source: Some(IpAddr::V4(Ipv4Addr::LOCALHOST)),
-                proxy: (*a).into(),
-                mtu: None,
-            })
-            .collect(),
+        paths: relay_paths.clone(),
         tls: Some(tls::client_config(&p("ca.pem"), &p("relay.pem"), &p("relay.key")).unwrap()),
         transparent: vec![],
         socks5: Some(socks),
@@ -180,7 +181,7 @@ async fn start_pair(spec: &str, tuning: Tuning) -> Pair {
             .unwrap();
     Pair {
         socks,
-        proxy_listen: listen,
+        relay_paths,
         dir,
         proxy_tasks,
         sessions,
@@ -314,18 +315,7 @@ async fn a_path_check_opens_no_session_and_closes_one_an_older_proxy_opened() {
     assert_eq!(live(&pair), 1);
     let p = |f: &str| pair.dir.path().join(f);
     let client = tls::client_config(&p("ca.pem"), &p("relay.pem"), &p("relay.key")).unwrap();
-    let paths: Vec<RelayPath> = pair
-        .proxy_listen
-        .iter()
-        .enumerate()
-        .map(|(i, a)| RelayPath {
-            name: format!("p{i}"),
-            device: None,
-            source: Some(IpAddr::V4(Ipv4Addr::LOCALHOST)),
-            proxy: (*a).into(),
-            mtu: None,
-        })
-        .collect();
+    let paths = pair.relay_paths.clone();
     let checks = polycorn_net::check::check_paths(&paths, client.clone(), Default::default()).await;
     for c in &checks {
         let ok = c

@@ -1671,6 +1671,11 @@ fn wait_for_relay_log(stack: &Stack, want: &str, forbid: Option<(&str, &str)>, m
 /// One transparent transfer from the client (`up` bytes up, `down` down, byte-checked) that
 /// must finish within 60 s.
 fn fetch_ok(bed: &Bed, stack: &Stack, up: u64, down: u64, what: &str) {
+    fetch_ok_or_show(bed, up, down, what, &stack.relay.log());
+}
+
+/// [`fetch_ok`], showing the tail of `log` if it fails.
+fn fetch_ok_or_show(bed: &Bed, up: u64, down: u64, what: &str, log: &str) {
     let r = in_ns(&bed.ns("client"), move || {
         Box::pin(async move {
             tokio::time::timeout(
@@ -1680,11 +1685,7 @@ fn fetch_ok(bed: &Bed, stack: &Stack, up: u64, down: u64, what: &str) {
             .await
         })
     });
-    assert!(
-        matches!(r, Ok(Ok(_))),
-        "{what}: {r:?}\n{}",
-        tail(&stack.relay.log())
-    );
+    assert!(matches!(r, Ok(Ok(_))), "{what}: {r:?}\n{}", tail(log));
 }
 
 /// An operator revokes a relay on a running proxy (`systemctl reload`, SIGHUP): its subflows
@@ -2102,6 +2103,21 @@ fn idle_path_blackout_refreshes_its_subflow() {
     fetch_ok(&bed, &stack, KB, 8 * MB, "transfer after the refresh");
 }
 
+/// The server, and relay and proxy in polycorn mode with the testbed's two paths and a third,
+/// `ghost`, whose device `nosuch0` does not exist.
+fn start_with_a_ghost_path(bed: &Bed) -> Stack {
+    start_server(bed);
+    let ghost = "[[path]]\nname = \"ghost\"\ndevice = \"nosuch0\"\nsource = \"10.100.9.1\"\nproxy = \"10.100.0.2:7700\"\n\n";
+    start_stack_with(
+        bed,
+        "polycorn",
+        "polycorn",
+        2,
+        (ghost, ""),
+        tempfile::tempdir().unwrap(),
+    )
+}
+
 /// An operator misnames a path's device (or its modem is missing): the relay says so at once,
 /// naming the path, the device and the cause, says it once rather than at every retry, and
 /// carries passengers over the paths that work.
@@ -2112,16 +2128,7 @@ fn a_path_whose_device_is_missing_is_reported_and_the_others_carry() {
         return;
     }
     let bed = Bed::constant("g", 40, 20);
-    start_server(&bed);
-    let ghost = "[[path]]\nname = \"ghost\"\ndevice = \"nosuch0\"\nsource = \"10.100.9.1\"\nproxy = \"10.100.0.2:7700\"\n\n";
-    let stack = start_stack_with(
-        &bed,
-        "polycorn",
-        "polycorn",
-        2,
-        (ghost, ""),
-        tempfile::tempdir().unwrap(),
-    );
+    let stack = start_with_a_ghost_path(&bed);
     wait_for_relay_log(
         &stack,
         "path has no subflow",
@@ -2170,16 +2177,7 @@ fn a_path_check_names_each_paths_outcome_and_leaves_the_running_session_alone() 
         return;
     }
     let bed = Bed::constant("k", 40, 20);
-    start_server(&bed);
-    let ghost = "[[path]]\nname = \"ghost\"\ndevice = \"nosuch0\"\nsource = \"10.100.9.1\"\nproxy = \"10.100.0.2:7700\"\n\n";
-    let stack = start_stack_with(
-        &bed,
-        "polycorn",
-        "polycorn",
-        2,
-        (ghost, ""),
-        tempfile::tempdir().unwrap(),
-    );
+    let stack = start_with_a_ghost_path(&bed);
     let relay_ns = bed.ns("relay");
     let check = || check_paths(&bed, &stack);
     let download = download_reaching_the_server(&bed, &stack, 32 * MB, 60);
@@ -3924,22 +3922,7 @@ fn the_relay_and_proxy_units_run_under_systemd_as_pid_1() {
         check.contains("2 of 2 path(s) reach the proxy") && check.contains("status=0"),
         "{check}"
     );
-    let fetch = |down: u64, what: &str| {
-        let r = in_ns(&bed.ns("client"), move || {
-            Box::pin(async move {
-                tokio::time::timeout(
-                    Duration::from_secs(60),
-                    one(Via::Transparent4, KB, down, None),
-                )
-                .await
-            })
-        });
-        assert!(
-            matches!(r, Ok(Ok(_))),
-            "{what}: {r:?}\n{}",
-            tail(&c.journal())
-        );
-    };
+    let fetch = |down: u64, what: &str| fetch_ok_or_show(&bed, KB, down, what, &c.journal());
     fetch(
         4 * MB,
         "a transparent download through the relay under systemd",
