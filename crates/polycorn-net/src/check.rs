@@ -322,15 +322,16 @@ impl FrameReader {
                         Frame::Close { message, .. } => Seen::Close(message.to_string()),
                         _ => Seen::Other,
                     };
-                    if self.at == self.buf.len() {
-                        self.buf.clear();
-                        self.at = 0;
-                    }
                     return Some(seen);
                 }
                 Ok(None) => {}
                 Err(_) => return None,
             }
+            // Only an incomplete frame is left (at most a frame's length, which `decode`
+            // bounds): the buffer holds no more than that and one read, however much the other
+            // end sends.
+            self.buf.drain(..self.at);
+            self.at = 0;
             match s.read_buf(&mut self.buf).await {
                 Ok(0) | Err(_) => return None,
                 Ok(_) => {}
@@ -397,4 +398,49 @@ pub(crate) async fn answer(acc: subflow::Accepted, peer: SocketAddr) {
         "path check from a relay answered"
     );
     subflow::close_session(stream, &words).await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A peer that sends frame after frame (pings here) leaves the reader holding no more than
+    /// one incomplete frame and one read, however long it goes on; the probe and the Close
+    /// behind them are still seen.
+    #[tokio::test]
+    async fn the_frame_reader_keeps_no_more_than_one_frame_and_one_read() {
+        let (mut tx, mut rx) = tokio::io::duplex(64 * 1024);
+        let writer = tokio::spawn(async move {
+            let ping = Frame::Ping { id: 7, sent_us: 1 }.to_vec();
+            for _ in 0..20_000 {
+                tx.write_all(&ping).await.unwrap();
+            }
+            tx.write_all(&probe()).await.unwrap();
+            let close = Frame::Close {
+                reason: polycorn_proto::CloseReason::Shutdown,
+                message: "done".into(),
+            };
+            tx.write_all(&close.to_vec()).await.unwrap();
+        });
+        let mut frames = FrameReader::new(Vec::new());
+        let (mut pings, mut largest) = (0, 0);
+        loop {
+            let seen = frames.next(&mut rx).await.expect("a frame");
+            largest = largest.max(frames.buf.capacity());
+            match seen {
+                Seen::Other => pings += 1,
+                Seen::Probe(n, fin) => assert!(n == PROBE_BYTES && fin),
+                Seen::Close(words) => {
+                    assert_eq!(words, "done");
+                    break;
+                }
+            }
+        }
+        writer.await.unwrap();
+        assert_eq!(pings, 20_000);
+        assert!(
+            largest <= 4 * PROBE_BYTES,
+            "the reader grew to {largest} bytes"
+        );
+    }
 }
