@@ -193,14 +193,7 @@ async fn check_path(
     connector: &tokio_rustls::TlsConnector,
     sockopts: &SubflowSockopts,
 ) -> Result<Reached, HandshakeError> {
-    let hello = Frame::Hello {
-        version: VERSION,
-        role: Role::Relay,
-        session: CHECK_SESSION,
-        path,
-        epoch: 0,
-    }
-    .to_vec();
+    let hello = check_hello(Role::Relay, path);
     let start = Instant::now();
     let est = subflow::relay_connect(
         connector,
@@ -216,13 +209,7 @@ async fn check_path(
     let setup = start.elapsed();
     let sample = (est.tcp_info)().ok();
     let local = est.stream.get_ref().0.local_addr().ok();
-    let proxy_cert_not_after = est
-        .stream
-        .get_ref()
-        .1
-        .peer_certificates()
-        .and_then(|chain| chain.first())
-        .and_then(crate::tls::peer_not_after);
+    let proxy_cert_not_after = est.peer_cert_not_after;
     let older = est.peer_epoch != 0;
     let mut stream = est.stream;
     let mut frames = FrameReader::new(est.initial);
@@ -231,16 +218,13 @@ async fn check_path(
         let _ = tokio::time::timeout(OLDER_WAIT, frames.next(&mut stream)).await;
         Answer::Older
     } else {
-        stream
-            .write_all(&probe())
-            .await
-            .map_err(|e| HandshakeError::Io {
-                what: "send the probe".into(),
-                source: e,
-            })?;
-        stream.flush().await.map_err(|e| HandshakeError::Io {
+        let sent = async {
+            stream.write_all(&probe()).await?;
+            stream.flush().await
+        };
+        sent.await.map_err(|source| HandshakeError::Io {
             what: "send the probe".into(),
-            source: e,
+            source,
         })?;
         // The proxy's probe, then its closing words.
         let mut got = 0usize;
@@ -273,6 +257,18 @@ async fn check_path(
         proxy_cert_not_after,
         answer,
     })
+}
+
+/// The Hello of a path check from `role` for `path` (epoch 0, which no session uses).
+fn check_hello(role: Role, path: u8) -> Vec<u8> {
+    Frame::Hello {
+        version: VERSION,
+        role,
+        session: CHECK_SESSION,
+        path,
+        epoch: 0,
+    }
+    .to_vec()
 }
 
 /// One Data frame of flow 0 carrying [`PROBE_BYTES`], with FIN.
@@ -344,14 +340,7 @@ impl FrameReader {
 /// [`PROBE_WAIT`] at most for the relay's probe, send as much back, and close with words that
 /// say who answered; no session is made.
 pub(crate) async fn answer(acc: subflow::Accepted, peer: SocketAddr) {
-    let hello = Frame::Hello {
-        version: VERSION,
-        role: Role::Proxy,
-        session: CHECK_SESSION,
-        path: acc.path,
-        epoch: 0,
-    }
-    .to_vec();
+    let hello = check_hello(Role::Proxy, acc.path);
     let mut stream = acc.stream;
     if let Err(e) = subflow::send_hello(&mut stream, &hello).await {
         debug!(%peer, error = %e, "cannot answer a path check");

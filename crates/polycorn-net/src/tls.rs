@@ -596,6 +596,14 @@ pub fn validity_of_file(key: &'static str, file: &Path) -> Result<Validity, TlsE
     })
 }
 
+/// The validity of a daemon's `tls.cert` and `tls.ca` files, in that order.
+pub fn validity_of(cert: &Path, ca: &Path) -> Result<[Validity; 2], TlsError> {
+    Ok([
+        validity_of_file("tls.cert", cert)?,
+        validity_of_file("tls.ca", ca)?,
+    ])
+}
+
 /// The validity of a certificate the peer presented (its first, the end entity's), in seconds
 /// since 1970; `None` if it does not parse.
 pub fn peer_not_after(cert: &CertificateDer<'_>) -> Option<i64> {

@@ -305,10 +305,7 @@ fn main() -> std::process::ExitCode {
 fn print_validity(cert: &std::path::Path, ca: &std::path::Path) -> anyhow::Result<()> {
     use polycorn_net::tls;
     let now = tls::unix_now();
-    for v in [
-        tls::validity_of_file("tls.cert", cert)?,
-        tls::validity_of_file("tls.ca", ca)?,
-    ] {
+    for v in tls::validity_of(cert, ca)? {
         println!("{}", v.describe(now));
         if v.needs_warning(now) {
             eprintln!("warning: {}", v.describe(now));

@@ -603,10 +603,7 @@ fn check_line(r: &polycorn_net::check::PathCheck) -> String {
 /// `polycorn_tls_not_after_seconds` for monitoring. (Nothing else changes: a certificate past
 /// its end fails in the handshakes, which say so.)
 fn watch_certificates(cert: &Path, ca: &Path, metrics: &Metrics) -> Result<()> {
-    let files = [
-        tls::validity_of_file("tls.cert", cert)?,
-        tls::validity_of_file("tls.ca", ca)?,
-    ];
+    let files = tls::validity_of(cert, ca)?;
     metrics.set_tls_not_after("cert", files[0].not_after);
     metrics.set_tls_not_after("ca", files[1].not_after);
     let say = |files: &[tls::Validity], always: bool| {
