@@ -3772,10 +3772,13 @@ impl Container {
             log,
             role: role.to_string(),
         };
-        // Until its bus is up, systemctl cannot ask it.
+        // Until its bus is up, systemctl cannot ask it; until it has made /run/systemd/system
+        // (just after its exec), systemctl says `offline`.
         let t0 = Instant::now();
         let mut state = c.sh("systemctl is-system-running --wait");
-        while state.contains("Failed to connect to bus") && t0.elapsed() < Duration::from_secs(60) {
+        while (state.contains("Failed to connect to bus") || state.trim() == "offline")
+            && t0.elapsed() < Duration::from_secs(60)
+        {
             std::thread::sleep(Duration::from_millis(200));
             state = c.sh("systemctl is-system-running --wait");
         }
