@@ -32,8 +32,9 @@ pub struct ProxyOptions {
     pub tunnel_listen: Option<SocketAddr>,
     /// Source networks allowed to open tunnels.
     pub tunnel_peers: Vec<ipnet::IpNet>,
-    /// TLS server configuration (client certificates required).
-    pub tls: Arc<rustls::ServerConfig>,
+    /// TLS server configuration (client certificates required); a reload replaces it for
+    /// later subflows.
+    pub tls: crate::tls::Live<rustls::ServerConfig>,
     /// Downlink pipeline spec.
     pub pipeline: String,
     /// Session tunables.
@@ -285,7 +286,6 @@ pub async fn start(
     let mut tasks = JoinSet::new();
     let sessions: Sessions = Arc::new(Mutex::new(HashMap::new()));
     let connector = Arc::new(Connector::new(opts.policy.clone(), opts.connect_timeout));
-    let acceptor = subflow::acceptor(opts.tls.clone());
     let opts = Arc::new(opts);
     let refusals = Arc::new(Mutex::new(Refusals::default()));
     for (addr, passed) in opts.listen.iter().zip(passed) {
@@ -301,7 +301,7 @@ pub async fn start(
         }
         .map_err(|e| format!("subflow listener on {addr}: {e}"))?;
         let (a, s, o, c) = (
-            acceptor.clone(),
+            opts.tls.clone(),
             sessions.clone(),
             opts.clone(),
             connector.clone(),
@@ -325,7 +325,7 @@ pub async fn start(
 
 async fn accept_loop(
     l: TcpListener,
-    acceptor: tokio_rustls::TlsAcceptor,
+    tls: crate::tls::Live<rustls::ServerConfig>,
     sessions: Sessions,
     opts: Arc<ProxyOptions>,
     connector: Arc<Connector>,
@@ -340,8 +340,9 @@ async fn accept_loop(
                 continue;
             }
         };
+        // The credentials in use at this moment (a reload replaces them for later subflows).
         let (a, s, o, c, refusals) = (
-            acceptor.clone(),
+            subflow::acceptor(tls.current().1),
             sessions.clone(),
             opts.clone(),
             connector.clone(),

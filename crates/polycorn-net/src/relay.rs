@@ -116,8 +116,10 @@ pub struct RelayOptions {
     pub pipeline: String,
     /// Paths, index = position.
     pub paths: Vec<RelayPath>,
-    /// TLS client configuration (polycorn mode).
-    pub tls: Option<Arc<rustls::ClientConfig>>,
+    /// TLS client configuration (polycorn mode). A reload replaces it: paths connect with the
+    /// latest, and each path replaces a subflow made with older credentials at its next idle
+    /// moment ([`RENEW_WITHIN`] at the latest).
+    pub tls: Option<crate::tls::Live<rustls::ClientConfig>>,
     /// Transparent (TPROXY) listeners.
     pub transparent: Vec<SocketAddr>,
     /// SOCKS5 listener.
@@ -223,7 +225,6 @@ pub async fn start(
             info!(session = format!("{id:016x}"), pipeline = %opts.pipeline, paths = opts.paths.len(), "relay session");
             tasks.spawn(engine.clone().run_timer());
             tasks.spawn(log_events(events));
-            let connector = subflow::connector(tls);
             // Paths that name the same proxy share its resolver, so all reach the same proxy.
             let mut resolvers = std::collections::BTreeMap::new();
             for (i, p) in opts.paths.iter().enumerate() {
@@ -256,7 +257,7 @@ pub async fn start(
                     i as u8,
                     p.clone(),
                     resolver,
-                    connector.clone(),
+                    tls.clone(),
                     opts.tuning.subflow_sockopts(),
                     opts.idle_refresh,
                 ));
@@ -413,6 +414,10 @@ const REFRESH_USED_BYTES: u64 = 256 << 10;
 /// A path counts as idle when fewer bytes than this crossed it (either way) in the last
 /// [`REFRESH_CHECK`] (probes and their answers are far below).
 const REFRESH_QUIET_BYTES: u64 = 4096;
+/// After a reload replaced the TLS credentials, a path replaces its subflow (made with the
+/// old ones) at its first idle moment, or after this long when it never is idle: so the proxy
+/// soon sees the renewed certificate. Nothing in flight is lost (make before break).
+pub const RENEW_WITHIN: Duration = Duration::from_secs(300);
 
 /// How often the relay looks for a subflow stuck in RTO back-off on a path that works.
 const BACKOFF_CHECK: Duration = Duration::from_millis(250);
@@ -563,9 +568,10 @@ enum Replace {
     /// The path carries the proxy's frames again but this subflow's TCP still waits out an
     /// exponentially backed-off retransmission timer (consecutive back-offs).
     BackedOff(u8),
+    /// The subflow was made with TLS credentials a reload has since replaced.
+    Renewed,
 }
 
-/// Keep `path`'s subflow up: connect with backoff, run, and replace it when it stalls.
 /// The end of the proxy's certificate that was warned about last (one warning per value, not
 /// per subflow).
 static PROXY_CERT_TOLD: std::sync::atomic::AtomicI64 = std::sync::atomic::AtomicI64::new(0);
@@ -621,12 +627,14 @@ pub(crate) async fn path_target(
     }
 }
 
+/// Keep `path`'s subflow up: connect with backoff, run, and replace it when it stalls (or
+/// was made with credentials a reload replaced).
 async fn maintain_path(
     engine: Engine,
     path: u8,
     p: RelayPath,
     resolver: Arc<ProxyResolver>,
-    tls: tokio_rustls::TlsConnector,
+    tls: crate::tls::Live<rustls::ClientConfig>,
     sockopts: subflow::SubflowSockopts,
     idle_refresh: crate::config::IdleRefresh,
 ) {
@@ -639,8 +647,11 @@ async fn maintain_path(
     let failing = std::sync::atomic::AtomicBool::new(false);
     // Whether the path's attempts reaching another proxy than the session's were logged.
     let other = std::sync::atomic::AtomicBool::new(false);
-    let (tls, p_ref, sockopts, resolver, failing_ref, engine_ref, other_told) =
-        (&tls, &p, &sockopts, &resolver, &failing, &engine, &other);
+    // The generation of TLS credentials the latest connection was made with.
+    let made_with = std::sync::atomic::AtomicU64::new(0);
+    let (tls, p_ref, sockopts, resolver, failing_ref, engine_ref, other_told, made_with_ref) = (
+        &tls, &p, &sockopts, &resolver, &failing, &engine, &other, &made_with,
+    );
     let connect = move |timeouts| async move {
         let failed = failing_ref.load(std::sync::atomic::Ordering::Relaxed);
         let target = path_target(p_ref, resolver, failed).await;
@@ -650,8 +661,9 @@ async fn maintain_path(
                 // Built at each attempt: a failover (in the resolver, just now) renews the
                 // session's epoch.
                 let (hello, epoch) = engine_ref.inspect(|s| (s.hello(path).to_vec(), s.epoch()));
+                let (generation, credentials) = tls.current();
                 let r = subflow::relay_connect(
-                    tls,
+                    &subflow::connector(credentials),
                     addr,
                     source,
                     p_ref.device.as_deref(),
@@ -681,7 +693,12 @@ async fn maintain_path(
                         subflow::close_session(est.stream, OTHER_PROXY_CLOSE).await;
                         Err(subflow::HandshakeError::OtherProxy(addr))
                     }
-                    r => r,
+                    r => {
+                        if r.is_ok() {
+                            made_with_ref.store(generation, std::sync::atomic::Ordering::Relaxed);
+                        }
+                        r
+                    }
                 }
             }
         };
@@ -898,11 +915,32 @@ async fn maintain_path(
                 }
             }
         };
+        // Renewal: a reload replaced the TLS credentials since this subflow was made. It is
+        // replaced at the path's first idle moment (nothing unacknowledged or unsent), or
+        // after RENEW_WITHIN when there is none, so that the proxy sees the new certificate.
+        let renewed = async {
+            let made = made_with.load(std::sync::atomic::Ordering::Relaxed);
+            tls.newer_than(made).await;
+            let since = std::time::Instant::now();
+            loop {
+                tokio::time::sleep(REFRESH_CHECK).await;
+                let idle = raw_info().is_ok_and(|i| i.unacked == 0 && i.notsent_bytes == 0);
+                if (idle || since.elapsed() >= RENEW_WITHIN)
+                    && engine.inspect(|s| s.path_usable(path))
+                    && !probing.load(std::sync::atomic::Ordering::Relaxed)
+                {
+                    if let Some(e) = spare_probe().await {
+                        return (e, Replace::Renewed);
+                    }
+                }
+            }
+        };
         let fresh = async {
             tokio::select! {
                 f = watchdog => f,
                 f = refresher => f,
                 f = backed_off => f,
+                f = renewed => f,
             }
         };
         tokio::pin!(run, fresh);
@@ -940,6 +978,11 @@ async fn maintain_path(
                 path = %p.name,
                 backoff,
                 "path works again but the subflow waits in RTO back-off; replaced it with a fresh connection"
+            ),
+            Replace::Renewed => info!(
+                path = %p.name,
+                "subflow made with the TLS credentials before the reload; replaced it with a \
+                 connection made with the new ones"
             ),
         };
         tokio::select! {

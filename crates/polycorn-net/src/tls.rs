@@ -67,7 +67,9 @@ use rustls::pki_types::UnixTime;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
 use rustls::server::danger::{ClientCertVerified, ClientCertVerifier};
 use rustls::server::WebPkiClientVerifier;
-use rustls::{ClientConfig, DigitallySignedStruct, RootCertStore, ServerConfig, SignatureScheme};
+/// The TLS configurations this module builds (also for [`Live`] outside this crate).
+pub use rustls::{ClientConfig, ServerConfig};
+use rustls::{DigitallySignedStruct, RootCertStore, SignatureScheme};
 
 /// The DNS name in the proxy's certificate, and the name relays always verify.
 pub const PROXY_SERVER_NAME: &str = "polycorn-proxy";
@@ -154,11 +156,13 @@ pub enum TlsError {
         /// Why.
         detail: String,
     },
-    /// A file [`generate`] would write already exists.
-    #[error("{}: already exists; refusing to overwrite (use force to replace the whole set, then redistribute every file)", file.display())]
+    /// A file [`generate`], [`issue_relay`] or [`issue_proxy`] would write already exists.
+    #[error("{}: already exists; refusing to overwrite ({hint})", file.display())]
     Exists {
         /// The file.
         file: PathBuf,
+        /// What to do instead.
+        hint: &'static str,
     },
     /// Writing a generated file failed.
     #[error("{}: cannot write: {source}", file.display())]
@@ -216,6 +220,9 @@ pub struct Generated {
     /// `relay.key`.
     pub relay_key: PathBuf,
 }
+
+/// What an existing file that issuing one more certificate would overwrite asks for.
+const ISSUE_HINT: &str = "--force replaces it; --out writes the new files elsewhere";
 
 /// The files [`issue_relay`] wrote.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -282,6 +289,39 @@ pub fn issue_relay_valid_for(
     days: Option<u32>,
 ) -> Result<IssuedRelay, TlsError> {
     check_relay_name(name)?;
+    let (issuer, ca_key) = load_issuer(ca_dir)?;
+    let gen = |what| move |source| TlsError::Generate { what, source };
+    let paths = [
+        out.join(format!("{name}.pem")),
+        out.join(format!("{name}.key")),
+    ];
+    if !force {
+        if let Some(existing) = paths.iter().find(|p| p.symlink_metadata().is_ok()) {
+            return Err(TlsError::Exists {
+                file: existing.clone(),
+                hint: ISSUE_HINT,
+            });
+        }
+    }
+    let key = KeyPair::generate().map_err(gen("relay key"))?;
+    let mut params = relay_params(name).map_err(gen("relay name"))?;
+    if let Some(days) = days {
+        end_in_days(&mut params, days);
+    }
+    let cert = params
+        .signed_by(&key, &issuer, &ca_key)
+        .map_err(gen("relay certificate"))?;
+    create_private_dir(out)?;
+    write_file(&paths[0], cert.pem().as_bytes(), false, force)?;
+    write_file(&paths[1], key.serialize_pem().as_bytes(), true, force)?;
+    let [cert, key] = paths;
+    Ok(IssuedRelay { cert, key })
+}
+
+/// The CA of `ca_dir` (`ca.pem`, `ca.key`, as [`generate`] wrote them) as rcgen's issuer: same
+/// name, key and key identifier as `ca.pem`, so what it signs chains to the file every relay
+/// and proxy already trusts. Errors name the file (a key that is not the certificate's too).
+fn load_issuer(ca_dir: &Path) -> Result<(rcgen::Certificate, KeyPair), TlsError> {
     let (ca_pem, ca_key_file) = (ca_dir.join("ca.pem"), ca_dir.join("ca.key"));
     let ca_der = load_certs(&ca_pem)?.swap_remove(0);
     let ca_key_text = String::from_utf8(read(&ca_key_file)?).map_err(|_| TlsError::NoKey {
@@ -305,37 +345,96 @@ pub fn issue_relay_valid_for(
         file: ca_pem.clone(),
         detail: e.to_string(),
     })?;
-    let gen = |what| move |source| TlsError::Generate { what, source };
-    // The issuer as rcgen needs it: same name, key and key identifier as `ca.pem`, so the new
-    // certificate chains to the file every proxy already trusts.
     let issuer = ca_params
         .self_signed(&ca_key)
-        .map_err(gen("CA certificate"))?;
-    let paths = [
-        out.join(format!("{name}.pem")),
-        out.join(format!("{name}.key")),
-    ];
+        .map_err(|source| TlsError::Generate {
+            what: "CA certificate",
+            source,
+        })?;
+    Ok((issuer, ca_key))
+}
+
+/// Makes `params` valid until `days` from today (UTC midnight).
+fn end_in_days(params: &mut CertificateParams, days: u32) {
+    let (y, m, d) = civil_from_days(unix_now().div_euclid(86_400) + i64::from(days));
+    params.not_after = rcgen::date_time_ymd(y, m as u8, d as u8);
+}
+
+/// The files [`issue_proxy`] wrote.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IssuedProxy {
+    /// `proxy.pem`.
+    pub cert: PathBuf,
+    /// `proxy.key` (mode 0600).
+    pub key: PathBuf,
+}
+
+/// Signs a new proxy certificate and key with the CA in `ca_dir` and writes them to `out` as
+/// `proxy.pem` and `proxy.key`: to renew the proxy's certificate (or give a second proxy its
+/// own) without a new CA, so no train needs new files. Names as [`generate`] (`proxy_san`
+/// besides [`PROXY_SERVER_NAME`]); valid for `days` from today, or until 1 January
+/// [`VALIDITY_YEARS`] on. Existing files are an error unless `force`.
+pub fn issue_proxy(
+    ca_dir: &Path,
+    proxy_san: &[String],
+    out: &Path,
+    force: bool,
+    days: Option<u32>,
+) -> Result<IssuedProxy, TlsError> {
+    let sans = proxy_sans(proxy_san)?;
+    let (issuer, ca_key) = load_issuer(ca_dir)?;
+    let paths = [out.join("proxy.pem"), out.join("proxy.key")];
     if !force {
         if let Some(existing) = paths.iter().find(|p| p.symlink_metadata().is_ok()) {
             return Err(TlsError::Exists {
                 file: existing.clone(),
+                hint: ISSUE_HINT,
             });
         }
     }
-    let key = KeyPair::generate().map_err(gen("relay key"))?;
-    let mut params = relay_params(name).map_err(gen("relay name"))?;
+    let gen = |what| move |source| TlsError::Generate { what, source };
+    let key = KeyPair::generate().map_err(gen("proxy key"))?;
+    let mut params = proxy_params(sans);
     if let Some(days) = days {
-        let (y, m, d) = civil_from_days(unix_now().div_euclid(86_400) + i64::from(days));
-        params.not_after = rcgen::date_time_ymd(y, m as u8, d as u8);
+        end_in_days(&mut params, days);
     }
     let cert = params
         .signed_by(&key, &issuer, &ca_key)
-        .map_err(gen("relay certificate"))?;
+        .map_err(gen("proxy certificate"))?;
     create_private_dir(out)?;
     write_file(&paths[0], cert.pem().as_bytes(), false, force)?;
     write_file(&paths[1], key.serialize_pem().as_bytes(), true, force)?;
     let [cert, key] = paths;
-    Ok(IssuedRelay { cert, key })
+    Ok(IssuedProxy { cert, key })
+}
+
+/// The proxy certificate's names: [`PROXY_SERVER_NAME`] and every entry of `proxy_san` (an IP
+/// address or a DNS name; anything else is an error).
+fn proxy_sans(proxy_san: &[String]) -> Result<Vec<SanType>, TlsError> {
+    let mut sans = vec![SanType::DnsName(
+        PROXY_SERVER_NAME.try_into().expect("constant is ASCII"),
+    )];
+    for san in proxy_san {
+        let invalid = || TlsError::InvalidSan { san: san.clone() };
+        match ServerName::try_from(san.as_str()).map_err(|_| invalid())? {
+            ServerName::IpAddress(ip) => sans.push(SanType::IpAddress(std::net::IpAddr::from(ip))),
+            ServerName::DnsName(name) => sans.push(SanType::DnsName(
+                name.as_ref().try_into().map_err(|_| invalid())?,
+            )),
+            _ => return Err(invalid()),
+        }
+    }
+    Ok(sans)
+}
+
+/// A proxy certificate with names `sans`, for server authentication.
+fn proxy_params(sans: Vec<SanType>) -> CertificateParams {
+    let mut proxy = base_params(PROXY_SERVER_NAME);
+    proxy.subject_alt_names = sans;
+    proxy.key_usages = vec![KeyUsagePurpose::DigitalSignature];
+    proxy.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
+    proxy.use_authority_key_identifier_extension = true;
+    proxy
 }
 
 /// The relay name a certificate carries: its subject's common name (`None` if it has none or
@@ -368,23 +467,11 @@ pub fn generate(dir: &Path, proxy_san: &[String], force: bool) -> Result<Generat
         if let Some(existing) = paths.iter().find(|p| p.symlink_metadata().is_ok()) {
             return Err(TlsError::Exists {
                 file: existing.clone(),
+                hint: "use force to replace the whole set, then redistribute every file",
             });
         }
     }
-    let mut sans = vec![SanType::DnsName(
-        PROXY_SERVER_NAME.try_into().expect("constant is ASCII"),
-    )];
-    for san in proxy_san {
-        let invalid = || TlsError::InvalidSan { san: san.clone() };
-        match ServerName::try_from(san.as_str()).map_err(|_| invalid())? {
-            ServerName::IpAddress(ip) => sans.push(SanType::IpAddress(std::net::IpAddr::from(ip))),
-            ServerName::DnsName(name) => sans.push(SanType::DnsName(
-                name.as_ref().try_into().map_err(|_| invalid())?,
-            )),
-            _ => return Err(invalid()),
-        }
-    }
-
+    let sans = proxy_sans(proxy_san)?;
     let gen = |what| move |source| TlsError::Generate { what, source };
 
     let ca_key = KeyPair::generate().map_err(gen("CA key"))?;
@@ -400,12 +487,7 @@ pub fn generate(dir: &Path, proxy_san: &[String], force: bool) -> Result<Generat
     let ca_cert = ca.self_signed(&ca_key).map_err(gen("CA certificate"))?;
 
     let proxy_key = KeyPair::generate().map_err(gen("proxy key"))?;
-    let mut proxy = base_params(PROXY_SERVER_NAME);
-    proxy.subject_alt_names = sans;
-    proxy.key_usages = vec![KeyUsagePurpose::DigitalSignature];
-    proxy.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
-    proxy.use_authority_key_identifier_extension = true;
-    let proxy_cert = proxy
+    let proxy_cert = proxy_params(sans)
         .signed_by(&proxy_key, &ca_cert, &ca_key)
         .map_err(gen("proxy certificate"))?;
 
@@ -492,6 +574,7 @@ fn write_file(path: &Path, bytes: &[u8], secret: bool, force: bool) -> Result<()
         if e.kind() == io::ErrorKind::AlreadyExists {
             TlsError::Exists {
                 file: path.to_path_buf(),
+                hint: "use force to overwrite it",
             }
         } else {
             err(e)
@@ -911,6 +994,73 @@ pub fn client_config(ca: &Path, cert: &Path, key: &Path) -> Result<Arc<ClientCon
         .map_err(|e| cert_key_error(cert, key, e))?;
     config.alpn_protocols = vec![ALPN.to_vec()];
     Ok(Arc::new(config))
+}
+
+/// A TLS configuration that a reload replaces while connections use it: new handshakes take
+/// the latest ([`Live::current`]); connections already made keep theirs. Each replacement
+/// counts up a generation, so a holder can tell whether a connection was made with the latest
+/// credentials. Clones share one configuration.
+#[derive(Debug)]
+pub struct Live<C> {
+    tx: Arc<tokio::sync::watch::Sender<(u64, Arc<C>)>>,
+}
+
+impl<C> Clone for Live<C> {
+    fn clone(&self) -> Self {
+        Live {
+            tx: self.tx.clone(),
+        }
+    }
+}
+
+impl<C> Live<C> {
+    /// Generation 0: `config`.
+    pub fn new(config: Arc<C>) -> Live<C> {
+        Live {
+            tx: Arc::new(tokio::sync::watch::Sender::new((0, config))),
+        }
+    }
+
+    /// The latest configuration and its generation.
+    pub fn current(&self) -> (u64, Arc<C>) {
+        let b = self.tx.borrow();
+        (b.0, b.1.clone())
+    }
+
+    /// The latest generation.
+    pub fn generation(&self) -> u64 {
+        self.tx.borrow().0
+    }
+
+    /// Puts `config` in use for every later handshake; returns its generation.
+    pub fn replace(&self, config: Arc<C>) -> u64 {
+        let mut generation = 0;
+        self.tx.send_modify(|(g, c)| {
+            *g += 1;
+            *c = config;
+            generation = *g;
+        });
+        generation
+    }
+
+    /// Waits until the generation is above `seen` (at once when it already is).
+    pub async fn newer_than(&self, seen: u64) {
+        let mut rx = self.tx.subscribe();
+        // The sender lives as long as `self`: `wait_for` cannot fail while we hold it.
+        let _ = rx.wait_for(|(g, _)| *g > seen).await;
+    }
+}
+
+impl<C> From<Arc<C>> for Live<C> {
+    fn from(config: Arc<C>) -> Live<C> {
+        Live::new(config)
+    }
+}
+
+/// The bytes of a daemon's three TLS files (`tls.ca`, `tls.cert`, `tls.key`), to tell whether
+/// a reload finds anything new. Errors name the file.
+pub fn file_contents(ca: &Path, cert: &Path, key: &Path) -> Result<[Vec<u8>; 3], TlsError> {
+    Ok([read(ca)?, read(cert)?, read(key)?])
 }
 
 /// [`PROXY_SERVER_NAME`] as the `ServerName` a relay passes to `TlsConnector::connect`.

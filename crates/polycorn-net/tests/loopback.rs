@@ -116,9 +116,20 @@ struct Pair {
     relay_tasks: tokio::task::JoinSet<()>,
     relay_listeners: tokio::task::JoinSet<()>,
     relay: relay::Carrier,
+    /// The relay's TLS credentials, replaceable as a reload does.
+    relay_tls: tls::Live<tls::ClientConfig>,
 }
 
 async fn start_pair(spec: &str, tuning: Tuning) -> Pair {
+    start_pair_with(spec, tuning, None).await
+}
+
+/// [`start_pair`] with the proxy's metrics counted in `metrics`.
+async fn start_pair_with(
+    spec: &str,
+    tuning: Tuning,
+    metrics: Option<Arc<polycorn_net::metrics::Metrics>>,
+) -> Pair {
     let _ = tracing_subscriber::fmt()
         .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
         .with_test_writer()
@@ -134,7 +145,9 @@ async fn start_pair(spec: &str, tuning: Tuning) -> Pair {
         listen: listen.clone(),
         tunnel_listen: None,
         tunnel_peers: vec![],
-        tls: tls::server_config(&p("ca.pem"), &p("proxy.pem"), &p("proxy.key")).unwrap(),
+        tls: tls::server_config(&p("ca.pem"), &p("proxy.pem"), &p("proxy.key"))
+            .unwrap()
+            .into(),
         pipeline: spec.into(),
         tuning: tuning.clone(),
         policy: Arc::new(DestinationPolicy::new(
@@ -144,7 +157,7 @@ async fn start_pair(spec: &str, tuning: Tuning) -> Pair {
         )),
         connect_timeout: Duration::from_secs(3),
         predictor: None,
-        metrics: None,
+        metrics,
         revoked_relays: Default::default(),
     };
     let (proxy_tasks, sessions) = proxy::start(popts, polycorn_net::activation::Inherited::none())
@@ -162,11 +175,13 @@ async fn start_pair(spec: &str, tuning: Tuning) -> Pair {
             mtu: None,
         })
         .collect();
+    let relay_tls =
+        tls::Live::new(tls::client_config(&p("ca.pem"), &p("relay.pem"), &p("relay.key")).unwrap());
     let ropts = RelayOptions {
         mode: Mode::Polycorn,
         pipeline: spec.into(),
         paths: relay_paths.clone(),
-        tls: Some(tls::client_config(&p("ca.pem"), &p("relay.pem"), &p("relay.key")).unwrap()),
+        tls: Some(relay_tls.clone()),
         transparent: vec![],
         socks5: Some(socks),
         dns: None,
@@ -188,6 +203,7 @@ async fn start_pair(spec: &str, tuning: Tuning) -> Pair {
         relay_tasks,
         relay_listeners,
         relay,
+        relay_tls,
     }
 }
 
@@ -200,6 +216,93 @@ async fn eventually(secs: u64, mut done: impl FnMut() -> bool) -> bool {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     done()
+}
+
+/// The proxy's `polycorn_relay_tls_not_after_seconds` of the relay `polycorn-relay`.
+fn relay_cert_end(m: &polycorn_net::metrics::Metrics) -> Option<i64> {
+    let key = format!(
+        "polycorn_relay_tls_not_after_seconds{{relay=\"{}\"}} ",
+        tls::RELAY_NAME
+    );
+    m.encode()
+        .lines()
+        .find_map(|l| l.strip_prefix(&key)?.trim().parse().ok())
+}
+
+/// A train's certificate renewed while it carries passengers (what `systemctl reload` does
+/// with new files): every path replaces its subflow with one made with the new certificate
+/// once it is idle, so the proxy sees the new end date, and no passenger byte is lost.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_relay_renews_its_certificate_while_carrying_passengers() {
+    let srv = server().await;
+    let metrics = Arc::new(polycorn_net::metrics::Metrics::new());
+    let pair = start_pair_with("hrsch", Tuning::default(), Some(metrics.clone())).await;
+    tokio::time::timeout(
+        Duration::from_secs(30),
+        transfer(pair.socks, srv, 1000, 1000),
+    )
+    .await
+    .expect("transfer timed out");
+    let relay::Carrier::Session(engine) = &pair.relay else {
+        panic!("polycorn mode has a session")
+    };
+    let attaches = |path: u8| engine.inspect(|s| s.path_counters(path).unwrap().attaches);
+    let now = tls::unix_now();
+    let first = relay_cert_end(&metrics).expect("the proxy exports the relay's certificate end");
+    assert!(
+        first - now > 300 * 86_400,
+        "generated certificates last years"
+    );
+    let before = [attaches(0), attaches(1)];
+
+    let issued = tls::issue_relay_valid_for(
+        pair.dir.path(),
+        tls::RELAY_NAME,
+        &pair.dir.path().join("renewed"),
+        false,
+        Some(20),
+    )
+    .unwrap();
+    let renewed =
+        tls::client_config(&pair.dir.path().join("ca.pem"), &issued.cert, &issued.key).unwrap();
+    assert_eq!(pair.relay_tls.replace(renewed), 1);
+    // A download under way while the paths renew (each waits for an idle moment).
+    let (socks, big) = (pair.socks, 8 << 20);
+    let during = tokio::spawn(async move {
+        tokio::time::timeout(Duration::from_secs(60), transfer(socks, srv, 1000, big)).await
+    });
+    let seen = eventually(30, || {
+        relay_cert_end(&metrics).is_some_and(|end| (end - now - 20 * 86_400).abs() < 86_400)
+    })
+    .await;
+    assert!(
+        seen,
+        "the proxy still sees the old certificate 30 s after the renewal: {:?}",
+        relay_cert_end(&metrics)
+    );
+    during
+        .await
+        .unwrap()
+        .expect("the download under way during the renewal timed out");
+    assert!(
+        eventually(30, || attaches(0) > before[0] && attaches(1) > before[1]).await,
+        "both paths replace their subflow: attaches {before:?} -> [{}, {}]",
+        attaches(0),
+        attaches(1)
+    );
+    // Settled: each path renewed once, not again and again.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(
+        [attaches(0), attaches(1)],
+        [before[0] + 1, before[1] + 1],
+        "one replacement per path"
+    );
+    tokio::time::timeout(
+        Duration::from_secs(30),
+        transfer(pair.socks, srv, 100_000, 100_000),
+    )
+    .await
+    .expect("transfer after the renewal timed out");
 }
 
 /// A relay that goes away with no passenger connection open (restarted, powered off) must not

@@ -328,6 +328,54 @@ async fn a_relay_certificate_per_train_handshakes_and_carries_its_name() {
     assert_ne!(std::fs::read(&issued.key).unwrap(), before);
 }
 
+/// A proxy certificate renewed from the CA of the set: the trains' files, unchanged, trust
+/// it; its names and end are the ones asked for; nothing is overwritten unless forced.
+#[tokio::test]
+async fn a_renewed_proxy_certificate_is_trusted_by_the_relays_as_they_are() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("pki");
+    let g = generated(&dir);
+    let e = tls::issue_proxy(&dir, &[], &dir, false, None).unwrap_err();
+    assert!(
+        matches!(&e, TlsError::Exists { file, .. } if file == &g.proxy_cert),
+        "{e}"
+    );
+    assert!(e.to_string().contains("--force"), "{e}");
+    let out = tmp.path().join("renewed");
+    let issued = tls::issue_proxy(&dir, &["10.9.8.7".into()], &out, false, Some(40)).unwrap();
+    assert_eq!(issued.cert, out.join("proxy.pem"));
+    let mode = std::fs::metadata(&issued.key).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode, 0o600);
+    let end = tls::validity_of_file("cert", &issued.cert)
+        .unwrap()
+        .not_after;
+    let left = end - tls::unix_now();
+    assert!((39 * 86_400..=40 * 86_400).contains(&left), "{left}");
+    // The relay's configuration of the original set accepts it.
+    let server = tls::server_config(&g.ca_cert, &issued.cert, &issued.key).unwrap();
+    let client = tls::client_config(&g.ca_cert, &g.relay_cert, &g.relay_key).unwrap();
+    let (server_result, client_ok) = handshake(server, client).await;
+    server_result.expect("the renewed proxy accepts the relay");
+    assert!(client_ok, "the relay trusts the renewed proxy certificate");
+    let der = tls::load_certs(&issued.cert).unwrap().swap_remove(0);
+    let (_, parsed) = x509_parser::parse_x509_certificate(&der).unwrap();
+    let names = format!(
+        "{:?}",
+        parsed.subject_alternative_name().unwrap().unwrap().value
+    );
+    assert!(
+        names.contains(PROXY_SERVER_NAME) && names.contains("[10, 9, 8, 7]"),
+        "{names}"
+    );
+    // A name that is neither an address nor a DNS name.
+    let e = tls::issue_proxy(&dir, &["not a name".into()], &out, true, None).unwrap_err();
+    assert!(matches!(e, TlsError::InvalidSan { .. }), "{e}");
+    // Forced: replaced in place.
+    let before = std::fs::read(&issued.key).unwrap();
+    tls::issue_proxy(&dir, &[], &out, true, None).unwrap();
+    assert_ne!(std::fs::read(&issued.key).unwrap(), before);
+}
+
 /// A revoked name is refused in the handshake with the alert `certificate_revoked`, which the
 /// relay can tell apart; the list changes while the configuration is in use.
 #[tokio::test]

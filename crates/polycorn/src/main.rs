@@ -228,6 +228,27 @@ enum TlsAction {
         #[arg(long, value_parser = clap::value_parser!(u32).range(1..=36_500))]
         valid_days: Option<u32>,
     },
+    /// Sign a new proxy certificate and key with the CA in DIR (proxy.pem, proxy.key): to renew
+    /// the proxy's certificate without a new CA, so the trains keep their files. Put them in
+    /// place and `systemctl reload polycorn-proxy`.
+    Proxy {
+        /// Directory holding `ca.pem` and `ca.key` (as `tls generate` wrote them).
+        dir: std::path::PathBuf,
+        /// Extra names or addresses for the certificate, as with `tls generate` (relays always
+        /// verify the name `polycorn-proxy`).
+        #[arg(long)]
+        san: Vec<String>,
+        /// Where to write proxy.pem and proxy.key (default: DIR).
+        #[arg(long)]
+        out: Option<std::path::PathBuf>,
+        /// Overwrite proxy.pem and proxy.key if they exist.
+        #[arg(long)]
+        force: bool,
+        /// Valid until this many days from today (UTC midnight), instead of until 1 January ten
+        /// years on.
+        #[arg(long, value_parser = clap::value_parser!(u32).range(1..=36_500))]
+        valid_days: Option<u32>,
+    },
 }
 
 #[derive(Subcommand, Debug)]
@@ -270,6 +291,10 @@ enum ConfigAction {
         role: String,
         /// The file.
         file: std::path::PathBuf,
+        /// When the file passes, tell the running relay or proxy with this process id to
+        /// reload it (SIGHUP; the units' ExecReload, so no `kill` program is needed).
+        #[arg(long, value_name = "PID")]
+        reload: Option<i32>,
     },
 }
 
@@ -394,37 +419,61 @@ fn run(cli: Cli) -> Result<u8> {
                     valid_days,
                 },
         } => net_cmd::tls_relay(&dir, &name, out.as_deref(), force, valid_days)?,
+        Command::Tls {
+            action:
+                TlsAction::Proxy {
+                    dir,
+                    san,
+                    out,
+                    force,
+                    valid_days,
+                },
+        } => net_cmd::tls_proxy(&dir, &san, out.as_deref(), force, valid_days)?,
         Command::Config {
             action: ConfigAction::Example { role, config },
         } => net_cmd::config_example(&role, config.as_deref())?,
         Command::Config {
-            action: ConfigAction::Check { role, file },
-        } => match role.as_str() {
-            "relay" => {
-                let cfg = polycorn_net::config::RelayConfig::load(&file)?;
-                for w in cfg.host_warnings(&file.display().to_string()) {
-                    eprintln!("warning: {w}");
+            action: ConfigAction::Check { role, file, reload },
+        } => {
+            match role.as_str() {
+                "relay" => {
+                    let cfg = polycorn_net::config::RelayConfig::load(&file)?;
+                    if let Some(t) = &cfg.tls {
+                        // What the relay builds at start (and at a reload): a key that is not the
+                        // certificate's fails here.
+                        polycorn_net::tls::client_config(&t.ca, &t.cert, &t.key)?;
+                    }
+                    for w in cfg.host_warnings(&file.display().to_string()) {
+                        eprintln!("warning: {w}");
+                    }
+                    println!("ok: {}", file.display());
+                    for note in cfg.proxy_notes() {
+                        println!("{note}");
+                    }
+                    if let Some(t) = &cfg.tls {
+                        let name = polycorn_net::tls::relay_name_of_file(&t.cert)?;
+                        println!("relay name (tls.cert): {name}");
+                        print_validity(&t.cert, &t.ca)?;
+                    }
                 }
-                println!("ok: {}", file.display());
-                for note in cfg.proxy_notes() {
-                    println!("{note}");
+                "proxy" => {
+                    let cfg = polycorn_net::config::ProxyConfig::load(&file)?;
+                    let t = &cfg.tls;
+                    // What the proxy builds at start (and at a reload).
+                    polycorn_net::tls::server_config(&t.ca, &t.cert, &t.key)?;
+                    println!("ok: {}", file.display());
+                    if !cfg.proxy.revoked_relays.is_empty() {
+                        println!("revoked relays: {}", cfg.proxy.revoked_relays.join(", "));
+                    }
+                    print_validity(&cfg.tls.cert, &cfg.tls.ca)?;
                 }
-                if let Some(t) = &cfg.tls {
-                    let name = polycorn_net::tls::relay_name_of_file(&t.cert)?;
-                    println!("relay name (tls.cert): {name}");
-                    print_validity(&t.cert, &t.ca)?;
-                }
+                other => anyhow::bail!("unknown role `{other}`: expected `relay` or `proxy`"),
             }
-            "proxy" => {
-                let cfg = polycorn_net::config::ProxyConfig::load(&file)?;
-                println!("ok: {}", file.display());
-                if !cfg.proxy.revoked_relays.is_empty() {
-                    println!("revoked relays: {}", cfg.proxy.revoked_relays.join(", "));
-                }
-                print_validity(&cfg.tls.cert, &cfg.tls.ca)?;
+            if let Some(pid) = reload {
+                net_cmd::signal_reload(pid)?;
+                println!("reload: sent to process {pid}");
             }
-            other => anyhow::bail!("unknown role `{other}`: expected `relay` or `proxy`"),
-        },
+        }
         Command::Bench {
             action: Some(BenchAction::Pool(args)),
             ..

@@ -598,15 +598,50 @@ fn check_line(r: &polycorn_net::check::PathCheck) -> String {
     }
 }
 
-/// The TLS files' validity: logged at the start (a warning when it ends within
-/// [`tls::EXPIRY_WARNING`] or has ended, and again every day while so), and exported as
+/// The TLS files' validity: logged at the start and after a reload (a warning when it ends
+/// within [`tls::EXPIRY_WARNING`] or has ended, and again every day while so), and exported as
 /// `polycorn_tls_not_after_seconds` for monitoring. (Nothing else changes: a certificate past
 /// its end fails in the handshakes, which say so.)
-fn watch_certificates(cert: &Path, ca: &Path, metrics: &Metrics) -> Result<()> {
-    let files = tls::validity_of(cert, ca)?;
-    metrics.set_tls_not_after("cert", files[0].not_after);
-    metrics.set_tls_not_after("ca", files[1].not_after);
-    let say = |files: &[tls::Validity], always: bool| {
+#[derive(Clone)]
+struct CertWatch {
+    files: Arc<std::sync::Mutex<[tls::Validity; 2]>>,
+    metrics: Arc<Metrics>,
+}
+
+impl CertWatch {
+    /// Reads `cert` and `ca`, says how long they stay valid and starts the daily warning.
+    fn start(cert: &Path, ca: &Path, metrics: &Arc<Metrics>) -> Result<CertWatch> {
+        let files = tls::validity_of(cert, ca)?;
+        let watch = CertWatch {
+            files: Arc::new(std::sync::Mutex::new(files.clone())),
+            metrics: metrics.clone(),
+        };
+        watch.set(files);
+        let daily = watch.clone();
+        tokio::spawn(async move {
+            let day = Duration::from_secs(86_400);
+            loop {
+                tokio::time::sleep(day).await;
+                let files = daily
+                    .files
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .clone();
+                Self::say(&files, false);
+            }
+        });
+        Ok(watch)
+    }
+
+    /// The files in use are now these (at the start, and after a reload replaced them).
+    fn set(&self, files: [tls::Validity; 2]) {
+        self.metrics.set_tls_not_after("cert", files[0].not_after);
+        self.metrics.set_tls_not_after("ca", files[1].not_after);
+        Self::say(&files, true);
+        *self.files.lock().unwrap_or_else(|p| p.into_inner()) = files;
+    }
+
+    fn say(files: &[tls::Validity], always: bool) {
         let now = tls::unix_now();
         for v in files {
             if v.needs_warning(now) {
@@ -615,16 +650,76 @@ fn watch_certificates(cert: &Path, ca: &Path, metrics: &Metrics) -> Result<()> {
                 info!("{}", v.describe(now));
             }
         }
-    };
-    say(&files, true);
-    tokio::spawn(async move {
-        let day = Duration::from_secs(86_400);
-        loop {
-            tokio::time::sleep(day).await;
-            say(&files, false);
+    }
+}
+
+/// A daemon's TLS credentials as a reload (SIGHUP) replaces them: the configuration new
+/// handshakes take, the bytes of the files it was built from (a reload that finds the same
+/// bytes changes nothing), and the validity watch.
+struct TlsReload<C> {
+    live: tls::Live<C>,
+    contents: [Vec<u8>; 3],
+    watch: CertWatch,
+}
+
+impl<C> TlsReload<C> {
+    fn new(
+        live: tls::Live<C>,
+        files: &polycorn_net::config::TlsFiles,
+        watch: CertWatch,
+    ) -> Result<Self> {
+        Ok(TlsReload {
+            live,
+            contents: tls::file_contents(&files.ca, &files.cert, &files.key)?,
+            watch,
+        })
+    }
+
+    /// Reads `files` again; when their bytes differ from those in use, builds the configuration
+    /// with `build` and puts it in use for every later handshake. `Ok(false)`: nothing changed.
+    /// An error (naming the file) leaves the credentials in use as they were.
+    fn reload(
+        &mut self,
+        files: &polycorn_net::config::TlsFiles,
+        build: impl FnOnce() -> Result<Arc<C>>,
+    ) -> Result<bool> {
+        let contents = tls::file_contents(&files.ca, &files.cert, &files.key)?;
+        if contents == self.contents {
+            return Ok(false);
         }
-    });
-    Ok(())
+        let config = build()?;
+        let validity = tls::validity_of(&files.cert, &files.ca)?;
+        self.live.replace(config);
+        self.contents = contents;
+        self.watch.set(validity);
+        Ok(true)
+    }
+
+    /// [`TlsReload::reload`], with what happened logged; what `who` says new handshakes do.
+    fn reload_logged(
+        &mut self,
+        files: &polycorn_net::config::TlsFiles,
+        who: &str,
+        build: impl FnOnce() -> Result<Arc<C>>,
+    ) -> bool {
+        match self.reload(files, build) {
+            Ok(true) => {
+                info!(cert = %files.cert.display(), "reload: TLS credentials replaced: {who}");
+                true
+            }
+            Ok(false) => {
+                info!("reload: the TLS files are unchanged");
+                false
+            }
+            Err(e) => {
+                error!(
+                    "reload: TLS credentials not replaced, the ones in use stay: {}",
+                    crate::error_text(&e)
+                );
+                false
+            }
+        }
+    }
 }
 
 /// `polycorn relay --config FILE`.
@@ -671,8 +766,9 @@ pub fn relay(path: &Path) -> Result<()> {
             Some(t) => tls::relay_name_of_file(&t.cert)?,
             None => tls::RELAY_NAME.to_string(),
         };
+        let running = cfg.clone();
         let tls_cfg = match (&cfg.tls, mode) {
-            (Some(t), _) => Some(tls::client_config(&t.ca, &t.cert, &t.key)?),
+            (Some(t), _) => Some(tls::Live::new(tls::client_config(&t.ca, &t.cert, &t.key)?)),
             (None, Mode::Polycorn) => bail!("[tls]: required in polycorn mode"),
             (None, _) => None,
         };
@@ -744,7 +840,7 @@ pub fn relay(path: &Path) -> Result<()> {
             mode,
             pipeline: cfg.relay.scheduler.clone(),
             paths: paths.clone(),
-            tls: tls_cfg,
+            tls: tls_cfg.clone(),
             transparent: cfg
                 .intercept
                 .transparent
@@ -764,9 +860,20 @@ pub fn relay(path: &Path) -> Result<()> {
             predictor,
         };
         let metrics = Arc::new(Metrics::new());
-        if let Some(t) = &cfg.tls {
-            watch_certificates(&t.cert, &t.ca, &metrics)?;
-        }
+        let tls_reload = match (&cfg.tls, tls_cfg) {
+            (Some(t), Some(live)) => Some(TlsReload::new(
+                live,
+                t,
+                CertWatch::start(&t.cert, &t.ca, &metrics)?,
+            )?),
+            _ => None,
+        };
+        tokio::spawn(reload_relay_on_hangup(
+            path.to_path_buf(),
+            running,
+            tls_reload,
+            relay_name.clone(),
+        ));
         serve_metrics(&cfg.metrics, metrics.clone()).await?;
         let (carrier, mut tasks, mut listeners) = relay::start(opts, Some(ctx_rx), inherited)
             .await
@@ -844,14 +951,18 @@ pub fn proxy(path: &Path) -> Result<()> {
     let rt = runtime()?;
     rt.block_on(async move {
         let revoked = Arc::new(proxy::Revoked::new(cfg.proxy.revoked_relays.clone()));
-        let tls_cfg = tls::server_config_revoking(
+        let tls_cfg = tls::Live::new(tls::server_config_revoking(
             &cfg.tls.ca,
             &cfg.tls.cert,
             &cfg.tls.key,
             revoked.clone(),
-        )?;
+        )?);
         let metrics = Arc::new(Metrics::new());
-        watch_certificates(&cfg.tls.cert, &cfg.tls.ca, &metrics)?;
+        let tls_reload = TlsReload::new(
+            tls_cfg.clone(),
+            &cfg.tls,
+            CertWatch::start(&cfg.tls.cert, &cfg.tls.ca, &metrics)?,
+        )?;
         let opts = ProxyOptions {
             listen: cfg.proxy.listen.clone(),
             tunnel_listen: cfg.proxy.tunnel_listen,
@@ -882,6 +993,7 @@ pub fn proxy(path: &Path) -> Result<()> {
             cfg.clone(),
             sessions.clone(),
             revoked,
+            tls_reload,
         ));
         {
             // Per-path metrics of every live session (paths are named by index on the proxy).
@@ -936,13 +1048,15 @@ pub fn proxy(path: &Path) -> Result<()> {
 
 /// `systemctl reload polycorn-proxy` (SIGHUP): reads the configuration file again and applies
 /// `proxy.revoked_relays` — new subflows of a revoked relay are refused and its live sessions'
-/// subflows are cut at once. Other changes need a restart (said in a warning); a file that does
-/// not load is reported and changes nothing.
+/// subflows are cut at once — and the TLS files (`tls.cert`, `tls.key`, `tls.ca`), which
+/// later handshakes use (subflows up keep theirs). Other changes need a restart (said in a
+/// warning); a file that does not load, or credentials that do not, change nothing.
 async fn reload_on_hangup(
     path: std::path::PathBuf,
     mut running: ProxyConfig,
     sessions: proxy::Sessions,
     revoked: Arc<proxy::Revoked>,
+    mut tls: TlsReload<tls::ServerConfig>,
 ) {
     let Ok(mut hup) = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()) else {
         warn!("cannot install the SIGHUP handler: reload needs a restart");
@@ -958,10 +1072,11 @@ async fn reload_on_hangup(
         };
         let mut rest = new.clone();
         rest.proxy.revoked_relays = running.proxy.revoked_relays.clone();
+        rest.tls = running.tls.clone();
         if rest != running {
             warn!(
-                "reload: only proxy.revoked_relays is applied while running; restart the proxy \
-                 for the other changes in {}",
+                "reload: only proxy.revoked_relays and the TLS files are applied while running; \
+                 restart the proxy for the other changes in {}",
                 path.display()
             );
         }
@@ -976,6 +1091,84 @@ async fn reload_on_hangup(
             );
         }
         running.proxy.revoked_relays = new.proxy.revoked_relays;
+        let t = &new.tls;
+        let build = || {
+            Ok(tls::server_config_revoking(
+                &t.ca,
+                &t.cert,
+                &t.key,
+                revoked.clone(),
+            )?)
+        };
+        tls.reload_logged(
+            t,
+            "relays' new subflows get the new certificate; subflows up keep theirs",
+            build,
+        );
+        // Whatever the outcome, the files named now are the ones a later reload compares
+        // with (their bytes decide whether anything changed).
+        running.tls = new.tls;
+    }
+}
+
+/// `systemctl reload polycorn-relay` (SIGHUP): reads the configuration file again and applies
+/// the TLS files (`tls.cert`, `tls.key`, `tls.ca`): new subflows use them, and each path
+/// replaces its subflow at its next idle moment (make before break, within
+/// [`relay::RENEW_WITHIN`]) so that the proxy sees the new certificate. The relay's name (its
+/// certificate's) cannot change this way: the proxy binds the session to it. Other changes
+/// need a restart (said in a warning); a file that does not load, or credentials that do not,
+/// change nothing.
+async fn reload_relay_on_hangup(
+    path: std::path::PathBuf,
+    mut running: RelayConfig,
+    mut tls: Option<TlsReload<tls::ClientConfig>>,
+    relay_name: String,
+) {
+    let Ok(mut hup) = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()) else {
+        warn!("cannot install the SIGHUP handler: reload needs a restart");
+        return;
+    };
+    while hup.recv().await.is_some() {
+        let new = match RelayConfig::load(&path) {
+            Ok(c) => c,
+            Err(e) => {
+                error!(error = %e, "reload: configuration not loaded; nothing changed");
+                continue;
+            }
+        };
+        let mut rest = new.clone();
+        if tls.is_some() && new.tls.is_some() {
+            rest.tls = running.tls.clone();
+        }
+        if rest != running {
+            warn!(
+                "reload: only the TLS files are applied while running; restart the relay for \
+                 the other changes in {}",
+                path.display()
+            );
+        }
+        let (Some(live), Some(t)) = (tls.as_mut(), new.tls.as_ref()) else {
+            info!("reload: no TLS credentials in use (mode without subflows): nothing to apply");
+            continue;
+        };
+        let build = || {
+            let name = tls::relay_name_of_file(&t.cert)?;
+            if name != relay_name {
+                bail!(
+                    "tls.cert ({}) names relay `{name}`, this relay runs as `{relay_name}`: \
+                     another name needs a restart (the proxy binds the session to the relay's \
+                     name)",
+                    t.cert.display()
+                );
+            }
+            Ok(tls::client_config(&t.ca, &t.cert, &t.key)?)
+        };
+        live.reload_logged(
+            t,
+            "new subflows use them; each path replaces its subflow when next idle",
+            build,
+        );
+        running.tls = new.tls;
     }
 }
 
@@ -1100,6 +1293,42 @@ pub fn tls_relay(
     println!(
         "  the proxy names this relay `{name}` in its logs and metrics; to shut it out, add it \
          to proxy.revoked_relays"
+    );
+    Ok(())
+}
+
+/// `config check --reload PID`: SIGHUP to the daemon `pid`, after its file passed the check.
+pub fn signal_reload(pid: i32) -> Result<()> {
+    if pid <= 0 {
+        bail!("--reload {pid}: not a process id (is the service running?)");
+    }
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(pid),
+        nix::sys::signal::Signal::SIGHUP,
+    )
+    .with_context(|| format!("--reload: cannot signal process {pid}"))
+}
+
+/// `polycorn tls proxy DIR`: a new proxy certificate and key from the CA in `dir`.
+pub fn tls_proxy(
+    dir: &Path,
+    san: &[String],
+    out: Option<&Path>,
+    force: bool,
+    valid_days: Option<u32>,
+) -> Result<()> {
+    let out = out.unwrap_or(dir);
+    let issued = tls::issue_proxy(dir, san, out, force, valid_days)?;
+    println!(
+        "proxy certificate: {} {}",
+        issued.cert.display(),
+        issued.key.display()
+    );
+    let v = tls::validity_of_file("certificate", &issued.cert)?;
+    println!("  {}", v.describe(tls::unix_now()));
+    println!(
+        "  put them in place of the proxy's [tls] cert and key, then `systemctl reload \
+         polycorn-proxy`: relays' new subflows get it; the trains' files stay as they are"
     );
     Ok(())
 }
@@ -1274,16 +1503,17 @@ pub fn systemd_unit(role: &str, bin: &Path) -> Result<String> {
         other => bail!("no systemd unit for `{other}`: expected `relay` or `proxy`"),
     };
     let bin = unit_bin(bin)?;
-    // The proxy applies a changed `proxy.revoked_relays` on SIGHUP (checked first).
-    let reload = if role == "proxy" {
-        format!(
-            "# systemctl reload polycorn-proxy: applies proxy.revoked_relays (other keys need a restart).\n\
-             ExecReload={bin} config check proxy /etc/polycorn/proxy.toml\n\
-             ExecReload=/bin/kill -HUP $MAINPID\n"
-        )
+    // Both apply some changes on SIGHUP, which `config check --reload` sends once the file
+    // passes (no `kill` program needed).
+    let applies = if role == "proxy" {
+        "proxy.revoked_relays and the TLS files"
     } else {
-        String::new()
+        "the TLS files (renewed certificates)"
     };
+    let reload = format!(
+        "# systemctl reload polycorn-{role}: applies {applies}; other keys need a restart.\n\
+         ExecReload={bin} config check {role} /etc/polycorn/{role}.toml --reload $MAINPID\n"
+    );
     Ok(format!(
         r#"# polycorn {role} as a systemd service. Install it with:
 #   install -m 0755 {bin} /usr/local/bin/polycorn    # if not there already (then print this again)

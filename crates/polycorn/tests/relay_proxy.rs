@@ -1758,6 +1758,187 @@ fn a_relay_revoked_on_reload_is_cut_at_once_and_let_in_again() {
     );
 }
 
+/// The value of metric line `key` (its name and labels) on the metrics page of `ns`'s daemon.
+fn metric_value(ns: &str, key: &str) -> Option<i64> {
+    let key = format!("{key} ");
+    scrape_metrics(ns)
+        .lines()
+        .find_map(|l| l.strip_prefix(&key)?.trim().parse().ok())
+}
+
+/// Waits up to 20 s for metric `key` of `ns`'s daemon to end `days` days from now (± one day).
+fn wait_metric_days(ns: &str, key: &str, days: i64) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_secs() as i64;
+        let got = metric_value(ns, key);
+        if got.is_some_and(|end| (end - now - days * 86_400).abs() <= 86_400) {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{ns}: {key} is {got:?}, not {days} days from now"
+        );
+        std::thread::sleep(Duration::from_millis(300));
+    }
+}
+
+/// `polycorn tls ARGS` on the credentials in `dir`.
+fn tls_cmd(dir: &Path, args: &[&str]) {
+    let out = Command::new(bin())
+        .arg("tls")
+        .args(args)
+        .arg(dir)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "tls {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// An operator renews both ends' certificates without a restart (`systemctl reload`,
+/// SIGHUP): the relay's paths replace their subflows with ones made with the new
+/// certificate, at idle moments, while passengers are carried; the proxy's new certificate
+/// reaches new subflows; a key that does not match, or files that did not change, change
+/// nothing.
+#[test]
+fn certificates_renewed_on_reload_take_effect_without_a_restart() {
+    let _s = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    if !is_root() {
+        return;
+    }
+    let bed = Bed::constant("rn", 40, 20);
+    start_server(&bed);
+    let mut stack = start_stack(&bed, "polycorn", "minrtt", 2);
+    fetch_ok(&bed, &stack, KB, MB, "transfer before the renewal");
+    let dir = stack.dir.path().to_path_buf();
+    let (relay_ns, proxy_ns) = (bed.ns("relay"), bed.ns("proxy"));
+    let renewed_paths = "replaced it with a connection made with the new ones";
+
+    // A renewal gone wrong: the key is not the certificate's. Reported; the old ones stay.
+    let key = std::fs::read(dir.join("relay.key")).unwrap();
+    std::fs::copy(dir.join("proxy.key"), dir.join("relay.key")).unwrap();
+    stack.relay.hangup();
+    stack.relay.wait_for(
+        "reload: TLS credentials not replaced, the ones in use stay",
+        1,
+    );
+    assert!(
+        stack
+            .relay
+            .log()
+            .contains("private key does not match the certificate"),
+        "{}",
+        tail(&stack.relay.log())
+    );
+    std::fs::write(dir.join("relay.key"), key).unwrap();
+    fetch_ok(&bed, &stack, KB, MB, "transfer after a failed reload");
+
+    // The train's certificate renewed (20 days, as a fleet on a schedule would), in place,
+    // with a download under way.
+    tls_cmd(
+        &dir,
+        &["relay", "--name", "polycorn-relay", "--valid-days", "20"],
+    );
+    std::fs::rename(dir.join("polycorn-relay.pem"), dir.join("relay.pem")).unwrap();
+    std::fs::rename(dir.join("polycorn-relay.key"), dir.join("relay.key")).unwrap();
+    let download = {
+        let client = bed.ns("client");
+        std::thread::spawn(move || {
+            in_ns(&client, || {
+                Box::pin(async move {
+                    tokio::time::timeout(
+                        Duration::from_secs(60),
+                        one(Via::Transparent4, KB, 16 * MB, None),
+                    )
+                    .await
+                })
+            })
+        })
+    };
+    std::thread::sleep(Duration::from_millis(500));
+    stack.relay.hangup();
+    stack.relay.wait_for("reload: TLS credentials replaced", 1);
+    // The relay says how long the new certificate lasts, as at a start.
+    stack.relay.wait_for("only 19 days left: renew it", 1);
+    let r = download.join().unwrap();
+    assert!(
+        matches!(r, Ok(Ok(_))),
+        "the download under way at the renewal: {r:?}\n{}",
+        tail(&stack.relay.log())
+    );
+    stack.relay.wait_for(renewed_paths, 2);
+    wait_metric_days(
+        &relay_ns,
+        "polycorn_tls_not_after_seconds{file=\"cert\"}",
+        20,
+    );
+    // The proxy sees the renewed certificate on the replaced subflows.
+    wait_metric_days(
+        &proxy_ns,
+        "polycorn_relay_tls_not_after_seconds{relay=\"polycorn-relay\"}",
+        20,
+    );
+    fetch_ok(&bed, &stack, KB, MB, "transfer after the relay's renewal");
+
+    // The proxy's certificate renewed from the same CA (the trains keep their files).
+    tls_cmd(&dir, &["proxy", "--valid-days", "40", "--force"]);
+    stack.proxy.hangup();
+    stack.proxy.wait_for("reload: TLS credentials replaced", 1);
+    wait_metric_days(
+        &proxy_ns,
+        "polycorn_tls_not_after_seconds{file=\"cert\"}",
+        40,
+    );
+    // New subflows get it: a path check makes new ones.
+    let out = Command::new("ip")
+        .args(["netns", "exec", &relay_ns, bin(), "relay", "--config"])
+        .arg(dir.join("relay.toml"))
+        .args(["--check-paths", "--json"])
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs() as i64;
+    for l in String::from_utf8_lossy(&out.stdout).lines() {
+        let c: serde_json::Value = serde_json::from_str(l).unwrap();
+        let end = c["proxy_cert_not_after"].as_i64().unwrap();
+        assert!((end - now - 40 * 86_400).abs() <= 86_400, "{c}");
+    }
+    // The subflows up when the proxy renewed keep working.
+    fetch_ok(&bed, &stack, KB, MB, "transfer after the proxy's renewal");
+
+    for l in stack.relay.log().lines() {
+        if l.contains("reload") || l.contains(renewed_paths) {
+            eprintln!("relay: {l}");
+        }
+    }
+    // A reload with the files unchanged changes nothing: no subflow is replaced.
+    stack.relay.hangup();
+    stack
+        .relay
+        .wait_for("reload: the TLS files are unchanged", 1);
+    std::thread::sleep(Duration::from_secs(3));
+    assert_eq!(
+        stack.relay.log().matches(renewed_paths).count(),
+        2,
+        "{}",
+        tail(&stack.relay.log())
+    );
+}
+
 /// Proxy configuration `text` with `relay` in `proxy.revoked_relays`.
 fn revoking(text: &str, relay: &str) -> String {
     text.replacen(
@@ -3947,6 +4128,43 @@ fn the_relay_and_proxy_units_run_under_systemd_as_pid_1() {
     assert!(out.contains("restarted"), "{out}");
     up(6);
     fetch(4 * MB, "a download after the proxy's restart");
+    // A reload of each (ExecReload: the file checked, then SIGHUP): nothing restarts, and the
+    // TLS files, unchanged, are said to be.
+    let main_pid = |c: &Container, unit: &str| {
+        c.sh(&format!("systemctl show -p MainPID --value {unit}"))
+            .trim()
+            .to_string()
+    };
+    let pids = (
+        main_pid(&c, "polycorn-relay"),
+        main_pid(&proxy, "polycorn-proxy"),
+    );
+    for (box_, unit) in [(&c, "polycorn-relay"), (&proxy, "polycorn-proxy")] {
+        let out = box_.sh(&format!("systemctl reload {unit} && echo reloaded"));
+        assert!(
+            out.contains("reloaded"),
+            "{unit}: {out}\n{}",
+            tail(&box_.journal())
+        );
+        wait_until(
+            20,
+            "the reload is applied",
+            || box_.journal(),
+            || {
+                box_.journal()
+                    .contains("reload: the TLS files are unchanged")
+            },
+        );
+    }
+    assert_eq!(
+        (
+            main_pid(&c, "polycorn-relay"),
+            main_pid(&proxy, "polycorn-proxy")
+        ),
+        pids,
+        "a reload restarted a service"
+    );
+    fetch(MB, "a download after the reloads");
 
     // Stop both units, as the README says, while a download runs.
     let download = download_in_background(&bed, 24 * MB, 60);
