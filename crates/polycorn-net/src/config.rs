@@ -1600,8 +1600,9 @@ udp = "block"
 # upstream = "10.0.2.2:53"
 
 [tls]
-# CA, certificate and key from polycorn's TLS generator (polycorn_net::tls::generate).
-# The CA's private key (ca.key) must stay off the train.
+# CA, certificate and key from `polycorn tls generate` (or `tls relay --name` for this train).
+# The CA's private key (ca.key) must stay off the train. Renewed files take effect with
+# `systemctl reload polycorn-relay` (SIGHUP), without a restart.
 ca = "ca.pem"
 cert = "relay.pem"
 key = "relay.key"
@@ -1675,6 +1676,8 @@ connect_timeout_s = 10
 # revoked_relays = ["train-017"]
 
 [tls]
+# Renewed files (`polycorn tls proxy` issues a certificate from the same CA) take effect with
+# `systemctl reload polycorn-proxy` (SIGHUP), for relays' new subflows, without a restart.
 ca = "ca.pem"
 cert = "proxy.pem"
 key = "proxy.key"
