@@ -131,6 +131,43 @@ async fn client_from_another_ca_is_refused() {
     assert!(!client_ok);
 }
 
+/// Rotating the CA without a flag day: with the old and the new CA in one `tls.ca` file (old
+/// first), each end accepts the other's certificate from either CA, so trains move to the new
+/// set one by one; then the old CA is taken out.
+#[tokio::test]
+async fn a_ca_file_with_the_old_and_the_new_ca_accepts_both_sets() {
+    let tmp = tempfile::tempdir().unwrap();
+    let old = generated(&tmp.path().join("old"));
+    let new = generated(&tmp.path().join("new"));
+    let both = tmp.path().join("both.pem");
+    let text = [
+        std::fs::read_to_string(&old.ca_cert).unwrap(),
+        std::fs::read_to_string(&new.ca_cert).unwrap(),
+    ]
+    .concat();
+    std::fs::write(&both, text).unwrap();
+    for (proxy, relay) in [(&old, &old), (&old, &new), (&new, &old), (&new, &new)] {
+        let server = tls::server_config(&both, &proxy.proxy_cert, &proxy.proxy_key).unwrap();
+        let client = tls::client_config(&both, &relay.relay_cert, &relay.relay_key).unwrap();
+        let (server_result, client_ok) = handshake(server, client).await;
+        server_result.expect("the proxy accepts a relay of either CA");
+        assert!(client_ok, "the relay trusts a proxy of either CA");
+    }
+    // Once the old CA is out of the file, the old set is refused.
+    let server = tls::server_config(&new.ca_cert, &new.proxy_cert, &new.proxy_key).unwrap();
+    let client = tls::client_config(&both, &old.relay_cert, &old.relay_key).unwrap();
+    let (server_result, _) = handshake(server, client).await;
+    assert!(server_result.is_err(), "a relay of the old CA got in");
+    // `tls relay` signs with the first CA of its directory's ca.pem, as before.
+    let dir = tmp.path().join("new");
+    let issued = tls::issue_relay(&dir, "train-7", &dir, false).unwrap();
+    let server = tls::server_config(&both, &old.proxy_cert, &old.proxy_key).unwrap();
+    let client = tls::client_config(&both, &issued.cert, &issued.key).unwrap();
+    let (server_result, client_ok) = handshake(server, client).await;
+    server_result.expect("a train of the new CA reaches a proxy of the old one");
+    assert!(client_ok);
+}
+
 #[tokio::test]
 async fn proxy_certificate_cannot_pose_as_a_relay() {
     let tmp = tempfile::tempdir().unwrap();
