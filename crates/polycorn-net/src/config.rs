@@ -1690,6 +1690,7 @@ key = "proxy.key"
 allow = []
 deny = []
 # true opens private, CGNAT, link-local and ULA space (never loopback: list it in allow).
+# `systemctl reload polycorn-proxy` applies changes here to later connections.
 allow_private = false
 
 [linkdb]

@@ -12,6 +12,7 @@ pub mod direct;
 pub mod dns;
 pub mod engine;
 pub mod intercept;
+pub mod live;
 pub mod loadgen;
 pub mod metrics;
 pub mod policy;

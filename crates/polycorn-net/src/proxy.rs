@@ -34,13 +34,13 @@ pub struct ProxyOptions {
     pub tunnel_peers: Vec<ipnet::IpNet>,
     /// TLS server configuration (client certificates required); a reload replaces it for
     /// later subflows.
-    pub tls: crate::tls::Live<rustls::ServerConfig>,
+    pub tls: crate::live::Live<rustls::ServerConfig>,
     /// Downlink pipeline spec.
     pub pipeline: String,
     /// Session tunables.
     pub tuning: Tuning,
-    /// Destination policy.
-    pub policy: Arc<DestinationPolicy>,
+    /// Destination policy; a reload replaces it for later connections (those open stay).
+    pub policy: crate::live::Live<DestinationPolicy>,
     /// Connect timeout towards destinations.
     pub connect_timeout: Duration,
     /// Predictor per session.
@@ -134,13 +134,13 @@ impl std::fmt::Debug for ProxyOptions {
 /// Opens connections to destinations under the policy.
 #[derive(Debug)]
 pub struct Connector {
-    policy: Arc<DestinationPolicy>,
+    policy: crate::live::Live<DestinationPolicy>,
     timeout: Duration,
 }
 
 impl Connector {
-    /// A connector with `policy` and per-attempt `timeout`.
-    pub fn new(policy: Arc<DestinationPolicy>, timeout: Duration) -> Connector {
+    /// A connector with `policy` (the latest at each connection) and per-attempt `timeout`.
+    pub fn new(policy: crate::live::Live<DestinationPolicy>, timeout: Duration) -> Connector {
         Connector { policy, timeout }
     }
 
@@ -158,8 +158,9 @@ impl Connector {
             return Err(OpenStatus::NameError);
         }
         let mut status = OpenStatus::Denied;
+        let policy = self.policy.current().1;
         for a in addrs {
-            if let Err(d) = self.policy.check(a.ip()) {
+            if let Err(d) = policy.check(a.ip()) {
                 info!(dst = %dst, addr = %a, reason = %d, "destination denied by policy");
                 continue;
             }
@@ -325,7 +326,7 @@ pub async fn start(
 
 async fn accept_loop(
     l: TcpListener,
-    tls: crate::tls::Live<rustls::ServerConfig>,
+    tls: crate::live::Live<rustls::ServerConfig>,
     sessions: Sessions,
     opts: Arc<ProxyOptions>,
     connector: Arc<Connector>,

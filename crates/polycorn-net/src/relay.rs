@@ -119,7 +119,7 @@ pub struct RelayOptions {
     /// TLS client configuration (polycorn mode). A reload replaces it: paths connect with the
     /// latest, and each path replaces a subflow made with older credentials at its next idle
     /// moment ([`RENEW_WITHIN`] at the latest).
-    pub tls: Option<crate::tls::Live<rustls::ClientConfig>>,
+    pub tls: Option<crate::live::Live<rustls::ClientConfig>>,
     /// Transparent (TPROXY) listeners.
     pub transparent: Vec<SocketAddr>,
     /// SOCKS5 listener.
@@ -634,7 +634,7 @@ async fn maintain_path(
     path: u8,
     p: RelayPath,
     resolver: Arc<ProxyResolver>,
-    tls: crate::tls::Live<rustls::ClientConfig>,
+    tls: crate::live::Live<rustls::ClientConfig>,
     sockopts: subflow::SubflowSockopts,
     idle_refresh: crate::config::IdleRefresh,
 ) {

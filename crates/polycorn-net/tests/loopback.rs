@@ -5,6 +5,7 @@ use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::sync::Arc;
 use std::time::Duration;
 
+use polycorn_net::live::Live;
 use polycorn_net::policy::DestinationPolicy;
 use polycorn_net::proxy::{self, ProxyOptions};
 use polycorn_net::relay::{self, Mode, RelayOptions, RelayPath, Tuning};
@@ -117,7 +118,7 @@ struct Pair {
     relay_listeners: tokio::task::JoinSet<()>,
     relay: relay::Carrier,
     /// The relay's TLS credentials, replaceable as a reload does.
-    relay_tls: tls::Live<tls::ClientConfig>,
+    relay_tls: Live<tls::ClientConfig>,
 }
 
 async fn start_pair(spec: &str, tuning: Tuning) -> Pair {
@@ -154,7 +155,8 @@ async fn start_pair_with(
             &["127.0.0.0/8".parse().unwrap()],
             &[],
             false,
-        )),
+        ))
+        .into(),
         connect_timeout: Duration::from_secs(3),
         predictor: None,
         metrics,
@@ -176,7 +178,7 @@ async fn start_pair_with(
         })
         .collect();
     let relay_tls =
-        tls::Live::new(tls::client_config(&p("ca.pem"), &p("relay.pem"), &p("relay.key")).unwrap());
+        Live::new(tls::client_config(&p("ca.pem"), &p("relay.pem"), &p("relay.key")).unwrap());
     let ropts = RelayOptions {
         mode: Mode::Polycorn,
         pipeline: spec.into(),

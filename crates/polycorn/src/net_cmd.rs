@@ -12,6 +12,7 @@ use polycorn_net::config::{
 };
 use polycorn_net::engine::WeakEngine;
 use polycorn_net::intercept::{InterceptionLock, NftTproxy, TproxyOptions};
+use polycorn_net::live::Live;
 use polycorn_net::metrics::Metrics;
 use polycorn_net::proxy::{self, ProxyOptions};
 use polycorn_net::relay::{self, Carrier, Mode, RelayOptions, RelayPath, Tuning};
@@ -657,14 +658,14 @@ impl CertWatch {
 /// handshakes take, the bytes of the files it was built from (a reload that finds the same
 /// bytes changes nothing), and the validity watch.
 struct TlsReload<C> {
-    live: tls::Live<C>,
+    live: Live<C>,
     contents: [Vec<u8>; 3],
     watch: CertWatch,
 }
 
 impl<C> TlsReload<C> {
     fn new(
-        live: tls::Live<C>,
+        live: Live<C>,
         files: &polycorn_net::config::TlsFiles,
         watch: CertWatch,
     ) -> Result<Self> {
@@ -768,7 +769,7 @@ pub fn relay(path: &Path) -> Result<()> {
         };
         let running = cfg.clone();
         let tls_cfg = match (&cfg.tls, mode) {
-            (Some(t), _) => Some(tls::Live::new(tls::client_config(&t.ca, &t.cert, &t.key)?)),
+            (Some(t), _) => Some(Live::new(tls::client_config(&t.ca, &t.cert, &t.key)?)),
             (None, Mode::Polycorn) => bail!("[tls]: required in polycorn mode"),
             (None, _) => None,
         };
@@ -951,12 +952,13 @@ pub fn proxy(path: &Path) -> Result<()> {
     let rt = runtime()?;
     rt.block_on(async move {
         let revoked = Arc::new(proxy::Revoked::new(cfg.proxy.revoked_relays.clone()));
-        let tls_cfg = tls::Live::new(tls::server_config_revoking(
+        let tls_cfg = Live::new(tls::server_config_revoking(
             &cfg.tls.ca,
             &cfg.tls.cert,
             &cfg.tls.key,
             revoked.clone(),
         )?);
+        let policy = Live::new(Arc::new(cfg.policy.destination_policy()));
         let metrics = Arc::new(Metrics::new());
         let tls_reload = TlsReload::new(
             tls_cfg.clone(),
@@ -975,7 +977,7 @@ pub fn proxy(path: &Path) -> Result<()> {
                 cfg.proxy.congestion.clone(),
                 cfg.proxy.rto_max_ms,
             ),
-            policy: Arc::new(cfg.policy.destination_policy()),
+            policy: policy.clone(),
             connect_timeout: cfg.proxy.connect_timeout(),
             predictor,
             metrics: Some(metrics.clone()),
@@ -994,6 +996,7 @@ pub fn proxy(path: &Path) -> Result<()> {
             sessions.clone(),
             revoked,
             tls_reload,
+            policy,
         ));
         {
             // Per-path metrics of every live session (paths are named by index on the proxy).
@@ -1048,15 +1051,17 @@ pub fn proxy(path: &Path) -> Result<()> {
 
 /// `systemctl reload polycorn-proxy` (SIGHUP): reads the configuration file again and applies
 /// `proxy.revoked_relays` — new subflows of a revoked relay are refused and its live sessions'
-/// subflows are cut at once — and the TLS files (`tls.cert`, `tls.key`, `tls.ca`), which
-/// later handshakes use (subflows up keep theirs). Other changes need a restart (said in a
-/// warning); a file that does not load, or credentials that do not, change nothing.
+/// subflows are cut at once —, the TLS files (`tls.cert`, `tls.key`, `tls.ca`), which later
+/// handshakes use (subflows up keep theirs), and `[policy]`, which later connections to
+/// destinations follow (those open stay). Other changes need a restart (said in a warning); a
+/// file that does not load, or credentials that do not, change nothing.
 async fn reload_on_hangup(
     path: std::path::PathBuf,
     mut running: ProxyConfig,
     sessions: proxy::Sessions,
     revoked: Arc<proxy::Revoked>,
     mut tls: TlsReload<tls::ServerConfig>,
+    policy: Live<polycorn_net::policy::DestinationPolicy>,
 ) {
     let Ok(mut hup) = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()) else {
         warn!("cannot install the SIGHUP handler: reload needs a restart");
@@ -1073,10 +1078,11 @@ async fn reload_on_hangup(
         let mut rest = new.clone();
         rest.proxy.revoked_relays = running.proxy.revoked_relays.clone();
         rest.tls = running.tls.clone();
+        rest.policy = running.policy.clone();
         if rest != running {
             warn!(
-                "reload: only proxy.revoked_relays and the TLS files are applied while running; \
-                 restart the proxy for the other changes in {}",
+                "reload: only proxy.revoked_relays, the TLS files and [policy] are applied while \
+                 running; restart the proxy for the other changes in {}",
                 path.display()
             );
         }
@@ -1091,6 +1097,17 @@ async fn reload_on_hangup(
             );
         }
         running.proxy.revoked_relays = new.proxy.revoked_relays;
+        if new.policy != running.policy {
+            let p = &new.policy;
+            policy.replace(Arc::new(p.destination_policy()));
+            info!(
+                allow = ?p.allow,
+                deny = ?p.deny,
+                allow_private = p.allow_private,
+                "reload: destination policy applied to new connections (those open stay)"
+            );
+            running.policy = new.policy.clone();
+        }
         let t = &new.tls;
         let build = || {
             Ok(tls::server_config_revoking(
@@ -1506,7 +1523,7 @@ pub fn systemd_unit(role: &str, bin: &Path) -> Result<String> {
     // Both apply some changes on SIGHUP, which `config check --reload` sends once the file
     // passes (no `kill` program needed).
     let applies = if role == "proxy" {
-        "proxy.revoked_relays and the TLS files"
+        "proxy.revoked_relays, the TLS files and [policy]"
     } else {
         "the TLS files (renewed certificates)"
     };

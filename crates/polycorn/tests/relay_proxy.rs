@@ -1939,6 +1939,90 @@ fn certificates_renewed_on_reload_take_effect_without_a_restart() {
     );
 }
 
+/// An operator changes the proxy's destination policy (`systemctl reload`): later
+/// connections follow it at once, a download open at the change goes on, and nothing restarts.
+#[test]
+fn a_destination_policy_changed_on_reload_applies_to_new_connections() {
+    let _s = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    if !is_root() {
+        return;
+    }
+    let bed = Bed::constant("pol", 40, 20);
+    start_server(&bed);
+    let mut stack = start_stack(&bed, "polycorn", "minrtt", 2);
+    fetch_ok(&bed, &stack, KB, MB, "transfer before the change");
+    let file = stack.dir.path().join("proxy.toml");
+    let text = std::fs::read_to_string(&file).unwrap();
+    let fetch = |bed: &Bed| {
+        in_ns(&bed.ns("client"), || {
+            Box::pin(async move {
+                tokio::time::timeout(
+                    Duration::from_secs(30),
+                    one(Via::Transparent4, KB, MB, None),
+                )
+                .await
+            })
+        })
+    };
+    // A download under way when the server is denied.
+    let download = {
+        let client = bed.ns("client");
+        std::thread::spawn(move || {
+            in_ns(&client, || {
+                Box::pin(async move {
+                    tokio::time::timeout(
+                        Duration::from_secs(60),
+                        one(Via::Transparent4, KB, 16 * MB, None),
+                    )
+                    .await
+                })
+            })
+        })
+    };
+    std::thread::sleep(Duration::from_millis(500));
+    let denied = text.replacen("[policy]\n", "[policy]\ndeny = [\"10.0.2.2/32\"]\n", 1);
+    assert_ne!(denied, text);
+    std::fs::write(&file, &denied).unwrap();
+    stack.proxy.hangup();
+    stack
+        .proxy
+        .wait_for("reload: destination policy applied to new connections", 1);
+    let r = fetch(&bed);
+    assert!(
+        !matches!(r, Ok(Ok(_))),
+        "a transfer to a denied server succeeded: {r:?}"
+    );
+    stack.proxy.wait_for("destination denied by policy", 1);
+    let r = download.join().unwrap();
+    assert!(
+        matches!(r, Ok(Ok(_))),
+        "the download open at the change: {r:?}\n{}",
+        tail(&stack.proxy.log())
+    );
+    // Allowed again.
+    std::fs::write(&file, &text).unwrap();
+    stack.proxy.hangup();
+    stack
+        .proxy
+        .wait_for("reload: destination policy applied to new connections", 2);
+    fetch_ok(
+        &bed,
+        &stack,
+        KB,
+        MB,
+        "transfer after the policy was restored",
+    );
+    assert!(
+        !stack
+            .proxy
+            .log()
+            .contains("restart the proxy for the other changes"),
+        "{}",
+        tail(&stack.proxy.log())
+    );
+    assert_eq!(stack.proxy.log().matches("proxy running").count(), 1);
+}
+
 /// Proxy configuration `text` with `relay` in `proxy.revoked_relays`.
 fn revoking(text: &str, relay: &str) -> String {
     text.replacen(
