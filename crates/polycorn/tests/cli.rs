@@ -396,8 +396,9 @@ fn tls_relay_issues_a_named_certificate_that_config_check_reads() {
     );
 
     // `--reload PID` (the units' ExecReload) signals the process only when the file passes.
-    let mut target = std::process::Command::new("sleep")
-        .arg("30")
+    // SIGHUP as the default: this test may run under `nohup`, whose "ignore" a child inherits.
+    let mut target = std::process::Command::new("env")
+        .args(["--default-signal=HUP", "sleep", "30"])
         .spawn()
         .unwrap();
     let pid = target.id().to_string();
