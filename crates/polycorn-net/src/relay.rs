@@ -418,6 +418,8 @@ const REFRESH_QUIET_BYTES: u64 = 4096;
 /// old ones) at its first idle moment, or after this long when it never is idle: so the proxy
 /// soon sees the renewed certificate. Nothing in flight is lost (make before break).
 pub const RENEW_WITHIN: Duration = Duration::from_secs(300);
+/// Longest pause between a path's attempts to renew its subflow with credentials that fail.
+const RENEW_RETRY_MAX: Duration = Duration::from_secs(60);
 
 /// How often the relay looks for a subflow stuck in RTO back-off on a path that works.
 const BACKOFF_CHECK: Duration = Duration::from_millis(250);
@@ -916,21 +918,57 @@ async fn maintain_path(
             }
         };
         // Renewal: a reload replaced the TLS credentials since this subflow was made. It is
-        // replaced at the path's first idle moment (nothing unacknowledged or unsent), or
+        // replaced at the path's first idle second (no passengers' data either way), or
         // after RENEW_WITHIN when there is none, so that the proxy sees the new certificate.
+        // A proxy that refuses the new credentials is told about once per reload, and tried
+        // again less and less often; the subflow made before the reload stays meanwhile.
         let renewed = async {
             let made = made_with.load(std::sync::atomic::Ordering::Relaxed);
             tls.newer_than(made).await;
-            let since = std::time::Instant::now();
+            let mut since = std::time::Instant::now();
+            let (mut wait, mut generation, mut told) = (REFRESH_CHECK, tls.generation(), false);
+            let mut last = engine.inspect(|s| s.path_counters(path).unwrap_or_default());
             loop {
-                tokio::time::sleep(REFRESH_CHECK).await;
-                let idle = raw_info().is_ok_and(|i| i.unacked == 0 && i.notsent_bytes == 0);
-                if (idle || since.elapsed() >= RENEW_WITHIN)
+                tokio::time::sleep(wait).await;
+                if tls.generation() != generation {
+                    // Reloaded again (e.g. with the files fixed): from the start.
+                    (since, wait, generation, told) = (
+                        std::time::Instant::now(),
+                        REFRESH_CHECK,
+                        tls.generation(),
+                        false,
+                    );
+                }
+                // Idle: the path carried less than REFRESH_QUIET_BYTES either way since the
+                // last look (its probes and their answers are far below).
+                let now = engine.inspect(|s| s.path_counters(path).unwrap_or_default());
+                let idle = now.rx_bytes.saturating_sub(last.rx_bytes) < REFRESH_QUIET_BYTES
+                    && now.tx_bytes.saturating_sub(last.tx_bytes) < REFRESH_QUIET_BYTES;
+                last = now;
+                if !((idle || since.elapsed() >= RENEW_WITHIN)
                     && engine.inspect(|s| s.path_usable(path))
-                    && !probing.load(std::sync::atomic::Ordering::Relaxed)
+                    && !probing.load(std::sync::atomic::Ordering::Relaxed))
                 {
-                    if let Some(e) = spare_probe().await {
-                        return (e, Replace::Renewed);
+                    continue;
+                }
+                match probe().await {
+                    Ok(e) => return (e, Replace::Renewed),
+                    Err(e) => {
+                        if (e.is_setup() || e.refused_by_proxy())
+                            && !std::mem::replace(&mut told, true)
+                        {
+                            warn!(
+                                path = %p.name,
+                                error = %e,
+                                "the TLS credentials loaded at the reload do not get through: \
+                                 the path keeps its subflow made before the reload, but its \
+                                 next connection will fail like this; fix the files (check \
+                                 them with --check-paths) and reload again"
+                            );
+                        } else {
+                            debug!(path = %p.name, error = %e, "renewal probe failed");
+                        }
+                        wait = (wait * 2).min(RENEW_RETRY_MAX);
                     }
                 }
             }

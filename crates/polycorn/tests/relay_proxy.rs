@@ -1805,7 +1805,7 @@ fn tls_cmd(dir: &Path, args: &[&str]) {
 /// SIGHUP): the relay's paths replace their subflows with ones made with the new
 /// certificate, at idle moments, while passengers are carried; the proxy's new certificate
 /// reaches new subflows; a key that does not match, or files that did not change, change
-/// nothing.
+/// nothing; a certificate the proxy refuses is reported, and the subflows made before stay.
 #[test]
 fn certificates_renewed_on_reload_take_effect_without_a_restart() {
     let _s = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
@@ -1836,8 +1836,36 @@ fn certificates_renewed_on_reload_take_effect_without_a_restart() {
         "{}",
         tail(&stack.relay.log())
     );
-    std::fs::write(dir.join("relay.key"), key).unwrap();
+    std::fs::write(dir.join("relay.key"), &key).unwrap();
     fetch_ok(&bed, &stack, KB, MB, "transfer after a failed reload");
+
+    // A certificate of another CA: it loads, but the proxy refuses it. The relay says so at
+    // its first renewal attempt and keeps the subflows made before.
+    let cert = std::fs::read(dir.join("relay.pem")).unwrap();
+    let other = dir.join("other");
+    generate_credentials(&other);
+    for f in ["relay.pem", "relay.key"] {
+        std::fs::copy(other.join(f), dir.join(f)).unwrap();
+    }
+    stack.relay.hangup();
+    stack.relay.wait_for("reload: TLS credentials replaced", 1);
+    stack.relay.wait_for(
+        "the TLS credentials loaded at the reload do not get through",
+        1,
+    );
+    fetch_ok(
+        &bed,
+        &stack,
+        KB,
+        MB,
+        "transfer with credentials the proxy refuses",
+    );
+    // Fixed and reloaded: the paths renew with the files that work.
+    std::fs::write(dir.join("relay.pem"), &cert).unwrap();
+    std::fs::write(dir.join("relay.key"), &key).unwrap();
+    stack.relay.hangup();
+    stack.relay.wait_for("reload: TLS credentials replaced", 2);
+    stack.relay.wait_for(renewed_paths, 2);
 
     // The train's certificate renewed (20 days, as a fleet on a schedule would), in place,
     // with a download under way.
@@ -1863,7 +1891,7 @@ fn certificates_renewed_on_reload_take_effect_without_a_restart() {
     };
     std::thread::sleep(Duration::from_millis(500));
     stack.relay.hangup();
-    stack.relay.wait_for("reload: TLS credentials replaced", 1);
+    stack.relay.wait_for("reload: TLS credentials replaced", 3);
     // The relay says how long the new certificate lasts, as at a start.
     stack.relay.wait_for("only 19 days left: renew it", 1);
     let r = download.join().unwrap();
@@ -1872,7 +1900,7 @@ fn certificates_renewed_on_reload_take_effect_without_a_restart() {
         "the download under way at the renewal: {r:?}\n{}",
         tail(&stack.relay.log())
     );
-    stack.relay.wait_for(renewed_paths, 2);
+    stack.relay.wait_for(renewed_paths, 4);
     wait_metric_days(
         &relay_ns,
         "polycorn_tls_not_after_seconds{file=\"cert\"}",
@@ -1933,7 +1961,7 @@ fn certificates_renewed_on_reload_take_effect_without_a_restart() {
     std::thread::sleep(Duration::from_secs(3));
     assert_eq!(
         stack.relay.log().matches(renewed_paths).count(),
-        2,
+        4,
         "{}",
         tail(&stack.relay.log())
     );
