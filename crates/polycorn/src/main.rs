@@ -212,43 +212,41 @@ enum TlsAction {
     /// Sign a certificate for one more relay (one per train) with the CA in DIR, so the proxy
     /// can tell trains apart and refuse one (`proxy.revoked_relays`) without re-keying the rest.
     Relay {
-        /// Directory holding `ca.pem` and `ca.key` (as `tls generate` wrote them).
-        dir: std::path::PathBuf,
-        /// The relay's name: 1-63 of a-z, 0-9 and '-', e.g. `train-042`.
+        /// The relay's name: 1-63 of a-z, 0-9 and '-', e.g. `train-042` (files NAME.pem and
+        /// NAME.key).
         #[arg(long)]
         name: String,
-        /// Where to write NAME.pem and NAME.key (default: DIR).
-        #[arg(long)]
-        out: Option<std::path::PathBuf>,
-        /// Overwrite NAME.pem and NAME.key if they exist.
-        #[arg(long)]
-        force: bool,
-        /// Valid until this many days from today (UTC midnight), instead of until 1 January ten
-        /// years on: for fleets that renew trains' certificates on a schedule.
-        #[arg(long, value_parser = clap::value_parser!(u32).range(1..=36_500))]
-        valid_days: Option<u32>,
+        #[command(flatten)]
+        issue: IssueArgs,
     },
     /// Sign a new proxy certificate and key with the CA in DIR (proxy.pem, proxy.key): to renew
     /// the proxy's certificate without a new CA, so the trains keep their files. Put them in
     /// place and `systemctl reload polycorn-proxy`.
     Proxy {
-        /// Directory holding `ca.pem` and `ca.key` (as `tls generate` wrote them).
-        dir: std::path::PathBuf,
         /// Extra names or addresses for the certificate, as with `tls generate` (relays always
         /// verify the name `polycorn-proxy`).
         #[arg(long)]
         san: Vec<String>,
-        /// Where to write proxy.pem and proxy.key (default: DIR).
-        #[arg(long)]
-        out: Option<std::path::PathBuf>,
-        /// Overwrite proxy.pem and proxy.key if they exist.
-        #[arg(long)]
-        force: bool,
-        /// Valid until this many days from today (UTC midnight), instead of until 1 January ten
-        /// years on.
-        #[arg(long, value_parser = clap::value_parser!(u32).range(1..=36_500))]
-        valid_days: Option<u32>,
+        #[command(flatten)]
+        issue: IssueArgs,
     },
+}
+
+/// Where `tls relay` and `tls proxy` find the CA and write what they issue.
+#[derive(clap::Args, Debug)]
+pub struct IssueArgs {
+    /// Directory holding `ca.pem` and `ca.key` (as `tls generate` wrote them).
+    pub dir: std::path::PathBuf,
+    /// Where to write the certificate and its key (default: DIR).
+    #[arg(long)]
+    pub out: Option<std::path::PathBuf>,
+    /// Overwrite the certificate and key if they exist.
+    #[arg(long)]
+    pub force: bool,
+    /// Valid until this many days from today (UTC midnight), instead of until 1 January ten
+    /// years on: for fleets that renew certificates on a schedule.
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..=36_500))]
+    pub valid_days: Option<u32>,
 }
 
 #[derive(Subcommand, Debug)]
@@ -410,25 +408,11 @@ fn run(cli: Cli) -> Result<u8> {
             action: TlsAction::Generate { dir, san, force },
         } => net_cmd::tls_generate(&dir, &san, force)?,
         Command::Tls {
-            action:
-                TlsAction::Relay {
-                    dir,
-                    name,
-                    out,
-                    force,
-                    valid_days,
-                },
-        } => net_cmd::tls_relay(&dir, &name, out.as_deref(), force, valid_days)?,
+            action: TlsAction::Relay { name, issue },
+        } => net_cmd::tls_relay(&name, &issue)?,
         Command::Tls {
-            action:
-                TlsAction::Proxy {
-                    dir,
-                    san,
-                    out,
-                    force,
-                    valid_days,
-                },
-        } => net_cmd::tls_proxy(&dir, &san, out.as_deref(), force, valid_days)?,
+            action: TlsAction::Proxy { san, issue },
+        } => net_cmd::tls_proxy(&san, &issue)?,
         Command::Config {
             action: ConfigAction::Example { role, config },
         } => net_cmd::config_example(&role, config.as_deref())?,

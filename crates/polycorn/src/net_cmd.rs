@@ -1287,30 +1287,38 @@ pub fn tls_generate(dir: &Path, san: &[String], force: bool) -> Result<()> {
 }
 
 /// `polycorn tls relay DIR --name NAME`.
-pub fn tls_relay(
-    dir: &Path,
-    name: &str,
-    out: Option<&Path>,
-    force: bool,
-    valid_days: Option<u32>,
-) -> Result<()> {
-    let out = out.unwrap_or(dir);
-    let issued = tls::issue_relay_valid_for(dir, name, out, force, valid_days)?;
-    println!(
-        "relay `{name}`: {} {}",
-        issued.cert.display(),
-        issued.key.display()
-    );
-    let v = tls::validity_of_file("certificate", &issued.cert)?;
-    println!("  {}", v.describe(tls::unix_now()));
+pub fn tls_relay(name: &str, a: &crate::IssueArgs) -> Result<()> {
+    let out = a.out.as_deref().unwrap_or(&a.dir);
+    let issued = tls::issue_relay_valid_for(&a.dir, name, out, a.force, a.valid_days)?;
+    print_issued(&format!("relay `{name}`"), &issued.cert, &issued.key)?;
     println!(
         "  give them and {} to the train, as [tls] cert and key of its relay.toml",
-        dir.join("ca.pem").display()
+        a.dir.join("ca.pem").display()
     );
     println!(
         "  the proxy names this relay `{name}` in its logs and metrics; to shut it out, add it \
          to proxy.revoked_relays"
     );
+    Ok(())
+}
+
+/// `polycorn tls proxy DIR`: a new proxy certificate and key from the CA in `dir`.
+pub fn tls_proxy(san: &[String], a: &crate::IssueArgs) -> Result<()> {
+    let out = a.out.as_deref().unwrap_or(&a.dir);
+    let issued = tls::issue_proxy(&a.dir, san, out, a.force, a.valid_days)?;
+    print_issued("proxy certificate", &issued.cert, &issued.key)?;
+    println!(
+        "  put them in place of the proxy's [tls] cert and key, then `systemctl reload \
+         polycorn-proxy`: relays' new subflows get it; the trains' files stay as they are"
+    );
+    Ok(())
+}
+
+/// What `tls relay` and `tls proxy` wrote, and how long it is valid.
+fn print_issued(what: &str, cert: &Path, key: &Path) -> Result<()> {
+    println!("{what}: {} {}", cert.display(), key.display());
+    let v = tls::validity_of_file("certificate", cert)?;
+    println!("  {}", v.describe(tls::unix_now()));
     Ok(())
 }
 
@@ -1324,30 +1332,6 @@ pub fn signal_reload(pid: i32) -> Result<()> {
         nix::sys::signal::Signal::SIGHUP,
     )
     .with_context(|| format!("--reload: cannot signal process {pid}"))
-}
-
-/// `polycorn tls proxy DIR`: a new proxy certificate and key from the CA in `dir`.
-pub fn tls_proxy(
-    dir: &Path,
-    san: &[String],
-    out: Option<&Path>,
-    force: bool,
-    valid_days: Option<u32>,
-) -> Result<()> {
-    let out = out.unwrap_or(dir);
-    let issued = tls::issue_proxy(dir, san, out, force, valid_days)?;
-    println!(
-        "proxy certificate: {} {}",
-        issued.cert.display(),
-        issued.key.display()
-    );
-    let v = tls::validity_of_file("certificate", &issued.cert)?;
-    println!("  {}", v.describe(tls::unix_now()));
-    println!(
-        "  put them in place of the proxy's [tls] cert and key, then `systemctl reload \
-         polycorn-proxy`: relays' new subflows get it; the trains' files stay as they are"
-    );
-    Ok(())
 }
 
 /// `polycorn config example relay|proxy|relay.service|proxy.service|relay.socket|proxy.socket`;
