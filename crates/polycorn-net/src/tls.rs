@@ -289,12 +289,37 @@ pub fn issue_relay_valid_for(
     days: Option<u32>,
 ) -> Result<IssuedRelay, TlsError> {
     check_relay_name(name)?;
-    let (issuer, ca_key) = load_issuer(ca_dir)?;
-    let gen = |what| move |source| TlsError::Generate { what, source };
+    let params = relay_params(name).map_err(|source| TlsError::Generate {
+        what: "relay name",
+        source,
+    })?;
     let paths = [
         out.join(format!("{name}.pem")),
         out.join(format!("{name}.key")),
     ];
+    let [cert, key] = issue(
+        ca_dir,
+        params,
+        paths,
+        force,
+        days,
+        ["relay key", "relay certificate"],
+    )?;
+    Ok(IssuedRelay { cert, key })
+}
+
+/// Signs `params` (valid for `days` from today if given) with a new key, by the CA in `ca_dir`,
+/// and writes certificate and key to `paths` (existing files are an error unless `force`).
+/// `what` names the key and the certificate in errors.
+fn issue(
+    ca_dir: &Path,
+    mut params: CertificateParams,
+    paths: [PathBuf; 2],
+    force: bool,
+    days: Option<u32>,
+    what: [&'static str; 2],
+) -> Result<[PathBuf; 2], TlsError> {
+    let (issuer, ca_key) = load_issuer(ca_dir)?;
     if !force {
         if let Some(existing) = paths.iter().find(|p| p.symlink_metadata().is_ok()) {
             return Err(TlsError::Exists {
@@ -303,19 +328,20 @@ pub fn issue_relay_valid_for(
             });
         }
     }
-    let key = KeyPair::generate().map_err(gen("relay key"))?;
-    let mut params = relay_params(name).map_err(gen("relay name"))?;
+    let gen = |what| move |source| TlsError::Generate { what, source };
+    let key = KeyPair::generate().map_err(gen(what[0]))?;
     if let Some(days) = days {
         end_in_days(&mut params, days);
     }
     let cert = params
         .signed_by(&key, &issuer, &ca_key)
-        .map_err(gen("relay certificate"))?;
-    create_private_dir(out)?;
+        .map_err(gen(what[1]))?;
+    if let Some(dir) = paths[0].parent().filter(|d| !d.as_os_str().is_empty()) {
+        create_private_dir(dir)?;
+    }
     write_file(&paths[0], cert.pem().as_bytes(), false, force)?;
     write_file(&paths[1], key.serialize_pem().as_bytes(), true, force)?;
-    let [cert, key] = paths;
-    Ok(IssuedRelay { cert, key })
+    Ok(paths)
 }
 
 /// The CA of `ca_dir` (`ca.pem`, `ca.key`, as [`generate`] wrote them) as rcgen's issuer: same
@@ -381,30 +407,16 @@ pub fn issue_proxy(
     force: bool,
     days: Option<u32>,
 ) -> Result<IssuedProxy, TlsError> {
-    let sans = proxy_sans(proxy_san)?;
-    let (issuer, ca_key) = load_issuer(ca_dir)?;
+    let params = proxy_params(proxy_sans(proxy_san)?);
     let paths = [out.join("proxy.pem"), out.join("proxy.key")];
-    if !force {
-        if let Some(existing) = paths.iter().find(|p| p.symlink_metadata().is_ok()) {
-            return Err(TlsError::Exists {
-                file: existing.clone(),
-                hint: ISSUE_HINT,
-            });
-        }
-    }
-    let gen = |what| move |source| TlsError::Generate { what, source };
-    let key = KeyPair::generate().map_err(gen("proxy key"))?;
-    let mut params = proxy_params(sans);
-    if let Some(days) = days {
-        end_in_days(&mut params, days);
-    }
-    let cert = params
-        .signed_by(&key, &issuer, &ca_key)
-        .map_err(gen("proxy certificate"))?;
-    create_private_dir(out)?;
-    write_file(&paths[0], cert.pem().as_bytes(), false, force)?;
-    write_file(&paths[1], key.serialize_pem().as_bytes(), true, force)?;
-    let [cert, key] = paths;
+    let [cert, key] = issue(
+        ca_dir,
+        params,
+        paths,
+        force,
+        days,
+        ["proxy key", "proxy certificate"],
+    )?;
     Ok(IssuedProxy { cert, key })
 }
 

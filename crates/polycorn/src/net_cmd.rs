@@ -1063,18 +1063,7 @@ async fn reload_on_hangup(
     mut tls: TlsReload<tls::ServerConfig>,
     policy: Live<polycorn_net::policy::DestinationPolicy>,
 ) {
-    let Ok(mut hup) = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()) else {
-        warn!("cannot install the SIGHUP handler: reload needs a restart");
-        return;
-    };
-    while hup.recv().await.is_some() {
-        let new = match ProxyConfig::load(&path) {
-            Ok(c) => c,
-            Err(e) => {
-                error!(error = %e, "reload: configuration not loaded; nothing changed");
-                continue;
-            }
-        };
+    on_hangup(&path, ProxyConfig::load, |new| {
         let mut rest = new.clone();
         rest.proxy.revoked_relays = running.proxy.revoked_relays.clone();
         rest.tls = running.tls.clone();
@@ -1125,6 +1114,26 @@ async fn reload_on_hangup(
         // Whatever the outcome, the files named now are the ones a later reload compares
         // with (their bytes decide whether anything changed).
         running.tls = new.tls;
+    })
+    .await;
+}
+
+/// At every SIGHUP: reads `path` with `load` and hands what loaded to `apply`; a file that
+/// does not load is reported and changes nothing.
+async fn on_hangup<C, E: std::fmt::Display>(
+    path: &Path,
+    load: impl Fn(&Path) -> Result<C, E>,
+    mut apply: impl FnMut(C),
+) {
+    let Ok(mut hup) = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()) else {
+        warn!("cannot install the SIGHUP handler: reload needs a restart");
+        return;
+    };
+    while hup.recv().await.is_some() {
+        match load(path) {
+            Ok(c) => apply(c),
+            Err(e) => error!(error = %e, "reload: configuration not loaded; nothing changed"),
+        }
     }
 }
 
@@ -1141,18 +1150,7 @@ async fn reload_relay_on_hangup(
     mut tls: Option<TlsReload<tls::ClientConfig>>,
     relay_name: String,
 ) {
-    let Ok(mut hup) = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()) else {
-        warn!("cannot install the SIGHUP handler: reload needs a restart");
-        return;
-    };
-    while hup.recv().await.is_some() {
-        let new = match RelayConfig::load(&path) {
-            Ok(c) => c,
-            Err(e) => {
-                error!(error = %e, "reload: configuration not loaded; nothing changed");
-                continue;
-            }
-        };
+    on_hangup(&path, RelayConfig::load, |new| {
         let mut rest = new.clone();
         if tls.is_some() && new.tls.is_some() {
             rest.tls = running.tls.clone();
@@ -1166,7 +1164,7 @@ async fn reload_relay_on_hangup(
         }
         let (Some(live), Some(t)) = (tls.as_mut(), new.tls.as_ref()) else {
             info!("reload: no TLS credentials in use (mode without subflows): nothing to apply");
-            continue;
+            return;
         };
         let build = || {
             let name = tls::relay_name_of_file(&t.cert)?;
@@ -1186,7 +1184,8 @@ async fn reload_relay_on_hangup(
             build,
         );
         running.tls = new.tls;
-    }
+    })
+    .await;
 }
 
 /// The proxy's sessions whose metrics are sampled: id -> (relay name, paths sampled).
