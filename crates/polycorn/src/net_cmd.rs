@@ -702,23 +702,16 @@ impl<C> TlsReload<C> {
         files: &polycorn_net::config::TlsFiles,
         who: &str,
         build: impl FnOnce() -> Result<Arc<C>>,
-    ) -> bool {
+    ) {
         match self.reload(files, build) {
             Ok(true) => {
-                info!(cert = %files.cert.display(), "reload: TLS credentials replaced: {who}");
-                true
+                info!(cert = %files.cert.display(), "reload: TLS credentials replaced: {who}")
             }
-            Ok(false) => {
-                info!("reload: the TLS files are unchanged");
-                false
-            }
-            Err(e) => {
-                error!(
-                    "reload: TLS credentials not replaced, the ones in use stay: {}",
-                    crate::error_text(&e)
-                );
-                false
-            }
+            Ok(false) => info!("reload: the TLS files are unchanged"),
+            Err(e) => error!(
+                "reload: TLS credentials not replaced, the ones in use stay: {}",
+                crate::error_text(&e)
+            ),
         }
     }
 }

@@ -1838,10 +1838,30 @@ fn certificates_renewed_on_reload_take_effect_without_a_restart() {
     );
     std::fs::write(dir.join("relay.key"), &key).unwrap();
     fetch_ok(&bed, &stack, KB, MB, "transfer after a failed reload");
+    // A certificate naming another relay: refused at the reload (the proxy binds the session
+    // to the relay's name).
+    let cert = std::fs::read(dir.join("relay.pem")).unwrap();
+    tls_cmd(&dir, &["relay", "--name", "train-9"]);
+    std::fs::copy(dir.join("train-9.pem"), dir.join("relay.pem")).unwrap();
+    std::fs::copy(dir.join("train-9.key"), dir.join("relay.key")).unwrap();
+    stack.relay.hangup();
+    stack.relay.wait_for(
+        "reload: TLS credentials not replaced, the ones in use stay",
+        2,
+    );
+    assert!(
+        stack
+            .relay
+            .log()
+            .contains("names relay `train-9`, this relay runs as `polycorn-relay`"),
+        "{}",
+        tail(&stack.relay.log())
+    );
+    std::fs::write(dir.join("relay.pem"), &cert).unwrap();
+    std::fs::write(dir.join("relay.key"), &key).unwrap();
 
     // A certificate of another CA: it loads, but the proxy refuses it. The relay says so at
     // its first renewal attempt and keeps the subflows made before.
-    let cert = std::fs::read(dir.join("relay.pem")).unwrap();
     let other = dir.join("other");
     generate_credentials(&other);
     for f in ["relay.pem", "relay.key"] {
