@@ -38,7 +38,7 @@ impl<C> Live<C> {
         self.tx.borrow().0
     }
 
-    /// Puts `config` in use for every later handshake; returns its generation.
+    /// Puts `config` in use for every later use; returns its generation.
     pub fn replace(&self, config: Arc<C>) -> u64 {
         let mut generation = 0;
         self.tx.send_modify(|(g, c)| {

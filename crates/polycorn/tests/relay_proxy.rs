@@ -1820,45 +1820,46 @@ fn certificates_renewed_on_reload_take_effect_without_a_restart() {
     let (relay_ns, proxy_ns) = (bed.ns("relay"), bed.ns("proxy"));
     let renewed_paths = "replaced it with a connection made with the new ones";
 
-    // A renewal gone wrong: the key is not the certificate's. Reported; the old ones stay.
-    let key = std::fs::read(dir.join("relay.key")).unwrap();
-    std::fs::copy(dir.join("proxy.key"), dir.join("relay.key")).unwrap();
-    stack.relay.hangup();
-    stack.relay.wait_for(
-        "reload: TLS credentials not replaced, the ones in use stay",
-        1,
+    // Renewals gone wrong, each reported with the old credentials kept: a key that is not the
+    // certificate's, and a certificate naming another relay (the proxy binds the session to
+    // the relay's name).
+    let (cert, key) = (
+        std::fs::read(dir.join("relay.pem")).unwrap(),
+        std::fs::read(dir.join("relay.key")).unwrap(),
     );
-    assert!(
-        stack
-            .relay
-            .log()
-            .contains("private key does not match the certificate"),
-        "{}",
-        tail(&stack.relay.log())
-    );
-    std::fs::write(dir.join("relay.key"), &key).unwrap();
-    fetch_ok(&bed, &stack, KB, MB, "transfer after a failed reload");
-    // A certificate naming another relay: refused at the reload (the proxy binds the session
-    // to the relay's name).
-    let cert = std::fs::read(dir.join("relay.pem")).unwrap();
     tls_cmd(&dir, &["relay", "--name", "train-9"]);
-    std::fs::copy(dir.join("train-9.pem"), dir.join("relay.pem")).unwrap();
-    std::fs::copy(dir.join("train-9.key"), dir.join("relay.key")).unwrap();
-    stack.relay.hangup();
-    stack.relay.wait_for(
-        "reload: TLS credentials not replaced, the ones in use stay",
-        2,
-    );
-    assert!(
-        stack
-            .relay
-            .log()
-            .contains("names relay `train-9`, this relay runs as `polycorn-relay`"),
-        "{}",
-        tail(&stack.relay.log())
-    );
-    std::fs::write(dir.join("relay.pem"), &cert).unwrap();
-    std::fs::write(dir.join("relay.key"), &key).unwrap();
+    for (n, (pem, key_file, why)) in [
+        (
+            "relay.pem",
+            "proxy.key",
+            "private key does not match the certificate",
+        ),
+        (
+            "train-9.pem",
+            "train-9.key",
+            "names relay `train-9`, this relay runs as `polycorn-relay`",
+        ),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        std::fs::copy(dir.join(pem), dir.join("relay.pem.new")).unwrap();
+        std::fs::rename(dir.join("relay.pem.new"), dir.join("relay.pem")).unwrap();
+        std::fs::copy(dir.join(key_file), dir.join("relay.key")).unwrap();
+        stack.relay.hangup();
+        stack.relay.wait_for(
+            "reload: TLS credentials not replaced, the ones in use stay",
+            n + 1,
+        );
+        assert!(
+            stack.relay.log().contains(why),
+            "{}",
+            tail(&stack.relay.log())
+        );
+        std::fs::write(dir.join("relay.pem"), &cert).unwrap();
+        std::fs::write(dir.join("relay.key"), &key).unwrap();
+        fetch_ok(&bed, &stack, KB, MB, "transfer after a failed reload");
+    }
 
     // A certificate of another CA: it loads, but the proxy refuses it. The relay says so at
     // its first renewal attempt and keeps the subflows made before.
