@@ -414,6 +414,16 @@ const REFRESH_USED_BYTES: u64 = 256 << 10;
 /// A path counts as idle when fewer bytes than this crossed it (either way) in the last
 /// [`REFRESH_CHECK`] (probes and their answers are far below).
 const REFRESH_QUIET_BYTES: u64 = 4096;
+
+/// Whether a path carried fewer than [`REFRESH_QUIET_BYTES`] either way between two readings of
+/// its counters (the refresh's and the renewal's measure of an idle path).
+fn quiet_between(
+    before: &polycorn_proto::PathCounters,
+    now: &polycorn_proto::PathCounters,
+) -> bool {
+    now.rx_bytes.saturating_sub(before.rx_bytes) < REFRESH_QUIET_BYTES
+        && now.tx_bytes.saturating_sub(before.tx_bytes) < REFRESH_QUIET_BYTES
+}
 /// After a reload replaced the TLS credentials, a path replaces its subflow (made with the
 /// old ones) at its first idle moment, or after this long when it never is idle: so the proxy
 /// soon sees the renewed certificate. Nothing in flight is lost (make before break).
@@ -864,8 +874,7 @@ async fn maintain_path(
                 }
                 tokio::time::sleep(REFRESH_CHECK).await;
                 let now = engine.inspect(|s| s.path_counters(path).unwrap_or_default());
-                let quiet = now.rx_bytes.saturating_sub(last.rx_bytes) < REFRESH_QUIET_BYTES
-                    && now.tx_bytes.saturating_sub(last.tx_bytes) < REFRESH_QUIET_BYTES;
+                let quiet = quiet_between(&last, &now);
                 last = now;
                 if started.elapsed() < REFRESH_MIN_AGE || !quiet {
                     continue;
@@ -942,8 +951,7 @@ async fn maintain_path(
                 // Idle: the path carried less than REFRESH_QUIET_BYTES either way since the
                 // last look (its probes and their answers are far below).
                 let now = engine.inspect(|s| s.path_counters(path).unwrap_or_default());
-                let idle = now.rx_bytes.saturating_sub(last.rx_bytes) < REFRESH_QUIET_BYTES
-                    && now.tx_bytes.saturating_sub(last.tx_bytes) < REFRESH_QUIET_BYTES;
+                let idle = quiet_between(&last, &now);
                 last = now;
                 if !((idle || since.elapsed() >= RENEW_WITHIN)
                     && engine.inspect(|s| s.path_usable(path))
