@@ -249,6 +249,11 @@ async fn a_relay_renews_its_certificate_while_carrying_passengers() {
         panic!("polycorn mode has a session")
     };
     let attaches = |path: u8| engine.inspect(|s| s.path_counters(path).unwrap().attaches);
+    // Both paths up before counting (the first transfer may have gone over one path alone).
+    assert!(
+        eventually(30, || attaches(0) >= 1 && attaches(1) >= 1).await,
+        "both paths attach"
+    );
     let now = tls::unix_now();
     let first = relay_cert_end(&metrics).expect("the proxy exports the relay's certificate end");
     assert!(
