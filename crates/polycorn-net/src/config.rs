@@ -53,6 +53,11 @@ pub const MAX_PATHS: usize = polycorn_sched::MAX_PATHS;
 pub const MAX_DRAIN_S: u64 = 30;
 /// Longest allowed `hold_time_s`.
 pub const MAX_HOLD_TIME_S: u64 = 3600;
+/// Longest allowed `idle_probe_s` (carriers' NATs forget idle TCP mappings after a few minutes
+/// at the earliest; a minute between probes stays well inside).
+pub const MAX_IDLE_PROBE_S: u64 = 60;
+/// Default `idle_probe_s`.
+pub const DEFAULT_IDLE_PROBE_S: u64 = 5;
 /// Longest allowed `connect_timeout_s`.
 pub const MAX_CONNECT_TIMEOUT_S: u64 = 300;
 /// Largest allowed flow or user window.
@@ -255,6 +260,11 @@ pub struct RelaySection {
     /// most [`MAX_DRAIN_S`]). It accepts no new connection meanwhile.
     #[serde(default)]
     pub drain_s: u64,
+    /// `idle_probe_s`: once no passenger connection has been open for 30 s, the relay probes
+    /// each path this often instead of every 0.2 s (default 5, at most [`MAX_IDLE_PROBE_S`];
+    /// 0: every 0.2 s always). See [`polycorn_proto::SessionConfig::idle_ping_interval`].
+    #[serde(default = "default_idle_probe_s")]
+    pub idle_probe_s: u64,
 }
 
 /// Which idle subflows the relay replaces with a fresh connection (make before break), at most
@@ -285,6 +295,19 @@ impl RelaySection {
     pub fn drain(&self) -> Duration {
         Duration::from_secs(self.drain_s)
     }
+
+    /// `idle_probe_s` as an interval (None for 0: no slower probing).
+    pub fn idle_probe(&self) -> Option<Duration> {
+        idle_probe(self.idle_probe_s)
+    }
+}
+
+fn idle_probe(seconds: u64) -> Option<Duration> {
+    (seconds > 0).then(|| Duration::from_secs(seconds))
+}
+
+fn default_idle_probe_s() -> u64 {
+    DEFAULT_IDLE_PROBE_S
 }
 
 fn default_scheduler() -> String {
@@ -597,6 +620,7 @@ impl RelayConfig {
         }
         v.hold_time("relay.hold_time_s", self.relay.hold_time_s)?;
         v.drain("relay.drain_s", self.relay.drain_s)?;
+        v.idle_probe("relay.idle_probe_s", self.relay.idle_probe_s)?;
         v.congestion("relay.congestion", self.relay.congestion.as_deref())?;
         v.rto_max("relay.rto_max_ms", self.relay.rto_max_ms)?;
 
@@ -814,6 +838,10 @@ pub struct ProxySection {
     /// meanwhile for the next proxy (a relay from before 2026-11-29 opens them here; they are
     /// carried, not waited for).
     pub drain_s: u64,
+    /// `idle_probe_s`: once a relay's session has had no flow open for 30 s, the proxy probes
+    /// its paths this often instead of every 0.2 s (default 5, at most [`MAX_IDLE_PROBE_S`];
+    /// 0: every 0.2 s always).
+    pub idle_probe_s: u64,
 }
 
 impl Default for ProxySection {
@@ -830,6 +858,7 @@ impl Default for ProxySection {
             rto_max_ms: None,
             revoked_relays: Vec::new(),
             drain_s: 0,
+            idle_probe_s: DEFAULT_IDLE_PROBE_S,
         }
     }
 }
@@ -848,6 +877,11 @@ impl ProxySection {
     /// `connect_timeout_s` as a duration.
     pub fn connect_timeout(&self) -> Duration {
         Duration::from_secs(self.connect_timeout_s)
+    }
+
+    /// `idle_probe_s` as an interval (None for 0: no slower probing).
+    pub fn idle_probe(&self) -> Option<Duration> {
+        idle_probe(self.idle_probe_s)
     }
 }
 
@@ -979,6 +1013,7 @@ impl ProxyConfig {
         v.scheduler("proxy.scheduler", &p.scheduler)?;
         v.hold_time("proxy.hold_time_s", p.hold_time_s)?;
         v.drain("proxy.drain_s", p.drain_s)?;
+        v.idle_probe("proxy.idle_probe_s", p.idle_probe_s)?;
         v.congestion("proxy.congestion", p.congestion.as_deref())?;
         v.rto_max("proxy.rto_max_ms", p.rto_max_ms)?;
         if p.tunnel_listen.is_some() && p.tunnel_peers.is_empty() {
@@ -1311,6 +1346,19 @@ impl Validator<'_> {
         Ok(())
     }
 
+    fn idle_probe(&self, key: &str, seconds: u64) -> Result<(), ConfigError> {
+        if seconds > MAX_IDLE_PROBE_S {
+            return Err(self.invalid(
+                key,
+                format!(
+                    "{seconds} is out of range 0..={MAX_IDLE_PROBE_S} (seconds between probes of \
+                     an idle path; 0 probes every 0.2 s always)"
+                ),
+            ));
+        }
+        Ok(())
+    }
+
     fn drain(&self, key: &str, seconds: u64) -> Result<(), ConfigError> {
         if seconds > MAX_DRAIN_S {
             return Err(self.invalid(key, format!("{seconds} is out of range 0..={MAX_DRAIN_S}")));
@@ -1548,6 +1596,10 @@ hold_time_s = 30
 # moment finish for up to this long before closing (0..=30 s); no new connection is accepted
 # meanwhile (with polycorn-relay.socket they wait for the next relay). 0: close at once.
 # drain_s = 0
+# With no passenger connection open for 30 s, probe each path every this many seconds instead
+# of every 0.2 s (0..=60; 0: every 0.2 s always): an idle train then costs each SIM a few
+# MB a day instead of over a hundred.
+# idle_probe_s = 5
 # TCP congestion control of the subflows and tunnels (default: the system's, often cubic).
 # "bbr" is what we recommend over cellular paths (README, "congestion control").
 # congestion = "bbr"
@@ -1655,6 +1707,9 @@ hold_time_s = 30
 # closing every session (0..=30 s); relays hold new passenger connections meanwhile for the
 # next proxy. 0: at once.
 # drain_s = 0
+# With no flow of a relay open for 30 s, probe its paths every this many seconds instead of
+# every 0.2 s (0..=60; 0: every 0.2 s always).
+# idle_probe_s = 5
 # Limit on connecting to a server (1..=300 s).
 connect_timeout_s = 10
 # TCP congestion control of accepted subflows and tunnels, so of the downlink (default: the

@@ -70,6 +70,9 @@ pub struct Tuning {
     /// `TCP_RTO_MAX_MS` of subflows, ms (`None`: the kernel's). Baseline tunnels keep the
     /// kernel's.
     pub rto_max_ms: Option<u32>,
+    /// Probe interval once a session has had no flow open for a while (`None`: no slower
+    /// probing; see [`SessionConfig::idle_ping_interval`]).
+    pub idle_probe: Option<Duration>,
 }
 
 impl Default for Tuning {
@@ -81,6 +84,7 @@ impl Default for Tuning {
             hold_time: Duration::from_secs(30),
             congestion: None,
             rto_max_ms: None,
+            idle_probe: Some(Duration::from_secs(crate::config::DEFAULT_IDLE_PROBE_S)),
         }
     }
 }
@@ -103,6 +107,9 @@ impl Tuning {
         c.max_flows = self.max_flows;
         c.hold_time =
             polycorn_sched::time::Duration::from_micros(self.hold_time.as_micros() as u64);
+        c.idle_ping_interval = self
+            .idle_probe
+            .map(|d| polycorn_sched::time::Duration::from_micros(d.as_micros() as u64));
         c
     }
 }

@@ -518,6 +518,23 @@ fn relay_section_errors() {
     let r = relay(&edit(RELAY_MIN, "[relay]\n", "[relay]\ndrain_s = 30\n"), d).unwrap();
     assert_eq!(r.relay.drain(), std::time::Duration::from_secs(30));
     relay_err(
+        &edit(RELAY_MIN, "[relay]\n", "[relay]\nidle_probe_s = 61\n"),
+        d,
+        "relay.idle_probe_s",
+        "61 is out of range 0..=60 (seconds between probes of an idle path",
+    );
+    let r = relay(RELAY_MIN, d).unwrap();
+    assert_eq!(
+        r.relay.idle_probe(),
+        Some(std::time::Duration::from_secs(5))
+    );
+    let r = relay(
+        &edit(RELAY_MIN, "[relay]\n", "[relay]\nidle_probe_s = 0\n"),
+        d,
+    )
+    .unwrap();
+    assert_eq!(r.relay.idle_probe(), None, "0: probes every 0.2 s always");
+    relay_err(
         &edit(RELAY_MIN, "[relay]\n", "[relay]\ncongestion = \"BBR v2\"\n"),
         d,
         "relay.congestion",
@@ -878,6 +895,22 @@ fn proxy_errors() {
         d,
         "proxy.drain_s",
         "60 is out of range 0..=30",
+    );
+    proxy_err(
+        &format!("[proxy]\nidle_probe_s = 600\n{PROXY_MIN}"),
+        d,
+        "proxy.idle_probe_s",
+        "600 is out of range 0..=60",
+    );
+    let p = proxy(&format!("[proxy]\nidle_probe_s = 60\n{PROXY_MIN}"), d).unwrap();
+    assert_eq!(
+        p.proxy.idle_probe(),
+        Some(std::time::Duration::from_secs(60))
+    );
+    let p = proxy(PROXY_MIN, d).unwrap();
+    assert_eq!(
+        p.proxy.idle_probe(),
+        Some(std::time::Duration::from_secs(5))
     );
     proxy_err(
         &format!("{PROXY_MIN}\n[policy]\ndeny = [\"10.0.0.1/8\"]\n"),

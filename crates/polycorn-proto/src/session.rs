@@ -68,6 +68,13 @@ pub struct SessionConfig {
     pub ack_delay: Duration,
     /// Probe each path this often. Default 200 ms.
     pub ping_interval: Duration,
+    /// Probe each path this often instead once no flow has been open for
+    /// [`SessionConfig::idle_after`] (`None`: always every `ping_interval`). The probes of an
+    /// idle session are its only traffic; at 200 ms they cost about 3 KB/s per path. The first
+    /// flow after an idle spell probes every path at once. Default 5 s.
+    pub idle_ping_interval: Option<Duration>,
+    /// How long without an open flow before probing slows to `idle_ping_interval`. Default 30 s.
+    pub idle_after: Duration,
     /// Repeat unacknowledged control frames this often. Default 500 ms.
     pub ctrl_retransmit: Duration,
     /// A path that received nothing for this long while probed is taken out of scheduling
@@ -98,6 +105,8 @@ impl SessionConfig {
             ack_bytes: 32 * 1024,
             ack_delay: Duration::from_millis(5),
             ping_interval: Duration::from_millis(200),
+            idle_ping_interval: Some(Duration::from_secs(5)),
+            idle_after: Duration::from_secs(30),
             ctrl_retransmit: Duration::from_millis(500),
             stall_after: Duration::from_millis(1500),
             hold_time: Duration::from_secs(30),
@@ -334,6 +343,9 @@ struct PathSlot {
     prio: Vec<u8>,
     bulk: Vec<u8>,
     last_rx: Instant,
+    /// Silence before this instant does not count towards a stall: set by the probes of an
+    /// idle session (sent seconds apart) and by the first probe after it.
+    silence_from: Instant,
     next_ping: Instant,
     ping_seq: u32,
     ping_out: Option<(u32, Instant)>,
@@ -442,6 +454,8 @@ pub struct Session {
     ack_deadline: Option<Instant>,
     events: VecDeque<Event>,
     all_down_since: Option<Instant>,
+    /// Since when no flow has been open (`None` while one is).
+    no_flows_since: Option<Instant>,
     wall_offset_us: i64,
     now: Instant,
     stage_moves: Vec<(&'static str, u64)>,
@@ -527,6 +541,7 @@ impl Session {
             ack_deadline: None,
             events: VecDeque::new(),
             all_down_since: Some(Instant::ZERO),
+            no_flows_since: None,
             wall_offset_us: 0,
             now: Instant::ZERO,
             stage_moves: Vec::new(),
@@ -1798,6 +1813,40 @@ impl Session {
         })
     }
 
+    /// Whether no flow has been open for [`SessionConfig::idle_after`] (probes then go every
+    /// [`SessionConfig::idle_ping_interval`]). The first flow after such a spell probes every
+    /// path at once, and a path's silence counts from that probe: the idle probes left its
+    /// last answer seconds old, which says nothing about a stall.
+    fn probing_idle(&mut self, now: Instant) -> bool {
+        let Some(slow) = self.cfg.idle_ping_interval else {
+            self.no_flows_since = None;
+            return false;
+        };
+        if self.flows.is_empty() {
+            let since = *self.no_flows_since.get_or_insert(now);
+            return now >= since + self.cfg.idle_after;
+        }
+        if let Some(since) = self.no_flows_since.take() {
+            if now >= since + self.cfg.idle_after && slow > self.cfg.ping_interval {
+                for p in self.paths.iter_mut().filter(|p| p.attached) {
+                    p.next_ping = now;
+                    p.silence_from = now;
+                }
+            }
+        }
+        false
+    }
+
+    /// How often each path is probed now: [`SessionConfig::ping_interval`], or
+    /// [`SessionConfig::idle_ping_interval`] once no flow has been open for
+    /// [`SessionConfig::idle_after`] (as of the last [`Session::poll_transmit`]).
+    pub fn probe_interval(&self) -> Duration {
+        match (self.cfg.idle_ping_interval, self.no_flows_since) {
+            (Some(slow), Some(since)) if self.now >= since + self.cfg.idle_after => slow,
+            _ => self.cfg.ping_interval,
+        }
+    }
+
     fn queue_raw_ack(&mut self, flow: u64, next: u64) {
         if let Some(i) = self.best_path() {
             Frame::Ack { flow, next }.encode(&mut self.paths[i].prio);
@@ -1810,15 +1859,21 @@ impl Session {
         self.observe(now);
         self.check_hold(now);
         // Probes and stall detection.
+        let idle = self.probing_idle(now);
+        let ping_interval = match self.cfg.idle_ping_interval {
+            Some(slow) if idle => slow,
+            _ => self.cfg.ping_interval,
+        };
+        let stall_after = self.cfg.stall_after;
         for i in 0..self.paths.len() {
-            let stall_after = self.cfg.stall_after;
-            let ping_interval = self.cfg.ping_interval;
-            let wall = self.wall_offset_us;
             let p = &mut self.paths[i];
             if !p.attached {
                 continue;
             }
-            if !p.stalled && now > p.last_rx + stall_after && p.ping_out.is_some() {
+            if !p.stalled
+                && now > p.last_rx.max(p.silence_from) + stall_after
+                && p.ping_out.is_some()
+            {
                 p.stalled = true;
                 if let Some(id) = PathId::new(i) {
                     if self.sched.path(id).is_some() {
@@ -1830,7 +1885,10 @@ impl Session {
             let p = &mut self.paths[i];
             if now >= p.next_ping {
                 p.ping_seq = p.ping_seq.wrapping_add(1);
-                let _ = wall;
+                if idle {
+                    // Seconds between probes: the path is silent until this one is answered.
+                    p.silence_from = now;
+                }
                 Frame::Ping {
                     id: p.ping_seq,
                     sent_us: now.as_micros(),
@@ -2046,7 +2104,7 @@ impl Session {
         for p in self.paths.iter().filter(|p| p.attached) {
             consider(p.next_ping);
             if !p.stalled && p.ping_out.is_some() {
-                consider(p.last_rx + self.cfg.stall_after);
+                consider(p.last_rx.max(p.silence_from) + self.cfg.stall_after);
             }
         }
         if any_attached {

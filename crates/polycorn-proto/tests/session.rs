@@ -91,8 +91,23 @@ fn info(unacked: u64, cwnd_bytes: u64) -> TcpInfoSample {
 
 impl Net {
     fn new(spec: &str, paths: usize, delays: &[u64]) -> Net {
-        let mut relay = Session::new(SessionConfig::new(Role::Relay, 7, spec)).unwrap();
-        let mut proxy = proxy_session(spec, 1);
+        Net::with_config(spec, paths, delays, |_| {})
+    }
+
+    /// As [`Net::new`], with both ends' configuration changed by `tune`.
+    fn with_config(
+        spec: &str,
+        paths: usize,
+        delays: &[u64],
+        tune: impl Fn(&mut SessionConfig),
+    ) -> Net {
+        let mut rc = SessionConfig::new(Role::Relay, 7, spec);
+        tune(&mut rc);
+        let mut relay = Session::new(rc).unwrap();
+        let mut pc = SessionConfig::new(Role::Proxy, 7, spec);
+        pc.epoch = 1;
+        tune(&mut pc);
+        let mut proxy = Session::new(pc).unwrap();
         for p in 0..paths as u8 {
             hello_exchange(&mut relay, &mut proxy, t(0), p);
             relay.attach_path(t(0), p).unwrap();
@@ -1333,4 +1348,116 @@ fn a_relay_that_moves_to_another_proxy_and_back_starts_afresh_with_each() {
     net.proxy_events.clear();
     net.revive_all();
     back_at_the_first_proxy(&mut net);
+}
+
+/// Frames each end received on `path` so far (an idle session's are its probes and answers).
+fn rx_frames(net: &Net, path: u8) -> (u64, u64) {
+    let n = |s: &Session| s.path_counters(path).unwrap().rx_frames;
+    (n(&net.relay), n(&net.proxy))
+}
+
+/// Runs `ms` steps and returns whether every path that is up stayed usable at both ends at
+/// every step.
+fn run_checking_usable(net: &mut Net, ms: u64) -> bool {
+    let mut usable = true;
+    for _ in 0..ms {
+        net.step();
+        for p in 0..net.up.len() as u8 {
+            if net.up[usize::from(p)] {
+                usable &= net.relay.path_usable(p) && net.proxy.path_usable(p);
+            }
+        }
+    }
+    usable
+}
+
+/// With no flow open for 30 s, both ends probe every path every 5 s instead of every 200 ms:
+/// the probes are an idle train's only traffic on its SIMs.
+#[test]
+fn an_idle_session_probes_its_paths_every_few_seconds() {
+    let mut net = Net::new("hrsch", 2, &[20, 60]);
+    assert!(ping_pong(&mut net, 2_000));
+    let busy = Duration::from_millis(200);
+    assert_eq!(net.relay.probe_interval(), busy);
+    // The first 30 s without a flow: probes as before.
+    let before = rx_frames(&net, 1);
+    assert!(run_checking_usable(&mut net, 20_000));
+    let after = rx_frames(&net, 1);
+    // Each end: its own probes' answers and the peer's probes, 10 frames a second.
+    for (a, b) in [(before.0, after.0), (before.1, after.1)] {
+        assert!((190..=210).contains(&(b - a)), "{} frames in 20 s", b - a);
+    }
+    assert!(run_checking_usable(&mut net, 11_000));
+    let slow = Duration::from_secs(5);
+    assert_eq!(
+        (net.relay.probe_interval(), net.proxy.probe_interval()),
+        (slow, slow)
+    );
+    // Idle: two frames every 5 s at each end, on both paths; no path looks stalled although
+    // nothing arrives for seconds.
+    let before = [rx_frames(&net, 0), rx_frames(&net, 1)];
+    assert!(run_checking_usable(&mut net, 60_000));
+    for (p, b) in before.iter().enumerate() {
+        let a = rx_frames(&net, p as u8);
+        for n in [a.0 - b.0, a.1 - b.1] {
+            assert!((22..=26).contains(&n), "path {p}: {n} frames in 60 s");
+        }
+    }
+}
+
+/// The first flow after an idle spell probes every path at once (the last answers are seconds
+/// old) and is carried; a path's silence before that probe does not make it look stalled.
+#[test]
+fn the_first_flow_after_an_idle_spell_probes_every_path_at_once() {
+    // Round trips of 0.8 and 1.2 s: an idle path hears something only every few seconds.
+    let mut net = Net::new("hrsch", 2, &[400, 600]);
+    assert!(run_checking_usable(&mut net, 45_000));
+    let before = rx_frames(&net, 0);
+    let flow = open_ping(&mut net);
+    assert_eq!(net.relay.probe_interval(), Duration::from_secs(5));
+    // The relay's wake probes reach the proxy after one delay, before any idle probe is due.
+    for _ in 0..401 {
+        net.step();
+    }
+    assert_eq!(net.relay.probe_interval(), Duration::from_millis(200));
+    assert!(rx_frames(&net, 0).1 > before.1, "path 0 probed at once");
+    assert!(
+        net.relay.path_usable(0) && net.relay.path_usable(1),
+        "no path stalled"
+    );
+    assert!(carry_ping(&mut net, flow, 5_000));
+}
+
+/// A path that goes silent during an idle spell (a blackout: nothing arrives, the subflow is
+/// not closed) is still noticed, within one idle probe interval and the stall time.
+#[test]
+fn a_blackout_during_an_idle_spell_is_noticed() {
+    let mut net = Net::new("hrsch", 2, &[20, 60]);
+    assert!(run_checking_usable(&mut net, 40_000));
+    net.up[1] = false;
+    let mut noticed = None;
+    for ms in 0..8_000 {
+        net.step();
+        if noticed.is_none() && !net.relay.path_usable(1) && !net.proxy.path_usable(1) {
+            noticed = Some(ms);
+        }
+        assert!(net.relay.path_usable(0) && net.proxy.path_usable(0));
+    }
+    let ms = noticed.expect("the silent path is noticed");
+    assert!(ms <= 5_000 + 1_500 + 60, "noticed after {ms} ms");
+    // Back from the blackout, a flow is carried on both paths again.
+    net.up[1] = true;
+    assert!(ping_pong(&mut net, 5_000));
+}
+
+/// Without an idle probe interval, an idle session keeps probing every 200 ms.
+#[test]
+fn an_idle_probe_interval_of_none_keeps_probing_as_often() {
+    let mut net = Net::with_config("hrsch", 1, &[20], |c| c.idle_ping_interval = None);
+    assert!(run_checking_usable(&mut net, 40_000));
+    let before = rx_frames(&net, 0);
+    assert!(run_checking_usable(&mut net, 10_000));
+    let after = rx_frames(&net, 0);
+    assert!((95..=105).contains(&(after.0 - before.0)));
+    assert_eq!(net.relay.probe_interval(), Duration::from_millis(200));
 }

@@ -98,6 +98,7 @@ fn tuning(
     hold: Duration,
     cc: Option<String>,
     rto_max_ms: Option<u32>,
+    idle_probe: Option<Duration>,
 ) -> Tuning {
     Tuning {
         flow_window: limits.flow_window_bytes,
@@ -106,6 +107,7 @@ fn tuning(
         hold_time: hold,
         congestion: cc,
         rto_max_ms,
+        idle_probe,
     }
 }
 
@@ -454,6 +456,7 @@ pub fn relay_check_paths(path: &Path, json: bool) -> Result<u8> {
         cfg.relay.hold_time(),
         cfg.relay.congestion.clone(),
         cfg.relay.rto_max_ms,
+        cfg.relay.idle_probe(),
     )
     .subflow_sockopts();
     if !json {
@@ -849,6 +852,7 @@ pub fn relay(path: &Path) -> Result<()> {
                 cfg.relay.hold_time(),
                 cfg.relay.congestion.clone(),
                 cfg.relay.rto_max_ms,
+                cfg.relay.idle_probe(),
             ),
             idle_refresh: cfg.relay.idle_refresh,
             predictor,
@@ -969,6 +973,7 @@ pub fn proxy(path: &Path) -> Result<()> {
                 cfg.proxy.hold_time(),
                 cfg.proxy.congestion.clone(),
                 cfg.proxy.rto_max_ms,
+                cfg.proxy.idle_probe(),
             ),
             policy: policy.clone(),
             connect_timeout: cfg.proxy.connect_timeout(),

@@ -3177,6 +3177,91 @@ fn backed_off_subflow_on_a_working_path_is_replaced() {
     );
 }
 
+/// Packets and bytes both ways through `dev` in `ns` so far (its link counters).
+fn link_traffic(ns: &str, dev: &str) -> (u64, u64) {
+    let read = |name: &str| -> u64 {
+        let out = Command::new("ip")
+            .args(["netns", "exec", ns, "cat"])
+            .arg(format!("/sys/class/net/{dev}/statistics/{name}"))
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout);
+        text.trim()
+            .parse()
+            .unwrap_or_else(|_| panic!("{ns} {dev} {name}: {text:?}"))
+    };
+    (
+        read("rx_packets") + read("tx_packets"),
+        read("rx_bytes") + read("tx_bytes"),
+    )
+}
+
+/// A train with nobody on board (in the depot, at night) costs its SIMs little: 30 s after the
+/// last passenger connection, both ends probe each path every 5 s (`idle_probe_s`) instead of
+/// every 200 ms, no subflow is replaced for seeming silent meanwhile, and the first connection
+/// afterwards is carried.
+#[test]
+fn an_idle_train_probes_its_paths_every_few_seconds() {
+    let _s = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    if !is_root() {
+        return;
+    }
+    let bed = Bed::constant("ip", 40, 20);
+    start_server(&bed);
+    let stack = start_stack(&bed, "polycorn", "polycorn", 2);
+    fetch_ok(&bed, &stack, KB, MB, "before the idle spell");
+    let relay_ns = bed.ns("relay");
+    let rate = |secs: u64| -> Vec<(f64, f64)> {
+        let before: Vec<_> = ["path0", "path1"]
+            .iter()
+            .map(|d| link_traffic(&relay_ns, d))
+            .collect();
+        std::thread::sleep(Duration::from_secs(secs));
+        ["path0", "path1"]
+            .iter()
+            .zip(before)
+            .map(|(d, (p0, b0))| {
+                let (p1, b1) = link_traffic(&relay_ns, d);
+                (
+                    (p1 - p0) as f64 / secs as f64,
+                    (b1 - b0) as f64 / secs as f64,
+                )
+            })
+            .collect()
+    };
+    // Within the first 30 s: probes every 200 ms from each end.
+    std::thread::sleep(Duration::from_secs(2));
+    let busy = rate(10);
+    std::thread::sleep(Duration::from_secs(20));
+    let ups = stack.relay.log().matches("subflow up").count();
+    let idle = rate(15);
+    eprintln!("per path (packets/s, bytes/s): probing every 200 ms {busy:?}, idle {idle:?}");
+    for (p, ((bp, _), (ip, ib))) in busy.iter().zip(&idle).enumerate() {
+        assert!(
+            *bp > 20.0,
+            "path{p}: {bp} packets/s while probing every 200 ms"
+        );
+        // Each end's probe every 5 s: probe, answer and acknowledgement, about 1.2 packets/s.
+        assert!(
+            *ip < 3.0 && *ib < 400.0,
+            "path{p} idle: {ip} packets/s, {ib} bytes/s"
+        );
+    }
+    assert_eq!(
+        stack.relay.log().matches("subflow up").count(),
+        ups,
+        "a subflow was replaced while idle:\n{}",
+        tail(&stack.relay.log())
+    );
+    fetch_ok(
+        &bed,
+        &stack,
+        64 * KB,
+        4 * MB,
+        "the first connection after the idle spell",
+    );
+}
+
 /// With `idle_refresh = "used"`, a subflow that carried a download is replaced by a fresh
 /// connection once the path is idle (the proxy's congestion state for it is from the past),
 /// and traffic afterwards is byte-exact.
