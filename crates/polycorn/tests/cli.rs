@@ -1405,6 +1405,14 @@ fn bench_uploads_cross_the_relay_checked_and_timed_at_the_server() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
+    let out = polycorn(&["bench", "--bulk-gap-s", "0"]);
+    assert!(!out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr)
+            .contains("--bulk-gap-s 0: seconds between bulk flow starts must be 0.5 to 600"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let dir = tempfile::tempdir().unwrap();
     let res = dir.path().join("out");
     let out = polycorn(&[

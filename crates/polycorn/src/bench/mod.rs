@@ -68,7 +68,8 @@ pub struct BenchArgs {
     /// proxy (subflows keep their congestion window between flows); any system with `+bbr`
     /// with BBR instead of CUBIC on relay and proxy (subflows, or the baselines' tunnels); a
     /// polycorn system with `+rto1s` with `rto_max_ms = 1000` on relay and proxy (subflows'
-    /// retransmission timeout backs off to at most 1 s); suffixes combine. A system named twice runs twice, the second as `NAME#2` (an A/A run
+    /// retransmission timeout backs off to at most 1 s), with `+probe200` with `idle_probe_s = 0`
+    /// on relay and proxy (probes every 200 ms also when no flow is open); suffixes combine. A system named twice runs twice, the second as `NAME#2` (an A/A run
     /// measures the noise). A SPEC with commas needs `;` between the systems instead
     /// (`--systems 'vanilla;polycorn:minrtt,tpr'`), or a `--systems` of its own.
     #[arg(long)]
@@ -77,6 +78,10 @@ pub struct BenchArgs {
     /// `upload` workload, also the number of uploads.
     #[arg(long)]
     pub bulk_flows: Option<usize>,
+    /// Seconds between bulk flow starts (default 4 quick, 6 full). Over 30 s, the sessions of
+    /// polycorn systems go idle between flows and probe every `idle_probe_s` (see `+probe200`).
+    #[arg(long)]
+    pub bulk_gap_s: Option<f64>,
     /// Workloads to run, comma-separated: `bulk` (downloads), `im` (instant messaging), `upload`
     /// (bulk uploads, after the others; not run unless named). Leaving one out shortens every
     /// system's window, so more rides fit in the same time; the next workload's schedule is
@@ -165,6 +170,8 @@ pub struct System {
     pub congestion: &'static str,
     /// `rto_max_ms` of relay and proxy subflows (`+rto1s`: 1000; None: the kernel's).
     pub rto_max_ms: Option<u32>,
+    /// `idle_probe_s` of relay and proxy (`+probe200`: 0; None: the default).
+    pub idle_probe_s: Option<u64>,
 }
 
 impl System {
@@ -213,7 +220,7 @@ pub const QUICK_SYSTEMS: &[&str] = &["mptcp", "single", "vanilla", "hrsch"];
 pub fn system(name: &str) -> Result<System> {
     // Option suffixes: (suffix, what it sets, polycorn systems only, how it changes the system).
     type Apply = fn(&mut System);
-    const SUFFIXES: [(&str, &str, bool, Apply); 4] = [
+    const SUFFIXES: [(&str, &str, bool, Apply); 5] = [
         ("+fresh", "idle_refresh = \"used\"", true, |s| {
             s.idle_refresh = Some("used")
         }),
@@ -225,6 +232,9 @@ pub fn system(name: &str) -> Result<System> {
         }),
         ("+rto1s", "rto_max_ms = 1000", true, |s| {
             s.rto_max_ms = Some(1000)
+        }),
+        ("+probe200", "idle_probe_s = 0", true, |s| {
+            s.idle_probe_s = Some(0)
         }),
     ];
     for (suffix, what, polycorn_only, apply) in SUFFIXES {
@@ -249,6 +259,7 @@ pub fn system(name: &str) -> Result<System> {
         warm: false,
         congestion: "cubic",
         rto_max_ms: None,
+        idle_probe_s: None,
     };
     Ok(match name {
         "mptcp" | "single" => System {
@@ -259,6 +270,7 @@ pub fn system(name: &str) -> Result<System> {
             warm: false,
             congestion: "cubic",
             rto_max_ms: None,
+            idle_probe_s: None,
         },
         "vanilla" | "blest" | "ecf" | "redundant" | "roundrobin" | "hrsch" | "minrtt"
         | "polycorn" => pc(name),
@@ -420,6 +432,12 @@ pub fn run(args: &BenchArgs) -> Result<()> {
         PlanParams::full()
     };
     apply_workloads(&mut params, &args.workloads, args.bulk_flows)?;
+    if let Some(gap) = args.bulk_gap_s {
+        if !(gap.is_finite() && (0.5..=600.0).contains(&gap)) {
+            bail!("--bulk-gap-s {gap}: seconds between bulk flow starts must be 0.5 to 600");
+        }
+        params.bulk_gap_s = gap;
+    }
     if args.trips == 0 || args.trips >= LINKDB_SEED_OFFSET {
         bail!("--trips must be 1 to {}", LINKDB_SEED_OFFSET - 1);
     }
@@ -944,11 +962,14 @@ pub(crate) fn write_configs(
         ""
     };
     relay += warm;
-    let rto = match sys.rto_max_ms {
+    let mut both = match sys.rto_max_ms {
         Some(ms) => format!("rto_max_ms = {ms}\n"),
         None => String::new(),
     };
-    relay += &rto;
+    if let Some(s) = sys.idle_probe_s {
+        both += &format!("idle_probe_s = {s}\n");
+    }
+    relay += &both;
     relay.push('\n');
     for i in 0..paths {
         relay += &format!(
@@ -965,7 +986,7 @@ pub(crate) fn write_configs(
         relay += l;
     }
     let proxy = format!(
-        "[proxy]\nlisten = \"0.0.0.0:7700\"\ntunnel_listen = \"0.0.0.0:7701\"\ntunnel_peers = [\"10.100.0.0/16\"]\nscheduler = \"{spec}\"\ncongestion = \"{cc}\"\n{warm}{rto}\n[tls]\nca = \"ca.pem\"\ncert = \"proxy.pem\"\nkey = \"proxy.key\"\n\n[policy]\nallow = [\"10.0.2.0/24\"]\n"
+        "[proxy]\nlisten = \"0.0.0.0:7700\"\ntunnel_listen = \"0.0.0.0:7701\"\ntunnel_peers = [\"10.100.0.0/16\"]\nscheduler = \"{spec}\"\ncongestion = \"{cc}\"\n{warm}{both}\n[tls]\nca = \"ca.pem\"\ncert = \"proxy.pem\"\nkey = \"proxy.key\"\n\n[policy]\nallow = [\"10.0.2.0/24\"]\n"
     );
     let mut proxy = proxy;
     proxy += &format!("\n[metrics]\nlisten = \"{METRICS_ADDR}\"\n");
@@ -1527,6 +1548,34 @@ mod tests {
         assert_eq!((relay.unwrap(), proxy.unwrap()), (Some(1000), Some(1000)));
         assert_eq!(plain.unwrap().unwrap(), None);
         let e = system("mptcp+rto1s").unwrap_err();
+        assert!(e.to_string().contains("polycorn systems only"), "{e}");
+    }
+
+    #[test]
+    fn probe200_suffix_keeps_both_ends_probing_every_200_ms_and_is_polycorn_only() {
+        let s = system("hrsch+probe200+rto1s").unwrap();
+        assert_eq!((s.idle_probe_s, s.rto_max_ms), (Some(0), Some(1000)));
+        let dir = std::env::temp_dir().join(format!("pc-probe-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        for f in ["ca.pem", "relay.pem", "relay.key", "proxy.pem", "proxy.key"] {
+            std::fs::write(dir.join(f), "").unwrap();
+        }
+        let idle = |s: &System| {
+            write_configs(&dir, s, 2, None).map(|(r, p)| {
+                (
+                    polycorn_net::config::RelayConfig::load(&r).map(|c| c.relay.idle_probe()),
+                    polycorn_net::config::ProxyConfig::load(&p).map(|c| c.proxy.idle_probe()),
+                )
+            })
+        };
+        let (written, plain) = (idle(&s), idle(&system("hrsch").unwrap()));
+        std::fs::remove_dir_all(&dir).unwrap();
+        let (relay, proxy) = written.unwrap();
+        assert_eq!((relay.unwrap(), proxy.unwrap()), (None, None));
+        let (relay, proxy) = plain.unwrap();
+        let five = Some(std::time::Duration::from_secs(5));
+        assert_eq!((relay.unwrap(), proxy.unwrap()), (five, five));
+        let e = system("single+probe200").unwrap_err();
         assert!(e.to_string().contains("polycorn systems only"), "{e}");
     }
 
