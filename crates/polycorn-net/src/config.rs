@@ -58,6 +58,10 @@ pub const MAX_HOLD_TIME_S: u64 = 3600;
 pub const MAX_IDLE_PROBE_S: u64 = 60;
 /// Default `idle_probe_s`.
 pub const DEFAULT_IDLE_PROBE_S: u64 = 5;
+/// Default `idle_probe_after_s`.
+pub const DEFAULT_IDLE_PROBE_AFTER_S: u64 = 120;
+/// Allowed `idle_probe_after_s`.
+pub const IDLE_PROBE_AFTER_S: std::ops::RangeInclusive<u64> = 10..=3600;
 /// Longest allowed `connect_timeout_s`.
 pub const MAX_CONNECT_TIMEOUT_S: u64 = 300;
 /// Largest allowed flow or user window.
@@ -260,11 +264,16 @@ pub struct RelaySection {
     /// most [`MAX_DRAIN_S`]). It accepts no new connection meanwhile.
     #[serde(default)]
     pub drain_s: u64,
-    /// `idle_probe_s`: once no passenger connection has been open for 30 s, the relay probes
-    /// each path this often instead of every 0.2 s (default 5, at most [`MAX_IDLE_PROBE_S`];
-    /// 0: every 0.2 s always). See [`polycorn_proto::SessionConfig::idle_ping_interval`].
+    /// `idle_probe_s`: once no passenger connection has been open for `idle_probe_after_s`,
+    /// the relay probes each path this often instead of every 0.2 s (default 5, at most
+    /// [`MAX_IDLE_PROBE_S`]; 0: every 0.2 s always). See
+    /// [`polycorn_proto::SessionConfig::idle_ping_interval`].
     #[serde(default = "default_idle_probe_s")]
     pub idle_probe_s: u64,
+    /// `idle_probe_after_s`: how long without a passenger connection before that (default 120,
+    /// [`IDLE_PROBE_AFTER_S`]).
+    #[serde(default = "default_idle_probe_after_s")]
+    pub idle_probe_after_s: u64,
 }
 
 /// Which idle subflows the relay replaces with a fresh connection (make before break), at most
@@ -300,6 +309,11 @@ impl RelaySection {
     pub fn idle_probe(&self) -> Option<Duration> {
         idle_probe(self.idle_probe_s)
     }
+
+    /// `idle_probe_after_s` as a duration.
+    pub fn idle_probe_after(&self) -> Duration {
+        Duration::from_secs(self.idle_probe_after_s)
+    }
 }
 
 fn idle_probe(seconds: u64) -> Option<Duration> {
@@ -308,6 +322,10 @@ fn idle_probe(seconds: u64) -> Option<Duration> {
 
 fn default_idle_probe_s() -> u64 {
     DEFAULT_IDLE_PROBE_S
+}
+
+fn default_idle_probe_after_s() -> u64 {
+    DEFAULT_IDLE_PROBE_AFTER_S
 }
 
 fn default_scheduler() -> String {
@@ -621,6 +639,7 @@ impl RelayConfig {
         v.hold_time("relay.hold_time_s", self.relay.hold_time_s)?;
         v.drain("relay.drain_s", self.relay.drain_s)?;
         v.idle_probe("relay.idle_probe_s", self.relay.idle_probe_s)?;
+        v.idle_probe_after("relay.idle_probe_after_s", self.relay.idle_probe_after_s)?;
         v.congestion("relay.congestion", self.relay.congestion.as_deref())?;
         v.rto_max("relay.rto_max_ms", self.relay.rto_max_ms)?;
 
@@ -838,10 +857,13 @@ pub struct ProxySection {
     /// meanwhile for the next proxy (a relay from before 2026-11-29 opens them here; they are
     /// carried, not waited for).
     pub drain_s: u64,
-    /// `idle_probe_s`: once a relay's session has had no flow open for 30 s, the proxy probes
-    /// its paths this often instead of every 0.2 s (default 5, at most [`MAX_IDLE_PROBE_S`];
-    /// 0: every 0.2 s always).
+    /// `idle_probe_s`: once a relay's session has had no flow open for `idle_probe_after_s`,
+    /// the proxy probes its paths this often instead of every 0.2 s (default 5, at most
+    /// [`MAX_IDLE_PROBE_S`]; 0: every 0.2 s always).
     pub idle_probe_s: u64,
+    /// `idle_probe_after_s`: how long without a flow before that (default 120,
+    /// [`IDLE_PROBE_AFTER_S`]).
+    pub idle_probe_after_s: u64,
 }
 
 impl Default for ProxySection {
@@ -859,6 +881,7 @@ impl Default for ProxySection {
             revoked_relays: Vec::new(),
             drain_s: 0,
             idle_probe_s: DEFAULT_IDLE_PROBE_S,
+            idle_probe_after_s: DEFAULT_IDLE_PROBE_AFTER_S,
         }
     }
 }
@@ -882,6 +905,11 @@ impl ProxySection {
     /// `idle_probe_s` as an interval (None for 0: no slower probing).
     pub fn idle_probe(&self) -> Option<Duration> {
         idle_probe(self.idle_probe_s)
+    }
+
+    /// `idle_probe_after_s` as a duration.
+    pub fn idle_probe_after(&self) -> Duration {
+        Duration::from_secs(self.idle_probe_after_s)
     }
 }
 
@@ -1014,6 +1042,7 @@ impl ProxyConfig {
         v.hold_time("proxy.hold_time_s", p.hold_time_s)?;
         v.drain("proxy.drain_s", p.drain_s)?;
         v.idle_probe("proxy.idle_probe_s", p.idle_probe_s)?;
+        v.idle_probe_after("proxy.idle_probe_after_s", p.idle_probe_after_s)?;
         v.congestion("proxy.congestion", p.congestion.as_deref())?;
         v.rto_max("proxy.rto_max_ms", p.rto_max_ms)?;
         if p.tunnel_listen.is_some() && p.tunnel_peers.is_empty() {
@@ -1359,6 +1388,21 @@ impl Validator<'_> {
         Ok(())
     }
 
+    fn idle_probe_after(&self, key: &str, seconds: u64) -> Result<(), ConfigError> {
+        if !IDLE_PROBE_AFTER_S.contains(&seconds) {
+            return Err(self.invalid(
+                key,
+                format!(
+                    "{seconds} is out of range {}..={} (seconds without a connection before \
+                     probes slow down)",
+                    IDLE_PROBE_AFTER_S.start(),
+                    IDLE_PROBE_AFTER_S.end()
+                ),
+            ));
+        }
+        Ok(())
+    }
+
     fn drain(&self, key: &str, seconds: u64) -> Result<(), ConfigError> {
         if seconds > MAX_DRAIN_S {
             return Err(self.invalid(key, format!("{seconds} is out of range 0..={MAX_DRAIN_S}")));
@@ -1596,10 +1640,12 @@ hold_time_s = 30
 # moment finish for up to this long before closing (0..=30 s); no new connection is accepted
 # meanwhile (with polycorn-relay.socket they wait for the next relay). 0: close at once.
 # drain_s = 0
-# With no passenger connection open for 30 s, probe each path every this many seconds instead
-# of every 0.2 s (0..=60; 0: every 0.2 s always): an idle train then costs each SIM a few
-# MB a day instead of over a hundred.
+# With no passenger connection open for idle_probe_after_s (10..=3600), probe each path every
+# idle_probe_s seconds instead of every 0.2 s (0..=60; 0: every 0.2 s always): an idle train
+# then costs each SIM a few MB a day instead of over a hundred. The first connection after
+# such a spell gets its first byte 50-100 ms later (measured on the emulated HSR trip).
 # idle_probe_s = 5
+# idle_probe_after_s = 120
 # TCP congestion control of the subflows and tunnels (default: the system's, often cubic).
 # "bbr" is what we recommend over cellular paths (README, "congestion control").
 # congestion = "bbr"
@@ -1707,9 +1753,10 @@ hold_time_s = 30
 # closing every session (0..=30 s); relays hold new passenger connections meanwhile for the
 # next proxy. 0: at once.
 # drain_s = 0
-# With no flow of a relay open for 30 s, probe its paths every this many seconds instead of
-# every 0.2 s (0..=60; 0: every 0.2 s always).
+# With no flow of a relay open for idle_probe_after_s (10..=3600), probe its paths every
+# idle_probe_s seconds instead of every 0.2 s (0..=60; 0: every 0.2 s always).
 # idle_probe_s = 5
+# idle_probe_after_s = 120
 # Limit on connecting to a server (1..=300 s).
 connect_timeout_s = 10
 # TCP congestion control of accepted subflows and tunnels, so of the downlink (default: the

@@ -70,9 +70,11 @@ pub struct Tuning {
     /// `TCP_RTO_MAX_MS` of subflows, ms (`None`: the kernel's). Baseline tunnels keep the
     /// kernel's.
     pub rto_max_ms: Option<u32>,
-    /// Probe interval once a session has had no flow open for a while (`None`: no slower
+    /// Probe interval once a session has had no flow open for `idle_after` (`None`: no slower
     /// probing; see [`SessionConfig::idle_ping_interval`]).
     pub idle_probe: Option<Duration>,
+    /// See [`SessionConfig::idle_after`].
+    pub idle_after: Duration,
 }
 
 impl Default for Tuning {
@@ -85,6 +87,7 @@ impl Default for Tuning {
             congestion: None,
             rto_max_ms: None,
             idle_probe: Some(Duration::from_secs(crate::config::DEFAULT_IDLE_PROBE_S)),
+            idle_after: Duration::from_secs(crate::config::DEFAULT_IDLE_PROBE_AFTER_S),
         }
     }
 }
@@ -110,6 +113,8 @@ impl Tuning {
         c.idle_ping_interval = self
             .idle_probe
             .map(|d| polycorn_sched::time::Duration::from_micros(d.as_micros() as u64));
+        c.idle_after =
+            polycorn_sched::time::Duration::from_micros(self.idle_after.as_micros() as u64);
         c
     }
 }

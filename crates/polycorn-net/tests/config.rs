@@ -528,6 +528,16 @@ fn relay_section_errors() {
         r.relay.idle_probe(),
         Some(std::time::Duration::from_secs(5))
     );
+    assert_eq!(
+        r.relay.idle_probe_after(),
+        std::time::Duration::from_secs(120)
+    );
+    relay_err(
+        &edit(RELAY_MIN, "[relay]\n", "[relay]\nidle_probe_after_s = 5\n"),
+        d,
+        "relay.idle_probe_after_s",
+        "5 is out of range 10..=3600 (seconds without a connection before probes slow down)",
+    );
     let r = relay(
         &edit(RELAY_MIN, "[relay]\n", "[relay]\nidle_probe_s = 0\n"),
         d,
@@ -902,10 +912,24 @@ fn proxy_errors() {
         "proxy.idle_probe_s",
         "600 is out of range 0..=60",
     );
-    let p = proxy(&format!("[proxy]\nidle_probe_s = 60\n{PROXY_MIN}"), d).unwrap();
+    let p = proxy(
+        &format!("[proxy]\nidle_probe_s = 60\nidle_probe_after_s = 3600\n{PROXY_MIN}"),
+        d,
+    )
+    .unwrap();
     assert_eq!(
         p.proxy.idle_probe(),
         Some(std::time::Duration::from_secs(60))
+    );
+    assert_eq!(
+        p.proxy.idle_probe_after(),
+        std::time::Duration::from_secs(3600)
+    );
+    proxy_err(
+        &format!("[proxy]\nidle_probe_after_s = 3601\n{PROXY_MIN}"),
+        d,
+        "proxy.idle_probe_after_s",
+        "3601 is out of range 10..=3600",
     );
     let p = proxy(PROXY_MIN, d).unwrap();
     assert_eq!(

@@ -1371,11 +1371,23 @@ fn run_checking_usable(net: &mut Net, ms: u64) -> bool {
     usable
 }
 
-/// With no flow open for 30 s, both ends probe every path every 5 s instead of every 200 ms:
-/// the probes are an idle train's only traffic on its SIMs.
+/// [`Net::new`] with sessions that go idle after 30 s without a flow (default 120 s).
+fn idle_after_30s(paths: usize, delays: &[u64]) -> Net {
+    Net::with_config("hrsch", paths, delays, |c| {
+        c.idle_after = Duration::from_secs(30)
+    })
+}
+
+/// With no flow open for `idle_after`, both ends probe every path every 5 s instead of every
+/// 200 ms: the probes are an idle train's only traffic on its SIMs.
 #[test]
 fn an_idle_session_probes_its_paths_every_few_seconds() {
-    let mut net = Net::new("hrsch", 2, &[20, 60]);
+    let c = SessionConfig::new(Role::Relay, 1, "hrsch");
+    assert_eq!(
+        (c.idle_after, c.idle_ping_interval),
+        (Duration::from_secs(120), Some(Duration::from_secs(5)))
+    );
+    let mut net = idle_after_30s(2, &[20, 60]);
     assert!(ping_pong(&mut net, 2_000));
     let busy = Duration::from_millis(200);
     assert_eq!(net.relay.probe_interval(), busy);
@@ -1410,7 +1422,7 @@ fn an_idle_session_probes_its_paths_every_few_seconds() {
 #[test]
 fn the_first_flow_after_an_idle_spell_probes_every_path_at_once() {
     // Round trips of 0.8 and 1.2 s: an idle path hears something only every few seconds.
-    let mut net = Net::new("hrsch", 2, &[400, 600]);
+    let mut net = idle_after_30s(2, &[400, 600]);
     assert!(run_checking_usable(&mut net, 45_000));
     let before = rx_frames(&net, 0);
     let flow = open_ping(&mut net);
@@ -1432,7 +1444,7 @@ fn the_first_flow_after_an_idle_spell_probes_every_path_at_once() {
 /// not closed) is still noticed, within one idle probe interval and the stall time.
 #[test]
 fn a_blackout_during_an_idle_spell_is_noticed() {
-    let mut net = Net::new("hrsch", 2, &[20, 60]);
+    let mut net = idle_after_30s(2, &[20, 60]);
     assert!(run_checking_usable(&mut net, 40_000));
     net.up[1] = false;
     let mut noticed = None;

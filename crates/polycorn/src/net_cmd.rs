@@ -98,7 +98,7 @@ fn tuning(
     hold: Duration,
     cc: Option<String>,
     rto_max_ms: Option<u32>,
-    idle_probe: Option<Duration>,
+    idle_probe: (Option<Duration>, Duration),
 ) -> Tuning {
     Tuning {
         flow_window: limits.flow_window_bytes,
@@ -107,7 +107,8 @@ fn tuning(
         hold_time: hold,
         congestion: cc,
         rto_max_ms,
-        idle_probe,
+        idle_probe: idle_probe.0,
+        idle_after: idle_probe.1,
     }
 }
 
@@ -456,7 +457,7 @@ pub fn relay_check_paths(path: &Path, json: bool) -> Result<u8> {
         cfg.relay.hold_time(),
         cfg.relay.congestion.clone(),
         cfg.relay.rto_max_ms,
-        cfg.relay.idle_probe(),
+        (cfg.relay.idle_probe(), cfg.relay.idle_probe_after()),
     )
     .subflow_sockopts();
     if !json {
@@ -852,7 +853,7 @@ pub fn relay(path: &Path) -> Result<()> {
                 cfg.relay.hold_time(),
                 cfg.relay.congestion.clone(),
                 cfg.relay.rto_max_ms,
-                cfg.relay.idle_probe(),
+                (cfg.relay.idle_probe(), cfg.relay.idle_probe_after()),
             ),
             idle_refresh: cfg.relay.idle_refresh,
             predictor,
@@ -973,7 +974,7 @@ pub fn proxy(path: &Path) -> Result<()> {
                 cfg.proxy.hold_time(),
                 cfg.proxy.congestion.clone(),
                 cfg.proxy.rto_max_ms,
-                cfg.proxy.idle_probe(),
+                (cfg.proxy.idle_probe(), cfg.proxy.idle_probe_after()),
             ),
             policy: policy.clone(),
             connect_timeout: cfg.proxy.connect_timeout(),

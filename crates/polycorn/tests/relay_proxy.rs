@@ -3196,10 +3196,10 @@ fn link_traffic(ns: &str, dev: &str) -> (u64, u64) {
     )
 }
 
-/// A train with nobody on board (in the depot, at night) costs its SIMs little: 30 s after the
-/// last passenger connection, both ends probe each path every 5 s (`idle_probe_s`) instead of
-/// every 200 ms, no subflow is replaced for seeming silent meanwhile, and the first connection
-/// afterwards is carried.
+/// A train with nobody on board (in the depot, at night) costs its SIMs little: a while after
+/// the last passenger connection (`idle_probe_after_s`, 10 s here, 120 s by default), both ends
+/// probe each path every 5 s (`idle_probe_s`) instead of every 200 ms, no subflow is replaced
+/// for seeming silent meanwhile, and the first connection afterwards is carried.
 #[test]
 fn an_idle_train_probes_its_paths_every_few_seconds() {
     let _s = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
@@ -3208,7 +3208,8 @@ fn an_idle_train_probes_its_paths_every_few_seconds() {
     }
     let bed = Bed::constant("ip", 40, 20);
     start_server(&bed);
-    let stack = start_stack(&bed, "polycorn", "polycorn", 2);
+    let after = "idle_probe_after_s = 10";
+    let stack = start_with_keys(&bed, after, after);
     fetch_ok(&bed, &stack, KB, MB, "before the idle spell");
     let relay_ns = bed.ns("relay");
     let rate = |secs: u64| -> Vec<(f64, f64)> {
@@ -3229,10 +3230,10 @@ fn an_idle_train_probes_its_paths_every_few_seconds() {
             })
             .collect()
     };
-    // Within the first 30 s: probes every 200 ms from each end.
-    std::thread::sleep(Duration::from_secs(2));
-    let busy = rate(10);
-    std::thread::sleep(Duration::from_secs(20));
+    // Within the first 10 s: probes every 200 ms from each end.
+    std::thread::sleep(Duration::from_secs(1));
+    let busy = rate(7);
+    std::thread::sleep(Duration::from_secs(5));
     let ups = stack.relay.log().matches("subflow up").count();
     let idle = rate(15);
     eprintln!("per path (packets/s, bytes/s): probing every 200 ms {busy:?}, idle {idle:?}");
