@@ -62,6 +62,8 @@ pub const DEFAULT_IDLE_PROBE_S: u64 = 5;
 pub const DEFAULT_IDLE_PROBE_AFTER_S: u64 = 120;
 /// Allowed `idle_probe_after_s`.
 pub const IDLE_PROBE_AFTER_S: std::ops::RangeInclusive<u64> = 10..=3600;
+/// Allowed `window_gain` besides 0 (off).
+pub const WINDOW_GAIN: std::ops::RangeInclusive<f64> = 1.0..=16.0;
 /// Longest allowed `connect_timeout_s`.
 pub const MAX_CONNECT_TIMEOUT_S: u64 = 300;
 /// Largest allowed flow or user window.
@@ -221,7 +223,7 @@ pub enum RelayMode {
 }
 
 /// `[relay]`.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RelaySection {
     /// `mode`: `polycorn` (default), `mptcp` or `single`.
@@ -274,6 +276,12 @@ pub struct RelaySection {
     /// [`IDLE_PROBE_AFTER_S`]).
     #[serde(default = "default_idle_probe_after_s")]
     pub idle_probe_after_s: u64,
+    /// `window_gain`: the uplink scheduler uses at most this many times the highest rate a path
+    /// delivered lately times its smallest RTT of each path's congestion window (default 2,
+    /// [`WINDOW_GAIN`]; 0: the kernel's window as it is). See
+    /// [`polycorn_sched::scheduler::SchedConfig::window_gain`].
+    #[serde(default = "default_window_gain")]
+    pub window_gain: f64,
 }
 
 /// Which idle subflows the relay replaces with a fresh connection (make before break), at most
@@ -314,6 +322,19 @@ impl RelaySection {
     pub fn idle_probe_after(&self) -> Duration {
         Duration::from_secs(self.idle_probe_after_s)
     }
+
+    /// `window_gain` for the scheduler (None for 0: no cap).
+    pub fn window_gain(&self) -> Option<f64> {
+        window_gain(self.window_gain)
+    }
+}
+
+fn window_gain(gain: f64) -> Option<f64> {
+    (gain > 0.0).then_some(gain)
+}
+
+fn default_window_gain() -> f64 {
+    polycorn_sched::scheduler::DEFAULT_WINDOW_GAIN
 }
 
 fn idle_probe(seconds: u64) -> Option<Duration> {
@@ -640,6 +661,7 @@ impl RelayConfig {
         v.drain("relay.drain_s", self.relay.drain_s)?;
         v.idle_probe("relay.idle_probe_s", self.relay.idle_probe_s)?;
         v.idle_probe_after("relay.idle_probe_after_s", self.relay.idle_probe_after_s)?;
+        v.window_gain("relay.window_gain", self.relay.window_gain)?;
         v.congestion("relay.congestion", self.relay.congestion.as_deref())?;
         v.rto_max("relay.rto_max_ms", self.relay.rto_max_ms)?;
 
@@ -818,7 +840,7 @@ impl RelayConfig {
 // ---------------------------------------------------------------------------------------------
 
 /// `[proxy]`.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct ProxySection {
     /// `listen`: subflow (TLS) address, or a list of addresses (default 0.0.0.0:7700).
@@ -864,6 +886,9 @@ pub struct ProxySection {
     /// `idle_probe_after_s`: how long without a flow before that (default 120,
     /// [`IDLE_PROBE_AFTER_S`]).
     pub idle_probe_after_s: u64,
+    /// `window_gain`: as the relay's, for the downlink scheduler (default 2, [`WINDOW_GAIN`];
+    /// 0: the kernel's window as it is).
+    pub window_gain: f64,
 }
 
 impl Default for ProxySection {
@@ -882,6 +907,7 @@ impl Default for ProxySection {
             drain_s: 0,
             idle_probe_s: DEFAULT_IDLE_PROBE_S,
             idle_probe_after_s: DEFAULT_IDLE_PROBE_AFTER_S,
+            window_gain: default_window_gain(),
         }
     }
 }
@@ -910,6 +936,11 @@ impl ProxySection {
     /// `idle_probe_after_s` as a duration.
     pub fn idle_probe_after(&self) -> Duration {
         Duration::from_secs(self.idle_probe_after_s)
+    }
+
+    /// `window_gain` for the scheduler (None for 0: no cap).
+    pub fn window_gain(&self) -> Option<f64> {
+        window_gain(self.window_gain)
     }
 }
 
@@ -1043,6 +1074,7 @@ impl ProxyConfig {
         v.drain("proxy.drain_s", p.drain_s)?;
         v.idle_probe("proxy.idle_probe_s", p.idle_probe_s)?;
         v.idle_probe_after("proxy.idle_probe_after_s", p.idle_probe_after_s)?;
+        v.window_gain("proxy.window_gain", p.window_gain)?;
         v.congestion("proxy.congestion", p.congestion.as_deref())?;
         v.rto_max("proxy.rto_max_ms", p.rto_max_ms)?;
         if p.tunnel_listen.is_some() && p.tunnel_peers.is_empty() {
@@ -1388,6 +1420,21 @@ impl Validator<'_> {
         Ok(())
     }
 
+    fn window_gain(&self, key: &str, gain: f64) -> Result<(), ConfigError> {
+        if gain != 0.0 && !WINDOW_GAIN.contains(&gain) {
+            return Err(self.invalid(
+                key,
+                format!(
+                    "{gain} is out of range {}..={} (times a path's recent rate and smallest \
+                     RTT the scheduler lets it hold; 0 uses the kernel's window as it is)",
+                    WINDOW_GAIN.start(),
+                    WINDOW_GAIN.end()
+                ),
+            ));
+        }
+        Ok(())
+    }
+
     fn idle_probe_after(&self, key: &str, seconds: u64) -> Result<(), ConfigError> {
         if !IDLE_PROBE_AFTER_S.contains(&seconds) {
             return Err(self.invalid(
@@ -1646,6 +1693,12 @@ hold_time_s = 30
 # such a spell gets its first byte 50-100 ms later (measured on the emulated HSR trip).
 # idle_probe_s = 5
 # idle_probe_after_s = 120
+# The uplink scheduler lets a path hold (in flight and queued) at most window_gain times the
+# highest rate it delivered lately (the kernel's last measurement, 10 s kept) times its
+# smallest RTT, not the subflow's whole congestion window: a window grown in a busy moment
+# would otherwise take a new upload in one burst on one path (1.0..=16.0; 0: the kernel's
+# window as it is).
+# window_gain = 2
 # TCP congestion control of the subflows and tunnels (default: the system's, often cubic).
 # "bbr" is what we recommend over cellular paths (README, "congestion control").
 # congestion = "bbr"
@@ -1757,6 +1810,11 @@ hold_time_s = 30
 # idle_probe_s seconds instead of every 0.2 s (0..=60; 0: every 0.2 s always).
 # idle_probe_s = 5
 # idle_probe_after_s = 120
+# The downlink scheduler lets a path hold at most window_gain times the highest rate it
+# delivered lately times its smallest RTT, not the subflow's whole congestion window (which
+# keeps the size of its busiest moment through pauses and would take a new download in one
+# burst on one path, past what the carrier's queue holds). 1.0..=16.0; 0: the kernel's window.
+# window_gain = 2
 # Limit on connecting to a server (1..=300 s).
 connect_timeout_s = 10
 # TCP congestion control of accepted subflows and tunnels, so of the downlink (default: the

@@ -75,6 +75,9 @@ pub struct Tuning {
     pub idle_probe: Option<Duration>,
     /// See [`SessionConfig::idle_after`].
     pub idle_after: Duration,
+    /// The scheduler's window gain (`None`: the kernel's window as it is; see
+    /// [`polycorn_sched::scheduler::SchedConfig::window_gain`]).
+    pub window_gain: Option<f64>,
 }
 
 impl Default for Tuning {
@@ -88,6 +91,7 @@ impl Default for Tuning {
             rto_max_ms: None,
             idle_probe: Some(Duration::from_secs(crate::config::DEFAULT_IDLE_PROBE_S)),
             idle_after: Duration::from_secs(crate::config::DEFAULT_IDLE_PROBE_AFTER_S),
+            window_gain: Some(polycorn_sched::scheduler::DEFAULT_WINDOW_GAIN),
         }
     }
 }
@@ -115,6 +119,7 @@ impl Tuning {
             .map(|d| polycorn_sched::time::Duration::from_micros(d.as_micros() as u64));
         c.idle_after =
             polycorn_sched::time::Duration::from_micros(self.idle_after.as_micros() as u64);
+        c.sched.window_gain = self.window_gain;
         c
     }
 }

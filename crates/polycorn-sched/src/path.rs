@@ -190,6 +190,50 @@ pub const MAX_RTO_BACKOFF: u32 = 255;
 /// timestamps).
 pub const DEFAULT_MSS_BYTES: u32 = 1448;
 
+/// How far back a path's delivery rates count for its window cap
+/// ([`crate::scheduler::SchedConfig::window_gain`]): 10 s, about one cell at 300 km/h; a rate
+/// older than that says little about the carrier now.
+pub const RATE_MEMORY: Duration = Duration::from_secs(10);
+
+/// Whole seconds of [`RATE_MEMORY`], one bucket each.
+const RATE_BUCKETS: usize = 10;
+
+/// The highest delivery rate a path's kernel reported in about the last [`RATE_MEMORY`]:
+/// one maximum per second of the clock, ten seconds kept, no allocation.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RecentMaxRate {
+    /// (second of the clock + 1, highest rate in it); a second of 0 is an empty bucket.
+    buckets: [(u64, Bandwidth); RATE_BUCKETS],
+}
+
+impl RecentMaxRate {
+    fn second(now: Instant) -> u64 {
+        now.as_micros() / 1_000_000 + 1
+    }
+
+    /// Fold in one rate measured at `now`.
+    pub fn record(&mut self, now: Instant, rate: Bandwidth) {
+        let k = Self::second(now);
+        let slot = &mut self.buckets[(k % RATE_BUCKETS as u64) as usize];
+        if slot.0 != k {
+            *slot = (k, rate);
+        } else if rate > slot.1 {
+            slot.1 = rate;
+        }
+    }
+
+    /// The highest rate recorded in this second and the nine before it; zero when none.
+    pub fn max(&self, now: Instant) -> Bandwidth {
+        let k = Self::second(now);
+        self.buckets
+            .iter()
+            .filter(|(s, _)| *s != 0 && *s <= k && *s + RATE_BUCKETS as u64 > k)
+            .map(|(_, r)| *r)
+            .max()
+            .unwrap_or(Bandwidth::ZERO)
+    }
+}
+
 /// Everything the stages know about one path at decision time.
 #[derive(Clone, Debug, PartialEq)]
 pub struct PathState {
@@ -203,8 +247,15 @@ pub struct PathState {
     pub rttvar: Duration,
     /// Smallest RTT seen.
     pub min_rtt: Duration,
-    /// Congestion window in bytes.
+    /// Congestion window in bytes, as the scheduler uses it: the kernel's
+    /// ([`PathState::kernel_cwnd_bytes`]), capped at what the path delivered lately when
+    /// [`crate::scheduler::SchedConfig::window_gain`] is set ([`PathState::window_cap`]).
     pub cwnd_bytes: u64,
+    /// Congestion window in bytes as the kernel last reported it (`TCP_INFO`, or
+    /// [`crate::Scheduler::on_window`]).
+    pub kernel_cwnd_bytes: u64,
+    /// Highest delivery rate of the last [`RATE_MEMORY`], from samples that acknowledged data.
+    pub recent_rate: RecentMaxRate,
     /// Sender MSS in bytes.
     pub mss_bytes: u32,
     /// Bytes in flight (sent, not acknowledged by the subflow).
@@ -243,6 +294,8 @@ impl PathState {
             rttvar: Duration::from_micros(initial_rtt.as_micros() / 2),
             min_rtt: initial_rtt,
             cwnd_bytes: 10 * DEFAULT_MSS_BYTES as u64,
+            kernel_cwnd_bytes: 10 * DEFAULT_MSS_BYTES as u64,
+            recent_rate: RecentMaxRate::default(),
             mss_bytes: DEFAULT_MSS_BYTES,
             unacked_bytes: 0,
             notsent_bytes: 0,
@@ -298,8 +351,38 @@ impl PathState {
         now - self.bandwidth_at
     }
 
-    /// Apply a `TCP_INFO` sample. Returns how many *new* consecutive RTOs it reveals.
-    pub(crate) fn apply_tcp_info(&mut self, now: Instant, s: &TcpInfoSample) -> u32 {
+    /// The most the scheduler lets the path hold (in flight plus queued) with window gain
+    /// `gain`: `gain` × the highest delivery rate of the last [`RATE_MEMORY`] × the smallest
+    /// RTT, at least an initial window of 10 segments (RFC 6928) — BBR's window bound (gain 2);
+    /// `u64::MAX` (no cap) while no rate was reported in that time. A subflow that carries many
+    /// passengers' flows keeps the congestion window of its busiest moment through pauses (the
+    /// session's probes keep it from counting as idle), so without a cap minRTT puts a whole
+    /// new download on the one path whose window it fits, in one burst that overflows the
+    /// carrier's queue, while the other paths stay idle. Linux reports a rate measured while
+    /// the sender had too little to send only when it is higher than the last one, so through a
+    /// pause the cap stays at the path's last real measurement.
+    pub fn window_cap(&self, now: Instant, gain: f64) -> u64 {
+        let rate = self.recent_rate.max(now);
+        if rate.is_zero() {
+            return u64::MAX;
+        }
+        let bdp = rate.as_bytes_per_sec() as f64 * self.min_rtt.as_secs_f64() * gain;
+        let floor = 10 * u64::from(self.mss_bytes.max(1));
+        if bdp >= u64::MAX as f64 {
+            u64::MAX
+        } else {
+            (bdp as u64).max(floor)
+        }
+    }
+
+    /// Apply a `TCP_INFO` sample, the window capped with `window_gain` when set (see
+    /// [`PathState::window_cap`]). Returns how many *new* consecutive RTOs it reveals.
+    pub(crate) fn apply_tcp_info(
+        &mut self,
+        now: Instant,
+        s: &TcpInfoSample,
+        window_gain: Option<f64>,
+    ) -> u32 {
         if !s.srtt.is_zero() {
             self.srtt = s.srtt;
             self.rttvar = s.rttvar;
@@ -311,17 +394,26 @@ impl PathState {
         if s.mss_bytes > 0 {
             self.mss_bytes = s.mss_bytes;
         }
-        self.cwnd_bytes = s.cwnd_bytes;
         self.unacked_bytes = s.unacked_bytes;
         self.notsent_bytes = s.notsent_bytes;
+        let progressed = s.bytes_acked > self.bytes_acked;
         if !s.delivery_rate.is_zero() {
             self.bandwidth = s.delivery_rate;
             self.bandwidth_at = now;
+            // The kernel reports its last rate sample until the next acknowledgement: only a
+            // sample that acknowledged something is a new measurement.
+            if progressed {
+                self.recent_rate.record(now, s.delivery_rate);
+            }
         }
+        self.kernel_cwnd_bytes = s.cwnd_bytes;
+        self.cwnd_bytes = match window_gain {
+            Some(g) if g.is_finite() && g >= 1.0 => s.cwnd_bytes.min(self.window_cap(now, g)),
+            _ => s.cwnd_bytes,
+        };
         if !self.owd_measured {
             self.owd = Duration::from_micros(self.srtt.as_micros() / 2);
         }
-        let progressed = s.bytes_acked > self.bytes_acked;
         self.bytes_acked = s.bytes_acked;
         self.unacked_age = s.unacked_age;
         let before = self.consecutive_rtos;
@@ -387,12 +479,12 @@ mod tests {
             bytes_acked: 0,
             unacked_age: Duration::ZERO,
         };
-        assert_eq!(p.apply_tcp_info(Instant::ZERO, &s), 2);
+        assert_eq!(p.apply_tcp_info(Instant::ZERO, &s, None), 2);
         s.rto_backoff = 3;
-        assert_eq!(p.apply_tcp_info(Instant::ZERO, &s), 1);
+        assert_eq!(p.apply_tcp_info(Instant::ZERO, &s, None), 1);
         s.rto_backoff = 0;
         s.bytes_acked = 10;
-        assert_eq!(p.apply_tcp_info(Instant::ZERO, &s), 0);
+        assert_eq!(p.apply_tcp_info(Instant::ZERO, &s, None), 0);
         assert_eq!(p.consecutive_rtos, 0);
         assert_eq!(p.min_rtt, Duration::from_millis(50));
     }

@@ -32,6 +32,9 @@ use crate::spec::{Pipeline, SpecError};
 use crate::stage::{ChunkView, PathEvent, PathView, StageCtx, TrainContext};
 use crate::time::{Bandwidth, Duration, Instant};
 
+/// Default [`SchedConfig::window_gain`]: BBR's window gain.
+pub const DEFAULT_WINDOW_GAIN: f64 = 2.0;
+
 /// Tunables of the driver (the stages carry their own constants).
 #[derive(Clone, Debug, PartialEq)]
 pub struct SchedConfig {
@@ -54,6 +57,11 @@ pub struct SchedConfig {
     /// Credit (highest sendable sequence) a new flow starts with. Default unlimited; the proto
     /// layer sets real credit with [`Scheduler::on_flow_credit`].
     pub initial_credit_bytes: u64,
+    /// Cap on each path's window as the scheduler uses it: this many times the highest rate the
+    /// path delivered in the last 10 s times its smoothed RTT, at least 10 segments
+    /// ([`PathState::window_cap`]). Default `Some(2.0)`; `None` trusts the kernel's window
+    /// alone (as before 2026-11-30). Values below 1 (or not finite) mean `None`.
+    pub window_gain: Option<f64>,
 }
 
 impl Default for SchedConfig {
@@ -66,6 +74,7 @@ impl Default for SchedConfig {
             recheck_interval: Duration::from_millis(5),
             trace_capacity: DEFAULT_TRACE_CAPACITY,
             initial_credit_bytes: u64::MAX,
+            window_gain: Some(DEFAULT_WINDOW_GAIN),
         }
     }
 }
@@ -528,9 +537,10 @@ impl Scheduler {
         sample: &TcpInfoSample,
     ) -> Result<(), SchedError> {
         self.observe(now);
+        let gain = self.cfg.window_gain;
         let p = self.path_mut(path)?;
         let before = p.consecutive_rtos;
-        let new_rtos = p.apply_tcp_info(now, sample);
+        let new_rtos = p.apply_tcp_info(now, sample, gain);
         for i in 1..=new_rtos {
             self.rto_reached(now, path, before + i);
         }
@@ -606,6 +616,7 @@ impl Scheduler {
         self.observe(now);
         let p = self.path_mut(path)?;
         p.cwnd_bytes = cwnd_bytes;
+        p.kernel_cwnd_bytes = cwnd_bytes;
         p.unacked_bytes = unacked_bytes;
         p.notsent_bytes = notsent_bytes;
         Ok(())

@@ -99,6 +99,7 @@ fn tuning(
     cc: Option<String>,
     rto_max_ms: Option<u32>,
     idle_probe: (Option<Duration>, Duration),
+    window_gain: Option<f64>,
 ) -> Tuning {
     Tuning {
         flow_window: limits.flow_window_bytes,
@@ -109,6 +110,7 @@ fn tuning(
         rto_max_ms,
         idle_probe: idle_probe.0,
         idle_after: idle_probe.1,
+        window_gain,
     }
 }
 
@@ -174,13 +176,14 @@ fn trace_paths(engine: WeakEngine, names: Vec<String>) -> Option<tokio::task::Jo
                     };
                     let c = s.path_counters(i as u8).unwrap_or_default();
                     out.push_str(&format!(
-                        " {name}[up={} srtt_ms={} age_ms={} min_rtt_ms={} cwnd={} unacked={} notsent={} \
+                        " {name}[up={} srtt_ms={} age_ms={} min_rtt_ms={} cwnd={} kernel_cwnd={} unacked={} notsent={} \
                          retrans={} data={} reinjected={} redundant={}]",
                         u8::from(p.alive),
                         p.srtt.as_millis(),
                         p.unacked_age.as_millis(),
                         p.min_rtt.as_millis(),
                         p.cwnd_bytes,
+                        p.kernel_cwnd_bytes,
                         p.unacked_bytes,
                         p.notsent_bytes,
                         retrans[i],
@@ -458,6 +461,7 @@ pub fn relay_check_paths(path: &Path, json: bool) -> Result<u8> {
         cfg.relay.congestion.clone(),
         cfg.relay.rto_max_ms,
         (cfg.relay.idle_probe(), cfg.relay.idle_probe_after()),
+        cfg.relay.window_gain(),
     )
     .subflow_sockopts();
     if !json {
@@ -854,6 +858,7 @@ pub fn relay(path: &Path) -> Result<()> {
                 cfg.relay.congestion.clone(),
                 cfg.relay.rto_max_ms,
                 (cfg.relay.idle_probe(), cfg.relay.idle_probe_after()),
+                cfg.relay.window_gain(),
             ),
             idle_refresh: cfg.relay.idle_refresh,
             predictor,
@@ -975,6 +980,7 @@ pub fn proxy(path: &Path) -> Result<()> {
                 cfg.proxy.congestion.clone(),
                 cfg.proxy.rto_max_ms,
                 (cfg.proxy.idle_probe(), cfg.proxy.idle_probe_after()),
+                cfg.proxy.window_gain(),
             ),
             policy: policy.clone(),
             connect_timeout: cfg.proxy.connect_timeout(),

@@ -69,7 +69,9 @@ pub struct BenchArgs {
     /// with BBR instead of CUBIC on relay and proxy (subflows, or the baselines' tunnels); a
     /// polycorn system with `+rto1s` with `rto_max_ms = 1000` on relay and proxy (subflows'
     /// retransmission timeout backs off to at most 1 s), with `+probe200` with `idle_probe_s = 0`
-    /// on relay and proxy (probes every 200 ms also when no flow is open); suffixes combine. A system named twice runs twice, the second as `NAME#2` (an A/A run
+    /// on relay and proxy (probes every 200 ms also when no flow is open), with `+nocap` with
+    /// `window_gain = 0` on relay and proxy (schedulers use the subflows' whole congestion
+    /// window, as before 2026-11-30); suffixes combine. A system named twice runs twice, the second as `NAME#2` (an A/A run
     /// measures the noise). A SPEC with commas needs `;` between the systems instead
     /// (`--systems 'vanilla;polycorn:minrtt,tpr'`), or a `--systems` of its own.
     #[arg(long)]
@@ -172,6 +174,8 @@ pub struct System {
     pub rto_max_ms: Option<u32>,
     /// `idle_probe_s` of relay and proxy (`+probe200`: 0; None: the default).
     pub idle_probe_s: Option<u64>,
+    /// `window_gain` of relay and proxy (`+nocap`: 0; None: the default).
+    pub window_gain: Option<f64>,
 }
 
 impl System {
@@ -220,7 +224,7 @@ pub const QUICK_SYSTEMS: &[&str] = &["mptcp", "single", "vanilla", "hrsch"];
 pub fn system(name: &str) -> Result<System> {
     // Option suffixes: (suffix, what it sets, polycorn systems only, how it changes the system).
     type Apply = fn(&mut System);
-    const SUFFIXES: [(&str, &str, bool, Apply); 5] = [
+    const SUFFIXES: [(&str, &str, bool, Apply); 6] = [
         ("+fresh", "idle_refresh = \"used\"", true, |s| {
             s.idle_refresh = Some("used")
         }),
@@ -235,6 +239,9 @@ pub fn system(name: &str) -> Result<System> {
         }),
         ("+probe200", "idle_probe_s = 0", true, |s| {
             s.idle_probe_s = Some(0)
+        }),
+        ("+nocap", "window_gain = 0", true, |s| {
+            s.window_gain = Some(0.0)
         }),
     ];
     for (suffix, what, polycorn_only, apply) in SUFFIXES {
@@ -260,6 +267,7 @@ pub fn system(name: &str) -> Result<System> {
         congestion: "cubic",
         rto_max_ms: None,
         idle_probe_s: None,
+        window_gain: None,
     };
     Ok(match name {
         "mptcp" | "single" => System {
@@ -271,6 +279,7 @@ pub fn system(name: &str) -> Result<System> {
             congestion: "cubic",
             rto_max_ms: None,
             idle_probe_s: None,
+            window_gain: None,
         },
         "vanilla" | "blest" | "ecf" | "redundant" | "roundrobin" | "hrsch" | "minrtt"
         | "polycorn" => pc(name),
@@ -968,6 +977,9 @@ pub(crate) fn write_configs(
     };
     if let Some(s) = sys.idle_probe_s {
         both += &format!("idle_probe_s = {s}\n");
+    }
+    if let Some(g) = sys.window_gain {
+        both += &format!("window_gain = {g:?}\n");
     }
     relay += &both;
     relay.push('\n');
