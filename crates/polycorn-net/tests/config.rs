@@ -538,6 +538,24 @@ fn relay_section_errors() {
         "relay.idle_probe_after_s",
         "5 is out of range 10..=3600 (seconds without a connection before probes slow down)",
     );
+    assert_eq!(relay(RELAY_MIN, d).unwrap().relay.window_gain(), Some(2.0));
+    for (v, want) in [("0", None), ("1.5", Some(1.5)), ("16", Some(16.0))] {
+        let line = format!("[relay]\nwindow_gain = {v}\n");
+        let r = relay(&edit(RELAY_MIN, "[relay]\n", &line), d).unwrap();
+        assert_eq!(r.relay.window_gain(), want, "window_gain = {v}");
+    }
+    for v in ["0.5", "-2", "17", "nan"] {
+        relay_err(
+            &edit(
+                RELAY_MIN,
+                "[relay]\n",
+                &format!("[relay]\nwindow_gain = {v}\n"),
+            ),
+            d,
+            "relay.window_gain",
+            "is out of range 1..=16 (times a path's recent rate and smallest RTT",
+        );
+    }
     let r = relay(
         &edit(RELAY_MIN, "[relay]\n", "[relay]\nidle_probe_s = 0\n"),
         d,
@@ -930,6 +948,15 @@ fn proxy_errors() {
         d,
         "proxy.idle_probe_after_s",
         "3601 is out of range 10..=3600",
+    );
+    assert_eq!(proxy(PROXY_MIN, d).unwrap().proxy.window_gain(), Some(2.0));
+    let p = proxy(&format!("[proxy]\nwindow_gain = 0\n{PROXY_MIN}"), d).unwrap();
+    assert_eq!(p.proxy.window_gain(), None);
+    proxy_err(
+        &format!("[proxy]\nwindow_gain = 0.99\n{PROXY_MIN}"),
+        d,
+        "proxy.window_gain",
+        "0.99 is out of range 1..=16",
     );
     let p = proxy(PROXY_MIN, d).unwrap();
     assert_eq!(

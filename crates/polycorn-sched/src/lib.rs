@@ -72,6 +72,7 @@ pub use predict::{FixedPredictions, HandoverPredictor, NoPrediction};
 pub use reinject::Reinjection;
 pub use scheduler::{
     Attempt, Decision, ReinjectTrigger, SchedConfig, SchedError, SchedEvent, SchedStats, Scheduler,
+    DEFAULT_WINDOW_GAIN,
 };
 pub use sets::{Move, Moves, PathSets, Reason, SetName, StageKind, Trace};
 pub use spec::{Pipeline, SpecError, PRESETS, STAGES};

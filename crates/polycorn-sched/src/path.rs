@@ -234,6 +234,61 @@ impl RecentMaxRate {
     }
 }
 
+/// Marks kept by [`AckedHistory`].
+const ACKED_MARKS: usize = 16;
+
+/// A path's acknowledged-bytes total at a few recent moments, about an eighth of an RTT apart
+/// (so the 16 marks span two RTTs), to tell how much the path delivered in its last RTT: the
+/// amount RFC 7661 calls pipeACK. No allocation.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct AckedHistory {
+    /// (time, bytes acknowledged so far), oldest first from `head`.
+    marks: [(Instant, u64); ACKED_MARKS],
+    len: u8,
+    head: u8,
+}
+
+impl AckedHistory {
+    fn newest(&self) -> Option<(Instant, u64)> {
+        (self.len > 0).then(|| {
+            let i = (usize::from(self.head) + usize::from(self.len) - 1) % ACKED_MARKS;
+            self.marks[i]
+        })
+    }
+
+    /// Note the subflow's total `acked` at `now`, keeping marks at least `spacing` apart. A total
+    /// below the last one (a new subflow counts from zero) starts the history again.
+    pub fn record(&mut self, now: Instant, acked: u64, spacing: Duration) {
+        if let Some((t, a)) = self.newest() {
+            if acked < a {
+                *self = AckedHistory::default();
+            } else if now < t + spacing {
+                return;
+            }
+        }
+        if usize::from(self.len) == ACKED_MARKS {
+            self.head = ((usize::from(self.head) + 1) % ACKED_MARKS) as u8;
+            self.len -= 1;
+        }
+        let i = (usize::from(self.head) + usize::from(self.len)) % ACKED_MARKS;
+        self.marks[i] = (now, acked);
+        self.len += 1;
+    }
+
+    /// Bytes acknowledged between the newest mark at least `span` before `now` (the oldest
+    /// mark when none is that old) and `acked`, the total now.
+    pub fn acked_within(&self, now: Instant, span: Duration, acked: u64) -> u64 {
+        let mut base = None;
+        for k in 0..usize::from(self.len) {
+            let (t, a) = self.marks[(usize::from(self.head) + k) % ACKED_MARKS];
+            if base.is_none() || t + span <= now {
+                base = Some(a);
+            }
+        }
+        base.map_or(0, |a| acked.saturating_sub(a))
+    }
+}
+
 /// Everything the stages know about one path at decision time.
 #[derive(Clone, Debug, PartialEq)]
 pub struct PathState {
@@ -256,6 +311,8 @@ pub struct PathState {
     pub kernel_cwnd_bytes: u64,
     /// Highest delivery rate of the last [`RATE_MEMORY`], from samples that acknowledged data.
     pub recent_rate: RecentMaxRate,
+    /// Acknowledged totals of the last two RTTs or so, for what the last RTT delivered.
+    pub acked_history: AckedHistory,
     /// Sender MSS in bytes.
     pub mss_bytes: u32,
     /// Bytes in flight (sent, not acknowledged by the subflow).
@@ -296,6 +353,7 @@ impl PathState {
             cwnd_bytes: 10 * DEFAULT_MSS_BYTES as u64,
             kernel_cwnd_bytes: 10 * DEFAULT_MSS_BYTES as u64,
             recent_rate: RecentMaxRate::default(),
+            acked_history: AckedHistory::default(),
             mss_bytes: DEFAULT_MSS_BYTES,
             unacked_bytes: 0,
             notsent_bytes: 0,
@@ -352,26 +410,34 @@ impl PathState {
     }
 
     /// The most the scheduler lets the path hold (in flight plus queued) with window gain
-    /// `gain`: `gain` × the highest delivery rate of the last [`RATE_MEMORY`] × the smallest
-    /// RTT, at least an initial window of 10 segments (RFC 6928) — BBR's window bound (gain 2);
-    /// `u64::MAX` (no cap) while no rate was reported in that time. A subflow that carries many
-    /// passengers' flows keeps the congestion window of its busiest moment through pauses (the
-    /// session's probes keep it from counting as idle), so without a cap minRTT puts a whole
-    /// new download on the one path whose window it fits, in one burst that overflows the
-    /// carrier's queue, while the other paths stay idle. Linux reports a rate measured while
-    /// the sender had too little to send only when it is higher than the last one, so through a
-    /// pause the cap stays at the path's last real measurement.
+    /// `gain`: `gain` × the larger of what the path delivered in its last RTT (RFC 7661's
+    /// pipeACK) and the highest delivery rate of the last [`RATE_MEMORY`] × the smallest RTT
+    /// (BBR's estimate of what the path holds), at least an initial window of 10 segments
+    /// (RFC 6928); `u64::MAX` (no cap) while no rate was reported in that time.
+    ///
+    /// A subflow that carries many passengers' flows keeps the congestion window of its
+    /// busiest moment through pauses (the session's probes keep it from counting as idle), so
+    /// without a cap minRTT puts a whole new download on the one path whose window it fits, in
+    /// one burst that overflows the carrier's queue while the other paths stay idle. After a
+    /// pause the cap is `gain` path-sized bursts (Linux keeps reporting the last rate it
+    /// measured with enough data to send); from there it grows with what each RTT delivers,
+    /// as slow start does, and while the path is busy it stays at `gain` × a window's worth,
+    /// above the kernel's window, whatever queueing does to the RTT.
     pub fn window_cap(&self, now: Instant, gain: f64) -> u64 {
         let rate = self.recent_rate.max(now);
         if rate.is_zero() {
             return u64::MAX;
         }
-        let bdp = rate.as_bytes_per_sec() as f64 * self.min_rtt.as_secs_f64() * gain;
+        let path_bytes = rate.as_bytes_per_sec() as f64 * self.min_rtt.as_secs_f64();
+        let last_rtt = self
+            .acked_history
+            .acked_within(now, self.srtt, self.bytes_acked) as f64;
+        let cap = path_bytes.max(last_rtt) * gain;
         let floor = 10 * u64::from(self.mss_bytes.max(1));
-        if bdp >= u64::MAX as f64 {
+        if cap >= u64::MAX as f64 {
             u64::MAX
         } else {
-            (bdp as u64).max(floor)
+            (cap as u64).max(floor)
         }
     }
 
@@ -406,6 +472,9 @@ impl PathState {
                 self.recent_rate.record(now, s.delivery_rate);
             }
         }
+        self.bytes_acked = s.bytes_acked;
+        let spacing = Duration::from_micros((self.srtt.as_micros() / 8).max(1_000));
+        self.acked_history.record(now, s.bytes_acked, spacing);
         self.kernel_cwnd_bytes = s.cwnd_bytes;
         self.cwnd_bytes = match window_gain {
             Some(g) if g.is_finite() && g >= 1.0 => s.cwnd_bytes.min(self.window_cap(now, g)),
@@ -414,7 +483,6 @@ impl PathState {
         if !self.owd_measured {
             self.owd = Duration::from_micros(self.srtt.as_micros() / 2);
         }
-        self.bytes_acked = s.bytes_acked;
         self.unacked_age = s.unacked_age;
         let before = self.consecutive_rtos;
         // The kernel's counter is 8 bits wide; a larger value is a bad sample, not 4 billion RTOs.

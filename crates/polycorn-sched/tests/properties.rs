@@ -22,7 +22,8 @@ use polycorn_sched::stages::{Blest, Hpr, LocationTable, MinRtt, Tpr};
 use polycorn_sched::{
     Attempt, Bandwidth, Decision, Duration, FixedPredictions, FlowId, Instant, Move, Moves, PathId,
     PathSet, Pipeline, Reason, Reinjection, SchedConfig, SchedError, SchedStats, Scheduler,
-    Schedulerlet, SetName, StageCtx, StageKind, TcpInfoSample, UserId, PRESETS,
+    Schedulerlet, SetName, StageCtx, StageKind, TcpInfoSample, UserId, DEFAULT_WINDOW_GAIN,
+    PRESETS,
 };
 use proptest::prelude::*;
 use proptest::test_runner::TestCaseError;
@@ -331,6 +332,8 @@ fn config() -> impl Strategy<Value = SchedConfig> {
             recheck_interval: Duration::from_micros(recheck),
             trace_capacity: TRACE_CAPACITY,
             initial_credit_bytes: credit,
+            // Both ways of judging a path's window, by a bit of the arbitrary chunk size.
+            window_gain: (chunk % 2 == 0).then_some(DEFAULT_WINDOW_GAIN),
         })
 }
 
@@ -354,6 +357,7 @@ fn any_config() -> impl Strategy<Value = SchedConfig> {
                 recheck_interval: Duration::from_micros(recheck),
                 trace_capacity: trace,
                 initial_credit_bytes: credit,
+                window_gain: (chunk % 2 == 0).then_some(DEFAULT_WINDOW_GAIN),
             },
         )
 }

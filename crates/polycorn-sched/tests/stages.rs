@@ -1922,3 +1922,117 @@ fn stale_leaves_out_a_path_waiting_out_an_rto_while_another_is_not() {
         "hpr,stale,minrtt,tpr,ori+er(k=3,cell_loss=1)"
     );
 }
+
+/// Bytes of a `bytes`-long flow each of two paths takes, both with RTT 40 / 41 ms and a kernel
+/// window of 300 KB left from an earlier download that the kernel measured at 2.5 MB/s
+/// (20 Mbit/s), nothing in flight; the scheduler polled until it has placed everything.
+fn split_after_a_big_window(cfg: SchedConfig, bytes: u64) -> [u64; 2] {
+    let mut s = Scheduler::from_spec(cfg, "vanilla").unwrap();
+    for (i, srtt) in [40, 41].into_iter().enumerate() {
+        s.add_path(T0, p(i)).unwrap();
+        let mut smp = Link {
+            cwnd: 300_000,
+            rate: 2_500_000,
+            ..Link::rtt(srtt)
+        }
+        .sample();
+        smp.min_rtt = Some(ms(srtt));
+        // A sample that acknowledged data: its rate is a measurement.
+        smp.bytes_acked = 1_000_000;
+        s.on_tcp_info(T0, p(i), &smp).unwrap();
+    }
+    flow(&mut s, T0, 1, 1, bytes, true);
+    let mut on = [0u64; 2];
+    while let Some(d) = poll(&mut s, T0) {
+        for path in d.paths.iter() {
+            on[path.index()] += u64::from(d.len);
+        }
+    }
+    on
+}
+
+/// A subflow keeps the window of its busiest moment through a pause. With the default window
+/// gain the faster path takes at most 2 × 2.5 MB/s × 40 ms = 200 KB of a new 256 KB download
+/// and the other path the rest; with `window_gain = None` (the kernel's window alone, as before
+/// 2026-11-30) the whole download goes on the faster path, in one burst.
+#[test]
+fn a_window_left_from_a_busy_moment_does_not_take_a_whole_download() {
+    let bytes = 256 * 1024;
+    let capped = split_after_a_big_window(SchedConfig::default(), bytes);
+    assert_eq!(capped[0] + capped[1], bytes, "{capped:?}");
+    assert!(
+        (199_999..=200_000 + CHUNK).contains(&capped[0]),
+        "faster path took {capped:?}"
+    );
+    assert!(capped[1] >= bytes - 200_000 - CHUNK, "{capped:?}");
+    let kernel = split_after_a_big_window(
+        SchedConfig {
+            window_gain: None,
+            ..SchedConfig::default()
+        },
+        bytes,
+    );
+    assert_eq!(kernel, [bytes, 0]);
+}
+
+/// The cap is twice the larger of the highest rate of the last 10 s × the smallest RTT and what
+/// the path acknowledged in its last RTT, never below 10 segments nor above the kernel's window.
+/// A sample that acknowledged nothing (the kernel repeats its last rate) is not a new
+/// measurement, and with no measurement at all the kernel's window stands.
+#[test]
+fn the_window_cap_follows_the_recent_rate_and_what_the_last_rtt_delivered() {
+    let mut s = Scheduler::from_spec(SchedConfig::default(), "vanilla").unwrap();
+    s.add_path(T0, p(A)).unwrap();
+    let mut smp = Link {
+        cwnd: 300_000,
+        rate: 2_500_000,
+        ..Link::rtt(40)
+    }
+    .sample();
+    smp.min_rtt = Some(ms(40));
+    let at = |s: &mut Scheduler, t: u64, smp: &TcpInfoSample| {
+        s.on_tcp_info(T0 + ms(t), p(A), smp).unwrap();
+        let st = s.path(p(A)).unwrap();
+        assert_eq!(st.kernel_cwnd_bytes, smp.cwnd_bytes);
+        st.cwnd_bytes
+    };
+    // No acknowledgement yet: no measurement, no cap.
+    assert_eq!(at(&mut s, 0, &smp), 300_000);
+    // 2 × 2.5 MB/s × 40 ms.
+    smp.rate_from(2_500_000, 10_000);
+    assert_eq!(at(&mut s, 0, &smp), 200_000);
+    // A lower rate 5 s later: the higher one still counts.
+    smp.rate_from(500_000, 20_000);
+    assert_eq!(at(&mut s, 5_000, &smp), 200_000);
+    // 10 s after the high one only the low one counts: 2 × 0.5 MB/s × 40 ms.
+    smp.rate_from(500_000, 30_000);
+    assert_eq!(at(&mut s, 10_500, &smp), 40_000);
+    // A trickle (a probe's acknowledgement): 10 segments.
+    smp.rate_from(1_000, 30_100);
+    assert_eq!(at(&mut s, 21_000, &smp), 10 * u64::from(MSS));
+    // Busy again at 2.5 MB/s while the kernel's rate says 1 kB/s: 25 kB acknowledged every
+    // 10 ms; once a whole RTT has passed, twice its 100 kB.
+    let mut acked = 30_100;
+    let mut cap = 0;
+    for k in 1..=5 {
+        acked += 25_000;
+        smp.rate_from(1_000, acked);
+        cap = at(&mut s, 30_000 + 10 * k, &smp);
+    }
+    assert_eq!(cap, 200_000);
+    // The kernel's own window when it is smaller.
+    smp.cwnd_bytes = 5 * u64::from(MSS);
+    assert_eq!(at(&mut s, 30_060, &smp), 5 * u64::from(MSS));
+}
+
+/// Setting a sample's delivery rate together with the acknowledged total that makes it new.
+trait RateFrom {
+    fn rate_from(&mut self, rate: u64, bytes_acked: u64);
+}
+
+impl RateFrom for TcpInfoSample {
+    fn rate_from(&mut self, rate: u64, bytes_acked: u64) {
+        self.delivery_rate = Bandwidth::from_bytes_per_sec(rate);
+        self.bytes_acked = bytes_acked;
+    }
+}

@@ -3263,6 +3263,44 @@ fn an_idle_train_probes_its_paths_every_few_seconds() {
     );
 }
 
+/// A subflow keeps the congestion window a big download grew through the pauses after it (the
+/// session's probes keep it from counting as idle). The downloads that follow are spread over
+/// both paths (at least 15% of each one's bytes on either) rather than put whole on the one
+/// whose window they fit (as before 2026-11-30, `window_gain = 0`: one burst past the
+/// carrier's queue while the other path idled, twice the completion time on 20 Mbit/s paths).
+#[test]
+fn downloads_after_a_big_one_are_spread_over_both_paths() {
+    let _s = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    if !is_root() {
+        return;
+    }
+    let bed = Bed::constant("wg", 20, 20);
+    start_server(&bed);
+    let key = std::env::var("POLYCORN_TEST_WINDOW_KEY").unwrap_or_default();
+    let stack = start_with_keys(&bed, &key, &key);
+    fetch_ok(&bed, &stack, KB, 8 * MB, "the big download");
+    let relay_ns = bed.ns("relay");
+    for i in 0..3 {
+        std::thread::sleep(Duration::from_secs(2));
+        let before: Vec<u64> = ["path0", "path1"]
+            .iter()
+            .map(|d| link_traffic(&relay_ns, d).1)
+            .collect();
+        fetch_ok(&bed, &stack, KB, 256 * KB, "a download after the big one");
+        let carried: Vec<u64> = ["path0", "path1"]
+            .iter()
+            .zip(&before)
+            .map(|(d, b)| link_traffic(&relay_ns, d).1 - b)
+            .collect();
+        let total: u64 = carried.iter().sum();
+        eprintln!("download {i}: bytes on path0, path1 {carried:?}");
+        assert!(
+            carried.iter().all(|&c| c * 100 >= total * 15),
+            "download {i}: path0 and path1 carried {carried:?} bytes"
+        );
+    }
+}
+
 /// With `idle_refresh = "used"`, a subflow that carried a download is replaced by a fresh
 /// connection once the path is idle (the proxy's congestion state for it is from the past),
 /// and traffic afterwards is byte-exact.

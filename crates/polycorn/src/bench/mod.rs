@@ -1592,6 +1592,33 @@ mod tests {
     }
 
     #[test]
+    fn nocap_suffix_gives_both_schedulers_the_kernels_window_and_is_polycorn_only() {
+        let s = system("vanilla+nocap").unwrap();
+        assert_eq!(s.window_gain, Some(0.0));
+        let dir = std::env::temp_dir().join(format!("pc-nocap-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        for f in ["ca.pem", "relay.pem", "relay.key", "proxy.pem", "proxy.key"] {
+            std::fs::write(dir.join(f), "").unwrap();
+        }
+        let gains = |s: &System| {
+            write_configs(&dir, s, 2, None).map(|(r, p)| {
+                (
+                    polycorn_net::config::RelayConfig::load(&r).map(|c| c.relay.window_gain()),
+                    polycorn_net::config::ProxyConfig::load(&p).map(|c| c.proxy.window_gain()),
+                )
+            })
+        };
+        let (written, plain) = (gains(&s), gains(&system("vanilla").unwrap()));
+        std::fs::remove_dir_all(&dir).unwrap();
+        let (relay, proxy) = written.unwrap();
+        assert_eq!((relay.unwrap(), proxy.unwrap()), (None, None));
+        let (relay, proxy) = plain.unwrap();
+        assert_eq!((relay.unwrap(), proxy.unwrap()), (Some(2.0), Some(2.0)));
+        let e = system("mptcp+nocap").unwrap_err();
+        assert!(e.to_string().contains("polycorn systems only"), "{e}");
+    }
+
+    #[test]
     fn workloads_choose_the_plan_and_bulk_flows_count_downloads_and_uploads() {
         let apply = |w: &[Workload], n: Option<usize>| {
             let mut p = PlanParams::full();
