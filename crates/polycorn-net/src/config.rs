@@ -276,10 +276,10 @@ pub struct RelaySection {
     /// [`IDLE_PROBE_AFTER_S`]).
     #[serde(default = "default_idle_probe_after_s")]
     pub idle_probe_after_s: u64,
-    /// `window_gain`: the uplink scheduler uses at most this many times the highest rate a path
-    /// delivered lately times its smallest RTT of each path's congestion window (default 2,
-    /// [`WINDOW_GAIN`]; 0: the kernel's window as it is). See
-    /// [`polycorn_sched::scheduler::SchedConfig::window_gain`].
+    /// `window_gain`: the uplink scheduler lets a path hold at most this many times the larger
+    /// of its recent rate × smallest RTT and what it delivered in its last RTT, not more than
+    /// its congestion window (default 2, [`WINDOW_GAIN`]; 0: the kernel's window as it is).
+    /// See [`polycorn_sched::scheduler::SchedConfig::window_gain`].
     #[serde(default = "default_window_gain")]
     pub window_gain: f64,
 }
@@ -1694,10 +1694,10 @@ hold_time_s = 30
 # idle_probe_s = 5
 # idle_probe_after_s = 120
 # The uplink scheduler lets a path hold (in flight and queued) at most window_gain times the
-# highest rate it delivered lately (the kernel's last measurement, 10 s kept) times its
-# smallest RTT, not the subflow's whole congestion window: a window grown in a busy moment
-# would otherwise take a new upload in one burst on one path (1.0..=16.0; 0: the kernel's
-# window as it is).
+# larger of its recent rate (10 s kept) times its smallest RTT and what it delivered in its
+# last RTT, not the subflow's whole congestion window: a window grown in a busy moment would
+# otherwise take a new upload in one burst on one path (1.0..=16.0; 0: the kernel's window as
+# it is).
 # window_gain = 2
 # TCP congestion control of the subflows and tunnels (default: the system's, often cubic).
 # "bbr" is what we recommend over cellular paths (README, "congestion control").
@@ -1810,10 +1810,11 @@ hold_time_s = 30
 # idle_probe_s seconds instead of every 0.2 s (0..=60; 0: every 0.2 s always).
 # idle_probe_s = 5
 # idle_probe_after_s = 120
-# The downlink scheduler lets a path hold at most window_gain times the highest rate it
-# delivered lately times its smallest RTT, not the subflow's whole congestion window (which
-# keeps the size of its busiest moment through pauses and would take a new download in one
-# burst on one path, past what the carrier's queue holds). 1.0..=16.0; 0: the kernel's window.
+# The downlink scheduler lets a path hold at most window_gain times the larger of its recent
+# rate times its smallest RTT and what it delivered in its last RTT, not the subflow's whole
+# congestion window (which keeps the size of its busiest moment through pauses and would take
+# a new download in one burst on one path, past what the carrier's queue holds). 1.0..=16.0;
+# 0: the kernel's window.
 # window_gain = 2
 # Limit on connecting to a server (1..=300 s).
 connect_timeout_s = 10

@@ -57,10 +57,11 @@ pub struct SchedConfig {
     /// Credit (highest sendable sequence) a new flow starts with. Default unlimited; the proto
     /// layer sets real credit with [`Scheduler::on_flow_credit`].
     pub initial_credit_bytes: u64,
-    /// Cap on each path's window as the scheduler uses it: this many times the highest rate the
-    /// path delivered in the last 10 s times its smoothed RTT, at least 10 segments
-    /// ([`PathState::window_cap`]). Default `Some(2.0)`; `None` trusts the kernel's window
-    /// alone (as before 2026-11-30). Values below 1 (or not finite) mean `None`.
+    /// Cap on each path's window as the scheduler uses it: this many times the larger of the
+    /// highest rate the path delivered in the last 10 s × its smallest RTT and what it
+    /// delivered in its last RTT, at least 10 segments ([`PathState::window_cap`]). Default
+    /// `Some(2.0)`; `None` trusts the kernel's window alone (as before 2026-11-30). Values
+    /// below 1 (or not finite) mean `None`.
     pub window_gain: Option<f64>,
 }
 

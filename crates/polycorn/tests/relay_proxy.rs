@@ -3265,9 +3265,10 @@ fn an_idle_train_probes_its_paths_every_few_seconds() {
 
 /// A subflow keeps the congestion window a big download grew through the pauses after it (the
 /// session's probes keep it from counting as idle). The downloads that follow are spread over
-/// both paths (at least 15% of each one's bytes on either) rather than put whole on the one
-/// whose window they fit (as before 2026-11-30, `window_gain = 0`: one burst past the
-/// carrier's queue while the other path idled, twice the completion time on 20 Mbit/s paths).
+/// both paths (at least 18% of each one's bytes, acknowledgements and probes included, on
+/// either; measured 25% and more) rather than put whole on the one whose window they fit (as
+/// before 2026-11-30, or with `window_gain = 0`: 13% on the other path, probes and
+/// acknowledgements, and twice the completion time on these 20 Mbit/s paths).
 #[test]
 fn downloads_after_a_big_one_are_spread_over_both_paths() {
     let _s = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
@@ -3276,8 +3277,15 @@ fn downloads_after_a_big_one_are_spread_over_both_paths() {
     }
     let bed = Bed::constant("wg", 20, 20);
     start_server(&bed);
-    let key = std::env::var("POLYCORN_TEST_WINDOW_KEY").unwrap_or_default();
-    let stack = start_with_keys(&bed, &key, &key);
+    // minRTT alone: HRSCH's ORI would copy chunks onto an idle path and hide where they went.
+    let stack = start_stack_with(
+        &bed,
+        "polycorn",
+        "minrtt",
+        2,
+        ("", ""),
+        tempfile::tempdir().unwrap(),
+    );
     fetch_ok(&bed, &stack, KB, 8 * MB, "the big download");
     let relay_ns = bed.ns("relay");
     for i in 0..3 {
@@ -3295,7 +3303,7 @@ fn downloads_after_a_big_one_are_spread_over_both_paths() {
         let total: u64 = carried.iter().sum();
         eprintln!("download {i}: bytes on path0, path1 {carried:?}");
         assert!(
-            carried.iter().all(|&c| c * 100 >= total * 15),
+            carried.iter().all(|&c| c * 100 >= total * 18),
             "download {i}: path0 and path1 carried {carried:?} bytes"
         );
     }
