@@ -111,6 +111,12 @@ impl Fixture {
         users: u64,
         flows_per_user: u64,
     ) -> Self {
+        // The windows are meant to have room for every batch: the samples' 8 MB, not the cap
+        // the recent rate would put on them (which costs nothing per decision).
+        let cfg = SchedConfig {
+            window_gain: None,
+            ..cfg
+        };
         let mut sched = Scheduler::from_spec(cfg, spec).expect("valid spec");
         let now = Instant::from_millis(1_000);
         let paths: Vec<_> = path_profile(n_paths)
