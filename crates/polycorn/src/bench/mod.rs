@@ -1563,57 +1563,49 @@ mod tests {
         assert!(e.to_string().contains("polycorn systems only"), "{e}");
     }
 
-    #[test]
-    fn probe200_suffix_keeps_both_ends_probing_every_200_ms_and_is_polycorn_only() {
-        let s = system("hrsch+probe200+rto1s").unwrap();
-        assert_eq!((s.idle_probe_s, s.rto_max_ms), (Some(0), Some(1000)));
-        let dir = std::env::temp_dir().join(format!("pc-probe-{}", std::process::id()));
+    /// What `relay` and `proxy` read from the configuration files `write_configs` writes for
+    /// system `name` (two paths, placeholder credentials in a scratch directory).
+    fn read_back<T>(
+        name: &str,
+        relay: fn(&polycorn_net::config::RelayConfig) -> T,
+        proxy: fn(&polycorn_net::config::ProxyConfig) -> T,
+    ) -> (T, T) {
+        let tag = name.replace(['+', ':', ';', ','], "-");
+        let dir = std::env::temp_dir().join(format!("pc-{tag}-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         for f in ["ca.pem", "relay.pem", "relay.key", "proxy.pem", "proxy.key"] {
             std::fs::write(dir.join(f), "").unwrap();
         }
-        let idle = |s: &System| {
-            write_configs(&dir, s, 2, None).map(|(r, p)| {
-                (
-                    polycorn_net::config::RelayConfig::load(&r).map(|c| c.relay.idle_probe()),
-                    polycorn_net::config::ProxyConfig::load(&p).map(|c| c.proxy.idle_probe()),
-                )
-            })
-        };
-        let (written, plain) = (idle(&s), idle(&system("hrsch").unwrap()));
+        let written = write_configs(&dir, &system(name).unwrap(), 2, None);
+        let read = written.map(|(r, p)| {
+            (
+                polycorn_net::config::RelayConfig::load(&r).map(|c| relay(&c)),
+                polycorn_net::config::ProxyConfig::load(&p).map(|c| proxy(&c)),
+            )
+        });
         std::fs::remove_dir_all(&dir).unwrap();
-        let (relay, proxy) = written.unwrap();
-        assert_eq!((relay.unwrap(), proxy.unwrap()), (None, None));
-        let (relay, proxy) = plain.unwrap();
+        let (r, p) = read.unwrap();
+        (r.unwrap(), p.unwrap())
+    }
+
+    #[test]
+    fn probe200_suffix_keeps_both_ends_probing_every_200_ms_and_is_polycorn_only() {
+        let s = system("hrsch+probe200+rto1s").unwrap();
+        assert_eq!((s.idle_probe_s, s.rto_max_ms), (Some(0), Some(1000)));
+        let idle = |name| read_back(name, |c| c.relay.idle_probe(), |c| c.proxy.idle_probe());
+        assert_eq!(idle("hrsch+probe200+rto1s"), (None, None));
         let five = Some(std::time::Duration::from_secs(5));
-        assert_eq!((relay.unwrap(), proxy.unwrap()), (five, five));
+        assert_eq!(idle("hrsch"), (five, five));
         let e = system("single+probe200").unwrap_err();
         assert!(e.to_string().contains("polycorn systems only"), "{e}");
     }
 
     #[test]
     fn nocap_suffix_gives_both_schedulers_the_kernels_window_and_is_polycorn_only() {
-        let s = system("vanilla+nocap").unwrap();
-        assert_eq!(s.window_gain, Some(0.0));
-        let dir = std::env::temp_dir().join(format!("pc-nocap-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        for f in ["ca.pem", "relay.pem", "relay.key", "proxy.pem", "proxy.key"] {
-            std::fs::write(dir.join(f), "").unwrap();
-        }
-        let gains = |s: &System| {
-            write_configs(&dir, s, 2, None).map(|(r, p)| {
-                (
-                    polycorn_net::config::RelayConfig::load(&r).map(|c| c.relay.window_gain()),
-                    polycorn_net::config::ProxyConfig::load(&p).map(|c| c.proxy.window_gain()),
-                )
-            })
-        };
-        let (written, plain) = (gains(&s), gains(&system("vanilla").unwrap()));
-        std::fs::remove_dir_all(&dir).unwrap();
-        let (relay, proxy) = written.unwrap();
-        assert_eq!((relay.unwrap(), proxy.unwrap()), (None, None));
-        let (relay, proxy) = plain.unwrap();
-        assert_eq!((relay.unwrap(), proxy.unwrap()), (Some(2.0), Some(2.0)));
+        assert_eq!(system("vanilla+nocap").unwrap().window_gain, Some(0.0));
+        let gain = |name| read_back(name, |c| c.relay.window_gain(), |c| c.proxy.window_gain());
+        assert_eq!(gain("vanilla+nocap"), (None, None));
+        assert_eq!(gain("vanilla"), (Some(2.0), Some(2.0)));
         let e = system("mptcp+nocap").unwrap_err();
         assert!(e.to_string().contains("polycorn systems only"), "{e}");
     }
