@@ -3196,6 +3196,21 @@ fn link_traffic(ns: &str, dev: &str) -> (u64, u64) {
     )
 }
 
+/// Packets and bytes both ways through `path0` and `path1` of `ns` while `run` runs.
+fn traffic_during(ns: &str, run: impl FnOnce()) -> Vec<(u64, u64)> {
+    let paths = ["path0", "path1"];
+    let before: Vec<_> = paths.iter().map(|d| link_traffic(ns, d)).collect();
+    run();
+    paths
+        .iter()
+        .zip(before)
+        .map(|(d, (p0, b0))| {
+            let (p1, b1) = link_traffic(ns, d);
+            (p1 - p0, b1 - b0)
+        })
+        .collect()
+}
+
 /// A train with nobody on board (in the depot, at night) costs its SIMs little: a while after
 /// the last passenger connection (`idle_probe_after_s`, 10 s here, 120 s by default), both ends
 /// probe each path every 5 s (`idle_probe_s`) instead of every 200 ms, no subflow is replaced
@@ -3213,21 +3228,9 @@ fn an_idle_train_probes_its_paths_every_few_seconds() {
     fetch_ok(&bed, &stack, KB, MB, "before the idle spell");
     let relay_ns = bed.ns("relay");
     let rate = |secs: u64| -> Vec<(f64, f64)> {
-        let before: Vec<_> = ["path0", "path1"]
-            .iter()
-            .map(|d| link_traffic(&relay_ns, d))
-            .collect();
-        std::thread::sleep(Duration::from_secs(secs));
-        ["path0", "path1"]
-            .iter()
-            .zip(before)
-            .map(|(d, (p0, b0))| {
-                let (p1, b1) = link_traffic(&relay_ns, d);
-                (
-                    (p1 - p0) as f64 / secs as f64,
-                    (b1 - b0) as f64 / secs as f64,
-                )
-            })
+        traffic_during(&relay_ns, || std::thread::sleep(Duration::from_secs(secs)))
+            .into_iter()
+            .map(|(p, b)| (p as f64 / secs as f64, b as f64 / secs as f64))
             .collect()
     };
     // Within the first 10 s: probes every 200 ms from each end.
@@ -3290,16 +3293,12 @@ fn downloads_after_a_big_one_are_spread_over_both_paths() {
     let relay_ns = bed.ns("relay");
     for i in 0..3 {
         std::thread::sleep(Duration::from_secs(2));
-        let before: Vec<u64> = ["path0", "path1"]
-            .iter()
-            .map(|d| link_traffic(&relay_ns, d).1)
-            .collect();
-        fetch_ok(&bed, &stack, KB, 256 * KB, "a download after the big one");
-        let carried: Vec<u64> = ["path0", "path1"]
-            .iter()
-            .zip(&before)
-            .map(|(d, b)| link_traffic(&relay_ns, d).1 - b)
-            .collect();
+        let carried: Vec<u64> = traffic_during(&relay_ns, || {
+            fetch_ok(&bed, &stack, KB, 256 * KB, "a download after the big one")
+        })
+        .into_iter()
+        .map(|(_, bytes)| bytes)
+        .collect();
         let total: u64 = carried.iter().sum();
         eprintln!("download {i}: bytes on path0, path1 {carried:?}");
         assert!(
