@@ -98,6 +98,9 @@ pub enum Source {
     Wmnlab,
     /// UCC 5G driving logs (cell IDs, no failure labels).
     Ucc5g,
+    /// A relay's own context log (`[context] record`): handovers inferred from its modems'
+    /// serving cells ([`crate::import::relay`]).
+    Relay,
 }
 
 impl Source {
@@ -107,6 +110,7 @@ impl Source {
             Source::Sim => "sim",
             Source::Wmnlab => "wmnlab",
             Source::Ucc5g => "ucc5g",
+            Source::Relay => "relay",
         }
     }
 }
@@ -124,7 +128,10 @@ impl FromStr for Source {
             "sim" => Ok(Source::Sim),
             "wmnlab" => Ok(Source::Wmnlab),
             "ucc5g" => Ok(Source::Ucc5g),
-            other => Err(format!("source `{other}` is not one of sim, wmnlab, ucc5g")),
+            "relay" => Ok(Source::Relay),
+            other => Err(format!(
+                "source `{other}` is not one of sim, wmnlab, ucc5g, relay"
+            )),
         }
     }
 }

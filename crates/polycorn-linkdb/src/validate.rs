@@ -386,23 +386,33 @@ pub fn leave_one_ride_out_judged(
     lead: Lead,
     truth: Truth,
 ) -> Vec<(ModelKind, Report)> {
+    leave_one_ride_out_across(trips, trips, kinds, lead, truth)
+}
+
+/// [`leave_one_ride_out_judged`] with the history and the judged rides from two sets: each ride
+/// of `judge` is replayed through predictors built from the trips of `train` that belong to
+/// other rides (rides matched by [`ride_of`]). With `train` the rides as their relays inferred
+/// them and `judge` the same rides' ground truth, it measures what LinkDB learns from relays
+/// alone.
+pub fn leave_one_ride_out_across(
+    train: &[TripData],
+    judge: &[TripData],
+    kinds: &[ModelKind],
+    lead: Lead,
+    truth: Truth,
+) -> Vec<(ModelKind, Report)> {
     let mut rides: BTreeMap<&str, Vec<usize>> = BTreeMap::new();
-    for (i, t) in trips.iter().enumerate() {
+    for (i, t) in judge.iter().enumerate() {
         rides.entry(ride_of(t)).or_default().push(i);
     }
     let mut reports: Vec<(ModelKind, Report)> =
         kinds.iter().map(|k| (*k, Report::default())).collect();
-    for held in rides.values() {
-        let train: Vec<&TripData> = trips
-            .iter()
-            .enumerate()
-            .filter(|(i, _)| !held.contains(i))
-            .map(|(_, t)| t)
-            .collect();
+    for (ride, held) in &rides {
+        let history: Vec<&TripData> = train.iter().filter(|t| ride_of(t) != *ride).collect();
         for (kind, rep) in &mut reports {
-            let mut pred = kind.build(&train);
+            let mut pred = kind.build(&history);
             for &i in held {
-                for j in replay_judged(&mut pred, &trips[i], lead, truth) {
+                for j in replay_judged(&mut pred, &judge[i], lead, truth) {
                     let mut c = Categories::default();
                     c.add(j.failed, j.delta_s);
                     rep.per_carrier

@@ -473,6 +473,10 @@ pub struct ContextConfig {
     pub gpsd: SocketAddr,
     /// `replay`: the context log; required and must exist when `source = "replay"`.
     pub replay: Option<PathBuf>,
+    /// `record`: a directory where the relay writes every fix it receives, with its modems'
+    /// serving cells ([`crate::context::Recorder`]), for `polycorn linkdb import --ride-log`.
+    /// None (default): nothing is recorded.
+    pub record: Option<PathBuf>,
 }
 
 impl Default for ContextConfig {
@@ -481,6 +485,7 @@ impl Default for ContextConfig {
             source: ContextSource::None,
             gpsd: SocketAddr::from(([127, 0, 0, 1], 2947)),
             replay: None,
+            record: None,
         }
     }
 }
@@ -821,6 +826,16 @@ impl RelayConfig {
                 }
                 Some(file) => v.existing_file("context.replay", file)?,
             }
+        }
+        if let Some(record) = &mut ctx.record {
+            *record = resolve(base, record);
+            if ctx.source == ContextSource::None {
+                return Err(v.invalid(
+                    "context.record",
+                    "nothing to record without context.source (gpsd or replay)",
+                ));
+            }
+            v.record_dir("context.record", record)?;
         }
         v.linkdb(&self.linkdb)?;
         if self.linkdb.db.is_some() && ctx.source == ContextSource::None {
@@ -1507,6 +1522,27 @@ impl Validator<'_> {
         Ok(())
     }
 
+    /// A directory the daemon may create files in: it is one, or it does not exist yet and
+    /// its nearest existing ancestor is a directory (the daemon creates the rest at start).
+    fn record_dir(&self, key: &str, dir: &Path) -> Result<(), ConfigError> {
+        for a in dir.ancestors().filter(|a| !a.as_os_str().is_empty()) {
+            match std::fs::metadata(a) {
+                Ok(m) if m.is_dir() => return Ok(()),
+                Ok(_) => return Err(self.invalid(key, format!("{}: not a directory", a.display()))),
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        io::ErrorKind::NotFound | io::ErrorKind::NotADirectory
+                    ) =>
+                {
+                    continue
+                }
+                Err(e) => return Err(self.invalid(key, format!("{}: {e}", a.display()))),
+            }
+        }
+        Ok(())
+    }
+
     fn existing_file(&self, key: &str, file: &Path) -> Result<(), ConfigError> {
         match std::fs::metadata(file) {
             Ok(m) if m.is_file() => Ok(()),
@@ -1763,6 +1799,9 @@ key = "relay.key"
 source = "none"
 gpsd = "127.0.0.1:2947"
 # replay = "context.csv"     # required with source = "replay"
+# Keep every fix with the modems' serving cells, one CSV per day, for
+# `polycorn linkdb import --ride-log` (LinkDB learns this train's handovers):
+# record = "/var/lib/polycorn/context"
 
 [linkdb]
 # Optional handover database (see `polycorn linkdb`), the same one the proxy uses: the uplink

@@ -634,7 +634,9 @@ pub const CSV_BASE_COLUMNS: [&str; 5] = ["t_ms", "lat", "lon", "speed_mps", "hea
 /// ```
 ///
 /// After the five fixed columns come one `cell_NAME,rsrp_dbm_NAME` pair per carrier, in path
-/// order (path 0 first; at most [`MAX_CARRIERS`]); empty fields mean no cell (blackout).
+/// order (path 0 first; at most [`MAX_CARRIERS`]); empty fields mean no cell (blackout), an
+/// empty speed or heading one the receiver did not report. A relay's own log ([`Recorder`])
+/// has the same format.
 /// `t_ms` is time since the trip began and must not decrease; it becomes
 /// [`ContextFix::unix_ms`] as is ([`replay`] restamps it). Blank lines are skipped. Errors
 /// name the file, line and column.
@@ -756,11 +758,20 @@ fn parse_replay_csv(path: &Path, text: &str) -> Result<Vec<ContextFix>, ContextE
         if !(-180.0..=180.0).contains(&lon) {
             return Err(field_err(2, format!("{lon} is not a longitude")));
         }
-        let speed_mps = num(3)?;
+        // Empty: not reported (a relay's own log, [`Recorder`], of a receiver without them).
+        let speed_mps = if fields[3].is_empty() {
+            f64::NAN
+        } else {
+            num(3)?
+        };
         if speed_mps < 0.0 {
             return Err(field_err(3, format!("negative speed {speed_mps}")));
         }
-        let heading_deg = num(4)?;
+        let heading_deg = if fields[4].is_empty() {
+            f64::NAN
+        } else {
+            num(4)?
+        };
         let mut cells = Vec::with_capacity(carriers);
         for k in 0..carriers {
             let (ci, ri) = (5 + 2 * k, 6 + 2 * k);
@@ -832,6 +843,179 @@ pub async fn replay(
         sent += 1;
     }
     Ok(sent)
+}
+
+// ---------------------------------------------------------------------------------------------
+// Recording
+
+/// Prefix of a relay's context log files (`context-20261130T111639Z.csv`).
+pub const RECORD_PREFIX: &str = "context-";
+
+/// The relay's own context log (`[context] record`): every fix it receives, with each modem's
+/// serving cell and RSRP, in the format [`read_replay_csv`] reads (so a day on the train can be
+/// replayed in the testbed) and `polycorn linkdb import --ride-log` turns into handover history.
+///
+/// One file per UTC day and per start, named after its first fix
+/// (`context-YYYYMMDDTHHMMSSZ.csv`); `t_ms` counts from that fix. A fix no later than the one
+/// before is skipped (gpsd repeats a `TPV` when nothing changed); a clock that goes back starts
+/// a new file. Each row is written through at once, so a crash loses at most the row being
+/// written.
+#[derive(Debug)]
+pub struct Recorder {
+    dir: PathBuf,
+    carriers: Vec<String>,
+    open: Option<OpenLog>,
+}
+
+#[derive(Debug)]
+struct OpenLog {
+    file: std::io::BufWriter<std::fs::File>,
+    path: PathBuf,
+    day: u64,
+    start_ms: u64,
+    last_ms: u64,
+}
+
+impl Recorder {
+    /// A recorder writing into `dir` (created if missing), with one `cell_NAME,rsrp_dbm_NAME`
+    /// column pair per carrier in path order.
+    pub fn new(dir: &Path, carriers: Vec<String>) -> Result<Self, ContextError> {
+        if carriers.is_empty() || carriers.len() > MAX_CARRIERS {
+            return Err(ContextError::Io {
+                path: dir.to_path_buf(),
+                source: io::Error::new(
+                    io::ErrorKind::InvalidInput,
+                    format!("{} carriers: 1 to {MAX_CARRIERS}", carriers.len()),
+                ),
+            });
+        }
+        if let Some(bad) = carriers
+            .iter()
+            .find(|c| c.is_empty() || c.contains([',', '\n', '\r', '"']))
+        {
+            return Err(ContextError::Io {
+                path: dir.to_path_buf(),
+                source: io::Error::new(
+                    io::ErrorKind::InvalidInput,
+                    format!("carrier name `{bad}` cannot be a column name"),
+                ),
+            });
+        }
+        std::fs::create_dir_all(dir).map_err(|source| ContextError::Io {
+            path: dir.to_path_buf(),
+            source,
+        })?;
+        Ok(Recorder {
+            dir: dir.to_path_buf(),
+            carriers,
+            open: None,
+        })
+    }
+
+    /// Append `fix`. Returns the file it started, when it started one.
+    pub fn record(&mut self, fix: &ContextFix) -> Result<Option<PathBuf>, ContextError> {
+        let day = fix.unix_ms / 86_400_000;
+        let continues = match &self.open {
+            Some(o) if o.day == day && fix.unix_ms >= o.last_ms => {
+                if fix.unix_ms == o.last_ms {
+                    return Ok(None);
+                }
+                true
+            }
+            _ => false,
+        };
+        let started = if continues {
+            None
+        } else {
+            Some(self.start(fix.unix_ms)?)
+        };
+        let o = self.open.as_mut().expect("a log is open");
+        let mut row = format!(
+            "{},{:.7},{:.7},",
+            fix.unix_ms - o.start_ms,
+            fix.lat,
+            fix.lon
+        );
+        if fix.speed_mps.is_finite() {
+            row.push_str(&format!("{:.2}", fix.speed_mps.max(0.0)));
+        }
+        row.push(',');
+        if fix.heading_deg.is_finite() {
+            row.push_str(&format!("{:.1}", fix.heading_deg));
+        }
+        for k in 0..self.carriers.len() {
+            let c = fix.cells.iter().find(|c| usize::from(c.path) == k);
+            row.push(',');
+            if let Some(cell) = c.and_then(|c| c.cell) {
+                row.push_str(&cell.to_string());
+            }
+            row.push(',');
+            if let Some(r) = c.and_then(|c| c.rsrp_dbm).filter(|r| r.is_finite()) {
+                row.push_str(&format!("{r:.1}"));
+            }
+        }
+        row.push('\n');
+        let io_err = |source| ContextError::Io {
+            path: o.path.clone(),
+            source,
+        };
+        use std::io::Write as _;
+        o.file.write_all(row.as_bytes()).map_err(io_err)?;
+        o.file.flush().map_err(io_err)?;
+        o.last_ms = fix.unix_ms;
+        Ok(started)
+    }
+
+    fn start(&mut self, unix_ms: u64) -> Result<PathBuf, ContextError> {
+        let secs = unix_ms / 1000;
+        let (y, mo, d) = crate::tls::civil_from_days((secs / 86_400) as i64);
+        let sod = secs % 86_400;
+        let stamp = format!(
+            "{y:04}{mo:02}{d:02}T{:02}{:02}{:02}Z",
+            sod / 3600,
+            sod / 60 % 60,
+            sod % 60
+        );
+        let mut n = 1;
+        let (path, file) = loop {
+            let name = if n == 1 {
+                format!("{RECORD_PREFIX}{stamp}.csv")
+            } else {
+                format!("{RECORD_PREFIX}{stamp}-{n}.csv")
+            };
+            let path = self.dir.join(name);
+            match std::fs::OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .open(&path)
+            {
+                Ok(f) => break (path, f),
+                Err(e) if e.kind() == io::ErrorKind::AlreadyExists && n < 1000 => n += 1,
+                Err(source) => return Err(ContextError::Io { path, source }),
+            }
+        };
+        let mut file = std::io::BufWriter::new(file);
+        let mut header = CSV_BASE_COLUMNS.join(",");
+        for c in &self.carriers {
+            header.push_str(&format!(",cell_{c},rsrp_dbm_{c}"));
+        }
+        header.push('\n');
+        use std::io::Write as _;
+        file.write_all(header.as_bytes())
+            .and_then(|()| file.flush())
+            .map_err(|source| ContextError::Io {
+                path: path.clone(),
+                source,
+            })?;
+        self.open = Some(OpenLog {
+            file,
+            path: path.clone(),
+            day: unix_ms / 86_400_000,
+            start_ms: unix_ms,
+            last_ms: unix_ms,
+        });
+        Ok(path)
+    }
 }
 
 #[cfg(test)]

@@ -125,6 +125,8 @@ impl FlowSignal {
 struct Core {
     session: Session,
     predictor: Box<dyn crate::predictor::TrainPredictor>,
+    /// The train context last fed to the predictor, for one that replaces it.
+    last_context: Option<polycorn_proto::ContextInfo>,
     flows: HashMap<u64, Arc<FlowSignal>>,
     writers: Vec<Option<Arc<Notify>>>,
     /// Per path: wakes the subflow task that a newer subflow replaced.
@@ -324,6 +326,7 @@ impl Engine {
             core: Mutex::new(Core {
                 session,
                 predictor,
+                last_context: None,
                 flows: HashMap::new(),
                 writers,
                 cancel,
@@ -392,6 +395,20 @@ impl Engine {
         let now = self.now();
         let mut c = self.lock();
         c.predictor.on_context(now, ctx);
+        c.last_context = Some(ctx.clone());
+        self.drive(&mut c, now);
+    }
+
+    /// Puts `predictor` in place of the session's handover predictor (a LinkDB rebuilt by a
+    /// reload). It is first given the last train context the session had, so it predicts from
+    /// the next decision on, where the train is, rather than from the next fix.
+    pub fn replace_predictor(&self, mut predictor: Box<dyn crate::predictor::TrainPredictor>) {
+        let now = self.now();
+        let mut c = self.lock();
+        if let Some(ctx) = &c.last_context {
+            predictor.on_context(now, ctx);
+        }
+        c.predictor = predictor;
         self.drive(&mut c, now);
     }
 
@@ -1085,6 +1102,48 @@ mod tests {
     use std::task::{Context, Poll, Waker};
     use std::time::Duration;
     use tokio::io::{AsyncReadExt, DuplexStream, ReadBuf};
+
+    /// A predictor that keeps every context it is given.
+    struct Keeps(Arc<Mutex<Vec<u64>>>);
+    impl polycorn_sched::HandoverPredictor for Keeps {
+        fn next_failure(&self, _path: polycorn_sched::PathId, _now: Instant) -> Option<Instant> {
+            None
+        }
+    }
+    impl crate::predictor::TrainPredictor for Keeps {
+        fn on_context(&mut self, _now: Instant, ctx: &ContextInfo) {
+            self.0.lock().unwrap().push(ctx.unix_ms);
+        }
+    }
+
+    /// A predictor that replaces the session's (a reload rebuilt LinkDB) starts from the train
+    /// context the session last had, and gets the later ones; the one it replaced gets no more.
+    #[tokio::test]
+    async fn a_replaced_predictor_starts_from_the_last_context() {
+        let session = Session::new(SessionConfig::new(Role::Proxy, 7, "minrtt")).expect("session");
+        let old = Arc::new(Mutex::new(Vec::new()));
+        let (engine, _events) = Engine::new(session, Box::new(Keeps(old.clone())));
+        let ctx = |ms: u64| ContextInfo {
+            unix_ms: ms,
+            lat: 39.8,
+            lon: 116.3,
+            speed_mps: 80.0,
+            heading_deg: 160.0,
+            cells: vec![],
+        };
+        // Before any context, the new one is given nothing.
+        let first = Arc::new(Mutex::new(Vec::new()));
+        engine.replace_predictor(Box::new(Keeps(first.clone())));
+        assert!(first.lock().unwrap().is_empty());
+        engine.on_context(&ctx(1000));
+        engine.on_context(&ctx(2000));
+        let new = Arc::new(Mutex::new(Vec::new()));
+        engine.replace_predictor(Box::new(Keeps(new.clone())));
+        engine.on_context(&ctx(3000));
+        assert!(old.lock().unwrap().is_empty());
+        assert_eq!(*first.lock().unwrap(), [1000, 2000]);
+        assert_eq!(*new.lock().unwrap(), [2000, 3000]);
+    }
 
     #[test]
     fn the_write_log_ages_the_oldest_unacknowledged_bytes() {

@@ -23,6 +23,15 @@ use crate::subflow;
 pub type PredictorFactory =
     Arc<dyn Fn() -> Box<dyn crate::predictor::TrainPredictor> + Send + Sync>;
 
+/// The proxy's predictor factory, replaceable while it runs (a reload rebuilds LinkDB; see
+/// [`replace_predictors`] for the sessions already up). `None`: no prediction.
+pub type LivePredictor = crate::live::Live<Option<PredictorFactory>>;
+
+/// A [`LivePredictor`] that never predicts (no LinkDB).
+pub fn no_predictor() -> LivePredictor {
+    crate::live::Live::new(Arc::new(None))
+}
+
 /// Everything the proxy needs, already validated.
 #[derive(Clone)]
 pub struct ProxyOptions {
@@ -43,8 +52,8 @@ pub struct ProxyOptions {
     pub policy: crate::live::Live<DestinationPolicy>,
     /// Connect timeout towards destinations.
     pub connect_timeout: Duration,
-    /// Predictor per session.
-    pub predictor: Option<PredictorFactory>,
+    /// Predictor per session; a reload may replace it ([`replace_predictors`]).
+    pub predictor: LivePredictor,
     /// Where to count bytes, refusals and flows.
     pub metrics: Option<Arc<crate::metrics::Metrics>>,
     /// Relay names refused (`proxy.revoked_relays`), replaceable while the proxy runs
@@ -101,6 +110,25 @@ pub async fn shut_down(sessions: &Sessions, grace: Duration, drain: Duration) ->
         cut += r.unwrap_or(0);
     }
     (live.len(), cut)
+}
+
+/// A session's predictor from `factory` (none: no prediction).
+fn make_predictor(factory: Option<&PredictorFactory>) -> Box<dyn crate::predictor::TrainPredictor> {
+    match factory {
+        Some(f) => f(),
+        None => Box::new(NoPrediction),
+    }
+}
+
+/// Gives every live session a predictor from `factory` (a LinkDB rebuilt by a reload, or none),
+/// in place of the one it had; later sessions take theirs from the [`LivePredictor`], which the
+/// caller replaces first. Returns how many sessions were given one.
+pub fn replace_predictors(sessions: &Sessions, factory: Option<&PredictorFactory>) -> usize {
+    let live = live_sessions(sessions);
+    for l in &live {
+        l.engine.replace_predictor(make_predictor(factory));
+    }
+    live.len()
 }
 
 /// Replaces the revoked names with `names` and ends the subflows of every live session whose
@@ -453,10 +481,7 @@ async fn accept_loop(
                                 return;
                             }
                         };
-                        let pred: Box<dyn crate::predictor::TrainPredictor> = match &o.predictor {
-                            Some(f) => f(),
-                            None => Box::new(NoPrediction),
-                        };
+                        let pred = make_predictor(o.predictor.current().1.as_ref().as_ref());
                         let (engine, events) = Engine::new(session, pred);
                         if let Some(m) = &o.metrics {
                             engine.set_metrics(m.clone());

@@ -609,7 +609,7 @@ fn current_year() -> i32 {
 }
 
 /// The (proleptic Gregorian) UTC date of a day counted from 1970-01-01.
-fn civil_from_days(days: i64) -> (i32, u32, u32) {
+pub(crate) fn civil_from_days(days: i64) -> (i32, u32, u32) {
     let z = days + 719_468;
     let era = z.div_euclid(146_097);
     let doe = z - era * 146_097;

@@ -1124,3 +1124,35 @@ fn config_check_tells_a_proxy_names_addresses_and_failover() {
     assert!(relay(&invalid, d).unwrap().proxy_notes().is_empty());
     assert!(relay(RELAY_MIN, d).unwrap().proxy_notes().is_empty());
 }
+
+#[test]
+fn context_record_is_a_directory_the_relay_can_make() {
+    let dir = files();
+    let d = dir.path();
+    let gpsd = "\n[context]\nsource = \"gpsd\"\n";
+    // Relative to the file's directory; made at start when only its parent exists.
+    let r = relay(&format!("{RELAY_MIN}{gpsd}record = \"ctx\"\n"), d).unwrap();
+    assert_eq!(r.context.record, Some(d.join("ctx")));
+    assert!(relay(RELAY_MIN, d).unwrap().context.record.is_none());
+    relay_err(
+        &format!("{RELAY_MIN}\n[context]\nrecord = \"ctx\"\n"),
+        d,
+        "context.record",
+        "nothing to record without context.source",
+    );
+    relay_err(
+        &format!("{RELAY_MIN}{gpsd}record = \"ca.pem\"\n"),
+        d,
+        "context.record",
+        "not a directory",
+    );
+    relay_err(
+        &format!("{RELAY_MIN}{gpsd}record = \"ca.pem/ctx/day\"\n"),
+        d,
+        "context.record",
+        "ca.pem: not a directory",
+    );
+    // Directories that do not exist yet are made at start.
+    let r = relay(&format!("{RELAY_MIN}{gpsd}record = \"a/b/c\"\n"), d).unwrap();
+    assert_eq!(r.context.record, Some(d.join("a/b/c")));
+}

@@ -389,3 +389,125 @@ async fn follows_the_emulator_context_server() {
     assert_eq!((stats.fixes, stats.malformed_lines), (2, 0));
     drop(server);
 }
+
+/// The relay's own context log: the replay format, one file per day and per start, a repeated
+/// fix skipped, unreported speed and heading left empty; replayable, and LinkDB finds the
+/// handovers in it.
+#[test]
+fn the_relay_records_what_it_is_told_for_replay_and_for_linkdb() {
+    use polycorn_net::context::Recorder;
+    let dir = tempfile::tempdir().unwrap();
+    let rec_dir = dir.path().join("ctx");
+    let mut rec = Recorder::new(&rec_dir, vec!["A".into(), "B".into()]).unwrap();
+    // 2026-11-30T23:59:50Z: ten seconds before a new day.
+    let t0 = 1_796_083_190_000u64;
+    let fix = |s: u64, a: Option<u64>, b: Option<u64>, speed: f64| ContextFix {
+        unix_ms: t0 + s * 1000,
+        lat: 39.865 - s as f64 * 0.0007,
+        lon: 116.378,
+        speed_mps: speed,
+        heading_deg: if speed.is_nan() { f64::NAN } else { 180.0 },
+        cells: vec![
+            CellReport {
+                path: 0,
+                cell: a,
+                rsrp_dbm: a.map(|_| -90.5),
+            },
+            CellReport {
+                path: 1,
+                cell: b,
+                rsrp_dbm: b.map(|_| -101.0),
+            },
+        ],
+    };
+    let mut started = Vec::new();
+    for (s, a, b, v) in [
+        (0, Some(1), Some(7), 78.0),
+        (1, Some(1), Some(7), 78.0),
+        (1, Some(1), Some(7), 78.0), // the same fix again
+        (2, Some(2), None, 78.0),
+        (3, Some(2), None, f64::NAN),
+        (4, Some(2), Some(8), 78.0),
+        (11, Some(3), Some(8), 78.0), // the next UTC day
+    ] {
+        if let Some(p) = rec.record(&fix(s, a, b, v)).unwrap() {
+            started.push(p);
+        }
+    }
+    let names: Vec<String> = started
+        .iter()
+        .map(|p| p.file_name().unwrap().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(
+        names,
+        [
+            "context-20261130T235950Z.csv",
+            "context-20261201T000001Z.csv"
+        ]
+    );
+    let text = std::fs::read_to_string(&started[0]).unwrap();
+    assert_eq!(
+        text,
+        "t_ms,lat,lon,speed_mps,heading_deg,cell_A,rsrp_dbm_A,cell_B,rsrp_dbm_B\n\
+         0,39.8650000,116.3780000,78.00,180.0,1,-90.5,7,-101.0\n\
+         1000,39.8643000,116.3780000,78.00,180.0,1,-90.5,7,-101.0\n\
+         2000,39.8636000,116.3780000,78.00,180.0,2,-90.5,,\n\
+         3000,39.8629000,116.3780000,,,2,-90.5,,\n\
+         4000,39.8622000,116.3780000,78.00,180.0,2,-90.5,8,-101.0\n"
+    );
+    // A restart in the same second gets a file of its own.
+    let mut again = Recorder::new(&rec_dir, vec!["A".into(), "B".into()]).unwrap();
+    let p = again.record(&fix(0, Some(1), None, 1.0)).unwrap().unwrap();
+    assert!(p.ends_with("context-20261130T235950Z-2.csv"), "{p:?}");
+
+    // Replayable: the same fixes, unreported speed as NaN.
+    let back = read_replay_csv(&started[0]).unwrap();
+    assert_eq!(back.len(), 5);
+    assert_eq!(back[2].cells[1].cell, None);
+    assert!(back[3].speed_mps.is_nan() && back[3].heading_deg.is_nan());
+    assert_eq!(back[4].cells[1].cell, Some(8));
+
+    // LinkDB: A's 1 -> 2 is a success, B's lost 7 then 8 a failure.
+    use polycorn_linkdb::import::relay;
+    use polycorn_linkdb::record::{Direction, Outcome};
+    let opts = relay::Options {
+        route: "test".into(),
+        track: polycorn_linkdb::predict::Track {
+            origin: (39.865, 116.378),
+            heading_deg: 180.0,
+        },
+        direction: Some(Direction::Up),
+        carriers: None,
+    };
+    let (trips, rep) = relay::import(&started[0], &opts).unwrap();
+    assert!(rep.bad.is_empty(), "{rep:?}");
+    let hos: Vec<_> = trips[0]
+        .handovers
+        .iter()
+        .map(|h| (h.carrier.as_str(), h.from_cell.as_str(), h.outcome))
+        .collect();
+    assert_eq!(
+        hos,
+        [("A", "1", Outcome::Success), ("B", "7", Outcome::Failure)]
+    );
+}
+
+#[test]
+fn a_recorder_refuses_carrier_names_that_cannot_be_columns() {
+    use polycorn_net::context::Recorder;
+    let dir = tempfile::tempdir().unwrap();
+    for names in [vec![], vec!["A,B".to_string()], vec![String::new()]] {
+        let e = Recorder::new(dir.path(), names.clone())
+            .err()
+            .map(|e| e.to_string());
+        assert!(e.is_some(), "{names:?} accepted");
+    }
+    // A file where the directory should be.
+    let f = dir.path().join("file");
+    std::fs::write(&f, "x").unwrap();
+    let e = Recorder::new(&f, vec!["A".into()])
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(e.contains("file"), "{e}");
+}

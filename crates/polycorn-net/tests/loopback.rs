@@ -158,7 +158,7 @@ async fn start_pair_with(
         ))
         .into(),
         connect_timeout: Duration::from_secs(3),
-        predictor: None,
+        predictor: proxy::no_predictor(),
         metrics,
         revoked_relays: Default::default(),
     };

@@ -8,7 +8,7 @@ use std::path::PathBuf;
 use anyhow::{bail, Context, Result};
 use clap::{Args, Subcommand};
 use polycorn_linkdb::analysis;
-use polycorn_linkdb::import::{sim, ucc5g, wmnlab, ImportReport};
+use polycorn_linkdb::import::{relay, sim, ucc5g, wmnlab, ImportReport};
 use polycorn_linkdb::predict::Predictor;
 use polycorn_linkdb::record::{Direction, Source, TripData};
 use polycorn_linkdb::store::{Imported, Store, TripFilter};
@@ -27,7 +27,7 @@ pub struct DbArgs {
 /// Which trips an analysis reads.
 #[derive(Args, Debug, Clone)]
 pub struct FilterArgs {
-    /// Only this source (sim, wmnlab, ucc5g).
+    /// Only this source (sim, wmnlab, ucc5g, relay).
     #[arg(long)]
     pub source: Option<String>,
     /// Only this route (e.g. hsr/route1, wmnlab/taipei-metro).
@@ -90,6 +90,12 @@ pub enum LinkdbAction {
         /// recorded start. Successes are judged at their start either way.
         #[arg(long, default_value = "loss", value_parser = ["loss", "start"])]
         truth: String,
+        /// Build the predictors from this source's trips of the same route (the rides other
+        /// than the one judged) instead of the judged trips' own source: `--source sim
+        /// --train-source relay` judges, against the ground truth, what LinkDB learns from the
+        /// relays' own logs.
+        #[arg(long)]
+        train_source: Option<String>,
     },
     /// One prediction: when does the next handover of a path on this cell fail?
     Predict(PredictArgs),
@@ -124,6 +130,31 @@ pub struct ImportArgs {
     /// First trip seed for `--simulate` (then +1 per trip).
     #[arg(long, default_value_t = 1)]
     pub first_trip_seed: u64,
+    /// A relay's context log (`[context] record`), a file or a directory of them (repeatable):
+    /// rides cut where the train turns, handovers inferred from the serving cells.
+    #[arg(long)]
+    pub ride_log: Vec<PathBuf>,
+    /// Route of `--ride-log` rides (e.g. beijing-shanghai).
+    #[arg(long)]
+    pub route: Option<String>,
+    /// Position 0 of the line for `--ride-log`, `LAT,LON` (as `[linkdb] track_origin`).
+    #[arg(long, value_delimiter = ',', allow_negative_numbers = true)]
+    pub track_origin: Vec<f64>,
+    /// Heading of the line for `--ride-log`, degrees clockwise from north.
+    #[arg(long, allow_negative_numbers = true)]
+    pub track_heading: Option<f64>,
+    /// Carrier names for the `--ride-log` columns in order (as the proxy's `[linkdb] carriers`);
+    /// default: the columns' own names.
+    #[arg(long, value_delimiter = ',')]
+    pub carriers: Vec<String>,
+    /// Direction of every `--ride-log` file (one ride each); default: found from the fixes.
+    #[arg(long, value_parser = ["up", "down"])]
+    pub direction: Option<String>,
+    /// Store `--simulate` and `--trip-dir` trips as their relay would have recorded them:
+    /// source `relay`, handovers inferred from the context log instead of the ground truth,
+    /// and print how the two compare.
+    #[arg(long)]
+    pub as_seen_by_relay: bool,
     /// Bad rows to list (all are counted).
     #[arg(long, default_value_t = 20)]
     pub show_bad: usize,
@@ -177,13 +208,28 @@ pub fn run(action: LinkdbAction) -> Result<()> {
             risk_thresholds,
             hpr_rtt_ms,
             truth,
+            train_source,
         } => {
             let truth = if truth == "start" {
                 validate::Truth::Start
             } else {
                 validate::Truth::Disruption
             };
-            validate_cmd(&db, &filter, &models, &risk_thresholds, hpr_rtt_ms, truth)
+            let train_source = train_source
+                .as_deref()
+                .map(str::parse::<Source>)
+                .transpose()
+                .map_err(anyhow::Error::msg)
+                .context("--train-source")?;
+            validate_cmd(
+                &db,
+                &filter,
+                &models,
+                &risk_thresholds,
+                hpr_rtt_ms,
+                truth,
+                train_source,
+            )
         }
         LinkdbAction::Predict(a) => predict(&a),
     }
@@ -223,32 +269,85 @@ fn store_all(
 }
 
 fn import(a: &ImportArgs) -> Result<()> {
-    if a.trip_dir.is_empty() && a.wmnlab.is_none() && a.ucc5g.is_none() && a.simulate.is_none() {
-        bail!("nothing to import: give --trip-dir, --wmnlab, --ucc5g or --simulate");
+    let relay_opts = ride_log_options(a)?;
+    if a.trip_dir.is_empty()
+        && a.wmnlab.is_none()
+        && a.ucc5g.is_none()
+        && a.simulate.is_none()
+        && a.ride_log.is_empty()
+    {
+        bail!("nothing to import: give --trip-dir, --wmnlab, --ucc5g, --simulate or --ride-log");
+    }
+    if a.as_seen_by_relay && a.trip_dir.is_empty() && a.simulate.is_none() {
+        bail!("--as-seen-by-relay applies to --simulate and --trip-dir (trips with ground truth)");
     }
     let mut store = open(&a.db)?;
     println!("database: {} ({})", store.redacted_url(), store.engine());
+    let mut truth_vs_relay = relay::Comparison::default();
+    let mut as_relay = |trips: Vec<TripData>, rep: &mut ImportReport| -> Vec<TripData> {
+        if !a.as_seen_by_relay {
+            return trips;
+        }
+        trips
+            .iter()
+            .map(|t| {
+                let (seen, st) = relay::as_seen_by_relay(t);
+                let c = relay::compare(&t.handovers, &seen.handovers);
+                truth_vs_relay.true_failures += c.true_failures;
+                truth_vs_relay.inferred_failures += c.inferred_failures;
+                truth_vs_relay.matched_failures += c.matched_failures;
+                truth_vs_relay.true_successes += c.true_successes;
+                truth_vs_relay.inferred_successes += c.inferred_successes;
+                truth_vs_relay.position_error_m.extend(c.position_error_m);
+                if st.gaps > 0 {
+                    rep.notes.push(format!(
+                        "{}: {} gaps in the context log",
+                        t.meta.name, st.gaps
+                    ));
+                }
+                seen
+            })
+            .collect()
+    };
     for dir in &a.trip_dir {
-        let (trip, rep) =
+        let (trip, mut rep) =
             sim::from_dir(dir).with_context(|| format!("import {}", dir.display()))?;
+        let trips = as_relay(vec![trip], &mut rep);
         store_all(
             &mut store,
             &format!("trip {}", dir.display()),
-            &[trip],
+            &trips,
             &rep,
             a.show_bad,
         )?;
     }
     if let Some(n) = a.simulate {
         let seeds = a.first_trip_seed..a.first_trip_seed.saturating_add(n);
-        let trips = sim::simulate(&a.preset, a.route_seed, seeds)?;
+        let mut rep = ImportReport::default();
+        let trips = as_relay(sim::simulate(&a.preset, a.route_seed, seeds)?, &mut rep);
         store_all(
             &mut store,
             &format!("simulated {} route {}", a.preset, a.route_seed),
             &trips,
-            &ImportReport::default(),
+            &rep,
             a.show_bad,
         )?;
+    }
+    if a.as_seen_by_relay {
+        print_comparison(&truth_vs_relay);
+    }
+    if let Some(opts) = &relay_opts {
+        for p in &a.ride_log {
+            let (trips, rep) =
+                relay::import(p, opts).with_context(|| format!("import {}", p.display()))?;
+            store_all(
+                &mut store,
+                &format!("ride log {}", p.display()),
+                &trips,
+                &rep,
+                a.show_bad,
+            )?;
+        }
     }
     if let Some(p) = &a.wmnlab {
         if !(a.wmnlab_grid_m.is_finite() && a.wmnlab_grid_m >= 10.0) {
@@ -268,6 +367,88 @@ fn import(a: &ImportArgs) -> Result<()> {
         store_all(&mut store, "ucc5g", &trips, &rep, a.show_bad)?;
     }
     Ok(())
+}
+
+/// `--ride-log`'s options, checked before anything is stored; `None` without `--ride-log`.
+fn ride_log_options(a: &ImportArgs) -> Result<Option<relay::Options>> {
+    if a.ride_log.is_empty() {
+        if a.route.is_some()
+            || !a.track_origin.is_empty()
+            || a.track_heading.is_some()
+            || a.direction.is_some()
+            || !a.carriers.is_empty()
+        {
+            bail!(
+                "--route, --track-origin, --track-heading, --direction and --carriers go with \
+                 --ride-log"
+            );
+        }
+        return Ok(None);
+    }
+    let route =
+        a.route.clone().filter(|r| !r.trim().is_empty()).context(
+            "--ride-log needs --route: the line the rides were on (their cells are its)",
+        )?;
+    let [lat, lon] = a.track_origin[..] else {
+        bail!("--ride-log needs --track-origin LAT,LON: position 0 of the line");
+    };
+    if !(-90.0..=90.0).contains(&lat) || !(-180.0..=180.0).contains(&lon) {
+        bail!("--track-origin {lat},{lon} is not a latitude and longitude");
+    }
+    let heading = a
+        .track_heading
+        .context("--ride-log needs --track-heading DEG: the line's heading")?;
+    if !heading.is_finite() {
+        bail!("--track-heading {heading} is not a number of degrees");
+    }
+    let direction = a
+        .direction
+        .as_deref()
+        .map(str::parse::<Direction>)
+        .transpose()
+        .map_err(anyhow::Error::msg)?;
+    Ok(Some(relay::Options {
+        route,
+        track: polycorn_linkdb::predict::Track {
+            origin: (lat, lon),
+            heading_deg: heading,
+        },
+        direction,
+        carriers: (!a.carriers.is_empty()).then(|| a.carriers.clone()),
+    }))
+}
+
+/// How the handovers a relay would have inferred compare with the truth.
+fn print_comparison(c: &relay::Comparison) {
+    let mut err: Vec<f64> = c.position_error_m.iter().map(|e| e.abs()).collect();
+    err.sort_by(f64::total_cmp);
+    let q = |p: f64| {
+        if err.is_empty() {
+            f64::NAN
+        } else {
+            err[((err.len() - 1) as f64 * p).round() as usize]
+        }
+    };
+    let signed: f64 =
+        c.position_error_m.iter().sum::<f64>() / c.position_error_m.len().max(1) as f64;
+    println!(
+        "as the relay saw them: {} of {} failures found within {} s of the loss ({:.1}%), {} \
+         failures inferred in all; {} successes inferred for {} true ones",
+        c.matched_failures,
+        c.true_failures,
+        relay::MATCH_MS / 1000,
+        100.0 * c.matched_failures as f64 / c.true_failures.max(1) as f64,
+        c.inferred_failures,
+        c.inferred_successes,
+        c.true_successes
+    );
+    println!(
+        "  where the loss was placed: |error| median {:.0} m, p90 {:.0} m, mean error {:+.0} m \
+         (inferred − true, along the line)",
+        q(0.5),
+        q(0.9),
+        signed
+    );
 }
 
 fn stats(db: &DbArgs) -> Result<()> {
@@ -393,11 +574,15 @@ fn validate_cmd(
     thresholds: &[f64],
     hpr_rtt_ms: Option<f64>,
     truth: validate::Truth,
+    train_source: Option<Source>,
 ) -> Result<()> {
     if let Some(r) = hpr_rtt_ms {
         if !(r.is_finite() && r >= 0.0) {
             bail!("--hpr-rtt-ms must be a number >= 0, got {r}");
         }
+    }
+    if train_source.is_some() && !thresholds.is_empty() {
+        bail!("--risk-thresholds and --train-source do not go together");
     }
     let kinds: Vec<ModelKind> = models
         .iter()
@@ -411,7 +596,33 @@ fn validate_cmd(
     if trips.is_empty() {
         bail!("no trips match; import some first (polycorn linkdb import …)");
     }
+    let mut history = match train_source {
+        None => BTreeMap::new(),
+        Some(s) => by_route(store.load(&TripFilter {
+            source: Some(s),
+            route: filter.route.clone(),
+        })?),
+    };
     for (route, trips) in by_route(trips) {
+        let train = match train_source {
+            None => None,
+            Some(s) => match history.remove(&route) {
+                Some(t) => {
+                    println!(
+                        "(predictors built from the {} {s} trips of the route)",
+                        t.len()
+                    );
+                    Some(t)
+                }
+                None => {
+                    println!(
+                        "== route {route}: no {s} trips to build the predictors from; skipped"
+                    );
+                    continue;
+                }
+            },
+        };
+        let train = train.as_deref().unwrap_or(&trips[..]);
         let rides: std::collections::BTreeSet<&str> = trips.iter().map(validate::ride_of).collect();
         println!(
             "== route {route}: {} trips in {} rides, leave-one-ride-out; t1 = {} s, t2 = {} s; {}",
@@ -429,7 +640,7 @@ fn validate_cmd(
             continue;
         }
         let reports =
-            validate::leave_one_ride_out_judged(&trips, &kinds, validate::Lead::NONE, truth);
+            validate::leave_one_ride_out_across(train, &trips, &kinds, validate::Lead::NONE, truth);
         print_reports(&reports);
         if let Some(rtt_ms) = hpr_rtt_ms {
             let lead = validate::Lead {
@@ -440,7 +651,7 @@ fn validate_cmd(
                 "as HPR throttles: from t̂_HOF − L, L = {rtt_ms} ms + 20 m / speed ({:.0} ms at 300 km/h):",
                 lead.ms(300.0 / 3.6)
             );
-            let reports = validate::leave_one_ride_out_judged(&trips, &kinds, lead, truth);
+            let reports = validate::leave_one_ride_out_across(train, &trips, &kinds, lead, truth);
             print_reports(&reports);
         }
         if !thresholds.is_empty() {

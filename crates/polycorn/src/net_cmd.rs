@@ -114,6 +114,35 @@ fn tuning(
     }
 }
 
+/// Column names of the relay's context log: LinkDB's carrier of each path when the relay has
+/// a LinkDB (`[linkdb] carriers`), else the path's name.
+fn record_columns(cfg: &RelayConfig) -> Vec<String> {
+    cfg.paths
+        .iter()
+        .enumerate()
+        .map(
+            |(i, p)| match (&cfg.linkdb.db, cfg.linkdb.carriers.get(i)) {
+                (Some(_), Some(c)) => c.clone(),
+                _ => p.name.clone(),
+            },
+        )
+        .collect()
+}
+
+/// Writes a fix to the context log; on a write error the relay says so once and records no
+/// more (the fixes still reach the schedulers).
+fn record_fix(rec: &mut Option<context::Recorder>, f: &context::ContextFix) {
+    let Some(r) = rec.as_mut() else { return };
+    match r.record(f) {
+        Ok(Some(file)) => info!(file = %file.display(), "context log started"),
+        Ok(None) => {}
+        Err(e) => {
+            error!(error = %e, "context.record: cannot write the context log; recording stops");
+            *rec = None;
+        }
+    }
+}
+
 fn fix_to_info(f: &context::ContextFix) -> ContextInfo {
     let finite = |v: f64| if v.is_finite() { v as f32 } else { 0.0 };
     ContextInfo {
@@ -802,6 +831,23 @@ pub fn relay(path: &Path) -> Result<()> {
             );
         }
         let (ctx_tx, ctx_rx) = tokio::sync::mpsc::channel::<ContextInfo>(64);
+        let mut recorder = match &cfg.context.record {
+            None => None,
+            Some(dir) => {
+                // Recording is for later; a relay that cannot record still carries passengers.
+                let names = record_columns(&cfg);
+                match context::Recorder::new(dir, names.clone()) {
+                    Ok(r) => {
+                        info!(dir = %dir.display(), carriers = ?names, "recording the train's context");
+                        Some(r)
+                    }
+                    Err(e) => {
+                        error!(error = %e, "context.record: cannot record there; the context is not recorded");
+                        None
+                    }
+                }
+            }
+        };
         match cfg.context.source {
             ContextSource::None => {}
             ContextSource::Gpsd => {
@@ -811,8 +857,10 @@ pub fn relay(path: &Path) -> Result<()> {
                     let _ = context::follow_gpsd(addr, tx).await;
                 });
                 let out = ctx_tx.clone();
+                let mut rec = recorder.take();
                 tokio::spawn(async move {
                     while let Some(f) = rx.recv().await {
+                        record_fix(&mut rec, &f);
                         let _ = out.send(fix_to_info(&f)).await;
                     }
                 });
@@ -830,8 +878,10 @@ pub fn relay(path: &Path) -> Result<()> {
                     let _ = context::replay(fixes, tx, 1.0).await;
                 });
                 let out = ctx_tx.clone();
+                let mut rec = recorder.take();
                 tokio::spawn(async move {
                     while let Some(f) = rx.recv().await {
+                        record_fix(&mut rec, &f);
                         let _ = out.send(fix_to_info(&f)).await;
                     }
                 });
@@ -944,8 +994,9 @@ pub fn proxy(path: &Path) -> Result<()> {
     let cfg = ProxyConfig::load(path)?;
     init_logging(&cfg.log)?;
     announce(&inherited);
-    // LinkDB is loaded before the async runtime starts (its PostgreSQL client blocks).
-    let predictor = load_predictor(&cfg.linkdb)?;
+    // LinkDB is loaded before the async runtime starts (its PostgreSQL client blocks); a
+    // reload rebuilds it on a thread of its own ([`rebuild_linkdb`]).
+    let predictor: proxy::LivePredictor = Live::new(Arc::new(load_predictor(&cfg.linkdb)?));
     apply_slow_start_after_idle(
         "proxy.slow_start_after_idle",
         cfg.proxy.slow_start_after_idle,
@@ -984,7 +1035,7 @@ pub fn proxy(path: &Path) -> Result<()> {
             ),
             policy: policy.clone(),
             connect_timeout: cfg.proxy.connect_timeout(),
-            predictor,
+            predictor: predictor.clone(),
             metrics: Some(metrics.clone()),
             revoked_relays: revoked.clone(),
         };
@@ -995,6 +1046,8 @@ pub fn proxy(path: &Path) -> Result<()> {
         let (mut tasks, sessions) = proxy::start(opts, inherited)
             .await
             .map_err(anyhow::Error::msg)?;
+        let (linkdb_tx, linkdb_rx) = tokio::sync::mpsc::unbounded_channel();
+        tokio::spawn(rebuild_linkdb(linkdb_rx, predictor, sessions.clone()));
         tokio::spawn(reload_on_hangup(
             path.to_path_buf(),
             cfg.clone(),
@@ -1002,6 +1055,7 @@ pub fn proxy(path: &Path) -> Result<()> {
             revoked,
             tls_reload,
             policy,
+            linkdb_tx,
         ));
         {
             // Per-path metrics of every live session (paths are named by index on the proxy).
@@ -1057,9 +1111,11 @@ pub fn proxy(path: &Path) -> Result<()> {
 /// `systemctl reload polycorn-proxy` (SIGHUP): reads the configuration file again and applies
 /// `proxy.revoked_relays` — new subflows of a revoked relay are refused and its live sessions'
 /// subflows are cut at once —, the TLS files (`tls.cert`, `tls.key`, `tls.ca`), which later
-/// handshakes use (subflows up keep theirs), and `[policy]`, which later connections to
-/// destinations follow (those open stay). Other changes need a restart (said in a warning); a
-/// file that does not load, or credentials that do not, change nothing.
+/// handshakes use (subflows up keep theirs), `[policy]`, which later connections to
+/// destinations follow (those open stay), and `[linkdb]`: the predictor is built again from the
+/// database (rides imported since are learnt) for the live sessions and later ones
+/// ([`rebuild_linkdb`]). Other changes need a restart (said in a warning); a file that does not
+/// load, or credentials that do not, change nothing.
 async fn reload_on_hangup(
     path: std::path::PathBuf,
     mut running: ProxyConfig,
@@ -1067,18 +1123,24 @@ async fn reload_on_hangup(
     revoked: Arc<proxy::Revoked>,
     mut tls: TlsReload<tls::ServerConfig>,
     policy: Live<polycorn_net::policy::DestinationPolicy>,
+    linkdb: tokio::sync::mpsc::UnboundedSender<polycorn_net::config::LinkDbConfig>,
 ) {
     on_hangup(&path, ProxyConfig::load, |new| {
         let mut rest = new.clone();
         rest.proxy.revoked_relays = running.proxy.revoked_relays.clone();
         rest.tls = running.tls.clone();
         rest.policy = running.policy.clone();
+        rest.linkdb = running.linkdb.clone();
         if rest != running {
             warn!(
-                "reload: only proxy.revoked_relays, the TLS files and [policy] are applied while \
-                 running; restart the proxy for the other changes in {}",
+                "reload: only proxy.revoked_relays, the TLS files, [policy] and [linkdb] are \
+                 applied while running; restart the proxy for the other changes in {}",
                 path.display()
             );
+        }
+        if new.linkdb.db.is_some() || running.linkdb.db.is_some() {
+            let _ = linkdb.send(new.linkdb.clone());
+            running.linkdb = new.linkdb.clone();
         }
         let names = new.proxy.revoked_relays.clone();
         let cut = proxy::revoke(&sessions, &revoked, names.clone());
@@ -1121,6 +1183,44 @@ async fn reload_on_hangup(
         running.tls = new.tls;
     })
     .await;
+}
+
+/// Builds the proxy's LinkDB predictor again for each `[linkdb]` a reload hands over, one at a
+/// time, on a thread of its own (the PostgreSQL client blocks, and must not run on the async
+/// runtime), then puts it in use: later sessions take it from `live`, and every live session is
+/// given one at once (with the train context it last had). A database that cannot be read
+/// leaves the predictor in use as it was.
+async fn rebuild_linkdb(
+    mut requests: tokio::sync::mpsc::UnboundedReceiver<polycorn_net::config::LinkDbConfig>,
+    live: proxy::LivePredictor,
+    sessions: proxy::Sessions,
+) {
+    while let Some(cfg) = requests.recv().await {
+        let (tx, built) = tokio::sync::oneshot::channel();
+        std::thread::spawn(move || {
+            let _ = tx.send(load_predictor(&cfg));
+        });
+        match built.await {
+            Ok(Ok(factory)) => {
+                let on = factory.is_some();
+                live.replace(Arc::new(factory.clone()));
+                let n = proxy::replace_predictors(&sessions, factory.as_ref());
+                if on {
+                    info!(sessions = n, "reload: LinkDB predictor rebuilt, in use by the live sessions and later ones");
+                } else {
+                    info!(
+                        sessions = n,
+                        "reload: no linkdb.db any more; handover prediction is off"
+                    );
+                }
+            }
+            Ok(Err(e)) => error!(
+                error = format!("{e:#}"),
+                "reload: LinkDB not rebuilt; the predictor in use stays"
+            ),
+            Err(_) => error!("reload: rebuilding LinkDB failed; the predictor in use stays"),
+        }
+    }
 }
 
 /// At every SIGHUP: reads `path` with `load` and hands what loaded to `apply`; a file that
@@ -1511,7 +1611,7 @@ pub fn systemd_unit(role: &str, bin: &Path) -> Result<String> {
     // Both apply some changes on SIGHUP, which `config check --reload` sends once the file
     // passes (no `kill` program needed).
     let applies = if role == "proxy" {
-        "proxy.revoked_relays, the TLS files and [policy]"
+        "proxy.revoked_relays, the TLS files, [policy] and [linkdb] (LinkDB rebuilt from its database)"
     } else {
         "the TLS files (renewed certificates)"
     };

@@ -941,6 +941,119 @@ fn linkdb_import_is_idempotent_and_validate_prints_the_categories() {
     std::fs::remove_dir_all(dir).unwrap();
 }
 
+/// LinkDB from what relays saw: simulated rides stored as their relays would have recorded
+/// them (`--as-seen-by-relay`, with how they compare to the truth), validated against the truth
+/// (`--train-source relay`); `--ride-log`'s options checked before anything is stored.
+#[test]
+fn linkdb_learns_from_what_relays_saw() {
+    let dir = std::env::temp_dir().join(format!("polycorn-cli-relaylog-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let db = format!("sqlite:{}", dir.join("l.sqlite").display());
+    let text = |o: &std::process::Output| String::from_utf8_lossy(&o.stdout).into_owned();
+    let err = |o: &std::process::Output| String::from_utf8_lossy(&o.stderr).into_owned();
+    let sim = ["--simulate", "3", "--preset", "ktx", "--route-seed", "4"];
+    let mut args = vec!["linkdb", "import", "--db", &db];
+    args.extend(sim);
+    args.push("--as-seen-by-relay");
+    let out = polycorn(&args);
+    assert!(out.status.success(), "{}", err(&out));
+    let t = text(&out);
+    assert!(t.contains("3 trips (3 new, 0 already stored)"), "{t}");
+    assert!(
+        t.contains("as the relay saw them: ") && t.contains("failures found within 2 s"),
+        "{t}"
+    );
+    assert!(
+        t.contains("handovers inferred") || t.contains("where the loss was placed"),
+        "{t}"
+    );
+    let mut args = vec!["linkdb", "import", "--db", &db];
+    args.extend(sim);
+    let out = polycorn(&args);
+    assert!(out.status.success(), "{}", err(&out));
+    let out = polycorn(&["linkdb", "stats", "--db", &db]);
+    let t = text(&out);
+    assert!(t.contains("relay ") && t.contains("sim "), "{t}");
+    let out = polycorn(&[
+        "linkdb",
+        "validate",
+        "--db",
+        &db,
+        "--source",
+        "sim",
+        "--train-source",
+        "relay",
+        "--models",
+        "paper",
+    ]);
+    assert!(out.status.success(), "{}", err(&out));
+    let t = text(&out);
+    assert!(
+        t.contains("predictors built from the 3 relay trips of the route")
+            && t.contains("route ktx/route4: 3 trips in 3 rides"),
+        "{t}"
+    );
+    for (args, want) in [
+        (
+            vec![
+                "--ride-log",
+                "x.csv",
+                "--track-origin",
+                "1,2",
+                "--track-heading",
+                "0",
+            ],
+            "--ride-log needs --route",
+        ),
+        (
+            vec![
+                "--ride-log",
+                "x.csv",
+                "--route",
+                "r",
+                "--track-heading",
+                "0",
+            ],
+            "--track-origin",
+        ),
+        (vec!["--route", "r"], "go with --ride-log"),
+        (
+            vec!["--ucc5g", "x", "--as-seen-by-relay"],
+            "--as-seen-by-relay applies to",
+        ),
+    ] {
+        let mut a = vec!["linkdb", "import", "--db", &db];
+        a.extend(args);
+        let out = polycorn(&a);
+        assert!(
+            !out.status.success() && err(&out).contains(want),
+            "{want}: {}",
+            err(&out)
+        );
+    }
+    for (args, want) in [
+        (
+            vec!["--train-source", "modem"],
+            "source `modem` is not one of",
+        ),
+        (
+            vec!["--train-source", "relay", "--risk-thresholds", "0.1"],
+            "do not go together",
+        ),
+    ] {
+        let mut a = vec!["linkdb", "validate", "--db", &db];
+        a.extend(args);
+        let out = polycorn(&a);
+        assert!(
+            !out.status.success() && err(&out).contains(want),
+            "{want}: {}",
+            err(&out)
+        );
+    }
+    std::fs::remove_dir_all(dir).unwrap();
+}
+
 /// Runs `testbed calibrate` (cubic only, 15 s per run, route 1) in real namespaces under the
 /// testbed name `name` with `extra` arguments, asserts it succeeded and left no namespace
 /// behind, and returns its stdout and output directory.

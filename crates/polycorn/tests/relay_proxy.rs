@@ -1614,8 +1614,12 @@ fn hsr_trip_with_train_context_and_linkdb_predictions() {
     let linkdb = format!(
         "\n[linkdb]\ndb = \"{db}\"\nmodel = \"paper\"\nroute = \"hsr/route1\"\ncarriers = [\"A\", \"B\"]\ntrack_origin = [39.865, 116.378]\ntrack_heading_deg = 160.0\n"
     );
-    let relay_extra =
-        format!("\n[context]\nsource = \"gpsd\"\ngpsd = \"127.0.0.1:2947\"\n{linkdb}");
+    // The relay also keeps its own context log, for LinkDB.
+    let record = dir.path().join("context-log");
+    let relay_extra = format!(
+        "\n[context]\nsource = \"gpsd\"\ngpsd = \"127.0.0.1:2947\"\nrecord = \"{}\"\n{linkdb}",
+        record.display()
+    );
     let proxy_extra = linkdb;
     let mut stack = start_stack_with(
         &bed,
@@ -1644,6 +1648,52 @@ fn hsr_trip_with_train_context_and_linkdb_predictions() {
             tail(&log)
         );
     }
+    // What the relay recorded: one file, the replay's fixes with both carriers' cells (named
+    // as LinkDB names them), and LinkDB takes it as a ride.
+    let files: Vec<_> = std::fs::read_dir(&record)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    assert_eq!(files.len(), 1, "{files:?}");
+    let text = std::fs::read_to_string(&files[0]).unwrap();
+    let mut lines = text.lines();
+    assert_eq!(
+        lines.next(),
+        Some("t_ms,lat,lon,speed_mps,heading_deg,cell_A,rsrp_dbm_A,cell_B,rsrp_dbm_B")
+    );
+    let rows: Vec<Vec<&str>> = lines.map(|l| l.split(',').collect()).collect();
+    assert!(rows.len() >= 3, "{text}");
+    assert!(rows.iter().all(|r| r.len() == 9), "{text}");
+    assert!(
+        rows.iter().any(|r| !r[5].is_empty() && !r[7].is_empty()),
+        "{text}"
+    );
+    let out = Command::new(bin())
+        .args(["linkdb", "import", "--db", &db, "--ride-log"])
+        .arg(&record)
+        .args(["--route", "hsr/route1", "--track-origin", "39.865,116.378"])
+        .args(["--track-heading", "160", "--direction", "up"])
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && said.contains("1 trips (1 new"),
+        "{said}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // A reload rebuilds the proxy's predictor with that ride (6 + 1), the live session too,
+    // and passengers are carried on.
+    stack.proxy.hangup();
+    stack
+        .proxy
+        .wait_for("LinkDB predictor rebuilt, in use by the live sessions", 1);
+    let log = stack.proxy.log();
+    assert!(
+        log.contains("rides=7") && log.contains("sessions=1"),
+        "{}",
+        tail(&log)
+    );
+    fetch_ok(&bed, &stack, 10 * KB, 256 * KB, "after LinkDB was rebuilt");
 }
 
 /// Wait up to 20 s for `want` in the relay's log; fail at once if `forbid` (with its reason)

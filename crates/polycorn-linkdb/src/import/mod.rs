@@ -1,10 +1,12 @@
-//! Importers: the testbed's trip ground truth, WMN Lab metro CSVs, UCC 5G driving CSVs.
+//! Importers: the testbed's trip ground truth, WMN Lab metro CSVs, UCC 5G driving CSVs, and a
+//! relay's own context log.
 //!
 //! Each importer turns files into [`TripData`] and an [`ImportReport`]. A row that cannot be
 //! used is never dropped silently and never aborts the import: it is counted, and its
 //! `file:line` and the reason are kept in the report. A file that is unusable as a whole (no
 //! header, a missing column) is an error naming the file.
 
+pub mod relay;
 pub mod sim;
 mod time;
 pub mod ucc5g;
