@@ -922,17 +922,28 @@ pub fn relay(path: &Path) -> Result<()> {
             )?),
             _ => None,
         };
+        // LinkDB rebuilt at a reload goes to the session once it exists (polycorn mode only).
+        let (linkdb_tx, linkdb_rx) = tokio::sync::mpsc::unbounded_channel();
         tokio::spawn(reload_relay_on_hangup(
             path.to_path_buf(),
             running,
             tls_reload,
             relay_name.clone(),
+            (mode == Mode::Polycorn).then_some(linkdb_tx),
         ));
         serve_metrics(&cfg.metrics, metrics.clone()).await?;
         let (carrier, mut tasks, mut listeners) = relay::start(opts, Some(ctx_rx), inherited)
             .await
             .map_err(anyhow::Error::msg)?;
         if let Carrier::Session(engine) = &carrier {
+            let e = engine.clone();
+            tokio::spawn(rebuild_linkdb(linkdb_rx, move |factory| {
+                e.replace_predictor(match factory {
+                    Some(f) => f(),
+                    None => Box::new(polycorn_sched::NoPrediction),
+                });
+                1
+            }));
             engine.set_metrics(metrics.clone());
             sample_metrics(
                 engine.downgrade(),
@@ -1047,7 +1058,15 @@ pub fn proxy(path: &Path) -> Result<()> {
             .await
             .map_err(anyhow::Error::msg)?;
         let (linkdb_tx, linkdb_rx) = tokio::sync::mpsc::unbounded_channel();
-        tokio::spawn(rebuild_linkdb(linkdb_rx, predictor, sessions.clone()));
+        {
+            let sessions = sessions.clone();
+            tokio::spawn(rebuild_linkdb(linkdb_rx, move |factory| {
+                // Later sessions first, then the live ones (a session opened in between is
+                // given the new one twice).
+                predictor.replace(Arc::new(factory.clone()));
+                proxy::replace_predictors(&sessions, factory.as_ref())
+            }));
+        }
         tokio::spawn(reload_on_hangup(
             path.to_path_buf(),
             cfg.clone(),
@@ -1185,15 +1204,15 @@ async fn reload_on_hangup(
     .await;
 }
 
-/// Builds the proxy's LinkDB predictor again for each `[linkdb]` a reload hands over, one at a
-/// time, on a thread of its own (the PostgreSQL client blocks, and must not run on the async
-/// runtime), then puts it in use: later sessions take it from `live`, and every live session is
-/// given one at once (with the train context it last had). A database that cannot be read
-/// leaves the predictor in use as it was.
+/// Builds the LinkDB predictor again for each `[linkdb]` a reload hands over, one at a time,
+/// on a thread of its own (the PostgreSQL client blocks, and must not run on the async
+/// runtime), then hands it to `apply`, which puts it in use and says for how many sessions:
+/// the proxy's later sessions and every live one, the relay's session. Each live session is
+/// given the train context it last had. A database that cannot be read leaves the predictor
+/// in use as it was.
 async fn rebuild_linkdb(
     mut requests: tokio::sync::mpsc::UnboundedReceiver<polycorn_net::config::LinkDbConfig>,
-    live: proxy::LivePredictor,
-    sessions: proxy::Sessions,
+    mut apply: impl FnMut(Option<proxy::PredictorFactory>) -> usize,
 ) {
     while let Some(cfg) = requests.recv().await {
         let (tx, built) = tokio::sync::oneshot::channel();
@@ -1203,8 +1222,7 @@ async fn rebuild_linkdb(
         match built.await {
             Ok(Ok(factory)) => {
                 let on = factory.is_some();
-                live.replace(Arc::new(factory.clone()));
-                let n = proxy::replace_predictors(&sessions, factory.as_ref());
+                let n = apply(factory);
                 if on {
                     info!(sessions = n, "reload: LinkDB predictor rebuilt, in use by the live sessions and later ones");
                 } else {
@@ -1246,26 +1264,37 @@ async fn on_hangup<C, E: std::fmt::Display>(
 /// the TLS files (`tls.cert`, `tls.key`, `tls.ca`): new subflows use them, and each path
 /// replaces its subflow at its next idle moment (make before break, within
 /// [`relay::RENEW_WITHIN`]) so that the proxy sees the new certificate. The relay's name (its
-/// certificate's) cannot change this way: the proxy binds the session to it. Other changes
-/// need a restart (said in a warning); a file that does not load, or credentials that do not,
-/// change nothing.
+/// certificate's) cannot change this way: the proxy binds the session to it. In mode
+/// `polycorn` it also applies `[linkdb]`: the uplink's predictor is built again from the
+/// database ([`rebuild_linkdb`]). Other changes need a restart (said in a warning); a file that
+/// does not load, or credentials that do not, change nothing.
 async fn reload_relay_on_hangup(
     path: std::path::PathBuf,
     mut running: RelayConfig,
     mut tls: Option<TlsReload<tls::ClientConfig>>,
     relay_name: String,
+    linkdb: Option<tokio::sync::mpsc::UnboundedSender<polycorn_net::config::LinkDbConfig>>,
 ) {
     on_hangup(&path, RelayConfig::load, |new| {
         let mut rest = new.clone();
         if tls.is_some() && new.tls.is_some() {
             rest.tls = running.tls.clone();
         }
+        if linkdb.is_some() {
+            rest.linkdb = running.linkdb.clone();
+        }
         if rest != running {
             warn!(
-                "reload: only the TLS files are applied while running; restart the relay for \
-                 the other changes in {}",
+                "reload: only the TLS files and [linkdb] are applied while running; restart the \
+                 relay for the other changes in {}",
                 path.display()
             );
+        }
+        if let Some(tx) = &linkdb {
+            if new.linkdb.db.is_some() || running.linkdb.db.is_some() {
+                let _ = tx.send(new.linkdb.clone());
+                running.linkdb = new.linkdb.clone();
+            }
         }
         let (Some(live), Some(t)) = (tls.as_mut(), new.tls.as_ref()) else {
             info!("reload: no TLS credentials in use (mode without subflows): nothing to apply");
@@ -1613,7 +1642,7 @@ pub fn systemd_unit(role: &str, bin: &Path) -> Result<String> {
     let applies = if role == "proxy" {
         "proxy.revoked_relays, the TLS files, [policy] and [linkdb] (LinkDB rebuilt from its database)"
     } else {
-        "the TLS files (renewed certificates)"
+        "the TLS files (renewed certificates) and [linkdb] (LinkDB rebuilt from its database)"
     };
     let reload = format!(
         "# systemctl reload polycorn-{role}: applies {applies}; other keys need a restart.\n\

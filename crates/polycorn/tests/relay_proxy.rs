@@ -1681,18 +1681,20 @@ fn hsr_trip_with_train_context_and_linkdb_predictions() {
         "{said}{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    // A reload rebuilds the proxy's predictor with that ride (6 + 1), the live session too,
-    // and passengers are carried on.
+    // A reload rebuilds the predictor with that ride (6 + 1), on the proxy for its live session
+    // too, on the relay for the uplink; passengers are carried on.
     stack.proxy.hangup();
-    stack
-        .proxy
-        .wait_for("LinkDB predictor rebuilt, in use by the live sessions", 1);
-    let log = stack.proxy.log();
-    assert!(
-        log.contains("rides=7") && log.contains("sessions=1"),
-        "{}",
-        tail(&log)
-    );
+    stack.relay.hangup();
+    for daemon in [&mut stack.proxy, &mut stack.relay] {
+        daemon.wait_for("LinkDB predictor rebuilt, in use by the live sessions", 1);
+        let log = daemon.log();
+        assert!(
+            log.contains("rides=7") && log.contains("sessions=1"),
+            "{}",
+            tail(&log)
+        );
+        assert!(!log.contains("restart the"), "{}", tail(&log));
+    }
     fetch_ok(&bed, &stack, 10 * KB, 256 * KB, "after LinkDB was rebuilt");
 }
 
