@@ -297,3 +297,63 @@ fn simulated_rides_as_their_relay_saw_them_against_the_truth() {
     println!("failures predicted in time: history from the truth {a:.3}, from the relays {b:.3}");
     assert!(b >= a - 0.06, "from the relays {b}, from the truth {a}");
 }
+
+proptest::proptest! {
+    /// Any sequence of serving cells, lost cells and gaps: every cell change next to each other
+    /// is one success, every cell lost one failure, nothing is made up across a gap, and every
+    /// handover lies within the log, in order.
+    #[test]
+    fn every_change_and_every_loss_is_one_handover(
+        rows in proptest::collection::vec((1u64..8, proptest::option::of(1u8..4)), 1..200)
+    ) {
+        let mut samples = Vec::new();
+        let mut radio = Vec::new();
+        let mut t = 0;
+        let (mut successes, mut failures) = (0, 0);
+        let mut prev_t: Option<u64> = None;
+        // The cell held since the last row, with no gap since.
+        let mut on: Option<u8> = None;
+        for &(step_s, cell) in &rows {
+            t += step_s * 1000;
+            if prev_t.is_some_and(|pt| t - pt > relay::MAX_GAP_MS) {
+                on = None;
+            }
+            match (on, cell) {
+                (Some(a), Some(b)) if a != b => successes += 1,
+                (Some(_), None) => failures += 1,
+                _ => {}
+            }
+            on = cell;
+            prev_t = Some(t);
+            samples.push(polycorn_linkdb::record::Sample {
+                t_ms: t,
+                lat: Some(0.0),
+                lon: Some(0.0),
+                position_m: Some(t as f64 / 10.0),
+                speed_mps: Some(100.0),
+                heading_deg: None,
+            });
+            radio.push(polycorn_linkdb::record::RadioSample {
+                t_ms: t,
+                carrier: "A".into(),
+                cell: cell.map(|c| c.to_string()),
+                rsrp_dbm: None,
+            });
+        }
+        let (hos, _) = relay::infer_handovers(&["A".into()], &samples, &radio, Direction::Up);
+        let got_s = hos.iter().filter(|h| !h.outcome.failed()).count();
+        let got_f = hos.iter().filter(|h| h.outcome.failed()).count();
+        proptest::prop_assert_eq!((got_s, got_f), (successes, failures));
+        let (first, last) = (samples[0].t_ms, samples[samples.len() - 1].t_ms);
+        for w in hos.windows(2) {
+            proptest::prop_assert!(w[0].start_ms <= w[1].start_ms);
+        }
+        for h in &hos {
+            proptest::prop_assert!((first..=last).contains(&h.start_ms));
+            proptest::prop_assert!(h.position_m.is_some());
+            if let Some(i) = h.interruption_ms {
+                proptest::prop_assert!(h.start_ms + i <= last);
+            }
+        }
+    }
+}
