@@ -858,8 +858,10 @@ pub const RECORD_PREFIX: &str = "context-";
 /// One file per UTC day and per start, named after its first fix
 /// (`context-YYYYMMDDTHHMMSSZ.csv`); `t_ms` counts from that fix. A fix no later than the one
 /// before is skipped (gpsd repeats a `TPV` when nothing changed); a clock that goes back starts
-/// a new file. Each row is written through at once, so a crash loses at most the row being
-/// written.
+/// a new file. A fix without any carrier report (the modem monitor is silent, or a plain gpsd)
+/// is not written either: an empty cell column says the modem had no cell, which a missing
+/// report does not (LinkDB would take it for a failed handover on every carrier). Each row is
+/// written through at once, so a crash loses at most the row being written.
 #[derive(Debug)]
 pub struct Recorder {
     dir: PathBuf,
@@ -914,6 +916,9 @@ impl Recorder {
 
     /// Append `fix`. Returns the file it started, when it started one.
     pub fn record(&mut self, fix: &ContextFix) -> Result<Option<PathBuf>, ContextError> {
+        if fix.cells.is_empty() {
+            return Ok(None);
+        }
         let day = fix.unix_ms / 86_400_000;
         let continues = match &self.open {
             Some(o) if o.day == day && fix.unix_ms >= o.last_ms => {

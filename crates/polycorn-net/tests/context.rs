@@ -433,6 +433,12 @@ fn the_relay_records_what_it_is_told_for_replay_and_for_linkdb() {
         if let Some(p) = rec.record(&fix(s, a, b, v)).unwrap() {
             started.push(p);
         }
+        // A fix without carrier reports in between (the modem monitor fell silent): not
+        // written, since empty cells would read as lost ones.
+        let mut silent = fix(s, None, None, v);
+        silent.unix_ms += 500;
+        silent.cells.clear();
+        assert_eq!(rec.record(&silent).unwrap(), None);
     }
     let names: Vec<String> = started
         .iter()
