@@ -994,6 +994,17 @@ fn linkdb_learns_from_what_relays_saw() {
             && t.contains("route ktx/route4: 3 trips in 3 rides"),
         "{t}"
     );
+    // `linkdb <cmd> --db … <args>` fails, saying `want`.
+    let refused = |cmd: &str, args: Vec<&str>, want: &str| {
+        let mut a = vec!["linkdb", cmd, "--db", &db];
+        a.extend(args);
+        let out = polycorn(&a);
+        assert!(
+            !out.status.success() && err(&out).contains(want),
+            "{want}: {}",
+            err(&out)
+        );
+    };
     for (args, want) in [
         (
             vec![
@@ -1023,14 +1034,7 @@ fn linkdb_learns_from_what_relays_saw() {
             "--as-seen-by-relay applies to",
         ),
     ] {
-        let mut a = vec!["linkdb", "import", "--db", &db];
-        a.extend(args);
-        let out = polycorn(&a);
-        assert!(
-            !out.status.success() && err(&out).contains(want),
-            "{want}: {}",
-            err(&out)
-        );
+        refused("import", args, want);
     }
     for (args, want) in [
         (
@@ -1042,14 +1046,7 @@ fn linkdb_learns_from_what_relays_saw() {
             "do not go together",
         ),
     ] {
-        let mut a = vec!["linkdb", "validate", "--db", &db];
-        a.extend(args);
-        let out = polycorn(&a);
-        assert!(
-            !out.status.success() && err(&out).contains(want),
-            "{want}: {}",
-            err(&out)
-        );
+        refused("validate", args, want);
     }
     std::fs::remove_dir_all(dir).unwrap();
 }

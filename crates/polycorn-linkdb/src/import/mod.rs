@@ -153,6 +153,37 @@ impl Header {
     }
 }
 
+/// The data rows of a CSV (`lines`, past its header), each split on commas and trimmed, with
+/// its 1-based line number. Blank lines are skipped; every other row is counted as read, and
+/// one whose field count is not `width` (the header's) is reported as bad with file:line and
+/// left out.
+pub(crate) fn data_rows<'t>(
+    lines: std::str::Lines<'t>,
+    width: usize,
+    file: &Path,
+    rep: &mut ImportReport,
+) -> Vec<(usize, Vec<&'t str>)> {
+    let mut out = Vec::new();
+    for (i, line) in lines.enumerate() {
+        let lineno = i + 2;
+        if line.trim().is_empty() {
+            continue;
+        }
+        rep.rows += 1;
+        let f: Vec<&str> = line.split(',').map(str::trim).collect();
+        if f.len() == width {
+            out.push((lineno, f));
+        } else {
+            rep.bad(
+                file,
+                lineno,
+                format!("{} fields, header has {width}", f.len()),
+            );
+        }
+    }
+    out
+}
+
 /// Files to import under `path`: the file itself, or the `.csv` files of a directory tree,
 /// sorted (so imports are deterministic).
 pub fn csv_files(path: &Path) -> Result<Vec<PathBuf>, ImportError> {

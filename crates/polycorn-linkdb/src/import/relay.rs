@@ -28,7 +28,7 @@
 
 use std::path::Path;
 
-use super::{csv_files, read, Header, ImportError, ImportReport, Imported};
+use super::{csv_files, data_rows, read, Header, ImportError, ImportReport, Imported};
 use crate::predict::Track;
 use crate::record::{
     Direction, HandoverRecord, Outcome, RadioSample, Sample, Source, TripData, TripMeta,
@@ -273,7 +273,8 @@ pub fn import(path: &Path, opts: &Options) -> Result<Imported, ImportError> {
     let (mut gaps, mut open, mut unplaced) = (0usize, 0usize, 0usize);
     for file in csv_files(path)? {
         rep.files += 1;
-        let (carriers, samples, radio) = read_log(&file, opts, &mut rep)?;
+        let (carriers, samples, radio) =
+            read_context(&file, None, opts.carriers.as_deref(), &opts.track, &mut rep)?;
         let rides = match opts.direction {
             Some(d) if !samples.is_empty() => vec![(0, samples.len() - 1, d)],
             Some(_) => Vec::new(),
@@ -344,7 +345,18 @@ pub fn import(path: &Path, opts: &Options) -> Result<Imported, ImportError> {
 
 type Log = (Vec<String>, Vec<Sample>, Vec<RadioSample>);
 
-fn read_log(file: &Path, opts: &Options, rep: &mut ImportReport) -> Result<Log, ImportError> {
+/// Read a context log in the testbed's `context.csv` format (a relay's own, or `trip
+/// generate`'s): its carriers, fixes (projected on `track`) and radio samples. The carriers are
+/// the `expect`ed ones (each must have its two columns) or, with `None`, every `cell_NAME`
+/// column's; `rename` gives them other names, in order. A row that cannot be used is counted
+/// and reported with file:line: not a number, not a position, or not after the row before.
+pub(crate) fn read_context(
+    file: &Path,
+    expect: Option<&[String]>,
+    rename: Option<&[String]>,
+    track: &Track,
+    rep: &mut ImportReport,
+) -> Result<Log, ImportError> {
     let text = read(file)?;
     let mut lines = text.lines();
     let first = lines.next().ok_or_else(|| ImportError::Format {
@@ -361,12 +373,15 @@ fn read_log(file: &Path, opts: &Options, rep: &mut ImportReport) -> Result<Log, 
         col("speed_mps")?,
         col("heading_deg")?,
     );
-    let carriers: Vec<String> = header
-        .cols
-        .iter()
-        .filter_map(|c| c.strip_prefix("cell_"))
-        .map(str::to_string)
-        .collect();
+    let carriers: Vec<String> = match expect {
+        Some(names) => names.to_vec(),
+        None => header
+            .cols
+            .iter()
+            .filter_map(|c| c.strip_prefix("cell_"))
+            .map(str::to_string)
+            .collect(),
+    };
     if carriers.is_empty() {
         return Err(ImportError::Format {
             path: file.to_path_buf(),
@@ -378,9 +393,9 @@ fn read_log(file: &Path, opts: &Options, rep: &mut ImportReport) -> Result<Log, 
         .iter()
         .map(|c| Ok((col(&format!("cell_{c}"))?, col(&format!("rsrp_dbm_{c}"))?)))
         .collect::<Result<_, ImportError>>()?;
-    let carriers = match &opts.carriers {
+    let carriers = match rename {
         None => carriers,
-        Some(names) if names.len() == carriers.len() => names.clone(),
+        Some(names) if names.len() == carriers.len() => names.to_vec(),
         Some(names) => {
             return Err(ImportError::Format {
                 path: file.to_path_buf(),
@@ -396,21 +411,7 @@ fn read_log(file: &Path, opts: &Options, rep: &mut ImportReport) -> Result<Log, 
     };
     let mut samples: Vec<Sample> = Vec::new();
     let mut radio = Vec::new();
-    for (i, line) in lines.enumerate() {
-        let lineno = i + 2;
-        if line.trim().is_empty() {
-            continue;
-        }
-        rep.rows += 1;
-        let f: Vec<&str> = line.split(',').map(str::trim).collect();
-        if f.len() != header.len() {
-            rep.bad(
-                file,
-                lineno,
-                format!("{} fields, header has {}", f.len(), header.len()),
-            );
-            continue;
-        }
+    for (lineno, f) in data_rows(lines, header.len(), file, rep) {
         let num = |i: usize| f[i].parse::<f64>().ok().filter(|x| x.is_finite());
         let (Ok(t), Some(lat), Some(lon)) = (f[c_t].parse::<u64>(), num(c_lat), num(c_lon)) else {
             rep.bad(file, lineno, "t_ms, lat or lon is not a number");
@@ -432,7 +433,7 @@ fn read_log(file: &Path, opts: &Options, rep: &mut ImportReport) -> Result<Log, 
             t_ms: t,
             lat: Some(lat),
             lon: Some(lon),
-            position_m: Some(opts.track.position_m(lat, lon)),
+            position_m: Some(track.position_m(lat, lon)),
             speed_mps: num(c_speed).filter(|v| *v >= 0.0),
             heading_deg: num(c_head),
         });

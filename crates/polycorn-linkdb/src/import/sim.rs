@@ -9,7 +9,7 @@ use std::path::Path;
 
 use polycorn_link::trip::{Outcome as TruthOutcome, Trip, TripConfig};
 
-use super::{read, Header, ImportError, ImportReport};
+use super::{data_rows, read, Header, ImportError, ImportReport};
 use crate::predict::Track;
 use crate::record::{
     Direction, HandoverRecord, LossRecord, Outcome, RadioSample, Sample, Source, TripData, TripMeta,
@@ -196,21 +196,7 @@ pub fn from_dir(dir: &Path) -> Result<(TripData, ImportReport), ImportError> {
     ]
     .map(|n| header.col(&hpath, n).ok());
     let mut handovers = Vec::new();
-    for (i, line) in lines.enumerate() {
-        let lineno = i + 2;
-        if line.trim().is_empty() {
-            continue;
-        }
-        rep.rows += 1;
-        let f: Vec<&str> = line.split(',').map(str::trim).collect();
-        if f.len() != header.len() {
-            rep.bad(
-                &hpath,
-                lineno,
-                format!("{} fields, header has {}", f.len(), header.len()),
-            );
-            continue;
-        }
+    for (lineno, f) in data_rows(lines, header.len(), &hpath, &mut rep) {
         let num = |i: usize| f[i].parse::<f64>().ok().filter(|x| x.is_finite());
         let row = (|| {
             if !carriers.iter().any(|c| c == f[c_car]) {
@@ -256,61 +242,13 @@ pub fn from_dir(dir: &Path) -> Result<(TripData, ImportReport), ImportError> {
     }
 
     // context.csv
-    let cpath = dir.join("context.csv");
-    let text = read(&cpath)?;
-    let mut lines = text.lines();
-    let header = Header::parse(lines.next().unwrap_or(""));
-    let cc = |n: &str| header.col(&cpath, n);
-    let (c_t, c_lat, c_lon, c_speed, c_head) = (
-        cc("t_ms")?,
-        cc("lat")?,
-        cc("lon")?,
-        cc("speed_mps")?,
-        cc("heading_deg")?,
-    );
-    let per_carrier: Vec<(usize, usize)> = carriers
-        .iter()
-        .map(|c| Ok((cc(&format!("cell_{c}"))?, cc(&format!("rsrp_dbm_{c}"))?)))
-        .collect::<Result<_, ImportError>>()?;
-    let mut samples = Vec::new();
-    let mut radio = Vec::new();
-    for (i, line) in lines.enumerate() {
-        let lineno = i + 2;
-        if line.trim().is_empty() {
-            continue;
-        }
-        rep.rows += 1;
-        let f: Vec<&str> = line.split(',').map(str::trim).collect();
-        if f.len() != header.len() {
-            rep.bad(
-                &cpath,
-                lineno,
-                format!("{} fields, header has {}", f.len(), header.len()),
-            );
-            continue;
-        }
-        let num = |i: usize| f[i].parse::<f64>().ok().filter(|x| x.is_finite());
-        let (Ok(t), Some(lat), Some(lon)) = (f[c_t].parse::<u64>(), num(c_lat), num(c_lon)) else {
-            rep.bad(&cpath, lineno, "t_ms, lat or lon is not a number");
-            continue;
-        };
-        samples.push(Sample {
-            t_ms: t,
-            lat: Some(lat),
-            lon: Some(lon),
-            position_m: Some(tr.position_m(lat, lon)),
-            speed_mps: num(c_speed),
-            heading_deg: num(c_head),
-        });
-        for (name, &(ccell, crsrp)) in carriers.iter().zip(&per_carrier) {
-            radio.push(RadioSample {
-                t_ms: t,
-                carrier: name.clone(),
-                cell: (!f[ccell].is_empty()).then(|| f[ccell].to_string()),
-                rsrp_dbm: num(crsrp),
-            });
-        }
-    }
+    let (_, samples, radio) = super::relay::read_context(
+        &dir.join("context.csv"),
+        Some(&carriers),
+        None,
+        &tr,
+        &mut rep,
+    )?;
     let mut data = TripData {
         meta: TripMeta {
             key: String::new(),

@@ -16,7 +16,7 @@
 use std::path::Path;
 
 use super::time::parse_seconds;
-use super::{csv_files, read, Header, ImportError, ImportReport};
+use super::{csv_files, data_rows, read, Header, ImportError, ImportReport};
 use crate::record::{
     Direction, HandoverRecord, Outcome, RadioSample, Sample, Source, TripData, TripMeta,
 };
@@ -75,21 +75,7 @@ fn import_file(file: &Path, rep: &mut ImportReport) -> Result<(TripData, usize),
     let mut handovers = Vec::new();
     let mut prev: Option<(String, Option<f64>)> = None;
     let mut no_cell = 0usize;
-    for (i, line) in lines.enumerate() {
-        let lineno = i + 2;
-        if line.trim().is_empty() {
-            continue;
-        }
-        rep.rows += 1;
-        let f: Vec<&str> = line.split(',').map(str::trim).collect();
-        if f.len() != header.len() {
-            rep.bad(
-                file,
-                lineno,
-                format!("{} fields, header has {}", f.len(), header.len()),
-            );
-            continue;
-        }
+    for (lineno, f) in data_rows(lines, header.len(), file, rep) {
         let Some(t) = parse_seconds(f[c_ts]) else {
             rep.bad(
                 file,

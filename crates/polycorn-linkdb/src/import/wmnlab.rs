@@ -32,7 +32,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 use super::time::parse_seconds;
-use super::{csv_files, read, Header, ImportError, ImportReport};
+use super::{csv_files, data_rows, read, Header, ImportError, ImportReport};
 use crate::record::{
     Direction, HandoverRecord, Outcome, RadioSample, Sample, Source, TripData, TripMeta,
 };
@@ -185,21 +185,7 @@ fn import_file(
             .map(|v| v > 0.0)
             .map_err(|_| format!("event column {} is `{}`, not 0/1", i + 1, f[i]))
     };
-    for (i, line) in lines.enumerate() {
-        let lineno = i + 2;
-        if line.trim().is_empty() {
-            continue;
-        }
-        rep.rows += 1;
-        let f: Vec<&str> = line.split(',').map(str::trim).collect();
-        if f.len() != header.len() {
-            rep.bad(
-                file,
-                lineno,
-                format!("{} fields, header has {}", f.len(), header.len()),
-            );
-            continue;
-        }
+    for (lineno, f) in data_rows(lines, header.len(), file, rep) {
         let Some(t) = parse_seconds(f[c_ts]) else {
             rep.bad(
                 file,
