@@ -19,7 +19,8 @@
 //!
 //! A successful handover's interruption (tens of ms) falls between two fixes and is not seen;
 //! a failure's blackout (a second or more) always spans a fix. Two handovers of one modem
-//! within a second look like one.
+//! within a second look like one, and so does a failure whose modem re-establishes and hands
+//! over again before the next fix (its target is then taken for the later cell).
 //!
 //! **Rides.** A relay records all day, both ways along its line. [`split_rides`] cuts a log where
 //! the train turns: stops of at least [`STOP_MS`] split it into runs, each run moving at least
