@@ -259,16 +259,18 @@ fn a_log_without_carriers_or_with_the_wrong_names_is_refused_naming_the_file() {
 fn simulated_rides_as_their_relay_saw_them_against_the_truth() {
     let truth = sim::simulate("hsr", 1, 1..=8).unwrap();
     let seen: Vec<_> = truth.iter().map(|t| relay::as_seen_by_relay(t).0).collect();
-    let (mut tf, mut found, mut inferred, mut errs) = (0, 0, 0, Vec::new());
+    let mut all = relay::Comparison::default();
     for (t, s) in truth.iter().zip(&seen) {
         assert_eq!(s.meta.source, Source::Relay);
         assert_eq!(s.samples, t.samples);
-        let c = relay::compare(&t.handovers, &s.handovers);
-        tf += c.true_failures;
-        found += c.matched_failures;
-        inferred += c.inferred_failures;
-        errs.extend(c.position_error_m.iter().map(|e| e.abs()));
+        all.merge(relay::compare(&t.handovers, &s.handovers));
     }
+    let (tf, found, inferred) = (
+        all.true_failures,
+        all.matched_failures,
+        all.inferred_failures,
+    );
+    let mut errs: Vec<f64> = all.position_error_m.iter().map(|e| e.abs()).collect();
     errs.sort_by(f64::total_cmp);
     let median = errs[errs.len() / 2];
     println!(

@@ -113,7 +113,9 @@ pub async fn shut_down(sessions: &Sessions, grace: Duration, drain: Duration) ->
 }
 
 /// A session's predictor from `factory` (none: no prediction).
-fn make_predictor(factory: Option<&PredictorFactory>) -> Box<dyn crate::predictor::TrainPredictor> {
+pub fn make_predictor(
+    factory: Option<&PredictorFactory>,
+) -> Box<dyn crate::predictor::TrainPredictor> {
     match factory {
         Some(f) => f(),
         None => Box::new(NoPrediction),

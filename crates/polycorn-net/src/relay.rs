@@ -14,7 +14,6 @@ use std::time::Duration;
 use polycorn_proto::{
     ContextInfo, Destination, HelloOutcome, OpenStatus, Role, Session, SessionConfig,
 };
-use polycorn_sched::predict::NoPrediction;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::mpsc;
 use tokio::task::JoinSet;
@@ -234,10 +233,7 @@ pub async fn start(
             cfg.epoch = random_u64();
             let session =
                 Session::new(cfg).map_err(|e| format!("scheduler `{}`: {e}", opts.pipeline))?;
-            let predictor: Box<dyn crate::predictor::TrainPredictor> = match &opts.predictor {
-                Some(make) => make(),
-                None => Box::new(NoPrediction),
-            };
+            let predictor = crate::proxy::make_predictor(opts.predictor.as_ref());
             let (engine, events) = Engine::new(session, predictor);
             info!(session = format!("{id:016x}"), pipeline = %opts.pipeline, paths = opts.paths.len(), "relay session");
             tasks.spawn(engine.clone().run_timer());

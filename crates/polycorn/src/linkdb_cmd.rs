@@ -292,13 +292,7 @@ fn import(a: &ImportArgs) -> Result<()> {
             .iter()
             .map(|t| {
                 let (seen, st) = relay::as_seen_by_relay(t);
-                let c = relay::compare(&t.handovers, &seen.handovers);
-                truth_vs_relay.true_failures += c.true_failures;
-                truth_vs_relay.inferred_failures += c.inferred_failures;
-                truth_vs_relay.matched_failures += c.matched_failures;
-                truth_vs_relay.true_successes += c.true_successes;
-                truth_vs_relay.inferred_successes += c.inferred_successes;
-                truth_vs_relay.position_error_m.extend(c.position_error_m);
+                truth_vs_relay.merge(relay::compare(&t.handovers, &seen.handovers));
                 if st.gaps > 0 {
                     rep.notes.push(format!(
                         "{}: {} gaps in the context log",

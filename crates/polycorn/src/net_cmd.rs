@@ -129,17 +129,26 @@ fn record_columns(cfg: &RelayConfig) -> Vec<String> {
         .collect()
 }
 
-/// Writes a fix to the context log; on a write error the relay says so once and records no
-/// more (the fixes still reach the schedulers).
-fn record_fix(rec: &mut Option<context::Recorder>, f: &context::ContextFix) {
-    let Some(r) = rec.as_mut() else { return };
-    match r.record(f) {
-        Ok(Some(file)) => info!(file = %file.display(), "context log started"),
-        Ok(None) => {}
-        Err(e) => {
-            error!(error = %e, "context.record: cannot write the context log; recording stops");
-            *rec = None;
+/// Hands each fix of the context source to the session (`out`), after writing it to the
+/// context log when there is one; on a write error the relay says so once and records no more
+/// (the fixes still reach the schedulers).
+async fn forward_fixes(
+    mut fixes: tokio::sync::mpsc::Receiver<context::ContextFix>,
+    out: tokio::sync::mpsc::Sender<ContextInfo>,
+    mut rec: Option<context::Recorder>,
+) {
+    while let Some(f) = fixes.recv().await {
+        if let Some(r) = rec.as_mut() {
+            match r.record(&f) {
+                Ok(Some(file)) => info!(file = %file.display(), "context log started"),
+                Ok(None) => {}
+                Err(e) => {
+                    error!(error = %e, "context.record: cannot write the context log; recording stops");
+                    rec = None;
+                }
+            }
         }
+        let _ = out.send(fix_to_info(&f)).await;
     }
 }
 
@@ -851,19 +860,12 @@ pub fn relay(path: &Path) -> Result<()> {
         match cfg.context.source {
             ContextSource::None => {}
             ContextSource::Gpsd => {
-                let (tx, mut rx) = tokio::sync::mpsc::channel(64);
+                let (tx, rx) = tokio::sync::mpsc::channel(64);
                 let addr = cfg.context.gpsd;
                 tokio::spawn(async move {
                     let _ = context::follow_gpsd(addr, tx).await;
                 });
-                let out = ctx_tx.clone();
-                let mut rec = recorder.take();
-                tokio::spawn(async move {
-                    while let Some(f) = rx.recv().await {
-                        record_fix(&mut rec, &f);
-                        let _ = out.send(fix_to_info(&f)).await;
-                    }
-                });
+                tokio::spawn(forward_fixes(rx, ctx_tx.clone(), recorder.take()));
                 info!(%addr, "context from gpsd");
             }
             ContextSource::Replay => {
@@ -873,18 +875,11 @@ pub fn relay(path: &Path) -> Result<()> {
                     .clone()
                     .context("context.replay: required with source = \"replay\"")?;
                 let fixes = context::read_replay_csv(&file)?;
-                let (tx, mut rx) = tokio::sync::mpsc::channel(64);
+                let (tx, rx) = tokio::sync::mpsc::channel(64);
                 tokio::spawn(async move {
                     let _ = context::replay(fixes, tx, 1.0).await;
                 });
-                let out = ctx_tx.clone();
-                let mut rec = recorder.take();
-                tokio::spawn(async move {
-                    while let Some(f) = rx.recv().await {
-                        record_fix(&mut rec, &f);
-                        let _ = out.send(fix_to_info(&f)).await;
-                    }
-                });
+                tokio::spawn(forward_fixes(rx, ctx_tx.clone(), recorder.take()));
                 info!(file = %file.display(), "context replayed from a log");
             }
         }
@@ -938,10 +933,7 @@ pub fn relay(path: &Path) -> Result<()> {
         if let Carrier::Session(engine) = &carrier {
             let e = engine.clone();
             tokio::spawn(rebuild_linkdb(linkdb_rx, move |factory| {
-                e.replace_predictor(match factory {
-                    Some(f) => f(),
-                    None => Box::new(polycorn_sched::NoPrediction),
-                });
+                e.replace_predictor(proxy::make_predictor(factory.as_ref()));
                 1
             }));
             engine.set_metrics(metrics.clone());

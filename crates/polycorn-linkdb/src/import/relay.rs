@@ -485,6 +485,18 @@ pub struct Comparison {
     pub inferred_successes: usize,
 }
 
+impl Comparison {
+    /// Add another ride's comparison to this one.
+    pub fn merge(&mut self, o: Comparison) {
+        self.true_failures += o.true_failures;
+        self.inferred_failures += o.inferred_failures;
+        self.matched_failures += o.matched_failures;
+        self.position_error_m.extend(o.position_error_m);
+        self.true_successes += o.true_successes;
+        self.inferred_successes += o.inferred_successes;
+    }
+}
+
 /// How far apart in time an inferred and a true failure may be to be the same one.
 pub const MATCH_MS: u64 = 2_000;
 
