@@ -490,6 +490,16 @@ impl Default for ContextConfig {
     }
 }
 
+/// The proxy's `[context]`: what it keeps of the train context the relays send.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ProxyContextConfig {
+    /// `record`: a directory where the proxy writes every relay's fixes, with its modems'
+    /// serving cells, one subdirectory per relay name ([`crate::proxy::RideRecording`]), for
+    /// `polycorn linkdb import --ride-log`. None (default): nothing is recorded.
+    pub record: Option<PathBuf>,
+}
+
 /// A relay's configuration (`relay.toml`).
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -1026,6 +1036,9 @@ pub struct ProxyConfig {
     /// `[policy]`.
     #[serde(default)]
     pub policy: PolicyConfig,
+    /// `[context]`.
+    #[serde(default)]
+    pub context: ProxyContextConfig,
     /// `[linkdb]`.
     #[serde(default)]
     pub linkdb: LinkDbConfig,
@@ -1140,6 +1153,10 @@ impl ProxyConfig {
                     ));
                 }
             }
+        }
+        if let Some(record) = &mut self.context.record {
+            *record = resolve(base, record);
+            v.record_dir("context.record", record)?;
         }
         v.linkdb(&self.linkdb)?;
         v.limits(&self.limits)?;
@@ -1892,6 +1909,13 @@ deny = []
 # true opens private, CGNAT, link-local and ULA space (never loopback: list it in allow).
 # `systemctl reload polycorn-proxy` applies changes here to later connections.
 allow_private = false
+
+[context]
+# Keep the train context every relay sends (its GPS fixes with each modem's serving cell and
+# RSRP), one CSV per relay and day under record/RELAY-NAME/, for `polycorn linkdb import
+# --ride-log` (LinkDB learns every train's handovers without copying files off the trains).
+# `systemctl reload polycorn-proxy` applies a change here to the live sessions.
+# record = "/var/lib/polycorn/context"
 
 [linkdb]
 # Optional handover database (see `polycorn linkdb`): the downlink scheduler's HPR stage uses

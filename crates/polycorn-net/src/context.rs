@@ -95,6 +95,52 @@ pub struct ContextFix {
     pub cells: Vec<CellReport>,
 }
 
+impl ContextFix {
+    /// The fix as the relay sends it to the proxy: at most
+    /// [`polycorn_proto::frame::MAX_CONTEXT_CELLS`] cells; a position out of range is clamped,
+    /// and a speed or heading not reported is sent as 0.
+    pub fn to_info(&self) -> polycorn_proto::ContextInfo {
+        let finite = |v: f64| if v.is_finite() { v as f32 } else { 0.0 };
+        polycorn_proto::ContextInfo {
+            unix_ms: self.unix_ms,
+            lat: self.lat.clamp(-90.0, 90.0),
+            lon: self.lon.clamp(-180.0, 180.0),
+            speed_mps: finite(self.speed_mps).max(0.0),
+            heading_deg: finite(self.heading_deg),
+            cells: self
+                .cells
+                .iter()
+                .take(polycorn_proto::frame::MAX_CONTEXT_CELLS)
+                .map(|c| polycorn_proto::CellInfo {
+                    path: c.path,
+                    cell: c.cell,
+                    rsrp_dbm: c.rsrp_dbm.filter(|r| r.is_finite()),
+                })
+                .collect(),
+        }
+    }
+
+    /// The fix a relay sent (the proxy records it, [`Recorder`]).
+    pub fn from_info(info: &polycorn_proto::ContextInfo) -> ContextFix {
+        ContextFix {
+            unix_ms: info.unix_ms,
+            lat: info.lat,
+            lon: info.lon,
+            speed_mps: f64::from(info.speed_mps),
+            heading_deg: f64::from(info.heading_deg),
+            cells: info
+                .cells
+                .iter()
+                .map(|c| CellReport {
+                    path: c.path,
+                    cell: c.cell,
+                    rsrp_dbm: c.rsrp_dbm,
+                })
+                .collect(),
+        }
+    }
+}
+
 impl fmt::Display for ContextFix {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
@@ -777,8 +823,21 @@ fn parse_replay_csv(path: &Path, text: &str) -> Result<Vec<ContextFix>, ContextE
             let (ci, ri) = (5 + 2 * k, 6 + 2 * k);
             let cell = match fields[ci] {
                 "" => None,
+                UNREPORTED => {
+                    // No report from this modem at this fix ([`Recorder`]): nothing is known.
+                    if !fields[ri].is_empty() {
+                        return Err(field_err(
+                            ri,
+                            format!("an RSRP (`{}`) for a cell not reported (`?`)", fields[ri]),
+                        ));
+                    }
+                    continue;
+                }
                 s => Some(s.parse::<u64>().map_err(|_| {
-                    field_err(ci, format!("`{s}` is not a cell identity (or empty)"))
+                    field_err(
+                        ci,
+                        format!("`{s}` is not a cell identity (or empty, or `{UNREPORTED}`)"),
+                    )
                 })?),
             };
             let rsrp_dbm = match fields[ri] {
@@ -851,6 +910,12 @@ pub async fn replay(
 /// Prefix of a relay's context log files (`context-20261130T111639Z.csv`).
 pub const RECORD_PREFIX: &str = "context-";
 
+/// A context log's cell column for a modem that sent no report at that fix, while others did
+/// (its RSRP column is then empty). Unlike an empty cell, which says the modem had no cell,
+/// it says nothing: [`read_replay_csv`] leaves the modem out of that fix, and LinkDB's import
+/// sees a gap in that modem's cells.
+pub const UNREPORTED: &str = polycorn_linkdb::import::relay::UNREPORTED;
+
 /// The relay's own context log (`[context] record`): every fix it receives, with each modem's
 /// serving cell and RSRP, in the format [`read_replay_csv`] reads (so a day on the train can be
 /// replayed in the testbed) and `polycorn linkdb import --ride-log` turns into handover history.
@@ -860,8 +925,9 @@ pub const RECORD_PREFIX: &str = "context-";
 /// before is skipped (gpsd repeats a `TPV` when nothing changed); a clock that goes back starts
 /// a new file. A fix without any carrier report (the modem monitor is silent, or a plain gpsd)
 /// is not written either: an empty cell column says the modem had no cell, which a missing
-/// report does not (LinkDB would take it for a failed handover on every carrier). Each row is
-/// written through at once, so a crash loses at most the row being written.
+/// report does not (LinkDB would take it for a failed handover on every carrier). A fix with
+/// reports for some modems only writes [`UNREPORTED`] for the others. Each row is written
+/// through at once, so a crash loses at most the row being written.
 #[derive(Debug)]
 pub struct Recorder {
     dir: PathBuf,
@@ -951,6 +1017,11 @@ impl Recorder {
         for k in 0..self.carriers.len() {
             let c = fix.cells.iter().find(|c| usize::from(c.path) == k);
             row.push(',');
+            if c.is_none() {
+                row.push_str(UNREPORTED);
+                row.push(',');
+                continue;
+            }
             if let Some(cell) = c.and_then(|c| c.cell) {
                 row.push_str(&cell.to_string());
             }

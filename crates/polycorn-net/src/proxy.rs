@@ -32,6 +32,140 @@ pub fn no_predictor() -> LivePredictor {
     crate::live::Live::new(Arc::new(None))
 }
 
+/// Where the proxy keeps the train context its relays send (`[context] record`): each relay's
+/// fixes go to `dir/RELAY/` ([`relay_log_dir`]) as a relay's own context log
+/// ([`crate::context::Recorder`]), ready for `polycorn linkdb import --ride-log`.
+///
+/// The relay sends each fix on every path, so the proxy keeps the first copy and drops the
+/// others, and any fix older than one it has (a copy held up on a slower path); a fix more
+/// than [`CLOCK_STEP_BACK`] older is kept, as the relay's clock was set back. A fix is
+/// missing where every path was down when the relay sent it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct RideRecording {
+    /// The directory (created if missing).
+    pub dir: std::path::PathBuf,
+    /// Column names, by path index: LinkDB's carriers (`[linkdb] carriers`). Empty: `path0`,
+    /// `path1`, … for as many paths as the relay's first fix with cells reports.
+    pub carriers: Vec<String>,
+}
+
+/// [`RideRecording`], replaceable while the proxy runs (a reload); `None`: nothing recorded.
+pub type LiveRecording = crate::live::Live<Option<RideRecording>>;
+
+/// A [`LiveRecording`] that records nothing.
+pub fn no_recording() -> LiveRecording {
+    crate::live::Live::new(Arc::new(None))
+}
+
+/// A fix this much older than the newest one of its session means the relay's clock went
+/// back: the proxy takes it (and the ones after it) rather than drop them all as stale.
+pub const CLOCK_STEP_BACK: Duration = Duration::from_secs(60);
+
+/// The subdirectory of `[context] record` for the relay named `relay` in its certificate: the
+/// name itself when it is a valid relay name (`polycorn tls relay --name`), else the name
+/// with every character other than a-z, 0-9 and '-' replaced by '_' (`unnamed` when empty).
+pub fn relay_log_dir(relay: &str) -> String {
+    if crate::tls::check_relay_name(relay).is_ok() {
+        return relay.to_string();
+    }
+    let safe: String = relay
+        .chars()
+        .take(crate::tls::MAX_RELAY_NAME)
+        .map(|c| {
+            if c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    if safe.is_empty() {
+        "unnamed".into()
+    } else {
+        safe
+    }
+}
+
+/// What one session keeps of its relay's context: which fixes are new, and its log.
+struct ContextLog {
+    relay: Arc<str>,
+    live: LiveRecording,
+    /// The recording generation `rec` follows (None: not set up yet).
+    generation: Option<u64>,
+    rec: Option<crate::context::Recorder>,
+    newest_ms: Option<u64>,
+}
+
+impl ContextLog {
+    fn new(relay: Arc<str>, live: LiveRecording) -> ContextLog {
+        ContextLog {
+            relay,
+            live,
+            generation: None,
+            rec: None,
+            newest_ms: None,
+        }
+    }
+
+    /// Whether `ctx` is news: not a copy of a fix already seen, nor older than one.
+    fn fresh(&mut self, ctx: &polycorn_proto::ContextInfo) -> bool {
+        let step = CLOCK_STEP_BACK.as_millis() as u64;
+        let fresh = match self.newest_ms {
+            None => true,
+            Some(n) => ctx.unix_ms > n || ctx.unix_ms.saturating_add(step) < n,
+        };
+        if fresh {
+            self.newest_ms = Some(ctx.unix_ms);
+        }
+        fresh
+    }
+
+    /// Writes `ctx` when recording is on (set up, or changed by a reload, first).
+    fn record(&mut self, ctx: &polycorn_proto::ContextInfo) {
+        let (generation, spec) = self.live.current();
+        if self.generation != Some(generation) {
+            self.rec = None;
+            if let Some(r) = spec.as_ref() {
+                let carriers = if r.carriers.is_empty() {
+                    let Some(n) = ctx.cells.iter().map(|c| usize::from(c.path) + 1).max() else {
+                        // No cells yet: the column count is not known.
+                        return;
+                    };
+                    (0..n).map(|k| format!("path{k}")).collect()
+                } else {
+                    r.carriers.clone()
+                };
+                let dir = r.dir.join(relay_log_dir(&self.relay));
+                match crate::context::Recorder::new(&dir, carriers) {
+                    Ok(rec) => self.rec = Some(rec),
+                    Err(e) => tracing::error!(
+                        relay = %self.relay,
+                        error = %e,
+                        "context.record: cannot record this relay's context"
+                    ),
+                }
+            }
+            self.generation = Some(generation);
+        }
+        if let Some(rec) = self.rec.as_mut() {
+            match rec.record(&crate::context::ContextFix::from_info(ctx)) {
+                Ok(Some(file)) => {
+                    info!(relay = %self.relay, file = %file.display(), "context log started")
+                }
+                Ok(None) => {}
+                Err(e) => {
+                    tracing::error!(
+                        relay = %self.relay,
+                        error = %e,
+                        "context.record: cannot write the context log; recording stops for                          this session"
+                    );
+                    self.rec = None;
+                }
+            }
+        }
+    }
+}
+
 /// Everything the proxy needs, already validated.
 #[derive(Clone)]
 pub struct ProxyOptions {
@@ -54,6 +188,9 @@ pub struct ProxyOptions {
     pub connect_timeout: Duration,
     /// Predictor per session; a reload may replace it ([`replace_predictors`]).
     pub predictor: LivePredictor,
+    /// Whether and where the relays' context is recorded; a reload may change it, for the
+    /// live sessions too.
+    pub record: LiveRecording,
     /// Where to count bytes, refusals and flows.
     pub metrics: Option<Arc<crate::metrics::Metrics>>,
     /// Relay names refused (`proxy.revoked_relays`), replaceable while the proxy runs
@@ -526,6 +663,7 @@ async fn accept_loop(
                         tokio::spawn(session_events(
                             engine.clone(),
                             acc.session,
+                            ContextLog::new(acc.relay.as_str().into(), o.record.clone()),
                             events,
                             s.clone(),
                             c.clone(),
@@ -632,6 +770,7 @@ fn proto_reason(e: &polycorn_proto::ProtoError) -> &'static str {
 async fn session_events(
     engine: Engine,
     id: u64,
+    mut context: ContextLog,
     mut events: tokio::sync::mpsc::UnboundedReceiver<Event>,
     sessions: Sessions,
     connector: Arc<Connector>,
@@ -667,6 +806,10 @@ async fn session_events(
                 });
             }
             Event::Context(ctx) => {
+                if !context.fresh(&ctx) {
+                    continue;
+                }
+                context.record(&ctx);
                 if first_context {
                     first_context = false;
                     info!(

@@ -1126,6 +1126,26 @@ fn config_check_tells_a_proxy_names_addresses_and_failover() {
 }
 
 #[test]
+fn the_proxy_records_its_relays_context_in_a_directory_it_can_make() {
+    let dir = files();
+    let d = dir.path();
+    assert!(proxy(PROXY_MIN, d).unwrap().context.record.is_none());
+    let p = proxy(&format!("{PROXY_MIN}\n[context]\nrecord = \"rides\"\n"), d).unwrap();
+    assert_eq!(p.context.record, Some(d.join("rides")));
+    proxy_err(
+        &format!("{PROXY_MIN}\n[context]\nrecord = \"ca.pem/x\"\n"),
+        d,
+        "context.record",
+        "ca.pem: not a directory",
+    );
+    // The relay's other context keys are not the proxy's.
+    let e = proxy(&format!("{PROXY_MIN}\n[context]\nsource = \"gpsd\"\n"), d)
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("source"), "{e}");
+}
+
+#[test]
 fn context_record_is_a_directory_the_relay_can_make() {
     let dir = files();
     let d = dir.path();

@@ -498,6 +498,121 @@ fn the_relay_records_what_it_is_told_for_replay_and_for_linkdb() {
     );
 }
 
+/// A fix that reports some modems and not others: the others are written as unreported (`?`),
+/// which the replay leaves out of the fix and LinkDB reads as a gap, not as a lost cell.
+#[test]
+fn a_modem_not_reported_is_neither_a_cell_nor_a_lost_one() {
+    use polycorn_net::context::{Recorder, UNREPORTED};
+    assert_eq!(UNREPORTED, "?");
+    let dir = tempfile::tempdir().unwrap();
+    let mut rec = Recorder::new(dir.path(), vec!["A".into(), "B".into()]).unwrap();
+    let t0 = 1_796_083_100_000u64;
+    let fix = |s: u64, b: Option<Option<u64>>| ContextFix {
+        unix_ms: t0 + s * 1000,
+        lat: 39.865 - s as f64 * 0.0007,
+        lon: 116.378,
+        speed_mps: 78.0,
+        heading_deg: 180.0,
+        cells: std::iter::once(CellReport {
+            path: 0,
+            cell: Some(1),
+            rsrp_dbm: Some(-90.0),
+        })
+        .chain(b.map(|cell| CellReport {
+            path: 1,
+            cell,
+            rsrp_dbm: cell.map(|_| -100.0),
+        }))
+        .collect(),
+    };
+    // B: on 7, not reported, 7, not reported twice, 8, none (lost), not reported, 9.
+    let steps = [
+        Some(Some(7)),
+        None,
+        Some(Some(7)),
+        None,
+        None,
+        Some(Some(8)),
+        Some(None),
+        None,
+        Some(Some(9)),
+    ];
+    let mut file = None;
+    for (s, b) in steps.iter().enumerate() {
+        if let Some(p) = rec.record(&fix(s as u64, *b)).unwrap() {
+            file = Some(p);
+        }
+    }
+    let file = file.unwrap();
+    let text = std::fs::read_to_string(&file).unwrap();
+    let b_cols: Vec<String> = text
+        .lines()
+        .skip(1)
+        .map(|l| l.split(',').skip(7).collect::<Vec<_>>().join(","))
+        .collect();
+    assert_eq!(
+        b_cols,
+        ["7,-100.0", "?,", "7,-100.0", "?,", "?,", "8,-100.0", ",", "?,", "9,-100.0"]
+    );
+
+    // Replay: an unreported modem is left out of its fix.
+    let back = read_replay_csv(&file).unwrap();
+    let paths: Vec<Vec<u8>> = back
+        .iter()
+        .map(|f| f.cells.iter().map(|c| c.path).collect())
+        .collect();
+    assert_eq!(paths[0], [0, 1]);
+    assert_eq!(paths[1], [0]);
+    assert_eq!(paths[6], [0, 1]);
+    assert_eq!(back[6].cells[1].cell, None);
+
+    // LinkDB: 7 -> 8 a success, then 8 lost and 9 its failure's target; nothing made of the
+    // unreported fixes.
+    use polycorn_linkdb::import::relay;
+    use polycorn_linkdb::record::{Direction, Outcome};
+    let opts = relay::Options {
+        route: "test".into(),
+        track: polycorn_linkdb::predict::Track {
+            origin: (39.865, 116.378),
+            heading_deg: 180.0,
+        },
+        direction: Some(Direction::Up),
+        carriers: None,
+    };
+    let (trips, rep) = relay::import(&file, &opts).unwrap();
+    assert!(rep.bad.is_empty(), "{rep:?}");
+    let hos: Vec<_> = trips[0]
+        .handovers
+        .iter()
+        .map(|h| {
+            (
+                h.carrier.as_str(),
+                h.from_cell.as_str(),
+                h.to_cell.as_deref(),
+                h.outcome,
+                h.start_ms,
+            )
+        })
+        .collect();
+    assert_eq!(
+        hos,
+        [
+            ("B", "7", Some("8"), Outcome::Success, 3500),
+            ("B", "8", Some("9"), Outcome::Failure, 5500),
+        ]
+    );
+
+    // An RSRP beside `?` is refused, naming where.
+    let bad = dir.path().join("bad.csv");
+    std::fs::write(
+        &bad,
+        "t_ms,lat,lon,speed_mps,heading_deg,cell_A,rsrp_dbm_A\n0,39.8,116.3,1,0,?,-90\n",
+    )
+    .unwrap();
+    let e = read_replay_csv(&bad).unwrap_err().to_string();
+    assert!(e.contains("bad.csv:2:") && e.contains("rsrp_dbm_A"), "{e}");
+}
+
 #[test]
 fn a_recorder_refuses_carrier_names_that_cannot_be_columns() {
     use polycorn_net::context::Recorder;

@@ -122,14 +122,17 @@ struct Pair {
 }
 
 async fn start_pair(spec: &str, tuning: Tuning) -> Pair {
-    start_pair_with(spec, tuning, None).await
+    start_pair_with(spec, tuning, None, proxy::no_recording(), None).await
 }
 
-/// [`start_pair`] with the proxy's metrics counted in `metrics`.
+/// [`start_pair`] with the proxy's metrics counted in `metrics`, the relays' context recorded
+/// as `record` says, and the relay's train context from `context`.
 async fn start_pair_with(
     spec: &str,
     tuning: Tuning,
     metrics: Option<Arc<polycorn_net::metrics::Metrics>>,
+    record: proxy::LiveRecording,
+    context: Option<tokio::sync::mpsc::Receiver<polycorn_proto::ContextInfo>>,
 ) -> Pair {
     let _ = tracing_subscriber::fmt()
         .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
@@ -159,6 +162,7 @@ async fn start_pair_with(
         .into(),
         connect_timeout: Duration::from_secs(3),
         predictor: proxy::no_predictor(),
+        record,
         metrics,
         revoked_relays: Default::default(),
     };
@@ -193,7 +197,7 @@ async fn start_pair_with(
         predictor: None,
     };
     let (relay, relay_tasks, relay_listeners) =
-        relay::start(ropts, None, polycorn_net::activation::Inherited::none())
+        relay::start(ropts, context, polycorn_net::activation::Inherited::none())
             .await
             .unwrap();
     Pair {
@@ -238,7 +242,14 @@ fn relay_cert_end(m: &polycorn_net::metrics::Metrics) -> Option<i64> {
 async fn a_relay_renews_its_certificate_while_carrying_passengers() {
     let srv = server().await;
     let metrics = Arc::new(polycorn_net::metrics::Metrics::new());
-    let pair = start_pair_with("hrsch", Tuning::default(), Some(metrics.clone())).await;
+    let pair = start_pair_with(
+        "hrsch",
+        Tuning::default(),
+        Some(metrics.clone()),
+        proxy::no_recording(),
+        None,
+    )
+    .await;
     tokio::time::timeout(
         Duration::from_secs(30),
         transfer(pair.socks, srv, 1000, 1000),
@@ -362,6 +373,134 @@ async fn the_proxy_frees_an_idle_session_whose_relay_is_gone() {
         "the session was unlisted but something still holds it"
     );
     drop((proxy_tasks, dir));
+}
+
+/// The proxy keeps each relay's train context (`[context] record`): every fix once, though
+/// the relay sends it on every path, none older than one kept, a modem not reported as `?`;
+/// a reload moves the recording, for the live session too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_proxy_records_each_relays_context_once() {
+    use polycorn_proto::{CellInfo, ContextInfo};
+    let rec = tempfile::tempdir().unwrap();
+    let record: proxy::LiveRecording = Live::new(Arc::new(Some(proxy::RideRecording {
+        dir: rec.path().join("first"),
+        carriers: vec![],
+    })));
+    let (tx, rx) = tokio::sync::mpsc::channel(16);
+    let srv = server().await;
+    let pair = start_pair_with("hrsch", Tuning::default(), None, record.clone(), Some(rx)).await;
+    // The session is up (context is only sent on attached paths).
+    tokio::time::timeout(Duration::from_secs(30), transfer(pair.socks, srv, 100, 100))
+        .await
+        .expect("transfer timed out");
+    let t0 = 1_796_083_100_000u64;
+    let fix = |ms: u64, cells: &[(u8, Option<u64>)]| ContextInfo {
+        unix_ms: t0 + ms,
+        lat: 39.865,
+        lon: 116.378,
+        speed_mps: 80.0,
+        heading_deg: 180.0,
+        cells: cells
+            .iter()
+            .map(|&(path, cell)| CellInfo {
+                path,
+                cell,
+                rsrp_dbm: cell.map(|_| -95.0),
+            })
+            .collect(),
+    };
+    let both = [(0, Some(1)), (1, Some(7))];
+    for f in [
+        fix(0, &both),
+        fix(0, &both), // the same fix again
+        fix(1000, &[(0, Some(1)), (1, None)]),
+        fix(500, &both),            // older than one kept
+        fix(2000, &[(0, Some(2))]), // path 1 not reported
+        fix(2500, &[]),             // no cells: not written
+        fix(3000, &both),
+    ] {
+        tx.send(f).await.unwrap();
+    }
+    let name = tls::relay_name_of_file(&pair.dir.path().join("relay.pem")).unwrap();
+    let relay_dir = rec.path().join("first").join(proxy::relay_log_dir(&name));
+    let rows = |dir: &std::path::Path| -> Vec<String> {
+        let Ok(rd) = std::fs::read_dir(dir) else {
+            return vec![];
+        };
+        let mut rows = vec![];
+        for f in rd {
+            let text = std::fs::read_to_string(f.unwrap().path()).unwrap();
+            rows.extend(text.lines().map(str::to_string));
+        }
+        rows
+    };
+    assert!(
+        eventually(20, || rows(&relay_dir).len() >= 5).await,
+        "the proxy's log has {:?}",
+        rows(&relay_dir)
+    );
+    let short: Vec<String> = rows(&relay_dir)
+        .iter()
+        .map(|r| {
+            let f: Vec<&str> = r.split(',').collect();
+            [f[0], f[5], f[7]].join(",")
+        })
+        .collect();
+    assert_eq!(
+        short,
+        [
+            "t_ms,cell_path0,cell_path1",
+            "0,1,7",
+            "1000,1,",
+            "2000,2,?",
+            "3000,1,7"
+        ]
+    );
+    // What the proxy keeps reads back as a relay's log.
+    let file = std::fs::read_dir(&relay_dir)
+        .unwrap()
+        .next()
+        .unwrap()
+        .unwrap()
+        .path();
+    assert_eq!(
+        polycorn_net::context::read_replay_csv(&file).unwrap().len(),
+        4
+    );
+
+    // A reload points the recording elsewhere: the live session follows from its next fix.
+    record.replace(Arc::new(Some(proxy::RideRecording {
+        dir: rec.path().join("second"),
+        carriers: vec!["A".into(), "B".into()],
+    })));
+    tx.send(fix(4000, &both)).await.unwrap();
+    let moved = rec.path().join("second").join(proxy::relay_log_dir(&name));
+    assert!(
+        eventually(20, || rows(&moved).len() >= 2).await,
+        "nothing recorded in {moved:?} after the reload"
+    );
+    assert_eq!(
+        rows(&moved),
+        [
+            "t_ms,lat,lon,speed_mps,heading_deg,cell_A,rsrp_dbm_A,cell_B,rsrp_dbm_B",
+            "0,39.8650000,116.3780000,80.00,180.0,1,-95.0,7,-95.0"
+        ]
+    );
+    assert_eq!(
+        rows(&relay_dir).len(),
+        5,
+        "the first log went on after the reload"
+    );
+    drop(pair);
+}
+
+#[test]
+fn relay_log_dirs_are_safe_names() {
+    assert_eq!(proxy::relay_log_dir("train-017"), "train-017");
+    assert_eq!(proxy::relay_log_dir("../etc"), "___etc");
+    assert_eq!(proxy::relay_log_dir("Relay 1"), "_elay_1");
+    assert_eq!(proxy::relay_log_dir(""), "unnamed");
+    assert_eq!(proxy::relay_log_dir(&"x".repeat(100)).len(), 63);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

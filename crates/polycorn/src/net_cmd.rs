@@ -18,7 +18,7 @@ use polycorn_net::proxy::{self, ProxyOptions};
 use polycorn_net::relay::{self, Carrier, Mode, RelayOptions, RelayPath, Tuning};
 use polycorn_net::subflow::HandshakeError;
 use polycorn_net::{context, tls};
-use polycorn_proto::{CellInfo, ContextInfo};
+use polycorn_proto::ContextInfo;
 use tracing::{error, info, warn};
 
 fn init_logging(log: &LogConfig) -> Result<()> {
@@ -129,6 +129,19 @@ fn record_columns(cfg: &RelayConfig) -> Vec<String> {
         .collect()
 }
 
+/// Where the proxy records its relays' context (`[context] record`), its columns named by
+/// `[linkdb] carriers` when the proxy has a LinkDB (the relays' paths in that order).
+fn ride_recording(cfg: &ProxyConfig) -> Option<proxy::RideRecording> {
+    cfg.context.record.as_ref().map(|dir| proxy::RideRecording {
+        dir: dir.clone(),
+        carriers: if cfg.linkdb.db.is_some() {
+            cfg.linkdb.carriers.clone()
+        } else {
+            Vec::new()
+        },
+    })
+}
+
 /// Hands each fix of the context source to the session (`out`), after writing it to the
 /// context log when there is one; on a write error the relay says so once and records no more
 /// (the fixes still reach the schedulers).
@@ -148,28 +161,7 @@ async fn forward_fixes(
                 }
             }
         }
-        let _ = out.send(fix_to_info(&f)).await;
-    }
-}
-
-fn fix_to_info(f: &context::ContextFix) -> ContextInfo {
-    let finite = |v: f64| if v.is_finite() { v as f32 } else { 0.0 };
-    ContextInfo {
-        unix_ms: f.unix_ms,
-        lat: f.lat.clamp(-90.0, 90.0),
-        lon: f.lon.clamp(-180.0, 180.0),
-        speed_mps: finite(f.speed_mps).max(0.0),
-        heading_deg: finite(f.heading_deg),
-        cells: f
-            .cells
-            .iter()
-            .take(polycorn_proto::frame::MAX_CONTEXT_CELLS)
-            .map(|c| CellInfo {
-                path: c.path,
-                cell: c.cell,
-                rsrp_dbm: c.rsrp_dbm.filter(|r| r.is_finite()),
-            })
-            .collect(),
+        let _ = out.send(f.to_info()).await;
     }
 }
 
@@ -1016,6 +1008,10 @@ pub fn proxy(path: &Path) -> Result<()> {
             revoked.clone(),
         )?);
         let policy = Live::new(Arc::new(cfg.policy.destination_policy()));
+        let record: proxy::LiveRecording = Live::new(Arc::new(ride_recording(&cfg)));
+        if let Some(r) = ride_recording(&cfg) {
+            info!(dir = %r.dir.display(), "recording the relays' train context");
+        }
         let metrics = Arc::new(Metrics::new());
         let tls_reload = TlsReload::new(
             tls_cfg.clone(),
@@ -1039,6 +1035,7 @@ pub fn proxy(path: &Path) -> Result<()> {
             policy: policy.clone(),
             connect_timeout: cfg.proxy.connect_timeout(),
             predictor: predictor.clone(),
+            record: record.clone(),
             metrics: Some(metrics.clone()),
             revoked_relays: revoked.clone(),
         };
@@ -1065,7 +1062,7 @@ pub fn proxy(path: &Path) -> Result<()> {
             sessions.clone(),
             revoked,
             tls_reload,
-            policy,
+            ProxyLive { policy, record },
             linkdb_tx,
         ));
         {
@@ -1119,13 +1116,21 @@ pub fn proxy(path: &Path) -> Result<()> {
     })
 }
 
+/// The proxy's settings a reload replaces in place, besides TLS and the revoked relays.
+struct ProxyLive {
+    /// `[policy]`.
+    policy: Live<polycorn_net::policy::DestinationPolicy>,
+    /// `[context] record`.
+    record: proxy::LiveRecording,
+}
+
 /// `systemctl reload polycorn-proxy` (SIGHUP): reads the configuration file again and applies
 /// `proxy.revoked_relays` — new subflows of a revoked relay are refused and its live sessions'
 /// subflows are cut at once —, the TLS files (`tls.cert`, `tls.key`, `tls.ca`), which later
 /// handshakes use (subflows up keep theirs), `[policy]`, which later connections to
-/// destinations follow (those open stay), and `[linkdb]`: the predictor is built again from the
-/// database (rides imported since are learnt) for the live sessions and later ones
-/// ([`rebuild_linkdb`]). Other changes need a restart (said in a warning); a file that does not
+/// destinations follow (those open stay), `[context] record`, which the live sessions follow
+/// from their next fix, and `[linkdb]`: the predictor is built again from the database (rides
+/// imported since are learnt) for the live sessions and later ones ([`rebuild_linkdb`]). Other changes need a restart (said in a warning); a file that does not
 /// load, or credentials that do not, change nothing.
 async fn reload_on_hangup(
     path: std::path::PathBuf,
@@ -1133,21 +1138,36 @@ async fn reload_on_hangup(
     sessions: proxy::Sessions,
     revoked: Arc<proxy::Revoked>,
     mut tls: TlsReload<tls::ServerConfig>,
-    policy: Live<polycorn_net::policy::DestinationPolicy>,
+    live: ProxyLive,
     linkdb: tokio::sync::mpsc::UnboundedSender<polycorn_net::config::LinkDbConfig>,
 ) {
+    let ProxyLive { policy, record } = live;
     on_hangup(&path, ProxyConfig::load, |new| {
         let mut rest = new.clone();
         rest.proxy.revoked_relays = running.proxy.revoked_relays.clone();
         rest.tls = running.tls.clone();
         rest.policy = running.policy.clone();
+        rest.context = running.context.clone();
         rest.linkdb = running.linkdb.clone();
         if rest != running {
             warn!(
-                "reload: only proxy.revoked_relays, the TLS files, [policy] and [linkdb] are \
-                 applied while running; restart the proxy for the other changes in {}",
+                "reload: only proxy.revoked_relays, the TLS files, [policy], [context] and \
+                 [linkdb] are applied while running; restart the proxy for the other changes \
+                 in {}",
                 path.display()
             );
+        }
+        let recording = ride_recording(&new);
+        if recording != ride_recording(&running) {
+            match &recording {
+                Some(r) => info!(
+                    dir = %r.dir.display(),
+                    "reload: recording the relays' train context (live sessions from their next fix)"
+                ),
+                None => info!("reload: the relays' train context is no longer recorded"),
+            }
+            record.replace(Arc::new(recording));
+            running.context = new.context.clone();
         }
         if new.linkdb.db.is_some() || running.linkdb.db.is_some() {
             let _ = linkdb.send(new.linkdb.clone());
@@ -1632,7 +1652,7 @@ pub fn systemd_unit(role: &str, bin: &Path) -> Result<String> {
     // Both apply some changes on SIGHUP, which `config check --reload` sends once the file
     // passes (no `kill` program needed).
     let applies = if role == "proxy" {
-        "proxy.revoked_relays, the TLS files, [policy] and [linkdb] (LinkDB rebuilt from its database)"
+        "proxy.revoked_relays, the TLS files, [policy], [context] and [linkdb] (LinkDB rebuilt from its database)"
     } else {
         "the TLS files (renewed certificates) and [linkdb] (LinkDB rebuilt from its database)"
     };
@@ -1678,7 +1698,7 @@ NoNewPrivileges=yes
 ProtectSystem=strict
 ProtectHome=yes
 PrivateTmp=yes
-# /var/lib/polycorn stays writable (e.g. a LinkDB SQLite file).
+# /var/lib/polycorn stays writable (e.g. a LinkDB SQLite file, [context] record).
 StateDirectory=polycorn
 ProtectKernelModules=yes
 ProtectControlGroups=yes

@@ -13,6 +13,7 @@
 //!   interruption lasts until then. When the handover started before the loss cannot be seen,
 //!   so a failure is recorded as lost at its start (`lost` empty): LinkDB's failure locations
 //!   are where the link went dark, which is the moment HPR must act before.
+//! * a modem not reported at a fix ([`UNREPORTED`], `?`) adds no row to its carrier;
 //! * rows more than [`MAX_GAP_MS`] apart (the relay was down, gpsd stalled) break the sequence:
 //!   no handover is made up across them, and a loss before them is a failure of unknown
 //!   target and interruption.
@@ -37,6 +38,9 @@ use crate::record::{
 
 /// Rows further apart than this break a carrier's cell sequence.
 pub const MAX_GAP_MS: u64 = 5_000;
+/// A cell column's value when the modem sent no report at that fix while others did: the row
+/// is skipped for that carrier (a gap in its cells, not a lost cell).
+pub const UNREPORTED: &str = "?";
 /// Below this speed the train stands.
 pub const STOP_SPEED_MPS: f64 = 1.0;
 /// A stand at least this long separates two runs (where the train may turn).
@@ -439,6 +443,10 @@ pub(crate) fn read_context(
             heading_deg: num(c_head),
         });
         for (name, &(ccell, crsrp)) in carriers.iter().zip(&per_carrier) {
+            if f[ccell] == UNREPORTED {
+                // The modem sent no report at this fix: a gap in its cells, not a lost cell.
+                continue;
+            }
             radio.push(RadioSample {
                 t_ms: t,
                 carrier: name.clone(),
