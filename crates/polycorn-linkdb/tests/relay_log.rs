@@ -34,6 +34,7 @@ fn opts(direction: Option<Direction>) -> relay::Options {
         track: north(),
         direction,
         carriers: None,
+        before_day: None,
     }
 }
 
@@ -133,6 +134,83 @@ fn cell_changes_are_successes_and_lost_cells_failures() {
     let notes = rep.notes.join("\n");
     assert!(notes.contains("2 gaps"), "{notes}");
     assert!(notes.contains("1 failures had no end"), "{notes}");
+}
+
+/// A proxy's logs, one directory per relay, with files of the same name: each ride is named
+/// by its path below the directory, and `?` (a modem not reported) is a gap, not a loss.
+#[test]
+fn a_proxys_logs_of_several_relays_are_told_apart() {
+    let d = tmp_dir("proxy");
+    for (train, b_cells) in [
+        ("train-1", ["10", "?", "11"]),
+        ("train-2", ["20", "", "20"]),
+    ] {
+        std::fs::create_dir_all(d.join(train)).unwrap();
+        let mut log = format!("{HEADER}\n");
+        for (k, b) in b_cells.iter().enumerate() {
+            let rsrp = if b.is_empty() || *b == "?" {
+                ""
+            } else {
+                "-90.0"
+            };
+            log += &format!(
+                "{},{:.9},0.0,100.0,0.0,1,-90.0,{b},{rsrp}\n",
+                k * 1000,
+                lat(100.0 * k as f64)
+            );
+        }
+        write(&d.join(train), "context-20261130T120000Z.csv", &log);
+    }
+    let (mut trips, rep) = relay::import(&d, &opts(Some(Direction::Up))).unwrap();
+    assert!(rep.bad.is_empty(), "{rep:?}");
+    trips.sort_by(|a, b| a.meta.name.cmp(&b.meta.name));
+    let got: Vec<_> = trips
+        .iter()
+        .map(|t| {
+            let h: Vec<_> = t
+                .handovers
+                .iter()
+                .map(|h| (h.from_cell.clone(), h.to_cell.clone(), h.outcome))
+                .collect();
+            (t.meta.name.clone(), h)
+        })
+        .collect();
+    assert_eq!(
+        got,
+        [
+            (
+                "train-1/context-20261130T120000Z-1".to_string(),
+                vec![("10".to_string(), Some("11".to_string()), Outcome::Success)]
+            ),
+            (
+                "train-2/context-20261130T120000Z-1".to_string(),
+                vec![("20".to_string(), Some("20".to_string()), Outcome::Failure)]
+            ),
+        ]
+    );
+    assert_ne!(trips[0].meta.key, trips[1].meta.key);
+
+    // Only the days before a given one: today's logs are still being written.
+    write(&d, "notes.csv", HEADER);
+    for (before, files) in [("20261130", 0), ("20261201", 2)] {
+        let o = relay::Options {
+            before_day: Some(before.into()),
+            ..opts(Some(Direction::Up))
+        };
+        let (trips, rep) = relay::import(&d, &o).unwrap();
+        assert_eq!((trips.len(), rep.files), (files, files), "before {before}");
+        assert!(
+            rep.notes
+                .iter()
+                .any(|n| n.contains(&format!("{} files left for later", 3 - files))),
+            "{rep:?}"
+        );
+    }
+    assert_eq!(
+        relay::log_day(Path::new("x/context-20261130T120000Z-2.csv")),
+        Some("20261130")
+    );
+    assert_eq!(relay::log_day(Path::new("context-2026113.csv")), None);
 }
 
 #[test]

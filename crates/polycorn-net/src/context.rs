@@ -910,6 +910,13 @@ pub async fn replay(
 /// Prefix of a relay's context log files (`context-20261130T111639Z.csv`).
 pub const RECORD_PREFIX: &str = "context-";
 
+/// The UTC day of `unix_ms` as a context log's name gives it (`YYYYMMDD`): logs of days before
+/// [`record_day`] of now are no longer written (`linkdb import --ride-log --past-days`).
+pub fn record_day(unix_ms: u64) -> String {
+    let (y, m, d) = crate::tls::civil_from_days((unix_ms / 86_400_000) as i64);
+    format!("{y:04}{m:02}{d:02}")
+}
+
 /// A context log's cell column for a modem that sent no report at that fix, while others did
 /// (its RSRP column is then empty). Unlike an empty cell, which says the modem had no cell,
 /// it says nothing: [`read_replay_csv`] leaves the modem out of that fix, and LinkDB's import
@@ -1044,10 +1051,10 @@ impl Recorder {
 
     fn start(&mut self, unix_ms: u64) -> Result<PathBuf, ContextError> {
         let secs = unix_ms / 1000;
-        let (y, mo, d) = crate::tls::civil_from_days((secs / 86_400) as i64);
         let sod = secs % 86_400;
         let stamp = format!(
-            "{y:04}{mo:02}{d:02}T{:02}{:02}{:02}Z",
+            "{}T{:02}{:02}{:02}Z",
+            record_day(unix_ms),
             sod / 3600,
             sod / 60 % 60,
             sod % 60

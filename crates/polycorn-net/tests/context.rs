@@ -484,6 +484,7 @@ fn the_relay_records_what_it_is_told_for_replay_and_for_linkdb() {
         },
         direction: Some(Direction::Up),
         carriers: None,
+        before_day: None,
     };
     let (trips, rep) = relay::import(&started[0], &opts).unwrap();
     assert!(rep.bad.is_empty(), "{rep:?}");
@@ -578,6 +579,7 @@ fn a_modem_not_reported_is_neither_a_cell_nor_a_lost_one() {
         },
         direction: Some(Direction::Up),
         carriers: None,
+        before_day: None,
     };
     let (trips, rep) = relay::import(&file, &opts).unwrap();
     assert!(rep.bad.is_empty(), "{rep:?}");

@@ -150,6 +150,11 @@ pub struct ImportArgs {
     /// Direction of every `--ride-log` file (one ride each); default: found from the fixes.
     #[arg(long, value_parser = ["up", "down"])]
     pub direction: Option<String>,
+    /// Only `--ride-log` files of UTC days before today (named `context-YYYYMMDDT…`): today's
+    /// are still being written, and a ride imported in part now and whole later would be
+    /// stored twice. For a nightly import of a live `[context] record` directory.
+    #[arg(long)]
+    pub past_days: bool,
     /// Store `--simulate` and `--trip-dir` trips as their relay would have recorded them:
     /// source `relay`, handovers inferred from the context log instead of the ground truth,
     /// and print how the two compare.
@@ -371,10 +376,11 @@ fn ride_log_options(a: &ImportArgs) -> Result<Option<relay::Options>> {
             || a.track_heading.is_some()
             || a.direction.is_some()
             || !a.carriers.is_empty()
+            || a.past_days
         {
             bail!(
-                "--route, --track-origin, --track-heading, --direction and --carriers go with \
-                 --ride-log"
+                "--route, --track-origin, --track-heading, --direction, --carriers and \
+                 --past-days go with --ride-log"
             );
         }
         return Ok(None);
@@ -409,6 +415,12 @@ fn ride_log_options(a: &ImportArgs) -> Result<Option<relay::Options>> {
         },
         direction,
         carriers: (!a.carriers.is_empty()).then(|| a.carriers.clone()),
+        before_day: a.past_days.then(|| {
+            let now = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap_or_default();
+            polycorn_net::context::record_day(now.as_millis() as u64)
+        }),
     }))
 }
 

@@ -139,6 +139,11 @@ pub struct SoakArgs {
     /// other rides of the route, as in `polycorn bench`.
     #[arg(long, conflicts_with = "blackout_every")]
     pub trip: bool,
+    /// With --trip: both ends record the train context (`[context] record`), the relay into
+    /// DIR/relay and the proxy into DIR/proxy (one directory per relay below it), for
+    /// `polycorn linkdb import --ride-log`: what the proxy kept against what the relay saw.
+    #[arg(long, value_name = "DIR", requires = "trip")]
+    pub record: Option<std::path::PathBuf>,
     /// The trip (with --trip).
     #[command(flatten)]
     pub trip_args: crate::tripgen::TripArgs,
@@ -231,6 +236,22 @@ fn trip_net(
     let sys = crate::bench::system(&format!("polycorn:{}", args.scheduler))?;
     let (relay_cfg, proxy_cfg) =
         crate::bench::write_configs(dir, &sys, paths, Some((&linkdb, true)))?;
+    if let Some(rec) = &args.record {
+        let rec =
+            std::path::absolute(rec).with_context(|| format!("--record {}", rec.display()))?;
+        let edit = |file: &std::path::Path, f: &dyn Fn(String) -> Option<String>| -> Result<()> {
+            let text = std::fs::read_to_string(file)?;
+            let new = f(text).context("the configuration has no [context] to record with")?;
+            Ok(std::fs::write(file, new)?)
+        };
+        let relay_line = format!("[context]\nrecord = {:?}\n", rec.join("relay"));
+        edit(&relay_cfg, &|t| {
+            t.contains("[context]\n")
+                .then(|| t.replacen("[context]\n", &relay_line, 1))
+        })?;
+        let proxy_table = format!("\n[context]\nrecord = {:?}\n", rec.join("proxy"));
+        edit(&proxy_cfg, &|t| Some(t + &proxy_table))?;
+    }
     let _ = testbed::down(&spec.name);
     testbed::up(&spec).with_context(|| format!("build testbed `{}`", spec.name))?;
     let teardown = crate::bench::Teardown(spec.name.clone());

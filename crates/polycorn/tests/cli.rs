@@ -1029,6 +1029,7 @@ fn linkdb_learns_from_what_relays_saw() {
             "--track-origin",
         ),
         (vec!["--route", "r"], "go with --ride-log"),
+        (vec!["--past-days"], "go with --ride-log"),
         (
             vec!["--ucc5g", "x", "--as-seen-by-relay"],
             "--as-seen-by-relay applies to",
@@ -1048,6 +1049,50 @@ fn linkdb_learns_from_what_relays_saw() {
     ] {
         refused("validate", args, want);
     }
+    // A nightly import of a live record directory leaves today's logs for later.
+    let logs = dir.join("record").join("train-1");
+    std::fs::create_dir_all(&logs).unwrap();
+    let secs = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    let today = polycorn_net::context::record_day(secs * 1000);
+    let mut log = String::from("t_ms,lat,lon,speed_mps,heading_deg,cell_A,rsrp_dbm_A\n");
+    for k in 0..5 {
+        log += &format!(
+            "{},{:.7},116.0,80.0,0.0,{},-90.0\n",
+            k * 1000,
+            39.0 + 0.0007 * k as f64,
+            1 + k / 3
+        );
+    }
+    for day in ["20200101", today.as_str()] {
+        std::fs::write(logs.join(format!("context-{day}T060000Z.csv")), &log).unwrap();
+    }
+    let record = dir.join("record");
+    let out = polycorn(&[
+        "linkdb",
+        "import",
+        "--db",
+        &db,
+        "--ride-log",
+        record.to_str().unwrap(),
+        "--route",
+        "north",
+        "--track-origin",
+        "39.0,116.0",
+        "--track-heading",
+        "0",
+        "--direction",
+        "up",
+        "--past-days",
+    ]);
+    assert!(out.status.success(), "{}", err(&out));
+    let t = text(&out);
+    assert!(
+        t.contains("1 trips (1 new") && t.contains("1 files left for later"),
+        "{t}"
+    );
     std::fs::remove_dir_all(dir).unwrap();
 }
 

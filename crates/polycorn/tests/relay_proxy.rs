@@ -1620,7 +1620,12 @@ fn hsr_trip_with_train_context_and_linkdb_predictions() {
         "\n[context]\nsource = \"gpsd\"\ngpsd = \"127.0.0.1:2947\"\nrecord = \"{}\"\n{linkdb}",
         record.display()
     );
-    let proxy_extra = linkdb;
+    // The proxy keeps what the relay sends of it, per relay.
+    let proxy_record = dir.path().join("proxy-context");
+    let proxy_extra = format!(
+        "\n[context]\nrecord = \"{}\"\n{linkdb}",
+        proxy_record.display()
+    );
     let mut stack = start_stack_with(
         &bed,
         "polycorn",
@@ -1667,6 +1672,52 @@ fn hsr_trip_with_train_context_and_linkdb_predictions() {
     assert!(
         rows.iter().any(|r| !r[5].is_empty() && !r[7].is_empty()),
         "{text}"
+    );
+    // The proxy's copy, under the relay's name: the same fixes (those the relay sent while
+    // no path was up are missing), each once, and a ride LinkDB can take.
+    let proxy_files: Vec<_> = std::fs::read_dir(proxy_record.join("polycorn-relay"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    assert_eq!(proxy_files.len(), 1, "{proxy_files:?}");
+    let proxy_text = std::fs::read_to_string(&proxy_files[0]).unwrap();
+    let key = |r: &Vec<&str>| [r[1], r[2], r[5], r[7]].join(",");
+    let relay_keys: std::collections::BTreeSet<String> = rows.iter().map(key).collect();
+    let proxy_rows: Vec<Vec<&str>> = proxy_text
+        .lines()
+        .skip(1)
+        .map(|l| l.split(',').collect())
+        .collect();
+    assert!(
+        proxy_rows.len() * 2 >= rows.len() && proxy_rows.len() <= rows.len(),
+        "the relay recorded {} fixes, the proxy {}",
+        rows.len(),
+        proxy_rows.len()
+    );
+    for r in &proxy_rows {
+        assert!(
+            relay_keys.contains(&key(r)),
+            "the proxy recorded a fix the relay did not: {r:?}"
+        );
+    }
+    let t: Vec<u64> = proxy_rows.iter().map(|r| r[0].parse().unwrap()).collect();
+    assert!(t.windows(2).all(|w| w[0] < w[1]), "{proxy_text}");
+    let scratch = format!(
+        "sqlite:{}",
+        stack.dir.path().join("proxy-rides.sqlite").display()
+    );
+    let out = Command::new(bin())
+        .args(["linkdb", "import", "--db", &scratch, "--ride-log"])
+        .arg(&proxy_record)
+        .args(["--route", "hsr/route1", "--track-origin", "39.865,116.378"])
+        .args(["--track-heading", "160", "--direction", "up"])
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && said.contains("1 trips (1 new"),
+        "{said}{}",
+        String::from_utf8_lossy(&out.stderr)
     );
     let out = Command::new(bin())
         .args(["linkdb", "import", "--db", &db, "--ride-log"])

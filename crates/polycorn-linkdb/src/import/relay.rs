@@ -62,6 +62,19 @@ pub struct Options {
     /// Carrier names for the log's `cell_NAME` columns in order (as LinkDB and the proxy's
     /// `[linkdb] carriers` name them); `None`: the columns' own names.
     pub carriers: Option<Vec<String>>,
+    /// Only logs of UTC days before this one (`YYYYMMDD`, as their names give it:
+    /// `context-YYYYMMDDT…`); the others are left for later, and so is a file whose name has
+    /// no day. A log is written until its day ends; a ride imported in part, then whole,
+    /// would be stored twice. `None`: every file.
+    pub before_day: Option<String>,
+}
+
+/// The day a context log's name gives it (`context-YYYYMMDDT….csv` → `YYYYMMDD`).
+pub fn log_day(file: &Path) -> Option<&str> {
+    let name = file.file_name()?.to_str()?;
+    let day = name.strip_prefix("context-")?.get(..8)?;
+    (day.bytes().all(|b| b.is_ascii_digit()) && name.as_bytes().get(8 + 8) == Some(&b'T'))
+        .then_some(day)
 }
 
 /// What [`infer_handovers`] saw besides the handovers.
@@ -267,16 +280,25 @@ pub fn split_rides(samples: &[Sample]) -> Vec<(usize, usize, Direction)> {
     rides
 }
 
-/// Read one relay context log (a file) or every `.csv` under a directory. Each file is cut
-/// into rides ([`split_rides`], or one ride per file with [`Options::direction`]); each ride
-/// is named `<file stem>-<k>` (k from 1) and gets the handovers [`infer_handovers`] finds.
+/// Read one relay context log (a file) or every `.csv` under a directory (and its
+/// subdirectories: a proxy keeps one per relay). Each file is cut into rides ([`split_rides`],
+/// or one ride per file with [`Options::direction`]); each ride is named `<file>-<k>` (k from
+/// 1; the file's stem, or its path below the directory) and gets the handovers
+/// [`infer_handovers`] finds.
 /// A row that cannot be read is counted and listed with file:line; a header without the base
 /// columns or without carriers is an error naming the file.
 pub fn import(path: &Path, opts: &Options) -> Result<Imported, ImportError> {
     let mut rep = ImportReport::default();
     let mut trips = Vec::new();
     let (mut gaps, mut open, mut unplaced) = (0usize, 0usize, 0usize);
+    let mut later = 0usize;
     for file in csv_files(path)? {
+        if let Some(before) = &opts.before_day {
+            if log_day(&file).is_none_or(|d| d >= before.as_str()) {
+                later += 1;
+                continue;
+            }
+        }
         rep.files += 1;
         let (carriers, samples, radio) =
             read_context(&file, None, opts.carriers.as_deref(), &opts.track, &mut rep)?;
@@ -293,10 +315,17 @@ pub fn import(path: &Path, opts: &Options) -> Result<Imported, ImportError> {
                 file.display()
             ));
         }
-        let stem = file
-            .file_stem()
-            .map(|s| s.to_string_lossy().into_owned())
-            .unwrap_or_else(|| "ride".into());
+        // Under a directory, the file's path below it: a proxy's logs are one directory per
+        // relay, whose files may share a name.
+        let stem = match file.strip_prefix(path) {
+            Ok(rel) if !rel.as_os_str().is_empty() => {
+                rel.with_extension("").to_string_lossy().into_owned()
+            }
+            _ => file
+                .file_stem()
+                .map(|s| s.to_string_lossy().into_owned())
+                .unwrap_or_else(|| "ride".into()),
+        };
         for (k, &(a, b, direction)) in rides.iter().enumerate() {
             let (t0, t1) = (samples[a].t_ms, samples[b].t_ms);
             let ride_samples: Vec<Sample> = samples[a..=b]
@@ -340,6 +369,12 @@ pub fn import(path: &Path, opts: &Options) -> Result<Imported, ImportError> {
          a failure ({gaps} gaps of more than {MAX_GAP_MS} ms broke a cell sequence, {open} \
          failures had no end in sight)"
     ));
+    if later > 0 {
+        rep.notes.push(format!(
+            "{later} files left for later: not of a day before {} (or no day in the name)",
+            opts.before_day.as_deref().unwrap_or_default()
+        ));
+    }
     if unplaced > 0 {
         rep.notes.push(format!(
             "{unplaced} fixes outside any ride (long stands, turns, runs under {MIN_RIDE_M} m)"
