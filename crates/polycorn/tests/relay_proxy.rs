@@ -1733,7 +1733,18 @@ fn hsr_trip_with_train_context_and_linkdb_predictions() {
         String::from_utf8_lossy(&out.stderr)
     );
     // A reload rebuilds the predictor with that ride (6 + 1), on the proxy for its live session
-    // too, on the relay for the uplink; passengers are carried on.
+    // too, on the relay for the uplink; passengers are carried on. The same reload moves the
+    // proxy's recording to another directory, for the live session too.
+    let moved = stack.dir.path().join("proxy-context-2");
+    let proxy_toml = stack.dir.path().join("proxy.toml");
+    let text = std::fs::read_to_string(&proxy_toml).unwrap();
+    let was = format!("record = \"{}\"", proxy_record.display());
+    assert!(text.contains(&was), "{text}");
+    std::fs::write(
+        &proxy_toml,
+        text.replace(&was, &format!("record = \"{}\"", moved.display())),
+    )
+    .unwrap();
     stack.proxy.hangup();
     stack.relay.hangup();
     for daemon in [&mut stack.proxy, &mut stack.relay] {
@@ -1745,6 +1756,19 @@ fn hsr_trip_with_train_context_and_linkdb_predictions() {
             tail(&log)
         );
         assert!(!log.contains("restart the"), "{}", tail(&log));
+    }
+    stack
+        .proxy
+        .wait_for("reload: recording the relays' train context", 1);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while std::fs::read_dir(moved.join("polycorn-relay")).map_or(0, |d| d.count()) == 0 {
+        assert!(
+            Instant::now() < deadline,
+            "nothing recorded in {} after the reload:\n{}",
+            moved.display(),
+            tail(&stack.proxy.log())
+        );
+        std::thread::sleep(Duration::from_millis(200));
     }
     fetch_ok(&bed, &stack, 10 * KB, 256 * KB, "after LinkDB was rebuilt");
 }
