@@ -155,6 +155,16 @@ pub struct ImportArgs {
     /// stored twice. For a nightly import of a live `[context] record` directory.
     #[arg(long)]
     pub past_days: bool,
+    /// Learn what a proxy recorded: its `[context] record` directory as `--ride-log`, stored in
+    /// its `[linkdb] db`, on its `route`, line (`track_origin`, `track_heading_deg`) and
+    /// `carriers`. With `--past-days`, what the nightly unit (`config example
+    /// linkdb-learn.service`) runs.
+    #[arg(
+        long,
+        value_name = "PROXY_TOML",
+        conflicts_with_all = ["ride_log", "route", "track_origin", "track_heading", "carriers", "db"]
+    )]
+    pub proxy_config: Option<PathBuf>,
     /// Store `--simulate` and `--trip-dir` trips as their relay would have recorded them:
     /// source `relay`, handovers inferred from the context log instead of the ground truth,
     /// and print how the two compare.
@@ -274,19 +284,28 @@ fn store_all(
 }
 
 fn import(a: &ImportArgs) -> Result<()> {
+    let learn = proxy_learning(a)?;
     let relay_opts = ride_log_options(a)?;
     if a.trip_dir.is_empty()
         && a.wmnlab.is_none()
         && a.ucc5g.is_none()
         && a.simulate.is_none()
         && a.ride_log.is_empty()
+        && learn.is_none()
     {
-        bail!("nothing to import: give --trip-dir, --wmnlab, --ucc5g, --simulate or --ride-log");
+        bail!(
+            "nothing to import: give --trip-dir, --wmnlab, --ucc5g, --simulate, --ride-log or \
+             --proxy-config"
+        );
     }
     if a.as_seen_by_relay && a.trip_dir.is_empty() && a.simulate.is_none() {
         bail!("--as-seen-by-relay applies to --simulate and --trip-dir (trips with ground truth)");
     }
-    let mut store = open(&a.db)?;
+    let db = match &learn {
+        Some(l) => DbArgs { db: l.db.clone() },
+        None => a.db.clone(),
+    };
+    let mut store = open(&db)?;
     println!("database: {} ({})", store.redacted_url(), store.engine());
     let mut truth_vs_relay = relay::Comparison::default();
     let mut as_relay = |trips: Vec<TripData>, rep: &mut ImportReport| -> Vec<TripData> {
@@ -335,6 +354,24 @@ fn import(a: &ImportArgs) -> Result<()> {
     if a.as_seen_by_relay {
         print_comparison(&truth_vs_relay);
     }
+    if let Some(l) = &learn {
+        if l.dir.exists() {
+            let (trips, rep) = relay::import(&l.dir, &l.opts)
+                .with_context(|| format!("import {}", l.dir.display()))?;
+            store_all(
+                &mut store,
+                &format!("recorded by the proxy {}", l.dir.display()),
+                &trips,
+                &rep,
+                a.show_bad,
+            )?;
+        } else {
+            println!(
+                "nothing recorded yet in {} (the proxy makes it at its first fix)",
+                l.dir.display()
+            );
+        }
+    }
     if let Some(opts) = &relay_opts {
         for p in &a.ride_log {
             let (trips, rep) =
@@ -368,19 +405,81 @@ fn import(a: &ImportArgs) -> Result<()> {
     Ok(())
 }
 
+/// What `--proxy-config` makes of a proxy's configuration.
+struct ProxyLearning {
+    /// `[linkdb] db`.
+    db: String,
+    /// `[context] record`.
+    dir: PathBuf,
+    opts: relay::Options,
+}
+
+/// `--proxy-config`: the proxy's recorded rides and where they go, or why there are none.
+fn proxy_learning(a: &ImportArgs) -> Result<Option<ProxyLearning>> {
+    let Some(file) = &a.proxy_config else {
+        return Ok(None);
+    };
+    let cfg = polycorn_net::config::ProxyConfig::load(file)?;
+    let f = file.display();
+    let dir = cfg.context.record.clone().with_context(|| {
+        format!("--proxy-config {f}: no [context] record, so the proxy keeps no rides to learn")
+    })?;
+    let l = &cfg.linkdb;
+    let db =
+        l.db.clone()
+            .with_context(|| format!("--proxy-config {f}: no [linkdb] db to store the rides in"))?;
+    let route = l
+        .route
+        .clone()
+        .filter(|r| !r.trim().is_empty())
+        .with_context(|| format!("--proxy-config {f}: no [linkdb] route for the rides"))?;
+    let [lat, lon] = l
+        .track_origin
+        .with_context(|| format!("--proxy-config {f}: no [linkdb] track_origin"))?;
+    let direction = a
+        .direction
+        .as_deref()
+        .map(str::parse::<Direction>)
+        .transpose()
+        .map_err(anyhow::Error::msg)?;
+    Ok(Some(ProxyLearning {
+        db,
+        dir,
+        opts: relay::Options {
+            route,
+            track: polycorn_linkdb::predict::Track {
+                origin: (lat, lon),
+                heading_deg: l.track_heading_deg,
+            },
+            direction,
+            carriers: (!l.carriers.is_empty()).then(|| l.carriers.clone()),
+            before_day: a.past_days.then(today),
+        },
+    }))
+}
+
+/// Today (UTC) as context logs' names give it.
+fn today() -> String {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default();
+    polycorn_net::context::record_day(now.as_millis() as u64)
+}
+
 /// `--ride-log`'s options, checked before anything is stored; `None` without `--ride-log`.
 fn ride_log_options(a: &ImportArgs) -> Result<Option<relay::Options>> {
     if a.ride_log.is_empty() {
         if a.route.is_some()
             || !a.track_origin.is_empty()
             || a.track_heading.is_some()
-            || a.direction.is_some()
+            || (a.direction.is_some() && a.proxy_config.is_none())
             || !a.carriers.is_empty()
-            || a.past_days
+            || (a.past_days && a.proxy_config.is_none())
         {
             bail!(
                 "--route, --track-origin, --track-heading, --direction, --carriers and \
-                 --past-days go with --ride-log"
+                 --past-days go with --ride-log (--direction and --past-days also with \
+                 --proxy-config)"
             );
         }
         return Ok(None);
@@ -415,12 +514,7 @@ fn ride_log_options(a: &ImportArgs) -> Result<Option<relay::Options>> {
         },
         direction,
         carriers: (!a.carriers.is_empty()).then(|| a.carriers.clone()),
-        before_day: a.past_days.then(|| {
-            let now = std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .unwrap_or_default();
-            polycorn_net::context::record_day(now.as_millis() as u64)
-        }),
+        before_day: a.past_days.then(today),
     }))
 }
 

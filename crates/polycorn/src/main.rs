@@ -273,9 +273,11 @@ enum ConfigAction {
     /// Print a commented example configuration for `relay` or `proxy`, a systemd unit that
     /// runs one (`relay.service`, `proxy.service`), or the socket unit that holds its
     /// listeners across its restarts (`relay.socket`: the passengers'; `proxy.socket`: the
-    /// relays' subflows).
+    /// relays' subflows), or the nightly unit and timer by which LinkDB learns the rides the
+    /// proxy recorded (`linkdb-learn.service`, `linkdb-learn.timer`).
     Example {
-        /// relay, proxy, relay.service, proxy.service, relay.socket or proxy.socket.
+        /// relay, proxy, relay.service, proxy.service, relay.socket, proxy.socket,
+        /// linkdb-learn.service or linkdb-learn.timer.
         role: String,
         /// With relay.socket or proxy.socket: the relay.toml or proxy.toml whose listeners the
         /// unit binds (default: those of `config example relay` or `proxy`).

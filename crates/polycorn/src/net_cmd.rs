@@ -1479,7 +1479,8 @@ pub fn signal_reload(pid: i32) -> Result<()> {
     .with_context(|| format!("--reload: cannot signal process {pid}"))
 }
 
-/// `polycorn config example relay|proxy|relay.service|proxy.service|relay.socket|proxy.socket`;
+/// `polycorn config example relay|proxy|relay.service|proxy.service|relay.socket|proxy.socket`
+/// (or `linkdb-learn.service|linkdb-learn.timer`);
 /// `config`: the configuration whose listeners a socket unit binds (default: the example's).
 pub fn config_example(role: &str, config: Option<&Path>) -> Result<()> {
     if config.is_some() && !role.ends_with(".socket") {
@@ -1504,6 +1505,11 @@ pub fn config_example(role: &str, config: Option<&Path>) -> Result<()> {
             };
             print!("{}", systemd_socket_unit(&cfg, &bin)?);
         }
+        "linkdb-learn.service" => {
+            let bin = std::env::current_exe().context("find this program's path")?;
+            print!("{}", linkdb_learn_unit(&bin)?);
+        }
+        "linkdb-learn.timer" => print!("{LINKDB_LEARN_TIMER}"),
         "proxy.socket" => {
             let cfg = match config {
                 Some(p) => ProxyConfig::load(p)?,
@@ -1513,11 +1519,62 @@ pub fn config_example(role: &str, config: Option<&Path>) -> Result<()> {
         }
         other => bail!(
             "unknown example `{other}`: expected `relay`, `proxy` (configuration files) or \
-             `relay.service`, `proxy.service`, `relay.socket`, `proxy.socket` (systemd units)"
+             `relay.service`, `proxy.service`, `relay.socket`, `proxy.socket`, \
+             `linkdb-learn.service`, `linkdb-learn.timer` (systemd units)"
         ),
     }
     Ok(())
 }
+
+/// A oneshot unit on the proxy's host: LinkDB learns the rides the proxy recorded on past days
+/// (`linkdb import --proxy-config … --past-days`), then the proxy rebuilds its predictor (a
+/// reload), if it runs.
+pub fn linkdb_learn_unit(bin: &Path) -> Result<String> {
+    let bin = unit_bin(bin)?;
+    Ok(format!(
+        r#"# LinkDB learns the rides polycorn-proxy recorded ([context] record in proxy.toml), then the
+# proxy rebuilds its predictor from them. Started each night by polycorn-linkdb-learn.timer:
+#   polycorn config example linkdb-learn.service > /etc/systemd/system/polycorn-linkdb-learn.service
+#   polycorn config example linkdb-learn.timer > /etc/systemd/system/polycorn-linkdb-learn.timer
+#   systemctl daemon-reload && systemctl enable --now polycorn-linkdb-learn.timer
+# Run it at once with `systemctl start polycorn-linkdb-learn`; its report is in
+# `journalctl -u polycorn-linkdb-learn`. Only logs of past UTC days are taken (today's are still
+# being written); a file imported before stores nothing again.
+[Unit]
+Description=polycorn: LinkDB learns the rides the proxy recorded
+After=network-online.target polycorn-proxy.service
+Wants=network-online.target
+
+[Service]
+Type=oneshot
+ExecStart={bin} linkdb import --proxy-config /etc/polycorn/proxy.toml --past-days
+# The proxy's sessions take the new predictor without a restart; nothing if it is not running.
+ExecStartPost=systemctl try-reload-or-restart polycorn-proxy.service
+NoNewPrivileges=yes
+ProtectSystem=strict
+ProtectHome=yes
+PrivateTmp=yes
+# /var/lib/polycorn stays writable (a LinkDB SQLite file); PostgreSQL is reached over the network.
+StateDirectory=polycorn
+"#
+    ))
+}
+
+/// When `linkdb-learn.service` runs: every night, after the UTC day's logs are closed.
+const LINKDB_LEARN_TIMER: &str = r#"# Starts polycorn-linkdb-learn.service every night, after the UTC day's context logs close
+# (see `polycorn config example linkdb-learn.service`). A night missed while the host was down
+# is made up at the next boot.
+[Unit]
+Description=polycorn: LinkDB learns the past day's rides every night
+
+[Timer]
+OnCalendar=*-*-* 00:30:00 UTC
+RandomizedDelaySec=30min
+Persistent=true
+
+[Install]
+WantedBy=timers.target
+"#;
 
 /// A systemd socket unit holding the relay's passenger listeners (those of `cfg`) across
 /// restarts of `polycorn-relay.service` (socket activation; `polycorn_net::activation`).

@@ -192,6 +192,22 @@ fn config_example_prints_systemd_units_that_systemd_accepts() {
     }
     assert!(!unit.contains("ExecStopPost"), "{unit}");
     verify("polycorn-proxy.socket", &unit);
+    // The nightly round on the proxy's host: LinkDB learns what the proxy recorded, then the
+    // proxy reloads.
+    let unit = example("linkdb-learn.service");
+    for line in [
+        format!(
+            "ExecStart={bin} linkdb import --proxy-config /etc/polycorn/proxy.toml --past-days"
+        ),
+        "ExecStartPost=systemctl try-reload-or-restart polycorn-proxy.service".to_string(),
+        "Type=oneshot".to_string(),
+    ] {
+        assert!(unit.lines().any(|l| l == line), "{line} in\n{unit}");
+    }
+    verify("polycorn-linkdb-learn.service", &unit);
+    let timer = example("linkdb-learn.timer");
+    assert!(timer.lines().any(|l| l == "Persistent=true"), "{timer}");
+    verify("polycorn-linkdb-learn.timer", &timer);
     let out = polycorn(&["config", "example", "relay.timer"]);
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
@@ -1093,6 +1109,84 @@ fn linkdb_learns_from_what_relays_saw() {
         t.contains("1 trips (1 new") && t.contains("1 files left for later"),
         "{t}"
     );
+
+    // What a proxy recorded, learnt from its own configuration (the nightly unit's command).
+    let tls = dir.join("tls");
+    let out = polycorn(&["tls", "generate", tls.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", err(&out));
+    let learnt = dir.join("learnt.sqlite");
+    let proxy_rec = dir.join("proxy-record");
+    let toml = format!(
+        "[tls]\nca = \"tls/ca.pem\"\ncert = \"tls/proxy.pem\"\nkey = \"tls/proxy.key\"\n\n\
+         [context]\nrecord = \"proxy-record\"\n\n\
+         [linkdb]\ndb = \"sqlite:{}\"\nroute = \"north\"\ncarriers = [\"A\"]\n\
+         track_origin = [39.0, 116.0]\ntrack_heading_deg = 0.0\n",
+        learnt.display()
+    );
+    let proxy_toml = dir.join("proxy.toml");
+    std::fs::write(&proxy_toml, &toml).unwrap();
+    let learn = || {
+        polycorn(&[
+            "linkdb",
+            "import",
+            "--proxy-config",
+            proxy_toml.to_str().unwrap(),
+            "--past-days",
+            "--direction",
+            "up",
+        ])
+    };
+    // Before the proxy has recorded anything.
+    let out = learn();
+    assert!(out.status.success(), "{}", err(&out));
+    assert!(
+        text(&out).contains("nothing recorded yet"),
+        "{}",
+        text(&out)
+    );
+    std::fs::create_dir_all(proxy_rec.join("train-1")).unwrap();
+    for day in ["20200101", today.as_str()] {
+        std::fs::write(
+            proxy_rec
+                .join("train-1")
+                .join(format!("context-{day}T060000Z.csv")),
+            &log,
+        )
+        .unwrap();
+    }
+    let out = learn();
+    assert!(out.status.success(), "{}", err(&out));
+    let t = text(&out);
+    assert!(
+        t.contains(&format!("sqlite:{}", learnt.display()))
+            && t.contains("1 trips (1 new")
+            && t.contains("1 files left for later"),
+        "{t}"
+    );
+    let t = text(&learn());
+    assert!(t.contains("1 trips (0 new, 1 already stored)"), "{t}");
+    // Nothing to learn without [context] record; --proxy-config takes no --db or --ride-log.
+    std::fs::write(
+        &proxy_toml,
+        toml.replace("[context]\nrecord = \"proxy-record\"\n", ""),
+    )
+    .unwrap();
+    let out = learn();
+    assert!(
+        !out.status.success() && err(&out).contains("no [context] record"),
+        "{}",
+        err(&out)
+    );
+    for extra in [["--db", "sqlite:x.sqlite"], ["--ride-log", "x"]] {
+        let mut args = vec!["linkdb", "import", "--proxy-config", "p.toml"];
+        args.extend(extra);
+        let out = polycorn(&args);
+        assert!(
+            !out.status.success() && err(&out).contains("cannot be used with"),
+            "{}",
+            err(&out)
+        );
+    }
     std::fs::remove_dir_all(dir).unwrap();
 }
 
