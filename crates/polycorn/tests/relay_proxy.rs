@@ -4421,8 +4421,27 @@ fn the_relay_and_proxy_units_run_under_systemd_as_pid_1() {
         "polycorn",
         "polycorn",
         2,
-        ("drain_s = 5\n", ""),
+        (
+            "drain_s = 5\n",
+            // What the nightly LinkDB unit learns from and stores into (below).
+            "[context]\nrecord = \"/var/lib/polycorn/context\"\n\n[linkdb]\n\
+             db = \"sqlite:/var/lib/polycorn/linkdb.sqlite\"\nroute = \"north\"\n\
+             carriers = [\"A\", \"B\"]\ntrack_origin = [39.0, 116.0]\ntrack_heading_deg = 0.0\n",
+        ),
     );
+    // A ride north, as a proxy records it, for the LinkDB unit: 30 fixes 78 m apart, B handing
+    // over once.
+    let mut ride =
+        String::from("t_ms,lat,lon,speed_mps,heading_deg,cell_A,rsrp_dbm_A,cell_B,rsrp_dbm_B\n");
+    for k in 0..30u32 {
+        ride += &format!(
+            "{},{:.7},116.0000000,78.00,0.0,1,-90.0,{},-95.0\n",
+            k * 1000,
+            39.0 + 0.0007 * f64::from(k),
+            if k < 15 { 7 } else { 8 }
+        );
+    }
+    std::fs::write(dir.path().join("ride.csv"), ride).unwrap();
     // Both containers see this directory as /etc/polycorn.
     let _ = (relay_toml, proxy_toml);
     let boot = |role: &str| {
@@ -4519,6 +4538,48 @@ fn the_relay_and_proxy_units_run_under_systemd_as_pid_1() {
         "a reload restarted a service"
     );
     fetch(MB, "a download after the reloads");
+
+    // LinkDB's nightly round on the proxy's host, as the README installs it: the timer enabled,
+    // the service run once now: it learns the past day's ride the proxy recorded, then reloads
+    // the proxy, which rebuilds its predictor without a restart.
+    let out = proxy.sh(
+        "set -e
+         mkdir -p /var/lib/polycorn/context/train-1
+         cp /etc/polycorn/ride.csv /var/lib/polycorn/context/train-1/context-20200101T060000Z.csv
+         polycorn config example linkdb-learn.service \
+             > /etc/systemd/system/polycorn-linkdb-learn.service
+         polycorn config example linkdb-learn.timer > /etc/systemd/system/polycorn-linkdb-learn.timer
+         systemd-analyze verify /etc/systemd/system/polycorn-linkdb-learn.service \
+             /etc/systemd/system/polycorn-linkdb-learn.timer
+         systemctl daemon-reload
+         systemctl enable --now polycorn-linkdb-learn.timer
+         systemctl start polycorn-linkdb-learn
+         journalctl -u polycorn-linkdb-learn --no-pager
+         systemctl list-timers --all --no-pager
+         echo learnt",
+    );
+    assert!(
+        out.contains("learnt")
+            && out.contains("1 trips (1 new, 0 already stored), 1 handovers")
+            && out.contains("polycorn-linkdb-learn.timer"),
+        "{out}"
+    );
+    wait_until(
+        20,
+        "the proxy rebuilds LinkDB after the nightly import",
+        || proxy.journal(),
+        || proxy.journal().contains("LinkDB predictor rebuilt"),
+    );
+    assert!(
+        proxy.journal().contains("rides=1"),
+        "{}",
+        tail(&proxy.journal())
+    );
+    assert_eq!(
+        main_pid(&proxy, "polycorn-proxy"),
+        pids.1,
+        "the nightly round restarted the proxy"
+    );
 
     // Stop both units, as the README says, while a download runs.
     let download = download_in_background(&bed, 24 * MB, 60);
