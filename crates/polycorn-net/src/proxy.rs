@@ -157,7 +157,8 @@ impl ContextLog {
                     tracing::error!(
                         relay = %self.relay,
                         error = %e,
-                        "context.record: cannot write the context log; recording stops for                          this session"
+                        "context.record: cannot write the context log; recording stops for \
+                         this session"
                     );
                     self.rec = None;
                 }
