@@ -940,6 +940,7 @@ pub struct Recorder {
     dir: PathBuf,
     carriers: Vec<String>,
     open: Option<OpenLog>,
+    rows: u64,
 }
 
 #[derive(Debug)]
@@ -984,7 +985,13 @@ impl Recorder {
             dir: dir.to_path_buf(),
             carriers,
             open: None,
+            rows: 0,
         })
+    }
+
+    /// Rows written so far (fixes, not headers), over all files.
+    pub fn rows(&self) -> u64 {
+        self.rows
     }
 
     /// Append `fix`. Returns the file it started, when it started one.
@@ -1046,6 +1053,7 @@ impl Recorder {
         o.file.write_all(row.as_bytes()).map_err(io_err)?;
         o.file.flush().map_err(io_err)?;
         o.last_ms = fix.unix_ms;
+        self.rows += 1;
         Ok(started)
     }
 

@@ -33,6 +33,8 @@
 //! | `polycorn_peers_rejected_total` | counter | | subflow connections refused (TLS or hello failure, revoked relay, session of another relay) |
 //! | `polycorn_relay_sessions_total` | counter | `relay` | (proxy) sessions the relay opened: one per start of the relay process |
 //! | `polycorn_relay_sessions_ended_total` | counter | `relay`, `how` | (proxy) sessions that ended: `closed` (the relay stopped in order), `restarted` (ended when the relay opened a new one, its paths all down: a crash or a power cut), `lost` (every path down longer than the hold time) |
+//! | `polycorn_context_fixes_total` | counter | `relay` | (proxy) train context fixes received from the relay, each once (the copies on its other paths not counted) |
+//! | `polycorn_context_fixes_recorded_total` | counter | `relay` | (proxy) of those, fixes written to the relay's context log (`[context] record`; fixes without any cell report are not written) |
 //!
 //! `relay` is the relay's name, the common name of its certificate (`polycorn-relay` for the
 //! certificate of `tls generate`, the train's name for one from `tls relay --name`): on a
@@ -368,6 +370,8 @@ pub struct Metrics {
     pub peers_rejected: Counter,
     relay_sessions: Family<RelayLabels, Counter>,
     relay_sessions_ended: Family<SessionEndLabels, Counter>,
+    context_fixes: Family<RelayLabels, Counter>,
+    context_recorded: Family<RelayLabels, Counter>,
 }
 
 impl fmt::Debug for Metrics {
@@ -416,6 +420,8 @@ impl Metrics {
             peers_rejected: Counter::default(),
             relay_sessions: Family::default(),
             relay_sessions_ended: Family::default(),
+            context_fixes: Family::default(),
+            context_recorded: Family::default(),
         };
         let r = &mut m.registry;
         r.register_with_unit(
@@ -554,6 +560,16 @@ impl Metrics {
             "Relay sessions that ended, by how",
             m.relay_sessions_ended.clone(),
         );
+        r.register(
+            "polycorn_context_fixes",
+            "Train context fixes received from the relay (each once)",
+            m.context_fixes.clone(),
+        );
+        r.register(
+            "polycorn_context_fixes_recorded",
+            "Train context fixes written to the relay's context log",
+            m.context_recorded.clone(),
+        );
         m
     }
 
@@ -661,6 +677,16 @@ impl Metrics {
             how: how.label(),
         };
         series(&self.relay_sessions_ended, &l).inc();
+    }
+
+    /// (proxy) A new train context fix from relay `relay`; `recorded`: written to its log.
+    pub fn context_fix(&self, relay: &str, recorded: bool) {
+        let relay = admit(&mut self.seen().relays, sanitize(relay), MAX_RELAYS);
+        let l = RelayLabels { relay };
+        series(&self.context_fixes, &l).inc();
+        if recorded {
+            series(&self.context_recorded, &l).inc();
+        }
     }
 
     /// `polycorn_tls_not_after_seconds{file=file}` (`cert` or `ca`): seconds since 1970.
@@ -948,6 +974,8 @@ mod tests {
         m.relay_session_opened("train-2");
         m.relay_session_ended("train-2", SessionEnd::Closed);
         m.relay_session_ended("train-2", SessionEnd::Lost);
+        m.context_fix("train-1", true);
+        m.context_fix("train-1", false);
         let text = m.encode();
         for want in [
             "polycorn_relay_sessions_total{relay=\"train-1\"} 2",
@@ -955,6 +983,8 @@ mod tests {
             "polycorn_relay_sessions_ended_total{relay=\"train-1\",how=\"restarted\"} 1",
             "polycorn_relay_sessions_ended_total{relay=\"train-2\",how=\"closed\"} 1",
             "polycorn_relay_sessions_ended_total{relay=\"train-2\",how=\"lost\"} 1",
+            "polycorn_context_fixes_total{relay=\"train-1\"} 2",
+            "polycorn_context_fixes_recorded_total{relay=\"train-1\"} 1",
         ] {
             assert!(text.lines().any(|l| l == want), "no `{want}` in:\n{text}");
         }

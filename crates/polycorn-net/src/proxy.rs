@@ -94,16 +94,18 @@ struct ContextLog {
     generation: Option<u64>,
     rec: Option<crate::context::Recorder>,
     newest_ms: Option<u64>,
+    metrics: Option<Arc<Metrics>>,
 }
 
 impl ContextLog {
-    fn new(relay: Arc<str>, live: LiveRecording) -> ContextLog {
+    fn new(relay: Arc<str>, live: LiveRecording, metrics: Option<Arc<Metrics>>) -> ContextLog {
         ContextLog {
             relay,
             live,
             generation: None,
             rec: None,
             newest_ms: None,
+            metrics,
         }
     }
 
@@ -120,8 +122,17 @@ impl ContextLog {
         fresh
     }
 
-    /// Writes `ctx` when recording is on (set up, or changed by a reload, first).
+    /// Writes `ctx` when recording is on (set up, or changed by a reload, first), and counts it
+    /// (`polycorn_context_fixes_total`, `…_recorded_total`).
     fn record(&mut self, ctx: &polycorn_proto::ContextInfo) {
+        let recorded = self.write(ctx);
+        if let Some(m) = &self.metrics {
+            m.context_fix(&self.relay, recorded);
+        }
+    }
+
+    /// [`ContextLog::record`]'s writing: whether `ctx` went into the log.
+    fn write(&mut self, ctx: &polycorn_proto::ContextInfo) -> bool {
         let (generation, spec) = self.live.current();
         if self.generation != Some(generation) {
             self.rec = None;
@@ -129,7 +140,7 @@ impl ContextLog {
                 let carriers = if r.carriers.is_empty() {
                     let Some(n) = ctx.cells.iter().map(|c| usize::from(c.path) + 1).max() else {
                         // No cells yet: the column count is not known.
-                        return;
+                        return false;
                     };
                     (0..n).map(|k| format!("path{k}")).collect()
                 } else {
@@ -147,21 +158,26 @@ impl ContextLog {
             }
             self.generation = Some(generation);
         }
-        if let Some(rec) = self.rec.as_mut() {
-            match rec.record(&crate::context::ContextFix::from_info(ctx)) {
-                Ok(Some(file)) => {
-                    info!(relay = %self.relay, file = %file.display(), "context log started")
+        let Some(rec) = self.rec.as_mut() else {
+            return false;
+        };
+        let before = rec.rows();
+        match rec.record(&crate::context::ContextFix::from_info(ctx)) {
+            Ok(started) => {
+                if let Some(file) = started {
+                    info!(relay = %self.relay, file = %file.display(), "context log started");
                 }
-                Ok(None) => {}
-                Err(e) => {
-                    tracing::error!(
-                        relay = %self.relay,
-                        error = %e,
-                        "context.record: cannot write the context log; recording stops for \
-                         this session"
-                    );
-                    self.rec = None;
-                }
+                rec.rows() > before
+            }
+            Err(e) => {
+                tracing::error!(
+                    relay = %self.relay,
+                    error = %e,
+                    "context.record: cannot write the context log; recording stops for \
+                     this session"
+                );
+                self.rec = None;
+                false
             }
         }
     }
@@ -664,7 +680,11 @@ async fn accept_loop(
                         tokio::spawn(session_events(
                             engine.clone(),
                             acc.session,
-                            ContextLog::new(acc.relay.as_str().into(), o.record.clone()),
+                            ContextLog::new(
+                                acc.relay.as_str().into(),
+                                o.record.clone(),
+                                o.metrics.clone(),
+                            ),
                             events,
                             s.clone(),
                             c.clone(),

@@ -440,6 +440,7 @@ fn the_relay_records_what_it_is_told_for_replay_and_for_linkdb() {
         silent.cells.clear();
         assert_eq!(rec.record(&silent).unwrap(), None);
     }
+    assert_eq!(rec.rows(), 6, "rows written");
     let names: Vec<String> = started
         .iter()
         .map(|p| p.file_name().unwrap().to_string_lossy().into_owned())

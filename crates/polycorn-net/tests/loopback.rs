@@ -388,7 +388,15 @@ async fn the_proxy_records_each_relays_context_once() {
     })));
     let (tx, rx) = tokio::sync::mpsc::channel(16);
     let srv = server().await;
-    let pair = start_pair_with("hrsch", Tuning::default(), None, record.clone(), Some(rx)).await;
+    let metrics = Arc::new(polycorn_net::metrics::Metrics::new());
+    let pair = start_pair_with(
+        "hrsch",
+        Tuning::default(),
+        Some(metrics.clone()),
+        record.clone(),
+        Some(rx),
+    )
+    .await;
     // The session is up (context is only sent on attached paths).
     tokio::time::timeout(Duration::from_secs(30), transfer(pair.socks, srv, 100, 100))
         .await
@@ -491,6 +499,15 @@ async fn the_proxy_records_each_relays_context_once() {
         5,
         "the first log went on after the reload"
     );
+    // Counted per relay: six fixes (the copies and the stale one not), five written (the one
+    // without cells not).
+    let text = metrics.encode();
+    for want in [
+        format!("polycorn_context_fixes_total{{relay=\"{name}\"}} 6"),
+        format!("polycorn_context_fixes_recorded_total{{relay=\"{name}\"}} 5"),
+    ] {
+        assert!(text.lines().any(|l| l == want), "no `{want}` in:\n{text}");
+    }
     drop(pair);
 }
 
