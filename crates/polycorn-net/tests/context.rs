@@ -390,6 +390,28 @@ async fn follows_the_emulator_context_server() {
     drop(server);
 }
 
+/// A relay's context log as LinkDB imports it: one ride up a line heading south from the
+/// logs' first fix.
+fn import_south(
+    log: &std::path::Path,
+) -> (
+    Vec<polycorn_linkdb::record::TripData>,
+    polycorn_linkdb::import::ImportReport,
+) {
+    use polycorn_linkdb::import::relay;
+    let opts = relay::Options {
+        route: "test".into(),
+        track: polycorn_linkdb::predict::Track {
+            origin: (39.865, 116.378),
+            heading_deg: 180.0,
+        },
+        direction: Some(polycorn_linkdb::record::Direction::Up),
+        carriers: None,
+        before_day: None,
+    };
+    relay::import(log, &opts).unwrap()
+}
+
 /// The relay's own context log: the replay format, one file per day and per start, a repeated
 /// fix skipped, unreported speed and heading left empty; replayable, and LinkDB finds the
 /// handovers in it.
@@ -475,19 +497,8 @@ fn the_relay_records_what_it_is_told_for_replay_and_for_linkdb() {
     assert_eq!(back[4].cells[1].cell, Some(8));
 
     // LinkDB: A's 1 -> 2 is a success, B's lost 7 then 8 a failure.
-    use polycorn_linkdb::import::relay;
-    use polycorn_linkdb::record::{Direction, Outcome};
-    let opts = relay::Options {
-        route: "test".into(),
-        track: polycorn_linkdb::predict::Track {
-            origin: (39.865, 116.378),
-            heading_deg: 180.0,
-        },
-        direction: Some(Direction::Up),
-        carriers: None,
-        before_day: None,
-    };
-    let (trips, rep) = relay::import(&started[0], &opts).unwrap();
+    use polycorn_linkdb::record::Outcome;
+    let (trips, rep) = import_south(&started[0]);
     assert!(rep.bad.is_empty(), "{rep:?}");
     let hos: Vec<_> = trips[0]
         .handovers
@@ -570,19 +581,8 @@ fn a_modem_not_reported_is_neither_a_cell_nor_a_lost_one() {
 
     // LinkDB: 7 -> 8 a success, then 8 lost and 9 its failure's target; nothing made of the
     // unreported fixes.
-    use polycorn_linkdb::import::relay;
-    use polycorn_linkdb::record::{Direction, Outcome};
-    let opts = relay::Options {
-        route: "test".into(),
-        track: polycorn_linkdb::predict::Track {
-            origin: (39.865, 116.378),
-            heading_deg: 180.0,
-        },
-        direction: Some(Direction::Up),
-        carriers: None,
-        before_day: None,
-    };
-    let (trips, rep) = relay::import(&file, &opts).unwrap();
+    use polycorn_linkdb::record::Outcome;
+    let (trips, rep) = import_south(&file);
     assert!(rep.bad.is_empty(), "{rep:?}");
     let hos: Vec<_> = trips[0]
         .handovers

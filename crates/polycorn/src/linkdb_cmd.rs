@@ -436,12 +436,7 @@ fn proxy_learning(a: &ImportArgs) -> Result<Option<ProxyLearning>> {
     let [lat, lon] = l
         .track_origin
         .with_context(|| format!("--proxy-config {f}: no [linkdb] track_origin"))?;
-    let direction = a
-        .direction
-        .as_deref()
-        .map(str::parse::<Direction>)
-        .transpose()
-        .map_err(anyhow::Error::msg)?;
+    let direction = direction_arg(a)?;
     Ok(Some(ProxyLearning {
         db,
         dir,
@@ -456,6 +451,15 @@ fn proxy_learning(a: &ImportArgs) -> Result<Option<ProxyLearning>> {
             before_day: a.past_days.then(today),
         },
     }))
+}
+
+/// `--direction`, if given.
+fn direction_arg(a: &ImportArgs) -> Result<Option<Direction>> {
+    a.direction
+        .as_deref()
+        .map(str::parse::<Direction>)
+        .transpose()
+        .map_err(anyhow::Error::msg)
 }
 
 /// Today (UTC) as context logs' names give it.
@@ -500,12 +504,7 @@ fn ride_log_options(a: &ImportArgs) -> Result<Option<relay::Options>> {
     if !heading.is_finite() {
         bail!("--track-heading {heading} is not a number of degrees");
     }
-    let direction = a
-        .direction
-        .as_deref()
-        .map(str::parse::<Direction>)
-        .transpose()
-        .map_err(anyhow::Error::msg)?;
+    let direction = direction_arg(a)?;
     Ok(Some(relay::Options {
         route,
         track: polycorn_linkdb::predict::Track {

@@ -1706,32 +1706,24 @@ fn hsr_trip_with_train_context_and_linkdb_predictions() {
         "sqlite:{}",
         stack.dir.path().join("proxy-rides.sqlite").display()
     );
-    let out = Command::new(bin())
-        .args(["linkdb", "import", "--db", &scratch, "--ride-log"])
-        .arg(&proxy_record)
-        .args(["--route", "hsr/route1", "--track-origin", "39.865,116.378"])
-        .args(["--track-heading", "160", "--direction", "up"])
-        .output()
-        .unwrap();
-    let said = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success() && said.contains("1 trips (1 new"),
-        "{said}{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let out = Command::new(bin())
-        .args(["linkdb", "import", "--db", &db, "--ride-log"])
-        .arg(&record)
-        .args(["--route", "hsr/route1", "--track-origin", "39.865,116.378"])
-        .args(["--track-heading", "160", "--direction", "up"])
-        .output()
-        .unwrap();
-    let said = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success() && said.contains("1 trips (1 new"),
-        "{said}{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    // `log` stored into `db` as one new ride of route 1.
+    let import_ride = |db: &str, log: &Path| {
+        let out = Command::new(bin())
+            .args(["linkdb", "import", "--db", db, "--ride-log"])
+            .arg(log)
+            .args(["--route", "hsr/route1", "--track-origin", "39.865,116.378"])
+            .args(["--track-heading", "160", "--direction", "up"])
+            .output()
+            .unwrap();
+        let said = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success() && said.contains("1 trips (1 new"),
+            "{said}{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    import_ride(&scratch, &proxy_record);
+    import_ride(&db, &record);
     // A reload rebuilds the predictor with that ride (6 + 1), on the proxy for its live session
     // too, on the relay for the uplink; passengers are carried on. The same reload moves the
     // proxy's recording to another directory, for the live session too.
