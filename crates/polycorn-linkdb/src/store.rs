@@ -87,6 +87,16 @@ pub const MIGRATIONS: &[(i64, &str)] = &[
     ),
 ];
 
+/// The importer's own bookkeeping: context logs of finished days already imported (`linkdb
+/// import --past-days`), by absolute path, with their size then, so a nightly import reads only
+/// the new ones. Made on first use rather than by a numbered migration: the trips' schema, and
+/// so the version a database has, stays the same, and binaries from before it (relays sharing
+/// the database) still open it.
+const IMPORTED_LOGS: &str = "CREATE TABLE IF NOT EXISTS imported_logs (
+    path TEXT PRIMARY KEY,
+    bytes BIGINT NOT NULL
+)";
+
 /// The schema version this code writes.
 pub fn latest_version() -> i64 {
     MIGRATIONS.last().map_or(0, |m| m.0)
@@ -734,13 +744,56 @@ impl Store {
         Ok(out)
     }
 
+    /// The context logs marked imported ([`Store::mark_logs_imported`]): path → size in bytes.
+    pub fn imported_logs(
+        &mut self,
+    ) -> Result<std::collections::BTreeMap<PathBuf, u64>, StoreError> {
+        self.batch("create imported_logs", IMPORTED_LOGS)?;
+        let rows = self.query(
+            "read imported logs",
+            "SELECT path, bytes FROM imported_logs",
+            &[],
+            &[Col::Text, Col::Int],
+        )?;
+        Ok(rows
+            .iter()
+            .filter_map(|r| Some((PathBuf::from(r[0].text()?), r[1].int()?.max(0) as u64)))
+            .collect())
+    }
+
+    /// Marks context logs (absolute path, size) as imported, in one transaction.
+    pub fn mark_logs_imported(&mut self, logs: &[(PathBuf, u64)]) -> Result<(), StoreError> {
+        let what = "mark logs imported";
+        self.batch("create imported_logs", IMPORTED_LOGS)?;
+        self.batch(what, "BEGIN")?;
+        let r = logs.iter().try_for_each(|(path, bytes)| {
+            self.exec(
+                what,
+                "INSERT INTO imported_logs (path, bytes) VALUES ($1, $2)
+                 ON CONFLICT (path) DO UPDATE SET bytes = excluded.bytes",
+                &[
+                    Value::Text(Some(path.to_string_lossy().into_owned())),
+                    Value::Int(Some(*bytes as i64)),
+                ],
+            )
+            .map(|_| ())
+        });
+        match r {
+            Ok(()) => self.batch(what, "COMMIT"),
+            Err(e) => {
+                let _ = self.batch(what, "ROLLBACK");
+                Err(e)
+            }
+        }
+    }
+
     /// Drop every LinkDB table and migrate again: an empty database at the latest schema.
     pub fn wipe(&mut self) -> Result<i64, StoreError> {
         self.batch(
             "wipe",
             "DROP TABLE IF EXISTS radio_samples; DROP TABLE IF EXISTS samples;
              DROP TABLE IF EXISTS handovers; DROP TABLE IF EXISTS trips;
-             DROP TABLE IF EXISTS schema_version",
+             DROP TABLE IF EXISTS imported_logs; DROP TABLE IF EXISTS schema_version",
         )?;
         self.migrate()
     }

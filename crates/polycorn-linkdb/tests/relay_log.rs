@@ -35,6 +35,7 @@ fn opts(direction: Option<Direction>) -> relay::Options {
         direction,
         carriers: None,
         before_day: None,
+        done: Default::default(),
     }
 }
 

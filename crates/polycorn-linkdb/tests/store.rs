@@ -90,6 +90,16 @@ fn roundtrip(url: &str) {
     assert_eq!(by_route.len(), 3);
     assert_eq!(s.delete_source(Source::Sim).unwrap(), 3);
     assert_eq!(s.counts().unwrap(), [0; 5]);
+    // Context logs marked imported read back; marking one again records its new size.
+    use std::path::PathBuf;
+    assert!(s.imported_logs().unwrap().is_empty());
+    let a = PathBuf::from("/var/lib/polycorn/context/train-1/context-20261129T060000Z.csv");
+    let b = PathBuf::from("/var/lib/polycorn/context/train-2/context-20261129T060000Z.csv");
+    s.mark_logs_imported(&[(a.clone(), 10), (b.clone(), 20)])
+        .unwrap();
+    s.mark_logs_imported(&[(a.clone(), 11)]).unwrap();
+    let logs = s.imported_logs().unwrap();
+    assert_eq!(logs.into_iter().collect::<Vec<_>>(), [(a, 11), (b, 20)]);
 }
 
 /// Two writers import the same trip at once: exactly one stores it.

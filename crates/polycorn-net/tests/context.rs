@@ -408,6 +408,7 @@ fn import_south(
         direction: Some(polycorn_linkdb::record::Direction::Up),
         carriers: None,
         before_day: None,
+        done: Default::default(),
     };
     relay::import(log, &opts).unwrap()
 }

@@ -152,7 +152,8 @@ pub struct ImportArgs {
     pub direction: Option<String>,
     /// Only `--ride-log` files of UTC days before today (named `context-YYYYMMDDT…`): today's
     /// are still being written, and a ride imported in part now and whole later would be
-    /// stored twice. For a nightly import of a live `[context] record` directory.
+    /// stored twice. Files read are marked in the database and not read again (while their
+    /// size stays). For a nightly import of a live `[context] record` directory.
     #[arg(long)]
     pub past_days: bool,
     /// Learn what a proxy recorded: its `[context] record` directory as `--ride-log`, stored in
@@ -284,8 +285,8 @@ fn store_all(
 }
 
 fn import(a: &ImportArgs) -> Result<()> {
-    let learn = proxy_learning(a)?;
-    let relay_opts = ride_log_options(a)?;
+    let mut learn = proxy_learning(a)?;
+    let mut relay_opts = ride_log_options(a)?;
     if a.trip_dir.is_empty()
         && a.wmnlab.is_none()
         && a.ucc5g.is_none()
@@ -307,6 +308,17 @@ fn import(a: &ImportArgs) -> Result<()> {
     };
     let mut store = open(&db)?;
     println!("database: {} ({})", store.redacted_url(), store.engine());
+    if a.past_days {
+        // Logs of past days are finished: those stored before are not read again.
+        let done = store.imported_logs()?;
+        for o in learn
+            .iter_mut()
+            .map(|l| &mut l.opts)
+            .chain(relay_opts.iter_mut())
+        {
+            o.done = done.clone();
+        }
+    }
     let mut truth_vs_relay = relay::Comparison::default();
     let mut as_relay = |trips: Vec<TripData>, rep: &mut ImportReport| -> Vec<TripData> {
         if !a.as_seen_by_relay {
@@ -365,6 +377,9 @@ fn import(a: &ImportArgs) -> Result<()> {
                 &rep,
                 a.show_bad,
             )?;
+            if a.past_days {
+                store.mark_logs_imported(&rep.logs_read)?;
+            }
         } else {
             println!(
                 "nothing recorded yet in {} (the proxy makes it at its first fix)",
@@ -383,6 +398,9 @@ fn import(a: &ImportArgs) -> Result<()> {
                 &rep,
                 a.show_bad,
             )?;
+            if a.past_days {
+                store.mark_logs_imported(&rep.logs_read)?;
+            }
         }
     }
     if let Some(p) = &a.wmnlab {
@@ -449,6 +467,7 @@ fn proxy_learning(a: &ImportArgs) -> Result<Option<ProxyLearning>> {
             direction,
             carriers: (!l.carriers.is_empty()).then(|| l.carriers.clone()),
             before_day: a.past_days.then(today),
+            done: Default::default(),
         },
     }))
 }
@@ -514,6 +533,7 @@ fn ride_log_options(a: &ImportArgs) -> Result<Option<relay::Options>> {
         direction,
         carriers: (!a.carriers.is_empty()).then(|| a.carriers.clone()),
         before_day: a.past_days.then(today),
+        done: Default::default(),
     }))
 }
 

@@ -1163,8 +1163,26 @@ fn linkdb_learns_from_what_relays_saw() {
             && t.contains("1 files left for later"),
         "{t}"
     );
+    // The next night: the past day's log is not read again; a new one is.
     let t = text(&learn());
-    assert!(t.contains("1 trips (0 new, 1 already stored)"), "{t}");
+    assert!(
+        t.contains("0 trips (0 new, 0 already stored)")
+            && t.contains("1 files imported before, not read again"),
+        "{t}"
+    );
+    std::fs::write(
+        proxy_rec
+            .join("train-1")
+            .join("context-20200102T060000Z.csv"),
+        &log,
+    )
+    .unwrap();
+    let t = text(&learn());
+    assert!(
+        t.contains("1 trips (1 new, 0 already stored)")
+            && t.contains("1 files imported before, not read again"),
+        "{t}"
+    );
     // Nothing to learn without [context] record; --proxy-config takes no --db or --ride-log.
     std::fs::write(
         &proxy_toml,

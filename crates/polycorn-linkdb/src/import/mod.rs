@@ -45,6 +45,9 @@ pub struct ImportReport {
     pub bad: Vec<BadRow>,
     /// Notes: choices the importer made that change what the data means (counted).
     pub notes: Vec<String>,
+    /// Context logs read, as absolute paths with their size then (`--ride-log` only): what
+    /// `linkdb import --past-days` marks imported once the rides are stored.
+    pub logs_read: Vec<(std::path::PathBuf, u64)>,
 }
 
 impl ImportReport {
@@ -62,6 +65,7 @@ impl ImportReport {
         self.rows += o.rows;
         self.bad.extend(o.bad);
         self.notes.extend(o.notes);
+        self.logs_read.extend(o.logs_read);
     }
 
     /// Human summary: counts, then at most `max_bad` bad rows with file:line.

@@ -67,6 +67,9 @@ pub struct Options {
     /// no day. A log is written until its day ends; a ride imported in part, then whole,
     /// would be stored twice. `None`: every file.
     pub before_day: Option<String>,
+    /// Logs imported before, by absolute path, with their size then
+    /// ([`crate::store::Store::imported_logs`]): skipped while their size is the same.
+    pub done: std::collections::BTreeMap<std::path::PathBuf, u64>,
 }
 
 /// The day a context log's name gives it (`context-YYYYMMDDT….csv` → `YYYYMMDD`).
@@ -291,7 +294,7 @@ pub fn import(path: &Path, opts: &Options) -> Result<Imported, ImportError> {
     let mut rep = ImportReport::default();
     let mut trips = Vec::new();
     let (mut gaps, mut open, mut unplaced) = (0usize, 0usize, 0usize);
-    let mut later = 0usize;
+    let (mut later, mut done) = (0usize, 0usize);
     for file in csv_files(path)? {
         if let Some(before) = &opts.before_day {
             if log_day(&file).is_none_or(|d| d >= before.as_str()) {
@@ -299,6 +302,21 @@ pub fn import(path: &Path, opts: &Options) -> Result<Imported, ImportError> {
                 continue;
             }
         }
+        let absolute = std::fs::canonicalize(&file).map_err(|source| ImportError::Io {
+            path: file.clone(),
+            source,
+        })?;
+        let bytes = std::fs::metadata(&absolute)
+            .map_err(|source| ImportError::Io {
+                path: file.clone(),
+                source,
+            })?
+            .len();
+        if opts.done.get(&absolute) == Some(&bytes) {
+            done += 1;
+            continue;
+        }
+        rep.logs_read.push((absolute, bytes));
         rep.files += 1;
         let (carriers, samples, radio) =
             read_context(&file, None, opts.carriers.as_deref(), &opts.track, &mut rep)?;
@@ -369,6 +387,10 @@ pub fn import(path: &Path, opts: &Options) -> Result<Imported, ImportError> {
          a failure ({gaps} gaps of more than {MAX_GAP_MS} ms broke a cell sequence, {open} \
          failures had no end in sight)"
     ));
+    if done > 0 {
+        rep.notes
+            .push(format!("{done} files imported before, not read again"));
+    }
     if later > 0 {
         rep.notes.push(format!(
             "{later} files left for later: not of a day before {} (or no day in the name)",
