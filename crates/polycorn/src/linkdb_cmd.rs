@@ -368,18 +368,8 @@ fn import(a: &ImportArgs) -> Result<()> {
     }
     if let Some(l) = &learn {
         if l.dir.exists() {
-            let (trips, rep) = relay::import(&l.dir, &l.opts)
-                .with_context(|| format!("import {}", l.dir.display()))?;
-            store_all(
-                &mut store,
-                &format!("recorded by the proxy {}", l.dir.display()),
-                &trips,
-                &rep,
-                a.show_bad,
-            )?;
-            if a.past_days {
-                store.mark_logs_imported(&rep.logs_read)?;
-            }
+            let what = format!("recorded by the proxy {}", l.dir.display());
+            store_ride_logs(&mut store, &l.dir, &l.opts, &what, a)?;
         } else {
             println!(
                 "nothing recorded yet in {} (the proxy makes it at its first fix)",
@@ -389,18 +379,7 @@ fn import(a: &ImportArgs) -> Result<()> {
     }
     if let Some(opts) = &relay_opts {
         for p in &a.ride_log {
-            let (trips, rep) =
-                relay::import(p, opts).with_context(|| format!("import {}", p.display()))?;
-            store_all(
-                &mut store,
-                &format!("ride log {}", p.display()),
-                &trips,
-                &rep,
-                a.show_bad,
-            )?;
-            if a.past_days {
-                store.mark_logs_imported(&rep.logs_read)?;
-            }
+            store_ride_logs(&mut store, p, opts, &format!("ride log {}", p.display()), a)?;
         }
     }
     if let Some(p) = &a.wmnlab {
@@ -419,6 +398,24 @@ fn import(a: &ImportArgs) -> Result<()> {
     if let Some(p) = &a.ucc5g {
         let (trips, rep) = ucc5g::import(p).with_context(|| format!("import {}", p.display()))?;
         store_all(&mut store, "ucc5g", &trips, &rep, a.show_bad)?;
+    }
+    Ok(())
+}
+
+/// Imports the context logs at `path` and stores their rides; with `--past-days`, marks the
+/// logs read so the next night skips them.
+fn store_ride_logs(
+    store: &mut Store,
+    path: &std::path::Path,
+    opts: &relay::Options,
+    what: &str,
+    a: &ImportArgs,
+) -> Result<()> {
+    let (trips, rep) =
+        relay::import(path, opts).with_context(|| format!("import {}", path.display()))?;
+    store_all(store, what, &trips, &rep, a.show_bad)?;
+    if a.past_days {
+        store.mark_logs_imported(&rep.logs_read)?;
     }
     Ok(())
 }
