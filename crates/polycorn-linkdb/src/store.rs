@@ -119,10 +119,13 @@ pub enum StoreError {
         source: rusqlite::Error,
     },
     /// PostgreSQL failed.
-    #[error("postgres ({what}): {source}")]
+    #[error("postgres ({what}): {detail}")]
     Postgres {
         /// What was being done.
         what: String,
+        /// The server's message when it sent one (`db error` alone says nothing), else the
+        /// error's own.
+        detail: String,
         /// The error.
         source: postgres::Error,
     },
@@ -237,6 +240,10 @@ fn sq(what: &str) -> impl FnOnce(rusqlite::Error) -> StoreError + '_ {
 fn pg(what: &str) -> impl FnOnce(postgres::Error) -> StoreError + '_ {
     move |source| StoreError::Postgres {
         what: what.to_string(),
+        detail: match source.as_db_error() {
+            Some(db) => format!("{} ({})", db.message(), db.code().code()),
+            None => source.to_string(),
+        },
         source,
     }
 }
@@ -302,6 +309,28 @@ impl Store {
         match &mut self.conn {
             Conn::Sqlite(c) => c.execute_batch(sql).map_err(sq(what)),
             Conn::Postgres(c) => c.batch_execute(sql).map_err(pg(what)),
+        }
+    }
+
+    /// Runs `create` (a `CREATE TABLE IF NOT EXISTS` of `table`). Processes that open a
+    /// database without the table at the same moment race on PostgreSQL, where that statement
+    /// is not atomic: the losers fail on the catalog's unique index, then find the winner's
+    /// table, which is all they needed.
+    fn create_if_missing(
+        &mut self,
+        what: &str,
+        create: &str,
+        table: &str,
+    ) -> Result<(), StoreError> {
+        match self.batch(what, create) {
+            Ok(()) => Ok(()),
+            Err(e) => {
+                let probe = format!("SELECT COUNT(*) FROM {table}");
+                match self.query(what, &probe, &[], &[Col::Int]) {
+                    Ok(_) => Ok(()),
+                    Err(_) => Err(e),
+                }
+            }
         }
     }
 
@@ -387,9 +416,10 @@ impl Store {
 
     /// Apply missing migrations; returns the version now in force.
     pub fn migrate(&mut self) -> Result<i64, StoreError> {
-        self.batch(
+        self.create_if_missing(
             "create schema_version",
             "CREATE TABLE IF NOT EXISTS schema_version (version BIGINT PRIMARY KEY)",
+            "schema_version",
         )?;
         let current = self.schema_version()?;
         if current > latest_version() {
@@ -748,7 +778,7 @@ impl Store {
     pub fn imported_logs(
         &mut self,
     ) -> Result<std::collections::BTreeMap<PathBuf, u64>, StoreError> {
-        self.batch("create imported_logs", IMPORTED_LOGS)?;
+        self.ensure_imported_logs()?;
         let rows = self.query(
             "read imported logs",
             "SELECT path, bytes FROM imported_logs",
@@ -761,10 +791,15 @@ impl Store {
             .collect())
     }
 
+    /// Makes `imported_logs` if it is missing.
+    fn ensure_imported_logs(&mut self) -> Result<(), StoreError> {
+        self.create_if_missing("create imported_logs", IMPORTED_LOGS, "imported_logs")
+    }
+
     /// Marks context logs (absolute path, size) as imported, in one transaction.
     pub fn mark_logs_imported(&mut self, logs: &[(PathBuf, u64)]) -> Result<(), StoreError> {
         let what = "mark logs imported";
-        self.batch("create imported_logs", IMPORTED_LOGS)?;
+        self.ensure_imported_logs()?;
         self.batch(what, "BEGIN")?;
         let r = logs.iter().try_for_each(|(path, bytes)| {
             self.exec(

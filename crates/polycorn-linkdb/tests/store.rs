@@ -126,6 +126,62 @@ fn race(url: &str) {
     assert_eq!(s.counts().unwrap()[0], 1);
 }
 
+/// Importers on several machines open a database without `imported_logs` at the same moment:
+/// each makes it (or finds it made) and marks its logs; none fails.
+fn imported_logs_race(url: &str) {
+    let mut s = Store::open(url).unwrap();
+    s.wipe().unwrap();
+    drop(s);
+    let n = 8;
+    let barrier = std::sync::Barrier::new(n);
+    std::thread::scope(|sc| {
+        for k in 0..n {
+            let barrier = &barrier;
+            sc.spawn(move || {
+                let mut s = Store::open(url).unwrap();
+                barrier.wait();
+                s.imported_logs()
+                    .unwrap_or_else(|e| panic!("importer {k}: {e}"));
+                let log = std::path::PathBuf::from(format!("/srv/train-{k}/context-x.csv"));
+                s.mark_logs_imported(&[(log, k as u64)])
+                    .unwrap_or_else(|e| panic!("importer {k}: {e}"));
+            });
+        }
+    });
+    let mut s = Store::open(url).unwrap();
+    assert_eq!(s.imported_logs().unwrap().len(), n);
+}
+
+/// Relays and importers sharing a new, empty database start at the same moment: each migrates
+/// it (or finds it migrated); none fails.
+fn fresh_database_race(url: &str) {
+    const DROP: &str = "DROP TABLE IF EXISTS radio_samples; DROP TABLE IF EXISTS samples;
+        DROP TABLE IF EXISTS handovers; DROP TABLE IF EXISTS trips;
+        DROP TABLE IF EXISTS imported_logs; DROP TABLE IF EXISTS schema_version";
+    match url.strip_prefix("sqlite:") {
+        Some(path) => rusqlite::Connection::open(path)
+            .unwrap()
+            .execute_batch(DROP)
+            .unwrap(),
+        None => postgres::Client::connect(url, postgres::NoTls)
+            .unwrap()
+            .batch_execute(DROP)
+            .unwrap(),
+    }
+    let n = 8;
+    let barrier = std::sync::Barrier::new(n);
+    std::thread::scope(|sc| {
+        for k in 0..n {
+            let barrier = &barrier;
+            sc.spawn(move || {
+                barrier.wait();
+                let mut s = Store::open(url).unwrap_or_else(|e| panic!("opener {k}: {e}"));
+                assert_eq!(s.schema_version().unwrap(), latest_version());
+            });
+        }
+    });
+}
+
 fn tmp_sqlite(name: &str) -> (std::path::PathBuf, String) {
     let dir = std::env::temp_dir().join(format!("polycorn-linkdb-{}-{name}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
@@ -139,6 +195,8 @@ fn sqlite_roundtrip_idempotent_import_and_race() {
     let (dir, url) = tmp_sqlite("rt");
     roundtrip(&url);
     race(&url);
+    imported_logs_race(&url);
+    fresh_database_race(&url);
     std::fs::remove_dir_all(dir).unwrap();
 }
 
@@ -147,6 +205,10 @@ fn postgres_roundtrip_idempotent_import_and_race() {
     let Some(url) = pg_url() else { return };
     roundtrip(&url);
     race(&url);
+    for _ in 0..5 {
+        imported_logs_race(&url);
+        fresh_database_race(&url);
+    }
 }
 
 #[test]
