@@ -477,6 +477,9 @@ pub struct ContextConfig {
     /// serving cells ([`crate::context::Recorder`]), for `polycorn linkdb import --ride-log`.
     /// None (default): nothing is recorded.
     pub record: Option<PathBuf>,
+    /// `keep_days`: with `record`, the logs of this many finished UTC days are kept besides
+    /// today's; older ones are removed when a log starts. None (default): every log is kept.
+    pub keep_days: Option<u32>,
 }
 
 impl Default for ContextConfig {
@@ -486,9 +489,13 @@ impl Default for ContextConfig {
             gpsd: SocketAddr::from(([127, 0, 0, 1], 2947)),
             replay: None,
             record: None,
+            keep_days: None,
         }
     }
 }
+
+/// The longest `[context] keep_days` (a century: "keep everything" is leaving it out).
+pub const MAX_KEEP_DAYS: u32 = 36_500;
 
 /// The proxy's `[context]`: what it keeps of the train context the relays send.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
@@ -498,6 +505,10 @@ pub struct ProxyContextConfig {
     /// serving cells, one subdirectory per relay name ([`crate::proxy::RideRecording`]), for
     /// `polycorn linkdb import --ride-log`. None (default): nothing is recorded.
     pub record: Option<PathBuf>,
+    /// `keep_days`: with `record`, each relay's logs of this many finished UTC days are kept
+    /// besides today's; older ones are removed when one of its logs starts. Longer than the
+    /// nightly import's interval, or logs go unread. None (default): every log is kept.
+    pub keep_days: Option<u32>,
 }
 
 /// A relay's configuration (`relay.toml`).
@@ -847,6 +858,7 @@ impl RelayConfig {
             }
             v.record_dir("context.record", record)?;
         }
+        v.keep_days(ctx.keep_days, ctx.record.is_some())?;
         v.linkdb(&self.linkdb)?;
         if self.linkdb.db.is_some() && ctx.source == ContextSource::None {
             return Err(v.invalid(
@@ -1158,6 +1170,7 @@ impl ProxyConfig {
             *record = resolve(base, record);
             v.record_dir("context.record", record)?;
         }
+        v.keep_days(self.context.keep_days, self.context.record.is_some())?;
         v.linkdb(&self.linkdb)?;
         v.limits(&self.limits)?;
         v.log(&self.log)
@@ -1541,6 +1554,25 @@ impl Validator<'_> {
 
     /// A directory the daemon may create files in: it is one, or it does not exist yet and
     /// its nearest existing ancestor is a directory (the daemon creates the rest at start).
+    fn keep_days(&self, days: Option<u32>, recording: bool) -> Result<(), ConfigError> {
+        let key = "context.keep_days";
+        match days {
+            None => Ok(()),
+            Some(_) if !recording => Err(self.invalid(
+                key,
+                "nothing to keep without context.record (the directory of the logs)",
+            )),
+            Some(d) if !(1..=MAX_KEEP_DAYS).contains(&d) => Err(self.invalid(
+                key,
+                format!(
+                    "{d}: 1 to {MAX_KEEP_DAYS} finished days (1 keeps yesterday's log for the \
+                     nightly import; leave it out to keep every log)"
+                ),
+            )),
+            Some(_) => Ok(()),
+        }
+    }
+
     fn record_dir(&self, key: &str, dir: &Path) -> Result<(), ConfigError> {
         for a in dir.ancestors().filter(|a| !a.as_os_str().is_empty()) {
             match std::fs::metadata(a) {
@@ -1819,6 +1851,9 @@ gpsd = "127.0.0.1:2947"
 # Keep every fix with the modems' serving cells, one CSV per day, for
 # `polycorn linkdb import --ride-log` (LinkDB learns this train's handovers):
 # record = "/var/lib/polycorn/context"
+# Remove the logs of days older than this many finished days (about 6 MB a day); left out,
+# every log is kept:
+# keep_days = 30
 
 [linkdb]
 # Optional handover database (see `polycorn linkdb`), the same one the proxy uses: the uplink
@@ -1916,6 +1951,9 @@ allow_private = false
 # --ride-log` (LinkDB learns every train's handovers without copying files off the trains).
 # `systemctl reload polycorn-proxy` applies a change here to the live sessions.
 # record = "/var/lib/polycorn/context"
+# Remove each relay's logs of days older than this many finished days (about 6 MB per train
+# and day); longer than the nightly import's interval. Left out, every log is kept:
+# keep_days = 30
 
 [linkdb]
 # Optional handover database (see `polycorn linkdb`): the downlink scheduler's HPR stage uses

@@ -935,12 +935,16 @@ pub const UNREPORTED: &str = polycorn_linkdb::import::relay::UNREPORTED;
 /// report does not (LinkDB would take it for a failed handover on every carrier). A fix with
 /// reports for some modems only writes [`UNREPORTED`] for the others. Each row is written
 /// through at once, so a crash loses at most the row being written.
+///
+/// With [`Recorder::keep_days`], starting a file removes the directory's logs of days that
+/// ended more than that many days ago (by their names; nothing else in the directory).
 #[derive(Debug)]
 pub struct Recorder {
     dir: PathBuf,
     carriers: Vec<String>,
     open: Option<OpenLog>,
     rows: u64,
+    keep_days: Option<u32>,
 }
 
 #[derive(Debug)]
@@ -986,7 +990,62 @@ impl Recorder {
             carriers,
             open: None,
             rows: 0,
+            keep_days: None,
         })
+    }
+
+    /// Keep the logs of the last `days` finished days (`[context] keep_days`), plus today's;
+    /// `None`: keep every log.
+    pub fn keep_days(mut self, days: Option<u32>) -> Self {
+        self.keep_days = days;
+        self
+    }
+
+    /// Removes the logs of days before `keep_days` days ago, the day counted from `unix_ms` or
+    /// the system clock, whichever is earlier (a GPS time in the future must not empty the
+    /// directory). Returns how many were removed; a file that cannot be removed is logged and
+    /// left.
+    fn prune(&self, unix_ms: u64) -> usize {
+        let Some(days) = self.keep_days else {
+            return 0;
+        };
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as u64);
+        let Some(cutoff_ms) = unix_ms.min(now).checked_sub(u64::from(days) * 86_400_000) else {
+            return 0;
+        };
+        let cutoff = record_day(cutoff_ms);
+        let Ok(entries) = std::fs::read_dir(&self.dir) else {
+            return 0;
+        };
+        let mut removed = 0;
+        for e in entries.flatten() {
+            let path = e.path();
+            let old = path.extension().is_some_and(|x| x == "csv")
+                && polycorn_linkdb::import::relay::log_day(&path)
+                    .is_some_and(|d| d < cutoff.as_str());
+            if !old || !e.file_type().is_ok_and(|t| t.is_file()) {
+                continue;
+            }
+            match std::fs::remove_file(&path) {
+                Ok(()) => removed += 1,
+                Err(e) => tracing::warn!(
+                    file = %path.display(),
+                    error = %e,
+                    "context.keep_days: cannot remove an old context log"
+                ),
+            }
+        }
+        if removed > 0 {
+            tracing::info!(
+                dir = %self.dir.display(),
+                removed,
+                keep_days = days,
+                "context logs of days before {cutoff} removed"
+            );
+        }
+        removed
     }
 
     /// Rows written so far (fixes, not headers), over all files.
@@ -1105,6 +1164,7 @@ impl Recorder {
             start_ms: unix_ms,
             last_ms: unix_ms,
         });
+        self.prune(unix_ms);
         Ok(path)
     }
 }

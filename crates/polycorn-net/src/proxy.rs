@@ -47,6 +47,8 @@ pub struct RideRecording {
     /// Column names, by path index: LinkDB's carriers (`[linkdb] carriers`). Empty: `path0`,
     /// `path1`, … for as many paths as the relay's first fix with cells reports.
     pub carriers: Vec<String>,
+    /// Finished days of logs kept per relay (`[context] keep_days`); `None`: all.
+    pub keep_days: Option<u32>,
 }
 
 /// [`RideRecording`], replaceable while the proxy runs (a reload); `None`: nothing recorded.
@@ -148,7 +150,7 @@ impl ContextLog {
                 };
                 let dir = r.dir.join(relay_log_dir(&self.relay));
                 match crate::context::Recorder::new(&dir, carriers) {
-                    Ok(rec) => self.rec = Some(rec),
+                    Ok(rec) => self.rec = Some(rec.keep_days(r.keep_days)),
                     Err(e) => tracing::error!(
                         relay = %self.relay,
                         error = %e,

@@ -1138,6 +1138,34 @@ fn the_proxy_records_its_relays_context_in_a_directory_it_can_make() {
         "context.record",
         "ca.pem: not a directory",
     );
+    // How long each relay's logs stay.
+    let p = proxy(
+        &format!("{PROXY_MIN}\n[context]\nrecord = \"rides\"\nkeep_days = 30\n"),
+        d,
+    )
+    .unwrap();
+    assert_eq!(p.context.keep_days, Some(30));
+    proxy_err(
+        &format!("{PROXY_MIN}\n[context]\nkeep_days = 30\n"),
+        d,
+        "context.keep_days",
+        "nothing to keep without context.record",
+    );
+    for bad in ["0", "36501"] {
+        proxy_err(
+            &format!("{PROXY_MIN}\n[context]\nrecord = \"rides\"\nkeep_days = {bad}\n"),
+            d,
+            "context.keep_days",
+            &format!("{bad}: 1 to 36500 finished days"),
+        );
+    }
+    let e = proxy(
+        &format!("{PROXY_MIN}\n[context]\nrecord = \"rides\"\nkeep_days = -1\n"),
+        d,
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(e.contains("keep_days"), "{e}");
     // The relay's other context keys are not the proxy's.
     let e = proxy(&format!("{PROXY_MIN}\n[context]\nsource = \"gpsd\"\n"), d)
         .unwrap_err()
@@ -1175,4 +1203,23 @@ fn context_record_is_a_directory_the_relay_can_make() {
     // Directories that do not exist yet are made at start.
     let r = relay(&format!("{RELAY_MIN}{gpsd}record = \"a/b/c\"\n"), d).unwrap();
     assert_eq!(r.context.record, Some(d.join("a/b/c")));
+    assert_eq!(r.context.keep_days, None);
+    let r = relay(
+        &format!("{RELAY_MIN}{gpsd}record = \"ctx\"\nkeep_days = 14\n"),
+        d,
+    )
+    .unwrap();
+    assert_eq!(r.context.keep_days, Some(14));
+    relay_err(
+        &format!("{RELAY_MIN}{gpsd}keep_days = 14\n"),
+        d,
+        "context.keep_days",
+        "nothing to keep without context.record",
+    );
+    relay_err(
+        &format!("{RELAY_MIN}{gpsd}record = \"ctx\"\nkeep_days = 0\n"),
+        d,
+        "context.keep_days",
+        "0: 1 to 36500 finished days",
+    );
 }

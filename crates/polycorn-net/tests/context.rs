@@ -512,6 +512,96 @@ fn the_relay_records_what_it_is_told_for_replay_and_for_linkdb() {
     );
 }
 
+/// `[context] keep_days`: starting a log removes the directory's logs of days before that many
+/// finished days, and nothing else; a GPS time far ahead of the clock removes no more.
+#[test]
+fn old_context_logs_are_removed_after_keep_days() {
+    use polycorn_net::context::{record_day, Recorder};
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64;
+    let day = |k: u64| record_day(now - k * 86_400_000);
+    let fix = |unix_ms: u64| ContextFix {
+        unix_ms,
+        lat: 39.865,
+        lon: 116.378,
+        speed_mps: 0.0,
+        heading_deg: 0.0,
+        cells: vec![CellReport {
+            path: 0,
+            cell: Some(1),
+            rsrp_dbm: Some(-90.0),
+        }],
+    };
+    let setup = || {
+        let dir = tempfile::tempdir().unwrap();
+        for name in [
+            format!("context-{}T060000Z.csv", day(1)),
+            format!("context-{}T060000Z.csv", day(2)),
+            format!("context-{}T060000Z-2.csv", day(2)),
+            format!("context-{}T010203Z.csv", day(40)),
+            "context-notaday.csv".into(),
+            format!("context-{}T060000Z.txt", day(9)),
+            "notes.txt".into(),
+        ] {
+            std::fs::write(dir.path().join(name), "t_ms\n").unwrap();
+        }
+        std::fs::create_dir(dir.path().join(format!("context-{}T060000Z.csv", day(30)))).unwrap();
+        dir
+    };
+    let left = |dir: &std::path::Path| {
+        let mut v: Vec<String> = std::fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        v.sort();
+        v
+    };
+    let untouched = |dir: &std::path::Path| {
+        let mut want = vec![
+            format!("context-{}T060000Z.csv", day(1)),
+            format!("context-{}T060000Z.txt", day(9)),
+            format!("context-{}T060000Z.csv", day(30)),
+            "context-notaday.csv".to_string(),
+            "notes.txt".to_string(),
+        ];
+        want.extend(
+            left(dir)
+                .into_iter()
+                .filter(|n| n.starts_with(&format!("context-{}", day(0)))),
+        );
+        want.sort();
+        want
+    };
+
+    // Keep one finished day: yesterday's log stays (tonight's import has yet to read it), the
+    // older ones go; other files, a directory and a name without a day are not touched.
+    let dir = setup();
+    let mut rec = Recorder::new(dir.path(), vec!["A".into()])
+        .unwrap()
+        .keep_days(Some(1));
+    let started = rec.record(&fix(now)).unwrap().unwrap();
+    assert!(started.exists());
+    assert_eq!(left(dir.path()), untouched(dir.path()));
+    assert_eq!(left(dir.path()).len(), 6);
+
+    // A GPS time ten years ahead counts from the clock, not from it.
+    let dir = setup();
+    let mut rec = Recorder::new(dir.path(), vec!["A".into()])
+        .unwrap()
+        .keep_days(Some(1));
+    rec.record(&fix(now + 3650 * 86_400_000)).unwrap().unwrap();
+    assert!(left(dir.path()).contains(&format!("context-{}T060000Z.csv", day(1))));
+    assert_eq!(left(dir.path()).len(), 6);
+
+    // Without keep_days every log stays.
+    let dir = setup();
+    let mut rec = Recorder::new(dir.path(), vec!["A".into()]).unwrap();
+    rec.record(&fix(now)).unwrap().unwrap();
+    assert_eq!(left(dir.path()).len(), 9);
+}
+
 /// A fix that reports some modems and not others: the others are written as unreported (`?`),
 /// which the replay leaves out of the fix and LinkDB reads as a gap, not as a lost cell.
 #[test]

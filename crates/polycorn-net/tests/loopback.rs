@@ -385,6 +385,7 @@ async fn the_proxy_records_each_relays_context_once() {
     let record: proxy::LiveRecording = Live::new(Arc::new(Some(proxy::RideRecording {
         dir: rec.path().join("first"),
         carriers: vec![],
+        keep_days: None,
     })));
     let (tx, rx) = tokio::sync::mpsc::channel(16);
     let srv = server().await;
@@ -476,16 +477,26 @@ async fn the_proxy_records_each_relays_context_once() {
         4
     );
 
-    // A reload points the recording elsewhere: the live session follows from its next fix.
+    // A reload points the recording elsewhere, keeping a day of logs: the live session follows
+    // from its next fix, and the log it starts there removes that relay's old one.
+    let moved = rec.path().join("second").join(proxy::relay_log_dir(&name));
+    std::fs::create_dir_all(&moved).unwrap();
+    let old = moved.join("context-20261001T060000Z.csv");
+    std::fs::write(
+        &old,
+        "t_ms,lat,lon,speed_mps,heading_deg,cell_A,rsrp_dbm_A\n",
+    )
+    .unwrap();
     record.replace(Arc::new(Some(proxy::RideRecording {
         dir: rec.path().join("second"),
         carriers: vec!["A".into(), "B".into()],
+        keep_days: Some(1),
     })));
     tx.send(fix(4000, &both)).await.unwrap();
-    let moved = rec.path().join("second").join(proxy::relay_log_dir(&name));
     assert!(
-        eventually(20, || rows(&moved).len() >= 2).await,
-        "nothing recorded in {moved:?} after the reload"
+        eventually(20, || !old.exists() && rows(&moved).len() >= 2).await,
+        "after the reload, {moved:?} has {:?}",
+        std::fs::read_dir(&moved).map(|d| d.count())
     );
     assert_eq!(
         rows(&moved),

@@ -139,6 +139,7 @@ fn ride_recording(cfg: &ProxyConfig) -> Option<proxy::RideRecording> {
         } else {
             Vec::new()
         },
+        keep_days: cfg.context.keep_days,
     })
 }
 
@@ -839,8 +840,8 @@ pub fn relay(path: &Path) -> Result<()> {
                 let names = record_columns(&cfg);
                 match context::Recorder::new(dir, names.clone()) {
                     Ok(r) => {
-                        info!(dir = %dir.display(), carriers = ?names, "recording the train's context");
-                        Some(r)
+                        info!(dir = %dir.display(), carriers = ?names, keep_days = ?cfg.context.keep_days, "recording the train's context");
+                        Some(r.keep_days(cfg.context.keep_days))
                     }
                     Err(e) => {
                         error!(error = %e, "context.record: cannot record there; the context is not recorded");

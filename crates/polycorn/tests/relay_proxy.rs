@@ -1614,10 +1614,18 @@ fn hsr_trip_with_train_context_and_linkdb_predictions() {
     let linkdb = format!(
         "\n[linkdb]\ndb = \"{db}\"\nmodel = \"paper\"\nroute = \"hsr/route1\"\ncarriers = [\"A\", \"B\"]\ntrack_origin = [39.865, 116.378]\ntrack_heading_deg = 160.0\n"
     );
-    // The relay also keeps its own context log, for LinkDB.
+    // The relay also keeps its own context log, for LinkDB, and a week of them: a log of an
+    // older day, left from before, goes when the first of today's starts.
     let record = dir.path().join("context-log");
+    std::fs::create_dir_all(&record).unwrap();
+    let stale = record.join("context-20200101T060000Z.csv");
+    std::fs::write(
+        &stale,
+        "t_ms,lat,lon,speed_mps,heading_deg,cell_A,rsrp_dbm_A\n",
+    )
+    .unwrap();
     let relay_extra = format!(
-        "\n[context]\nsource = \"gpsd\"\ngpsd = \"127.0.0.1:2947\"\nrecord = \"{}\"\n{linkdb}",
+        "\n[context]\nsource = \"gpsd\"\ngpsd = \"127.0.0.1:2947\"\nrecord = \"{}\"\nkeep_days = 7\n{linkdb}",
         record.display()
     );
     // The proxy keeps what the relay sends of it, per relay.
@@ -1653,8 +1661,14 @@ fn hsr_trip_with_train_context_and_linkdb_predictions() {
             tail(&log)
         );
     }
-    // What the relay recorded: one file, the replay's fixes with both carriers' cells (named
-    // as LinkDB names them), and LinkDB takes it as a ride.
+    // What the relay recorded: one file (the old one removed), the replay's fixes with both
+    // carriers' cells (named as LinkDB names them), and LinkDB takes it as a ride.
+    assert!(!stale.exists(), "{}", tail(&stack.relay.log()));
+    assert!(
+        stack.relay.log().contains("context logs of days before"),
+        "{}",
+        tail(&stack.relay.log())
+    );
     let files: Vec<_> = std::fs::read_dir(&record)
         .unwrap()
         .map(|e| e.unwrap().path())
