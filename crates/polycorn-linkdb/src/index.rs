@@ -59,7 +59,7 @@ pub const PRIOR_N: f64 = 17.0;
 pub const MIN_ZONE_M: f64 = 10.0;
 
 /// The index.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug, Default, PartialEq)]
 pub struct LinkIndex {
     carriers: BTreeMap<String, CarrierId>,
     cells: HashMap<String, CellId>,
@@ -73,59 +73,11 @@ impl LinkIndex {
     /// Build from trips. Handovers without a position (sources without a line frame) count in
     /// no statistic here.
     pub fn build<'a>(trips: impl IntoIterator<Item = &'a TripData>) -> LinkIndex {
-        let mut ix = LinkIndex::default();
-        // (handovers, failures, ehp, failure sum)
-        let mut acc: BTreeMap<CellKey, (u32, u32, f64, f64)> = BTreeMap::new();
-        let mut zones: BTreeMap<(CarrierId, Direction), Vec<(f64, f64)>> = BTreeMap::new();
+        let mut b = IndexBuilder::default();
         for trip in trips {
-            for h in &trip.handovers {
-                let Some(pos) = h.position_m else { continue };
-                let key = CellKey {
-                    carrier: ix.intern_carrier(&h.carrier),
-                    cell: ix.intern_cell(&h.from_cell),
-                    direction: h.direction,
-                };
-                let p = h.direction.progress(pos);
-                let e = acc.entry(key).or_insert((0, 0, f64::INFINITY, 0.0));
-                e.0 += 1;
-                e.2 = e.2.min(p);
-                if h.outcome.failed() {
-                    e.1 += 1;
-                    e.3 += p;
-                }
-                let speed = speed_at(trip, h.start_ms).unwrap_or(0.0);
-                let len = h
-                    .interruption_ms
-                    .map_or(0.0, |ms| ms as f64 / 1000.0 * speed)
-                    .max(MIN_ZONE_M);
-                zones
-                    .entry((key.carrier, key.direction))
-                    .or_default()
-                    .push((p, p + len));
-            }
+            b.add(trip);
         }
-        for (key, (n, f, ehp, fsum)) in acc {
-            ix.by_key.insert(key, ix.stats.len());
-            ix.stats.push(CellStats {
-                key,
-                handovers: n,
-                failures: f,
-                ehp_progress_m: ehp,
-                mean_failure_progress_m: (f > 0).then(|| fsum / f64::from(f)),
-            });
-        }
-        for (k, mut v) in zones {
-            v.sort_by(|a, b| a.0.total_cmp(&b.0));
-            let mut merged: Vec<(f64, f64)> = Vec::with_capacity(v.len());
-            for (s, e) in v {
-                match merged.last_mut() {
-                    Some(last) if s <= last.1 => last.1 = last.1.max(e),
-                    _ => merged.push((s, e)),
-                }
-            }
-            ix.zones.insert(k, merged);
-        }
-        ix
+        b.finish()
     }
 
     fn intern_carrier(&mut self, name: &str) -> CarrierId {
@@ -144,6 +96,15 @@ impl LinkIndex {
         let id = CellId::try_from(self.cells.len()).expect("fewer than 2^32 cells");
         self.cells.insert(name.to_string(), id);
         id
+    }
+
+    /// The key of a cell seen in the history.
+    pub fn key_of(&self, carrier: &str, cell: &str, direction: Direction) -> Option<CellKey> {
+        Some(CellKey {
+            carrier: self.carrier_id(carrier)?,
+            cell: self.cell_id(cell)?,
+            direction,
+        })
     }
 
     /// The id of a carrier seen in the history.
@@ -176,6 +137,87 @@ impl LinkIndex {
         let z = self.zones.get(&(carrier, direction))?;
         let i = z.partition_point(|(_, end)| *end <= progress_m);
         z.get(i).copied()
+    }
+}
+
+/// [`LinkIndex::build`] one trip at a time, so a history larger than memory can be read trip
+/// by trip and dropped ([`crate::store::Store::predictor`]): what it keeps grows with the cells
+/// and the handover zones, not with the fixes.
+#[derive(Debug, Default)]
+pub struct IndexBuilder {
+    ix: LinkIndex,
+    /// (handovers, failures, ehp, failure sum) per cell.
+    acc: BTreeMap<CellKey, (u32, u32, f64, f64)>,
+    zones: BTreeMap<(CarrierId, Direction), Vec<(f64, f64)>>,
+    trips: usize,
+}
+
+impl IndexBuilder {
+    /// Adds a trip's handovers.
+    pub fn add(&mut self, trip: &TripData) {
+        self.trips += 1;
+        for h in &trip.handovers {
+            let Some(pos) = h.position_m else { continue };
+            let key = CellKey {
+                carrier: self.ix.intern_carrier(&h.carrier),
+                cell: self.ix.intern_cell(&h.from_cell),
+                direction: h.direction,
+            };
+            let p = h.direction.progress(pos);
+            let e = self.acc.entry(key).or_insert((0, 0, f64::INFINITY, 0.0));
+            e.0 += 1;
+            e.2 = e.2.min(p);
+            if h.outcome.failed() {
+                e.1 += 1;
+                e.3 += p;
+            }
+            let speed = speed_at(trip, h.start_ms).unwrap_or(0.0);
+            let len = h
+                .interruption_ms
+                .map_or(0.0, |ms| ms as f64 / 1000.0 * speed)
+                .max(MIN_ZONE_M);
+            self.zones
+                .entry((key.carrier, key.direction))
+                .or_default()
+                .push((p, p + len));
+        }
+    }
+
+    /// The key of a cell of the trips added so far, as the finished index will have it.
+    pub fn key_of(&self, carrier: &str, cell: &str, direction: Direction) -> Option<CellKey> {
+        self.ix.key_of(carrier, cell, direction)
+    }
+
+    /// Trips added so far.
+    pub fn trips(&self) -> usize {
+        self.trips
+    }
+
+    /// The index of every trip added.
+    pub fn finish(self) -> LinkIndex {
+        let mut ix = self.ix;
+        for (key, (n, f, ehp, fsum)) in self.acc {
+            ix.by_key.insert(key, ix.stats.len());
+            ix.stats.push(CellStats {
+                key,
+                handovers: n,
+                failures: f,
+                ehp_progress_m: ehp,
+                mean_failure_progress_m: (f > 0).then(|| fsum / f64::from(f)),
+            });
+        }
+        for (k, mut v) in self.zones {
+            v.sort_by(|a, b| a.0.total_cmp(&b.0));
+            let mut merged: Vec<(f64, f64)> = Vec::with_capacity(v.len());
+            for (s, e) in v {
+                match merged.last_mut() {
+                    Some(last) if s <= last.1 => last.1 = last.1.max(e),
+                    _ => merged.push((s, e)),
+                }
+            }
+            ix.zones.insert(k, merged);
+        }
+        ix
     }
 }
 

@@ -33,7 +33,7 @@ pub const MIN_SPEED_MPS: f64 = 0.5;
 const RSRP_HISTORY: usize = 8;
 
 /// Which predictor.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq)]
 pub enum Model {
     /// Mean failure location of the current cell (POLYCORN, NSDI'23 §3).
     Paper,

@@ -273,6 +273,53 @@ pub struct TripData {
 }
 
 impl TripData {
+    /// The part of this trip a predictor is built from ([`crate::ModelKind::build`]): every
+    /// handover, the fixes either side of each handover's start (its speed,
+    /// [`crate::index::speed_at`]) and, with `radio_before_ms`, each carrier's radio samples
+    /// in that window before its handovers' starts (the risk model's RSRP trend); no other
+    /// radio sample. Built from it, every predictor is the same as from the whole trip, at a
+    /// fraction of the memory: a line's history of a year does not fit otherwise. Only for
+    /// building predictors: `meta.key` no longer matches the content.
+    pub fn for_prediction(mut self, radio_before_ms: Option<u64>) -> TripData {
+        let n = self.samples.len();
+        let mut keep = vec![false; n];
+        for h in &self.handovers {
+            let i = self.samples.partition_point(|s| s.t_ms <= h.start_ms);
+            if i > 0 {
+                keep[i - 1] = true;
+            }
+            if i < n {
+                keep[i] = true;
+            }
+        }
+        let mut k = keep.into_iter();
+        self.samples.retain(|_| k.next().unwrap_or(false));
+        match radio_before_ms {
+            None => self.radio = Vec::new(),
+            Some(w) => {
+                let mut starts: Vec<(&str, u64)> = self
+                    .handovers
+                    .iter()
+                    .map(|h| (h.carrier.as_str(), h.start_ms))
+                    .collect();
+                starts.sort_unstable();
+                let radio = std::mem::take(&mut self.radio);
+                self.radio = radio
+                    .into_iter()
+                    .filter(|r| {
+                        // The first handover of this carrier at or after the sample.
+                        let i =
+                            starts.partition_point(|&(c, t)| (c, t) < (r.carrier.as_str(), r.t_ms));
+                        starts
+                            .get(i)
+                            .is_some_and(|&(c, t)| c == r.carrier && t - r.t_ms <= w)
+                    })
+                    .collect();
+            }
+        }
+        self
+    }
+
     /// Sort the records, and set `meta.key` to `source:name:hash`, the hash (FNV-1a, 64 bit) taken
     /// over the exact parts of the content (names, times, cells, outcomes), so a re-import of the
     /// same file or seeds finds the same key and a changed file gets a new one.

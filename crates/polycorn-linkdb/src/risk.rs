@@ -98,6 +98,102 @@ pub fn speed_rel(speed_mps: f64) -> f64 {
     speed_mps / V_REF_MPS - 1.0
 }
 
+/// [`RiskModel::train`] in two passes over the trips, each read one at a time: the first
+/// ([`RiskTrainer::add_positions`]) takes every handover's position (each cell's leave-one-out
+/// EHP needs them all), the second ([`RiskTrainer::add_rows`]) a training row per handover.
+/// What it keeps grows with the handovers, not with the fixes and radio samples.
+#[derive(Debug, Default)]
+pub struct RiskTrainer {
+    /// Per cell: progress of every handover, for leave-one-out EHPs.
+    by_cell: BTreeMap<CellKey, Vec<f64>>,
+    sorted: bool,
+    rows: BTreeMap<CarrierId, (Vec<[f64; N_COEF]>, Vec<f64>)>,
+}
+
+impl RiskTrainer {
+    /// First pass: the trip's handover positions; `key_of` names a cell as the index does
+    /// ([`LinkIndex::key_of`], or [`crate::index::IndexBuilder::key_of`] while it is built).
+    pub fn add_positions(
+        &mut self,
+        trip: &TripData,
+        key_of: impl Fn(&str, &str, crate::record::Direction) -> Option<CellKey>,
+    ) {
+        for h in &trip.handovers {
+            if let (Some(p), Some(k)) =
+                (h.position_m, key_of(&h.carrier, &h.from_cell, h.direction))
+            {
+                self.by_cell
+                    .entry(k)
+                    .or_default()
+                    .push(h.direction.progress(p));
+            }
+        }
+    }
+
+    /// Second pass, after every trip's positions: the trip's training rows.
+    pub fn add_rows(&mut self, index: &LinkIndex, t: &TripData) {
+        if !self.sorted {
+            for v in self.by_cell.values_mut() {
+                v.sort_by(f64::total_cmp);
+            }
+            self.sorted = true;
+        }
+        for h in &t.handovers {
+            let (Some(p), Some(k)) = (
+                h.position_m,
+                index.key_of(&h.carrier, &h.from_cell, h.direction),
+            ) else {
+                continue;
+            };
+            let Some(stats) = index.get(k) else { continue };
+            let progress = h.direction.progress(p);
+            let Some(all) = self.by_cell.get(&k) else {
+                continue;
+            };
+            if all.len() < 2 {
+                continue; // no leave-one-out EHP
+            }
+            // Leave-one-out EHP: the smallest other start.
+            let ehp = if progress <= all[0] { all[1] } else { all[0] };
+            let y = if h.outcome.failed() { 1.0 } else { 0.0 };
+            let share = (f64::from(stats.failures) - y + PRIOR_FAILURES)
+                / (f64::from(stats.handovers) - 1.0 + PRIOR_N);
+            let reports: Vec<(u64, f64)> = t
+                .radio
+                .iter()
+                .filter(|r| r.carrier == h.carrier)
+                .filter_map(|r| r.rsrp_dbm.map(|x| (r.t_ms, x)))
+                .filter(|(ts, _)| *ts <= h.start_ms && h.start_ms - ts <= RSRP_STALE_MS)
+                .collect();
+            let (rsrp_rel, rsrp_slope) = rsrp_features(&reports, h.start_ms);
+            let speed = crate::index::speed_at(t, h.start_ms).unwrap_or(V_REF_MPS);
+            let ctx = Context {
+                prior_logit: logit(share),
+                rsrp_rel,
+                rsrp_slope,
+                speed_rel: speed_rel(speed),
+            };
+            let e = self.rows.entry(k.carrier).or_default();
+            e.0.push(ctx.row((progress - ehp) / 100.0));
+            e.1.push(y);
+        }
+    }
+
+    /// The fitted model.
+    pub fn finish(self) -> RiskModel {
+        let mut weights = HashMap::new();
+        for (c, (x, y)) in self.rows {
+            if y.iter().any(|v| *v > 0.5) {
+                weights.insert(c, fit_logistic(&x, &y));
+            }
+        }
+        RiskModel {
+            weights,
+            threshold: RISK_THRESHOLD,
+        }
+    }
+}
+
 /// One logistic model per carrier.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct RiskModel {
@@ -109,76 +205,14 @@ impl RiskModel {
     /// Fit on `trips` (the index must have been built from the same trips). A carrier without
     /// a single recorded failure gets no model, so no predictions.
     pub fn train(index: &LinkIndex, trips: &[&TripData]) -> RiskModel {
-        // Per cell: progress of every handover, for leave-one-out EHPs.
-        let mut by_cell: BTreeMap<CellKey, Vec<f64>> = BTreeMap::new();
-        let key_of = |carrier: &str, cell: &str, dir| {
-            Some(CellKey {
-                carrier: index.carrier_id(carrier)?,
-                cell: index.cell_id(cell)?,
-                direction: dir,
-            })
-        };
+        let mut tr = RiskTrainer::default();
         for t in trips {
-            for h in &t.handovers {
-                if let (Some(p), Some(k)) =
-                    (h.position_m, key_of(&h.carrier, &h.from_cell, h.direction))
-                {
-                    by_cell.entry(k).or_default().push(h.direction.progress(p));
-                }
-            }
+            tr.add_positions(t, |c, cell, d| index.key_of(c, cell, d));
         }
-        for v in by_cell.values_mut() {
-            v.sort_by(f64::total_cmp);
-        }
-        let mut rows: BTreeMap<CarrierId, (Vec<[f64; N_COEF]>, Vec<f64>)> = BTreeMap::new();
         for t in trips {
-            for h in &t.handovers {
-                let (Some(p), Some(k)) =
-                    (h.position_m, key_of(&h.carrier, &h.from_cell, h.direction))
-                else {
-                    continue;
-                };
-                let Some(stats) = index.get(k) else { continue };
-                let progress = h.direction.progress(p);
-                let all = &by_cell[&k];
-                if all.len() < 2 {
-                    continue; // no leave-one-out EHP
-                }
-                // Leave-one-out EHP: the smallest other start.
-                let ehp = if progress <= all[0] { all[1] } else { all[0] };
-                let y = if h.outcome.failed() { 1.0 } else { 0.0 };
-                let share = (f64::from(stats.failures) - y + PRIOR_FAILURES)
-                    / (f64::from(stats.handovers) - 1.0 + PRIOR_N);
-                let reports: Vec<(u64, f64)> = t
-                    .radio
-                    .iter()
-                    .filter(|r| r.carrier == h.carrier)
-                    .filter_map(|r| r.rsrp_dbm.map(|x| (r.t_ms, x)))
-                    .filter(|(ts, _)| *ts <= h.start_ms && h.start_ms - ts <= RSRP_STALE_MS)
-                    .collect();
-                let (rsrp_rel, rsrp_slope) = rsrp_features(&reports, h.start_ms);
-                let speed = crate::index::speed_at(t, h.start_ms).unwrap_or(V_REF_MPS);
-                let ctx = Context {
-                    prior_logit: logit(share),
-                    rsrp_rel,
-                    rsrp_slope,
-                    speed_rel: speed_rel(speed),
-                };
-                let e = rows.entry(k.carrier).or_default();
-                e.0.push(ctx.row((progress - ehp) / 100.0));
-                e.1.push(y);
-            }
+            tr.add_rows(index, t);
         }
-        let mut weights = HashMap::new();
-        for (c, (x, y)) in rows {
-            if y.iter().any(|v| *v > 0.5) {
-                weights.insert(c, fit_logistic(&x, &y));
-            }
-        }
-        RiskModel {
-            weights,
-            threshold: RISK_THRESHOLD,
-        }
+        tr.finish()
     }
 
     /// The same model with another decision threshold (for sensitivity tables).

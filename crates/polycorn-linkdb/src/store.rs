@@ -656,7 +656,70 @@ impl Store {
         Ok(out)
     }
 
+    /// Trips matching `filter` as a predictor of `kind` needs them
+    /// ([`TripData::for_prediction`]): the same predictor as from [`Store::load`]'s, with a
+    /// trip's other fixes and radio samples dropped as it is read (the paper's model reads no
+    /// radio sample at all).
+    pub fn load_for_prediction(
+        &mut self,
+        filter: &TripFilter,
+        kind: crate::ModelKind,
+    ) -> Result<Vec<TripData>, StoreError> {
+        let metas = self.trips(filter)?;
+        let window = kind.radio_before_ms();
+        let mut out = Vec::with_capacity(metas.len());
+        for meta in metas {
+            out.push(
+                self.load_parts(meta, window.is_some())?
+                    .for_prediction(window),
+            );
+        }
+        Ok(out)
+    }
+
+    /// The predictor `kind` built from the trips matching `filter`, and how many trips that
+    /// was. The same predictor as from [`Store::load`]'s trips, in bounded memory: one trip is
+    /// read at a time into the index ([`crate::index::IndexBuilder`]) and dropped, so what stays
+    /// grows with the cells and handover zones, not with the fixes. The risk model reads the
+    /// trips a second time, for its rows ([`crate::risk::RiskTrainer`]), with each trip's
+    /// radio samples before its handovers only, and no others.
+    pub fn predictor(
+        &mut self,
+        filter: &TripFilter,
+        kind: crate::ModelKind,
+    ) -> Result<(crate::predict::Predictor, usize), StoreError> {
+        let metas = self.trips(filter)?;
+        let mut b = crate::index::IndexBuilder::default();
+        let mut risk = crate::risk::RiskTrainer::default();
+        let window = kind.radio_before_ms();
+        for meta in &metas {
+            let trip = self.load_parts(meta.clone(), false)?;
+            b.add(&trip);
+            if window.is_some() {
+                risk.add_positions(&trip, |c, cell, d| b.key_of(c, cell, d));
+            }
+        }
+        let index = b.finish();
+        let p = match window {
+            None => kind
+                .from_index(index)
+                .expect("a kind that reads no radio sample is built from the index"),
+            Some(_) => {
+                // The rows: a second pass, with each trip's radio samples before its handovers.
+                for meta in metas.iter().cloned() {
+                    risk.add_rows(&index, &self.load_parts(meta, true)?.for_prediction(window));
+                }
+                crate::predict::Predictor::new(index, crate::predict::Model::Risk(risk.finish()))
+            }
+        };
+        Ok((p, metas.len()))
+    }
+
     fn load_one(&mut self, meta: TripMeta) -> Result<TripData, StoreError> {
+        self.load_parts(meta, true)
+    }
+
+    fn load_parts(&mut self, meta: TripMeta, with_radio: bool) -> Result<TripData, StoreError> {
         let key = [Value::Text(Some(meta.key.clone()))];
         let bad = |problem: String| StoreError::Corrupt {
             key: meta.key.clone(),
@@ -731,6 +794,14 @@ impl Store {
                 heading_deg: r[5].real(),
             })
             .collect();
+        if !with_radio {
+            return Ok(TripData {
+                meta,
+                handovers,
+                samples,
+                radio: Vec::new(),
+            });
+        }
         let radio = self
             .query(
                 "load radio samples",

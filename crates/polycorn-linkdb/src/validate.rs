@@ -133,6 +133,25 @@ impl ModelKind {
         ModelKind::ALL.into_iter().find(|k| k.name() == s)
     }
 
+    /// How long before each handover's start this predictor reads the carrier's radio samples
+    /// of a training ride; `None`: none at all. For [`TripData::for_prediction`].
+    pub fn radio_before_ms(self) -> Option<u64> {
+        match self {
+            ModelKind::Paper | ModelKind::LocationTable => None,
+            ModelKind::Risk => Some(crate::risk::RSRP_STALE_MS),
+        }
+    }
+
+    /// This predictor from an index alone, for the kinds that need nothing else (`None` for
+    /// [`ModelKind::Risk`], which is fitted on the rides themselves).
+    pub fn from_index(self, index: LinkIndex) -> Option<Predictor> {
+        match self {
+            ModelKind::Paper => Some(Predictor::new(index, Model::Paper)),
+            ModelKind::LocationTable => Some(Predictor::new(index, Model::LocationTable)),
+            ModelKind::Risk => None,
+        }
+    }
+
     /// Build this predictor from training rides.
     pub fn build(self, train: &[&TripData]) -> Predictor {
         let index = LinkIndex::build(train.iter().copied());

@@ -182,6 +182,70 @@ fn fresh_database_race(url: &str) {
     });
 }
 
+/// The predictors a proxy or relay builds from the store, one trip at a time, are the ones built
+/// from every trip loaded whole; the part of a trip kept for prediction is a small one.
+fn predictors_read_trip_by_trip(url: &str) {
+    use polycorn_linkdb::ModelKind;
+    let mut s = Store::open(url).unwrap();
+    s.wipe().unwrap();
+    // Two routes, so the filter matters; the relays' view has gaps and failures on both
+    // carriers (the risk model fits a carrier only with a failure).
+    let mut trips = sim::simulate("hsr", 1, 1..4).unwrap();
+    trips.extend(sim::simulate("hsr", 2, 1..2).unwrap());
+    for t in &trips {
+        let (seen, _) = polycorn_linkdb::import::relay::as_seen_by_relay(t);
+        s.import(&seen).unwrap();
+    }
+    let filter = TripFilter {
+        source: None,
+        route: Some("hsr/route1".into()),
+    };
+    let whole = s.load(&filter).unwrap();
+    assert_eq!(whole.len(), 3);
+    let refs: Vec<&TripData> = whole.iter().collect();
+    for kind in ModelKind::ALL {
+        let full = kind.build(&refs);
+        let (lean, n) = s.predictor(&filter, kind).unwrap();
+        assert_eq!(n, 3, "{}", kind.name());
+        assert!(!full.index().cells().is_empty());
+        assert!(
+            lean.index() == full.index(),
+            "{}: index differs",
+            kind.name()
+        );
+        assert!(
+            lean.model() == full.model(),
+            "{}: model differs",
+            kind.name()
+        );
+        // What a predictor keeps of each trip: every handover, a few of the fixes and radio
+        // samples.
+        let kept = s.load_for_prediction(&filter, kind).unwrap();
+        for (k, w) in kept.iter().zip(&whole) {
+            assert_eq!(k.handovers, w.handovers);
+            assert!(k.samples.len() <= 2 * w.handovers.len());
+            assert!(
+                k.samples.len() * 3 < w.samples.len(),
+                "{} of {}",
+                k.samples.len(),
+                w.samples.len()
+            );
+            match kind.radio_before_ms() {
+                None => assert!(k.radio.is_empty()),
+                Some(_) => assert!(!k.radio.is_empty() && k.radio.len() < w.radio.len()),
+            }
+        }
+    }
+    let (p, _) = s.predictor(&filter, ModelKind::Risk).unwrap();
+    let polycorn_linkdb::predict::Model::Risk(m) = p.model() else {
+        panic!("not a risk model")
+    };
+    assert!(
+        m.weights(0).is_some() || m.weights(1).is_some(),
+        "no carrier fitted"
+    );
+}
+
 fn tmp_sqlite(name: &str) -> (std::path::PathBuf, String) {
     let dir = std::env::temp_dir().join(format!("polycorn-linkdb-{}-{name}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
@@ -197,6 +261,7 @@ fn sqlite_roundtrip_idempotent_import_and_race() {
     race(&url);
     imported_logs_race(&url);
     fresh_database_race(&url);
+    predictors_read_trip_by_trip(&url);
     std::fs::remove_dir_all(dir).unwrap();
 }
 
@@ -209,6 +274,7 @@ fn postgres_roundtrip_idempotent_import_and_race() {
         imported_logs_race(&url);
         fresh_database_race(&url);
     }
+    predictors_read_trip_by_trip(&url);
 }
 
 #[test]

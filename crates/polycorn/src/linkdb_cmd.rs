@@ -810,15 +810,16 @@ fn predict(a: &PredictArgs) -> Result<()> {
     })?;
     let dir: Direction = a.direction.parse().map_err(anyhow::Error::msg)?;
     let mut store = open(&a.db)?;
-    let trips = store.load(&TripFilter {
-        source: None,
-        route: Some(a.route.clone()),
-    })?;
-    if trips.is_empty() {
+    let (mut p, rides): (Predictor, usize) = store.predictor(
+        &TripFilter {
+            source: None,
+            route: Some(a.route.clone()),
+        },
+        kind,
+    )?;
+    if rides == 0 {
         bail!("no trips on route `{}`", a.route);
     }
-    let refs: Vec<&TripData> = trips.iter().collect();
-    let mut p: Predictor = kind.build(&refs);
     if p.index().carrier_id(&a.carrier).is_none() {
         bail!(
             "carrier `{}` has no history on route `{}`",

@@ -1384,13 +1384,11 @@ fn load_predictor(
         source: None,
         route: cfg.route.clone(),
     };
-    let trips = store
-        .load(&filter)
-        .with_context(|| format!("linkdb.db: load rides from {url}"))?;
     let kind = polycorn_linkdb::ModelKind::parse(&cfg.model)
         .with_context(|| format!("linkdb.model: unknown `{}`", cfg.model))?;
-    let refs: Vec<&polycorn_linkdb::record::TripData> = trips.iter().collect();
-    let predictor = kind.build(&refs);
+    let (predictor, rides) = store
+        .predictor(&filter, kind)
+        .with_context(|| format!("linkdb.db: load rides from {url}"))?;
     let [lat, lon] = cfg
         .track_origin
         .context("linkdb.track_origin: required with linkdb.db")?;
@@ -1399,7 +1397,7 @@ fn load_predictor(
         heading_deg: cfg.track_heading_deg,
     };
     info!(
-        rides = trips.len(),
+        rides,
         cells = predictor.index().cells().len(),
         model = kind.name(),
         "LinkDB predictor loaded"
