@@ -438,3 +438,43 @@ proptest::proptest! {
         }
     }
 }
+
+/// A modem monitor that reports late: the same handovers are inferred, each as late as the
+/// monitor, and the fixes are untouched.
+#[test]
+fn a_late_modem_monitor_shifts_every_inferred_handover_by_its_lag() {
+    let truth = sim::simulate("hsr", 1, 1..=2).unwrap();
+    for t in &truth {
+        let (now, _) = relay::as_seen_by_relay(t);
+        assert_eq!(relay::as_seen_by_relay_lagged(t, 0).0, now);
+        let (late, _) = relay::as_seen_by_relay_lagged(t, 2_000);
+        assert_eq!(late.samples, t.samples);
+        // Nothing reported in the first two seconds.
+        assert!(late.radio.iter().all(|r| r.t_ms >= 2_000));
+        // Past the first seconds, each handover the same, 2 s later.
+        let key = |h: &polycorn_linkdb::record::HandoverRecord| {
+            (
+                h.carrier.clone(),
+                h.from_cell.clone(),
+                h.to_cell.clone(),
+                h.outcome,
+            )
+        };
+        let a: Vec<_> = now
+            .handovers
+            .iter()
+            .filter(|h| h.start_ms >= 3_000)
+            .collect();
+        let b: Vec<_> = late
+            .handovers
+            .iter()
+            .filter(|h| h.start_ms >= 5_000)
+            .collect();
+        assert!(a.len() > 50, "{} handovers", a.len());
+        assert_eq!(a.len(), b.len());
+        for (x, y) in a.iter().zip(&b) {
+            assert_eq!(key(x), key(y));
+            assert_eq!(y.start_ms, x.start_ms + 2_000, "{x:?} {y:?}");
+        }
+    }
+}

@@ -171,6 +171,10 @@ pub struct ImportArgs {
     /// and print how the two compare.
     #[arg(long)]
     pub as_seen_by_relay: bool,
+    /// With `--as-seen-by-relay`: the relay's modem monitor reports each modem's cell and
+    /// RSRP this many seconds late (a sensitivity study: the trip model's modems report at once).
+    #[arg(long, value_name = "SECONDS", default_value_t = 0, value_parser = clap::value_parser!(u64).range(0..=60))]
+    pub monitor_lag_s: u64,
     /// Bad rows to list (all are counted).
     #[arg(long, default_value_t = 20)]
     pub show_bad: usize,
@@ -299,6 +303,9 @@ fn import(a: &ImportArgs) -> Result<()> {
              --proxy-config"
         );
     }
+    if a.monitor_lag_s > 0 && !a.as_seen_by_relay {
+        bail!("--monitor-lag-s applies with --as-seen-by-relay");
+    }
     if a.as_seen_by_relay && a.trip_dir.is_empty() && a.simulate.is_none() {
         bail!("--as-seen-by-relay applies to --simulate and --trip-dir (trips with ground truth)");
     }
@@ -327,7 +334,7 @@ fn import(a: &ImportArgs) -> Result<()> {
         trips
             .iter()
             .map(|t| {
-                let (seen, st) = relay::as_seen_by_relay(t);
+                let (seen, st) = relay::as_seen_by_relay_lagged(t, a.monitor_lag_s * 1000);
                 truth_vs_relay.merge(relay::compare(&t.handovers, &seen.handovers));
                 if st.gaps > 0 {
                     rep.notes.push(format!(

@@ -532,6 +532,37 @@ pub fn as_seen_by_relay(trip: &TripData) -> (TripData, Inferred) {
     (t, st)
 }
 
+/// [`as_seen_by_relay`] with a modem monitor that reports each modem's state `lag_ms` late:
+/// the radio sample at `t` carries the cell and RSRP of the carrier's latest sample at or
+/// before `t − lag_ms` (none before the ride's first `lag_ms`: not reported). The fixes are
+/// not delayed (gpsd is timely). With the trip model's 1 Hz samples, a lag between two
+/// whole seconds acts as the next whole second.
+pub fn as_seen_by_relay_lagged(trip: &TripData, lag_ms: u64) -> (TripData, Inferred) {
+    if lag_ms == 0 {
+        return as_seen_by_relay(trip);
+    }
+    let mut lagged = trip.clone();
+    lagged.radio = trip
+        .radio
+        .iter()
+        .filter_map(|r| {
+            let at = r.t_ms.checked_sub(lag_ms)?;
+            // The carrier's latest sample at or before `at` (radio is in time order).
+            let then = trip
+                .radio
+                .iter()
+                .take_while(|x| x.t_ms <= at)
+                .filter(|x| x.carrier == r.carrier)
+                .last()?;
+            Some(RadioSample {
+                t_ms: r.t_ms,
+                ..then.clone()
+            })
+        })
+        .collect();
+    as_seen_by_relay(&lagged)
+}
+
 /// How inferred handovers compare with the truth of the same ride.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Comparison {
