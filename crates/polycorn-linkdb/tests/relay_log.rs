@@ -36,6 +36,7 @@ fn opts(direction: Option<Direction>) -> relay::Options {
         carriers: None,
         before_day: None,
         done: Default::default(),
+        monitor_lag_ms: 0,
     }
 }
 
@@ -446,8 +447,8 @@ fn a_late_modem_monitor_shifts_every_inferred_handover_by_its_lag() {
     let truth = sim::simulate("hsr", 1, 1..=2).unwrap();
     for t in &truth {
         let (now, _) = relay::as_seen_by_relay(t);
-        assert_eq!(relay::as_seen_by_relay_lagged(t, 0).0, now);
-        let (late, _) = relay::as_seen_by_relay_lagged(t, 2_000);
+        assert_eq!(relay::as_seen_by_relay_lagged(t, 0, 0).0, now);
+        let (late, _) = relay::as_seen_by_relay_lagged(t, 2_000, 0);
         assert_eq!(late.samples, t.samples);
         // Nothing reported in the first two seconds.
         assert!(late.radio.iter().all(|r| r.t_ms >= 2_000));
@@ -476,5 +477,62 @@ fn a_late_modem_monitor_shifts_every_inferred_handover_by_its_lag() {
             assert_eq!(key(x), key(y));
             assert_eq!(y.start_ms, x.start_ms + 2_000, "{x:?} {y:?}");
         }
+    }
+}
+
+/// A monitor's lag undone at import: the cells are moved back by it, the handovers with them,
+/// each placed where the train was then (between fixes, interpolated); a simulated lag undone
+/// by as much gives the handovers of a monitor without lag.
+#[test]
+fn a_monitor_lag_undone_at_import_moves_the_handovers_back() {
+    let d = tmp_dir("lag");
+    let row =
+        |t: u64, pos: f64, a: &str, b: &str| format!("{t},{:.9},0.0,100.0,0.0,{a},{b}\n", lat(pos));
+    let mut log = format!("{HEADER}\n");
+    log += &row(0, 0.0, "1,-90.0", "10,-80.0");
+    log += &row(1000, 100.0, "1,-95.0", "10,-81.0");
+    log += &row(2000, 200.0, "2,-85.0", "10,-82.0"); // A: 1 -> 2 reported here
+    log += &row(3000, 300.0, "2,-100.0", ","); // B's 10 lost, reported here
+    log += &row(4000, 400.0, "2,-100.0", "11,-90.0");
+    let file = write(&d, "late.csv", &log);
+    let at = |lag: u64| {
+        let o = relay::Options {
+            monitor_lag_ms: lag,
+            ..opts(Some(Direction::Up))
+        };
+        let (trips, _) = relay::import(&file, &o).unwrap();
+        trips[0]
+            .handovers
+            .iter()
+            .map(|h| (h.carrier.clone(), h.start_ms, h.position_m.unwrap().round()))
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(
+        at(0),
+        [
+            ("A".to_string(), 1500, 150.0),
+            ("B".to_string(), 2500, 250.0)
+        ]
+    );
+    // 600 ms late: each 600 ms (60 m at 100 m/s) earlier.
+    assert_eq!(
+        at(600),
+        [("A".to_string(), 900, 90.0), ("B".to_string(), 1900, 190.0)]
+    );
+
+    // Simulated rides: a monitor 2 s late, undone by 2 s, gives what a monitor on time gives
+    // (but for the ride's last seconds, which the late monitor never reported).
+    for t in &sim::simulate("hsr", 1, 1..=2).unwrap() {
+        let (now, _) = relay::as_seen_by_relay(t);
+        let (undone, _) = relay::as_seen_by_relay_lagged(t, 2_000, 2_000);
+        let end = t.meta.duration_ms.saturating_sub(3_000);
+        let early = |v: &[polycorn_linkdb::record::HandoverRecord]| {
+            v.iter()
+                .filter(|h| h.start_ms < end)
+                .cloned()
+                .collect::<Vec<_>>()
+        };
+        assert!(early(&now.handovers).len() > 50);
+        assert_eq!(early(&now.handovers), early(&undone.handovers));
     }
 }

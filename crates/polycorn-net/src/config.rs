@@ -497,6 +497,9 @@ impl Default for ContextConfig {
 /// The longest `[context] keep_days` (a century: "keep everything" is leaving it out).
 pub const MAX_KEEP_DAYS: u32 = 36_500;
 
+/// The largest `[context] monitor_lag_ms` (and `linkdb import --monitor-lag-ms`).
+pub const MAX_MONITOR_LAG_MS: u64 = 60_000;
+
 /// The proxy's `[context]`: what it keeps of the train context the relays send.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -509,6 +512,10 @@ pub struct ProxyContextConfig {
     /// besides today's; older ones are removed when one of its logs starts. Longer than the
     /// nightly import's interval, or logs go unread. None (default): every log is kept.
     pub keep_days: Option<u32>,
+    /// `monitor_lag_ms`: how late the relays' modem monitors report a modem's cell, ms (0,
+    /// the default: at once). `polycorn linkdb import --proxy-config` moves the recorded cells
+    /// back by it before it infers the handovers.
+    pub monitor_lag_ms: u64,
 }
 
 /// A relay's configuration (`relay.toml`).
@@ -1171,6 +1178,16 @@ impl ProxyConfig {
             v.record_dir("context.record", record)?;
         }
         v.keep_days(self.context.keep_days, self.context.record.is_some())?;
+        if self.context.monitor_lag_ms > MAX_MONITOR_LAG_MS {
+            return Err(v.invalid(
+                "context.monitor_lag_ms",
+                format!(
+                    "{} ms: at most {MAX_MONITOR_LAG_MS} ms (a modem monitor a minute late \
+                     says nothing of where a handover was)",
+                    self.context.monitor_lag_ms
+                ),
+            ));
+        }
         v.linkdb(&self.linkdb)?;
         v.limits(&self.limits)?;
         v.log(&self.log)
@@ -1954,6 +1971,10 @@ allow_private = false
 # Remove each relay's logs of days older than this many finished days (about 6 MB per train
 # and day); longer than the nightly import's interval. Left out, every log is kept:
 # keep_days = 30
+# How late the relays' modem monitors report a modem's cell, in ms; the nightly import
+# (`linkdb import --proxy-config`) moves the recorded cells back by it. Even 1 s unaccounted
+# for places every failure 80 m late at 300 km/h, too late for HPR (docs/MEASUREMENTS.md):
+# monitor_lag_ms = 0
 
 [linkdb]
 # Optional handover database (see `polycorn linkdb`): the downlink scheduler's HPR stage uses

@@ -1166,6 +1166,20 @@ fn the_proxy_records_its_relays_context_in_a_directory_it_can_make() {
     .unwrap_err()
     .to_string();
     assert!(e.contains("keep_days"), "{e}");
+    // How late the relays' modem monitors report (for the nightly import).
+    assert_eq!(proxy(PROXY_MIN, d).unwrap().context.monitor_lag_ms, 0);
+    let p = proxy(
+        &format!("{PROXY_MIN}\n[context]\nrecord = \"rides\"\nmonitor_lag_ms = 800\n"),
+        d,
+    )
+    .unwrap();
+    assert_eq!(p.context.monitor_lag_ms, 800);
+    proxy_err(
+        &format!("{PROXY_MIN}\n[context]\nmonitor_lag_ms = 60001\n"),
+        d,
+        "context.monitor_lag_ms",
+        "at most 60000 ms",
+    );
     // The relay's other context keys are not the proxy's.
     let e = proxy(&format!("{PROXY_MIN}\n[context]\nsource = \"gpsd\"\n"), d)
         .unwrap_err()

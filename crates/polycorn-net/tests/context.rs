@@ -409,6 +409,7 @@ fn import_south(
         carriers: None,
         before_day: None,
         done: Default::default(),
+        monitor_lag_ms: 0,
     };
     relay::import(log, &opts).unwrap()
 }

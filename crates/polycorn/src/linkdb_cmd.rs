@@ -172,9 +172,16 @@ pub struct ImportArgs {
     #[arg(long)]
     pub as_seen_by_relay: bool,
     /// With `--as-seen-by-relay`: the relay's modem monitor reports each modem's cell and
-    /// RSRP this many seconds late (a sensitivity study: the trip model's modems report at once).
+    /// RSRP this many seconds late (a sensitivity study: the trip model's modems report at
+    /// once).
     #[arg(long, value_name = "SECONDS", default_value_t = 0, value_parser = clap::value_parser!(u64).range(0..=60))]
-    pub monitor_lag_s: u64,
+    pub simulate_monitor_lag_s: u64,
+    /// How late the relays' modem monitors report a modem's cell and RSRP, ms: `--ride-log`
+    /// and `--as-seen-by-relay` move each radio sample back by this much before they infer the
+    /// handovers (with `--proxy-config`, its `[context] monitor_lag_ms`).
+    #[arg(long, value_name = "MS", default_value_t = 0, conflicts_with = "proxy_config",
+          value_parser = clap::value_parser!(u64).range(0..=60_000))]
+    pub monitor_lag_ms: u64,
     /// Bad rows to list (all are counted).
     #[arg(long, default_value_t = 20)]
     pub show_bad: usize,
@@ -303,8 +310,11 @@ fn import(a: &ImportArgs) -> Result<()> {
              --proxy-config"
         );
     }
-    if a.monitor_lag_s > 0 && !a.as_seen_by_relay {
-        bail!("--monitor-lag-s applies with --as-seen-by-relay");
+    if a.simulate_monitor_lag_s > 0 && !a.as_seen_by_relay {
+        bail!("--simulate-monitor-lag-s applies with --as-seen-by-relay");
+    }
+    if a.monitor_lag_ms > 0 && !a.as_seen_by_relay && a.ride_log.is_empty() {
+        bail!("--monitor-lag-ms applies with --ride-log or --as-seen-by-relay");
     }
     if a.as_seen_by_relay && a.trip_dir.is_empty() && a.simulate.is_none() {
         bail!("--as-seen-by-relay applies to --simulate and --trip-dir (trips with ground truth)");
@@ -334,7 +344,11 @@ fn import(a: &ImportArgs) -> Result<()> {
         trips
             .iter()
             .map(|t| {
-                let (seen, st) = relay::as_seen_by_relay_lagged(t, a.monitor_lag_s * 1000);
+                let (seen, st) = relay::as_seen_by_relay_lagged(
+                    t,
+                    a.simulate_monitor_lag_s * 1000,
+                    a.monitor_lag_ms,
+                );
                 truth_vs_relay.merge(relay::compare(&t.handovers, &seen.handovers));
                 if st.gaps > 0 {
                     rep.notes.push(format!(
@@ -472,6 +486,7 @@ fn proxy_learning(a: &ImportArgs) -> Result<Option<ProxyLearning>> {
             carriers: (!l.carriers.is_empty()).then(|| l.carriers.clone()),
             before_day: a.past_days.then(today),
             done: Default::default(),
+            monitor_lag_ms: cfg.context.monitor_lag_ms,
         },
     }))
 }
@@ -538,6 +553,7 @@ fn ride_log_options(a: &ImportArgs) -> Result<Option<relay::Options>> {
         carriers: (!a.carriers.is_empty()).then(|| a.carriers.clone()),
         before_day: a.past_days.then(today),
         done: Default::default(),
+        monitor_lag_ms: a.monitor_lag_ms,
     }))
 }
 

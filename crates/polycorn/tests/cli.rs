@@ -1195,12 +1195,47 @@ fn linkdb_learns_from_what_relays_saw() {
         "{}",
         err(&out)
     );
-    for extra in [["--db", "sqlite:x.sqlite"], ["--ride-log", "x"]] {
+    for extra in [
+        ["--db", "sqlite:x.sqlite"],
+        ["--ride-log", "x"],
+        ["--monitor-lag-ms", "500"],
+    ] {
         let mut args = vec!["linkdb", "import", "--proxy-config", "p.toml"];
         args.extend(extra);
         let out = polycorn(&args);
         assert!(
             !out.status.success() && err(&out).contains("cannot be used with"),
+            "{}",
+            err(&out)
+        );
+    }
+    // A monitor's lag is undone where there are cells to move: ride logs, or the relays' view
+    // of simulated rides; a simulated lag only on the latter.
+    for (args, want) in [
+        (
+            vec!["--simulate", "1", "--monitor-lag-ms", "500"],
+            "--monitor-lag-ms applies with --ride-log or --as-seen-by-relay",
+        ),
+        (
+            vec!["--simulate", "1", "--simulate-monitor-lag-s", "1"],
+            "--simulate-monitor-lag-s applies with --as-seen-by-relay",
+        ),
+        (
+            vec![
+                "--simulate",
+                "1",
+                "--as-seen-by-relay",
+                "--monitor-lag-ms",
+                "60001",
+            ],
+            "60001",
+        ),
+    ] {
+        let mut all = vec!["linkdb", "import", "--db", "sqlite:x.sqlite"];
+        all.extend(args);
+        let out = polycorn(&all);
+        assert!(
+            !out.status.success() && err(&out).contains(want),
             "{}",
             err(&out)
         );

@@ -70,6 +70,12 @@ pub struct Options {
     /// Logs imported before, by absolute path, with their size then
     /// ([`crate::store::Store::imported_logs`]): skipped while their size is the same.
     pub done: std::collections::BTreeMap<std::path::PathBuf, u64>,
+    /// How late the relay's modem monitor reports a modem's cell and RSRP, ms: each radio
+    /// sample is moved back by this much before handovers are inferred
+    /// ([`undo_monitor_lag`]), its position interpolated between the fixes. A late report
+    /// places every handover later along the line by the lag's travel, and a failure
+    /// predicted late is one HPR does not act on in time (docs/MEASUREMENTS.md, session 54).
+    pub monitor_lag_ms: u64,
 }
 
 /// The day a context log's name gives it (`context-YYYYMMDDT….csv` → `YYYYMMDD`).
@@ -90,18 +96,62 @@ pub struct Inferred {
 }
 
 /// One carrier's row, with the fix it was reported with.
-#[derive(Clone, Copy)]
+#[derive(Clone)]
 struct Row<'a> {
     t_ms: u64,
     cell: Option<&'a str>,
     rsrp: Option<f64>,
-    fix: Option<&'a Sample>,
+    fix: Option<Sample>,
+}
+
+/// The train's fix at `t_ms`: the fix of that time, else one interpolated between the fixes
+/// either side when they are at most [`MAX_GAP_MS`] apart (radio samples moved back by a
+/// monitor's lag, [`Options::monitor_lag_ms`], fall between fixes).
+fn fix_at(samples: &[Sample], t_ms: u64) -> Option<Sample> {
+    let i = samples.partition_point(|s| s.t_ms < t_ms);
+    let b = samples.get(i)?;
+    if b.t_ms == t_ms {
+        return Some(b.clone());
+    }
+    let a = &samples[i.checked_sub(1)?];
+    if b.t_ms - a.t_ms > MAX_GAP_MS {
+        return None;
+    }
+    let w = (t_ms - a.t_ms) as f64 / (b.t_ms - a.t_ms) as f64;
+    let mix = |x: Option<f64>, y: Option<f64>| Some(x? + (y? - x?) * w);
+    Some(Sample {
+        t_ms,
+        lat: mix(a.lat, b.lat),
+        lon: mix(a.lon, b.lon),
+        position_m: mix(a.position_m, b.position_m),
+        speed_mps: mix(a.speed_mps, b.speed_mps),
+        heading_deg: if w < 0.5 {
+            a.heading_deg
+        } else {
+            b.heading_deg
+        },
+    })
+}
+
+/// Moves radio samples `lag_ms` back in time: each reports the state of that earlier moment
+/// ([`Options::monitor_lag_ms`]). Those that would come before the log's start are dropped.
+pub fn undo_monitor_lag(radio: &mut Vec<RadioSample>, lag_ms: u64) {
+    if lag_ms == 0 {
+        return;
+    }
+    radio.retain(|r| r.t_ms >= lag_ms);
+    for r in radio.iter_mut() {
+        r.t_ms -= lag_ms;
+    }
 }
 
 /// Half-way between two rows: time, and position/lat/lon averaged over both fixes.
 fn midway(a: &Row, b: &Row) -> (u64, Option<f64>, Option<f64>, Option<f64>) {
     let t = a.t_ms + (b.t_ms - a.t_ms) / 2;
-    let avg = |f: fn(&Sample) -> Option<f64>| match (a.fix.and_then(f), b.fix.and_then(f)) {
+    let avg = |f: fn(&Sample) -> Option<f64>| match (
+        a.fix.as_ref().and_then(f),
+        b.fix.as_ref().and_then(f),
+    ) {
         (Some(x), Some(y)) => Some((x + y) / 2.0),
         (x, y) => x.or(y),
     };
@@ -117,12 +167,6 @@ pub fn infer_handovers(
     radio: &[RadioSample],
     direction: Direction,
 ) -> (Vec<HandoverRecord>, Inferred) {
-    let fix_at = |t: u64| {
-        samples
-            .binary_search_by_key(&t, |s| s.t_ms)
-            .ok()
-            .map(|i| &samples[i])
-    };
     let mut out = Vec::new();
     let mut stats = Inferred::default();
     for carrier in carriers {
@@ -160,9 +204,12 @@ pub fn infer_handovers(
                 t_ms: r.t_ms,
                 cell: r.cell.as_deref(),
                 rsrp: r.rsrp_dbm,
-                fix: fix_at(r.t_ms),
+                fix: fix_at(samples, r.t_ms),
             };
-            if prev.is_some_and(|p| row.t_ms.saturating_sub(p.t_ms) > MAX_GAP_MS) {
+            if prev
+                .as_ref()
+                .is_some_and(|p| row.t_ms.saturating_sub(p.t_ms) > MAX_GAP_MS)
+            {
                 stats.gaps += 1;
                 if let Some((at, from, rsrp)) = lost.take() {
                     stats.open_failures += 1;
@@ -173,7 +220,7 @@ pub fn infer_handovers(
             match row.cell {
                 Some(c) => {
                     if let Some((at, from, rsrp)) = lost.take() {
-                        let back = midway(&prev.expect("a loss follows a row"), &row).0;
+                        let back = midway(prev.as_ref().expect("a loss follows a row"), &row).0;
                         out.push(record(
                             from,
                             Some(c),
@@ -182,18 +229,18 @@ pub fn infer_handovers(
                             Outcome::Failure,
                             Some(back.saturating_sub(at.0)),
                         ));
-                    } else if let Some(o) = on.filter(|o| o.cell != Some(c)) {
+                    } else if let Some(o) = on.as_ref().filter(|o| o.cell != Some(c)) {
                         let from = o.cell.expect("`on` rows have a cell");
                         out.push(record(
                             from,
                             Some(c),
-                            midway(&o, &row),
+                            midway(o, &row),
                             o.rsrp,
                             Outcome::Success,
                             None,
                         ));
                     }
-                    on = Some(row);
+                    on = Some(row.clone());
                 }
                 None => {
                     if let Some(o) = on.take() {
@@ -318,8 +365,9 @@ pub fn import(path: &Path, opts: &Options) -> Result<Imported, ImportError> {
         }
         rep.logs_read.push((absolute, bytes));
         rep.files += 1;
-        let (carriers, samples, radio) =
+        let (carriers, samples, mut radio) =
             read_context(&file, None, opts.carriers.as_deref(), &opts.track, &mut rep)?;
+        undo_monitor_lag(&mut radio, opts.monitor_lag_ms);
         let rides = match opts.direction {
             Some(d) if !samples.is_empty() => vec![(0, samples.len() - 1, d)],
             Some(_) => Vec::new(),
@@ -532,13 +580,14 @@ pub fn as_seen_by_relay(trip: &TripData) -> (TripData, Inferred) {
     (t, st)
 }
 
-/// [`as_seen_by_relay`] with a modem monitor that reports each modem's state `lag_ms` late:
-/// the radio sample at `t` carries the cell and RSRP of the carrier's latest sample at or
-/// before `t − lag_ms` (none before the ride's first `lag_ms`: not reported). The fixes are
-/// not delayed (gpsd is timely). With the trip model's 1 Hz samples, a lag between two
-/// whole seconds acts as the next whole second.
-pub fn as_seen_by_relay_lagged(trip: &TripData, lag_ms: u64) -> (TripData, Inferred) {
-    if lag_ms == 0 {
+/// [`as_seen_by_relay`] with a modem monitor that reports each modem's state `lag_ms` late,
+/// imported with `undo_ms` of it undone ([`Options::monitor_lag_ms`]): the radio sample at `t`
+/// carries the cell and RSRP of the carrier's latest sample at or before `t − lag_ms` (none
+/// before the ride's first `lag_ms`: not reported). The fixes are not delayed (gpsd is
+/// timely). With the trip model's 1 Hz samples, a lag between two whole seconds acts as the
+/// next whole second.
+pub fn as_seen_by_relay_lagged(trip: &TripData, lag_ms: u64, undo_ms: u64) -> (TripData, Inferred) {
+    if lag_ms == 0 && undo_ms == 0 {
         return as_seen_by_relay(trip);
     }
     let mut lagged = trip.clone();
@@ -560,6 +609,7 @@ pub fn as_seen_by_relay_lagged(trip: &TripData, lag_ms: u64) -> (TripData, Infer
             })
         })
         .collect();
+    undo_monitor_lag(&mut lagged.radio, undo_ms);
     as_seen_by_relay(&lagged)
 }
 
