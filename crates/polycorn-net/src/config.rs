@@ -1973,7 +1973,7 @@ allow_private = false
 # keep_days = 30
 # How late the relays' modem monitors report a modem's cell, in ms; the nightly import
 # (`linkdb import --proxy-config`) moves the recorded cells back by it. Even 1 s unaccounted
-# for places every failure 80 m late at 300 km/h, too late for HPR (docs/MEASUREMENTS.md):
+# for places failures about 70 m late at 300 km/h, too late for HPR (docs/MEASUREMENTS.md):
 # monitor_lag_ms = 0
 
 [linkdb]
