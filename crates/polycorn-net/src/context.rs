@@ -905,6 +905,46 @@ pub async fn replay(
 }
 
 // ---------------------------------------------------------------------------------------------
+// Cell losses against the paths' silence
+
+/// Finds the cell losses the modem monitor reports (a path's modem with a cell at one fix,
+/// without at the next) and how long that path had then been silent. A path that goes dark
+/// stops delivering the peer's frames at once; its modem is reported without a cell the
+/// monitor's lag later, plus up to one fix interval (the monitor's reports are merged with the
+/// fixes), so the silence at the report estimates the lag `linkdb import --monitor-lag-ms`
+/// undoes, within about a second. A loss while the path still delivers frames (the report
+/// is wrong, or the blackout is elsewhere) shows as a silence under the probe interval.
+#[derive(Debug, Default)]
+pub struct CellLossDelay {
+    /// Per path: the cell last reported (`Some(None)`: no cell).
+    last: [Option<Option<u64>>; MAX_CARRIERS],
+}
+
+impl CellLossDelay {
+    /// The losses `cells` report, each with its path's silence (`silent_for`, `None` for a
+    /// path never heard: not counted).
+    pub fn on_fix(
+        &mut self,
+        cells: &[polycorn_proto::CellInfo],
+        mut silent_for: impl FnMut(u8) -> Option<polycorn_sched::Duration>,
+    ) -> Vec<(u8, polycorn_sched::Duration)> {
+        let mut out = Vec::new();
+        for c in cells {
+            let Some(slot) = self.last.get_mut(usize::from(c.path)) else {
+                continue;
+            };
+            let before = slot.replace(c.cell);
+            if matches!(before, Some(Some(_))) && c.cell.is_none() {
+                if let Some(d) = silent_for(c.path) {
+                    out.push((c.path, d));
+                }
+            }
+        }
+        out
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
 // Recording
 
 /// Prefix of a relay's context log files (`context-20261130T111639Z.csv`).

@@ -23,6 +23,10 @@ use tokio::net::TcpStream;
 use tokio::sync::{mpsc, oneshot, Notify};
 use tracing::{debug, info, warn};
 
+/// Probe intervals at or below this count as fast: the session's default 200 ms, not an idle
+/// train's seconds ([`Engine::on_context`]'s cell-loss delays are measured only then).
+const FAST_PROBES: polycorn_sched::Duration = polycorn_sched::Duration::from_millis(250);
+
 /// One `TCP_INFO` reading of a subflow's socket.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct SubflowInfo {
@@ -127,6 +131,8 @@ struct Core {
     predictor: Box<dyn crate::predictor::TrainPredictor>,
     /// The train context last fed to the predictor, for one that replaces it.
     last_context: Option<polycorn_proto::ContextInfo>,
+    /// Cell losses the context reports, against the paths' silence.
+    loss_delay: crate::context::CellLossDelay,
     flows: HashMap<u64, Arc<FlowSignal>>,
     writers: Vec<Option<Arc<Notify>>>,
     /// Per path: wakes the subflow task that a newer subflow replaced.
@@ -327,6 +333,7 @@ impl Engine {
                 session,
                 predictor,
                 last_context: None,
+                loss_delay: Default::default(),
                 flows: HashMap::new(),
                 writers,
                 cancel,
@@ -396,6 +403,26 @@ impl Engine {
         let mut c = self.lock();
         c.predictor.on_context(now, ctx);
         c.last_context = Some(ctx.clone());
+        let core = &mut *c;
+        let lost = core
+            .loss_delay
+            .on_fix(&ctx.cells, |p| core.session.path_silent_for(now, p));
+        // Measured only while the paths are probed often: an idle session's probes, seconds
+        // apart, leave a silence that says nothing of when the path went dark.
+        if core.session.probe_interval() <= FAST_PROBES {
+            for (path, silent) in lost {
+                if let Some(m) = self.0.metrics.get() {
+                    m.cell_loss_report_delay.observe(silent.as_secs_f64());
+                }
+                info!(
+                    path,
+                    silent_ms = silent.as_millis(),
+                    "modem reported without a cell: the path had been silent for {} ms \
+                     (the monitor's lag, within a fix interval)",
+                    silent.as_millis()
+                );
+            }
+        }
         self.drive(&mut c, now);
     }
 

@@ -20,6 +20,7 @@
 //! | `polycorn_user_bytes_total` | counter | `user`, `direction` | passenger payload bytes, `up` (to servers) or `down` |
 //! | `polycorn_stage_decisions_total` | counter | `stage` | scheduling decisions in which the stage moved a path |
 //! | `polycorn_reorder_wait_seconds` | histogram | | per data segment that arrived out of order: time until it could be delivered in order (the receive side's out-of-order delay) |
+//! | `polycorn_cell_loss_report_delay_seconds` | histogram | | per cell loss a modem reported (a cell at one fix, none at the next), while paths were probed every 200 ms: how long that path had been silent (its modem monitor's lag, plus up to a fix interval and a probe interval; `[context] monitor_lag_ms`) |
 //! | `polycorn_flows_open` | gauge | | passenger connections open now |
 //! | `polycorn_flows_total` | counter | | passenger connections opened |
 //! | `polycorn_flows_reset_total` | counter | | passenger connections ended by a reset |
@@ -110,6 +111,10 @@ pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; cha
 pub const REORDER_WAIT_BUCKETS: [f64; 11] = [
     0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
 ];
+
+/// Upper bounds of the `polycorn_cell_loss_report_delay_seconds` buckets.
+pub const CELL_LOSS_DELAY_BUCKETS: [f64; 10] =
+    [0.25, 0.5, 0.75, 1.0, 1.25, 1.5, 2.0, 3.0, 5.0, 10.0];
 
 /// A gauge holding an `f64`.
 pub type GaugeF64 = Gauge<f64, AtomicU64>;
@@ -354,6 +359,8 @@ pub struct Metrics {
     pub proxy_tls_not_after: Gauge,
     /// `polycorn_reorder_wait_seconds`.
     pub reorder_wait: Histogram,
+    /// `polycorn_cell_loss_report_delay_seconds`.
+    pub cell_loss_report_delay: Histogram,
     /// `polycorn_flows_open`.
     pub flows_open: Gauge,
     /// `polycorn_flows_total`.
@@ -411,6 +418,7 @@ impl Metrics {
             relay_tls_not_after: Family::default(),
             proxy_tls_not_after: Gauge::default(),
             reorder_wait: Histogram::new(REORDER_WAIT_BUCKETS.iter().copied()),
+            cell_loss_report_delay: Histogram::new(CELL_LOSS_DELAY_BUCKETS.iter().copied()),
             flows_open: Gauge::default(),
             flows_total: Counter::default(),
             flows_reset: Counter::default(),
@@ -491,6 +499,12 @@ impl Metrics {
             "Per out-of-order data segment, time until it could be delivered in order",
             Unit::Seconds,
             m.reorder_wait.clone(),
+        );
+        r.register_with_unit(
+            "polycorn_cell_loss_report_delay",
+            "Per cell loss a modem reported, how long its path had been silent then",
+            Unit::Seconds,
+            m.cell_loss_report_delay.clone(),
         );
         r.register(
             "polycorn_flows_open",

@@ -727,3 +727,46 @@ fn a_recorder_refuses_carrier_names_that_cannot_be_columns() {
         .to_string();
     assert!(e.contains("file"), "{e}");
 }
+
+/// A cell lost (a cell at one fix, none at the next) is measured against its path's silence;
+/// a path never heard, a modem that never had a cell, and one still without are not.
+#[test]
+fn cell_losses_are_timed_against_the_paths_silence() {
+    use polycorn_net::context::CellLossDelay;
+    use polycorn_proto::CellInfo;
+    use polycorn_sched::Duration;
+    let cells = |a: Option<u64>, b: Option<u64>| {
+        vec![
+            CellInfo {
+                path: 0,
+                cell: a,
+                rsrp_dbm: a.map(|_| -90.0),
+            },
+            CellInfo {
+                path: 1,
+                cell: b,
+                rsrp_dbm: b.map(|_| -90.0),
+            },
+        ]
+    };
+    let silence = |p: u8| match p {
+        0 => Some(Duration::from_millis(1_300)),
+        _ => None, // path 1 never heard
+    };
+    let mut d = CellLossDelay::default();
+    assert!(d.on_fix(&cells(None, None), silence).is_empty());
+    assert!(d.on_fix(&cells(Some(1), Some(7)), silence).is_empty());
+    assert!(d.on_fix(&cells(Some(2), Some(7)), silence).is_empty());
+    assert_eq!(
+        d.on_fix(&cells(None, None), silence),
+        [(0, Duration::from_millis(1_300))]
+    );
+    // Still without a cell: the same loss, not another.
+    assert!(d.on_fix(&cells(None, None), silence).is_empty());
+    // A fix that leaves a path out says nothing of it.
+    assert!(d.on_fix(&cells(Some(3), Some(8))[..1], silence).is_empty());
+    assert_eq!(
+        d.on_fix(&cells(None, None)[..1], silence),
+        [(0, Duration::from_millis(1_300))]
+    );
+}

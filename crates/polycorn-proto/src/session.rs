@@ -604,6 +604,14 @@ impl Session {
         self.paths.get(usize::from(path)).map(|p| p.counters)
     }
 
+    /// How long `path` has heard no frame of the peer, at `now`; `None` before its first
+    /// frame. While paths are probed every [`Session::probe_interval`], a path that went dark
+    /// went dark within that much after this began.
+    pub fn path_silent_for(&self, now: Instant, path: u8) -> Option<Duration> {
+        let p = self.paths.get(usize::from(path))?;
+        (p.counters.rx_frames > 0).then(|| now.saturating_duration_since(p.last_rx))
+    }
+
     /// Whether `path`'s subflow is attached and not stalled.
     pub fn path_usable(&self, path: u8) -> bool {
         self.paths

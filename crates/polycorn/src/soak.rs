@@ -287,6 +287,44 @@ pub struct Reading {
     pub flows_total: f64,
     /// `polycorn_path_reconnects_total`, summed over paths.
     pub reconnects: f64,
+    /// `polycorn_cell_loss_report_delay_seconds`: cumulative counts of the buckets
+    /// ([`polycorn_net::metrics::CELL_LOSS_DELAY_BUCKETS`], then `+Inf`), and the sum.
+    pub loss_delay: ([f64; LOSS_BUCKETS], f64),
+}
+
+/// `polycorn_cell_loss_report_delay_seconds`' buckets with `+Inf`.
+const LOSS_BUCKETS: usize = polycorn_net::metrics::CELL_LOSS_DELAY_BUCKETS.len() + 1;
+
+/// The upper bound of bucket `i` of [`Reading::loss_delay`].
+fn loss_bucket_le(i: usize) -> f64 {
+    polycorn_net::metrics::CELL_LOSS_DELAY_BUCKETS
+        .get(i)
+        .copied()
+        .unwrap_or(f64::INFINITY)
+}
+
+/// What `polycorn_cell_loss_report_delay_seconds` says, in a line; `None` without a loss.
+fn loss_delay_summary(counts: &[f64; LOSS_BUCKETS], sum: f64) -> Option<String> {
+    let buckets: Vec<(f64, f64)> = counts
+        .iter()
+        .enumerate()
+        .map(|(i, c)| (loss_bucket_le(i), *c))
+        .collect();
+    let n = buckets.last().map(|b| b.1).filter(|n| *n > 0.0)?;
+    let within = |q: f64| {
+        buckets
+            .iter()
+            .find(|b| b.1 >= q * n)
+            .map_or(f64::INFINITY, |b| b.0)
+    };
+    let one = buckets.iter().find(|b| b.0 >= 1.0).map_or(n, |b| b.1);
+    Some(format!(
+        "{n:.0} cell losses reported by the modem monitor, each path silent by then for {:.2} s on average (median at most {} s, p90 at most {} s; {:.0}% within 1 s)",
+        sum / n,
+        within(0.5),
+        within(0.9),
+        100.0 * one / n
+    ))
 }
 
 /// SplitMix64: the byte pattern's generator and the workers' dice.
@@ -856,6 +894,25 @@ fn read_daemon(pid: u32, ns: &str) -> Result<Reading> {
         reconnects: named("polycorn_path_reconnects_total")
             .map(|x| x.value)
             .sum(),
+        loss_delay: {
+            let mut counts = [0.0; LOSS_BUCKETS];
+            for x in named("polycorn_cell_loss_report_delay_seconds_bucket") {
+                let le = match x.label("le") {
+                    Some("+Inf") => f64::INFINITY,
+                    Some(v) => v.parse().unwrap_or(f64::NAN),
+                    None => f64::NAN,
+                };
+                if let Some(i) = (0..LOSS_BUCKETS).find(|&i| loss_bucket_le(i) == le) {
+                    counts[i] = x.value;
+                }
+            }
+            (
+                counts,
+                named("polycorn_cell_loss_report_delay_seconds_sum")
+                    .next()
+                    .map_or(0.0, |x| x.value),
+            )
+        },
     })
 }
 
@@ -1460,6 +1517,9 @@ fn soak(args: &SoakArgs, dir: &std::path::Path, stop: Arc<AtomicBool>) -> Result
             after.flows_open,
             counted[i].1 + after.reconnects - base.reconnects,
         );
+        if let Some(line) = loss_delay_summary(&after.loss_delay.0, after.loss_delay.1) {
+            println!("{who}: {line}");
+        }
     }
     println!("settled {settle_secs:.1} s after the load ended");
     if blackout {
@@ -1636,6 +1696,18 @@ mod tests {
     }
 
     #[test]
+    fn cell_loss_delays_are_summarised_from_the_histogram() {
+        // Buckets 0.25, 0.5, 0.75, 1, 1.25, 1.5, 2, 3, 5, 10, +Inf (cumulative).
+        let counts = [0.0, 1.0, 4.0, 8.0, 9.0, 9.0, 10.0, 10.0, 10.0, 10.0, 10.0];
+        assert_eq!(
+            loss_delay_summary(&counts, 8.0).unwrap(),
+            "10 cell losses reported by the modem monitor, each path silent by then for 0.80 s \
+             on average (median at most 1 s, p90 at most 1.25 s; 80% within 1 s)"
+        );
+        assert_eq!(loss_delay_summary(&[0.0; LOSS_BUCKETS], 0.0), None);
+    }
+
+    #[test]
     fn judge_names_every_leak_and_miscount() {
         let before = Reading {
             rss_mib: 10.0,
@@ -1644,6 +1716,7 @@ mod tests {
             flows_open: 0.0,
             flows_total: 5.0,
             reconnects: 0.0,
+            loss_delay: Default::default(),
         };
         let clean = Reading {
             fds: 20 + FD_SLACK,
