@@ -132,24 +132,34 @@ fn imported_logs_race(url: &str) {
     let mut s = Store::open(url).unwrap();
     s.wipe().unwrap();
     drop(s);
-    let n = 8;
+    at_once(
+        8,
+        |_| Store::open(url).unwrap(),
+        |k, mut s| {
+            s.imported_logs()
+                .unwrap_or_else(|e| panic!("importer {k}: {e}"));
+            let log = std::path::PathBuf::from(format!("/srv/train-{k}/context-x.csv"));
+            s.mark_logs_imported(&[(log, k as u64)])
+                .unwrap_or_else(|e| panic!("importer {k}: {e}"));
+        },
+    );
+    let mut s = Store::open(url).unwrap();
+    assert_eq!(s.imported_logs().unwrap().len(), 8);
+}
+
+/// Runs `go` on `n` threads at the same moment, each with what its `prepare` made first.
+fn at_once<T: Send>(n: usize, prepare: impl Fn(usize) -> T + Sync, go: impl Fn(usize, T) + Sync) {
     let barrier = std::sync::Barrier::new(n);
     std::thread::scope(|sc| {
         for k in 0..n {
-            let barrier = &barrier;
+            let (barrier, prepare, go) = (&barrier, &prepare, &go);
             sc.spawn(move || {
-                let mut s = Store::open(url).unwrap();
+                let t = prepare(k);
                 barrier.wait();
-                s.imported_logs()
-                    .unwrap_or_else(|e| panic!("importer {k}: {e}"));
-                let log = std::path::PathBuf::from(format!("/srv/train-{k}/context-x.csv"));
-                s.mark_logs_imported(&[(log, k as u64)])
-                    .unwrap_or_else(|e| panic!("importer {k}: {e}"));
+                go(k, t);
             });
         }
     });
-    let mut s = Store::open(url).unwrap();
-    assert_eq!(s.imported_logs().unwrap().len(), n);
 }
 
 /// Relays and importers sharing a new, empty database start at the same moment: each migrates
@@ -168,18 +178,14 @@ fn fresh_database_race(url: &str) {
             .batch_execute(DROP)
             .unwrap(),
     }
-    let n = 8;
-    let barrier = std::sync::Barrier::new(n);
-    std::thread::scope(|sc| {
-        for k in 0..n {
-            let barrier = &barrier;
-            sc.spawn(move || {
-                barrier.wait();
-                let mut s = Store::open(url).unwrap_or_else(|e| panic!("opener {k}: {e}"));
-                assert_eq!(s.schema_version().unwrap(), latest_version());
-            });
-        }
-    });
+    at_once(
+        8,
+        |_| (),
+        |k, ()| {
+            let mut s = Store::open(url).unwrap_or_else(|e| panic!("opener {k}: {e}"));
+            assert_eq!(s.schema_version().unwrap(), latest_version());
+        },
+    );
 }
 
 /// The predictors a proxy or relay builds from the store, one trip at a time, are the ones built
