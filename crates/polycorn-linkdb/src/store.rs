@@ -669,10 +669,7 @@ impl Store {
         let window = kind.radio_before_ms();
         let mut out = Vec::with_capacity(metas.len());
         for meta in metas {
-            out.push(
-                self.load_parts(meta, window.is_some())?
-                    .for_prediction(window),
-            );
+            out.push(self.load_for(meta, window)?);
         }
         Ok(out)
     }
@@ -707,12 +704,24 @@ impl Store {
             Some(_) => {
                 // The rows: a second pass, with each trip's radio samples before its handovers.
                 for meta in metas.iter().cloned() {
-                    risk.add_rows(&index, &self.load_parts(meta, true)?.for_prediction(window));
+                    risk.add_rows(&index, &self.load_for(meta, window)?);
                 }
                 crate::predict::Predictor::new(index, crate::predict::Model::Risk(risk.finish()))
             }
         };
         Ok((p, metas.len()))
+    }
+
+    /// One trip as a predictor reading radio samples `radio_before_ms` before its handovers
+    /// needs it ([`TripData::for_prediction`]); no radio sample is read without.
+    fn load_for(
+        &mut self,
+        meta: TripMeta,
+        radio_before_ms: Option<u64>,
+    ) -> Result<TripData, StoreError> {
+        Ok(self
+            .load_parts(meta, radio_before_ms.is_some())?
+            .for_prediction(radio_before_ms))
     }
 
     fn load_one(&mut self, meta: TripMeta) -> Result<TripData, StoreError> {

@@ -597,12 +597,11 @@ pub fn as_seen_by_relay_lagged(trip: &TripData, lag_ms: u64, undo_ms: u64) -> (T
         .filter_map(|r| {
             let at = r.t_ms.checked_sub(lag_ms)?;
             // The carrier's latest sample at or before `at` (radio is in time order).
-            let then = trip
-                .radio
+            let upto = trip.radio.partition_point(|x| x.t_ms <= at);
+            let then = trip.radio[..upto]
                 .iter()
-                .take_while(|x| x.t_ms <= at)
-                .filter(|x| x.carrier == r.carrier)
-                .last()?;
+                .rev()
+                .find(|x| x.carrier == r.carrier)?;
             Some(RadioSample {
                 t_ms: r.t_ms,
                 ..then.clone()
