@@ -82,6 +82,7 @@ fn trips() -> Vec<TripData> {
                 direction: Direction::Up,
                 carriers: vec!["A".into(), "B".into()],
                 duration_ms: CELLS_PER_CARRIER as u64 * 10_000,
+                started_ms: None,
             },
             handovers,
             samples,

@@ -154,6 +154,23 @@ pub struct TripMeta {
     pub carriers: Vec<String>,
     /// Duration, ms.
     pub duration_ms: u64,
+    /// When the ride began (its first fix), ms since the Unix epoch, where the source says:
+    /// a relay's ride log does ([`crate::import::relay`]); simulated trips and the datasets do
+    /// not. Not part of [`TripMeta::key`]. What [`crate::store::Store::prune`] goes by.
+    pub started_ms: Option<u64>,
+}
+
+impl TripMeta {
+    /// When the ride began, ms since the Unix epoch: [`TripMeta::started_ms`], else, for a
+    /// relay's ride stored without it (by a release before it), the start of the context log
+    /// its name comes from (`…context-YYYYMMDDTHHMMSSZ-k`; the ride began then or later).
+    pub fn start_ms(&self) -> Option<u64> {
+        self.started_ms.or_else(|| {
+            (self.source == Source::Relay)
+                .then(|| crate::import::relay::log_start_ms(std::path::Path::new(&self.name)))
+                .flatten()
+        })
+    }
 }
 
 /// One handover as recorded.

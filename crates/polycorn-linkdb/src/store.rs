@@ -97,6 +97,15 @@ const IMPORTED_LOGS: &str = "CREATE TABLE IF NOT EXISTS imported_logs (
     bytes BIGINT NOT NULL
 )";
 
+/// When each ride began ([`TripMeta::started_ms`]), for the rides whose source says. A side
+/// table made when a database is opened, like `imported_logs` and for the same reason: the
+/// version stays, so relays of an older release sharing the database still open it (their
+/// imports store no start, and [`Store::prune`] then reads it from the ride's name).
+const TRIP_STARTS: &str = "CREATE TABLE IF NOT EXISTS trip_starts (
+    trip_key TEXT PRIMARY KEY,
+    started_ms BIGINT NOT NULL
+)";
+
 /// The schema version this code writes.
 pub fn latest_version() -> i64 {
     MIGRATIONS.last().map_or(0, |m| m.0)
@@ -221,6 +230,17 @@ pub struct TripFilter {
     pub route: Option<String>,
 }
 
+/// What [`Store::prune`] found.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Pruned {
+    /// The trips that began before the cut: deleted (or, dry, to be).
+    pub deleted: Vec<TripMeta>,
+    /// Trips that began at the cut or later.
+    pub kept: usize,
+    /// Trips of no known start, kept.
+    pub undated: usize,
+}
+
 /// Result of an import.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Imported {
@@ -282,6 +302,7 @@ impl Store {
             url: url.to_string(),
         };
         s.migrate()?;
+        s.create_if_missing("create trip_starts", TRIP_STARTS, "trip_starts")?;
         Ok(s)
     }
 
@@ -489,6 +510,15 @@ impl Store {
         if n == 0 {
             return Ok(Imported::AlreadyPresent);
         }
+        if let Some(started) = m.started_ms {
+            // A row left by a wipe or a deletion of an older release is replaced.
+            self.exec(
+                what,
+                "INSERT INTO trip_starts (trip_key, started_ms) VALUES ($1, $2)
+                 ON CONFLICT (trip_key) DO UPDATE SET started_ms = excluded.started_ms",
+                &[key(), Value::Int(Some(started as i64))],
+            )?;
+        }
         let t = |s: &str| Value::Text(Some(s.to_string()));
         let ot = |s: &Option<String>| Value::Text(s.clone());
         let hos: Vec<Vec<Value>> = trip
@@ -602,8 +632,10 @@ impl Store {
     pub fn trips(&mut self, filter: &TripFilter) -> Result<Vec<TripMeta>, StoreError> {
         let rows = self.query(
             "list trips",
-            "SELECT trip_key, source, name, route, direction, carriers, duration_ms FROM trips
-             WHERE ($1 = '' OR source = $1) AND ($2 = '' OR route = $2) ORDER BY trip_key",
+            "SELECT t.trip_key, t.source, t.name, t.route, t.direction, t.carriers, t.duration_ms,
+                    s.started_ms
+             FROM trips t LEFT JOIN trip_starts s ON s.trip_key = t.trip_key
+             WHERE ($1 = '' OR t.source = $1) AND ($2 = '' OR t.route = $2) ORDER BY t.trip_key",
             &[
                 Value::Text(Some(
                     filter.source.map_or(String::new(), |s| s.as_str().into()),
@@ -617,6 +649,7 @@ impl Store {
                 Col::Text,
                 Col::Text,
                 Col::Text,
+                Col::Int,
                 Col::Int,
             ],
         )?;
@@ -640,6 +673,7 @@ impl Store {
                         .map(String::from)
                         .collect(),
                     duration_ms: r[6].int().unwrap_or(0).max(0) as u64,
+                    started_ms: r[7].int().map(|x| x.max(0) as u64),
                     key,
                 })
             })
@@ -908,9 +942,59 @@ impl Store {
             "wipe",
             "DROP TABLE IF EXISTS radio_samples; DROP TABLE IF EXISTS samples;
              DROP TABLE IF EXISTS handovers; DROP TABLE IF EXISTS trips;
-             DROP TABLE IF EXISTS imported_logs; DROP TABLE IF EXISTS schema_version",
+             DROP TABLE IF EXISTS imported_logs; DROP TABLE IF EXISTS trip_starts;
+             DROP TABLE IF EXISTS schema_version",
         )?;
-        self.migrate()
+        let v = self.migrate()?;
+        self.create_if_missing("create trip_starts", TRIP_STARTS, "trip_starts")?;
+        Ok(v)
+    }
+
+    /// Deletes the trips matching `filter` that began before `before_ms` (ms since the Unix
+    /// epoch, [`TripMeta::start_ms`]), with their records, in one transaction; with `dry_run`,
+    /// only says which. Trips of no known start are kept.
+    pub fn prune(
+        &mut self,
+        filter: &TripFilter,
+        before_ms: u64,
+        dry_run: bool,
+    ) -> Result<Pruned, StoreError> {
+        let mut out = Pruned::default();
+        for meta in self.trips(filter)? {
+            match meta.start_ms() {
+                None => out.undated += 1,
+                Some(t) if t >= before_ms => out.kept += 1,
+                Some(_) => out.deleted.push(meta),
+            }
+        }
+        if dry_run || out.deleted.is_empty() {
+            return Ok(out);
+        }
+        let what = format!("prune {} trips", out.deleted.len());
+        self.batch(&what, "BEGIN")?;
+        let r = out.deleted.iter().try_for_each(|m| {
+            let key = [Value::Text(Some(m.key.clone()))];
+            for t in [
+                "handovers",
+                "samples",
+                "radio_samples",
+                "trip_starts",
+                "trips",
+            ] {
+                self.exec(&what, &format!("DELETE FROM {t} WHERE trip_key = $1"), &key)?;
+            }
+            Ok(())
+        });
+        match r {
+            Ok(()) => {
+                self.batch(&what, "COMMIT")?;
+                Ok(out)
+            }
+            Err(e) => {
+                let _ = self.batch(&what, "ROLLBACK");
+                Err(e)
+            }
+        }
     }
 
     /// Delete every trip of a source (and its records).
@@ -919,7 +1003,7 @@ impl Store {
         self.batch(&what, "BEGIN")?;
         let r = (|| {
             let src = [Value::Text(Some(source.as_str().into()))];
-            for t in ["handovers", "samples", "radio_samples"] {
+            for t in ["handovers", "samples", "radio_samples", "trip_starts"] {
                 self.exec(
                     &what,
                     &format!(

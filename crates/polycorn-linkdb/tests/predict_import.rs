@@ -44,6 +44,7 @@ fn trip(name: &str, dir: Direction, hos: Vec<HandoverRecord>) -> TripData {
             direction: dir,
             carriers: vec!["A".into()],
             duration_ms: 100_000,
+            started_ms: None,
         },
         handovers: hos,
         samples: vec![Sample {

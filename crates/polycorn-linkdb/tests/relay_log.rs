@@ -191,6 +191,16 @@ fn a_proxys_logs_of_several_relays_are_told_apart() {
         ]
     );
     assert_ne!(trips[0].meta.key, trips[1].meta.key);
+    // Each ride began at its log's first fix, which the log's name gives.
+    for t in &trips {
+        assert_eq!(
+            t.meta.started_ms,
+            Some(1_796_040_000_000),
+            "{}",
+            t.meta.name
+        );
+        assert_eq!(t.meta.start_ms(), t.meta.started_ms);
+    }
 
     // Only the days before a given one: today's logs are still being written.
     write(&d, "notes.csv", HEADER);
@@ -213,6 +223,19 @@ fn a_proxys_logs_of_several_relays_are_told_apart() {
         Some("20261130")
     );
     assert_eq!(relay::log_day(Path::new("context-2026113.csv")), None);
+    assert_eq!(
+        relay::log_start_ms(Path::new("x/context-20261130T120001Z-2.csv")),
+        Some(1_796_040_001_000)
+    );
+    for bad in [
+        "context-20261130T120000.csv",
+        "context-20261131T120000Z.csv",
+        "context-20261130T250000Z.csv",
+        "ctx-20261130T120000Z.csv",
+        "context-2026113.csv",
+    ] {
+        assert_eq!(relay::log_start_ms(Path::new(bad)), None, "{bad}");
+    }
 }
 
 #[test]
@@ -265,6 +288,22 @@ fn a_day_back_and_forth_is_cut_into_rides_at_the_turn() {
     assert_eq!(trips[0].handovers.len(), 5);
     assert_eq!(trips[1].handovers.len(), 4);
     assert!(trips[1].handovers[0].start_ms < 60_000);
+    // A log not named by the recorder says nothing of when its rides began; one that is does.
+    assert!(trips.iter().all(|t| t.meta.started_ms.is_none()));
+    let named = write(&d, "context-20261130T060000Z.csv", &log);
+    let (dated, _) = relay::import(&named, &opts(None)).unwrap();
+    let starts: Vec<u64> = dated.iter().filter_map(|t| t.meta.started_ms).collect();
+    assert_eq!(starts.len(), 2);
+    let base = 1_796_040_000_000 - 6 * 3_600_000;
+    assert!(base <= starts[0], "{starts:?}");
+    assert!(
+        starts[0] + dated[0].meta.duration_ms <= starts[1],
+        "{starts:?}"
+    );
+    assert!(
+        starts[1] + dated[1].meta.duration_ms <= base + 1_720_000,
+        "{starts:?}"
+    );
     assert!(trips
         .iter()
         .all(|t| t.handovers.iter().all(|h| !h.outcome.failed())));

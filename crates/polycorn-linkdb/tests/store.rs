@@ -252,6 +252,121 @@ fn predictors_read_trip_by_trip(url: &str) {
     );
 }
 
+/// Pruning deletes the rides that began before the cut, with every record of theirs, and
+/// nothing else: not the newer ones, not those of no known start, not another route's.
+fn prune_by_start(url: &str) {
+    const DAY: u64 = 86_400_000;
+    let now = 1_796_040_000_000; // 2026-11-30 12:00Z
+    let mut s = Store::open(url).unwrap();
+    s.wipe().unwrap();
+    let relay_ride = |t: &TripData, name: &str, started: Option<u64>| {
+        let (mut seen, _) = polycorn_linkdb::import::relay::as_seen_by_relay(t);
+        seen.meta.name = name.into();
+        seen.meta.started_ms = started;
+        seen.seal();
+        seen
+    };
+    let sim = sim::simulate("ktx", 3, 1..6).unwrap();
+    let mut other = sim::simulate("ktx", 4, 1..2).unwrap();
+    let old = relay_ride(
+        &sim[0],
+        "t1/context-20261001T080000Z-1",
+        Some(now - 60 * DAY),
+    );
+    let new = relay_ride(&sim[1], "t1/context-20261129T080000Z-1", Some(now - DAY));
+    // Stored by a release before the start was kept: the log's name says when.
+    let old_unkept = relay_ride(&sim[2], "t2/context-20261002T080000Z-1", None);
+    // A relay's log of its own name, and a simulated trip: no known start.
+    let unnamed = relay_ride(&sim[3], "my-ride-1", None);
+    let simulated = sim[4].clone();
+    let other_route = relay_ride(
+        &other.remove(0),
+        "t3/context-20261001T080000Z-1",
+        Some(now - 60 * DAY),
+    );
+    let all = [&old, &new, &old_unkept, &unnamed, &simulated, &other_route];
+    for t in all {
+        assert_eq!(s.import(t).unwrap(), Imported::Inserted, "{}", t.meta.name);
+    }
+    let stored = s.trips(&TripFilter::default()).unwrap();
+    for t in all {
+        let m = stored.iter().find(|m| m.key == t.meta.key).unwrap();
+        assert_eq!(m.started_ms, t.meta.started_ms, "{}", t.meta.name);
+    }
+    assert_eq!(
+        stored
+            .iter()
+            .find(|m| m.key == old_unkept.meta.key)
+            .unwrap()
+            .start_ms(),
+        Some(1_790_928_000_000)
+    );
+    let route = TripFilter {
+        source: None,
+        route: Some(old.meta.route.clone()),
+    };
+    let before = s.counts().unwrap();
+    let dry = s.prune(&route, now - 30 * DAY, true).unwrap();
+    let mut names: Vec<&str> = dry.deleted.iter().map(|m| m.name.as_str()).collect();
+    names.sort_unstable();
+    assert_eq!(
+        names,
+        [
+            "t1/context-20261001T080000Z-1",
+            "t2/context-20261002T080000Z-1"
+        ]
+    );
+    assert_eq!((dry.kept, dry.undated), (1, 2));
+    assert_eq!(s.counts().unwrap(), before, "a dry run deleted");
+
+    let done = s.prune(&route, now - 30 * DAY, false).unwrap();
+    assert_eq!(done, dry);
+    let mut left: Vec<String> = s
+        .trips(&TripFilter::default())
+        .unwrap()
+        .into_iter()
+        .map(|m| m.key)
+        .collect();
+    left.sort_unstable();
+    let mut want: Vec<String> = [&new, &unnamed, &simulated, &other_route]
+        .iter()
+        .map(|t| t.meta.key.clone())
+        .collect();
+    want.sort_unstable();
+    assert_eq!(left, want);
+    // Every record of the deleted rides went with them.
+    let kept = [&new, &unnamed, &simulated, &other_route];
+    let [trips, hos, fails, samples, radio] = s.counts().unwrap();
+    assert_eq!(trips, 4);
+    assert_eq!(
+        hos as usize,
+        kept.iter().map(|t| t.handovers.len()).sum::<usize>()
+    );
+    assert_eq!(
+        fails as usize,
+        kept.iter()
+            .flat_map(|t| &t.handovers)
+            .filter(|h| h.outcome.failed())
+            .count()
+    );
+    assert_eq!(
+        samples as usize,
+        kept.iter().map(|t| t.samples.len()).sum::<usize>()
+    );
+    assert_eq!(
+        radio as usize,
+        kept.iter().map(|t| t.radio.len()).sum::<usize>()
+    );
+    // Nothing more to prune; a deleted ride imported again is whole again, start and all.
+    let again = s.prune(&route, now - 30 * DAY, false).unwrap();
+    assert!(again.deleted.is_empty());
+    assert_eq!(s.import(&old).unwrap(), Imported::Inserted);
+    let back = s.load(&route).unwrap();
+    let back = back.iter().find(|t| t.meta.key == old.meta.key).unwrap();
+    assert_eq!(back.meta.started_ms, old.meta.started_ms);
+    assert_eq!(back.handovers, old.handovers);
+}
+
 fn tmp_sqlite(name: &str) -> (std::path::PathBuf, String) {
     let dir = std::env::temp_dir().join(format!("polycorn-linkdb-{}-{name}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
@@ -268,6 +383,7 @@ fn sqlite_roundtrip_idempotent_import_and_race() {
     imported_logs_race(&url);
     fresh_database_race(&url);
     predictors_read_trip_by_trip(&url);
+    prune_by_start(&url);
     std::fs::remove_dir_all(dir).unwrap();
 }
 
@@ -281,6 +397,7 @@ fn postgres_roundtrip_idempotent_import_and_race() {
         fresh_database_race(&url);
     }
     predictors_read_trip_by_trip(&url);
+    prune_by_start(&url);
 }
 
 #[test]

@@ -494,7 +494,7 @@ impl Default for ContextConfig {
     }
 }
 
-/// The longest `[context] keep_days` (a century: "keep everything" is leaving it out).
+/// The longest `[context] keep_days` and `[linkdb] keep_days` (a century: "keep everything" is leaving it out).
 pub const MAX_KEEP_DAYS: u32 = 36_500;
 
 /// The largest `[context] monitor_lag_ms` (and `linkdb import --monitor-lag-ms`).
@@ -866,6 +866,13 @@ impl RelayConfig {
             v.record_dir("context.record", record)?;
         }
         v.keep_days(ctx.keep_days, ctx.record.is_some())?;
+        if self.linkdb.keep_days.is_some() {
+            return Err(v.invalid(
+                "linkdb.keep_days",
+                "the proxy's nightly import prunes the history (proxy.toml), or run `polycorn \
+                 linkdb prune`; remove it here",
+            ));
+        }
         v.linkdb(&self.linkdb)?;
         if self.linkdb.db.is_some() && ctx.source == ContextSource::None {
             return Err(v.invalid(
@@ -1028,6 +1035,11 @@ pub struct LinkDbConfig {
     pub track_origin: Option<[f64; 2]>,
     /// `track_heading_deg`: heading of increasing position, degrees from north.
     pub track_heading_deg: f64,
+    /// `keep_days` (proxy only): the nightly import (`linkdb import --proxy-config`) then
+    /// deletes the route's rides that began more than this many days ago, so the history, and
+    /// the time a predictor takes to build, stop growing. Rides of no known start (simulated,
+    /// datasets) are kept. None: every ride is kept.
+    pub keep_days: Option<u32>,
 }
 
 impl Default for LinkDbConfig {
@@ -1039,6 +1051,7 @@ impl Default for LinkDbConfig {
             carriers: vec!["A".into(), "B".into()],
             track_origin: None,
             track_heading_deg: 0.0,
+            keep_days: None,
         }
     }
 }
@@ -1671,7 +1684,17 @@ impl Validator<'_> {
                 ));
             }
         }
-        Ok(())
+        match l.keep_days {
+            None => Ok(()),
+            Some(_) if l.db.is_none() => {
+                Err(self.invalid("linkdb.keep_days", "nothing to prune without linkdb.db"))
+            }
+            Some(d) if !(1..=MAX_KEEP_DAYS).contains(&d) => Err(self.invalid(
+                "linkdb.keep_days",
+                format!("{d}: 1 to {MAX_KEEP_DAYS} days; leave it out to keep every ride"),
+            )),
+            Some(_) => Ok(()),
+        }
     }
 
     fn limits(&self, l: &Limits) -> Result<(), ConfigError> {
@@ -1981,7 +2004,11 @@ allow_private = false
 # its failure predictions, fed with the train context the relay sends.
 "#,
     linkdb_example_keys!(),
-    r#"
+    r#"# The nightly import (`linkdb import --proxy-config`) deletes the route's rides that began
+# more than this many days ago (each adds about 0.4 MB, and time to every predictor build);
+# left out, every ride is kept:
+# keep_days = 365
+
 [limits]
 flow_window_bytes = 4194304
 user_window_bytes = 16777216

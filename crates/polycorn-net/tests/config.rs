@@ -778,6 +778,43 @@ fn relay_linkdb_errors() {
         "linkdb.model",
         "unknown model",
     );
+    // Pruning the history is the proxy's nightly job.
+    relay_err(
+        &format!("{RELAY_MIN}{gpsd}{db}keep_days = 30\n"),
+        d,
+        "linkdb.keep_days",
+        "the proxy's nightly import prunes",
+    );
+}
+
+#[test]
+fn the_proxys_history_keeps_keep_days() {
+    let dir = files();
+    let d = dir.path();
+    let db = "\n[linkdb]\ndb = \"sqlite:/tmp/x.sqlite\"\ntrack_origin = [39.86, 116.37]\n";
+    assert_eq!(
+        proxy(&format!("{PROXY_MIN}{db}"), d)
+            .unwrap()
+            .linkdb
+            .keep_days,
+        None
+    );
+    let p = proxy(&format!("{PROXY_MIN}{db}keep_days = 365\n"), d).unwrap();
+    assert_eq!(p.linkdb.keep_days, Some(365));
+    for bad in ["0", "36501"] {
+        proxy_err(
+            &format!("{PROXY_MIN}{db}keep_days = {bad}\n"),
+            d,
+            "linkdb.keep_days",
+            &format!("{bad}: 1 to 36500 days"),
+        );
+    }
+    proxy_err(
+        &format!("{PROXY_MIN}\n[linkdb]\nkeep_days = 30\n"),
+        d,
+        "linkdb.keep_days",
+        "nothing to prune without linkdb.db",
+    );
 }
 
 #[test]

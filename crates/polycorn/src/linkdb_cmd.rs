@@ -99,6 +99,22 @@ pub enum LinkdbAction {
     },
     /// One prediction: when does the next handover of a path on this cell fail?
     Predict(PredictArgs),
+    /// Delete the rides that began more than N days ago (what proxy.toml's `[linkdb]
+    /// keep_days` has the nightly import do). Rides of no known start (simulated trips, the
+    /// datasets) are kept.
+    Prune {
+        #[command(flatten)]
+        db: DbArgs,
+        #[command(flatten)]
+        filter: FilterArgs,
+        /// Delete the rides that began more than this many days (of 24 h) ago.
+        #[arg(long, value_name = "DAYS",
+              value_parser = clap::value_parser!(u32).range(1..=polycorn_net::config::MAX_KEEP_DAYS as i64))]
+        older_than_days: u32,
+        /// Only list what would be deleted.
+        #[arg(long)]
+        dry_run: bool,
+    },
 }
 
 /// Options of `linkdb import`.
@@ -259,6 +275,16 @@ pub fn run(action: LinkdbAction) -> Result<()> {
             )
         }
         LinkdbAction::Predict(a) => predict(&a),
+        LinkdbAction::Prune {
+            db,
+            filter,
+            older_than_days,
+            dry_run,
+        } => {
+            let mut store = open(&db)?;
+            println!("database: {} ({})", store.redacted_url(), store.engine());
+            prune(&mut store, &filter.filter()?, older_than_days, dry_run)
+        }
     }
 }
 
@@ -397,6 +423,13 @@ fn import(a: &ImportArgs) -> Result<()> {
                 l.dir.display()
             );
         }
+        if let Some(days) = l.keep_days {
+            let route = TripFilter {
+                source: None,
+                route: Some(l.opts.route.clone()),
+            };
+            prune(&mut store, &route, days, false)?;
+        }
     }
     if let Some(opts) = &relay_opts {
         for p in &a.ride_log {
@@ -421,6 +454,49 @@ fn import(a: &ImportArgs) -> Result<()> {
         store_all(&mut store, "ucc5g", &trips, &rep, a.show_bad)?;
     }
     Ok(())
+}
+
+/// Deletes the rides of `filter` that began more than `days` days ago, and says what it did.
+fn prune(store: &mut Store, filter: &TripFilter, days: u32, dry_run: bool) -> Result<()> {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default()
+        .as_millis() as u64;
+    let before = now.saturating_sub(u64::from(days) * 86_400_000);
+    let p = store
+        .prune(filter, before, dry_run)
+        .context("prune the history")?;
+    let verb = if dry_run { "would delete" } else { "deleted" };
+    println!(
+        "pruned: {verb} {} rides that began before {} ({days} days ago); kept {} newer and {} of \
+         no known start",
+        p.deleted.len(),
+        iso_time(before),
+        p.kept,
+        p.undated
+    );
+    if dry_run {
+        for m in &p.deleted {
+            let start = m.start_ms().map_or_else(String::new, iso_time);
+            println!("  {} {} {start}", m.route, m.name);
+        }
+    }
+    Ok(())
+}
+
+/// `YYYY-MM-DD HH:MM:SSZ` of a time in ms since the Unix epoch.
+fn iso_time(unix_ms: u64) -> String {
+    let day = polycorn_net::context::record_day(unix_ms);
+    let s = (unix_ms / 1000) % 86_400;
+    format!(
+        "{}-{}-{} {:02}:{:02}:{:02}Z",
+        &day[..4],
+        &day[4..6],
+        &day[6..],
+        s / 3600,
+        s / 60 % 60,
+        s % 60
+    )
 }
 
 /// Imports the context logs at `path` and stores their rides; with `--past-days`, marks the
@@ -448,6 +524,8 @@ struct ProxyLearning {
     /// `[context] record`.
     dir: PathBuf,
     opts: relay::Options,
+    /// `[linkdb] keep_days`.
+    keep_days: Option<u32>,
 }
 
 /// `--proxy-config`: the proxy's recorded rides and where they go, or why there are none.
@@ -488,6 +566,7 @@ fn proxy_learning(a: &ImportArgs) -> Result<Option<ProxyLearning>> {
             done: Default::default(),
             monitor_lag_ms: cfg.context.monitor_lag_ms,
         },
+        keep_days: l.keep_days,
     }))
 }
 
@@ -620,7 +699,17 @@ fn stats(db: &DbArgs) -> Result<()> {
         "cells w/fail",
         "h per HO"
     );
+    let mut dated = Vec::new();
     for ((source, route), trips) in by_route {
+        let starts: Vec<u64> = trips.iter().filter_map(|t| t.meta.start_ms()).collect();
+        if let (Some(first), Some(last)) = (starts.iter().min(), starts.iter().max()) {
+            dated.push(format!(
+                "{source} {route}: rides began from {} to {} ({} of no known start)",
+                iso_time(*first),
+                iso_time(*last),
+                trips.len() - starts.len()
+            ));
+        }
         let rides: std::collections::BTreeSet<&str> =
             trips.iter().map(|t| validate::ride_of(t)).collect();
         let owned: Vec<TripData> = trips.iter().map(|t| (*t).clone()).collect();
@@ -651,6 +740,9 @@ fn stats(db: &DbArgs) -> Result<()> {
                 format!("{:.1}", secs / n as f64)
             },
         );
+    }
+    for line in dated {
+        println!("{line}");
     }
     Ok(())
 }

@@ -1183,6 +1183,77 @@ fn linkdb_learns_from_what_relays_saw() {
             && t.contains("1 files imported before, not read again"),
         "{t}"
     );
+    // With `[linkdb] keep_days`, the night also deletes the rides of days long past; the
+    // ride of yesterday stays.
+    let yesterday = polycorn_net::context::record_day(secs * 1000 - 86_400_000);
+    std::fs::write(
+        proxy_rec
+            .join("train-1")
+            .join(format!("context-{yesterday}T060000Z.csv")),
+        &log,
+    )
+    .unwrap();
+    std::fs::write(
+        &proxy_toml,
+        toml.replace(
+            "track_heading_deg = 0.0\n",
+            "track_heading_deg = 0.0\nkeep_days = 30\n",
+        ),
+    )
+    .unwrap();
+    let t = text(&learn());
+    assert!(
+        t.contains("1 trips (1 new, 0 already stored)")
+            && t.contains("pruned: deleted 2 rides that began before")
+            && t.contains("kept 1 newer and 0 of no known start"),
+        "{t}"
+    );
+    let learnt_db = format!("sqlite:{}", learnt.display());
+    let t = text(&polycorn(&["linkdb", "stats", "--db", &learnt_db]));
+    let y = format!(
+        "{}-{}-{}",
+        &yesterday[..4],
+        &yesterday[4..6],
+        &yesterday[6..]
+    );
+    assert!(
+        t.contains("relay   north")
+            && t.contains(&format!(
+                "rides began from {y} 06:00:00Z to {y} 06:00:00Z (0 of no known start)"
+            )),
+        "{t}"
+    );
+    // By hand: a dry run lists, then the rides go; the simulated ones stay.
+    let prune = |extra: &[&str]| {
+        let mut a = vec!["linkdb", "prune", "--db", &db, "--older-than-days", "30"];
+        a.extend(extra);
+        polycorn(&a)
+    };
+    let out = prune(&["--route", "north", "--dry-run"]);
+    assert!(out.status.success(), "{}", err(&out));
+    let t = text(&out);
+    assert!(
+        t.contains("would delete 1 rides")
+            && t.contains("north train-1/context-20200101T060000Z-1 2020-01-01 06:00:00Z"),
+        "{t}"
+    );
+    let t = text(&prune(&[]));
+    assert!(
+        t.contains("deleted 1 rides") && t.contains("kept 0 newer and 6 of no known start"),
+        "{t}"
+    );
+    let t = text(&prune(&[]));
+    assert!(t.contains("deleted 0 rides"), "{t}");
+    for (args, want) in [
+        (vec!["--older-than-days", "0"], "0 is not in 1..=36500"),
+        (
+            vec!["--older-than-days", "30", "--source", "x"],
+            "source `x`",
+        ),
+        (vec![], "--older-than-days"),
+    ] {
+        refused("prune", args, want);
+    }
     // Nothing to learn without [context] record; --proxy-config takes no --db or --ride-log.
     std::fs::write(
         &proxy_toml,

@@ -86,6 +86,18 @@ pub fn log_day(file: &Path) -> Option<&str> {
         .then_some(day)
 }
 
+/// When a context log's first fix was, ms since the Unix epoch, as its name gives it
+/// (`context-YYYYMMDDTHHMMSSZ….csv`, whole seconds): `t_ms` counts from there.
+pub fn log_start_ms(file: &Path) -> Option<u64> {
+    let name = file.file_name()?.to_str()?;
+    let stamp = name.strip_prefix("context-")?.get(..16)?;
+    let format = time::macros::format_description!("[year][month][day]T[hour][minute][second]Z");
+    let t = time::PrimitiveDateTime::parse(stamp, format).ok()?;
+    u64::try_from(t.assume_utc().unix_timestamp())
+        .ok()?
+        .checked_mul(1000)
+}
+
 /// What [`infer_handovers`] saw besides the handovers.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Inferred {
@@ -392,6 +404,7 @@ pub fn import(path: &Path, opts: &Options) -> Result<Imported, ImportError> {
                 .map(|s| s.to_string_lossy().into_owned())
                 .unwrap_or_else(|| "ride".into()),
         };
+        let log_start = log_start_ms(&file);
         for (k, &(a, b, direction)) in rides.iter().enumerate() {
             let (t0, t1) = (samples[a].t_ms, samples[b].t_ms);
             let ride_samples: Vec<Sample> = samples[a..=b]
@@ -421,6 +434,7 @@ pub fn import(path: &Path, opts: &Options) -> Result<Imported, ImportError> {
                     direction,
                     carriers: carriers.clone(),
                     duration_ms: t1 - t0,
+                    started_ms: log_start.map(|s| s + t0),
                 },
                 handovers,
                 samples: ride_samples,

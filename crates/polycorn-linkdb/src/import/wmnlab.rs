@@ -270,6 +270,7 @@ fn import_file(
             direction,
             carriers: vec![carrier],
             duration_ms,
+            started_ms: None,
         },
         handovers,
         samples,
