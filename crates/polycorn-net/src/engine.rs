@@ -189,6 +189,8 @@ struct Shared {
     timer: Notify,
     epoch: std::time::Instant,
     metrics: std::sync::OnceLock<Arc<crate::metrics::Metrics>>,
+    /// The relay's name in the metrics' `relay` label and in log lines about it.
+    relay: std::sync::OnceLock<Arc<str>>,
     events: mpsc::UnboundedSender<Event>,
 }
 
@@ -349,6 +351,7 @@ impl Engine {
             timer: Notify::new(),
             epoch: std::time::Instant::now(),
             metrics: std::sync::OnceLock::new(),
+            relay: std::sync::OnceLock::new(),
             events: tx,
         }));
         {
@@ -364,9 +367,11 @@ impl Engine {
         WeakEngine(Arc::downgrade(&self.0))
     }
 
-    /// Count passengers' bytes in `metrics` (set once).
-    pub fn set_metrics(&self, metrics: Arc<crate::metrics::Metrics>) {
+    /// Count passengers' bytes in `metrics` (set once), and what is counted per relay under
+    /// `relay`, its name.
+    pub fn set_metrics(&self, metrics: Arc<crate::metrics::Metrics>, relay: &str) {
         let _ = self.0.metrics.set(metrics);
+        let _ = self.0.relay.set(relay.into());
     }
 
     /// The metrics set with [`Engine::set_metrics`], if any.
@@ -410,11 +415,13 @@ impl Engine {
         // Measured only while the paths are probed often: an idle session's probes, seconds
         // apart, leave a silence that says nothing of when the path went dark.
         if core.session.probe_interval() <= FAST_PROBES {
+            let relay = self.0.relay.get().map_or("", |r| r);
             for (path, silent) in lost {
                 if let Some(m) = self.0.metrics.get() {
-                    m.cell_loss_report_delay.observe(silent.as_secs_f64());
+                    m.cell_loss_reported(relay, silent.as_secs_f64());
                 }
                 info!(
+                    relay,
                     path,
                     silent_ms = silent.as_millis(),
                     "modem reported without a cell: the path had been silent for {} ms \

@@ -20,7 +20,7 @@
 //! | `polycorn_user_bytes_total` | counter | `user`, `direction` | passenger payload bytes, `up` (to servers) or `down` |
 //! | `polycorn_stage_decisions_total` | counter | `stage` | scheduling decisions in which the stage moved a path |
 //! | `polycorn_reorder_wait_seconds` | histogram | | per data segment that arrived out of order: time until it could be delivered in order (the receive side's out-of-order delay) |
-//! | `polycorn_cell_loss_report_delay_seconds` | histogram | | per cell loss a modem reported (a cell at one fix, none at the next), while paths were probed every 200 ms: how long that path had been silent (its modem monitor's lag, plus up to a fix interval and a probe interval; `[context] monitor_lag_ms`) |
+//! | `polycorn_cell_loss_report_delay_seconds` | histogram | `relay` | per cell loss a modem reported (a cell at one fix, none at the next), while paths were probed every 200 ms: how long that path had been silent (its modem monitor's lag, plus up to a fix interval and a probe interval; `[context] monitor_lag_ms`) |
 //! | `polycorn_flows_open` | gauge | | passenger connections open now |
 //! | `polycorn_flows_total` | counter | | passenger connections opened |
 //! | `polycorn_flows_reset_total` | counter | | passenger connections ended by a reset |
@@ -360,7 +360,7 @@ pub struct Metrics {
     /// `polycorn_reorder_wait_seconds`.
     pub reorder_wait: Histogram,
     /// `polycorn_cell_loss_report_delay_seconds`.
-    pub cell_loss_report_delay: Histogram,
+    cell_loss_report_delay: Family<RelayLabels, Histogram, fn() -> Histogram>,
     /// `polycorn_flows_open`.
     pub flows_open: Gauge,
     /// `polycorn_flows_total`.
@@ -418,7 +418,9 @@ impl Metrics {
             relay_tls_not_after: Family::default(),
             proxy_tls_not_after: Gauge::default(),
             reorder_wait: Histogram::new(REORDER_WAIT_BUCKETS.iter().copied()),
-            cell_loss_report_delay: Histogram::new(CELL_LOSS_DELAY_BUCKETS.iter().copied()),
+            cell_loss_report_delay: Family::new_with_constructor(|| {
+                Histogram::new(CELL_LOSS_DELAY_BUCKETS.iter().copied())
+            }),
             flows_open: Gauge::default(),
             flows_total: Counter::default(),
             flows_reset: Counter::default(),
@@ -691,6 +693,15 @@ impl Metrics {
             how: how.label(),
         };
         series(&self.relay_sessions_ended, &l).inc();
+    }
+
+    /// A cell loss the modem monitor of relay `relay` reported after its path had been silent
+    /// for `silent_secs` (`polycorn_cell_loss_report_delay_seconds`).
+    pub fn cell_loss_reported(&self, relay: &str, silent_secs: f64) {
+        let relay = admit(&mut self.seen().relays, sanitize(relay), MAX_RELAYS);
+        self.cell_loss_report_delay
+            .get_or_create(&RelayLabels { relay })
+            .observe(silent_secs);
     }
 
     /// (proxy) A new train context fix from relay `relay`; `recorded`: written to its log.
@@ -990,6 +1001,9 @@ mod tests {
         m.relay_session_ended("train-2", SessionEnd::Lost);
         m.context_fix("train-1", true);
         m.context_fix("train-1", false);
+        m.cell_loss_reported("train-1", 0.4);
+        m.cell_loss_reported("train-1", 0.9);
+        m.cell_loss_reported("train-2", 2.5);
         let text = m.encode();
         for want in [
             "polycorn_relay_sessions_total{relay=\"train-1\"} 2",
@@ -999,6 +1013,12 @@ mod tests {
             "polycorn_relay_sessions_ended_total{relay=\"train-2\",how=\"lost\"} 1",
             "polycorn_context_fixes_total{relay=\"train-1\"} 2",
             "polycorn_context_fixes_recorded_total{relay=\"train-1\"} 1",
+            "polycorn_cell_loss_report_delay_seconds_count{relay=\"train-1\"} 2",
+            "polycorn_cell_loss_report_delay_seconds_bucket{le=\"0.5\",relay=\"train-1\"} 1",
+            "polycorn_cell_loss_report_delay_seconds_bucket{le=\"1.0\",relay=\"train-1\"} 2",
+            "polycorn_cell_loss_report_delay_seconds_count{relay=\"train-2\"} 1",
+            "polycorn_cell_loss_report_delay_seconds_bucket{le=\"2.0\",relay=\"train-2\"} 0",
+            "polycorn_cell_loss_report_delay_seconds_bucket{le=\"3.0\",relay=\"train-2\"} 1",
         ] {
             assert!(text.lines().any(|l| l == want), "no `{want}` in:\n{text}");
         }

@@ -642,7 +642,7 @@ async fn accept_loop(
                         let pred = make_predictor(o.predictor.current().1.as_ref().as_ref());
                         let (engine, events) = Engine::new(session, pred);
                         if let Some(m) = &o.metrics {
-                            engine.set_metrics(m.clone());
+                            engine.set_metrics(m.clone(), &acc.relay);
                         }
                         // The same relay's earlier sessions: one whose paths are all down (its
                         // subflows gone, or silent) belongs to a relay that crashed or lost

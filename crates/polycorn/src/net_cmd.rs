@@ -929,7 +929,7 @@ pub fn relay(path: &Path) -> Result<()> {
                 e.replace_predictor(proxy::make_predictor(factory.as_ref()));
                 1
             }));
-            engine.set_metrics(metrics.clone());
+            engine.set_metrics(metrics.clone(), &relay_name);
             sample_metrics(
                 engine.downgrade(),
                 relay_name.into(),

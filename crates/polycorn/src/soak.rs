@@ -902,15 +902,16 @@ fn read_daemon(pid: u32, ns: &str) -> Result<Reading> {
                     Some(v) => v.parse().unwrap_or(f64::NAN),
                     None => f64::NAN,
                 };
+                // One series per relay: summed.
                 if let Some(i) = (0..LOSS_BUCKETS).find(|&i| loss_bucket_le(i) == le) {
-                    counts[i] = x.value;
+                    counts[i] += x.value;
                 }
             }
             (
                 counts,
                 named("polycorn_cell_loss_report_delay_seconds_sum")
-                    .next()
-                    .map_or(0.0, |x| x.value),
+                    .map(|x| x.value)
+                    .sum(),
             )
         },
     })
