@@ -679,7 +679,8 @@ fn stats(db: &DbArgs) -> Result<()> {
         store.schema_version()?
     );
     println!("{trips} trips, {hos} handovers ({fails} failed), {samples} GPS fixes, {radio} radio samples");
-    let all = store.load(&TripFilter::default())?;
+    // Each ride's handovers, not its fixes and radio samples (the bulk of a database).
+    let all = store.load_for_prediction(&TripFilter::default(), ModelKind::Paper)?;
     let mut by_route: BTreeMap<(String, String), Vec<&TripData>> = BTreeMap::new();
     for t in &all {
         by_route
