@@ -758,7 +758,8 @@ impl Store {
             .for_prediction(radio_before_ms))
     }
 
-    fn load_one(&mut self, meta: TripMeta) -> Result<TripData, StoreError> {
+    /// One trip of [`Store::trips`] with all its records (as [`Store::load`] gives it).
+    pub fn load_one(&mut self, meta: TripMeta) -> Result<TripData, StoreError> {
         self.load_parts(meta, true)
     }
 

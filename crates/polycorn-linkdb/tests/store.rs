@@ -367,6 +367,46 @@ fn prune_by_start(url: &str) {
     assert_eq!(back.handovers, old.handovers);
 }
 
+/// A history moved from one database to another (`linkdb import --from-db`) ride by ride reads
+/// back the same, started times included, whatever the engines.
+fn copy_between(from: &str, to: &str) {
+    let mut a = Store::open(from).unwrap();
+    a.wipe().unwrap();
+    let mut trips = Vec::new();
+    for (k, t) in sim::simulate("ktx", 5, 1..4).unwrap().iter().enumerate() {
+        let (mut seen, _) = polycorn_linkdb::import::relay::as_seen_by_relay(t);
+        seen.meta.started_ms = (k != 1).then_some(1_796_040_000_000 + k as u64 * 3_600_000);
+        seen.seal();
+        trips.push(seen);
+    }
+    trips.push(sim::simulate("ktx", 6, 1..2).unwrap().remove(0));
+    for t in &trips {
+        a.import(t).unwrap();
+    }
+    let mut b = Store::open(to).unwrap();
+    b.wipe().unwrap();
+    for meta in a.trips(&TripFilter::default()).unwrap() {
+        let t = a.load_one(meta).unwrap();
+        assert_eq!(b.import(&t).unwrap(), Imported::Inserted);
+    }
+    assert_eq!(
+        a.load(&TripFilter::default()).unwrap(),
+        b.load(&TripFilter::default()).unwrap()
+    );
+    assert_eq!(a.counts().unwrap(), b.counts().unwrap());
+    let starts: Vec<Option<u64>> = b
+        .trips(&TripFilter::default())
+        .unwrap()
+        .iter()
+        .map(|m| m.started_ms)
+        .collect();
+    assert_eq!(
+        starts.iter().filter(|s| s.is_some()).count(),
+        2,
+        "{starts:?}"
+    );
+}
+
 fn tmp_sqlite(name: &str) -> (std::path::PathBuf, String) {
     let dir = std::env::temp_dir().join(format!("polycorn-linkdb-{}-{name}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
@@ -384,6 +424,9 @@ fn sqlite_roundtrip_idempotent_import_and_race() {
     fresh_database_race(&url);
     predictors_read_trip_by_trip(&url);
     prune_by_start(&url);
+    let (other, other_url) = tmp_sqlite("copy");
+    copy_between(&url, &other_url);
+    std::fs::remove_dir_all(other).unwrap();
     std::fs::remove_dir_all(dir).unwrap();
 }
 
@@ -398,6 +441,11 @@ fn postgres_roundtrip_idempotent_import_and_race() {
     }
     predictors_read_trip_by_trip(&url);
     prune_by_start(&url);
+    // A train's SQLite history into the fleet's PostgreSQL, and back.
+    let (dir, sqlite) = tmp_sqlite("pgcopy");
+    copy_between(&sqlite, &url);
+    copy_between(&url, &sqlite);
+    std::fs::remove_dir_all(dir).unwrap();
 }
 
 #[test]

@@ -198,6 +198,15 @@ pub struct ImportArgs {
     #[arg(long, value_name = "MS", default_value_t = 0, conflicts_with = "proxy_config",
           value_parser = clap::value_parser!(u64).range(0..=60_000))]
     pub monitor_lag_ms: u64,
+    /// Copy the trips of another LinkDB (`sqlite:PATH` or `postgres://…`) into `--db`, ride by
+    /// ride, with when each began and (without `--from-route`) the nightly import's list of
+    /// logs read: a train's SQLite history moved into the fleet's PostgreSQL, or a backup.
+    /// Trips already there are left as they are.
+    #[arg(long, value_name = "URL")]
+    pub from_db: Option<String>,
+    /// With `--from-db`: only this route's trips.
+    #[arg(long, requires = "from_db")]
+    pub from_route: Option<String>,
     /// Bad rows to list (all are counted).
     #[arg(long, default_value_t = 20)]
     pub show_bad: usize,
@@ -330,10 +339,11 @@ fn import(a: &ImportArgs) -> Result<()> {
         && a.simulate.is_none()
         && a.ride_log.is_empty()
         && learn.is_none()
+        && a.from_db.is_none()
     {
         bail!(
-            "nothing to import: give --trip-dir, --wmnlab, --ucc5g, --simulate, --ride-log or \
-             --proxy-config"
+            "nothing to import: give --trip-dir, --wmnlab, --ucc5g, --simulate, --ride-log, \
+             --proxy-config or --from-db"
         );
     }
     if a.simulate_monitor_lag_s > 0 && !a.as_seen_by_relay {
@@ -452,6 +462,53 @@ fn import(a: &ImportArgs) -> Result<()> {
     if let Some(p) = &a.ucc5g {
         let (trips, rep) = ucc5g::import(p).with_context(|| format!("import {}", p.display()))?;
         store_all(&mut store, "ucc5g", &trips, &rep, a.show_bad)?;
+    }
+    if let Some(url) = &a.from_db {
+        copy_from(&mut store, url, a.from_route.as_deref())?;
+    }
+    Ok(())
+}
+
+/// `--from-db`: the trips of the database at `url` (of `route`, if given) stored in `store`,
+/// one at a time; without a route, the logs its nightly imports read are marked read here too.
+fn copy_from(store: &mut Store, url: &str, route: Option<&str>) -> Result<()> {
+    let mut from = Store::open(url).with_context(|| format!("open --from-db {url}"))?;
+    let what = format!("from {}", from.redacted_url());
+    let filter = TripFilter {
+        source: None,
+        route: route.map(String::from),
+    };
+    let metas = from
+        .trips(&filter)
+        .with_context(|| format!("list the trips {what}"))?;
+    let (mut new, mut old, mut hos, mut fails) = (0usize, 0usize, 0usize, 0usize);
+    for meta in &metas {
+        let trip = from
+            .load_one(meta.clone())
+            .with_context(|| format!("read trip {} {what}", meta.key))?;
+        match store
+            .import(&trip)
+            .with_context(|| format!("store trip {}", meta.key))?
+        {
+            Imported::Inserted => new += 1,
+            Imported::AlreadyPresent => old += 1,
+        }
+        hos += trip.handovers.len();
+        fails += trip.handovers.iter().filter(|h| h.outcome.failed()).count();
+    }
+    println!(
+        "{what}: {} trips ({new} new, {old} already stored), {hos} handovers ({fails} failed)",
+        metas.len()
+    );
+    if route.is_none() {
+        let logs: Vec<(PathBuf, u64)> = from.imported_logs()?.into_iter().collect();
+        store.mark_logs_imported(&logs)?;
+        if !logs.is_empty() {
+            println!(
+                "{what}: {} context logs marked read by its nightly imports",
+                logs.len()
+            );
+        }
     }
     Ok(())
 }

@@ -1223,6 +1223,57 @@ fn linkdb_learns_from_what_relays_saw() {
             )),
         "{t}"
     );
+    // The proxy's history moved into another database (a fleet's PostgreSQL in production):
+    // the rides with when they began, and the logs already read, so the next night reads none
+    // again.
+    let moved = dir.join("moved.sqlite");
+    let moved_db = format!("sqlite:{}", moved.display());
+    let copy = || {
+        polycorn(&[
+            "linkdb",
+            "import",
+            "--db",
+            &moved_db,
+            "--from-db",
+            &learnt_db,
+        ])
+    };
+    let out = copy();
+    assert!(out.status.success(), "{}", err(&out));
+    let t = text(&out);
+    assert!(
+        t.contains(&format!(
+            "from {learnt_db}: 1 trips (1 new, 0 already stored)"
+        )) && t.contains("3 context logs marked read"),
+        "{t}"
+    );
+    assert!(text(&copy()).contains("1 trips (0 new, 1 already stored)"));
+    let t = text(&polycorn(&["linkdb", "stats", "--db", &moved_db]));
+    assert!(
+        t.contains(&format!("rides began from {y} 06:00:00Z to {y} 06:00:00Z")),
+        "{t}"
+    );
+    std::fs::write(
+        &proxy_toml,
+        toml.replace(&learnt.display().to_string(), &moved.display().to_string())
+            .replace(
+                "track_heading_deg = 0.0\n",
+                "track_heading_deg = 0.0\nkeep_days = 30\n",
+            ),
+    )
+    .unwrap();
+    let t = text(&learn());
+    assert!(
+        t.contains("0 trips (0 new, 0 already stored)")
+            && t.contains("3 files imported before, not read again"),
+        "{t}"
+    );
+    refused("import", vec!["--from-route", "north"], "--from-db");
+    refused(
+        "import",
+        vec!["--from-db", "mysql://x"],
+        "open --from-db mysql://x",
+    );
     // By hand: a dry run lists, then the rides go; the simulated ones stay.
     let prune = |extra: &[&str]| {
         let mut a = vec!["linkdb", "prune", "--db", &db, "--older-than-days", "30"];
