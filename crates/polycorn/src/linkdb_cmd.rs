@@ -53,7 +53,7 @@ impl FilterArgs {
 #[derive(Subcommand, Debug)]
 pub enum LinkdbAction {
     /// Import trips: testbed trip directories, WMN Lab or UCC 5G CSVs, or simulated trips.
-    Import(ImportArgs),
+    Import(Box<ImportArgs>),
     /// Counts per source and route.
     Stats {
         #[command(flatten)]
