@@ -230,6 +230,15 @@ pub struct TripFilter {
     pub route: Option<String>,
 }
 
+/// The trips a predictor was built from ([`Store::predictor`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct History {
+    /// How many.
+    pub rides: usize,
+    /// When the newest of those with a known start began ([`TripMeta::start_ms`]).
+    pub newest_start_ms: Option<u64>,
+}
+
 /// What [`Store::prune`] found.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Pruned {
@@ -708,8 +717,7 @@ impl Store {
         Ok(out)
     }
 
-    /// The predictor `kind` built from the trips matching `filter`, and how many trips that
-    /// was. The same predictor as from [`Store::load`]'s trips, in bounded memory: one trip is
+    /// The predictor `kind` built from the trips matching `filter`, and what they were. The same predictor as from [`Store::load`]'s trips, in bounded memory: one trip is
     /// read at a time into the index ([`crate::index::IndexBuilder`]) and dropped, so what stays
     /// grows with the cells and handover zones, not with the fixes. The risk model reads the
     /// trips a second time, for its rows ([`crate::risk::RiskTrainer`]), with each trip's
@@ -718,8 +726,12 @@ impl Store {
         &mut self,
         filter: &TripFilter,
         kind: crate::ModelKind,
-    ) -> Result<(crate::predict::Predictor, usize), StoreError> {
+    ) -> Result<(crate::predict::Predictor, History), StoreError> {
         let metas = self.trips(filter)?;
+        let history = History {
+            rides: metas.len(),
+            newest_start_ms: metas.iter().filter_map(TripMeta::start_ms).max(),
+        };
         let mut b = crate::index::IndexBuilder::default();
         let mut risk = crate::risk::RiskTrainer::default();
         let window = kind.radio_before_ms();
@@ -743,7 +755,7 @@ impl Store {
                 crate::predict::Predictor::new(index, crate::predict::Model::Risk(risk.finish()))
             }
         };
-        Ok((p, metas.len()))
+        Ok((p, history))
     }
 
     /// One trip as a predictor reading radio samples `radio_before_ms` before its handovers

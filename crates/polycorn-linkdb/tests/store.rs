@@ -211,8 +211,9 @@ fn predictors_read_trip_by_trip(url: &str) {
     let refs: Vec<&TripData> = whole.iter().collect();
     for kind in ModelKind::ALL {
         let full = kind.build(&refs);
-        let (lean, n) = s.predictor(&filter, kind).unwrap();
-        assert_eq!(n, 3, "{}", kind.name());
+        let (lean, h) = s.predictor(&filter, kind).unwrap();
+        assert_eq!(h.rides, 3, "{}", kind.name());
+        assert_eq!(h.newest_start_ms, None, "simulated rides have no start");
         assert!(!full.index().cells().is_empty());
         assert!(
             lean.index() == full.index(),
@@ -357,6 +358,11 @@ fn prune_by_start(url: &str) {
         radio as usize,
         kept.iter().map(|t| t.radio.len()).sum::<usize>()
     );
+    // What a predictor is then built from: the route's rides left, the newest dated one.
+    let (_, h) = s
+        .predictor(&route, polycorn_linkdb::ModelKind::Paper)
+        .unwrap();
+    assert_eq!((h.rides, h.newest_start_ms), (3, Some(now - DAY)));
     // Nothing more to prune; a deleted ride imported again is whole again, start and all.
     let again = s.prune(&route, now - 30 * DAY, false).unwrap();
     assert!(again.deleted.is_empty());

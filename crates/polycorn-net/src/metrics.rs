@@ -36,6 +36,11 @@
 //! | `polycorn_relay_sessions_ended_total` | counter | `relay`, `how` | (proxy) sessions that ended: `closed` (the relay stopped in order), `restarted` (ended when the relay opened a new one, its paths all down: a crash or a power cut), `lost` (every path down longer than the hold time) |
 //! | `polycorn_context_fixes_total` | counter | `relay` | (proxy) train context fixes received from the relay, each once (the copies on its other paths not counted) |
 //! | `polycorn_context_fixes_recorded_total` | counter | `relay` | (proxy) of those, fixes written to the relay's context log (`[context] record`; fixes without any cell report are not written) |
+//! | `polycorn_linkdb_rides` | gauge | | rides the handover predictor in use was built from (0: no predictor) |
+//! | `polycorn_linkdb_cells` | gauge | | cells it knows |
+//! | `polycorn_linkdb_built_seconds` | gauge | | when it was built (at start, then at each reload), seconds since 1970 |
+//! | `polycorn_linkdb_newest_ride_seconds` | gauge | | when the newest of its rides of known start began, seconds since 1970 (0: none known): alert when the nightly learning stops adding rides |
+//! | `polycorn_linkdb_rebuild_failures_total` | counter | | reloads whose rebuild failed (the database could not be read), the predictor in use kept |
 //!
 //! `relay` is the relay's name, the common name of its certificate (`polycorn-relay` for the
 //! certificate of `tls generate`, the train's name for one from `tls relay --name`): on a
@@ -361,6 +366,16 @@ pub struct Metrics {
     pub reorder_wait: Histogram,
     /// `polycorn_cell_loss_report_delay_seconds`.
     cell_loss_report_delay: Family<RelayLabels, Histogram, fn() -> Histogram>,
+    /// `polycorn_linkdb_rides`.
+    linkdb_rides: Gauge,
+    /// `polycorn_linkdb_cells`.
+    linkdb_cells: Gauge,
+    /// `polycorn_linkdb_built_seconds`.
+    linkdb_built: Gauge,
+    /// `polycorn_linkdb_newest_ride_seconds`.
+    linkdb_newest_ride: Gauge,
+    /// `polycorn_linkdb_rebuild_failures_total`.
+    pub linkdb_rebuild_failures: Counter,
     /// `polycorn_flows_open`.
     pub flows_open: Gauge,
     /// `polycorn_flows_total`.
@@ -421,6 +436,11 @@ impl Metrics {
             cell_loss_report_delay: Family::new_with_constructor(|| {
                 Histogram::new(CELL_LOSS_DELAY_BUCKETS.iter().copied())
             }),
+            linkdb_rides: Gauge::default(),
+            linkdb_cells: Gauge::default(),
+            linkdb_built: Gauge::default(),
+            linkdb_newest_ride: Gauge::default(),
+            linkdb_rebuild_failures: Counter::default(),
             flows_open: Gauge::default(),
             flows_total: Counter::default(),
             flows_reset: Counter::default(),
@@ -507,6 +527,33 @@ impl Metrics {
             "Per cell loss a modem reported, how long its path had been silent then",
             Unit::Seconds,
             m.cell_loss_report_delay.clone(),
+        );
+        r.register(
+            "polycorn_linkdb_rides",
+            "Rides the handover predictor in use was built from",
+            m.linkdb_rides.clone(),
+        );
+        r.register(
+            "polycorn_linkdb_cells",
+            "Cells the handover predictor in use knows",
+            m.linkdb_cells.clone(),
+        );
+        r.register_with_unit(
+            "polycorn_linkdb_built",
+            "When the handover predictor in use was built, since 1970",
+            Unit::Seconds,
+            m.linkdb_built.clone(),
+        );
+        r.register_with_unit(
+            "polycorn_linkdb_newest_ride",
+            "When the newest ride of known start the predictor learnt from began, since 1970",
+            Unit::Seconds,
+            m.linkdb_newest_ride.clone(),
+        );
+        r.register(
+            "polycorn_linkdb_rebuild_failures",
+            "Reloads whose LinkDB rebuild failed, the predictor in use kept",
+            m.linkdb_rebuild_failures.clone(),
         );
         r.register(
             "polycorn_flows_open",
@@ -702,6 +749,22 @@ impl Metrics {
         self.cell_loss_report_delay
             .get_or_create(&RelayLabels { relay })
             .observe(silent_secs);
+    }
+
+    /// The handover predictor now in use: built at `built_secs` (since 1970) from `rides`
+    /// rides, the newest of known start begun at `newest_ride_secs`, knowing `cells` cells.
+    /// All zero: no predictor.
+    pub fn linkdb_in_use(
+        &self,
+        rides: usize,
+        cells: usize,
+        built_secs: i64,
+        newest_ride_secs: Option<i64>,
+    ) {
+        self.linkdb_rides.set(rides as i64);
+        self.linkdb_cells.set(cells as i64);
+        self.linkdb_built.set(built_secs);
+        self.linkdb_newest_ride.set(newest_ride_secs.unwrap_or(0));
     }
 
     /// (proxy) A new train context fix from relay `relay`; `recorded`: written to its log.
@@ -1004,6 +1067,8 @@ mod tests {
         m.cell_loss_reported("train-1", 0.4);
         m.cell_loss_reported("train-1", 0.9);
         m.cell_loss_reported("train-2", 2.5);
+        m.linkdb_in_use(120, 160, 1_796_040_000, Some(1_795_950_000));
+        m.linkdb_rebuild_failures.inc();
         let text = m.encode();
         for want in [
             "polycorn_relay_sessions_total{relay=\"train-1\"} 2",
@@ -1017,6 +1082,11 @@ mod tests {
             "polycorn_cell_loss_report_delay_seconds_bucket{le=\"0.5\",relay=\"train-1\"} 1",
             "polycorn_cell_loss_report_delay_seconds_bucket{le=\"1.0\",relay=\"train-1\"} 2",
             "polycorn_cell_loss_report_delay_seconds_count{relay=\"train-2\"} 1",
+            "polycorn_linkdb_rides 120",
+            "polycorn_linkdb_cells 160",
+            "polycorn_linkdb_built_seconds 1796040000",
+            "polycorn_linkdb_newest_ride_seconds 1795950000",
+            "polycorn_linkdb_rebuild_failures_total 1",
             "polycorn_cell_loss_report_delay_seconds_bucket{le=\"2.0\",relay=\"train-2\"} 0",
             "polycorn_cell_loss_report_delay_seconds_bucket{le=\"3.0\",relay=\"train-2\"} 1",
         ] {

@@ -983,14 +983,14 @@ fn predict(a: &PredictArgs) -> Result<()> {
     })?;
     let dir: Direction = a.direction.parse().map_err(anyhow::Error::msg)?;
     let mut store = open(&a.db)?;
-    let (mut p, rides): (Predictor, usize) = store.predictor(
+    let (mut p, history): (Predictor, _) = store.predictor(
         &TripFilter {
             source: None,
             route: Some(a.route.clone()),
         },
         kind,
     )?;
-    if rides == 0 {
+    if history.rides == 0 {
         bail!("no trips on route `{}`", a.route);
     }
     if p.index().carrier_id(&a.carrier).is_none() {

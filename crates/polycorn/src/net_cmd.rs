@@ -763,7 +763,7 @@ pub fn relay(path: &Path) -> Result<()> {
     init_logging(&cfg.log)?;
     let activated = announce(&inherited);
     // The uplink's handover predictor (HPR on the relay), loaded before the runtime starts.
-    let predictor = if cfg.relay.mode == RelayMode::Polycorn {
+    let linkdb = if cfg.relay.mode == RelayMode::Polycorn {
         load_predictor(&cfg.linkdb)?
     } else {
         if cfg.linkdb.db.is_some() {
@@ -775,8 +775,9 @@ pub fn relay(path: &Path) -> Result<()> {
                  baselines' tunnels keep the kernel's timeout, as their operators run them)"
             );
         }
-        None
+        LinkDbLoad::default()
     };
+    let predictor = linkdb.factory.clone();
     apply_slow_start_after_idle(
         "relay.slow_start_after_idle",
         cfg.relay.slow_start_after_idle,
@@ -902,6 +903,7 @@ pub fn relay(path: &Path) -> Result<()> {
             predictor,
         };
         let metrics = Arc::new(Metrics::new());
+        linkdb.show(&metrics);
         let tls_reload = match (&cfg.tls, tls_cfg) {
             (Some(t), Some(live)) => Some(TlsReload::new(
                 live,
@@ -925,7 +927,7 @@ pub fn relay(path: &Path) -> Result<()> {
             .map_err(anyhow::Error::msg)?;
         if let Carrier::Session(engine) = &carrier {
             let e = engine.clone();
-            tokio::spawn(rebuild_linkdb(linkdb_rx, move |factory| {
+            tokio::spawn(rebuild_linkdb(linkdb_rx, metrics.clone(), move |factory| {
                 e.replace_predictor(proxy::make_predictor(factory.as_ref()));
                 1
             }));
@@ -992,7 +994,8 @@ pub fn proxy(path: &Path) -> Result<()> {
     announce(&inherited);
     // LinkDB is loaded before the async runtime starts (its PostgreSQL client blocks); a
     // reload rebuilds it on a thread of its own ([`rebuild_linkdb`]).
-    let predictor: proxy::LivePredictor = Live::new(Arc::new(load_predictor(&cfg.linkdb)?));
+    let linkdb = load_predictor(&cfg.linkdb)?;
+    let predictor: proxy::LivePredictor = Live::new(Arc::new(linkdb.factory.clone()));
     apply_slow_start_after_idle(
         "proxy.slow_start_after_idle",
         cfg.proxy.slow_start_after_idle,
@@ -1014,6 +1017,7 @@ pub fn proxy(path: &Path) -> Result<()> {
             info!(dir = %r.dir.display(), "recording the relays' train context");
         }
         let metrics = Arc::new(Metrics::new());
+        linkdb.show(&metrics);
         let tls_reload = TlsReload::new(
             tls_cfg.clone(),
             &cfg.tls,
@@ -1050,7 +1054,7 @@ pub fn proxy(path: &Path) -> Result<()> {
         let (linkdb_tx, linkdb_rx) = tokio::sync::mpsc::unbounded_channel();
         {
             let sessions = sessions.clone();
-            tokio::spawn(rebuild_linkdb(linkdb_rx, move |factory| {
+            tokio::spawn(rebuild_linkdb(linkdb_rx, metrics.clone(), move |factory| {
                 // Later sessions first, then the live ones (a session opened in between is
                 // given the new one twice).
                 predictor.replace(Arc::new(factory.clone()));
@@ -1225,6 +1229,7 @@ async fn reload_on_hangup(
 /// in use as it was.
 async fn rebuild_linkdb(
     mut requests: tokio::sync::mpsc::UnboundedReceiver<polycorn_net::config::LinkDbConfig>,
+    metrics: Arc<Metrics>,
     mut apply: impl FnMut(Option<proxy::PredictorFactory>) -> usize,
 ) {
     while let Some(cfg) = requests.recv().await {
@@ -1233,9 +1238,10 @@ async fn rebuild_linkdb(
             let _ = tx.send(load_predictor(&cfg));
         });
         match built.await {
-            Ok(Ok(factory)) => {
-                let on = factory.is_some();
-                let n = apply(factory);
+            Ok(Ok(load)) => {
+                let on = load.factory.is_some();
+                load.show(&metrics);
+                let n = apply(load.factory);
                 if on {
                     info!(sessions = n, "reload: LinkDB predictor rebuilt, in use by the live sessions and later ones");
                 } else {
@@ -1245,11 +1251,17 @@ async fn rebuild_linkdb(
                     );
                 }
             }
-            Ok(Err(e)) => error!(
-                error = format!("{e:#}"),
-                "reload: LinkDB not rebuilt; the predictor in use stays"
-            ),
-            Err(_) => error!("reload: rebuilding LinkDB failed; the predictor in use stays"),
+            Ok(Err(e)) => {
+                metrics.linkdb_rebuild_failures.inc();
+                error!(
+                    error = format!("{e:#}"),
+                    "reload: LinkDB not rebuilt; the predictor in use stays"
+                )
+            }
+            Err(_) => {
+                metrics.linkdb_rebuild_failures.inc();
+                error!("reload: rebuilding LinkDB failed; the predictor in use stays")
+            }
         }
     }
 }
@@ -1374,10 +1386,34 @@ fn track_sessions(
 }
 
 /// Build a handover predictor from LinkDB, if configured (proxy: downlink, relay: uplink).
-fn load_predictor(
-    cfg: &polycorn_net::config::LinkDbConfig,
-) -> Result<Option<polycorn_net::proxy::PredictorFactory>> {
-    let Some(url) = &cfg.db else { return Ok(None) };
+/// A LinkDB predictor as [`load_predictor`] built it (none without `linkdb.db`).
+#[derive(Default)]
+struct LinkDbLoad {
+    factory: Option<polycorn_net::proxy::PredictorFactory>,
+    /// The rides it was built from.
+    history: polycorn_linkdb::store::History,
+    /// The cells it knows.
+    cells: usize,
+    /// When it was built, seconds since 1970 (0: no predictor).
+    built_secs: i64,
+}
+
+impl LinkDbLoad {
+    /// Puts what it was built from in `metrics` (`polycorn_linkdb_…`).
+    fn show(&self, metrics: &Metrics) {
+        metrics.linkdb_in_use(
+            self.history.rides,
+            self.cells,
+            self.built_secs,
+            self.history.newest_start_ms.map(|ms| (ms / 1000) as i64),
+        );
+    }
+}
+
+fn load_predictor(cfg: &polycorn_net::config::LinkDbConfig) -> Result<LinkDbLoad> {
+    let Some(url) = &cfg.db else {
+        return Ok(LinkDbLoad::default());
+    };
     let mut store = polycorn_linkdb::store::Store::open(url)
         .with_context(|| format!("linkdb.db: open {url}"))?;
     let filter = polycorn_linkdb::store::TripFilter {
@@ -1386,9 +1422,10 @@ fn load_predictor(
     };
     let kind = polycorn_linkdb::ModelKind::parse(&cfg.model)
         .with_context(|| format!("linkdb.model: unknown `{}`", cfg.model))?;
-    let (predictor, rides) = store
+    let (predictor, history) = store
         .predictor(&filter, kind)
         .with_context(|| format!("linkdb.db: load rides from {url}"))?;
+    let cells = predictor.index().cells().len();
     let [lat, lon] = cfg
         .track_origin
         .context("linkdb.track_origin: required with linkdb.db")?;
@@ -1397,15 +1434,20 @@ fn load_predictor(
         heading_deg: cfg.track_heading_deg,
     };
     info!(
-        rides,
-        cells = predictor.index().cells().len(),
+        rides = history.rides,
+        cells,
         model = kind.name(),
         "LinkDB predictor loaded"
     );
     let wrapped = polycorn_net::predictor::LinkDbPredictor::new(predictor, track, &cfg.carriers);
-    Ok(Some(Arc::new(move || {
-        Box::new(wrapped.clone()) as Box<dyn polycorn_net::predictor::TrainPredictor>
-    })))
+    Ok(LinkDbLoad {
+        factory: Some(Arc::new(move || {
+            Box::new(wrapped.clone()) as Box<dyn polycorn_net::predictor::TrainPredictor>
+        })),
+        history,
+        cells,
+        built_secs: tls::unix_now(),
+    })
 }
 
 /// `polycorn tls generate DIR`.

@@ -303,6 +303,15 @@ pub fn to_json(addr: SocketAddr, prev: Option<(&Snapshot, f64)>, cur: &Snapshot)
         "passenger_addresses": cur.passengers,
         "subflows_refused": cur.peers_rejected,
         "tls_not_after": cur.tls_not_after,
+        "linkdb": (cur.linkdb.rides > 0.0 || cur.linkdb.rebuild_failures > 0.0).then(|| {
+            serde_json::json!({
+                "rides": cur.linkdb.rides,
+                "cells": cur.linkdb.cells,
+                "built": (cur.linkdb.built > 0.0).then_some(cur.linkdb.built),
+                "newest_ride": (cur.linkdb.newest_ride > 0.0).then_some(cur.linkdb.newest_ride),
+                "rebuild_failures": cur.linkdb.rebuild_failures,
+            })
+        }),
     })
     .to_string()
 }
@@ -506,6 +515,20 @@ pub struct Snapshot {
     passengers: usize,
     /// `polycorn_tls_not_after_seconds` by file (`cert`, `ca`): seconds since 1970.
     tls_not_after: BTreeMap<String, f64>,
+    /// The handover predictor in use (`polycorn_linkdb_…`).
+    linkdb: LinkDbRow,
+}
+
+/// What the handover predictor in use was built from (all 0: none).
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+struct LinkDbRow {
+    rides: f64,
+    cells: f64,
+    /// Seconds since 1970.
+    built: f64,
+    /// Seconds since 1970; 0 when no ride's start is known.
+    newest_ride: f64,
+    rebuild_failures: f64,
 }
 
 impl Snapshot {
@@ -543,6 +566,11 @@ impl Snapshot {
                 "polycorn_proxy_failovers_total" => s.proxy_failovers = x.value,
                 "polycorn_session_renewals_total" => s.session_renewals = x.value,
                 "polycorn_peers_rejected_total" => s.peers_rejected = x.value,
+                "polycorn_linkdb_rides" => s.linkdb.rides = x.value,
+                "polycorn_linkdb_cells" => s.linkdb.cells = x.value,
+                "polycorn_linkdb_built_seconds" => s.linkdb.built = x.value,
+                "polycorn_linkdb_newest_ride_seconds" => s.linkdb.newest_ride = x.value,
+                "polycorn_linkdb_rebuild_failures_total" => s.linkdb.rebuild_failures = x.value,
                 "polycorn_tls_not_after_seconds" => {
                     if let Some(f) = x.label("file") {
                         s.tls_not_after.insert(f.to_string(), x.value);
@@ -701,7 +729,47 @@ pub fn render(addr: SocketAddr, prev: Option<(&Snapshot, f64)>, cur: &Snapshot) 
             .collect();
         let _ = writeln!(o, "TLS validity: {}", files.join(", "));
     }
+    if let Some(line) = linkdb_line(&cur.linkdb, polycorn_net::tls::unix_now()) {
+        let _ = writeln!(o, "{line}");
+    }
     o
+}
+
+/// The predictor's line of [`render`] at `now` (seconds since 1970); none without a predictor
+/// and without a failed rebuild.
+fn linkdb_line(l: &LinkDbRow, now: i64) -> Option<String> {
+    if l.rides <= 0.0 && l.rebuild_failures <= 0.0 {
+        return None;
+    }
+    let ago = |t: f64| {
+        let s = (now - t as i64).max(0);
+        match s {
+            s if s < 2 * 3600 => format!("{} min ago", s / 60),
+            s if s < 2 * 86_400 => format!("{} h ago", s / 3600),
+            s => format!("{} days ago", s / 86_400),
+        }
+    };
+    let mut line = if l.rides > 0.0 {
+        format!(
+            "LinkDB: predictor built {} from {} rides ({} cells)",
+            ago(l.built),
+            l.rides,
+            l.cells
+        )
+    } else {
+        "LinkDB: no predictor".to_string()
+    };
+    if l.newest_ride > 0.0 {
+        line += &format!(", the newest begun {}", ago(l.newest_ride));
+    }
+    if l.rebuild_failures > 0.0 {
+        line += &format!(
+            "; {} rebuild{} failed (the log says why)",
+            l.rebuild_failures,
+            if l.rebuild_failures == 1.0 { "" } else { "s" }
+        );
+    }
+    Some(line)
 }
 
 #[cfg(test)]
@@ -795,6 +863,33 @@ mod tests {
             ),
             "{t}"
         );
+    }
+
+    /// The predictor's line: what it learnt from and how long ago, failed rebuilds; nothing
+    /// without a predictor.
+    #[test]
+    fn the_predictor_in_use_is_one_line() {
+        let m = Metrics::new();
+        assert_eq!(linkdb_line(&snapshot(&m).linkdb, NOW), None);
+        m.linkdb_in_use(123, 160, NOW - 3 * 3600, Some(NOW - 20 * 86_400));
+        let s = snapshot(&m);
+        assert_eq!(
+            linkdb_line(&s.linkdb, NOW).as_deref(),
+            Some("LinkDB: predictor built 3 h ago from 123 rides (160 cells), the newest begun 20 days ago")
+        );
+        m.linkdb_rebuild_failures.inc();
+        assert!(linkdb_line(&snapshot(&m).linkdb, NOW)
+            .unwrap()
+            .ends_with("; 1 rebuild failed (the log says why)"));
+        m.linkdb_in_use(0, 0, 0, None);
+        assert_eq!(
+            linkdb_line(&snapshot(&m).linkdb, NOW).as_deref(),
+            Some("LinkDB: no predictor; 1 rebuild failed (the log says why)")
+        );
+        let j: serde_json::Value =
+            serde_json::from_str(&to_json(ADDR.parse().unwrap(), None, &s)).unwrap();
+        assert_eq!(j["linkdb"]["rides"], 123.0);
+        assert_eq!(j["linkdb"]["newest_ride"], (NOW - 20 * 86_400) as f64);
     }
 
     /// One reading: no rates. A counter that went back (the daemon restarted between the

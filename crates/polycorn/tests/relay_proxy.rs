@@ -1763,6 +1763,30 @@ fn hsr_trip_with_train_context_and_linkdb_predictions() {
         );
         assert!(!log.contains("restart the"), "{}", tail(&log));
     }
+    // The metrics say what each end's predictor learnt from, and that the newest ride is the
+    // one this trip recorded (its replayed fixes carry the wall clock's time).
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs() as i64;
+    for role in ["proxy", "relay"] {
+        let ns = bed.ns(role);
+        let m = |key: &str| {
+            metric_value(&ns, key).unwrap_or_else(|| panic!("no {key} on the {role}'s page"))
+        };
+        assert_eq!(m("polycorn_linkdb_rides"), 7, "{role}");
+        assert!(m("polycorn_linkdb_cells") > 0, "{role}");
+        assert!(
+            (now - m("polycorn_linkdb_built_seconds")).abs() < 120,
+            "{role}"
+        );
+        let newest = m("polycorn_linkdb_newest_ride_seconds");
+        assert!(
+            newest <= now && now - newest < 3600,
+            "{role}: {newest} vs {now}"
+        );
+        assert_eq!(m("polycorn_linkdb_rebuild_failures_total"), 0, "{role}");
+    }
     stack
         .proxy
         .wait_for("reload: recording the relays' train context", 1);
@@ -1777,6 +1801,30 @@ fn hsr_trip_with_train_context_and_linkdb_predictions() {
         std::thread::sleep(Duration::from_millis(200));
     }
     fetch_ok(&bed, &stack, 10 * KB, 256 * KB, "after LinkDB was rebuilt");
+    // A reload that cannot read the database keeps the predictor in use, and counts it.
+    let bad = stack.dir.path().join("not-a-database.sqlite");
+    std::fs::write(
+        &bad,
+        "this is not an SQLite file, and longer than its header".repeat(20),
+    )
+    .unwrap();
+    let text = std::fs::read_to_string(&proxy_toml).unwrap();
+    assert!(text.contains(&db), "{text}");
+    std::fs::write(
+        &proxy_toml,
+        text.replace(&db, &format!("sqlite:{}", bad.display())),
+    )
+    .unwrap();
+    stack.proxy.hangup();
+    stack
+        .proxy
+        .wait_for("reload: LinkDB not rebuilt; the predictor in use stays", 1);
+    let ns = bed.ns("proxy");
+    assert_eq!(
+        metric_value(&ns, "polycorn_linkdb_rebuild_failures_total"),
+        Some(1)
+    );
+    assert_eq!(metric_value(&ns, "polycorn_linkdb_rides"), Some(7));
 }
 
 /// Wait up to 20 s for `want` in the relay's log; fail at once if `forbid` (with its reason)
