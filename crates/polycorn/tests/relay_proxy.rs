@@ -4634,6 +4634,41 @@ fn the_relay_and_proxy_units_run_under_systemd_as_pid_1() {
         pids.1,
         "the nightly round restarted the proxy"
     );
+    // The timer itself starts the service: its calendar moved to every 10 s for a moment (a
+    // drop-in), one run it starts is awaited, then the nightly calendar is back.
+    let out = proxy.sh(
+        "set -e
+         mkdir -p /etc/systemd/system/polycorn-linkdb-learn.timer.d
+         printf '[Timer]\nOnCalendar=\nOnCalendar=*:*:0/10\nRandomizedDelaySec=0\nAccuracySec=1s\n' \
+             > /etc/systemd/system/polycorn-linkdb-learn.timer.d/soon.conf
+         systemctl daemon-reload
+         systemctl restart polycorn-linkdb-learn.timer
+         echo armed",
+    );
+    assert!(out.contains("armed"), "{out}");
+    let runs = || {
+        proxy
+            .sh("journalctl -u polycorn-linkdb-learn --no-pager")
+            .matches("1 files imported before, not read again")
+            .count()
+    };
+    wait_until(
+        30,
+        "the timer starts the nightly import",
+        || {
+            proxy.sh("systemctl list-timers --all --no-pager; journalctl -u polycorn-linkdb-learn --no-pager")
+        },
+        || runs() >= 1,
+    );
+    let out = proxy.sh("set -e
+         rm -r /etc/systemd/system/polycorn-linkdb-learn.timer.d
+         systemctl daemon-reload
+         systemctl restart polycorn-linkdb-learn.timer
+         systemctl show polycorn-linkdb-learn.timer -p TimersCalendar --no-pager");
+    assert!(
+        out.contains("OnCalendar=*-*-* 00:30:00 UTC"),
+        "the nightly calendar is not back: {out}"
+    );
 
     // Stop both units, as the README says, while a download runs.
     let download = download_in_background(&bed, 24 * MB, 60);
