@@ -4664,6 +4664,8 @@ fn the_relay_and_proxy_units_run_under_systemd_as_pid_1() {
          rm -r /etc/systemd/system/polycorn-linkdb-learn.timer.d
          systemctl daemon-reload
          systemctl restart polycorn-linkdb-learn.timer
+         while [ \"$(systemctl show -p ActiveState --value polycorn-linkdb-learn)\" = activating ]
+         do sleep 0.2; done
          systemctl show polycorn-linkdb-learn.timer -p TimersCalendar --no-pager");
     assert!(
         out.contains("OnCalendar=*-*-* 00:30:00 UTC"),
