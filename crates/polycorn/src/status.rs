@@ -62,6 +62,12 @@ pub struct StatusArgs {
     /// train a proxy serves.
     #[arg(long = "relay", value_name = "NAME", requires = "check")]
     pub relays: Vec<String>,
+    /// With --check: WARNING when the daemon's LinkDB predictor learnt from no ride that began
+    /// within this many days (the nightly learning stopped: no recording, a failing import), or
+    /// it has no predictor.
+    #[arg(long, value_name = "DAYS", requires = "check",
+          value_parser = clap::value_parser!(u32).range(1..=36_500))]
+    pub max_ride_age_days: Option<u32>,
 }
 
 /// Exit status of `--check`, as monitoring systems read it.
@@ -157,12 +163,33 @@ fn check_once(args: &StatusArgs) -> Result<(Health, String)> {
     let snap = Snapshot::from_samples(
         &parse_samples(&text).with_context(|| format!("metrics from {addr}"))?,
     );
-    Ok(judge(
-        &snap,
-        args.min_paths,
-        &args.relays,
-        polycorn_net::tls::unix_now(),
-    ))
+    let now = polycorn_net::tls::unix_now();
+    let (health, line) = judge(&snap, args.min_paths, &args.relays, now);
+    Ok(match args.max_ride_age_days {
+        Some(days) => match judge_learning(&snap, days, now) {
+            Some(said) => (health.max(Health::Warning), format!("{said}, {line}")),
+            None => (health, line),
+        },
+        None => (health, line),
+    })
+}
+
+/// `--max-ride-age-days`: what is wrong with the daemon's learning at `now`, if anything (a
+/// WARNING): no predictor, none of its rides of known start, or the newest begun more than
+/// `days` days ago.
+fn judge_learning(cur: &Snapshot, days: u32, now: i64) -> Option<String> {
+    let l = &cur.linkdb;
+    if l.rides <= 0.0 {
+        return Some("no LinkDB predictor".to_string());
+    }
+    if l.newest_ride <= 0.0 {
+        return Some(format!(
+            "LinkDB learnt from {} rides, none of known start",
+            l.rides
+        ));
+    }
+    let age = (now - l.newest_ride as i64) / 86_400;
+    (age > i64::from(days)).then(|| format!("LinkDB's newest ride began {age} days ago"))
 }
 
 /// The health of a reading at `now` (seconds since 1970): every relay with at least
@@ -885,6 +912,21 @@ mod tests {
         assert_eq!(
             linkdb_line(&snapshot(&m).linkdb, NOW).as_deref(),
             Some("LinkDB: no predictor; 1 rebuild failed (the log says why)")
+        );
+        // --check --max-ride-age-days: learning that stopped is a warning.
+        assert_eq!(judge_learning(&s, 30, NOW), None);
+        assert_eq!(
+            judge_learning(&s, 14, NOW).as_deref(),
+            Some("LinkDB's newest ride began 20 days ago")
+        );
+        assert_eq!(
+            judge_learning(&snapshot(&m), 14, NOW).as_deref(),
+            Some("no LinkDB predictor")
+        );
+        m.linkdb_in_use(5, 160, NOW, None);
+        assert_eq!(
+            judge_learning(&snapshot(&m), 14, NOW).as_deref(),
+            Some("LinkDB learnt from 5 rides, none of known start")
         );
         let j: serde_json::Value =
             serde_json::from_str(&to_json(ADDR.parse().unwrap(), None, &s)).unwrap();

@@ -1192,6 +1192,13 @@ fn hundred_passengers_five_flows_each() {
         missing.starts_with("CRITICAL: train-9 not reporting"),
         "{missing}"
     );
+    // Asked to watch LinkDB's learning, a proxy without a predictor is a warning.
+    let (code, learning, _) = status_code("proxy", &["--check", "--max-ride-age-days", "2"]);
+    assert_eq!(code, Some(1), "{learning}");
+    assert!(
+        learning.starts_with("WARNING: no LinkDB predictor, polycorn-relay 2 of 2 paths up"),
+        "{learning}"
+    );
     let (code, too_few, _) = status_code("relay", &["--check", "--min-paths", "3"]);
     assert_eq!(code, Some(2), "{too_few}");
     assert!(
