@@ -717,8 +717,9 @@ impl Store {
         Ok(out)
     }
 
-    /// The predictor `kind` built from the trips matching `filter`, and what they were. The same predictor as from [`Store::load`]'s trips, in bounded memory: one trip is
-    /// read at a time into the index ([`crate::index::IndexBuilder`]) and dropped, so what stays
+    /// The predictor `kind` built from the trips matching `filter`, and what they were. The
+    /// same predictor as from [`Store::load`]'s trips, in bounded memory: one trip is read at a
+    /// time into the index ([`crate::index::IndexBuilder`]) and dropped, so what stays
     /// grows with the cells and handover zones, not with the fixes. The risk model reads the
     /// trips a second time, for its rows ([`crate::risk::RiskTrainer`]), with each trip's
     /// radio samples before its handovers only, and no others.
