@@ -297,6 +297,43 @@ pub fn run(action: LinkdbAction) -> Result<()> {
     }
 }
 
+/// Trips stored by one import, for its summary line.
+#[derive(Default)]
+struct Stored {
+    new: usize,
+    old: usize,
+    handovers: usize,
+    failed: usize,
+}
+
+impl Stored {
+    /// Stores `t` and counts it.
+    fn store(&mut self, store: &mut Store, t: &TripData) -> Result<()> {
+        match store
+            .import(t)
+            .with_context(|| format!("store trip {}", t.meta.key))?
+        {
+            Imported::Inserted => self.new += 1,
+            Imported::AlreadyPresent => self.old += 1,
+        }
+        self.handovers += t.handovers.len();
+        self.failed += t.handovers.iter().filter(|h| h.outcome.failed()).count();
+        Ok(())
+    }
+
+    /// `WHAT: N trips (n new, m already stored), H handovers (F failed)`.
+    fn say(&self, what: &str) {
+        println!(
+            "{what}: {} trips ({} new, {} already stored), {} handovers ({} failed)",
+            self.new + self.old,
+            self.new,
+            self.old,
+            self.handovers,
+            self.failed
+        );
+    }
+}
+
 fn store_all(
     store: &mut Store,
     what: &str,
@@ -304,26 +341,11 @@ fn store_all(
     rep: &ImportReport,
     show: usize,
 ) -> Result<()> {
-    let (mut new, mut old) = (0usize, 0usize);
+    let mut stored = Stored::default();
     for t in trips {
-        match store
-            .import(t)
-            .with_context(|| format!("store trip {}", t.meta.key))?
-        {
-            Imported::Inserted => new += 1,
-            Imported::AlreadyPresent => old += 1,
-        }
+        stored.store(store, t)?;
     }
-    let hos: usize = trips.iter().map(|t| t.handovers.len()).sum();
-    let fails: usize = trips
-        .iter()
-        .flat_map(|t| &t.handovers)
-        .filter(|h| h.outcome.failed())
-        .count();
-    println!(
-        "{what}: {} trips ({new} new, {old} already stored), {hos} handovers ({fails} failed)",
-        trips.len()
-    );
+    stored.say(what);
     if rep.files > 0 || !rep.bad.is_empty() || !rep.notes.is_empty() {
         println!("{}", rep.summary(show));
     }
@@ -481,25 +503,15 @@ fn copy_from(store: &mut Store, url: &str, route: Option<&str>) -> Result<()> {
     let metas = from
         .trips(&filter)
         .with_context(|| format!("list the trips {what}"))?;
-    let (mut new, mut old, mut hos, mut fails) = (0usize, 0usize, 0usize, 0usize);
-    for meta in &metas {
+    let mut stored = Stored::default();
+    for meta in metas {
+        let key = meta.key.clone();
         let trip = from
-            .load_one(meta.clone())
-            .with_context(|| format!("read trip {} {what}", meta.key))?;
-        match store
-            .import(&trip)
-            .with_context(|| format!("store trip {}", meta.key))?
-        {
-            Imported::Inserted => new += 1,
-            Imported::AlreadyPresent => old += 1,
-        }
-        hos += trip.handovers.len();
-        fails += trip.handovers.iter().filter(|h| h.outcome.failed()).count();
+            .load_one(meta)
+            .with_context(|| format!("read trip {key} {what}"))?;
+        stored.store(store, &trip)?;
     }
-    println!(
-        "{what}: {} trips ({new} new, {old} already stored), {hos} handovers ({fails} failed)",
-        metas.len()
-    );
+    stored.say(&what);
     if route.is_none() {
         let logs: Vec<(PathBuf, u64)> = from.imported_logs()?.into_iter().collect();
         store.mark_logs_imported(&logs)?;
@@ -515,10 +527,7 @@ fn copy_from(store: &mut Store, url: &str, route: Option<&str>) -> Result<()> {
 
 /// Deletes the rides of `filter` that began more than `days` days ago, and says what it did.
 fn prune(store: &mut Store, filter: &TripFilter, days: u32, dry_run: bool) -> Result<()> {
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap_or_default()
-        .as_millis() as u64;
+    let now = polycorn_net::tls::unix_now().max(0) as u64 * 1000;
     let before = now.saturating_sub(u64::from(days) * 86_400_000);
     let p = store
         .prune(filter, before, dry_run)
