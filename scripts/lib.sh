@@ -89,6 +89,29 @@ stop_test_postgres() {
   PG_TMP=""
 }
 
+# Prometheus's own tools, for the tests of the alerting rules polycorn ships (`promtool` checks
+# and unit-tests them; the relay/proxy tests run a `prometheus` server against the daemons).
+# Taken from Debian's prometheus package without installing it (installing would start a
+# Prometheus service on this host): the .deb is downloaded and unpacked under
+# target/prometheus/. Exports POLYCORN_PROMETHEUS_BIN, where the tests look for both.
+ensure_prometheus_tools() {
+  local dir="$PWD/target/prometheus" tmp
+  if ! [ -x "$dir/usr/bin/promtool" ] || ! [ -x "$dir/usr/bin/prometheus" ]; then
+    command -v apt-get >/dev/null 2>&1 || die "apt-get not found: put Debian 12's promtool and prometheus in $dir/usr/bin by hand"
+    say "fetching Debian's prometheus package (promtool and prometheus, unpacked into $dir; not installed)"
+    tmp=$(mktemp -d)
+    if ! (cd "$tmp" && apt-get download -qq prometheus 2>/dev/null); then
+      as_root env DEBIAN_FRONTEND=noninteractive apt-get update -qq
+      (cd "$tmp" && apt-get download -qq prometheus 2>/dev/null) || die "could not download Debian's prometheus package"
+    fi
+    mkdir -p "$dir"
+    dpkg-deb -x "$tmp"/prometheus_*.deb "$dir"
+    rm -rf "$tmp"
+  fi
+  export POLYCORN_PROMETHEUS_BIN="$dir/usr/bin"
+  say "Prometheus tools: $("$POLYCORN_PROMETHEUS_BIN/promtool" --version 2>&1 | head -1)"
+}
+
 # Make cargo available (rustup's default location is added to PATH when present).
 MIN_RUST_MINOR=85
 ensure_rust() {

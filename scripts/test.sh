@@ -4,6 +4,7 @@ source "$(dirname "$0")/lib.sh"
 
 ensure_apt_packages
 ensure_rust
+ensure_prometheus_tools
 
 say "format"
 cargo fmt --all -- --check

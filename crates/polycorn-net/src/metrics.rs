@@ -41,6 +41,7 @@
 //! | `polycorn_linkdb_built_seconds` | gauge | | when it was built (at start, then at each reload), seconds since 1970 |
 //! | `polycorn_linkdb_newest_ride_seconds` | gauge | | when the newest of its rides of known start began, seconds since 1970 (0: none known): alert when the nightly learning stops adding rides |
 //! | `polycorn_linkdb_rebuild_failures_total` | counter | | reloads whose rebuild failed (the database could not be read), the predictor in use kept |
+//! | `polycorn_build_info` | info (always 1) | `role`, `version` | (relay and proxy, [`Metrics::with_build`]) which end this is (`relay` or `proxy`) and the version and commit of its binary: the shipped alerting rules (`polycorn config example alerts`) tell the ends apart by it |
 //!
 //! `relay` is the relay's name, the common name of its certificate (`polycorn-relay` for the
 //! certificate of `tls generate`, the train's name for one from `tls relay --name`): on a
@@ -83,6 +84,7 @@ use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
+use prometheus_client::metrics::info::Info;
 use prometheus_client::registry::{Registry, Unit};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
@@ -632,6 +634,31 @@ impl Metrics {
             "polycorn_context_fixes_recorded",
             "Train context fixes written to the relay's context log",
             m.context_recorded.clone(),
+        );
+        m
+    }
+
+    /// [`Metrics::new`] with `polycorn_build_info{role, version} 1`: what a relay
+    /// (`role = "relay"`) or proxy (`"proxy"`) serves, so that monitoring can tell the two ends
+    /// apart (and see which binary runs where) whatever its scrape jobs are called.
+    pub fn with_build(role: &str, version: &str) -> Self {
+        let mut m = Self::new();
+        m.registry.register(
+            "polycorn_build",
+            "Which end of polycorn this is, and its binary's version",
+            Info::new(vec![
+                ("role".to_string(), sanitize(role)),
+                // Kept whole (a version with its commit: "0.1.0 (abc1234)"), but without
+                // characters the text encoder would not escape.
+                (
+                    "version".to_string(),
+                    version
+                        .chars()
+                        .filter(|c| !matches!(c, '"' | '\\' | '\n'))
+                        .take(MAX_LABEL_BYTES)
+                        .collect(),
+                ),
+            ]),
         );
         m
     }

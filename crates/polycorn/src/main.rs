@@ -274,10 +274,11 @@ enum ConfigAction {
     /// runs one (`relay.service`, `proxy.service`), or the socket unit that holds its
     /// listeners across its restarts (`relay.socket`: the passengers'; `proxy.socket`: the
     /// relays' subflows), or the nightly unit and timer by which LinkDB learns the rides the
-    /// proxy recorded (`linkdb-learn.service`, `linkdb-learn.timer`).
+    /// proxy recorded (`linkdb-learn.service`, `linkdb-learn.timer`), or Prometheus alerting
+    /// rules for both ends (`alerts`).
     Example {
         /// relay, proxy, relay.service, proxy.service, relay.socket, proxy.socket,
-        /// linkdb-learn.service or linkdb-learn.timer.
+        /// linkdb-learn.service, linkdb-learn.timer or alerts.
         role: String,
         /// With relay.socket or proxy.socket: the relay.toml or proxy.toml whose listeners the
         /// unit binds (default: those of `config example relay` or `proxy`).

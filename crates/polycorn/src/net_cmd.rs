@@ -902,7 +902,7 @@ pub fn relay(path: &Path) -> Result<()> {
             idle_refresh: cfg.relay.idle_refresh,
             predictor,
         };
-        let metrics = Arc::new(Metrics::new());
+        let metrics = Arc::new(Metrics::with_build("relay", crate::VERSION));
         linkdb.show(&metrics);
         let tls_reload = match (&cfg.tls, tls_cfg) {
             (Some(t), Some(live)) => Some(TlsReload::new(
@@ -1016,7 +1016,7 @@ pub fn proxy(path: &Path) -> Result<()> {
         if let Some(r) = ride_recording(&cfg) {
             info!(dir = %r.dir.display(), "recording the relays' train context");
         }
-        let metrics = Arc::new(Metrics::new());
+        let metrics = Arc::new(Metrics::with_build("proxy", crate::VERSION));
         linkdb.show(&metrics);
         let tls_reload = TlsReload::new(
             tls_cfg.clone(),
@@ -1521,7 +1521,7 @@ pub fn signal_reload(pid: i32) -> Result<()> {
 }
 
 /// `polycorn config example relay|proxy|relay.service|proxy.service|relay.socket|proxy.socket`
-/// (or `linkdb-learn.service|linkdb-learn.timer`);
+/// (or `linkdb-learn.service|linkdb-learn.timer`, or `alerts`);
 /// `config`: the configuration whose listeners a socket unit binds (default: the example's).
 pub fn config_example(role: &str, config: Option<&Path>) -> Result<()> {
     if config.is_some() && !role.ends_with(".socket") {
@@ -1551,6 +1551,7 @@ pub fn config_example(role: &str, config: Option<&Path>) -> Result<()> {
             print!("{}", linkdb_learn_unit(&bin)?);
         }
         "linkdb-learn.timer" => print!("{LINKDB_LEARN_TIMER}"),
+        "alerts" => print!("{ALERTS}"),
         "proxy.socket" => {
             let cfg = match config {
                 Some(p) => ProxyConfig::load(p)?,
@@ -1561,11 +1562,16 @@ pub fn config_example(role: &str, config: Option<&Path>) -> Result<()> {
         other => bail!(
             "unknown example `{other}`: expected `relay`, `proxy` (configuration files) or \
              `relay.service`, `proxy.service`, `relay.socket`, `proxy.socket`, \
-             `linkdb-learn.service`, `linkdb-learn.timer` (systemd units)"
+             `linkdb-learn.service`, `linkdb-learn.timer` (systemd units) or `alerts` \
+             (Prometheus alerting rules)"
         ),
     }
     Ok(())
 }
+
+/// Prometheus alerting rules for relays and proxies (`polycorn config example alerts`), written
+/// against the metrics of `polycorn_net::metrics`.
+pub(crate) const ALERTS: &str = include_str!("alerts.yml");
 
 /// A oneshot unit on the proxy's host: LinkDB learns the rides the proxy recorded on past days
 /// (`linkdb import --proxy-config … --past-days`), then the proxy rebuilds its predictor (a
@@ -1817,6 +1823,53 @@ mod tests {
     use super::*;
     use polycorn_net::engine::Engine;
     use polycorn_proto::{Role, Session, SessionConfig};
+
+    /// Every series the shipped alerting rules name is one the daemons export (a renamed metric
+    /// would leave its alert silent for good), and each end says which it is.
+    #[test]
+    fn the_alerting_rules_name_only_exported_series() {
+        let text = Metrics::with_build("relay", "0.1.0 (abc1234)").encode();
+        assert!(
+            text.contains("polycorn_build_info{role=\"relay\",version=\"0.1.0 (abc1234)\"} 1"),
+            "{text}"
+        );
+        // The sample names each family's `# TYPE` line stands for.
+        let mut exported = std::collections::BTreeSet::new();
+        for l in text.lines() {
+            let mut w = l.split_whitespace();
+            let (Some("#"), Some("TYPE"), Some(name), Some(kind)) =
+                (w.next(), w.next(), w.next(), w.next())
+            else {
+                continue;
+            };
+            let suffixes: &[&str] = match kind {
+                "counter" => &["_total"],
+                "histogram" => &["_bucket", "_sum", "_count"],
+                "info" => &["_info"],
+                _ => &[""],
+            };
+            for s in suffixes {
+                exported.insert(format!("{name}{s}"));
+            }
+        }
+        let mut named = std::collections::BTreeSet::new();
+        let mut rest = ALERTS;
+        while let Some(i) = rest.find("polycorn_") {
+            let name: String = rest[i..]
+                .chars()
+                .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+                .collect();
+            rest = &rest[i + name.len()..];
+            named.insert(name);
+        }
+        assert!(named.len() >= 10, "{named:?}");
+        let unknown: Vec<_> = named.difference(&exported).collect();
+        assert!(unknown.is_empty(), "not exported: {unknown:?}\n{text}");
+        // Every alert has a severity and a summary.
+        let alerts = ALERTS.matches("- alert: ").count();
+        assert_eq!(ALERTS.matches("severity: ").count(), alerts);
+        assert_eq!(ALERTS.matches("summary: ").count(), alerts);
+    }
 
     /// The proxy's socket unit binds its listen addresses as the proxy would: an IPv6 one
     /// IPv6-only only when an IPv4 one shares its port.
