@@ -753,9 +753,18 @@ impl Metrics {
         series(&self.stage_decisions, &StageLabels { stage: label })
     }
 
-    /// (proxy) Relay `relay` opened a session.
+    /// (proxy) Relay `relay` opened a session. Its `polycorn_relay_sessions_ended_total` series
+    /// exist from then on, at 0 until a session ends so: a counter born at 1 would show no
+    /// increase, and an alert on the first crash would stay silent.
     pub fn relay_session_opened(&self, relay: &str) {
         let relay = admit(&mut self.seen().relays, sanitize(relay), MAX_RELAYS);
+        for how in [SessionEnd::Closed, SessionEnd::Restarted, SessionEnd::Lost] {
+            let l = SessionEndLabels {
+                relay: relay.clone(),
+                how: how.label(),
+            };
+            series(&self.relay_sessions_ended, &l);
+        }
         series(&self.relay_sessions, &RelayLabels { relay }).inc();
     }
 

@@ -778,6 +778,17 @@ async fn accept_loop(
     }
 }
 
+/// Every `reason` of `polycorn_frames_rejected_total` ([`proto_reason`]; keep the two alike).
+/// The proxy makes their series at 0 when it starts, so the first rejection shows as an increase.
+pub const FRAME_REJECT_REASONS: [&str; 6] = [
+    "bad_frame",
+    "version",
+    "hello",
+    "flow_control",
+    "too_many_flows",
+    "protocol",
+];
+
 fn proto_reason(e: &polycorn_proto::ProtoError) -> &'static str {
     use polycorn_proto::ProtoError as P;
     match e {

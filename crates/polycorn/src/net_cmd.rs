@@ -1017,6 +1017,9 @@ pub fn proxy(path: &Path) -> Result<()> {
             info!(dir = %r.dir.display(), "recording the relays' train context");
         }
         let metrics = Arc::new(Metrics::with_build("proxy", crate::VERSION));
+        for reason in polycorn_net::proxy::FRAME_REJECT_REASONS {
+            metrics.frame_rejected(reason);
+        }
         linkdb.show(&metrics);
         let tls_reload = TlsReload::new(
             tls_cfg.clone(),
