@@ -1909,7 +1909,8 @@ max_flows = 65536
 
 [metrics]
 # Prometheus endpoint (GET /metrics), no authentication: keep it on loopback. `polycorn
-# status relay relay.toml` reads it; remove the line to serve no endpoint.
+# status relay relay.toml` reads it; remove the line to serve no endpoint. Alerting rules for
+# Prometheus: `polycorn config example alerts`.
 listen = "127.0.0.1:9100"
 
 [log]
@@ -2015,8 +2016,9 @@ user_window_bytes = 16777216
 max_flows = 65536
 
 [metrics]
-# Prometheus endpoint, no authentication: keep it on loopback (`polycorn status proxy
-# proxy.toml` reads it; remove the line to serve no endpoint).
+# Prometheus endpoint, no authentication: keep it on loopback or a management network
+# (`polycorn status proxy proxy.toml` reads it; remove the line to serve no endpoint).
+# Alerting rules for Prometheus: `polycorn config example alerts`.
 listen = "127.0.0.1:9100"
 
 [log]
