@@ -318,6 +318,8 @@ pub fn to_json(addr: SocketAddr, prev: Option<(&Snapshot, f64)>, cur: &Snapshot)
         .collect();
     serde_json::json!({
         "endpoint": format!("http://{addr}/metrics"),
+        "role": cur.build.as_ref().map(|(role, _)| role),
+        "version": cur.build.as_ref().map(|(_, version)| version),
         "interval_s": prev.map(|(_, dt)| dt),
         "paths": paths,
         "relays": relays,
@@ -544,6 +546,9 @@ pub struct Snapshot {
     tls_not_after: BTreeMap<String, f64>,
     /// The handover predictor in use (`polycorn_linkdb_…`).
     linkdb: LinkDbRow,
+    /// `polycorn_build_info`: which end (`relay`, `proxy`) and the binary's version; `None`
+    /// from a daemon older than that family.
+    build: Option<(String, String)>,
 }
 
 /// What the handover predictor in use was built from (all 0: none).
@@ -619,6 +624,11 @@ impl Snapshot {
                         passengers.insert(u.to_string());
                     }
                 }
+                "polycorn_build_info" => {
+                    if let (Some(role), Some(version)) = (x.label("role"), x.label("version")) {
+                        s.build = Some((role.to_string(), version.to_string()));
+                    }
+                }
                 _ => {}
             }
         }
@@ -645,7 +655,11 @@ pub fn render(addr: SocketAddr, prev: Option<(&Snapshot, f64)>, cur: &Snapshot) 
     let mut o = String::new();
     let _ = writeln!(
         o,
-        "polycorn status · http://{addr}/metrics{}",
+        "polycorn status · {}http://{addr}/metrics{}",
+        match &cur.build {
+            Some((role, version)) => format!("{role} {version} · "),
+            None => String::new(),
+        },
         match prev {
             Some((_, dt)) => format!(" · rates over {dt:.1} s"),
             None => String::new(),
@@ -1082,6 +1096,28 @@ mod tests {
         );
         let one: serde_json::Value = serde_json::from_str(&to_json(addr, None, &after)).unwrap();
         assert!(one["interval_s"].is_null() && one["paths"][0]["sent_mbps"].is_null());
+    }
+
+    /// The daemon's end and version (`polycorn_build_info`) head the table and are in the
+    /// JSON; a daemon without that family (an older one) shows neither.
+    #[test]
+    fn the_daemons_end_and_version_are_shown() {
+        let addr = ADDR.parse().unwrap();
+        let cur = snapshot(&Metrics::with_build("proxy", "0.1.0 (abc1234)"));
+        let table = render(addr, None, &cur);
+        assert!(
+            table.starts_with(
+                "polycorn status · proxy 0.1.0 (abc1234) · http://127.0.0.1:9100/metrics\n"
+            ),
+            "{table}"
+        );
+        let v: serde_json::Value = serde_json::from_str(&to_json(addr, None, &cur)).unwrap();
+        assert_eq!(v["role"], "proxy");
+        assert_eq!(v["version"], "0.1.0 (abc1234)");
+        let old = snapshot(&Metrics::new());
+        assert!(render(addr, None, &old).starts_with("polycorn status · http://"));
+        let v: serde_json::Value = serde_json::from_str(&to_json(addr, None, &old)).unwrap();
+        assert!(v["role"].is_null() && v["version"].is_null(), "{v}");
     }
 
     #[test]
