@@ -96,6 +96,14 @@ pub enum Reason {
         /// T⁺(i): upper bound of completion without path i.
         t_plus: Duration,
     },
+    /// TPR: the path it turned the tail chunk away from another for can take the chunk now,
+    /// and would deliver it sooner.
+    TailSooner {
+        /// T⁻ of this path.
+        t_minus: Duration,
+        /// T⁻ of the path turned away.
+        t_rejected: Duration,
+    },
     /// ORI: the path is idle; the chunk is duplicated onto it.
     IdleProbe {
         /// Copies (including this one) still to duplicate onto the path.
@@ -145,6 +153,13 @@ impl fmt::Display for Reason {
             Reason::TailSlower { t_minus, t_plus } => {
                 write!(f, "tail chunk: T- = {t_minus} > T+ = {t_plus}")
             }
+            Reason::TailSooner {
+                t_minus,
+                t_rejected,
+            } => write!(
+                f,
+                "tail chunk: window room and T- = {t_minus}, sooner than {t_rejected} on the path turned away"
+            ),
             Reason::IdleProbe { copies_left } => {
                 write!(f, "idle path: redundant copy ({copies_left} left)")
             }
@@ -198,6 +213,9 @@ pub struct PathSets {
     selected: PathSet,
     candidates: PathSet,
     unavailable: PathSet,
+    /// Paths a stage of this decision moved out of S or into U: only a hard selector brings
+    /// them back ([`Moves::reselect`] does not).
+    turned_away: PathSet,
 }
 
 impl PathSets {
@@ -207,6 +225,7 @@ impl PathSets {
             selected: PathSet::EMPTY,
             candidates: live.difference(forbidden),
             unavailable: live.intersection(forbidden),
+            turned_away: PathSet::EMPTY,
         }
     }
     /// S.
@@ -398,6 +417,9 @@ impl<'a> Moves<'a> {
         }
         self.sets.take(path, from);
         self.sets.put(path, to);
+        if from == SetName::Selected || to == SetName::Unavailable {
+            self.sets.turned_away.insert(path);
+        }
         self.trace.record(Move {
             attempt: self.attempt,
             stage: self.stage,
@@ -448,6 +470,24 @@ impl<'a> Moves<'a> {
         );
         self.kind == StageKind::SelectionFilter
             && self.do_move(path, SetName::Selected, SetName::Candidate, reason)
+    }
+
+    /// Selection filter, after it unselected every selected path in favour of `path`: C → S.
+    /// (TPR: the tail chunk goes to the path that delivers it sooner when that path can take it
+    /// now, instead of waiting for a selector that ranks the paths otherwise.) Refused while S
+    /// holds a path, and for a path some stage of this decision turned away (out of S, or into
+    /// U). Returns whether the path moved.
+    pub fn reselect(&mut self, path: PathId, reason: Reason) -> bool {
+        debug_assert_eq!(
+            self.kind,
+            StageKind::SelectionFilter,
+            "{}: reselect()",
+            self.stage
+        );
+        self.kind == StageKind::SelectionFilter
+            && self.sets.selected.is_empty()
+            && !self.sets.turned_away.contains(path)
+            && self.do_move(path, SetName::Candidate, SetName::Selected, reason)
     }
 
     /// Hard selector: C or U → S. A path that already carried this chunk is never revived.

@@ -15,7 +15,8 @@
 //! has waited at least N ms and two of that path's RTTs on its own (both beyond the paper;
 //! preset `polycorn`, which also copies thin flows onto every path with
 //! `ori(thin_bytes=5600)` and lets them wait in the lowest-RTT path's socket when its window is
-//! full with `minrtt(thin_bytes=5600)`). Examples: `hrsch`,
+//! full with `minrtt(thin_bytes=5600)`). `tpr(wait=1)` keeps a tail chunk waiting even when
+//! the path TPR found sooner could take it now (see [`crate::stages::Tpr`]). Examples: `hrsch`,
 //! `hpr,minrtt,tpr,ori+er`, `minrtt,ecf(beta=0.25)`, `hpr(e_gps_m=30),minrtt+er(k=2)`.
 
 use alloc::boxed::Box;
@@ -527,10 +528,19 @@ fn build_stage(
             }
             Box::new(s)
         }
-        "tpr" | "rr" | "redundant" | "single" | "loctable" | "blest" | "stale" => {
+        "tpr" => {
+            let mut s = Tpr::default();
+            for (k, v) in params {
+                match *k {
+                    "wait" => s.wait = parse_flag(name, k, v)?,
+                    _ => return Err(unknown_param(name, k, "wait")),
+                }
+            }
+            Box::new(s)
+        }
+        "rr" | "redundant" | "single" | "loctable" | "blest" | "stale" => {
             no_params(name, params)?;
             match name {
-                "tpr" => Box::new(Tpr),
                 "rr" => Box::new(RoundRobin::default()),
                 "redundant" => Box::new(Redundant),
                 "single" => Box::new(SinglePath::default()),
@@ -572,6 +582,10 @@ mod tests {
         assert_eq!(Pipeline::from_spec(p.spec()).unwrap().spec(), p.spec());
         let d = Pipeline::from_spec("hpr(e_gps_m=20),minrtt,ori(displace=0,tau=16)").unwrap();
         assert_eq!(d.spec(), "hpr,minrtt,ori(displace=0)+rto");
+        let w = Pipeline::from_spec("minrtt,tpr(wait=1),tpr(wait=0)").unwrap();
+        assert_eq!(w.spec(), "minrtt,tpr(wait=1),tpr+rto");
+        assert!(Pipeline::from_spec("minrtt,tpr(wait=2)").is_err());
+        assert!(Pipeline::from_spec("minrtt,tpr(k=1)").is_err());
         assert_eq!(
             p.reinjection(),
             Reinjection::Extended {

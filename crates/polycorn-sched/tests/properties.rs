@@ -93,7 +93,7 @@ impl Spec {
                     Box::new(Hpr::default()),
                     Box::new(LocationTable),
                     Box::new(MinRtt::default()),
-                    Box::new(Tpr),
+                    Box::new(Tpr::default()),
                     Box::new(Blest::default()),
                     Box::new(ReviveEven),
                 ];
@@ -947,8 +947,16 @@ impl Harness {
                             "{ctx}: chunk moves do not lead to the start sets"
                         );
                     }
+                    // A selection filter may also put back in S, when S is empty, a path no
+                    // stage turned away: TPR's tail chunk to the path that delivers it sooner.
+                    let reselect = kind == StageKind::SelectionFilter
+                        && m.from == SetName::Candidate
+                        && m.to == SetName::Selected
+                        && matches!(m.reason, Reason::TailSooner { .. })
+                        && s.is_empty()
+                        && !tainted.contains(m.path);
                     ensure!(
-                        allowed(kind, m.from, m.to),
+                        allowed(kind, m.from, m.to) || reselect,
                         "{ctx}: move {m} not allowed for a {kind}"
                     );
                     ensure!(

@@ -363,6 +363,82 @@ fn tpr_uses_measured_owd_and_bandwidth() {
     assert!(moves_of(&s, "tpr").is_empty());
 }
 
+/// minRTT ranks paths by round-trip time, TPR by one-way delay. Where the two disagree (here A
+/// has the shorter RTT but the longer one-way delay, as when a carrier's delays differ between
+/// the directions), TPR turns the tail chunk away from A for B; B has window room, so the chunk
+/// goes to B at once. (Before, nothing selected B and the chunk waited for good: every poll
+/// repeated minRTT's choice and TPR's rejection, under `hrsch` and `polycorn` alike.)
+#[test]
+fn tpr_sends_the_tail_on_the_sooner_path_when_it_has_room() {
+    for spec in ["minrtt,tpr", "hrsch", "polycorn"] {
+        let mut s = sched(spec, &[Link::rtt(100), Link::rtt(120)]);
+        s.on_owd_sample(T0, p(A), ms(60)).unwrap();
+        s.on_owd_sample(T0, p(B), ms(20)).unwrap();
+        flow(&mut s, T0, 1, 1, 100, true);
+        let d = poll_some(&mut s, T0);
+        // (ORI in the presets also copies it onto idle A.)
+        assert!(d.paths.contains(p(B)), "{spec}: {:?}", d.paths);
+        assert_eq!((d.len, d.fin), (100, true), "{spec}");
+        let tpr = moves_of(&s, "tpr");
+        assert_eq!(tpr.len(), 2, "{spec}: {tpr:?}");
+        //   T-(A) = 60 ms; T+(A) = (20 ms + 101 B / (100 MB / 120 ms)) · (1 + 0.5) ≈ 30 ms
+        assert_move(
+            &tpr[0],
+            Some(StageKind::SelectionFilter),
+            A,
+            SetName::Selected,
+            SetName::Candidate,
+        );
+        assert!(
+            matches!(tpr[0].reason, Reason::TailSlower { t_minus, .. } if t_minus == ms(60)),
+            "{spec}: {:?}",
+            tpr[0].reason
+        );
+        assert_move(
+            &tpr[1],
+            Some(StageKind::SelectionFilter),
+            B,
+            SetName::Candidate,
+            SetName::Selected,
+        );
+        assert_eq!(
+            tpr[1].reason,
+            Reason::TailSooner {
+                t_minus: ms(20),
+                t_rejected: ms(60)
+            },
+            "{spec}"
+        );
+    }
+    // `tpr(wait=1)`: the paper's filter alone; the chunk waits although B has room.
+    let mut s = sched("minrtt,tpr(wait=1)", &[Link::rtt(100), Link::rtt(120)]);
+    s.on_owd_sample(T0, p(A), ms(60)).unwrap();
+    s.on_owd_sample(T0, p(B), ms(20)).unwrap();
+    flow(&mut s, T0, 1, 1, 100, true);
+    for k in 0..3 {
+        assert_eq!(poll(&mut s, after_ms(k * 100)), None);
+    }
+    // B with its window full (10 MB/s: T+(A) = (20 ms + 14 581 B / 10 MB/s) · 1.5 ≈ 32 ms): the
+    // tail waits for B (Appendix A), and goes to B once B has room.
+    let fast_b = Link {
+        rate: 10_000_000,
+        ..Link::rtt(120)
+    };
+    let mut s = sched("minrtt,tpr", &[Link::rtt(100), fast_b.full()]);
+    s.on_owd_sample(T0, p(A), ms(60)).unwrap();
+    s.on_owd_sample(T0, p(B), ms(20)).unwrap();
+    flow(&mut s, T0, 1, 1, 100, true);
+    assert_eq!(poll(&mut s, T0), None);
+    assert_eq!(moves_of(&s, "tpr").len(), 1);
+    set_link(&mut s, after_ms(10), B, fast_b);
+    let d = poll_some(&mut s, after_ms(10));
+    assert_eq!(d.paths, set(&[B]));
+    assert!(matches!(
+        moves_of(&s, "tpr")[1].reason,
+        Reason::TailSooner { .. }
+    ));
+}
+
 #[test]
 fn tpr_does_not_count_rejected_paths_in_t_plus() {
     // Appendix A, but HPR put A in U (failure predicted 100 ms ahead; L_A = 50 ms + 20/83 s).

@@ -20,7 +20,15 @@
 //!
 //! No tunable constants. When there is no other usable path, `T+` is infinite and nothing is
 //! rejected.
+//!
+//! When TPR has turned away every selected path, the chunk waits for the path `j` that gave the
+//! smallest `T+` term: Appendix A's case, where `j`'s window is full. If `j` has window room
+//! now, it gets the chunk at once instead ([`Reason::TailSooner`]; `tpr(wait=1)` turns this
+//! off). Without that, a tail chunk could wait for good: minRTT ranks paths by round-trip time, TPR by one-way delay, and when
+//! the two orders disagree (delays that differ between the directions, or acknowledgements
+//! queued behind the other direction's traffic) nothing else ever selects `j`.
 
+use crate::path::PathId;
 use crate::path::PathState;
 use crate::sets::{Moves, Reason, StageKind};
 use crate::stage::{Schedulerlet, StageCtx};
@@ -28,7 +36,12 @@ use crate::time::Duration;
 
 /// Tail-aware path rejection.
 #[derive(Debug, Clone, Default)]
-pub struct Tpr;
+pub struct Tpr {
+    /// `tpr(wait=1)`: only turn paths away, never send the chunk on the sooner path itself
+    /// (the paper's filter taken literally; the chunk then waits until a selector picks that
+    /// path, which may be never). Default off.
+    pub wait: bool,
+}
 
 impl Tpr {
     /// `T-(i)`: delivery time of a new chunk on `p`, at least.
@@ -52,6 +65,13 @@ impl Schedulerlet for Tpr {
     fn name(&self) -> &'static str {
         "tpr"
     }
+    fn params(&self) -> alloc::string::String {
+        if self.wait {
+            "wait=1".into()
+        } else {
+            alloc::string::String::new()
+        }
+    }
     fn kind(&self) -> StageKind {
         StageKind::SelectionFilter
     }
@@ -60,16 +80,39 @@ impl Schedulerlet for Tpr {
             return;
         }
         let usable = moves.selected().union(moves.candidates());
+        // The path the chunk was turned away for, by its T+ term, and the T- turned away.
+        let mut instead: Option<(Duration, PathId, Duration)> = None;
         for i in moves.selected().iter() {
-            let t_plus = usable
+            let best = usable
                 .iter()
                 .filter(|j| *j != i)
-                .map(|j| Tpr::t_plus_term(ctx.paths.get(j), ctx.chunk.remaining_bytes))
-                .min()
-                .unwrap_or(Duration::MAX);
+                .map(|j| {
+                    (
+                        Tpr::t_plus_term(ctx.paths.get(j), ctx.chunk.remaining_bytes),
+                        j,
+                    )
+                })
+                .min();
+            let t_plus = best.map_or(Duration::MAX, |(t, _)| t);
             let t_minus = Tpr::t_minus(ctx.paths.get(i));
-            if t_minus > t_plus {
-                moves.unselect(i, Reason::TailSlower { t_minus, t_plus });
+            if t_minus > t_plus && moves.unselect(i, Reason::TailSlower { t_minus, t_plus }) {
+                if let Some((t, j)) = best {
+                    if instead.is_none_or(|(u, _, _)| t < u) {
+                        instead = Some((t, j, t_minus));
+                    }
+                }
+            }
+        }
+        if let Some((_, j, t_rejected)) = instead.filter(|_| !self.wait) {
+            let pj = ctx.paths.get(j);
+            if moves.selected().is_empty() && moves.candidates().contains(j) && pj.has_room() {
+                moves.reselect(
+                    j,
+                    Reason::TailSooner {
+                        t_minus: Tpr::t_minus(pj),
+                        t_rejected,
+                    },
+                );
             }
         }
     }
