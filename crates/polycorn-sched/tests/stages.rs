@@ -365,9 +365,10 @@ fn tpr_uses_measured_owd_and_bandwidth() {
 
 /// minRTT ranks paths by round-trip time, TPR by one-way delay. Where the two disagree (here A
 /// has the shorter RTT but the longer one-way delay, as when a carrier's delays differ between
-/// the directions), TPR turns the tail chunk away from A for B; B has window room, so the chunk
-/// goes to B at once. (Before, nothing selected B and the chunk waited for good: every poll
-/// repeated minRTT's choice and TPR's rejection, under `hrsch` and `polycorn` alike.)
+/// the directions), TPR turns the tail chunk away from A for B on A's delay alone; B has window
+/// room, so the chunk goes to B at once. (Before, nothing selected B and the chunk waited for
+/// good: every poll repeated minRTT's choice and TPR's rejection, under `hrsch` and `polycorn`
+/// alike.) A path turned away for its queue still waits, as in the paper.
 #[test]
 fn tpr_sends_the_tail_on_the_sooner_path_when_it_has_room() {
     for spec in ["minrtt,tpr", "hrsch", "polycorn"] {
@@ -410,6 +411,39 @@ fn tpr_sends_the_tail_on_the_sooner_path_when_it_has_room() {
             "{spec}"
         );
     }
+    // A turned away for its queue, not its delay: the chunk waits for A's queue to drain (the
+    // paper's behaviour), although B has room.
+    //   T-(A) = 50 ms (srtt / 2) + 50 000 B / 1 MB/s = 100 ms
+    //   T+(A) = (60 ms + 101 B / 1 MB/s) · 1.5 ≈ 90.2 ms > owd_A = 50 ms
+    let queued_a = Link {
+        unacked: 50_000,
+        rate: 1_000_000,
+        ..Link::rtt(100)
+    };
+    let b = Link {
+        rate: 1_000_000,
+        ..Link::rtt(120)
+    };
+    let mut s = sched("minrtt,tpr", &[queued_a, b]);
+    flow(&mut s, T0, 1, 1, 100, true);
+    assert_eq!(poll(&mut s, T0), None);
+    let tpr = moves_of(&s, "tpr");
+    assert_eq!(tpr.len(), 1, "{tpr:?}");
+    assert!(
+        matches!(tpr[0].reason, Reason::TailSlower { t_minus, .. } if t_minus == ms(100)),
+        "{tpr:?}"
+    );
+    // A's queue drains: the tail goes to A.
+    set_link(
+        &mut s,
+        after_ms(50),
+        A,
+        Link {
+            unacked: 0,
+            ..queued_a
+        },
+    );
+    assert_eq!(poll_some(&mut s, after_ms(50)).paths, set(&[A]));
     // `tpr(wait=1)`: the paper's filter alone; the chunk waits although B has room.
     let mut s = sched("minrtt,tpr(wait=1)", &[Link::rtt(100), Link::rtt(120)]);
     s.on_owd_sample(T0, p(A), ms(60)).unwrap();

@@ -21,12 +21,16 @@
 //! No tunable constants. When there is no other usable path, `T+` is infinite and nothing is
 //! rejected.
 //!
-//! When TPR has turned away every selected path, the chunk waits for the path `j` that gave the
-//! smallest `T+` term: Appendix A's case, where `j`'s window is full. If `j` has window room
-//! now, it gets the chunk at once instead ([`Reason::TailSooner`]; `tpr(wait=1)` turns this
-//! off). Without that, a tail chunk could wait for good: minRTT ranks paths by round-trip time, TPR by one-way delay, and when
-//! the two orders disagree (delays that differ between the directions, or acknowledgements
-//! queued behind the other direction's traffic) nothing else ever selects `j`.
+//! When TPR has turned away every selected path, the chunk waits: for the path `j` that gave
+//! the smallest `T+` term (Appendix A's case, where `j`'s window is full), or for `i`'s queue to
+//! drain. One wait never ends that way: `i` turned away on its one-way delay alone (`owd_i >
+//! T+`, so even an empty queue would not let it through) while `j` has window room. minRTT
+//! ranks paths by round-trip time, TPR by one-way delay; where the two orders disagree (delays
+//! that differ between the directions, or acknowledgements queued behind the other direction's
+//! traffic) minRTT keeps choosing `i` and nothing ever selects `j`. Then `j` gets the chunk at
+//! once ([`Reason::TailSooner`]; `tpr(wait=1)` turns this off). A path turned away for its
+//! queue still waits, as in the paper: sending the rest of a download on `j` whenever `i`'s
+//! queue is long measured slower (docs/MEASUREMENTS.md, session 56).
 
 use crate::path::PathId;
 use crate::path::PathState;
@@ -96,7 +100,9 @@ impl Schedulerlet for Tpr {
             let t_plus = best.map_or(Duration::MAX, |(t, _)| t);
             let t_minus = Tpr::t_minus(ctx.paths.get(i));
             if t_minus > t_plus && moves.unselect(i, Reason::TailSlower { t_minus, t_plus }) {
-                if let Some((t, j)) = best {
+                // Turned away on its delay alone: no draining of its queue would help.
+                let for_good = ctx.paths.get(i).owd > t_plus;
+                if let (Some((t, j)), true) = (best, for_good) {
                     if instead.is_none_or(|(u, _, _)| t < u) {
                         instead = Some((t, j, t_minus));
                     }
