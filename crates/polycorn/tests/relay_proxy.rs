@@ -4904,12 +4904,7 @@ fn the_shipped_alerting_rules_judge_a_running_relay_and_proxy() {
     let bed = Bed::constant("al", 40, 20);
     start_server(&bed);
     let mut stack = start_stack(&bed, "polycorn", "polycorn", 2);
-    let out = Command::new(bin())
-        .args(["config", "example", "alerts"])
-        .output()
-        .unwrap();
-    assert!(out.status.success());
-    let rules = String::from_utf8(out.stdout).unwrap();
+    let rules = prometheus::shipped_rules(bin());
     let alerting_rules = rules.matches("- alert: ").count();
     std::fs::write(stack.dir.path().join("alerts.yml"), &rules).unwrap();
     let ends = [

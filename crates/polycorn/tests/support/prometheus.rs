@@ -31,3 +31,17 @@ pub fn tool(name: &str) -> Option<PathBuf> {
     eprintln!("skipped: {name} not found (scripts/test.sh fetches it)");
     None
 }
+
+/// The alerting rules `bin config example alerts` prints.
+pub fn shipped_rules(bin: &str) -> String {
+    let out = Command::new(bin)
+        .args(["config", "example", "alerts"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "config example alerts: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
