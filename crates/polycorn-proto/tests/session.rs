@@ -1473,3 +1473,46 @@ fn an_idle_probe_interval_of_none_keeps_probing_as_often() {
     assert!((95..=105).contains(&(after.0 - before.0)));
     assert_eq!(net.relay.probe_interval(), Duration::from_millis(200));
 }
+
+/// Every subflow of this harness reports an RTT of 20 ms whatever its delay, so here minRTT's
+/// order (by RTT: a tie, path 0 first) and TPR's (by the probes' one-way delays: path 1, 20 ms,
+/// before path 0, 60 ms) disagree, as they do on a carrier whose delays differ between the
+/// directions. A short answer with its FIN is a tail chunk: TPR turns path 0 away and the answer
+/// goes on path 1 at once, one round trip of 40 ms after the request. (Until 2026-12-01 it
+/// waited for the next probe to change the estimates: 200 ms.)
+#[test]
+fn a_short_answer_is_not_held_where_rtt_and_one_way_delay_order_paths_differently() {
+    for spec in ["hrsch", "polycorn"] {
+        let mut net = Net::new(spec, 2, &[60, 20]);
+        assert!(ping_pong(&mut net, 2_000));
+        for _ in 0..3 {
+            let t0 = net.now_ms;
+            net.relay_events.clear();
+            net.proxy_events.clear();
+            let flow = open_ping(&mut net);
+            let mut answered = None;
+            let mut buf = [0u8; 64];
+            for _ in 0..2_000 {
+                net.step();
+                let now = t(net.now_ms);
+                for e in std::mem::take(&mut net.proxy_events) {
+                    if let Event::FlowRequested { flow: f, .. } = e {
+                        net.proxy.accept_flow(now, f).unwrap();
+                        net.proxy.send(now, f, b"pong").unwrap();
+                        net.proxy.send_fin(now, f).unwrap();
+                    }
+                }
+                if let ReadOutcome::Data(n) = net.relay.read(now, flow, &mut buf) {
+                    assert_eq!(&buf[..n], b"pong");
+                    answered = Some(net.now_ms - t0);
+                    break;
+                }
+            }
+            let ms = answered.expect("answered");
+            assert!(ms <= 45, "{spec}: the answer came after {ms} ms");
+            for _ in 0..1_000 {
+                net.step();
+            }
+        }
+    }
+}
