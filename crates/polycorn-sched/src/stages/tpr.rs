@@ -32,8 +32,7 @@
 //! queue still waits, as in the paper: sending the rest of a download on `j` whenever `i`'s
 //! queue is long measured slower (docs/MEASUREMENTS.md, session 56).
 
-use crate::path::PathId;
-use crate::path::PathState;
+use crate::path::{PathId, PathState};
 use crate::sets::{Moves, Reason, StageKind};
 use crate::stage::{Schedulerlet, StageCtx};
 use crate::time::Duration;
