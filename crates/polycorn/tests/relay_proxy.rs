@@ -3461,10 +3461,12 @@ fn an_idle_train_probes_its_paths_every_few_seconds() {
 
 /// A subflow keeps the congestion window a big download grew through the pauses after it (the
 /// session's probes keep it from counting as idle). The downloads that follow are spread over
-/// both paths (at least 18% of each one's bytes, acknowledgements and probes included, on
-/// either; measured 25% and more) rather than put whole on the one whose window they fit (as
-/// before 2026-11-30, or with `window_gain = 0`: 13% on the other path, probes and
-/// acknowledgements, and twice the completion time on these 20 Mbit/s paths).
+/// both paths (at least 18% of the three downloads' bytes, acknowledgements and probes included,
+/// on either, and at least 10% of each one's; measured 24–30% per download, once 15.6%) rather
+/// than put whole on the one whose window they fit (as before 2026-11-30, or with
+/// `window_gain = 0`: 13% on the other path, probes and acknowledgements, and twice the
+/// completion time on these 20 Mbit/s paths). The three are judged together because one
+/// download's split varies with where the windows stood when it began.
 #[test]
 fn downloads_after_a_big_one_are_spread_over_both_paths() {
     let _s = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
@@ -3484,6 +3486,7 @@ fn downloads_after_a_big_one_are_spread_over_both_paths() {
     );
     fetch_ok(&bed, &stack, KB, 8 * MB, "the big download");
     let relay_ns = bed.ns("relay");
+    let mut all = [0u64; 2];
     for i in 0..3 {
         std::thread::sleep(Duration::from_secs(2));
         let carried: Vec<u64> = traffic_during(&relay_ns, || {
@@ -3495,10 +3498,17 @@ fn downloads_after_a_big_one_are_spread_over_both_paths() {
         let total: u64 = carried.iter().sum();
         eprintln!("download {i}: bytes on path0, path1 {carried:?}");
         assert!(
-            carried.iter().all(|&c| c * 100 >= total * 18),
-            "download {i}: path0 and path1 carried {carried:?} bytes"
+            carried.iter().all(|&c| c * 100 >= total * 10),
+            "download {i}: path0 and path1 carried {carried:?} bytes, one of them almost none"
         );
+        all[0] += carried[0];
+        all[1] += carried[1];
     }
+    let total = all[0] + all[1];
+    assert!(
+        all.iter().all(|&c| c * 100 >= total * 18),
+        "the three downloads: path0 and path1 carried {all:?} bytes"
+    );
 }
 
 /// With `idle_refresh = "used"`, a subflow that carried a download is replaced by a fresh
