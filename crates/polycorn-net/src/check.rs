@@ -193,7 +193,7 @@ async fn check_path(
     connector: &tokio_rustls::TlsConnector,
     sockopts: &SubflowSockopts,
 ) -> Result<Reached, HandshakeError> {
-    let hello = check_hello(Role::Relay, path);
+    let hello = check_hello(Role::Relay, path, VERSION, Some(&p.name));
     let start = Instant::now();
     let est = subflow::relay_connect(
         connector,
@@ -259,14 +259,18 @@ async fn check_path(
     })
 }
 
-/// The Hello of a path check from `role` for `path` (epoch 0, which no session uses).
-fn check_hello(role: Role, path: u8) -> Vec<u8> {
+/// The Hello of a path check from `role` for `path` in protocol `version` (epoch 0, which no
+/// session uses), naming the path as the relay's config does.
+fn check_hello(role: Role, path: u8, version: u16, name: Option<&str>) -> Vec<u8> {
     Frame::Hello {
-        version: VERSION,
+        version,
         role,
         session: CHECK_SESSION,
         path,
         epoch: 0,
+        name: name
+            .filter(|n| polycorn_proto::valid_path_name(n))
+            .map(str::to_owned),
     }
     .to_vec()
 }
@@ -340,7 +344,8 @@ impl FrameReader {
 /// [`PROBE_WAIT`] at most for the relay's probe, send as much back, and close with words that
 /// say who answered; no session is made.
 pub(crate) async fn answer(acc: subflow::Accepted, peer: SocketAddr) {
-    let hello = check_hello(Role::Proxy, acc.path);
+    // In the relay's version, so that a relay of an older one accepts it.
+    let hello = check_hello(Role::Proxy, acc.path, acc.version, None);
     let mut stream = acc.stream;
     if let Err(e) = subflow::send_hello(&mut stream, &hello).await {
         debug!(%peer, error = %e, "cannot answer a path check");
@@ -383,6 +388,7 @@ pub(crate) async fn answer(acc: subflow::Accepted, peer: SocketAddr) {
         %peer,
         relay = %acc.relay,
         path = acc.path,
+        path_name = acc.name.as_deref().unwrap_or("-"),
         probe_bytes = got,
         "path check from a relay answered"
     );

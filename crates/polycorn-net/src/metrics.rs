@@ -46,11 +46,14 @@
 //! `relay` is the relay's name, the common name of its certificate (`polycorn-relay` for the
 //! certificate of `tls generate`, the train's name for one from `tls relay --name`): on a
 //! proxy serving several trains each train's paths are series of their own, and on the relay
-//! it is its own name, so dashboards of both ends match.
+//! it is its own name, so dashboards of both ends match. `path` is the path's name from the
+//! relay's `[[path]]` section at both ends (the proxy learns it from the relay's Hello; for a
+//! relay of protocol 2, which sends none, the proxy uses the path's index).
+//!
 //! # Bounded labels
 //!
-//! Label values come from the network (passenger addresses) or from code (path, stage and
-//! reason names). Each label dimension has a cap ([`MAX_PATHS`], [`MAX_RELAYS`], [`MAX_USERS`],
+//! Label values come from the network (passenger addresses, the relays' path names) or from
+//! code (stage and reason names). Each label dimension has a cap ([`MAX_PATHS`], [`MAX_RELAYS`], [`MAX_USERS`],
 //! [`MAX_STAGES`], [`MAX_REASONS`]); values beyond it share the series labelled
 //! [`OVERFLOW_LABEL`] (`other`), so a flood of passenger addresses cannot grow memory or the
 //! scrape without bound. Values are sanitised to `[A-Za-z0-9_.:/-]` (others become `_`) and
@@ -90,8 +93,9 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::Semaphore;
 
-/// Most distinct `path` label values (the config allows 32 paths).
-pub const MAX_PATHS: usize = 64;
+/// Most distinct `path` label values. A relay has at most 32 paths; a proxy labels them with
+/// the names the relays' Hellos give them, which a fleet may choose per train.
+pub const MAX_PATHS: usize = 1024;
 /// Most distinct `relay` label values (trains served by one proxy).
 pub const MAX_RELAYS: usize = 256;
 /// Most distinct `user` label values.

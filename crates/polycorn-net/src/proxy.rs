@@ -735,7 +735,12 @@ async fn accept_loop(
                     );
                 }
             }
-            let (hello, ours) = engine.inspect(|x| (x.hello(acc.path).to_vec(), x.epoch()));
+            // Answered in the relay's protocol version; the path's name, when its Hello gave
+            // one, names the path in this proxy's metrics and logs.
+            let (hello, ours) = engine.with(|x, _| {
+                x.set_peer_path_name(acc.path, acc.name.clone());
+                (x.answer_hello(acc.path, acc.version).to_vec(), x.epoch())
+            });
             let mut stream = acc.stream;
             if let Err(e) = subflow::send_hello(&mut stream, &hello).await {
                 warn!(%peer, error = %e, "cannot answer Hello");
@@ -749,7 +754,14 @@ async fn accept_loop(
                 ));
                 return;
             }
-            info!(%peer, relay = %acc.relay, path = acc.path, "subflow up");
+            info!(
+                %peer,
+                relay = %acc.relay,
+                path = acc.path,
+                path_name = acc.name.as_deref().unwrap_or("-"),
+                protocol = acc.version,
+                "subflow up"
+            );
             let (r, w) = tokio::io::split(stream);
             let err = engine
                 .run_subflow(acc.path, (ours, acc.epoch), acc.initial, r, w, acc.tcp_info)

@@ -685,7 +685,8 @@ async fn maintain_path(
             Ok((source, addr)) => {
                 // Built at each attempt: a failover (in the resolver, just now) renews the
                 // session's epoch.
-                let (hello, epoch) = engine_ref.inspect(|s| (s.hello(path).to_vec(), s.epoch()));
+                let (hello, epoch) =
+                    engine_ref.inspect(|s| (s.named_hello(path, &p_ref.name).to_vec(), s.epoch()));
                 let (generation, credentials) = tls.current();
                 let r = subflow::relay_connect(
                     &subflow::connector(credentials),

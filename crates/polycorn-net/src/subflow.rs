@@ -457,6 +457,10 @@ pub struct Accepted {
     pub path: u8,
     /// The relay's incarnation of the session (from its Hello).
     pub epoch: u64,
+    /// The protocol version of the relay's Hello (the proxy answers in it).
+    pub version: u16,
+    /// The path's name from the relay's Hello (relays of protocol version 3 on).
+    pub name: Option<String>,
     /// Bytes read after the Hello.
     pub initial: Vec<u8>,
     /// `TCP_INFO` of the underlying socket.
@@ -471,6 +475,7 @@ impl std::fmt::Debug for Accepted {
             .field("session", &self.session)
             .field("relay", &self.relay)
             .field("path", &self.path)
+            .field("name", &self.name)
             .finish_non_exhaustive()
     }
 }
@@ -510,6 +515,8 @@ pub async fn proxy_accept(
         relay,
         path: hello.path,
         epoch: hello.epoch,
+        version: hello.version,
+        name: hello.name,
         initial,
         tcp_info,
         cert_not_after,

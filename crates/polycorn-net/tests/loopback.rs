@@ -637,6 +637,7 @@ async fn a_path_check_opens_no_session_and_closes_one_an_older_proxy_opened() {
             session: acc.session,
             path: acc.path,
             epoch: 0x5eed,
+            name: None,
         }
         .to_vec();
         let mut s = acc.stream;
@@ -677,4 +678,107 @@ async fn a_path_check_opens_no_session_and_closes_one_an_older_proxy_opened() {
         closed,
         "the check closed the session the older proxy opened"
     );
+}
+
+/// The relay's Hellos name its paths (protocol 3), and the proxy keeps the names for its
+/// metrics and logs. A relay of protocol 2, whose Hello names no path, is still served: the
+/// proxy answers it in version 2, which such a relay accepts, and numbers its paths.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_proxy_learns_path_names_and_answers_an_older_relay_in_its_version() {
+    use polycorn_proto::{decode, Frame, Role};
+
+    let srv = server().await;
+    let pair = start_pair("polycorn", Tuning::default()).await;
+    tokio::time::timeout(
+        Duration::from_secs(30),
+        transfer(pair.socks, srv, 1000, 1000),
+    )
+    .await
+    .expect("transfer timed out");
+    let names = |p: &Pair, session: Option<u64>| -> Vec<Option<String>> {
+        let map = p.sessions.lock().unwrap();
+        let live = match session {
+            Some(id) => map.get(&id).expect("session listed"),
+            None => map.values().next().expect("one session"),
+        };
+        live.engine.inspect(|s| {
+            (0..2)
+                .map(|i| s.peer_path_name(i).map(str::to_owned))
+                .collect()
+        })
+    };
+    // Both paths' subflows are up once the transfer ran over them; give the second a moment.
+    assert!(
+        eventually(10, || names(&pair, None).iter().all(Option::is_some)).await,
+        "{:?}",
+        names(&pair, None)
+    );
+    assert_eq!(
+        names(&pair, None),
+        vec![Some("p0".to_owned()), Some("p1".to_owned())]
+    );
+
+    // A relay of the previous protocol version on the first listener, with a session of its own.
+    let p = |f: &str| pair.dir.path().join(f);
+    let client = tls::client_config(&p("ca.pem"), &p("relay.pem"), &p("relay.key")).unwrap();
+    let polycorn_net::proxy_addr::ProxyAddr::Ip(proxy_addr) = pair.relay_paths[0].proxy else {
+        panic!("the pair's paths use addresses");
+    };
+    let tcp = TcpStream::connect(proxy_addr).await.unwrap();
+    let mut s = tokio_rustls::TlsConnector::from(client)
+        .connect(tls::proxy_server_name(), tcp)
+        .await
+        .unwrap();
+    let session = 0x0002_0002;
+    let hello = Frame::Hello {
+        version: 2,
+        role: Role::Relay,
+        session,
+        path: 0,
+        epoch: 7,
+        name: None,
+    }
+    .to_vec();
+    s.write_all(&hello).await.unwrap();
+    s.flush().await.unwrap();
+    let mut got = Vec::new();
+    let answer = tokio::time::timeout(Duration::from_secs(10), async {
+        loop {
+            if let Some((frame, _)) = decode(&got).unwrap() {
+                return frame.to_vec();
+            }
+            let mut b = [0u8; 4096];
+            let n = s.read(&mut b).await.unwrap();
+            assert!(
+                n > 0,
+                "the proxy closed without answering a version-2 Hello"
+            );
+            got.extend_from_slice(&b[..n]);
+        }
+    })
+    .await
+    .expect("no answer to a version-2 Hello");
+    let (frame, _) = decode(&answer).unwrap().unwrap();
+    let Frame::Hello {
+        version,
+        role,
+        session: theirs,
+        ref name,
+        ..
+    } = frame
+    else {
+        panic!("the proxy answered with {frame:?}");
+    };
+    assert_eq!(
+        (version, role, theirs, name.as_deref()),
+        (2, Role::Proxy, session, None)
+    );
+    assert!(
+        polycorn_proto::Session::check_hello(Role::Relay, &frame).is_ok(),
+        "a relay accepts the answer"
+    );
+    // The proxy has the older relay's session with no name for its path.
+    assert!(eventually(5, || pair.sessions.lock().unwrap().contains_key(&session)).await);
+    assert_eq!(names(&pair, Some(session)), vec![None, None]);
+    drop(s);
 }

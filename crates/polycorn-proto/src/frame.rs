@@ -8,7 +8,7 @@
 //!
 //! | type | frame | payload |
 //! |---|---|---|
-//! | 1 | Hello | version u16, role u8, session u64, path u8, epoch u64 (version 2; a version-1 Hello ends after path) |
+//! | 1 | Hello | version u16, role u8, session u64, path u8, epoch u64, optional: name length u8 and the path's name (version 3; a version-2 Hello ends after epoch, a version-1 Hello after path) |
 //! | 2 | OpenFlow | cseq u64, flow u64, user addr, destination |
 //! | 3 | OpenResult | cseq u64, flow u64, status u8 |
 //! | 4 | Data | flow u64, offset u64, flags u8 (bit 0 = FIN), data |
@@ -30,8 +30,30 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 
 use thiserror::Error;
 
-/// Protocol version carried in [`Frame::Hello`]; peers with another version are refused.
-pub const VERSION: u16 = 2;
+/// Protocol version carried in [`Frame::Hello`].
+///
+/// Version 3 lets a relay's Hello carry the path's name (`[[path]] name`), which the proxy
+/// then uses in its metrics and logs instead of the path's index. A proxy accepts relays of
+/// every version from [`MIN_VERSION`] on and answers each in its own version; a relay needs
+/// a proxy of its version or newer (a proxy of version 2 cannot decode a named Hello), so
+/// proxies are upgraded first.
+pub const VERSION: u16 = 3;
+
+/// The oldest protocol version a peer may speak: a version-2 Hello carries no path name, and
+/// the proxy numbers that relay's paths.
+pub const MIN_VERSION: u16 = 2;
+
+/// Longest path name a [`Frame::Hello`] carries, bytes (`[A-Za-z0-9_.-]`).
+pub const MAX_PATH_NAME: usize = 32;
+
+/// Whether `name` may be carried as a path name: 1 to [`MAX_PATH_NAME`] bytes of
+/// `[A-Za-z0-9_.-]` (the relay's `[[path]] name` rule).
+pub fn valid_path_name(name: &str) -> bool {
+    (1..=MAX_PATH_NAME).contains(&name.len())
+        && name
+            .bytes()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, b'_' | b'.' | b'-'))
+}
 
 /// The session id of a path check ([`Frame::Hello`] from a relay naming it): the proxy answers
 /// with a Hello of the same session and path (epoch 0), then a [`Frame::Close`] whose message
@@ -165,6 +187,9 @@ pub enum Frame<'a> {
         /// lost that state (a restarted proxy, or one that dropped the session after the hold
         /// time). 0 in a version-1 Hello, which has no such field.
         epoch: u64,
+        /// The path's name, as the relay's config calls it (a relay's Hello of version 3 or
+        /// later; see [`valid_path_name`]). `None` from a proxy and from older relays.
+        name: Option<String>,
     },
     /// The relay asks the proxy to connect a passenger's flow.
     OpenFlow {
@@ -381,6 +406,7 @@ impl Frame<'_> {
                 session,
                 path,
                 epoch,
+                name,
             } => {
                 out.extend_from_slice(&version.to_be_bytes());
                 out.push(match role {
@@ -390,6 +416,16 @@ impl Frame<'_> {
                 out.extend_from_slice(&session.to_be_bytes());
                 out.push(*path);
                 out.extend_from_slice(&epoch.to_be_bytes());
+                if let Some(name) = name {
+                    // Cut to the longest name a peer accepts (a name's bytes are ASCII where
+                    // it is valid; an invalid one is refused by the peer, naming the field).
+                    let mut end = name.len().min(MAX_PATH_NAME);
+                    while !name.is_char_boundary(end) {
+                        end -= 1;
+                    }
+                    out.push(end as u8);
+                    out.extend_from_slice(&name.as_bytes()[..end]);
+                }
             }
             Frame::OpenFlow {
                 cseq,
@@ -677,12 +713,28 @@ pub fn decode(buf: &[u8]) -> Result<Option<(Frame<'_>, usize)>, FrameError> {
             let path = r.u8("path")?;
             // A version-1 Hello ends here; decoding it lets the session refuse it by version.
             let epoch = if r.buf.is_empty() { 0 } else { r.u64("epoch")? };
+            // A Hello without a path name (version 2, or a proxy's) ends here.
+            let name = if r.buf.is_empty() {
+                None
+            } else {
+                let n = r.u8("path name length")? as usize;
+                let raw = r.take(n, "path name")?;
+                match std::str::from_utf8(raw) {
+                    Ok(name) if valid_path_name(name) => Some(name.to_owned()),
+                    _ => {
+                        return Err(
+                            r.bad("path name", format!("{:?}", String::from_utf8_lossy(raw)))
+                        )
+                    }
+                }
+            };
             Frame::Hello {
                 version,
                 role,
                 session,
                 path,
                 epoch,
+                name,
             }
         }
         kind::OPEN_FLOW => {

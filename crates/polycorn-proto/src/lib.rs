@@ -15,8 +15,9 @@ pub mod frame;
 pub mod session;
 
 pub use frame::{
-    decode, CellInfo, CloseReason, ContextInfo, Destination, Frame, FrameError, OpenStatus,
-    ResetReason, Role, CHECK_SESSION, SESSION_PATH, VERSION,
+    decode, valid_path_name, CellInfo, CloseReason, ContextInfo, Destination, Frame, FrameError,
+    OpenStatus, ResetReason, Role, CHECK_SESSION, MAX_PATH_NAME, MIN_VERSION, SESSION_PATH,
+    VERSION,
 };
 pub use session::{
     Event, FlowTotals, HelloOutcome, PathCounters, PeerHello, ProtoError, ReadOutcome,

@@ -38,7 +38,7 @@ use thiserror::Error;
 
 use crate::frame::{
     encode_data_header, CloseReason, ContextInfo, Destination, Frame, FrameError, OpenStatus,
-    ResetReason, Role, SESSION_PATH, VERSION,
+    ResetReason, Role, MIN_VERSION, SESSION_PATH, VERSION,
 };
 
 /// Credit every flow starts with, in both directions, before any [`Frame::Credit`].
@@ -128,7 +128,11 @@ pub enum ProtoError {
     #[error("bad frame: {0}")]
     Frame(#[from] FrameError),
     /// The peer speaks another version.
-    #[error("peer speaks protocol version {theirs}, this build speaks {ours}")]
+    #[error(
+        "peer speaks protocol version {theirs}, this build speaks {ours} and accepts peers \
+         of versions {min} to {ours}",
+        min = MIN_VERSION
+    )]
     Version {
         /// Ours.
         ours: u16,
@@ -353,6 +357,8 @@ struct PathSlot {
     ping_seq: u32,
     ping_out: Option<(u32, Instant)>,
     counters: PathCounters,
+    /// The name the peer's latest Hello on this path gave it.
+    peer_name: Option<String>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -488,7 +494,7 @@ pub struct FlowTotals {
 }
 
 /// What a peer's Hello says, once checked ([`Session::check_hello`]).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct PeerHello {
     /// Session id.
     pub session: u64,
@@ -496,6 +502,10 @@ pub struct PeerHello {
     pub path: u8,
     /// The peer's incarnation of the session.
     pub epoch: u64,
+    /// The protocol version it speaks ([`MIN_VERSION`] to [`VERSION`]).
+    pub version: u16,
+    /// The path's name, when the peer (a relay of version 3 or later) gave one.
+    pub name: Option<String>,
 }
 
 fn user_id(ip: IpAddr) -> UserId {
@@ -675,7 +685,7 @@ impl Session {
         self.cfg.session_id
     }
 
-    /// The Hello this end sends first on a new subflow of `path`.
+    /// The Hello this end sends first on a new subflow of `path` (naming no path).
     pub fn hello(&self, path: u8) -> Frame<'static> {
         Frame::Hello {
             version: VERSION,
@@ -683,7 +693,29 @@ impl Session {
             session: self.cfg.session_id,
             path,
             epoch: self.cfg.epoch,
+            name: None,
         }
+    }
+
+    /// The relay's Hello on a new subflow of `path`, giving the path's name so that the proxy
+    /// shows it in its metrics and logs. A name the protocol cannot carry (see
+    /// [`crate::valid_path_name`]; the relay's config refuses such names) is left out.
+    pub fn named_hello(&self, path: u8, name: &str) -> Frame<'static> {
+        let mut hello = self.hello(path);
+        if let Frame::Hello { name: n, .. } = &mut hello {
+            *n = crate::frame::valid_path_name(name).then(|| name.to_owned());
+        }
+        hello
+    }
+
+    /// The proxy's answer to a Hello of protocol `version` on `path`: in the peer's version
+    /// ([`PeerHello::version`]), so that a relay of an older one accepts it.
+    pub fn answer_hello(&self, path: u8, version: u16) -> Frame<'static> {
+        let mut hello = self.hello(path);
+        if let Frame::Hello { version: v, .. } = &mut hello {
+            *v = version.clamp(MIN_VERSION, VERSION);
+        }
+        hello
     }
 
     /// Check a peer's Hello: version and role. Returns what it says.
@@ -695,8 +727,9 @@ impl Session {
                 session,
                 path,
                 epoch,
+                name,
             } => {
-                if *version != VERSION {
+                if !(MIN_VERSION..=VERSION).contains(version) {
                     return Err(ProtoError::Version {
                         ours: VERSION,
                         theirs: *version,
@@ -712,6 +745,8 @@ impl Session {
                     session: *session,
                     path: *path,
                     epoch: *epoch,
+                    version: *version,
+                    name: name.clone(),
                 })
             }
             other => Err(ProtoError::Hello(format!(
@@ -763,6 +798,20 @@ impl Session {
         self.ctrl_ack_due = true;
         self.all_down_since = None;
         Ok(())
+    }
+
+    /// Remember the name the peer's Hello gave `path` (`None`: it gave none). The proxy's
+    /// shell calls it for every subflow it accepts, so its metrics and logs can name the path.
+    pub fn set_peer_path_name(&mut self, path: u8, name: Option<String>) {
+        if let Some(slot) = self.paths.get_mut(usize::from(path)) {
+            slot.peer_name = name;
+        }
+    }
+
+    /// The name the peer's latest Hello gave `path`, if any
+    /// ([`Session::set_peer_path_name`]).
+    pub fn peer_path_name(&self, path: u8) -> Option<&str> {
+        self.paths.get(usize::from(path))?.peer_name.as_deref()
     }
 
     /// This end's epoch: the incarnation its Hellos carry ([`SessionConfig::epoch`], changed

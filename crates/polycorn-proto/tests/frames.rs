@@ -29,9 +29,10 @@ fn owned_frame() -> impl Strategy<Value = (u8, Vec<u8>, Frame<'static>)> {
             any::<bool>(),
             any::<u64>(),
             any::<u8>(),
-            any::<u64>()
+            any::<u64>(),
+            proptest::option::of("[A-Za-z0-9_.-]{1,32}")
         )
-            .prop_map(|(v, r, s, p, e)| (
+            .prop_map(|(v, r, s, p, e, n)| (
                 0,
                 vec![],
                 Frame::Hello {
@@ -40,6 +41,7 @@ fn owned_frame() -> impl Strategy<Value = (u8, Vec<u8>, Frame<'static>)> {
                     session: s,
                     path: p,
                     epoch: e,
+                    name: n,
                 }
             )),
         (any::<u64>(), any::<u64>(), ip(), dst()).prop_map(|(c, f, u, d)| (
@@ -303,6 +305,116 @@ fn typed_errors() {
     ));
 }
 
+/// A relay of protocol 2 sends a Hello without a path name: it decodes with none, the session
+/// accepts it and the proxy's answer is in version 2. A relay of protocol 3 names the path.
+#[test]
+fn a_version_2_hello_is_answered_in_version_2_and_a_version_3_one_names_its_path() {
+    use polycorn_proto::{Session, SessionConfig, MIN_VERSION, VERSION};
+    // type 1, length 20: version 2, role relay, session 7, path 1, epoch 9.
+    let mut v2 = vec![1u8, 0, 0, 0, 20, 0, 2, 1];
+    v2.extend_from_slice(&7u64.to_be_bytes());
+    v2.push(1);
+    v2.extend_from_slice(&9u64.to_be_bytes());
+    let (frame, n) = decode(&v2).unwrap().unwrap();
+    assert_eq!(n, v2.len());
+    let peer = Session::check_hello(Role::Proxy, &frame).unwrap();
+    assert_eq!(
+        (peer.version, peer.session, peer.path, peer.epoch, peer.name),
+        (2, 7, 1, 9, None)
+    );
+    assert_eq!(MIN_VERSION, 2);
+    let proxy = Session::new(SessionConfig::new(Role::Proxy, 7, "minrtt")).unwrap();
+    let answer = proxy.answer_hello(peer.path, peer.version);
+    assert!(matches!(
+        answer,
+        Frame::Hello {
+            version: 2,
+            role: Role::Proxy,
+            session: 7,
+            path: 1,
+            name: None,
+            ..
+        }
+    ));
+    // Byte for byte what a version-2 peer decodes: no field after the epoch.
+    assert_eq!(answer.to_vec().len(), v2.len());
+
+    let relay = Session::new(SessionConfig::new(Role::Relay, 7, "minrtt")).unwrap();
+    let named = relay.named_hello(1, "lte-b.2");
+    let bytes = named.to_vec();
+    assert_eq!(bytes.len(), v2.len() + 1 + "lte-b.2".len());
+    let (back, _) = decode(&bytes).unwrap().unwrap();
+    let peer = Session::check_hello(Role::Proxy, &back).unwrap();
+    assert_eq!(
+        (peer.version, peer.name.as_deref()),
+        (VERSION, Some("lte-b.2"))
+    );
+    // A name the protocol cannot carry is left out rather than sent.
+    assert!(matches!(
+        relay.named_hello(1, "no spaces"),
+        Frame::Hello { name: None, .. }
+    ));
+    // A version this build does not know is refused by version.
+    let future = Frame::Hello {
+        version: VERSION + 1,
+        role: Role::Relay,
+        session: 7,
+        path: 0,
+        epoch: 1,
+        name: None,
+    };
+    assert!(matches!(
+        Session::check_hello(Role::Proxy, &future),
+        Err(polycorn_proto::ProtoError::Version { .. })
+    ));
+}
+
+/// A path name the protocol does not carry (empty, too long, or with other characters than
+/// `[A-Za-z0-9_.-]`), or one cut short, is refused naming the field.
+#[test]
+fn a_hello_with_a_bad_path_name_is_refused_naming_the_field() {
+    let hello = |name: &[u8], claimed: u8| {
+        let mut payload = vec![0u8, 3, 1];
+        payload.extend_from_slice(&7u64.to_be_bytes());
+        payload.push(0);
+        payload.extend_from_slice(&9u64.to_be_bytes());
+        payload.push(claimed);
+        payload.extend_from_slice(name);
+        let mut f = vec![1u8];
+        f.extend_from_slice(&(payload.len() as u32).to_be_bytes());
+        f.extend_from_slice(&payload);
+        f
+    };
+    let ok = hello(b"A_1.x-y", 7);
+    assert!(matches!(
+        decode(&ok).unwrap().unwrap().0,
+        Frame::Hello { name: Some(ref n), .. } if n == "A_1.x-y"
+    ));
+    for (name, claimed) in [
+        (&b""[..], 0u8),
+        (&[b'a'; 33][..], 33),
+        (&b"a/b"[..], 3),
+        (&b"a b"[..], 3),
+        (&[0xC3, 0xA9][..], 2),
+    ] {
+        let err = decode(&hello(name, claimed)).unwrap_err();
+        assert!(
+            matches!(
+                err,
+                FrameError::BadValue {
+                    field: "path name",
+                    ..
+                }
+            ),
+            "{name:?}: {err:?}"
+        );
+        assert!(err.to_string().contains("path name"), "{err}");
+    }
+    // The length says more bytes than the frame has.
+    let err = decode(&hello(b"ab", 5)).unwrap_err();
+    assert!(err.to_string().contains("path name"), "{err}");
+}
+
 /// A peer of the previous protocol version sends a Hello without the epoch: it decodes, and
 /// the session refuses it by version (a clear error, not a truncated frame).
 #[test]
@@ -325,7 +437,9 @@ fn a_version_1_hello_is_refused_by_version() {
     assert_eq!(
         err.to_string(),
         format!(
-            "peer speaks protocol version 1, this build speaks {}",
+            "peer speaks protocol version 1, this build speaks {} and accepts peers of versions \
+             2 to {}",
+            polycorn_proto::VERSION,
             polycorn_proto::VERSION
         )
     );

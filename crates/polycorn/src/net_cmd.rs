@@ -304,7 +304,9 @@ fn sample_once(
                 let st = polycorn_sched::PathId::new(i)
                     .and_then(|id| s.scheduler().path(id))
                     .map(|p| (p.srtt, p.cwnd_bytes));
-                (c, st, s.path_usable(i as u8))
+                // The proxy names a path as the relay's Hello did (relays of protocol 3 on).
+                let named = s.peer_path_name(i as u8).map(str::to_owned);
+                (c, st, s.path_usable(i as u8), named)
             })
             .collect();
         (
@@ -315,11 +317,11 @@ fn sample_once(
         )
     });
     let (paths, open, totals, stages) = snapshot;
-    for (i, (c, st, up)) in paths.into_iter().enumerate() {
+    for (i, (c, st, up, named)) in paths.into_iter().enumerate() {
         if only_connected && c.attaches == 0 {
             continue;
         }
-        let m = metrics.path(relay, &names[i]);
+        let m = metrics.path(relay, named.as_deref().unwrap_or(&names[i]));
         let l = last.paths[i];
         m.sent_bytes.inc_by(c.tx_bytes.saturating_sub(l.tx_bytes));
         m.received_bytes
@@ -1373,8 +1375,8 @@ fn track_sessions(
     for (id, live) in live {
         if let std::collections::hash_map::Entry::Vacant(slot) = started.entry(id) {
             slot.insert(live.relay.clone());
-            // Every path index a relay may use, named by index; a path gets series once it
-            // has connected (a relay's paths come up one by one).
+            // Every path index a relay may use, named by index unless its Hello named it; a
+            // path gets series once it has connected (a relay's paths come up one by one).
             sample_metrics(
                 live.engine.downgrade(),
                 live.relay,

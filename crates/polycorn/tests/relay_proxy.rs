@@ -701,8 +701,9 @@ fn ipv6_only_carriers_carry_byte_exact() {
             &stack,
         );
         if mode == "polycorn" {
+            // The proxy names the train's paths as the relay's Hellos did.
             let m = scrape_metrics(&bed.ns("proxy"));
-            for path in ["0", "1"] {
+            for path in ["p0", "p1"] {
                 let up = format!("polycorn_path_up{{path=\"{path}\",relay=\"polycorn-relay\"}} 1");
                 assert!(m.contains(&up), "no {up}:\n{m}");
             }
@@ -1124,8 +1125,9 @@ fn hundred_passengers_five_flows_each() {
     let proxy_metrics = scrape(bed.ns("proxy"));
     for needle in [
         "polycorn_user_bytes_total{user=\"10.0.1.199\",direction=\"down\"}",
-        // The proxy labels the session's paths with the relay's certificate name.
-        "polycorn_path_up{path=\"0\",relay=\"polycorn-relay\"} 1",
+        // The proxy labels the session's paths with the relay's certificate name and the
+        // paths' names from the relay's Hellos.
+        "polycorn_path_up{path=\"p0\",relay=\"polycorn-relay\"} 1",
     ] {
         assert!(
             proxy_metrics.contains(needle),
@@ -1492,6 +1494,7 @@ fn hostile_peers_are_refused_and_passengers_unaffected() {
                     session: 0xBAD,
                     path: 0,
                     epoch: 1,
+                    name: None,
                 }
                 .to_vec();
                 s.write_all(&hello).await.unwrap();
@@ -1540,6 +1543,7 @@ fn hostile_peers_are_refused_and_passengers_unaffected() {
                     session,
                     path: 0,
                     epoch: 1,
+                    name: None,
                 }
                 .to_vec();
                 s.write_all(&hello).await.unwrap();
@@ -4949,9 +4953,9 @@ fn the_shipped_alerting_rules_judge_a_running_relay_and_proxy() {
         }
         assert!(p.alerts().is_empty(), "{role}, healthy: {:?}", p.alerts());
     }
-    // The relay names its paths as configured, the proxy numbers them.
+    // The relay names its paths as configured, and the proxy as the relay's Hellos did.
     let dark = Blackhole::new(&bed.ns("relay"), &["path1"]);
-    for ((_, p), path) in ends.iter().zip(["p1", "1"]) {
+    for ((_, p), path) in ends.iter().zip(["p1", "p1"]) {
         p.wait_alerts(
             30,
             "one carrier dark",
