@@ -388,7 +388,7 @@ pub(crate) async fn answer(acc: subflow::Accepted, peer: SocketAddr) {
         %peer,
         relay = %acc.relay,
         path = acc.path,
-        path_name = acc.name.as_deref().unwrap_or("-"),
+        path_name = %acc.name.as_deref().unwrap_or("-"),
         probe_bytes = got,
         "path check from a relay answered"
     );

@@ -463,7 +463,7 @@ impl Engine {
             }
         }
         while let Some(e) = session.poll_sched_event() {
-            log_sched_event(&e);
+            log_sched_event(&e, session);
         }
         while let Some(ev) = session.poll_event() {
             match ev {
@@ -1061,8 +1061,16 @@ impl Engine {
 
 /// One log line per scheduler event: when a prediction starts and stops holding a path back,
 /// and every reinjection with its trigger.
-fn log_sched_event(e: &polycorn_sched::SchedEvent) {
+/// `session` names the path (`path_name`: the relay's `[[path]] name`, `-` if it has none).
+fn log_sched_event(e: &polycorn_sched::SchedEvent, session: &Session) {
     use polycorn_sched::{Reason, SchedEvent};
+    let name = |path: polycorn_sched::PathId| {
+        u8::try_from(path.index())
+            .ok()
+            .and_then(|p| session.path_name(p))
+            .unwrap_or("-")
+            .to_owned()
+    };
     match *e {
         SchedEvent::PathHeld {
             path,
@@ -1072,6 +1080,7 @@ fn log_sched_event(e: &polycorn_sched::SchedEvent) {
         } => match reason {
             Reason::HandoverFailureSoon { t_hof, threshold } => info!(
                 path = path.index(),
+                path_name = %name(path),
                 stage,
                 failure_in_ms = t_hof.as_secs_f64() * 1e3,
                 threshold_ms = threshold.as_secs_f64() * 1e3,
@@ -1079,6 +1088,7 @@ fn log_sched_event(e: &polycorn_sched::SchedEvent) {
             ),
             other => info!(
                 path = path.index(),
+                path_name = %name(path),
                 stage,
                 reason = %other,
                 "path held back on a prediction"
@@ -1091,6 +1101,7 @@ fn log_sched_event(e: &polycorn_sched::SchedEvent) {
             ..
         } => info!(
             path = path.index(),
+            path_name = %name(path),
             stage,
             held_ms = held_for.as_secs_f64() * 1e3,
             "path released"
@@ -1105,6 +1116,7 @@ fn log_sched_event(e: &polycorn_sched::SchedEvent) {
             ..
         } => debug!(
             path = path.index(),
+            path_name = %name(path),
             %trigger,
             chunks,
             bytes,
@@ -1118,6 +1130,7 @@ fn log_sched_event(e: &polycorn_sched::SchedEvent) {
             ..
         } => info!(
             path = path.index(),
+            path_name = %name(path),
             %trigger,
             chunks,
             bytes,

@@ -738,7 +738,7 @@ async fn accept_loop(
             // Answered in the relay's protocol version; the path's name, when its Hello gave
             // one, names the path in this proxy's metrics and logs.
             let (hello, ours) = engine.with(|x, _| {
-                x.set_peer_path_name(acc.path, acc.name.clone());
+                x.set_path_name(acc.path, acc.name.clone());
                 (x.answer_hello(acc.path, acc.version).to_vec(), x.epoch())
             });
             let mut stream = acc.stream;
@@ -758,7 +758,7 @@ async fn accept_loop(
                 %peer,
                 relay = %acc.relay,
                 path = acc.path,
-                path_name = acc.name.as_deref().unwrap_or("-"),
+                path_name = %acc.name.as_deref().unwrap_or("-"),
                 protocol = acc.version,
                 "subflow up"
             );

@@ -663,7 +663,11 @@ async fn maintain_path(
     sockopts: subflow::SubflowSockopts,
     idle_refresh: crate::config::IdleRefresh,
 ) {
-    let session = engine.inspect(|s| s.session_id());
+    // The path's name in the engine's log lines (the proxy learns it from the Hello).
+    let session = engine.with(|s, _| {
+        s.set_path_name(path, Some(p.name.clone()));
+        s.session_id()
+    });
     let sockopts = subflow::SubflowSockopts {
         mtu: p.mtu,
         ..sockopts

@@ -701,11 +701,8 @@ async fn the_proxy_learns_path_names_and_answers_an_older_relay_in_its_version()
             Some(id) => map.get(&id).expect("session listed"),
             None => map.values().next().expect("one session"),
         };
-        live.engine.inspect(|s| {
-            (0..2)
-                .map(|i| s.peer_path_name(i).map(str::to_owned))
-                .collect()
-        })
+        live.engine
+            .inspect(|s| (0..2).map(|i| s.path_name(i).map(str::to_owned)).collect())
     };
     // Both paths' subflows are up once the transfer ran over them; give the second a moment.
     assert!(

@@ -357,8 +357,9 @@ struct PathSlot {
     ping_seq: u32,
     ping_out: Option<(u32, Instant)>,
     counters: PathCounters,
-    /// The name the peer's latest Hello on this path gave it.
-    peer_name: Option<String>,
+    /// The path's name: the relay's config at the relay, the relay's latest Hello on this path
+    /// at the proxy.
+    name: Option<String>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -800,18 +801,18 @@ impl Session {
         Ok(())
     }
 
-    /// Remember the name the peer's Hello gave `path` (`None`: it gave none). The proxy's
-    /// shell calls it for every subflow it accepts, so its metrics and logs can name the path.
-    pub fn set_peer_path_name(&mut self, path: u8, name: Option<String>) {
+    /// Name `path` for metrics and logs (`None`: no name). The relay's shell names its paths
+    /// as its config does; the proxy's shell as the relay's Hello on the path's latest subflow
+    /// did (a relay of protocol 2 names none).
+    pub fn set_path_name(&mut self, path: u8, name: Option<String>) {
         if let Some(slot) = self.paths.get_mut(usize::from(path)) {
-            slot.peer_name = name;
+            slot.name = name;
         }
     }
 
-    /// The name the peer's latest Hello gave `path`, if any
-    /// ([`Session::set_peer_path_name`]).
-    pub fn peer_path_name(&self, path: u8) -> Option<&str> {
-        self.paths.get(usize::from(path))?.peer_name.as_deref()
+    /// The name of `path`, if it has one ([`Session::set_path_name`]).
+    pub fn path_name(&self, path: u8) -> Option<&str> {
+        self.paths.get(usize::from(path))?.name.as_deref()
     }
 
     /// This end's epoch: the incarnation its Hellos carry ([`SessionConfig::epoch`], changed

@@ -305,7 +305,7 @@ fn sample_once(
                     .and_then(|id| s.scheduler().path(id))
                     .map(|p| (p.srtt, p.cwnd_bytes));
                 // The proxy names a path as the relay's Hello did (relays of protocol 3 on).
-                let named = s.peer_path_name(i as u8).map(str::to_owned);
+                let named = s.path_name(i as u8).map(str::to_owned);
                 (c, st, s.path_usable(i as u8), named)
             })
             .collect();

@@ -1359,6 +1359,16 @@ fn transfers_survive_one_path_down_10s_and_all_paths_down_20s() {
         Duration::from_secs(3),
         Duration::from_secs(10),
     );
+    // The proxy moved what path 0 held to path 1, and its log names the path as the relay's
+    // config does (the name came in the relay's Hello).
+    let log = stack.proxy.log();
+    assert!(
+        log.lines()
+            .any(|l| l.contains("reinjected a path's unacknowledged chunks")
+                && l.contains("path=0 path_name=p0")),
+        "{}",
+        tail(&log)
+    );
     transfer_with_outage(
         &bed,
         &stack,
