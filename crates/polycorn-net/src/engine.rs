@@ -37,6 +37,9 @@ pub struct SubflowInfo {
     /// Bytes handed to the kernel so far, each counted once: sent (retransmissions not counted
     /// again) plus not yet sent. The same units as `sample.bytes_acked`.
     pub written_bytes: u64,
+    /// The kernel's slow-start threshold, segments (`tcpi_snd_ssthresh`; `None` while unset,
+    /// before the connection's first loss or timeout).
+    pub ssthresh: Option<u32>,
 }
 
 /// Reads `TCP_INFO` of a subflow's socket.
@@ -145,6 +148,8 @@ struct Core {
     timer_at: Option<Instant>,
     /// Per path: the kernel's retransmission count of the current subflow connection.
     retrans: Vec<u64>,
+    /// Per path: the current subflow's slow-start threshold, segments (`None`: unset).
+    ssthresh: Vec<Option<u32>>,
     /// Per path: the current subflow is being replaced by one that is already connected, so
     /// its end leaves the path attached (see [`Engine::hand_over`]).
     handing_over: [bool; MAX_PATHS],
@@ -343,6 +348,7 @@ impl Engine {
                 ended: None,
                 timer_at: None,
                 retrans: vec![0; MAX_PATHS],
+                ssthresh: vec![None; MAX_PATHS],
                 handing_over: [false; MAX_PATHS],
                 writing: [false; MAX_PATHS],
                 window_full: [false; MAX_PATHS],
@@ -715,6 +721,7 @@ impl Engine {
                         c.writing[usize::from(path)] = false;
                         c.session.on_tcp_info(now, path, &sample, 0)?;
                         c.retrans[usize::from(path)] = info.retransmissions;
+                        c.ssthresh[usize::from(path)] = info.ssthresh;
                         self.drive(&mut c, now);
                         let more = c.session.has_output(path);
                         c.window_full[usize::from(path)] =
@@ -893,6 +900,18 @@ impl Engine {
             .get(usize::from(path))
             .copied()
             .unwrap_or(0)
+    }
+
+    /// The kernel's slow-start threshold of `path`'s current subflow, segments, as last read
+    /// (`None`: unset, no loss or timeout on that connection yet, or no subflow yet). A
+    /// subflow outlives passenger connections, so a threshold set by a timeout while the path
+    /// was idle makes the next download grow its window linearly from there.
+    pub fn path_ssthresh(&self, path: u8) -> Option<u32> {
+        self.lock()
+            .ssthresh
+            .get(usize::from(path))
+            .copied()
+            .flatten()
     }
 
     /// (relay) Open a flow; the receiver yields the proxy's answer.
@@ -1247,6 +1266,7 @@ mod tests {
                 },
                 retransmissions: 0,
                 written_bytes: 0,
+                ssthresh: None,
             })
         })
     }
@@ -1373,13 +1393,19 @@ mod tests {
         let (engine, _events) = Engine::new(session, Box::new(polycorn_sched::NoPrediction));
         let samples = Arc::new(AtomicU64::new(0));
         let unacked = Arc::new(AtomicU64::new(14_600));
+        // The kernel's slow-start threshold, segments (0: unset).
+        let ssthresh = Arc::new(AtomicU64::new(0));
         let tcp_info: TcpInfoFn = {
-            let (samples, unacked) = (samples.clone(), unacked.clone());
+            let (samples, unacked, ssthresh) = (samples.clone(), unacked.clone(), ssthresh.clone());
             let idle = idle();
             Box::new(move || {
                 samples.fetch_add(1, Ordering::SeqCst);
                 let mut info = idle()?;
                 info.sample.unacked_bytes = unacked.load(Ordering::SeqCst);
+                info.ssthresh = match ssthresh.load(Ordering::SeqCst) {
+                    0 => None,
+                    n => Some(n as u32),
+                };
                 Ok(info)
             })
         };
@@ -1397,12 +1423,15 @@ mod tests {
         take_now(&mut peer);
         assert!(samples.load(Ordering::SeqCst) > 0, "the first sample");
         assert!(engine.inspect(|s| s.path_window_full(0)));
+        assert_eq!(engine.path_ssthresh(0), None, "no threshold set yet");
         // Nothing arrives: no new sample while the clock stands still.
         let before = samples.load(Ordering::SeqCst);
         settle().await;
         assert_eq!(samples.load(Ordering::SeqCst), before);
-        // A frame from the peer: the writer samples again and sees the window open.
+        // A frame from the peer: the writer samples again and sees the window open (and the
+        // threshold a timeout set meanwhile).
         unacked.store(0, Ordering::SeqCst);
+        ssthresh.store(27, Ordering::SeqCst);
         // (A pong: a frame that asks for no answer, so no output wakes the writer instead.)
         let pong = polycorn_proto::Frame::Pong {
             id: 1,
@@ -1417,6 +1446,8 @@ mod tests {
             "no new sample after the peer's frame"
         );
         assert!(!engine.inspect(|s| s.path_window_full(0)));
+        assert_eq!(engine.path_ssthresh(0), Some(27));
+        assert_eq!(engine.path_ssthresh(1), None, "a path with no subflow");
         // With room, a frame wakes nobody.
         let before = samples.load(Ordering::SeqCst);
         peer.write_all(&pong).await.expect("pong");

@@ -184,6 +184,7 @@ pub fn tcp_info_reader(stream: &TcpStream) -> io::Result<TcpInfoFn> {
             sample: raw.to_sample(),
             retransmissions: u64::from(raw.total_retrans),
             written_bytes: raw.written_bytes(),
+            ssthresh: (raw.snd_ssthresh < sockopt::SSTHRESH_INFINITE).then_some(raw.snd_ssthresh),
         })
     }))
 }

@@ -198,6 +198,14 @@ fn trace_paths(engine: WeakEngine, names: Vec<String>) -> Option<tokio::task::Jo
             let retrans: Vec<u64> = (0..names.len())
                 .map(|i| engine.path_retransmissions(i as u8))
                 .collect();
+            // The kernel's slow-start threshold, segments (`-`: unset, no loss yet).
+            let ssthresh: Vec<String> = (0..names.len())
+                .map(|i| {
+                    engine
+                        .path_ssthresh(i as u8)
+                        .map_or_else(|| "-".to_owned(), |s| s.to_string())
+                })
+                .collect();
             let line = engine.inspect(|s| {
                 let mut out = String::new();
                 for (i, name) in names.iter().enumerate() {
@@ -207,14 +215,15 @@ fn trace_paths(engine: WeakEngine, names: Vec<String>) -> Option<tokio::task::Jo
                     };
                     let c = s.path_counters(i as u8).unwrap_or_default();
                     out.push_str(&format!(
-                        " {name}[up={} srtt_ms={} age_ms={} min_rtt_ms={} cwnd={} kernel_cwnd={} unacked={} notsent={} \
-                         retrans={} data={} reinjected={} redundant={}]",
+                        " {name}[up={} srtt_ms={} age_ms={} min_rtt_ms={} cwnd={} kernel_cwnd={} ssthresh={} unacked={} \
+                         notsent={} retrans={} data={} reinjected={} redundant={}]",
                         u8::from(p.alive),
                         p.srtt.as_millis(),
                         p.unacked_age.as_millis(),
                         p.min_rtt.as_millis(),
                         p.cwnd_bytes,
                         p.kernel_cwnd_bytes,
+                        ssthresh[i],
                         p.unacked_bytes,
                         p.notsent_bytes,
                         retrans[i],
