@@ -940,6 +940,10 @@ pub struct ProxySection {
     /// `window_gain`: as the relay's, for the downlink scheduler (default 2, [`WINDOW_GAIN`];
     /// 0: the kernel's window as it is).
     pub window_gain: f64,
+    /// `ask_refresh`: when a retransmission timeout cut the slow-start threshold of an idle
+    /// downlink subflow, ask the relay (protocol 4 or later) for a fresh connection on that
+    /// path, so the next download slow-starts (default true).
+    pub ask_refresh: bool,
 }
 
 impl Default for ProxySection {
@@ -959,6 +963,7 @@ impl Default for ProxySection {
             idle_probe_s: DEFAULT_IDLE_PROBE_S,
             idle_probe_after_s: DEFAULT_IDLE_PROBE_AFTER_S,
             window_gain: default_window_gain(),
+            ask_refresh: true,
         }
     }
 }
@@ -1948,6 +1953,11 @@ hold_time_s = 30
 # a new download in one burst on one path, past what the carrier's queue holds). 1.0..=16.0;
 # 0: the kernel's window.
 # window_gain = 2
+# When a retransmission timeout (a probe lost in a handover's gap) cut the slow-start
+# threshold of an idle downlink subflow, ask the relay for a fresh connection on that path,
+# so the next download slow-starts instead of growing its window linearly (relays of
+# protocol 4 or later; a relay set to idle_refresh "off" declines).
+# ask_refresh = true
 # Limit on connecting to a server (1..=300 s).
 connect_timeout_s = 10
 # TCP congestion control of accepted subflows and tunnels, so of the downlink (default: the

@@ -85,6 +85,83 @@ impl WriteLog {
     }
 }
 
+/// A path counts as busy while more than this many bytes crossed it (either way) within
+/// [`REFRESH_IDLE`] ([`RefreshWatch`]); probes and their answers stay far below.
+const REFRESH_BUSY_BYTES: u64 = 4096;
+/// A slow-start threshold cut after the path carried no more than probes for this long is
+/// the idle kind ([`RefreshWatch`]).
+const REFRESH_IDLE: polycorn_sched::time::Duration = polycorn_sched::time::Duration::from_secs(1);
+/// The proxy asks again at most this often while the relay has not replaced the subflow.
+const REFRESH_ASK_EVERY: polycorn_sched::time::Duration =
+    polycorn_sched::time::Duration::from_secs(10);
+/// At most this many bytes in flight (a probe or two) still count as an idle socket.
+const REFRESH_IN_FLIGHT: u64 = 1024;
+
+/// (proxy) Watches one subflow for a cut of its slow-start threshold while its path was idle.
+///
+/// A retransmission timeout on an idle subflow (a probe lost in a handover's gap) sets the
+/// kernel's threshold from the small window of probes. The subflow outlives passengers'
+/// connections, so the next download on the path then grows its window linearly from there
+/// (session 58 in `docs/MEASUREMENTS.md`: 4.9 s instead of 2.1 s for one 4 MB download). A cut
+/// while the path carried data reflects the path and is kept. Only the relay dials, so the
+/// proxy asks it for a fresh connection ([`polycorn_proto::Frame::Refresh`]).
+#[derive(Debug, Default)]
+struct RefreshWatch {
+    /// Bytes either way at the start of the current measuring window, and when it began.
+    mark: Option<(Instant, u64)>,
+    /// When the path last carried more than probes.
+    busy_at: Option<Instant>,
+    /// The threshold at the last sample (`None`: unset).
+    ssthresh: Option<u32>,
+    /// The threshold since it was cut while idle (`None`: no such cut, or data crossed the
+    /// path since).
+    cut: Option<u32>,
+    /// When the relay was last asked.
+    asked_at: Option<Instant>,
+}
+
+impl RefreshWatch {
+    /// One `TCP_INFO` sample at `now`: `bytes` crossed the path so far (either way, frames),
+    /// the subflow's threshold, and whether the socket has next to nothing in flight, queued
+    /// or backed off. Returns the threshold to report when the relay should be asked now.
+    fn on_sample(
+        &mut self,
+        now: Instant,
+        bytes: u64,
+        ssthresh: Option<u32>,
+        socket_idle: bool,
+    ) -> Option<u32> {
+        let (since, base) = *self.mark.get_or_insert((now, bytes));
+        if bytes.saturating_sub(base) > REFRESH_BUSY_BYTES {
+            self.busy_at = Some(now);
+            self.mark = Some((now, bytes));
+        } else if now - since >= REFRESH_IDLE {
+            self.mark = Some((now, bytes));
+        }
+        let fell = match (self.ssthresh, ssthresh) {
+            (None, Some(_)) => true,
+            (Some(old), Some(new)) => new < old,
+            _ => false,
+        };
+        self.ssthresh = ssthresh;
+        if self.busy_at.is_some_and(|b| now - b < REFRESH_IDLE) {
+            self.cut = None;
+            return None;
+        }
+        if fell || self.cut.is_some() {
+            self.cut = ssthresh;
+        }
+        let cut = self.cut?;
+        let due = self.asked_at.is_none_or(|a| now - a >= REFRESH_ASK_EVERY);
+        (socket_idle && due).then_some(cut)
+    }
+
+    /// The relay was asked at `now`.
+    fn asked(&mut self, now: Instant) {
+        self.asked_at = Some(now);
+    }
+}
+
 /// How often an idle subflow's `TCP_INFO` is sampled (RTO back-off shows up here).
 const TCP_INFO_PERIOD: std::time::Duration = std::time::Duration::from_millis(10);
 
@@ -196,6 +273,9 @@ struct Shared {
     metrics: std::sync::OnceLock<Arc<crate::metrics::Metrics>>,
     /// The relay's name in the metrics' `relay` label and in log lines about it.
     relay: std::sync::OnceLock<Arc<str>>,
+    /// (proxy) Ask the relay to refresh a subflow whose threshold was cut while idle
+    /// ([`Engine::ask_refresh_after_idle_cuts`]).
+    ask_refresh: std::sync::atomic::AtomicBool,
     events: mpsc::UnboundedSender<Event>,
 }
 
@@ -358,6 +438,7 @@ impl Engine {
             epoch: std::time::Instant::now(),
             metrics: std::sync::OnceLock::new(),
             relay: std::sync::OnceLock::new(),
+            ask_refresh: std::sync::atomic::AtomicBool::new(false),
             events: tx,
         }));
         {
@@ -679,6 +760,8 @@ impl Engine {
         let write_loop = async {
             let mut out: Vec<u8> = Vec::new();
             let mut log = WriteLog::default();
+            let mut watch = RefreshWatch::default();
+            let asks = self.0.ask_refresh.load(Ordering::Relaxed);
             let mut tick = tokio::time::interval(TCP_INFO_PERIOD);
             tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
             loop {
@@ -722,6 +805,9 @@ impl Engine {
                         c.session.on_tcp_info(now, path, &sample, 0)?;
                         c.retrans[usize::from(path)] = info.retransmissions;
                         c.ssthresh[usize::from(path)] = info.ssthresh;
+                        if asks {
+                            self.watch_refresh(&mut c, now, path, &info, &mut watch)?;
+                        }
                         self.drive(&mut c, now);
                         let more = c.session.has_output(path);
                         c.window_full[usize::from(path)] =
@@ -912,6 +998,54 @@ impl Engine {
             .get(usize::from(path))
             .copied()
             .flatten()
+    }
+
+    /// (proxy) Ask the relay for a fresh subflow on a path whose slow-start threshold a
+    /// retransmission timeout cut while the path was idle ([`RefreshWatch`]; relays of
+    /// protocol [`polycorn_proto::REFRESH_VERSION`] or later, see
+    /// [`Session::set_peer_version`](polycorn_proto::Session::set_peer_version)). Off by
+    /// default; takes effect for subflows that start after it.
+    pub fn ask_refresh_after_idle_cuts(&self, on: bool) {
+        self.0.ask_refresh.store(on, Ordering::Relaxed);
+    }
+
+    /// One sample of `path`'s subflow for its [`RefreshWatch`]; asks the relay when due.
+    fn watch_refresh(
+        &self,
+        c: &mut Core,
+        now: Instant,
+        path: u8,
+        info: &SubflowInfo,
+        watch: &mut RefreshWatch,
+    ) -> Result<(), ProtoError> {
+        let counters = c.session.path_counters(path).unwrap_or_default();
+        let s = &info.sample;
+        let socket_idle =
+            s.unacked_bytes <= REFRESH_IN_FLIGHT && s.notsent_bytes == 0 && s.rto_backoff == 0;
+        let Some(ssthresh) = watch.on_sample(
+            now,
+            counters.tx_bytes + counters.rx_bytes,
+            info.ssthresh,
+            socket_idle,
+        ) else {
+            return Ok(());
+        };
+        if !c.session.path_usable(path) || !c.session.ask_refresh(now, path, ssthresh)? {
+            return Ok(());
+        }
+        watch.asked(now);
+        if let Some(m) = self.0.metrics.get() {
+            m.refresh_asked.inc();
+        }
+        info!(
+            relay = self.0.relay.get().map_or("", |r| r),
+            path,
+            path_name = %c.session.path_name(path).unwrap_or("-"),
+            ssthresh,
+            "a timeout cut the slow-start threshold of an idle subflow; asked the relay for a \
+             fresh connection"
+        );
+        Ok(())
     }
 
     /// (relay) Open a flow; the receiver yields the proxy's answer.
@@ -1491,5 +1625,65 @@ mod tests {
         // ...and it is used up: the next end detaches again.
         drop(c);
         assert!(!attached(&engine));
+    }
+
+    /// The proxy asks for a fresh subflow only for a threshold cut while the path carried no
+    /// more than probes, once the socket is idle, and again at most every 10 s; a cut while
+    /// data flowed, or data after the cut, asks nothing.
+    #[test]
+    fn refresh_is_asked_only_for_a_threshold_cut_while_idle() {
+        let ms = Instant::from_millis;
+        // A download: 64 KiB every 10 ms for 2 s, a loss cuts the threshold to 300 meanwhile.
+        let mut w = RefreshWatch::default();
+        let mut bytes = 0;
+        for t in 0..200 {
+            bytes += 64 << 10;
+            let ss = (t >= 100).then_some(300);
+            assert_eq!(w.on_sample(ms(t * 10), bytes, ss, false), None);
+        }
+        // Then idle (probes only): the threshold the download left is kept, nothing asked.
+        for t in 200..600 {
+            bytes += 4;
+            assert_eq!(
+                w.on_sample(ms(t * 10), bytes, Some(300), true),
+                None,
+                "at {t}"
+            );
+        }
+        // A timeout on a probe cuts it to 27 while the socket backs off: asked once it is idle.
+        assert_eq!(w.on_sample(ms(6000), bytes, Some(27), false), None);
+        assert_eq!(w.on_sample(ms(6010), bytes, Some(27), true), Some(27));
+        w.asked(ms(6010));
+        assert_eq!(
+            w.on_sample(ms(6020), bytes, Some(27), true),
+            None,
+            "asked already"
+        );
+        assert_eq!(
+            w.on_sample(ms(16_010), bytes, Some(27), true),
+            Some(27),
+            "10 s later"
+        );
+        w.asked(ms(16_010));
+        // A download on the old subflow ends the matter.
+        bytes += 1 << 20;
+        assert_eq!(w.on_sample(ms(16_500), bytes, Some(27), true), None);
+        for t in 0..300 {
+            assert_eq!(
+                w.on_sample(ms(16_510 + t * 10), bytes, Some(27), true),
+                None
+            );
+        }
+
+        // A fresh subflow (no threshold) whose first cut comes while idle.
+        let mut w = RefreshWatch::default();
+        assert_eq!(w.on_sample(ms(0), 100, None, true), None);
+        assert_eq!(w.on_sample(ms(1500), 200, Some(2), true), Some(2));
+        // A cut within a second of data is the data's.
+        let mut w = RefreshWatch::default();
+        assert_eq!(w.on_sample(ms(0), 0, None, true), None);
+        assert_eq!(w.on_sample(ms(500), 10_000, None, true), None);
+        assert_eq!(w.on_sample(ms(900), 10_050, Some(40), true), None);
+        assert_eq!(w.on_sample(ms(2000), 10_100, Some(40), true), None);
     }
 }

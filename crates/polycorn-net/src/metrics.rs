@@ -27,6 +27,7 @@
 //! | `polycorn_flows_held_total` | counter | | (relay) passenger connections held while the proxy drained, then opened at the next proxy |
 //! | `polycorn_proxy_failovers_total` | counter | | (relay) moves to another of the proxy name's addresses after no path reached the one in use for the hold time |
 //! | `polycorn_session_renewals_total` | counter | | (relay) fresh starts of the session, under a new epoch, with a proxy that answered with another epoch than the one before (another proxy, or a restarted one) |
+//! | `polycorn_refresh_requests_total` | counter | | (proxy) requests to the relay for a fresh subflow, made when a retransmission timeout cut the slow-start threshold of an idle subflow (relays of protocol 4) |
 //! | `polycorn_frames_rejected_total` | counter | `reason` | frames refused by the session (malformed, unknown flow, …) |
 //! | `polycorn_tls_not_after_seconds` | gauge | `file` | when the process's own certificate (`cert`) and its CA file (`ca`) stop being valid, seconds since 1970 (alert on it minus `time()`) |
 //! | `polycorn_relay_tls_not_after_seconds` | gauge | `relay` | (proxy) when the relay's certificate stops being valid, as it presented it last |
@@ -394,6 +395,8 @@ pub struct Metrics {
     pub proxy_failovers: Counter,
     /// `polycorn_session_renewals_total`.
     pub session_renewals: Counter,
+    /// `polycorn_refresh_requests_total`.
+    pub refresh_asked: Counter,
     /// `polycorn_peers_rejected_total`.
     pub peers_rejected: Counter,
     relay_sessions: Family<RelayLabels, Counter>,
@@ -453,6 +456,7 @@ impl Metrics {
             flows_held: Counter::default(),
             proxy_failovers: Counter::default(),
             session_renewals: Counter::default(),
+            refresh_asked: Counter::default(),
             peers_rejected: Counter::default(),
             relay_sessions: Family::default(),
             relay_sessions_ended: Family::default(),
@@ -590,6 +594,11 @@ impl Metrics {
             "polycorn_session_renewals",
             "Fresh starts of the session with a proxy that answered with another epoch (another proxy, or a restarted one)",
             m.session_renewals.clone(),
+        );
+        r.register(
+            "polycorn_refresh_requests",
+            "Requests to the relay for a fresh subflow after a timeout cut an idle subflow's slow-start threshold",
+            m.refresh_asked.clone(),
         );
         r.register(
             "polycorn_frames_rejected",

@@ -218,6 +218,9 @@ pub struct ProxyOptions {
     /// the proxy checks again after the handshake (a list changed meanwhile, or a TLS
     /// configuration built without it).
     pub revoked_relays: Arc<Revoked>,
+    /// Ask relays for a fresh subflow where a timeout cut an idle subflow's slow-start
+    /// threshold (`proxy.ask_refresh`, see [`Engine::ask_refresh_after_idle_cuts`]).
+    pub ask_refresh: bool,
 }
 
 pub use crate::tls::Revoked;
@@ -641,6 +644,7 @@ async fn accept_loop(
                         };
                         let pred = make_predictor(o.predictor.current().1.as_ref().as_ref());
                         let (engine, events) = Engine::new(session, pred);
+                        engine.ask_refresh_after_idle_cuts(o.ask_refresh);
                         if let Some(m) = &o.metrics {
                             engine.set_metrics(m.clone(), &acc.relay);
                         }
@@ -739,6 +743,7 @@ async fn accept_loop(
             // one, names the path in this proxy's metrics and logs.
             let (hello, ours) = engine.with(|x, _| {
                 x.set_path_name(acc.path, acc.name.clone());
+                x.set_peer_version(acc.path, acc.version);
                 (x.answer_hello(acc.path, acc.version).to_vec(), x.epoch())
             });
             let mut stream = acc.stream;

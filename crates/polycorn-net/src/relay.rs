@@ -590,6 +590,9 @@ enum Replace {
     Refresh(u32),
     /// Refresh of an idle subflow that carried this many downlink bytes.
     Used(u64),
+    /// Refresh the proxy asked for: a timeout cut its end's slow-start threshold (segments)
+    /// while the path was idle ([`polycorn_proto::Frame::Refresh`]).
+    Asked(u32),
     /// The path carries the proxy's frames again but this subflow's TCP still waits out an
     /// exponentially backed-off retransmission timer (consecutive back-offs).
     BackedOff(u8),
@@ -880,12 +883,16 @@ async fn maintain_path(
         // slow-start threshold to a few segments, and loss-based congestion control then
         // grows the window linearly for many seconds when passengers' data comes back. Such a
         // subflow is replaced, while the path is idle, by a fresh connection that starts in
-        // slow start (make before break: nothing in flight is lost).
+        // slow start (make before break: nothing in flight is lost). The proxy asks for the
+        // same when a timeout cut its own end's threshold (the downlink's), which this end
+        // cannot see.
         let refresher = async {
             use crate::config::IdleRefresh;
             let started = std::time::Instant::now();
             let mut last = engine.inspect(|s| s.path_counters(path).unwrap_or_default());
             let rx_at_start = last.rx_bytes;
+            // The proxy's request not yet acted on: its threshold, segments.
+            let mut asked = None;
             loop {
                 if idle_refresh == IdleRefresh::Off {
                     std::future::pending::<()>().await;
@@ -894,6 +901,13 @@ async fn maintain_path(
                 let now = engine.inspect(|s| s.path_counters(path).unwrap_or_default());
                 let quiet = quiet_between(&last, &now);
                 last = now;
+                if let Some(ssthresh) = engine.with(|s, _| s.take_refresh_request(path)) {
+                    asked = Some(ssthresh);
+                }
+                if !quiet {
+                    // Data crossed the path since: it ran with the window it had.
+                    asked = None;
+                }
                 if started.elapsed() < REFRESH_MIN_AGE || !quiet {
                     continue;
                 }
@@ -902,12 +916,15 @@ async fn maintain_path(
                 let carried = now.rx_bytes.saturating_sub(rx_at_start);
                 let used = idle_refresh == IdleRefresh::Used && carried >= REFRESH_USED_BYTES;
                 let idle = i.unacked == 0 && i.notsent_bytes == 0 && i.backoff == 0;
-                if (collapsed || used) && idle && engine.inspect(|s| s.path_usable(path)) {
+                if (collapsed || used || asked.is_some())
+                    && idle
+                    && engine.inspect(|s| s.path_usable(path))
+                {
                     if let Some(e) = spare_probe().await {
-                        let why = if collapsed {
-                            Replace::Refresh(i.snd_ssthresh)
-                        } else {
-                            Replace::Used(carried)
+                        let why = match asked {
+                            _ if collapsed => Replace::Refresh(i.snd_ssthresh),
+                            Some(theirs) => Replace::Asked(theirs),
+                            None => Replace::Used(carried),
                         };
                         return (e, why);
                     }
@@ -1037,6 +1054,12 @@ async fn maintain_path(
                 path = %p.name,
                 bytes,
                 "idle subflow carried data under past conditions; replaced it with a fresh connection"
+            ),
+            Replace::Asked(ssthresh) => info!(
+                path = %p.name,
+                proxy_ssthresh = ssthresh,
+                "the proxy's end of the idle subflow lost its congestion state to a timeout; \
+                 replaced it with a fresh connection as the proxy asked"
             ),
             Replace::BackedOff(backoff) => info!(
                 path = %p.name,

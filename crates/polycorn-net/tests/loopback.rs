@@ -165,6 +165,7 @@ async fn start_pair_with(
         record,
         metrics,
         revoked_relays: Default::default(),
+        ask_refresh: true,
     };
     let (proxy_tasks, sessions) = proxy::start(popts, polycorn_net::activation::Inherited::none())
         .await

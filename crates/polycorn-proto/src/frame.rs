@@ -21,6 +21,7 @@
 //! | 11 | PathStatus | path u8, up u8 (path 255: the whole session, see [`SESSION_PATH`]) |
 //! | 12 | CtrlAck | cseq u64 (every control frame below it was received) |
 //! | 13 | Close | reason u8, message (UTF-8, ≤ 1024 bytes) |
+//! | 14 | Refresh | path u8, ssthresh u32 (proxy to relay, version 4; see [`Frame::Refresh`]) |
 //!
 //! Addresses: `4` + 4 bytes or `6` + 16 bytes. Destinations: an address followed by a port
 //! (u16), or `3`, a length byte, a host name (1–255 bytes of `[A-Za-z0-9.-]`) and a port.
@@ -33,11 +34,16 @@ use thiserror::Error;
 /// Protocol version carried in [`Frame::Hello`].
 ///
 /// Version 3 lets a relay's Hello carry the path's name (`[[path]] name`), which the proxy
-/// then uses in its metrics and logs instead of the path's index. A proxy accepts relays of
-/// every version from [`MIN_VERSION`] on and answers each in its own version; a relay needs
-/// a proxy of its version or newer (a proxy of version 2 cannot decode a named Hello), so
-/// proxies are upgraded first.
-pub const VERSION: u16 = 3;
+/// then uses in its metrics and logs instead of the path's index. Version 4 adds
+/// [`Frame::Refresh`], which the proxy sends only to relays of version 4 or later. A proxy
+/// accepts relays of every version from [`MIN_VERSION`] on and answers each in its own
+/// version; a relay needs a proxy of its version or newer (a proxy of version 2 cannot decode
+/// a named Hello, one of version 3 refuses a Hello of version 4), so proxies are upgraded
+/// first.
+pub const VERSION: u16 = 4;
+
+/// The first protocol version whose relays understand [`Frame::Refresh`].
+pub const REFRESH_VERSION: u16 = 4;
 
 /// The oldest protocol version a peer may speak: a version-2 Hello carries no path name, and
 /// the proxy numbers that relay's paths.
@@ -276,6 +282,18 @@ pub enum Frame<'a> {
         /// Next expected control sequence.
         next: u64,
     },
+    /// (proxy, to a relay of version 4 or later) The proxy's end of `path`'s subflow lost its
+    /// congestion state while the path was idle: a retransmission timeout on a probe cut its
+    /// slow-start threshold to `ssthresh` segments, so the next download on the path would grow
+    /// its window linearly from there. The relay may replace the subflow with a fresh
+    /// connection while the path stays idle (only the relay dials). Sent on the path's own
+    /// subflow; a relay that cannot replace it now ignores it.
+    Refresh {
+        /// Path index.
+        path: u8,
+        /// The proxy's slow-start threshold on the subflow, segments.
+        ssthresh: u32,
+    },
     /// The sender closes the subflow or session.
     Close {
         /// Why ([`CloseReason`]).
@@ -356,6 +374,7 @@ mod kind {
     pub const PATH_STATUS: u8 = 11;
     pub const CTRL_ACK: u8 = 12;
     pub const CLOSE: u8 = 13;
+    pub const REFRESH: u8 = 14;
 }
 
 impl Frame<'_> {
@@ -375,6 +394,7 @@ impl Frame<'_> {
             Frame::PathStatus { .. } => kind::PATH_STATUS,
             Frame::CtrlAck { .. } => kind::CTRL_ACK,
             Frame::Close { .. } => kind::CLOSE,
+            Frame::Refresh { .. } => kind::REFRESH,
         }
     }
 
@@ -506,6 +526,10 @@ impl Frame<'_> {
                 out.push(u8::from(*up));
             }
             Frame::CtrlAck { next } => out.extend_from_slice(&next.to_be_bytes()),
+            Frame::Refresh { path, ssthresh } => {
+                out.push(*path);
+                out.extend_from_slice(&ssthresh.to_be_bytes());
+            }
             Frame::Close { reason, message } => {
                 out.push(close_reason_byte(*reason));
                 let mut end = message.len().min(MAX_CLOSE_MESSAGE);
@@ -682,7 +706,7 @@ pub fn decode(buf: &[u8]) -> Result<Option<(Frame<'_>, usize)>, FrameError> {
         return Ok(None);
     }
     let kind = buf[0];
-    if !(kind::HELLO..=kind::CLOSE).contains(&kind) {
+    if !(kind::HELLO..=kind::REFRESH).contains(&kind) {
         return Err(FrameError::UnknownType(kind));
     }
     let len = u32::from_be_bytes(buf[1..5].try_into().expect("4 bytes"));
@@ -900,6 +924,10 @@ pub fn decode(buf: &[u8]) -> Result<Option<(Frame<'_>, usize)>, FrameError> {
                 String::from_utf8(msg.to_vec()).map_err(|_| r.bad("message", "not UTF-8"))?;
             Frame::Close { reason, message }
         }
+        kind::REFRESH => Frame::Refresh {
+            path: r.u8("path")?,
+            ssthresh: r.u32("ssthresh")?,
+        },
         _ => unreachable!("range checked above"),
     };
     r.finish()?;

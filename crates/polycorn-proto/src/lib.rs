@@ -16,8 +16,8 @@ pub mod session;
 
 pub use frame::{
     decode, valid_path_name, CellInfo, CloseReason, ContextInfo, Destination, Frame, FrameError,
-    OpenStatus, ResetReason, Role, CHECK_SESSION, MAX_PATH_NAME, MIN_VERSION, SESSION_PATH,
-    VERSION,
+    OpenStatus, ResetReason, Role, CHECK_SESSION, MAX_PATH_NAME, MIN_VERSION, REFRESH_VERSION,
+    SESSION_PATH, VERSION,
 };
 pub use session::{
     Event, FlowTotals, HelloOutcome, PathCounters, PeerHello, ProtoError, ReadOutcome,

@@ -38,7 +38,7 @@ use thiserror::Error;
 
 use crate::frame::{
     encode_data_header, CloseReason, ContextInfo, Destination, Frame, FrameError, OpenStatus,
-    ResetReason, Role, MIN_VERSION, SESSION_PATH, VERSION,
+    ResetReason, Role, MIN_VERSION, REFRESH_VERSION, SESSION_PATH, VERSION,
 };
 
 /// Credit every flow starts with, in both directions, before any [`Frame::Credit`].
@@ -360,6 +360,12 @@ struct PathSlot {
     /// The path's name: the relay's config at the relay, the relay's latest Hello on this path
     /// at the proxy.
     name: Option<String>,
+    /// (proxy) The protocol version of the relay's Hello on this path's latest subflow (0:
+    /// not told, see [`Session::set_peer_version`]).
+    peer_version: u16,
+    /// (relay) The proxy asked for this path's subflow to be replaced ([`Frame::Refresh`]):
+    /// its slow-start threshold, segments. Cleared when a subflow attaches.
+    refresh_asked: Option<u32>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -785,6 +791,7 @@ impl Session {
         slot.last_rx = now;
         slot.next_ping = now;
         slot.ping_out = None;
+        slot.refresh_asked = None;
         slot.counters.attaches += 1;
         for e in self.ctrl_out.values_mut() {
             e.sent_at = None;
@@ -813,6 +820,48 @@ impl Session {
     /// The name of `path`, if it has one ([`Session::set_path_name`]).
     pub fn path_name(&self, path: u8) -> Option<&str> {
         self.paths.get(usize::from(path))?.name.as_deref()
+    }
+
+    /// (proxy) Record the protocol version of the relay's Hello on `path`'s latest subflow
+    /// ([`PeerHello::version`]): it decides which frames the path may carry to the relay.
+    pub fn set_peer_version(&mut self, path: u8, version: u16) {
+        if let Some(slot) = self.paths.get_mut(usize::from(path)) {
+            slot.peer_version = version;
+        }
+    }
+
+    /// (proxy) Ask the relay to replace `path`'s subflow with a fresh connection, because this
+    /// end's slow-start threshold on it fell to `ssthresh` segments while the path was idle
+    /// ([`Frame::Refresh`]). Queued on the path's own subflow ahead of data. Returns whether
+    /// it was sent: not to a relay older than [`REFRESH_VERSION`] (which could not decode it,
+    /// see [`Session::set_peer_version`]), nor on a path without a subflow.
+    pub fn ask_refresh(
+        &mut self,
+        now: Instant,
+        path: u8,
+        ssthresh: u32,
+    ) -> Result<bool, ProtoError> {
+        if self.cfg.role != Role::Proxy {
+            return Err(ProtoError::WrongDirection("Refresh"));
+        }
+        self.observe(now);
+        let Some(slot) = self.paths.get_mut(usize::from(path)) else {
+            return Ok(false);
+        };
+        if !slot.attached || slot.peer_version < REFRESH_VERSION {
+            return Ok(false);
+        }
+        let bytes = Frame::Refresh { path, ssthresh }.to_vec();
+        slot.counters.tx_bytes += bytes.len() as u64;
+        slot.prio.extend_from_slice(&bytes);
+        Ok(true)
+    }
+
+    /// (relay) Whether the proxy asked for `path`'s subflow to be replaced since a subflow
+    /// last attached on it ([`Frame::Refresh`]): the proxy's slow-start threshold, segments.
+    /// Taking it clears it.
+    pub fn take_refresh_request(&mut self, path: u8) -> Option<u32> {
+        self.paths.get_mut(usize::from(path))?.refresh_asked.take()
     }
 
     /// This end's epoch: the incarnation its Hellos carry ([`SessionConfig::epoch`], changed
@@ -1519,6 +1568,15 @@ impl Session {
             }
             Frame::PathStatus { path: p, up } => {
                 self.events.push_back(Event::PeerPathStatus { path: p, up });
+                Ok(())
+            }
+            Frame::Refresh { path: p, ssthresh } => {
+                if self.cfg.role != Role::Relay {
+                    return Err(ProtoError::WrongDirection("Refresh"));
+                }
+                if let Some(slot) = self.paths.get_mut(usize::from(p)) {
+                    slot.refresh_asked = Some(ssthresh);
+                }
                 Ok(())
             }
             Frame::Close { reason, message } => {

@@ -164,6 +164,14 @@ fn owned_frame() -> impl Strategy<Value = (u8, Vec<u8>, Frame<'static>)> {
             Frame::PathStatus { path: p, up: u }
         )),
         any::<u64>().prop_map(|n| (0, vec![], Frame::CtrlAck { next: n })),
+        (any::<u8>(), any::<u32>()).prop_map(|(p, t)| (
+            0,
+            vec![],
+            Frame::Refresh {
+                path: p,
+                ssthresh: t
+            }
+        )),
         ("[ -~]{0,200}", 0usize..4).prop_map(|(m, r)| (
             0,
             vec![],
@@ -366,6 +374,68 @@ fn a_version_2_hello_is_answered_in_version_2_and_a_version_3_one_names_its_path
     assert!(matches!(
         Session::check_hello(Role::Proxy, &future),
         Err(polycorn_proto::ProtoError::Version { .. })
+    ));
+}
+
+/// The proxy asks a relay of protocol 4 to refresh a path's subflow with a Refresh frame
+/// queued on that path, never a relay of an older version (which could not decode it), and a
+/// relay never sends one. The relay keeps the request until it takes it or a subflow attaches.
+#[test]
+fn the_proxy_asks_only_a_version_4_relay_to_refresh_a_path() {
+    use polycorn_proto::{ProtoError, Session, SessionConfig, REFRESH_VERSION};
+    let t0 = polycorn_sched::time::Instant::from_millis(0);
+    let mut proxy = Session::new(SessionConfig::new(Role::Proxy, 7, "minrtt")).unwrap();
+    proxy.attach_path(t0, 0).unwrap();
+    proxy.attach_path(t0, 1).unwrap();
+    let mut out = Vec::new();
+    proxy.take_output(0, &mut out);
+    proxy.take_output(1, &mut out);
+    // Not told the relay's version, or told an older one: nothing is sent.
+    assert_eq!(proxy.ask_refresh(t0, 1, 27), Ok(false));
+    proxy.set_peer_version(1, 3);
+    assert_eq!(proxy.ask_refresh(t0, 1, 27), Ok(false));
+    // A path without a subflow: nothing either.
+    proxy.set_peer_version(2, REFRESH_VERSION);
+    assert_eq!(proxy.ask_refresh(t0, 2, 27), Ok(false));
+    proxy.set_peer_version(1, REFRESH_VERSION);
+    assert_eq!(proxy.ask_refresh(t0, 1, 27), Ok(true));
+    out.clear();
+    proxy.take_output(0, &mut out);
+    assert!(out.is_empty(), "queued on path 0: {out:?}");
+    proxy.take_output(1, &mut out);
+    let mut rest = &out[..];
+    let mut asked = None;
+    while let Some((frame, n)) = decode(rest).unwrap() {
+        if let Frame::Refresh { path, ssthresh } = frame {
+            asked = Some((path, ssthresh));
+        }
+        rest = &rest[n..];
+    }
+    assert_eq!(asked, Some((1, 27)));
+
+    let mut relay = Session::new(SessionConfig::new(Role::Relay, 7, "minrtt")).unwrap();
+    assert!(matches!(
+        relay.ask_refresh(t0, 1, 27),
+        Err(ProtoError::WrongDirection(_))
+    ));
+    relay.attach_path(t0, 0).unwrap();
+    relay.attach_path(t0, 1).unwrap();
+    let ask = Frame::Refresh {
+        path: 1,
+        ssthresh: 27,
+    };
+    relay.on_frame(t0, 1, ask.clone()).unwrap();
+    assert_eq!(relay.take_refresh_request(0), None);
+    assert_eq!(relay.take_refresh_request(1), Some(27));
+    assert_eq!(relay.take_refresh_request(1), None, "taken once");
+    // A fresh subflow on the path answers the request.
+    relay.on_frame(t0, 1, ask.clone()).unwrap();
+    relay.attach_path(t0, 1).unwrap();
+    assert_eq!(relay.take_refresh_request(1), None);
+    // A proxy refuses one.
+    assert!(matches!(
+        proxy.on_frame(t0, 1, ask),
+        Err(ProtoError::WrongDirection("Refresh"))
     ));
 }
 

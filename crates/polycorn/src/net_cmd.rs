@@ -1057,6 +1057,7 @@ pub fn proxy(path: &Path) -> Result<()> {
             record: record.clone(),
             metrics: Some(metrics.clone()),
             revoked_relays: revoked.clone(),
+            ask_refresh: cfg.proxy.ask_refresh,
         };
         if !cfg.proxy.revoked_relays.is_empty() {
             info!(relays = ?cfg.proxy.revoked_relays, "revoked relays will be refused");

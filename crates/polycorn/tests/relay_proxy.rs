@@ -2587,6 +2587,52 @@ fn idle_path_blackout_refreshes_its_subflow() {
     fetch_ok(&bed, &stack, KB, 8 * MB, "transfer after the refresh");
 }
 
+/// A timeout that cuts only the proxy's end of an idle subflow (its probes' answers lost for a
+/// moment, the relay's probes and every acknowledgement getting through) is invisible to the
+/// relay's own check: the proxy asks for a fresh connection (protocol 4), the relay replaces
+/// the subflow, and traffic afterwards is byte-exact.
+#[test]
+fn a_timeout_at_the_proxys_end_of_an_idle_subflow_gets_it_refreshed_as_the_proxy_asks() {
+    let _s = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    if !is_root() {
+        return;
+    }
+    let bed = Bed::constant("ra", 40, 20);
+    start_server(&bed);
+    let stack = start_stack(&bed, "polycorn", "minrtt", 2);
+    std::thread::sleep(Duration::from_secs(2));
+    {
+        // The proxy's data on path 0 (probes and their answers) is lost for 650 ms: at least
+        // one retransmission timeout there, while the path never stays silent for the relay's
+        // stall time (as in `idle_path_blackout_refreshes_its_subflow`).
+        let _b = Blackhole::incoming_data(&bed.ns("relay"), "path0", 7700);
+        std::thread::sleep(Duration::from_millis(650));
+    }
+    wait_for_relay_log(
+        &stack,
+        "replaced it with a fresh connection as the proxy asked",
+        Some((
+            "path silent",
+            "the watchdog replaced the subflow before the refresh could",
+        )),
+        "no refresh after the proxy's timeout",
+    );
+    let relay = stack.relay.log();
+    assert!(
+        !relay.contains("congestion state collapsed"),
+        "the relay's own socket saw the timeout:\n{}",
+        tail(&relay)
+    );
+    let proxy = stack.proxy.log();
+    assert!(
+        proxy.contains("asked the relay for a fresh connection")
+            && proxy.contains("path=0 path_name=p0"),
+        "the proxy did not say it asked, naming the path:\n{}",
+        tail(&proxy)
+    );
+    fetch_ok(&bed, &stack, KB, 8 * MB, "transfer after the refresh");
+}
+
 /// The server, and relay and proxy in polycorn mode with the testbed's two paths and a third,
 /// `ghost`, whose device `nosuch0` does not exist.
 fn start_with_a_ghost_path(bed: &Bed) -> Stack {

@@ -71,7 +71,8 @@ pub struct BenchArgs {
     /// retransmission timeout backs off to at most 1 s), with `+probe200` with `idle_probe_s = 0`
     /// on relay and proxy (probes every 200 ms also when no flow is open), with `+nocap` with
     /// `window_gain = 0` on relay and proxy (schedulers use the subflows' whole congestion
-    /// window, as before 2026-11-30); suffixes combine. A system named twice runs twice, the second as `NAME#2` (an A/A run
+    /// window, as before 2026-11-30), with `+noask` with the proxy's `ask_refresh = false` (no
+    /// fresh subflow after a timeout on an idle one, as before 2026-12-01); suffixes combine. A system named twice runs twice, the second as `NAME#2` (an A/A run
     /// measures the noise). A SPEC with commas needs `;` between the systems instead
     /// (`--systems 'vanilla;polycorn:minrtt,tpr'`), or a `--systems` of its own.
     #[arg(long)]
@@ -176,6 +177,8 @@ pub struct System {
     pub idle_probe_s: Option<u64>,
     /// `window_gain` of relay and proxy (`+nocap`: 0; None: the default).
     pub window_gain: Option<f64>,
+    /// The proxy's `ask_refresh` (`+noask`: false).
+    pub ask_refresh: bool,
 }
 
 impl System {
@@ -224,7 +227,7 @@ pub const QUICK_SYSTEMS: &[&str] = &["mptcp", "single", "vanilla", "hrsch"];
 pub fn system(name: &str) -> Result<System> {
     // Option suffixes: (suffix, what it sets, polycorn systems only, how it changes the system).
     type Apply = fn(&mut System);
-    const SUFFIXES: [(&str, &str, bool, Apply); 6] = [
+    const SUFFIXES: [(&str, &str, bool, Apply); 7] = [
         ("+fresh", "idle_refresh = \"used\"", true, |s| {
             s.idle_refresh = Some("used")
         }),
@@ -242,6 +245,9 @@ pub fn system(name: &str) -> Result<System> {
         }),
         ("+nocap", "window_gain = 0", true, |s| {
             s.window_gain = Some(0.0)
+        }),
+        ("+noask", "ask_refresh = false", true, |s| {
+            s.ask_refresh = false
         }),
     ];
     for (suffix, what, polycorn_only, apply) in SUFFIXES {
@@ -268,6 +274,7 @@ pub fn system(name: &str) -> Result<System> {
         rto_max_ms: None,
         idle_probe_s: None,
         window_gain: None,
+        ask_refresh: true,
     };
     Ok(match name {
         "mptcp" | "single" => System {
@@ -280,6 +287,7 @@ pub fn system(name: &str) -> Result<System> {
             rto_max_ms: None,
             idle_probe_s: None,
             window_gain: None,
+            ask_refresh: true,
         },
         "vanilla" | "blest" | "ecf" | "redundant" | "roundrobin" | "hrsch" | "minrtt"
         | "polycorn" => pc(name),
@@ -1001,6 +1009,9 @@ pub(crate) fn write_configs(
         "[proxy]\nlisten = \"0.0.0.0:7700\"\ntunnel_listen = \"0.0.0.0:7701\"\ntunnel_peers = [\"10.100.0.0/16\"]\nscheduler = \"{spec}\"\ncongestion = \"{cc}\"\n{warm}{both}\n[tls]\nca = \"ca.pem\"\ncert = \"proxy.pem\"\nkey = \"proxy.key\"\n\n[policy]\nallow = [\"10.0.2.0/24\"]\n"
     );
     let mut proxy = proxy;
+    if !sys.ask_refresh {
+        proxy = proxy.replacen("[tls]", "ask_refresh = false\n\n[tls]", 1);
+    }
     proxy += &format!("\n[metrics]\nlisten = \"{METRICS_ADDR}\"\n");
     if let (Some((l, _)), "polycorn") = (linkdb, sys.mode.as_str()) {
         proxy += l;
@@ -1607,6 +1618,16 @@ mod tests {
         assert_eq!(gain("vanilla+nocap"), (None, None));
         assert_eq!(gain("vanilla"), (Some(2.0), Some(2.0)));
         let e = system("mptcp+nocap").unwrap_err();
+        assert!(e.to_string().contains("polycorn systems only"), "{e}");
+    }
+
+    #[test]
+    fn noask_suffix_stops_the_proxy_asking_for_fresh_subflows_and_is_polycorn_only() {
+        assert!(!system("vanilla+noask").unwrap().ask_refresh);
+        let ask = |name| read_back(name, |_| true, |c| c.proxy.ask_refresh);
+        assert!(!ask("vanilla+noask+nocap").1);
+        assert!(ask("vanilla").1);
+        let e = system("single+noask").unwrap_err();
         assert!(e.to_string().contains("polycorn systems only"), "{e}");
     }
 
