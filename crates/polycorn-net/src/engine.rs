@@ -94,8 +94,11 @@ const REFRESH_IDLE: polycorn_sched::time::Duration = polycorn_sched::time::Durat
 /// The proxy asks again at most this often while the relay has not replaced the subflow.
 const REFRESH_ASK_EVERY: polycorn_sched::time::Duration =
     polycorn_sched::time::Duration::from_secs(10);
-/// At most this many bytes in flight (a probe or two) still count as an idle socket.
-const REFRESH_IN_FLIGHT: u64 = 1024;
+/// At most this many segments in flight (probes and their answers, a segment each) still
+/// count as a socket carrying only probes (`TCP_INFO` counts what is in flight in segments).
+const REFRESH_IN_FLIGHT_SEGMENTS: u64 = 4;
+/// At most this many bytes queued and not yet sent (a probe or two) still count as one.
+const REFRESH_QUEUED: u64 = 1024;
 
 /// (proxy) Watches one subflow for a cut of its slow-start threshold while its path was idle.
 ///
@@ -105,6 +108,11 @@ const REFRESH_IN_FLIGHT: u64 = 1024;
 /// (session 58 in `docs/MEASUREMENTS.md`: 4.9 s instead of 2.1 s for one 4 MB download). A cut
 /// while the path carried data reflects the path and is kept. Only the relay dials, so the
 /// proxy asks it for a fresh connection ([`polycorn_proto::Frame::Refresh`]).
+///
+/// Data that crosses the path before the relay could act (the cut often comes just before a
+/// download, in a handover's gap) runs with the cut threshold; unless a loss meanwhile set a
+/// new one, the cut stands once the path is idle again, and the proxy asks again then (the
+/// relay drops a request when data crosses the path).
 #[derive(Debug, Default)]
 struct RefreshWatch {
     /// Bytes either way at the start of the current measuring window, and when it began.
@@ -113,8 +121,8 @@ struct RefreshWatch {
     busy_at: Option<Instant>,
     /// The threshold at the last sample (`None`: unset).
     ssthresh: Option<u32>,
-    /// The threshold since it was cut while idle (`None`: no such cut, or data crossed the
-    /// path since).
+    /// The threshold since it was cut while idle (`None`: no such cut, or a loss while data
+    /// crossed the path set another since).
     cut: Option<u32>,
     /// When the relay was last asked.
     asked_at: Option<Instant>,
@@ -122,13 +130,16 @@ struct RefreshWatch {
 
 impl RefreshWatch {
     /// One `TCP_INFO` sample at `now`: `bytes` crossed the path so far (either way, frames),
-    /// the subflow's threshold, and whether the socket has next to nothing in flight, queued
-    /// or backed off. Returns the threshold to report when the relay should be asked now.
+    /// the subflow's threshold, whether the socket has next to nothing in flight or queued
+    /// (`probes_only`: a probe or two, as when a probe's timeout cuts the threshold), and
+    /// whether it is also out of back-off (`socket_idle`). Returns the threshold to report
+    /// when the relay should be asked now.
     fn on_sample(
         &mut self,
         now: Instant,
         bytes: u64,
         ssthresh: Option<u32>,
+        probes_only: bool,
         socket_idle: bool,
     ) -> Option<u32> {
         let (since, base) = *self.mark.get_or_insert((now, bytes));
@@ -145,10 +156,18 @@ impl RefreshWatch {
         };
         self.ssthresh = ssthresh;
         if self.busy_at.is_some_and(|b| now - b < REFRESH_IDLE) {
-            self.cut = None;
+            if self.cut != ssthresh {
+                self.cut = None;
+            }
+            // The relay dropped the request when the data came: ask again once idle.
+            self.asked_at = None;
             return None;
         }
-        if fell || self.cut.is_some() {
+        // A fall with more in flight is the tail of a download the socket still drains
+        // (the session wrote it earlier): the path's own.
+        if fell {
+            self.cut = ssthresh.filter(|_| probes_only);
+        } else if self.cut.is_some() {
             self.cut = ssthresh;
         }
         let cut = self.cut?;
@@ -1020,13 +1039,15 @@ impl Engine {
     ) -> Result<(), ProtoError> {
         let counters = c.session.path_counters(path).unwrap_or_default();
         let s = &info.sample;
-        let socket_idle =
-            s.unacked_bytes <= REFRESH_IN_FLIGHT && s.notsent_bytes == 0 && s.rto_backoff == 0;
+        let probes_only = s.unacked_bytes
+            <= REFRESH_IN_FLIGHT_SEGMENTS * u64::from(s.mss_bytes.max(1))
+            && s.notsent_bytes <= REFRESH_QUEUED;
         let Some(ssthresh) = watch.on_sample(
             now,
             counters.tx_bytes + counters.rx_bytes,
             info.ssthresh,
-            socket_idle,
+            probes_only,
+            probes_only && s.rto_backoff == 0,
         ) else {
             return Ok(());
         };
@@ -1628,8 +1649,9 @@ mod tests {
     }
 
     /// The proxy asks for a fresh subflow only for a threshold cut while the path carried no
-    /// more than probes, once the socket is idle, and again at most every 10 s; a cut while
-    /// data flowed, or data after the cut, asks nothing.
+    /// more than probes, once the socket is idle, and again at most every 10 s, or a second
+    /// after data that left the cut threshold as it was; a cut while data flowed, or a new
+    /// threshold set by data after the cut, asks nothing.
     #[test]
     fn refresh_is_asked_only_for_a_threshold_cut_while_idle() {
         let ms = Instant::from_millis;
@@ -1639,51 +1661,71 @@ mod tests {
         for t in 0..200 {
             bytes += 64 << 10;
             let ss = (t >= 100).then_some(300);
-            assert_eq!(w.on_sample(ms(t * 10), bytes, ss, false), None);
+            assert_eq!(w.on_sample(ms(t * 10), bytes, ss, false, false), None);
         }
         // Then idle (probes only): the threshold the download left is kept, nothing asked.
         for t in 200..600 {
             bytes += 4;
             assert_eq!(
-                w.on_sample(ms(t * 10), bytes, Some(300), true),
+                w.on_sample(ms(t * 10), bytes, Some(300), true, true),
                 None,
                 "at {t}"
             );
         }
         // A timeout on a probe cuts it to 27 while the socket backs off: asked once it is idle.
-        assert_eq!(w.on_sample(ms(6000), bytes, Some(27), false), None);
-        assert_eq!(w.on_sample(ms(6010), bytes, Some(27), true), Some(27));
+        assert_eq!(w.on_sample(ms(6000), bytes, Some(27), true, false), None);
+        assert_eq!(w.on_sample(ms(6010), bytes, Some(27), true, true), Some(27));
         w.asked(ms(6010));
         assert_eq!(
-            w.on_sample(ms(6020), bytes, Some(27), true),
+            w.on_sample(ms(6020), bytes, Some(27), true, true),
             None,
             "asked already"
         );
         assert_eq!(
-            w.on_sample(ms(16_010), bytes, Some(27), true),
+            w.on_sample(ms(16_010), bytes, Some(27), true, true),
             Some(27),
             "10 s later"
         );
         w.asked(ms(16_010));
-        // A download on the old subflow ends the matter.
+        // A download before the relay replaced the subflow, which leaves the threshold as it
+        // was: asked again a second after it, not 10 s after the last request.
         bytes += 1 << 20;
-        assert_eq!(w.on_sample(ms(16_500), bytes, Some(27), true), None);
+        assert_eq!(w.on_sample(ms(16_500), bytes, Some(27), false, false), None);
+        assert_eq!(w.on_sample(ms(17_000), bytes, Some(27), true, true), None);
+        assert_eq!(
+            w.on_sample(ms(17_500), bytes, Some(27), true, true),
+            Some(27)
+        );
+        w.asked(ms(17_500));
+        // A download in which a loss sets another threshold ends the matter.
+        bytes += 1 << 20;
+        assert_eq!(w.on_sample(ms(18_000), bytes, Some(60), false, false), None);
         for t in 0..300 {
             assert_eq!(
-                w.on_sample(ms(16_510 + t * 10), bytes, Some(27), true),
+                w.on_sample(ms(18_010 + t * 10), bytes, Some(60), true, true),
                 None
             );
         }
 
+        // A threshold set while the socket still drains a download the session wrote more
+        // than a second ago (HyStart ending slow start, or a loss) is the path's own.
+        let mut w = RefreshWatch::default();
+        assert_eq!(w.on_sample(ms(0), 1 << 20, None, false, false), None);
+        assert_eq!(
+            w.on_sample(ms(1500), 1 << 20, Some(598), false, false),
+            None
+        );
+        assert_eq!(w.on_sample(ms(3000), 1 << 20, Some(598), true, true), None);
+
         // A fresh subflow (no threshold) whose first cut comes while idle.
         let mut w = RefreshWatch::default();
-        assert_eq!(w.on_sample(ms(0), 100, None, true), None);
-        assert_eq!(w.on_sample(ms(1500), 200, Some(2), true), Some(2));
+        assert_eq!(w.on_sample(ms(0), 100, None, true, true), None);
+        assert_eq!(w.on_sample(ms(1500), 200, Some(2), true, true), Some(2));
         // A cut within a second of data is the data's.
         let mut w = RefreshWatch::default();
-        assert_eq!(w.on_sample(ms(0), 0, None, true), None);
-        assert_eq!(w.on_sample(ms(500), 10_000, None, true), None);
-        assert_eq!(w.on_sample(ms(900), 10_050, Some(40), true), None);
-        assert_eq!(w.on_sample(ms(2000), 10_100, Some(40), true), None);
+        assert_eq!(w.on_sample(ms(0), 0, None, true, true), None);
+        assert_eq!(w.on_sample(ms(500), 10_000, None, true, true), None);
+        assert_eq!(w.on_sample(ms(900), 10_050, Some(40), true, true), None);
+        assert_eq!(w.on_sample(ms(2000), 10_100, Some(40), true, true), None);
     }
 }

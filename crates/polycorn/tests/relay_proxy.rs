@@ -2587,10 +2587,11 @@ fn idle_path_blackout_refreshes_its_subflow() {
     fetch_ok(&bed, &stack, KB, 8 * MB, "transfer after the refresh");
 }
 
-/// A timeout that cuts only the proxy's end of an idle subflow (its probes' answers lost for a
-/// moment, the relay's probes and every acknowledgement getting through) is invisible to the
-/// relay's own check: the proxy asks for a fresh connection (protocol 4), the relay replaces
-/// the subflow, and traffic afterwards is byte-exact.
+/// A timeout at the proxy's end of an idle subflow (its probes' answers lost for a moment,
+/// the relay's probes and pure acknowledgements getting through): the proxy asks for a fresh
+/// connection (protocol 4), the relay replaces the subflow, and traffic afterwards is
+/// byte-exact. The relay's own socket often times out too (acknowledgements ride on the lost
+/// answers), and its own check may then replace the subflow first; either replacement counts.
 #[test]
 fn a_timeout_at_the_proxys_end_of_an_idle_subflow_gets_it_refreshed_as_the_proxy_asks() {
     let _s = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
@@ -2608,21 +2609,28 @@ fn a_timeout_at_the_proxys_end_of_an_idle_subflow_gets_it_refreshed_as_the_proxy
         let _b = Blackhole::incoming_data(&bed.ns("relay"), "path0", 7700);
         std::thread::sleep(Duration::from_millis(650));
     }
-    wait_for_relay_log(
-        &stack,
-        "replaced it with a fresh connection as the proxy asked",
-        Some((
-            "path silent",
-            "the watchdog replaced the subflow before the refresh could",
-        )),
-        "no refresh after the proxy's timeout",
-    );
-    let relay = stack.relay.log();
-    assert!(
-        !relay.contains("congestion state collapsed"),
-        "the relay's own socket saw the timeout:\n{}",
-        tail(&relay)
-    );
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let relay = stack.relay.log();
+        if relay.contains("replaced it with a fresh connection as the proxy asked")
+            || relay
+                .contains("congestion state collapsed; replaced it with a fresh connection path=p0")
+        {
+            break;
+        }
+        assert!(
+            !relay.contains("path silent"),
+            "the watchdog replaced the subflow before a refresh could:\n{}",
+            tail(&relay)
+        );
+        assert!(
+            Instant::now() < deadline,
+            "no refresh after the proxy's timeout:\n{}\nproxy:\n{}",
+            tail(&relay),
+            tail(&stack.proxy.log())
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
     let proxy = stack.proxy.log();
     assert!(
         proxy.contains("asked the relay for a fresh connection")
