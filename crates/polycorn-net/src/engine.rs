@@ -99,6 +99,10 @@ const REFRESH_ASK_EVERY: polycorn_sched::time::Duration =
 const REFRESH_IN_FLIGHT_SEGMENTS: u64 = 4;
 /// At most this many bytes queued and not yet sent (a probe or two) still count as one.
 const REFRESH_QUEUED: u64 = 1024;
+/// Only a threshold cut below this many segments (about 145 KB) is worth a fresh connection:
+/// one slow-starts past it within a few RTTs anyway, and a window kept through the idle
+/// spell (probes keep the socket from restarting it) can leave a cut of hundreds.
+const REFRESH_LOW_SEGMENTS: u32 = 100;
 
 /// (proxy) Watches one subflow for a cut of its slow-start threshold while its path was idle.
 ///
@@ -166,7 +170,7 @@ impl RefreshWatch {
         // A fall with more in flight is the tail of a download the socket still drains
         // (the session wrote it earlier): the path's own.
         if fell {
-            self.cut = ssthresh.filter(|_| probes_only);
+            self.cut = ssthresh.filter(|&t| probes_only && t < REFRESH_LOW_SEGMENTS);
         } else if self.cut.is_some() {
             self.cut = ssthresh;
         }
@@ -1716,6 +1720,12 @@ mod tests {
             None
         );
         assert_eq!(w.on_sample(ms(3000), 1 << 20, Some(598), true, true), None);
+
+        // A cut that leaves hundreds of segments asks nothing.
+        let mut w = RefreshWatch::default();
+        assert_eq!(w.on_sample(ms(0), 0, None, true, true), None);
+        assert_eq!(w.on_sample(ms(1500), 100, Some(392), true, true), None);
+        assert_eq!(w.on_sample(ms(3000), 200, Some(392), true, true), None);
 
         // A fresh subflow (no threshold) whose first cut comes while idle.
         let mut w = RefreshWatch::default();
