@@ -94,11 +94,6 @@ const REFRESH_IDLE: polycorn_sched::time::Duration = polycorn_sched::time::Durat
 /// The proxy asks again at most this often while the relay has not replaced the subflow.
 const REFRESH_ASK_EVERY: polycorn_sched::time::Duration =
     polycorn_sched::time::Duration::from_secs(10);
-/// At most this many segments in flight (probes and their answers, a segment each) still
-/// count as a socket carrying only probes (`TCP_INFO` counts what is in flight in segments).
-const REFRESH_IN_FLIGHT_SEGMENTS: u64 = 4;
-/// At most this many bytes queued and not yet sent (a probe or two) still count as one.
-const REFRESH_QUEUED: u64 = 1024;
 /// Only a threshold cut below this many segments (about 145 KB) is worth a fresh connection:
 /// one slow-starts past it within a few RTTs anyway, and a window kept through the idle
 /// spell (probes keep the socket from restarting it) can leave a cut of hundreds.
@@ -1043,9 +1038,10 @@ impl Engine {
     ) -> Result<(), ProtoError> {
         let counters = c.session.path_counters(path).unwrap_or_default();
         let s = &info.sample;
-        let probes_only = s.unacked_bytes
-            <= REFRESH_IN_FLIGHT_SEGMENTS * u64::from(s.mss_bytes.max(1))
-            && s.notsent_bytes <= REFRESH_QUEUED;
+        let probes_only = crate::sockopt::probes_only(
+            s.unacked_bytes / u64::from(s.mss_bytes.max(1)),
+            s.notsent_bytes,
+        );
         let Some(ssthresh) = watch.on_sample(
             now,
             counters.tx_bytes + counters.rx_bytes,

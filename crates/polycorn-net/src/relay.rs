@@ -427,11 +427,6 @@ const REFRESH_USED_BYTES: u64 = 256 << 10;
 /// A path counts as idle when fewer bytes than this crossed it (either way) in the last
 /// [`REFRESH_CHECK`] (probes and their answers are far below).
 const REFRESH_QUIET_BYTES: u64 = 4096;
-/// An idle subflow's socket has at most this many segments in flight (probes and their
-/// answers, a segment each)...
-const REFRESH_PROBE_SEGMENTS: u32 = 4;
-/// ...and at most this many bytes queued (a probe or two).
-const REFRESH_PROBE_QUEUED: u32 = 1024;
 
 /// Whether a path carried fewer than [`REFRESH_QUIET_BYTES`] either way between two readings of
 /// its counters (the refresh's and the renewal's measure of an idle path).
@@ -923,9 +918,9 @@ async fn maintain_path(
                 // Probes only: on a path whose RTT exceeds the probe interval a probe is always
                 // in flight, and nothing in flight was never seen there. What the old subflow
                 // has in flight is sent again on the fresh one.
-                let idle = i.unacked <= REFRESH_PROBE_SEGMENTS
-                    && i.notsent_bytes <= REFRESH_PROBE_QUEUED
-                    && i.backoff == 0;
+                let idle =
+                    crate::sockopt::probes_only(u64::from(i.unacked), u64::from(i.notsent_bytes))
+                        && i.backoff == 0;
                 if (collapsed || used || asked.is_some())
                     && idle
                     && engine.inspect(|s| s.path_usable(path))
