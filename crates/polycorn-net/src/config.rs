@@ -151,14 +151,40 @@ pub struct Limits {
     pub user_window_bytes: u64,
     /// `max_flows`: passenger connections open at once (default 65536).
     pub max_flows: u32,
+    /// `passenger_max_flows`: (relay) connections one passenger address may have open at once
+    /// (default 512; 0: no limit). Past it the passenger's new connections are refused (reset;
+    /// SOCKS5: "not allowed"), counted in `polycorn_passenger_refusals_total{reason="flows"}`
+    /// and logged once per 10 s; other passengers are unaffected.
+    pub passenger_max_flows: u32,
+    /// `passenger_flow_rate`: (relay) new connections per second one passenger address may
+    /// open, sustained (default 50; 0: no limit). DNS queries count as connections.
+    pub passenger_flow_rate: u32,
+    /// `passenger_flow_burst`: (relay) new connections one passenger may open at once before
+    /// the rate applies (default 200).
+    pub passenger_flow_burst: u32,
 }
 
 impl Default for Limits {
     fn default() -> Self {
+        let p = crate::guard::PassengerLimits::default();
         Limits {
             flow_window_bytes: 4 << 20,
             user_window_bytes: 16 << 20,
             max_flows: 65_536,
+            passenger_max_flows: p.max_flows,
+            passenger_flow_rate: p.rate as u32,
+            passenger_flow_burst: p.burst,
+        }
+    }
+}
+
+impl Limits {
+    /// The relay's per-passenger limits.
+    pub fn passenger_limits(&self) -> crate::guard::PassengerLimits {
+        crate::guard::PassengerLimits {
+            max_flows: self.passenger_max_flows,
+            rate: f64::from(self.passenger_flow_rate),
+            burst: self.passenger_flow_burst,
         }
     }
 }
@@ -944,6 +970,10 @@ pub struct ProxySection {
     /// downlink subflow, ask the relay (protocol 4 or later) for a fresh connection on that
     /// path, so the next download slow-starts (default true).
     pub ask_refresh: bool,
+    /// `max_sessions_per_relay`: live sessions one relay name (certificate) may hold at once,
+    /// besides the one replacing them when the relay restarts (default 1, 1..=64). Further
+    /// sessions are refused, so one stolen credential cannot open sessions without end.
+    pub max_sessions_per_relay: u32,
 }
 
 impl Default for ProxySection {
@@ -964,6 +994,7 @@ impl Default for ProxySection {
             idle_probe_after_s: DEFAULT_IDLE_PROBE_AFTER_S,
             window_gain: default_window_gain(),
             ask_refresh: true,
+            max_sessions_per_relay: 1,
         }
     }
 }
@@ -1156,6 +1187,12 @@ impl ProxyConfig {
                     "{} is out of range 1..={MAX_CONNECT_TIMEOUT_S}",
                     p.connect_timeout_s
                 ),
+            ));
+        }
+        if !(1..=64).contains(&p.max_sessions_per_relay) {
+            return Err(v.invalid(
+                "proxy.max_sessions_per_relay",
+                format!("{} is out of range 1..=64", p.max_sessions_per_relay),
             ));
         }
         for (i, name) in p.revoked_relays.iter().enumerate() {
@@ -1730,6 +1767,21 @@ impl Validator<'_> {
                 format!("{} is out of range 1..={MAX_FLOWS}", l.max_flows),
             ));
         }
+        if l.passenger_max_flows > MAX_FLOWS {
+            return Err(self.invalid(
+                "limits.passenger_max_flows",
+                format!(
+                    "{} is out of range 0..={MAX_FLOWS} (0: no limit)",
+                    l.passenger_max_flows
+                ),
+            ));
+        }
+        if l.passenger_flow_rate > 0 && l.passenger_flow_burst == 0 {
+            return Err(self.invalid(
+                "limits.passenger_flow_burst",
+                "0 with a passenger_flow_rate would refuse every connection; at least 1",
+            ));
+        }
         Ok(())
     }
 
@@ -1863,13 +1915,17 @@ source = "10.101.0.1"
 
 [intercept]
 # TPROXY listeners for passengers' TCP (IPv4 and IPv6); at least one listener is required.
+# With lan_device set they take connections arriving on that interface only (SO_BINDTODEVICE),
+# never from the carriers' side; a connection aimed at one of the relay's own addresses is
+# refused either way (carried, it would loop back to the train through the proxy).
 transparent = "0.0.0.0:7070"
 # transparent6 = "[::]:7070"
 # Explicit SOCKS5 listener, an alternative to transparent interception.
 # socks5 = "10.0.1.1:1080"
 # true: polycorn installs (and removes on exit) its nftables table and policy routing.
 install_nft = true
-# The passengers' interface; required with install_nft and a transparent listener.
+# The passengers' interface; required with install_nft and a transparent listener, and
+# recommended without it: the transparent listeners are bound to it.
 lan_device = "lan0"
 # block: passengers' UDP except DNS is rejected so QUIC falls back to TCP | allow
 udp = "block"
@@ -1911,6 +1967,12 @@ gpsd = "127.0.0.1:2947"
 flow_window_bytes = 4194304     # per-flow receive window / send buffer
 user_window_bytes = 16777216    # per-passenger cap (>= flow_window_bytes)
 max_flows = 65536
+# Per passenger address: connections open at once, and new connections per second (sustained,
+# after a burst). Past them that passenger's new connections are refused, others carry on.
+# 0 turns a limit off.
+passenger_max_flows = 512
+passenger_flow_rate = 50
+passenger_flow_burst = 200
 
 [metrics]
 # Prometheus endpoint (GET /metrics), no authentication: keep it on loopback. `polycorn
@@ -1977,6 +2039,9 @@ connect_timeout_s = 10
 # redistributing every file. `systemctl reload polycorn-proxy` (SIGHUP) applies a change to this
 # list while running: a revoked relay's live subflows are cut at once.
 # revoked_relays = ["train-017"]
+# Live sessions one relay name may hold at once, besides the one replacing them when it
+# restarts (1..=64); one certificate per train keeps this at 1.
+# max_sessions_per_relay = 1
 
 [tls]
 # Renewed files (`polycorn tls proxy` issues a certificate from the same CA) take effect with

@@ -1,6 +1,12 @@
 //! Passengers' DNS: the relay answers UDP queries by carrying each one over TCP (RFC 7766
 //! framing) to a resolver reached through the proxy, so name resolution works through the
 //! same paths and policy as everything else.
+//!
+//! Each query is one passenger flow, admitted like any other connection of that passenger
+//! ([`crate::guard::RelayGate`]). A query that gets no complete answer within
+//! [`QUERY_TIMEOUT`] has its flow reset, so the proxy closes its connection to the resolver:
+//! a resolver that accepts and never answers (or queries with spoofed sources) leaves nothing
+//! open behind.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -11,13 +17,14 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::UdpSocket;
 use tracing::debug;
 
+use crate::guard::RelayGate;
 use crate::relay::Carrier;
 
 /// Time allowed for one query.
 pub const QUERY_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Serve DNS on `sock`, forwarding to `upstream` through `carrier`.
-pub async fn serve(sock: UdpSocket, upstream: SocketAddr, carrier: Carrier) {
+pub async fn serve(sock: UdpSocket, upstream: SocketAddr, carrier: Carrier, gate: Arc<RelayGate>) {
     let sock = Arc::new(sock);
     let mut buf = vec![0u8; 4096];
     loop {
@@ -28,8 +35,12 @@ pub async fn serve(sock: UdpSocket, upstream: SocketAddr, carrier: Carrier) {
             continue;
         }
         let q = buf[..n].to_vec();
+        let Some(permit) = gate.admit(from.ip(), &Destination::Addr(upstream)) else {
+            continue;
+        };
         let (s, c) = (sock.clone(), carrier.clone());
         tokio::spawn(async move {
+            let _permit = permit;
             match tokio::time::timeout(QUERY_TIMEOUT, query(&c, from, upstream, &q)).await {
                 Ok(Some(resp)) => {
                     let _ = s.send_to(&resp, from).await;
@@ -48,6 +59,13 @@ async fn query(c: &Carrier, from: SocketAddr, upstream: SocketAddr, q: &[u8]) ->
     let resp = match c {
         Carrier::Session(engine) => {
             let (flow, sig, _opened) = engine.open_flow(from.ip(), dst).ok()?;
+            // Reset unless a whole answer arrived: on a timeout (this future dropped), a reset
+            // from the proxy or an answer too long.
+            let mut unanswered = ResetUnlessAnswered {
+                engine,
+                flow,
+                answered: false,
+            };
             engine.with(|s, now| {
                 let _ = s.send(now, flow, &req);
                 let _ = s.send_fin(now, flow);
@@ -76,6 +94,8 @@ async fn query(c: &Carrier, from: SocketAddr, upstream: SocketAddr, q: &[u8]) ->
                     }
                 }
             }
+            unanswered.answered = out.len() >= 2
+                && out.len() >= 2 + usize::from(u16::from_be_bytes([out[0], out[1]]));
             out
         }
         Carrier::Direct(t) => {
@@ -92,6 +112,23 @@ async fn query(c: &Carrier, from: SocketAddr, upstream: SocketAddr, q: &[u8]) ->
     }
     let n = usize::from(u16::from_be_bytes([resp[0], resp[1]]));
     resp.get(2..2 + n).map(<[u8]>::to_vec)
+}
+
+/// Resets a query's flow when dropped without a complete answer.
+struct ResetUnlessAnswered<'a> {
+    engine: &'a crate::engine::Engine,
+    flow: u64,
+    answered: bool,
+}
+
+impl Drop for ResetUnlessAnswered<'_> {
+    fn drop(&mut self) {
+        if !self.answered {
+            debug!(flow = self.flow, "DNS query unanswered: its flow is reset");
+            self.engine
+                .reset_flow(self.flow, polycorn_proto::ResetReason::PeerReset);
+        }
+    }
 }
 
 async fn sig_wait(sig: &crate::engine::FlowSignal) {

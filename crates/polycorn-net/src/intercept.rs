@@ -75,9 +75,13 @@ const MAX_STALE_RULES: usize = 64;
 /// the LAN device's address and the port. IPv6 listeners are IPv6-only, so the IPv4 and IPv6
 /// listeners may share a port number.
 ///
+/// With `device` (the passengers' interface) the listener is bound to it (`SO_BINDTODEVICE`):
+/// TPROXY delivers passengers' connections as arriving there, and a connection from any other
+/// interface (a carrier's, from the Internet) finds no listener and is refused by the kernel.
+///
 /// For every accepted stream, `local_addr()` is the address the passenger connected to (the
 /// real server) and `peer_addr()` the passenger. Needs CAP_NET_ADMIN.
-pub fn transparent_listener(addr: SocketAddr) -> io::Result<TcpListener> {
+pub fn transparent_listener(addr: SocketAddr, device: Option<&str>) -> io::Result<TcpListener> {
     let ctx = |what: &str| {
         let what = format!("transparent listener on {addr}: {what}");
         move |e: io::Error| io::Error::new(e.kind(), format!("{what}: {e}"))
@@ -93,10 +97,28 @@ pub fn transparent_listener(addr: SocketAddr) -> io::Result<TcpListener> {
         sockopt::set_ipv6_transparent(sock.as_fd(), true).map_err(ctx("transparent"))?;
         sock.set_only_v6(true).map_err(ctx("set IPV6_V6ONLY"))?;
     }
+    if let Some(dev) = device {
+        sock.bind_device(Some(dev.as_bytes()))
+            .map_err(ctx(&format!("bind to device {dev:?} (SO_BINDTODEVICE)")))?;
+    }
     sock.set_nonblocking(true).map_err(ctx("set nonblocking"))?;
     sock.bind(&addr.into()).map_err(ctx("bind"))?;
     sock.listen(LISTEN_BACKLOG).map_err(ctx("listen"))?;
     TcpListener::from_std(sock.into()).map_err(ctx("register with tokio"))
+}
+
+/// Binds a listener made elsewhere (one systemd passed) to `device` like
+/// [`transparent_listener`] does; `None` leaves it as it is.
+pub fn bind_to_device(l: &std::net::TcpListener, device: Option<&str>) -> io::Result<()> {
+    let Some(dev) = device else { return Ok(()) };
+    socket2::SockRef::from(l)
+        .bind_device(Some(dev.as_bytes()))
+        .map_err(|e| {
+            io::Error::new(
+                e.kind(),
+                format!("bind to device {dev:?} (SO_BINDTODEVICE): {e}"),
+            )
+        })
 }
 
 /// What went wrong installing or removing interception.

@@ -11,6 +11,7 @@ pub mod context;
 pub mod direct;
 pub mod dns;
 pub mod engine;
+pub mod guard;
 pub mod intercept;
 pub mod live;
 pub mod loadgen;

@@ -29,6 +29,8 @@
 //! | `polycorn_session_renewals_total` | counter | | (relay) fresh starts of the session, under a new epoch, with a proxy that answered with another epoch than the one before (another proxy, or a restarted one) |
 //! | `polycorn_refresh_requests_total` | counter | | (proxy) requests to the relay for a fresh subflow, made when a retransmission timeout cut the slow-start threshold of an idle subflow (relays of protocol 4) |
 //! | `polycorn_frames_rejected_total` | counter | `reason` | frames refused by the session (malformed, unknown flow, …) |
+//! | `polycorn_passenger_refusals_total` | counter | `reason` | (relay) passenger connections refused before they were carried: `flows` (the passenger had `limits.passenger_max_flows` open), `rate` (faster than `limits.passenger_flow_rate`), `own_address` (aimed at one of the relay's own addresses) |
+//! | `polycorn_sessions_refused_total` | counter | `relay` | (proxy) sessions refused because the relay name had `proxy.max_sessions_per_relay` live sessions and one replacing them |
 //! | `polycorn_tls_not_after_seconds` | gauge | `file` | when the process's own certificate (`cert`) and its CA file (`ca`) stop being valid, seconds since 1970 (alert on it minus `time()`) |
 //! | `polycorn_relay_tls_not_after_seconds` | gauge | `relay` | (proxy) when the relay's certificate stops being valid, as it presented it last |
 //! | `polycorn_proxy_tls_not_after_seconds` | gauge | | (relay) when the proxy's certificate stops being valid, as it presented it last |
@@ -365,6 +367,8 @@ pub struct Metrics {
     user_bytes: Family<UserLabels, Counter>,
     stage_decisions: Family<StageLabels, Counter>,
     frames_rejected: Family<ReasonLabels, Counter>,
+    passenger_refusals: Family<ReasonLabels, Counter>,
+    sessions_refused: Family<RelayLabels, Counter>,
     tls_not_after: Family<FileLabels, Gauge>,
     relay_tls_not_after: Family<RelayLabels, Gauge>,
     /// `polycorn_proxy_tls_not_after_seconds` (relay): when the proxy's certificate ends.
@@ -438,6 +442,8 @@ impl Metrics {
             user_bytes: Family::default(),
             stage_decisions: Family::default(),
             frames_rejected: Family::default(),
+            passenger_refusals: Family::default(),
+            sessions_refused: Family::default(),
             tls_not_after: Family::default(),
             relay_tls_not_after: Family::default(),
             proxy_tls_not_after: Gauge::default(),
@@ -604,6 +610,16 @@ impl Metrics {
             "polycorn_frames_rejected",
             "Frames refused by the session, by reason",
             m.frames_rejected.clone(),
+        );
+        r.register(
+            "polycorn_passenger_refusals",
+            "Passenger connections refused before they were carried, by reason",
+            m.passenger_refusals.clone(),
+        );
+        r.register(
+            "polycorn_sessions_refused",
+            "Sessions refused because their relay name had as many live sessions as allowed",
+            m.sessions_refused.clone(),
         );
         r.register_with_unit(
             "polycorn_tls_not_after",
@@ -847,6 +863,18 @@ impl Metrics {
     pub fn frame_rejected(&self, reason: &str) -> Counter {
         let label = admit(&mut self.seen().reasons, sanitize(reason), MAX_REASONS);
         series(&self.frames_rejected, &ReasonLabels { reason: label })
+    }
+
+    /// (relay) `polycorn_passenger_refusals_total{reason=reason}`.
+    pub fn passenger_refused(&self, reason: &str) -> Counter {
+        let label = admit(&mut self.seen().reasons, sanitize(reason), MAX_REASONS);
+        series(&self.passenger_refusals, &ReasonLabels { reason: label })
+    }
+
+    /// (proxy) `polycorn_sessions_refused_total{relay=relay}`.
+    pub fn session_refused(&self, relay: &str) -> Counter {
+        let relay = admit(&mut self.seen().relays, sanitize(relay), MAX_RELAYS);
+        series(&self.sessions_refused, &RelayLabels { relay })
     }
 
     /// The OpenMetrics text exposition of every series, ending in `# EOF`.

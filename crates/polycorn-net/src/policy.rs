@@ -25,6 +25,14 @@
 //! 4. **Public addresses** are allowed when `policy.allow` is empty. When it is not empty, a
 //!    public address must be inside one of its entries.
 //!
+//! 5. **The proxy's own host and its relays** (checked by [`DestinationPolicy::check_with`],
+//!    which the proxy uses): an address of one of the host's interfaces (public ones too, in
+//!    every form) is refused, because a connection from the host itself passes firewall rules
+//!    that trust local traffic; so is an address a relay's subflow comes from, because a flow
+//!    to it goes back to a train. No allow entry, `allow_private` or `0.0.0.0/0` opens them;
+//!    loopback addresses opened by an allow entry inside 127.0.0.0/8 or `::1` stay open (for
+//!    single-machine test beds).
+//!
 //! Rule 4 has a trap: an allow list written only to open a private resolver
 //! (`allow = ["10.0.2.2/32"]`) also closes the whole public Internet. Write
 //! `allow = ["0.0.0.0/0", "::/0", "10.0.2.2/32"]` to keep the Internet open.
@@ -217,6 +225,10 @@ pub enum DenyReason {
     Special(SpecialRange),
     /// A public address outside every entry of a non-empty `policy.allow`.
     NotAllowed,
+    /// An address of the proxy's own host.
+    OwnHost,
+    /// An address a relay's subflow comes from.
+    Relay,
 }
 
 /// A refused destination; `Display` explains which rule matched and how to change it.
@@ -241,18 +253,32 @@ impl fmt::Display for Denied {
         }
         match &self.reason {
             DenyReason::DenyRule(net) => write!(f, " is in {net}: denied by policy.deny"),
+            // The host itself or no single host: no rule is suggested (one that opened the
+            // range would open the proxy's host to every passenger).
+            DenyReason::Special(range) if range.kind == RangeKind::Host => write!(
+                f,
+                " is in {} ({}): denied; it is the proxy's own host or no single host",
+                range.net, range.what
+            ),
             DenyReason::Special(range) => {
                 let hint = suggestion(self.checked, range.net);
                 write!(
                     f,
-                    " is in {} ({}): denied by default; allow it with policy.allow = [\"{hint}\"]",
+                    " is in {} ({}): denied by default; allow it with policy.allow = [\"{hint}\"] \
+                     or policy.allow_private = true",
                     range.net, range.what
-                )?;
-                if range.kind == RangeKind::Private {
-                    write!(f, " or policy.allow_private = true")?;
-                }
-                Ok(())
+                )
             }
+            DenyReason::OwnHost => write!(
+                f,
+                " is an address of the proxy's own host: always denied (a passenger would reach \
+                 the host's own services as local traffic)"
+            ),
+            DenyReason::Relay => write!(
+                f,
+                " is the address of a relay's subflow: always denied (the connection would go \
+                 back to a train)"
+            ),
             DenyReason::NotAllowed => write!(
                 f,
                 " is not in any policy.allow entry ({}); add it, or \"0.0.0.0/0\" and \"::/0\" \
@@ -316,7 +342,37 @@ impl DestinationPolicy {
         self.allow_private
     }
 
-    /// `Ok(())` if the proxy may connect to `ip`; otherwise the rule that refuses it.
+    /// [`DestinationPolicy::check`], then rule 5: `is_host` says whether an address (already
+    /// normalised) belongs to the proxy's host, `is_relay` whether a relay's subflow comes from
+    /// it. Loopback addresses an allow entry opened are not refused by rule 5.
+    pub fn check_with(
+        &self,
+        ip: IpAddr,
+        is_host: impl Fn(IpAddr) -> bool,
+        is_relay: impl Fn(IpAddr) -> bool,
+    ) -> Result<(), Denied> {
+        self.check(ip)?;
+        let checked = normalize(ip);
+        if checked.is_loopback() {
+            return Ok(());
+        }
+        let reason = if is_host(checked) {
+            DenyReason::OwnHost
+        } else if is_relay(checked) {
+            DenyReason::Relay
+        } else {
+            return Ok(());
+        };
+        Err(Denied {
+            ip,
+            checked,
+            reason,
+            allow_excerpt: String::new(),
+        })
+    }
+
+    /// `Ok(())` if the proxy may connect to `ip` by rules 1–4; otherwise the rule that refuses
+    /// it.
     pub fn check(&self, ip: IpAddr) -> Result<(), Denied> {
         let checked = normalize(ip);
         let deny = |reason| {

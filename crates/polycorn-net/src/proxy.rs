@@ -221,6 +221,9 @@ pub struct ProxyOptions {
     /// Ask relays for a fresh subflow where a timeout cut an idle subflow's slow-start
     /// threshold (`proxy.ask_refresh`, see [`Engine::ask_refresh_after_idle_cuts`]).
     pub ask_refresh: bool,
+    /// Live sessions one relay name may hold at once, besides the one replacing them
+    /// (`proxy.max_sessions_per_relay`).
+    pub max_sessions_per_relay: usize,
 }
 
 pub use crate::tls::Revoked;
@@ -320,17 +323,30 @@ impl std::fmt::Debug for ProxyOptions {
     }
 }
 
-/// Opens connections to destinations under the policy.
+/// Opens connections to destinations under the policy, never to the proxy's own host or to
+/// an address its relays' subflows come from ([`DestinationPolicy::check_with`]).
 #[derive(Debug)]
 pub struct Connector {
     policy: crate::live::Live<DestinationPolicy>,
     timeout: Duration,
+    host: crate::guard::HostAddrs,
+    relays: Arc<crate::guard::RelayPeers>,
 }
 
 impl Connector {
     /// A connector with `policy` (the latest at each connection) and per-attempt `timeout`.
     pub fn new(policy: crate::live::Live<DestinationPolicy>, timeout: Duration) -> Connector {
-        Connector { policy, timeout }
+        Connector {
+            policy,
+            timeout,
+            host: crate::guard::HostAddrs::new(),
+            relays: crate::guard::RelayPeers::new(),
+        }
+    }
+
+    /// The addresses relays' subflows come from; the proxy registers each subflow's.
+    pub fn relay_peers(&self) -> &Arc<crate::guard::RelayPeers> {
+        &self.relays
     }
 
     /// Resolve (host names), check every address against the policy, connect to the first
@@ -349,7 +365,12 @@ impl Connector {
         let mut status = OpenStatus::Denied;
         let policy = self.policy.current().1;
         for a in addrs {
-            if let Err(d) = policy.check(a.ip()) {
+            let checked = policy.check_with(
+                a.ip(),
+                |ip| self.host.contains(ip),
+                |ip| self.relays.contains(ip),
+            );
+            if let Err(d) = checked {
                 info!(dst = %dst, addr = %a, reason = %d, "destination denied by policy");
                 continue;
             }
@@ -521,15 +542,9 @@ async fn accept_loop(
     connector: Arc<Connector>,
     refusals: Arc<Mutex<Refusals>>,
 ) {
+    let mut backoff = crate::guard::AcceptBackoff::default();
     loop {
-        let (tcp, peer) = match l.accept().await {
-            Ok(x) => x,
-            Err(e) => {
-                warn!(error = %e, "accept failed");
-                tokio::time::sleep(Duration::from_millis(50)).await;
-                continue;
-            }
-        };
+        let (tcp, peer) = crate::guard::accept(&l, "subflows", &mut backoff).await;
         // The credentials in use at this moment (a reload replaces them for later subflows).
         let (a, s, o, c, refusals) = (
             subflow::acceptor(tls.current().1),
@@ -672,6 +687,21 @@ async fn accept_loop(
                             );
                         }
                         let same_name = map.values().filter(|l| *l.relay == *acc.relay).count();
+                        // One session per relay name, and the one replacing it when the relay
+                        // restarts: one stolen credential cannot open sessions without end.
+                        if same_name > o.max_sessions_per_relay {
+                            drop(map);
+                            if let Some(m) = &o.metrics {
+                                m.session_refused(&acc.relay).inc();
+                            }
+                            refuse(format!(
+                                "relay `{}` already has {same_name} live sessions \
+                                 (proxy.max_sessions_per_relay = {}, and one replacing them): \
+                                 a new one waits until one ends",
+                                acc.relay, o.max_sessions_per_relay
+                            ));
+                            return;
+                        }
                         if let Some(m) = &o.metrics {
                             m.relay_session_opened(&acc.relay);
                         }
@@ -767,6 +797,8 @@ async fn accept_loop(
                 protocol = acc.version,
                 "subflow up"
             );
+            // While it runs, no passenger flow may connect to the address it comes from.
+            let _relay_peer = c.relay_peers().register(peer.ip());
             let (r, w) = tokio::io::split(stream);
             let err = engine
                 .run_subflow(acc.path, (ours, acc.epoch), acc.initial, r, w, acc.tcp_info)

@@ -22,6 +22,7 @@ use tracing::{debug, info, warn};
 use crate::activation::Inherited;
 use crate::direct::{self, DirectMode};
 use crate::engine::Engine;
+use crate::guard::RelayGate;
 use crate::proxy_addr::{ProxyAddr, ProxyResolver};
 use crate::socks5;
 use crate::subflow;
@@ -138,6 +139,13 @@ pub struct RelayOptions {
     pub tls: Option<crate::live::Live<rustls::ClientConfig>>,
     /// Transparent (TPROXY) listeners.
     pub transparent: Vec<SocketAddr>,
+    /// The passengers' interface (`intercept.lan_device`): the transparent listeners take only
+    /// connections that arrive on it (`SO_BINDTODEVICE`), never those from the cellular side.
+    pub lan_device: Option<String>,
+    /// Per-passenger limits (`[limits]`).
+    pub passenger_limits: crate::guard::PassengerLimits,
+    /// Where to count refused passenger connections.
+    pub metrics: Option<Arc<crate::metrics::Metrics>>,
     /// SOCKS5 listener.
     pub socks5: Option<SocketAddr>,
     /// DNS: UDP listen address and the resolver reached through the proxy.
@@ -301,19 +309,21 @@ pub async fn start(
             )?))
         }
     };
+    let gate = crate::guard::RelayGate::new(opts.passenger_limits, opts.metrics.clone());
+    let lan = opts.lan_device.as_deref();
     for (addr, passed) in transparent {
         let l = match passed {
             Some(l) => {
-                info!(%addr, "transparent (TPROXY) listener, passed by systemd");
-                TcpListener::from_std(l)
+                info!(%addr, lan_device = lan.unwrap_or("any"), "transparent (TPROXY) listener, passed by systemd");
+                crate::intercept::bind_to_device(&l, lan).and_then(|()| TcpListener::from_std(l))
             }
             None => {
-                info!(%addr, "transparent (TPROXY) listener");
-                crate::intercept::transparent_listener(addr)
+                info!(%addr, lan_device = lan.unwrap_or("any"), "transparent (TPROXY) listener");
+                crate::intercept::transparent_listener(addr, lan)
             }
         }
         .map_err(|e| format!("transparent listener on {addr}: {e}"))?;
-        listeners.spawn(accept_transparent(l, carrier.clone()));
+        listeners.spawn(accept_transparent(l, carrier.clone(), gate.clone()));
     }
     if let Some((addr, passed)) = socks5 {
         let l = match passed {
@@ -327,7 +337,7 @@ pub async fn start(
             }
         }
         .map_err(|e| format!("SOCKS5 listener on {addr}: {e}"))?;
-        listeners.spawn(accept_socks5(l, carrier.clone()));
+        listeners.spawn(accept_socks5(l, carrier.clone(), gate.clone()));
     }
     if let Some((listen, upstream, passed)) = dns {
         let sock = match passed {
@@ -341,7 +351,12 @@ pub async fn start(
             }
         }
         .map_err(|e| format!("DNS listener on {listen}: {e}"))?;
-        listeners.spawn(crate::dns::serve(sock, upstream, carrier.clone()));
+        listeners.spawn(crate::dns::serve(
+            sock,
+            upstream,
+            carrier.clone(),
+            gate.clone(),
+        ));
     }
     Ok((carrier, tasks, listeners))
 }
@@ -1138,61 +1153,47 @@ async fn maintain_path(
     }
 }
 
-async fn accept_transparent(l: TcpListener, carrier: Carrier) {
+async fn accept_transparent(l: TcpListener, carrier: Carrier, gate: Arc<RelayGate>) {
+    let mut backoff = crate::guard::AcceptBackoff::default();
     loop {
-        match l.accept().await {
-            Ok((stream, peer)) => {
-                let dst = match stream.local_addr() {
-                    Ok(a) => a,
-                    Err(e) => {
-                        warn!(%peer, error = %e, "no original destination");
-                        continue;
-                    }
-                };
-                let c = carrier.clone();
-                tokio::spawn(async move {
-                    carry(c, stream, peer.ip(), Destination::Addr(dst), None).await;
-                });
-            }
+        let (stream, peer) = crate::guard::accept(&l, "transparent", &mut backoff).await;
+        let dst = match stream.local_addr() {
+            Ok(a) => a,
             Err(e) => {
-                warn!(error = %e, "accept failed");
-                tokio::time::sleep(Duration::from_millis(50)).await;
+                warn!(%peer, error = %e, "no original destination");
+                continue;
             }
-        }
+        };
+        let (c, g) = (carrier.clone(), gate.clone());
+        tokio::spawn(async move {
+            carry(c, g, stream, peer.ip(), Destination::Addr(dst), None).await;
+        });
     }
 }
 
-async fn accept_socks5(l: TcpListener, carrier: Carrier) {
+async fn accept_socks5(l: TcpListener, carrier: Carrier, gate: Arc<RelayGate>) {
+    let mut backoff = crate::guard::AcceptBackoff::default();
     loop {
-        match l.accept().await {
-            Ok((mut stream, peer)) => {
-                let c = carrier.clone();
-                tokio::spawn(async move {
-                    let req = match tokio::time::timeout(
-                        Duration::from_secs(10),
-                        socks5::handshake(&mut stream),
-                    )
+        let (mut stream, peer) = crate::guard::accept(&l, "SOCKS5", &mut backoff).await;
+        let (c, g) = (carrier.clone(), gate.clone());
+        tokio::spawn(async move {
+            let req =
+                match tokio::time::timeout(Duration::from_secs(10), socks5::handshake(&mut stream))
                     .await
-                    {
-                        Ok(Ok(r)) => r,
-                        Ok(Err(e)) => {
-                            debug!(%peer, error = %e, "SOCKS5 handshake failed");
-                            return;
-                        }
-                        Err(_) => return,
-                    };
-                    let dst = match req.target {
-                        socks5::Target::Addr(a) => Destination::Addr(a),
-                        socks5::Target::Name(n, p) => Destination::Name(n, p),
-                    };
-                    carry(c, stream, peer.ip(), dst, Some(())).await;
-                });
-            }
-            Err(e) => {
-                warn!(error = %e, "accept failed");
-                tokio::time::sleep(Duration::from_millis(50)).await;
-            }
-        }
+                {
+                    Ok(Ok(r)) => r,
+                    Ok(Err(e)) => {
+                        debug!(%peer, error = %e, "SOCKS5 handshake failed");
+                        return;
+                    }
+                    Err(_) => return,
+                };
+            let dst = match req.target {
+                socks5::Target::Addr(a) => Destination::Addr(a),
+                socks5::Target::Name(n, p) => Destination::Name(n, p),
+            };
+            carry(c, g, stream, peer.ip(), dst, Some(())).await;
+        });
     }
 }
 
@@ -1229,11 +1230,20 @@ async fn wait_out_drain(engine: &Engine) -> Option<Duration> {
 
 async fn carry(
     carrier: Carrier,
+    gate: Arc<RelayGate>,
     mut stream: TcpStream,
     user: IpAddr,
     dst: Destination,
     socks: Option<()>,
 ) {
+    // Held until the connection is over: it counts among the passenger's open connections.
+    let Some(_permit) = gate.admit(user, &dst) else {
+        if socks.is_some() {
+            let _ = socks5::reply(&mut stream, socks5::Reply::NotAllowed).await;
+        }
+        let _ = socket2::SockRef::from(&stream).set_linger(Some(Duration::ZERO));
+        return;
+    };
     match carrier {
         Carrier::Session(engine) => {
             if let Some(waited) = wait_out_drain(&engine).await {

@@ -227,11 +227,13 @@ fn tproxy_intercepts_v4_and_v6_blocks_udp_and_uninstalls() {
         "203.0.113.0/24".parse().unwrap(),
         "2001:db8:ffff::/48".parse().unwrap(),
     ];
+    // Bound to the LAN device, as the relay binds them: TPROXY still finds them.
+    let lan = net.relay_dev.clone();
     let (mut tproxy, l4, l6, local_udp, local_tcp) = net.in_relay(|| {
         (
             NftTproxy::install(opts.clone()).unwrap(),
-            transparent_listener(SocketAddr::from(([0, 0, 0, 0], PORT))).unwrap(),
-            transparent_listener(SocketAddr::from(([0u16; 8], PORT))).unwrap(),
+            transparent_listener(SocketAddr::from(([0, 0, 0, 0], PORT)), Some(&lan)).unwrap(),
+            transparent_listener(SocketAddr::from(([0u16; 8], PORT)), Some(&lan)).unwrap(),
             UdpSocket::bind((RELAY_V4, 4433)).unwrap(),
             std::net::TcpListener::bind((RELAY_V4, 7005)).unwrap(),
         )

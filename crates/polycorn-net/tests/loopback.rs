@@ -166,6 +166,7 @@ async fn start_pair_with(
         metrics,
         revoked_relays: Default::default(),
         ask_refresh: true,
+        max_sessions_per_relay: 1,
     };
     let (proxy_tasks, sessions) = proxy::start(popts, polycorn_net::activation::Inherited::none())
         .await
@@ -190,6 +191,9 @@ async fn start_pair_with(
         paths: relay_paths.clone(),
         tls: Some(relay_tls.clone()),
         transparent: vec![],
+        lan_device: None,
+        passenger_limits: Default::default(),
+        metrics: None,
         socks5: Some(socks),
         dns: None,
         tunnel_port: 0,

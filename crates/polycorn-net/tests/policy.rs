@@ -155,11 +155,16 @@ fn messages_name_the_rule() {
 
     let msg = p.check(ip("127.0.0.1")).unwrap_err().to_string();
     assert!(msg.contains("127.0.0.0/8 (loopback)"), "{msg}");
-    assert!(msg.contains("policy.allow = [\"127.0.0.0/16\"]"), "{msg}");
-    assert!(!msg.contains("allow_private"), "{msg}");
+    // No rule is suggested that would open the proxy's host (0.0.0.0/8 and loopback reach it).
+    for host in ["127.0.0.1", "0.0.0.7", "::1", "::"] {
+        let msg = p.check(ip(host)).unwrap_err().to_string();
+        assert!(msg.contains("the proxy's own host"), "{msg}");
+        assert!(!msg.contains("policy.allow"), "{msg}");
+        assert!(!msg.contains("allow_private"), "{msg}");
+    }
 
     let msg = p.check(ip("255.255.255.255")).unwrap_err().to_string();
-    assert!(msg.contains("[\"255.255.255.255/32\"]"), "{msg}");
+    assert!(!msg.contains("policy.allow"), "{msg}");
 
     let msg = p.check(ip("::ffff:10.1.2.3")).unwrap_err().to_string();
     assert!(
@@ -322,4 +327,49 @@ fn random_addresses_follow_the_rules() {
             assert!(p.check(a).is_ok(), "seed {SEED:#x}: {a} in {}", r.net);
         }
     }
+}
+
+#[test]
+fn the_proxys_own_host_and_its_relays_are_refused_whatever_the_allow_list_says() {
+    let own = [ip("93.184.216.34"), ip("2a00:1450:4001::1"), ip("10.0.0.5")];
+    let relay = ip("151.101.1.9");
+    let is_host = |a: std::net::IpAddr| own.contains(&a);
+    let is_relay = |a: std::net::IpAddr| a == relay;
+    for p in [
+        policy(&[], &[], false),
+        policy(&["0.0.0.0/0", "::/0"], &[], true),
+        policy(
+            &[
+                "93.184.216.34/32",
+                "151.101.0.0/16",
+                "2a00::/16",
+                "10.0.0.0/8",
+            ],
+            &[],
+            true,
+        ),
+    ] {
+        for (dst, what) in [
+            ("93.184.216.34", "own host"),
+            ("::ffff:93.184.216.34", "own host"),
+            ("2a00:1450:4001::1", "own host"),
+            ("151.101.1.9", "relay"),
+            ("::ffff:151.101.1.9", "relay"),
+        ] {
+            let err = p.check_with(ip(dst), is_host, is_relay).unwrap_err();
+            let msg = err.to_string();
+            match what {
+                "own host" => assert!(msg.contains("the proxy's own host"), "{dst}: {msg}"),
+                _ => assert!(msg.contains("a relay's subflow"), "{dst}: {msg}"),
+            }
+            assert!(!msg.contains("policy.allow"), "{msg}");
+        }
+        assert!(p.check_with(ip("151.101.2.2"), is_host, is_relay).is_ok());
+    }
+    // Loopback stays as its allow entry says (single-machine test beds).
+    let p = policy(&["127.0.0.0/8"], &[], false);
+    assert!(p.check_with(ip("127.0.0.1"), |_| true, |_| true).is_ok());
+    assert!(policy(&[], &[], false)
+        .check_with(ip("127.0.0.1"), |_| true, |_| true)
+        .is_err());
 }

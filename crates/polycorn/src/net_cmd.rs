@@ -888,6 +888,8 @@ pub fn relay(path: &Path) -> Result<()> {
                 info!(file = %file.display(), "context replayed from a log");
             }
         }
+        let metrics = Arc::new(Metrics::with_build("relay", crate::VERSION));
+        linkdb.show(&metrics);
         let opts = RelayOptions {
             mode,
             pipeline: cfg.relay.scheduler.clone(),
@@ -899,6 +901,9 @@ pub fn relay(path: &Path) -> Result<()> {
                 .into_iter()
                 .chain(cfg.intercept.transparent6)
                 .collect(),
+            lan_device: cfg.intercept.lan_device.clone(),
+            passenger_limits: cfg.limits.passenger_limits(),
+            metrics: Some(metrics.clone()),
             socks5: cfg.intercept.socks5,
             dns: cfg.dns.listen.zip(cfg.dns.upstream),
             tunnel_port: cfg.relay.tunnel_port,
@@ -913,8 +918,6 @@ pub fn relay(path: &Path) -> Result<()> {
             idle_refresh: cfg.relay.idle_refresh,
             predictor,
         };
-        let metrics = Arc::new(Metrics::with_build("relay", crate::VERSION));
-        linkdb.show(&metrics);
         let tls_reload = match (&cfg.tls, tls_cfg) {
             (Some(t), Some(live)) => Some(TlsReload::new(
                 live,
@@ -1058,6 +1061,7 @@ pub fn proxy(path: &Path) -> Result<()> {
             metrics: Some(metrics.clone()),
             revoked_relays: revoked.clone(),
             ask_refresh: cfg.proxy.ask_refresh,
+            max_sessions_per_relay: cfg.proxy.max_sessions_per_relay as usize,
         };
         if !cfg.proxy.revoked_relays.is_empty() {
             info!(relays = ?cfg.proxy.revoked_relays, "revoked relays will be refused");

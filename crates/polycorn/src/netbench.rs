@@ -288,6 +288,10 @@ fn upload(ns: &str, secs: f64, uploads: &mpsc::Receiver<Arc<AtomicU64>>) -> Resu
     Ok((b1 - b0) as f64 * 8.0 / (t1 - t0).as_secs_f64() / 1e9)
 }
 
+/// The bench and the soak load the relay from a few addresses at many times one person's
+/// connection rate: per-passenger limits would measure themselves.
+const PASSENGER_LIMITS_OFF: &str = "\n[limits]\npassenger_max_flows = 0\npassenger_flow_rate = 0\n";
+
 /// Relay (`relay-{mode}.toml`) and proxy (`proxy.toml`) configurations for this topology, with
 /// `scheduler` at both ends and, if given, metrics served on `metrics` in each namespace.
 pub(crate) fn write_configs(
@@ -304,7 +308,8 @@ pub(crate) fn write_configs(
          [[path]]\nname = \"p0\"\ndevice = \"path0\"\nsource = \"10.100.0.1\"\nproxy = \"10.100.0.2:7700\"\n\n\
          [[path]]\nname = \"p1\"\ndevice = \"path1\"\nsource = \"10.100.1.1\"\nproxy = \"10.100.1.2:7700\"\n\n\
          [intercept]\ntransparent = \"0.0.0.0:7070\"\ninstall_nft = true\nlan_device = \"lan0\"\n\n\
-         [tls]\nca = \"ca.pem\"\ncert = \"relay.pem\"\nkey = \"relay.key\"\n\n[log]\nlevel = \"info\"\n{metrics}"
+         [tls]\nca = \"ca.pem\"\ncert = \"relay.pem\"\nkey = \"relay.key\"\n\n[log]\nlevel = \"info\"\n\
+         {PASSENGER_LIMITS_OFF}{metrics}"
     );
     let proxy = format!(
         "[proxy]\nlisten = \"0.0.0.0:7700\"\ntunnel_listen = \"0.0.0.0:7701\"\ntunnel_peers = [\"10.100.0.0/16\"]\nscheduler = \"{scheduler}\"\n\n\

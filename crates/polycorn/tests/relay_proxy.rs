@@ -5071,3 +5071,360 @@ fn the_shipped_alerting_rules_judge_a_running_relay_and_proxy() {
     );
     relay.wait_alerts(30, "the relay started again", &[]);
 }
+
+/// The proxy's allow list of [`configs`], and one that also opens the relay's path addresses:
+/// on a carrier with public addresses (IPv6, public-IP APNs) nothing else keeps the proxy from
+/// connecting to them.
+const ALLOW: &str = "allow = [\"10.0.2.0/24\", \"fd00:2::/64\"]";
+const ALLOW_PATHS: &str =
+    "allow = [\"10.0.2.0/24\", \"fd00:2::/64\", \"10.100.0.0/16\", \"fd00:100::/32\"]";
+
+/// Connect to `dst` and read until the connection ends (at most `secs`): what came back, or
+/// the error that ended it.
+async fn connect_and_read(dst: &str, secs: u64) -> Result<Vec<u8>, String> {
+    use tokio::io::AsyncReadExt;
+    let dst: SocketAddr = dst.parse().unwrap();
+    let run = async {
+        let mut s = TcpStream::connect(dst).await.map_err(|e| e.to_string())?;
+        let mut got = Vec::new();
+        s.read_to_end(&mut got).await.map_err(|e| e.to_string())?;
+        Ok(got)
+    };
+    tokio::time::timeout(Duration::from_secs(secs), run)
+        .await
+        .unwrap_or_else(|_| Err("still open".into()))
+}
+
+/// The SOCKS5 reply code to a CONNECT to `dst` through the relay (0: succeeded).
+async fn socks_reply_code(dst: &str) -> u8 {
+    match socks_connect(dst.parse().unwrap()).await {
+        Ok(_) => 0,
+        Err(e) => e
+            .to_string()
+            .strip_prefix("SOCKS5 reply ")
+            .and_then(|c| c.parse().ok())
+            .unwrap_or_else(|| panic!("SOCKS5 to {dst}: {e}")),
+    }
+}
+
+/// A service on the proxy's host bound to every address (as metrics endpoints and databases
+/// often are) on port 9911: it answers `host` to each connection. Returns how many it accepted.
+fn start_host_service(bed: &Bed) -> std::sync::Arc<std::sync::atomic::AtomicUsize> {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let accepted = std::sync::Arc::new(AtomicUsize::new(0));
+    let (tx, rx) = std::sync::mpsc::channel();
+    let (ns, count) = (bed.ns("proxy"), accepted.clone());
+    std::thread::spawn(move || {
+        let _g = InNamespace::enter(&ns).unwrap();
+        // Dual-stack (net.ipv6.bindv6only = 0): IPv4 connections arrive here too.
+        let l = std::net::TcpListener::bind("[::]:9911").unwrap();
+        tx.send(()).unwrap();
+        for s in l.incoming().flatten() {
+            count.fetch_add(1, Ordering::SeqCst);
+            let _ = (&s).write_all(b"host");
+        }
+    });
+    rx.recv_timeout(Duration::from_secs(5)).unwrap();
+    accepted
+}
+
+/// Hardening: a connection to one of the relay's own addresses never becomes a flow (carried,
+/// the proxy would connect back to the train and the relay would carry that again, without
+/// end), and no passenger reaches the proxy's own host, whichever way they ask.
+#[test]
+fn connections_to_the_relays_or_the_proxys_own_addresses_are_refused_without_a_loop() {
+    let _s = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    if !is_root() {
+        return;
+    }
+    let bed = Bed::constant("o", 100, 10);
+    start_server(&bed);
+    let host = start_host_service(&bed);
+    let stack = start_edited(
+        &bed,
+        "polycorn",
+        |t| t,
+        |t| {
+            assert!(t.contains(ALLOW));
+            t.replace(ALLOW, ALLOW_PATHS)
+        },
+        2,
+    );
+    let flows = || metric_value(&bed.ns("relay"), "polycorn_flows_total").unwrap_or(0);
+    let refused = |reason: &str| {
+        metric_value(
+            &bed.ns("relay"),
+            &format!("polycorn_passenger_refusals_total{{reason=\"{reason}\"}}"),
+        )
+        .unwrap_or(0)
+    };
+
+    // From the Internet side, to the relay's path addresses at its transparent port: the
+    // listener takes only the LAN's connections, so the kernel refuses these.
+    let from_outside = in_ns(&bed.ns("proxy"), || {
+        Box::pin(async {
+            let mut out = Vec::new();
+            for dst in ["10.100.0.1:7070", "10.100.1.1:7070", "[fd00:100:0::1]:7070"] {
+                out.push((dst, connect_and_read(dst, 5).await));
+            }
+            out
+        })
+    });
+    for (dst, r) in &from_outside {
+        assert!(
+            r.as_ref().is_err_and(|e| e.contains("refused")),
+            "{dst} from outside: {r:?}"
+        );
+    }
+    // From the LAN, by transparent interception and by SOCKS5, to the relay's own addresses
+    // (its paths' and its LAN address): refused at the relay, no flow.
+    let from_lan = in_ns(&bed.ns("client"), || {
+        Box::pin(async {
+            let mut out = Vec::new();
+            for dst in ["10.100.0.1:7070", "[fd00:100:0::1]:7070", "10.0.1.1:7070"] {
+                out.push((dst, connect_and_read(dst, 5).await.map(|b| b.len())));
+            }
+            let mut socks = Vec::new();
+            for dst in [
+                "10.100.0.1:7070",
+                "[fd00:100:1::1]:7070",
+                "[::ffff:10.100.1.1]:7070",
+            ] {
+                socks.push((dst, socks_reply_code(dst).await));
+            }
+            (out, socks)
+        })
+    });
+    for (dst, r) in &from_lan.0 {
+        assert!(
+            matches!(r, Ok(0)) || r.is_err(),
+            "{dst} from the LAN was answered: {r:?}"
+        );
+    }
+    for (dst, code) in &from_lan.1 {
+        assert_eq!(
+            *code, 2,
+            "SOCKS5 to {dst}: reply {code}, not 2 (not allowed)"
+        );
+    }
+    std::thread::sleep(Duration::from_secs(2));
+    assert_eq!(
+        flows(),
+        0,
+        "connections to the relay's own addresses became flows:\n{}",
+        tail(&stack.relay.log())
+    );
+    assert!(
+        refused("own_address") >= 6,
+        "{from_lan:?}\n{}",
+        scrape_metrics(&bed.ns("relay"))
+    );
+    // One warning line for the lot (once per 10 s).
+    assert_eq!(
+        stack
+            .relay
+            .log()
+            .matches("refused a connection to one of the relay's own addresses")
+            .count(),
+        1,
+        "{}",
+        tail(&stack.relay.log())
+    );
+
+    // The proxy's own host, by every route: its server-side and path-side addresses, IPv4,
+    // IPv6 and IPv4-mapped, transparent and SOCKS5 (address and host name).
+    let to_proxy = in_ns(&bed.ns("client"), || {
+        Box::pin(async {
+            let mut out = Vec::new();
+            for dst in ["10.0.2.1:9911", "[fd00:2::1]:9911", "10.100.0.2:9911"] {
+                out.push((dst, connect_and_read(dst, 8).await));
+            }
+            let mut socks = Vec::new();
+            for dst in [
+                "10.0.2.1:9911",
+                "[fd00:2::1]:9911",
+                "[::ffff:10.0.2.1]:9911",
+            ] {
+                socks.push((dst, socks_reply_code(dst).await));
+            }
+            (out, socks)
+        })
+    });
+    for (dst, r) in &to_proxy.0 {
+        assert!(
+            r.as_ref().map_or(true, |b| b.is_empty()),
+            "{dst}: a passenger reached the proxy's host: {r:?}"
+        );
+    }
+    for (dst, code) in &to_proxy.1 {
+        assert_eq!(
+            *code, 2,
+            "SOCKS5 to {dst}: reply {code}, not 2 (not allowed)"
+        );
+    }
+    assert_eq!(
+        host.load(std::sync::atomic::Ordering::SeqCst),
+        0,
+        "the proxy's host service was reached"
+    );
+    assert!(
+        stack.proxy.log().contains("the proxy's own host"),
+        "{}",
+        tail(&stack.proxy.log())
+    );
+    // And passengers are carried as before.
+    fetch_ok(&bed, &stack, 10 * KB, MB, "transfer after the refusals");
+}
+
+/// Hardening: one passenger past its open-connection cap or its new-connection rate is
+/// refused (counted, one log line per 10 s) while another passenger is carried; the refused
+/// passenger gets through again once under its limits; a DNS query whose resolver accepts and
+/// never answers has its flow reset after the query timeout, leaving nothing open.
+#[test]
+fn a_passenger_over_its_limits_is_refused_alone_and_unanswered_dns_leaves_nothing_open() {
+    let _s = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    if !is_root() {
+        return;
+    }
+    let bed = Bed::constant("q", 100, 10);
+    start_server(&bed);
+    ip_in(
+        &bed.ns("client"),
+        &["addr", "add", "10.0.1.50/24", "dev", "lan0"],
+    )
+    .unwrap();
+    // A resolver that accepts over TCP and never answers.
+    {
+        let (ns, (tx, rx)) = (bed.ns("server"), std::sync::mpsc::channel());
+        std::thread::spawn(move || {
+            let _g = InNamespace::enter(&ns).unwrap();
+            let l = std::net::TcpListener::bind("10.0.2.2:5353").unwrap();
+            tx.send(()).unwrap();
+            let mut held = Vec::new();
+            for s in l.incoming().flatten() {
+                held.push(s);
+            }
+        });
+        rx.recv_timeout(Duration::from_secs(5)).unwrap();
+    }
+    let stack = start_edited(
+        &bed,
+        "polycorn",
+        |t| {
+            let t = t.replace("upstream = \"10.0.2.2:53\"", "upstream = \"10.0.2.2:5353\"");
+            t + "\n[limits]\npassenger_max_flows = 8\npassenger_flow_rate = 1\npassenger_flow_burst = 10\n"
+        },
+        |t| t,
+        2,
+    );
+    let relay_ns = bed.ns("relay");
+    let metric = |key: &str| metric_value(&relay_ns, key).unwrap_or(0);
+
+    // Passenger A (10.0.1.2) holds 8 connections open; its 9th is refused, B's is carried.
+    let (held, ninth, other) = in_ns(&bed.ns("client"), || {
+        Box::pin(async {
+            let mut held = Vec::new();
+            for _ in 0..8 {
+                held.push(TcpStream::connect(SERVER4).await.unwrap());
+            }
+            tokio::time::sleep(Duration::from_millis(500)).await;
+            let ninth = connect_and_read(SERVER4, 5).await.map(|b| b.len());
+            let other = one(
+                Via::Transparent4,
+                10 * KB,
+                200 * KB,
+                Some("10.0.1.50".parse().unwrap()),
+            )
+            .await
+            .map(|_| ());
+            (held.len(), ninth, other.map_err(|e| e.to_string()))
+        })
+    });
+    assert_eq!(held, 8);
+    assert!(
+        matches!(ninth, Ok(0)) || ninth.is_err(),
+        "9th connection: {ninth:?}"
+    );
+    assert!(
+        other.is_ok(),
+        "another passenger was not carried: {other:?}"
+    );
+    assert_eq!(
+        metric("polycorn_passenger_refusals_total{reason=\"flows\"}"),
+        1
+    );
+    // Its connections closed (the runtime above is gone), A opens new ones again; then, past
+    // its burst of 10 new connections (it spent 8) and 1 a second, it is refused by rate.
+    std::thread::sleep(Duration::from_secs(1));
+    let (ok, refused) = in_ns(&bed.ns("client"), || {
+        Box::pin(async {
+            let (mut ok, mut refused) = (0, 0);
+            for _ in 0..45 {
+                match one(Via::Transparent4, 100, 100, None).await {
+                    Ok(_) => ok += 1,
+                    Err(_) => refused += 1,
+                }
+            }
+            (ok, refused)
+        })
+    });
+    assert!(ok >= 2 && refused >= 20, "{ok} carried, {refused} refused");
+    assert!(metric("polycorn_passenger_refusals_total{reason=\"rate\"}") >= 20);
+    let log = stack.relay.log();
+    assert_eq!(
+        log.matches("passenger at its limit of open connections")
+            .count(),
+        1,
+        "{}",
+        tail(&log)
+    );
+    assert!(
+        log.matches("passenger opening connections faster than")
+            .count()
+            <= 1,
+        "{}",
+        tail(&log)
+    );
+
+    // Unanswered DNS: B sends 6 queries (within its burst); after the 5 s query timeout their
+    // flows are reset and the proxy's connections to the resolver closed.
+    in_ns(&bed.ns("client"), || {
+        Box::pin(async {
+            let u = tokio::net::UdpSocket::bind("10.0.1.50:0").await.unwrap();
+            for id in 0..6u16 {
+                let mut q = id.to_be_bytes().to_vec();
+                q.extend_from_slice(&[1, 0, 0, 1, 0, 0, 0, 0, 0, 0]);
+                q.extend_from_slice(b"\x07example\x03com\x00\x00\x01\x00\x01");
+                u.send_to(&q, "10.0.1.1:53").await.unwrap();
+            }
+        })
+    });
+    // The proxy's side is half-closed (it passed the query's end on), so counted in any state.
+    let to_resolver = || {
+        let out = Command::new("ip")
+            .args([
+                "netns",
+                "exec",
+                &bed.ns("proxy"),
+                "ss",
+                "-Htn",
+                "dst",
+                "10.0.2.2:5353",
+            ])
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout).lines().count()
+    };
+    wait_until(
+        5,
+        "the proxy connecting to the silent resolver",
+        || stack.proxy.log(),
+        || to_resolver() >= 1,
+    );
+    wait_until(
+        12,
+        "every unanswered query's flow closed at both ends",
+        || stack.relay.log(),
+        || metric("polycorn_flows_open") == 0 && to_resolver() == 0,
+    );
+}
