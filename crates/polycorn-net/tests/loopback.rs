@@ -784,3 +784,76 @@ async fn the_proxy_learns_path_names_and_answers_an_older_relay_in_its_version()
     assert_eq!(names(&pair, Some(session)), vec![None, None]);
     drop(s);
 }
+
+/// A relay like the pair's (same certificate, same paths to the proxy) with a session of its
+/// own: what a second gateway holding a stolen credential would start.
+async fn another_relay(
+    pair: &Pair,
+) -> (
+    relay::Carrier,
+    tokio::task::JoinSet<()>,
+    tokio::task::JoinSet<()>,
+) {
+    let opts = RelayOptions {
+        mode: Mode::Polycorn,
+        pipeline: "hrsch".into(),
+        paths: pair.relay_paths.clone(),
+        tls: Some(pair.relay_tls.clone()),
+        transparent: vec![],
+        lan_device: None,
+        passenger_limits: Default::default(),
+        metrics: None,
+        socks5: Some(SocketAddr::from(([127, 0, 0, 1], free_port().await))),
+        dns: None,
+        tunnel_port: 0,
+        tuning: Tuning::default(),
+        idle_refresh: Default::default(),
+        predictor: None,
+    };
+    relay::start(opts, None, polycorn_net::activation::Inherited::none())
+        .await
+        .unwrap()
+}
+
+/// Hardening: one relay name holds at most `max_sessions_per_relay` (1) live sessions and the
+/// one replacing them; a third is refused until one of them ends, then let in.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_relay_name_holds_one_session_and_the_one_replacing_it() {
+    let pair = start_pair("hrsch", Tuning::default()).await;
+    let live = |p: &Pair| p.sessions.lock().unwrap().len();
+    assert!(eventually(10, || live(&pair) == 1).await);
+    let second = another_relay(&pair).await;
+    assert!(
+        eventually(10, || live(&pair) == 2).await,
+        "the relay's second session (a restart's) was not let in"
+    );
+    let third = another_relay(&pair).await;
+    // Its paths keep trying; the proxy keeps refusing.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(live(&pair), 2, "a third live session of one relay name");
+    // The first relay goes away: its session has every path down, so the next session of
+    // the name ends it and takes its place.
+    let Pair {
+        proxy_tasks,
+        sessions,
+        relay_tasks,
+        relay_listeners,
+        relay,
+        dir,
+        ..
+    } = pair;
+    drop((relay_listeners, relay_tasks, relay));
+    assert!(
+        eventually(30, || {
+            let m = sessions.lock().unwrap();
+            m.len() == 2
+                && [&second.0, &third.0].iter().all(|c| match c {
+                    relay::Carrier::Session(e) => e.inspect(|s| s.any_path_usable()),
+                    relay::Carrier::Direct(_) => false,
+                })
+        })
+        .await,
+        "the third relay did not get in after the first left"
+    );
+    drop((second, third, proxy_tasks, dir));
+}
