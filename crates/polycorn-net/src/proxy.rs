@@ -674,7 +674,12 @@ async fn accept_loop(
                             .map(|(id, _)| *id)
                             .collect();
                         for id in &ended {
-                            map.remove(id);
+                            if let Some(l) = map.remove(id) {
+                                l.engine.end_subflows(
+                                    "the relay opened a new session while every path of this \
+                                     one was down",
+                                );
+                            }
                             if let Some(m) = &o.metrics {
                                 m.relay_session_ended(&acc.relay, SessionEnd::Restarted);
                             }
@@ -935,6 +940,9 @@ async fn session_events(
                 return;
             }
             Event::SessionLost => {
+                // A relay silent on every path (not gone: its subflows may still be connected)
+                // keeps nothing here: its subflows end with the session.
+                engine.end_subflows("no path of the session was heard from within the hold time");
                 let gone = sessions
                     .lock()
                     .unwrap_or_else(|p| p.into_inner())

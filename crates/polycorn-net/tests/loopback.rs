@@ -109,6 +109,8 @@ async fn setup(spec: &str) -> (SocketAddr, tempfile::TempDir) {
 /// A relay and a proxy joined over loopback.
 struct Pair {
     socks: SocketAddr,
+    /// The proxy's subflow listeners.
+    listen: Vec<SocketAddr>,
     /// The relay's paths, one to each of the proxy's listeners.
     relay_paths: Vec<RelayPath>,
     dir: tempfile::TempDir,
@@ -207,6 +209,7 @@ async fn start_pair_with(
             .unwrap();
     Pair {
         socks,
+        listen,
         relay_paths,
         dir,
         proxy_tasks,
@@ -856,4 +859,47 @@ async fn a_relay_name_holds_one_session_and_the_one_replacing_it() {
         "the third relay did not get in after the first left"
     );
     drop((second, third, proxy_tasks, dir));
+}
+
+/// Hardening: a relay that completes its handshake and then says nothing more (a valid but
+/// silent peer) has its session ended after the hold time, and its subflow closed with the
+/// session rather than left open until the kernel's timers give up on it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_silent_peers_subflow_is_closed_with_its_session() {
+    use polycorn_net::subflow;
+    let tuning = Tuning {
+        hold_time: Duration::from_secs(1),
+        ..Tuning::default()
+    };
+    let pair = start_pair("hrsch", tuning.clone()).await;
+    let id = 0x5151_5151_5151_5151;
+    let mut cfg = tuning.session_config(polycorn_proto::Role::Relay, id, "hrsch");
+    cfg.epoch = 7;
+    let hello = polycorn_proto::Session::new(cfg).unwrap().hello(0).to_vec();
+    let est = subflow::relay_connect(
+        &subflow::connector(pair.relay_tls.current().1),
+        pair.listen[0],
+        None,
+        None,
+        &subflow::SubflowSockopts::default(),
+        &hello,
+        (id, 0, 7),
+        subflow::ConnectTimeouts::DEFAULT,
+    )
+    .await
+    .expect("the silent relay's handshake");
+    let listed = |p: &Pair| p.sessions.lock().unwrap().contains_key(&id);
+    assert!(listed(&pair), "the silent relay's session was opened");
+    assert!(
+        eventually(20, || !listed(&pair)).await,
+        "the silent session still listed 20 s after it went quiet (hold time 1 s)"
+    );
+    // Its subflow ends with it: what the proxy sent, then the end of the stream.
+    let mut stream = est.stream;
+    let mut sink = Vec::new();
+    let ended = tokio::time::timeout(Duration::from_secs(5), stream.read_to_end(&mut sink)).await;
+    assert!(
+        ended.is_ok(),
+        "the silent relay's subflow is still open 5 s after its session ended"
+    );
 }
