@@ -2,6 +2,7 @@
 //!
 //! One binary for every role: relay, proxy, testbed, trip, LinkDB, bench, demo, schedulers.
 
+mod attack;
 mod bench;
 mod calibrate;
 mod demo;

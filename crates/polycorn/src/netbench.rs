@@ -290,7 +290,8 @@ fn upload(ns: &str, secs: f64, uploads: &mpsc::Receiver<Arc<AtomicU64>>) -> Resu
 
 /// The bench and the soak load the relay from a few addresses at many times one person's
 /// connection rate: per-passenger limits would measure themselves.
-const PASSENGER_LIMITS_OFF: &str = "\n[limits]\npassenger_max_flows = 0\npassenger_flow_rate = 0\n";
+pub(crate) const PASSENGER_LIMITS_OFF: &str =
+    "\n[limits]\npassenger_max_flows = 0\npassenger_flow_rate = 0\n";
 
 /// Relay (`relay-{mode}.toml`) and proxy (`proxy.toml`) configurations for this topology, with
 /// `scheduler` at both ends and, if given, metrics served on `metrics` in each namespace.

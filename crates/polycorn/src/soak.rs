@@ -144,6 +144,17 @@ pub struct SoakArgs {
     /// `polycorn linkdb import --ride-log`: what the proxy kept against what the relay saw.
     #[arg(long, value_name = "DIR", requires = "trip")]
     pub record: Option<std::path::PathBuf>,
+    /// Attack relay and proxy beside the passengers, from a third of --secs on (the first
+    /// third is the attack-free baseline): connections to the relay's own addresses from
+    /// outside and from the LAN, passengers aiming at the proxy's host, one greedy passenger,
+    /// spoofed DNS queries to a resolver that never answers, and a rogue relay with the train's
+    /// credential sending data for flows it never opened. The relay runs its default
+    /// per-passenger limits (at least 32 passenger addresses then carry the churn). Fails, on
+    /// top of the usual checks, if an attack got through, if the passengers' connection set-up
+    /// time (to the first byte) under attack exceeds twice the baseline's (median or p90), or
+    /// if either end's memory kept growing through the attack.
+    #[arg(long, conflicts_with_all = ["trip", "restart_every", "hold_listeners"])]
+    pub attack: bool,
     /// The trip (with --trip).
     #[command(flatten)]
     pub trip_args: crate::tripgen::TripArgs,
@@ -533,6 +544,9 @@ struct Counts {
     failures: Mutex<Vec<Failure>>,
     /// Completion times of connections that downloaded ≤ 16 KiB, µs.
     small_us: Mutex<Vec<u64>>,
+    /// Per completed connection: when it started (seconds into the load) and its set-up time
+    /// until the first byte of its download, µs.
+    setup_us: Mutex<Vec<(f64, u64)>>,
     /// The restarts so far.
     restarts: Mutex<Vec<Restart>>,
 }
@@ -551,6 +565,7 @@ impl Counts {
             idle_reopened: AtomicU64::new(0),
             failures: Mutex::new(Vec::new()),
             small_us: Mutex::new(Vec::new()),
+            setup_us: Mutex::new(Vec::new()),
             restarts: Mutex::new(Vec::new()),
         }
     }
@@ -631,8 +646,16 @@ fn pick(sizes: &[(u64, u64)], die: u64) -> u64 {
     sizes[0].0
 }
 
-/// One churn connection; the error kind and message if it failed.
-fn one_connection(from: &str, seed: u64, down: u64, up: u64) -> Result<(), (&'static str, String)> {
+/// One churn connection: its set-up time (connect to the first byte of the download), or the
+/// error kind and message if it failed.
+fn one_connection(
+    from: &str,
+    seed: u64,
+    down: u64,
+    up: u64,
+) -> Result<Duration, (&'static str, String)> {
+    let t = Instant::now();
+    let mut first_byte = None;
     let mut s = connect(from).map_err(|e| ("connect", e.to_string()))?;
     let mut buf = vec![0u8; 64 * 1024];
     let mut req = header(down, up, seed).to_vec();
@@ -674,19 +697,23 @@ fn one_connection(from: &str, seed: u64, down: u64, up: u64) -> Result<(), (&'st
         if let Some(at) = mismatch(seed, got, &buf[..n]) {
             return Err(("wrong byte", format!("at offset {at} of {down}")));
         }
+        first_byte.get_or_insert_with(|| t.elapsed());
         got += n as u64;
     }
     match s.read(&mut buf) {
-        Ok(0) => Ok(()),
+        Ok(0) => Ok(first_byte.unwrap_or_else(|| t.elapsed())),
         Ok(n) => Err(("extra bytes", format!("{n} bytes past {down}"))),
         Err(e) => Err((io_kind("no close", &e), format!("after {down} bytes: {e}"))),
     }
 }
 
+/// A worker opening connections one after another until `until`, from the passenger
+/// addresses `id`, `id + workers`, `id + 2 × workers`, … in turn (modulo `users`).
+
 fn worker(
     ns: String,
-    from: String,
-    id: u64,
+    (id, workers): (u64, usize),
+    users: usize,
     until: Instant,
     stop: Arc<AtomicBool>,
     counts: Arc<Counts>,
@@ -694,6 +721,7 @@ fn worker(
     let _g = InNamespace::enter(&ns)?;
     let mut k = 0u64;
     while Instant::now() < until && !stop.load(Ordering::Relaxed) {
+        let from = user_addr((id as usize + k as usize * workers) % users);
         let seed = splitmix((id << 40) ^ k);
         k += 1;
         let down = pick(&DOWN_SIZES, splitmix(seed ^ 1));
@@ -701,7 +729,12 @@ fn worker(
         counts.started.fetch_add(1, Ordering::Relaxed);
         let t = Instant::now();
         match one_connection(&from, seed, down, up) {
-            Ok(()) => {
+            Ok(setup) => {
+                counts
+                    .setup_us
+                    .lock()
+                    .expect("not poisoned")
+                    .push((counts.secs(t), setup.as_micros() as u64));
                 counts.done.fetch_add(1, Ordering::Relaxed);
                 counts.completed(t);
                 counts.bytes.fetch_add(down + up, Ordering::Relaxed);
@@ -1220,7 +1253,20 @@ fn hold_listener(ns: &str, addr: &str, transparent: bool) -> Result<std::os::fd:
     Ok(s.into())
 }
 
+/// Passenger addresses that carry the churn under the relay's default per-passenger limits.
+const ATTACK_MIN_USERS: usize = 32;
+
 fn soak(args: &SoakArgs, dir: &std::path::Path, stop: Arc<AtomicBool>) -> Result<()> {
+    let mut args = args.clone();
+    if args.attack && args.users < ATTACK_MIN_USERS {
+        println!(
+            "--attack: {ATTACK_MIN_USERS} passenger addresses instead of {}, so that each stays \
+             under the relay's default limit of new connections",
+            args.users
+        );
+        args.users = ATTACK_MIN_USERS;
+    }
+    let args = &args;
     let blackout = args.blackout_every != 0.0;
     let restarting = args.restart_every != 0.0;
     polycorn_net::tls::generate(dir, &[], true)?;
@@ -1240,6 +1286,28 @@ fn soak(args: &SoakArgs, dir: &std::path::Path, stop: Arc<AtomicBool>) -> Result
         set_drain(&proxy_cfg, "[proxy]", args.drain_secs)?;
     }
     let (c, r, p) = (topo.ns("c"), topo.ns("r"), topo.ns("p"));
+    let targets = crate::attack::Targets {
+        client: c.clone(),
+        relay: r.clone(),
+        proxy: p.clone(),
+        server: topo.ns("s"),
+        paths: topo.paths(),
+        credentials: dir.to_path_buf(),
+    };
+    let host_reached = if args.attack {
+        // The relay's default limits, and a DNS service whose resolver never answers.
+        let text = std::fs::read_to_string(&relay_cfg)?;
+        let text = text.replace(crate::netbench::PASSENGER_LIMITS_OFF, "\n")
+            + &format!(
+                "\n[dns]\nlisten = \"{}\"\nupstream = \"{}\"\n",
+                crate::attack::RELAY_DNS,
+                crate::attack::SILENT_DNS
+            );
+        std::fs::write(&relay_cfg, text)?;
+        Some(crate::attack::Attacks::prepare(&targets)?)
+    } else {
+        None
+    };
     for u in 0..args.users {
         ip_in(
             &c,
@@ -1367,9 +1435,9 @@ fn soak(args: &SoakArgs, dir: &std::path::Path, stop: Arc<AtomicBool>) -> Result
     }
     for w in 0..args.workers {
         let (ns, st, co) = (c.clone(), stop.clone(), counts.clone());
-        let from = user_addr(w % args.users);
+        let (workers, users) = (args.workers, args.users);
         threads.push(std::thread::spawn(move || {
-            worker(ns, from, w as u64, until, st, co)
+            worker(ns, (w as u64, workers), users, until, st, co)
         }));
     }
     let (mut relay_peak, mut proxy_peak) = (relay0, proxy0);
@@ -1379,7 +1447,17 @@ fn soak(args: &SoakArgs, dir: &std::path::Path, stop: Arc<AtomicBool>) -> Result
     let mut problems = Vec::new();
     let mut restart_lines = Vec::new();
     let mut restart_error = None;
+    let attack_at = args.secs / 3.0;
+    let mut attacks = None;
+    // (seconds into the load, relay MiB, proxy MiB) at every sample.
+    let mut memory: Vec<(f64, f64, f64)> = Vec::new();
     while Instant::now() < until && !stop.load(Ordering::Relaxed) {
+        if let (Some(reached), None) = (&host_reached, &attacks) {
+            if t0.elapsed().as_secs_f64() >= attack_at {
+                println!("{:>6.1} attacks start", t0.elapsed().as_secs_f64());
+                attacks = Some(crate::attack::Attacks::start(&targets, reached.clone()));
+            }
+        }
         std::thread::sleep(
             Duration::from_millis(50).min(until.saturating_duration_since(Instant::now())),
         );
@@ -1415,11 +1493,13 @@ fn soak(args: &SoakArgs, dir: &std::path::Path, stop: Arc<AtomicBool>) -> Result
             proxy_peak.rss_mib = proxy_peak.rss_mib.max(pp.rss_mib);
             relay_peak.fds = relay_peak.fds.max(rr.fds);
             proxy_peak.fds = proxy_peak.fds.max(pp.fds);
+            memory.push((t0.elapsed().as_secs_f64(), rr.rss_mib, pp.rss_mib));
             row(t0.elapsed().as_secs_f64(), &counts, &rr, &pp);
         }
     }
     let load_secs = t0.elapsed().as_secs_f64();
     load_stop.store(true, Ordering::Relaxed);
+    let attacked = attacks.map(crate::attack::Attacks::stop);
     if restart_error.is_some() {
         stop.store(true, Ordering::Relaxed);
     }
@@ -1567,14 +1647,31 @@ fn soak(args: &SoakArgs, dir: &std::path::Path, stop: Arc<AtomicBool>) -> Result
             counted[1].0 + proxy1.flows_total - proxy_base.flows_total,
         ),
     ];
+    // The attacks' own connections count at the relay too (those it admitted): the count
+    // must then lie between the passengers' and the passengers' plus every attack attempt.
+    let attack_flows = attacked.as_ref().map_or(0, |a| a.flows_bound());
     problems.extend(judge(
-        started,
+        started + attack_flows,
         left.len() as u64 - left_pings,
         left_pings,
         &error_kinds(&left),
         &readings,
-        restarting,
+        restarting || attacked.is_some(),
     ));
+    if let Some(a) = &attacked {
+        let limit = polycorn_net::guard::PassengerLimits::default().max_flows;
+        for line in a.report(limit) {
+            println!("{line}");
+        }
+        problems.extend(a.problems(limit));
+        let setup = counts.setup_us.lock().expect("not poisoned").clone();
+        let (line, problem) = setup_under_attack(&setup, attack_at, load_secs);
+        println!("{line}");
+        problems.extend(problem);
+        let (line, problem) = memory_under_attack(&memory, attack_at);
+        println!("{line}");
+        problems.extend(problem);
+    }
     for r in restarts.iter().filter(|r| r.first_ok.is_none()) {
         problems.push(format!(
             "no connection opened after the {} restart at {:.1} s completed before the load ended",
@@ -1583,7 +1680,14 @@ fn soak(args: &SoakArgs, dir: &std::path::Path, stop: Arc<AtomicBool>) -> Result
     }
     for (who, logs) in ["relay", "proxy"].into_iter().zip(&logs) {
         for log in logs {
-            problems.extend(protocol_violations(who, log)?);
+            let found = protocol_violations(who, log)?;
+            // Under attack the rogue relay's violations are the proxy's to refuse.
+            match found {
+                Some(line) if attacked.is_some() && who == "proxy" => {
+                    println!("under attack (the rogue relay's, expected): {line}")
+                }
+                other => problems.extend(other),
+            }
         }
     }
     if stop.load(Ordering::Relaxed) {
@@ -1599,6 +1703,80 @@ fn soak(args: &SoakArgs, dir: &std::path::Path, stop: Arc<AtomicBool>) -> Result
     } else {
         bail!("soak failed:\n  {}", problems.join("\n  "))
     }
+}
+
+/// The passengers' connection set-up times (to the first byte) before the attacks and under
+/// them (from 5 s after they started): one line, and a problem when the median or the p90
+/// under attack is more than twice the baseline's.
+fn setup_under_attack(
+    setup: &[(f64, u64)],
+    attack_at: f64,
+    load_secs: f64,
+) -> (String, Option<String>) {
+    let window = |from: f64, to: f64| {
+        let mut v: Vec<u64> = setup
+            .iter()
+            .filter(|(t, _)| *t >= from && *t < to)
+            .map(|(_, us)| *us)
+            .collect();
+        v.sort_unstable();
+        v
+    };
+    let (base, hit) = (window(0.0, attack_at), window(attack_at + 5.0, load_secs));
+    // `percentile` turns µs into ms.
+    let ms = |v: &[u64], q: f64| percentile(v, q);
+    let line = format!(
+        "connection set-up (to the first byte): before the attacks p50 {:.1} ms, p90 {:.1} ms \
+         ({} connections); under them p50 {:.1} ms, p90 {:.1} ms ({} connections)",
+        ms(&base, 0.5),
+        ms(&base, 0.9),
+        base.len(),
+        ms(&hit, 0.5),
+        ms(&hit, 0.9),
+        hit.len()
+    );
+    let problem = if base.is_empty() || hit.is_empty() {
+        Some("too few connections before or under the attacks to compare set-up times".into())
+    } else {
+        [("p50", 0.5), ("p90", 0.9)]
+            .into_iter()
+            .find(|&(_, q)| ms(&hit, q) > 2.0 * ms(&base, q))
+            .map(|(name, q)| {
+                format!(
+                    "connection set-up {name} under attack {:.1} ms, more than twice the \
+                     baseline's {:.1} ms",
+                    ms(&hit, q),
+                    ms(&base, q)
+                )
+            })
+    };
+    (line, problem)
+}
+
+/// Each end's resident memory through the attacks: the peak of their second half against
+/// the first's. A problem when it grew by more than a quarter plus 16 MiB (a leak, or a
+/// buffer without a bound, grows with the attack's length; an allocator keeping its peak
+/// does not).
+fn memory_under_attack(memory: &[(f64, f64, f64)], attack_at: f64) -> (String, Option<String>) {
+    let under: Vec<_> = memory.iter().filter(|m| m.0 >= attack_at).collect();
+    let (first, second) = under.split_at(under.len() / 2);
+    let peak = |v: &[&(f64, f64, f64)], relay: bool| {
+        v.iter()
+            .map(|m| if relay { m.1 } else { m.2 })
+            .fold(0.0, f64::max)
+    };
+    let mut line = String::from("memory under attack (peak of its first half → second half):");
+    let mut problem = None;
+    for (who, relay) in [("relay", true), ("proxy", false)] {
+        let (a, b) = (peak(first, relay), peak(second, relay));
+        line += &format!(" {who} {a:.1} → {b:.1} MiB;");
+        if !first.is_empty() && b > a * 1.25 + 16.0 {
+            problem = Some(format!(
+                "{who}'s memory kept growing under attack: {a:.1} MiB, then {b:.1} MiB"
+            ));
+        }
+    }
+    (line, problem)
 }
 
 /// Relay and proxy speak only to each other here, so a protocol violation in `who`'s log
