@@ -21,5 +21,5 @@ pub use frame::{
 };
 pub use session::{
     Event, FlowTotals, HelloOutcome, PathCounters, PeerHello, ProtoError, ReadOutcome,
-    ReorderStats, Session, SessionConfig,
+    ReorderStats, Session, SessionConfig, Unopened,
 };

@@ -9,14 +9,48 @@
 //!
 //! ## Flow control and memory
 //! Every flow starts with [`INITIAL_CREDIT`] in each direction. The receiver then grants credit
-//! as the application (the passenger's or server's socket) consumes data: at most
-//! `flow_window` beyond what was consumed, shrunk to `user_window / flows` for a passenger with
-//! many flows (never below the initial credit). Data beyond the credit is a protocol error, so
-//! the receive buffer of a flow never exceeds its window. The credit bounds data bytes only: a
-//! FIN may follow the last byte it allows. The send buffer is bounded by the
-//! same window: the shell reads from a socket only as much as [`Session::send_capacity`]
-//! allows, which is how backpressure reaches the sending passenger or server (TCP flow control)
-//! instead of unbounded buffering.
+//! as the application (the passenger's or server's socket) consumes data: its window beyond
+//! what was consumed. The window starts at the initial credit and doubles at each grant after
+//! the sender came within a quarter of it of the limit, up to `flow_window`, shrunk to
+//! `user_window / flows` for a passenger with many flows (never below the initial credit), so
+//! a flow the peer sends little on is promised little. Data beyond the credit is a protocol
+//! error, so the receive buffer of a flow never exceeds its window. The credit bounds data
+//! bytes only: a FIN may follow the last byte it allows, and no credit is granted after it.
+//! The send buffer is bounded by the same window: the shell reads from a socket only as much
+//! as [`Session::send_capacity`] allows (at most [`MIN_SEND_BUFFER`] at a time, kept for the
+//! flow until its next [`Session::send`]), which is how backpressure reaches the sending
+//! passenger or server (TCP flow control) instead of unbounded buffering.
+//!
+//! The session as a whole holds at most [`SessionConfig::session_buffer`] bytes in its flows'
+//! buffers ([`Session::buffered_bytes`]: received data not yet read, in order or waiting for a
+//! gap, plus sent data not yet acknowledged), whatever the peer does:
+//! * Every flow sets aside its initial credit (the peer may send that much unasked) and
+//!   [`MIN_SEND_BUFFER`] of send buffer, which it can always use. A new flow is admitted only
+//!   while that still fits beside what the others hold and were promised: otherwise the relay's
+//!   [`Session::open_flow`] fails with [`ProtoError::TooManyFlows`] and the proxy answers an
+//!   `OpenFlow` with [`OpenStatus::Failed`] (the passenger's connection is reset), as at
+//!   `max_flows`. A session therefore has at most `session_buffer / (INITIAL_CREDIT +
+//!   MIN_SEND_BUFFER)` flows open (3,276 with the default 1 GiB).
+//! * Credit beyond the initial credit and send buffer beyond [`MIN_SEND_BUFFER`] come from the
+//!   rest of the budget, less an eighth kept for new flows. Once it is used up, a receiver
+//!   grants no more than the initial credit beyond what its application consumed, and
+//!   [`Session::send_capacity`] allows a flow only its own [`MIN_SEND_BUFFER`]. A flow whose
+//!   capacity is 0 therefore always has bytes of its own unacknowledged, and their
+//!   acknowledgement frees room and wakes it ([`Event::Writable`]).
+//!
+//! Data may reach the proxy before its flow's `OpenFlow` (it took a faster path than the
+//! control frame). Such a flow is held with its initial credit only, and only while its
+//! `OpenFlow` can still come. It cannot once [`UNANNOUNCED_WAIT`] with a usable path has
+//! passed, nor once the relay has opened a higher flow id with every earlier control frame
+//! received (the relay numbers its flows in the order of their `OpenFlow`s' control sequence
+//! numbers); and such flows together may hold at most [`MAX_UNANNOUNCED_BYTES`]. Past any of
+//! these the relay sent data for a flow it never opened ([`ProtoError::UnopenedFlow`]), and
+//! the whole session fails, not just a subflow (the data sits in the session, not in a
+//! subflow): every flow is reset, a [`Frame::Close`] goes out on every path, and
+//! [`Session::on_frame`] returns the error for every frame from then on, so the shell ends
+//! each subflow as it does after any protocol violation. Data for flow ids the relay used
+//! before its epoch changed (it keeps counting its flow ids through renewals) is dropped
+//! unbuffered.
 //!
 //! ## Reliability
 //! Data is acknowledged cumulatively per flow ([`Frame::Ack`]); until then the scheduler keeps
@@ -44,6 +78,23 @@ use crate::frame::{
 /// Credit every flow starts with, in both directions, before any [`Frame::Credit`].
 pub const INITIAL_CREDIT: u64 = 256 * 1024;
 
+/// Send buffer every open flow may fill whatever the rest of the session holds (see
+/// [`SessionConfig::session_buffer`]): set aside for it, with its initial credit, when it opens.
+pub const MIN_SEND_BUFFER: u64 = 64 * 1024;
+
+/// (proxy) How long data may wait for its flow's `OpenFlow`, counted only while some path is
+/// usable (an outage of every path holds the `OpenFlow` as much as it holds the data). The
+/// relay repeats an unacknowledged `OpenFlow` on every usable path every
+/// [`SessionConfig::ctrl_retransmit`] (500 ms), so this is twenty repeats.
+pub const UNANNOUNCED_WAIT: Duration = Duration::from_secs(10);
+
+/// (proxy) Most bytes all flows whose data came before their `OpenFlow` may hold together (32
+/// flows' initial credit).
+pub const MAX_UNANNOUNCED_BYTES: u64 = 8 << 20;
+
+/// What each open flow sets aside of [`SessionConfig::session_buffer`].
+const FLOW_RESERVE: u64 = INITIAL_CREDIT + MIN_SEND_BUFFER;
+
 /// Tunables of a session.
 #[derive(Clone, Debug)]
 pub struct SessionConfig {
@@ -62,6 +113,13 @@ pub struct SessionConfig {
     pub user_window: u64,
     /// Most flows open at once. Default 65,536.
     pub max_flows: usize,
+    /// Most bytes the session holds in all its flows' buffers together: received data not yet
+    /// read (in order or out of order) plus sent data not yet acknowledged
+    /// ([`Session::buffered_bytes`]). Each open flow sets aside [`INITIAL_CREDIT`] +
+    /// [`MIN_SEND_BUFFER`] (320 KiB) of it, so it also caps the flows open at once (at 3,276
+    /// with the default); credit and send buffer beyond those come from the rest, less an
+    /// eighth kept for new flows. Default 1 GiB. See the module documentation.
+    pub session_buffer: u64,
     /// Acknowledge after this many newly received bytes of a flow. Default 32 KiB.
     pub ack_bytes: u64,
     /// Acknowledge at most this long after data arrived. Default 5 ms.
@@ -105,6 +163,7 @@ impl SessionConfig {
             flow_window: 4 << 20,
             user_window: 16 << 20,
             max_flows: 65_536,
+            session_buffer: 1 << 30,
             ack_bytes: 32 * 1024,
             ack_delay: Duration::from_millis(5),
             ping_interval: Duration::from_millis(200),
@@ -121,7 +180,8 @@ impl SessionConfig {
 }
 
 /// A violation by the peer (or a misuse by the shell); the shell closes the subflow it came on
-/// and logs it. Other flows and subflows are unaffected.
+/// and logs it. Other flows and subflows are unaffected, except after
+/// [`ProtoError::UnopenedFlow`], which fails the whole session.
 #[derive(Clone, Debug, PartialEq, Eq, Error)]
 pub enum ProtoError {
     /// Undecodable bytes.
@@ -173,7 +233,8 @@ pub enum ProtoError {
         /// Sent so far.
         sent: u64,
     },
-    /// Too many flows.
+    /// Too many flows: `max_flows` (the number given), or no room left in `session_buffer` for
+    /// one more (the number open).
     #[error("flow limit of {0} reached")]
     TooManyFlows(usize),
     /// A frame only the other role may send.
@@ -196,6 +257,58 @@ pub enum ProtoError {
     /// This end closed the session ([`Session::close`]): no new flow.
     #[error("the session is closed (this end is shutting down)")]
     Closed,
+    /// (proxy) The relay sent data for a flow it never opened (see [`Unopened`] for how that
+    /// is known). The session failed with it: every flow was reset, a [`Frame::Close`] went
+    /// out on every path, and [`Session::on_frame`] returns this error for every frame from
+    /// then on ([`Session::failure`]), so each subflow ends at its next frame.
+    #[error("data for flow {flow} that was never opened: {why}")]
+    UnopenedFlow {
+        /// Flow.
+        flow: u64,
+        /// How it is known that the flow will not be opened.
+        why: Unopened,
+    },
+}
+
+/// How the proxy knows that data it holds belongs to a flow the relay will never open
+/// ([`ProtoError::UnopenedFlow`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Unopened {
+    /// Its `OpenFlow` did not come within [`UNANNOUNCED_WAIT`] (time with a usable path).
+    NotInTime,
+    /// The relay opened flows up to `opened_through` with every earlier control frame received:
+    /// it numbers flows in the order of their `OpenFlow`s, so this lower id's never comes.
+    PassedOver {
+        /// Highest flow id opened so far in control-sequence order.
+        opened_through: u64,
+    },
+    /// Flows not yet opened held `bytes`, more than [`MAX_UNANNOUNCED_BYTES`].
+    TooMuchData {
+        /// What they held.
+        bytes: u64,
+    },
+}
+
+impl std::fmt::Display for Unopened {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Unopened::NotInTime => write!(
+                f,
+                "no OpenFlow for it within {} ms with a usable path",
+                UNANNOUNCED_WAIT.as_millis()
+            ),
+            Unopened::PassedOver { opened_through } => write!(
+                f,
+                "the relay has opened flows up to {opened_through} in order, so its OpenFlow \
+                 cannot come any more"
+            ),
+            Unopened::TooMuchData { bytes } => write!(
+                f,
+                "flows not yet opened hold {bytes} bytes, more than the {MAX_UNANNOUNCED_BYTES} \
+                 allowed"
+            ),
+        }
+    }
 }
 
 /// Something the shell must act on.
@@ -387,6 +500,9 @@ struct SendSide {
     fin: bool,
     acked: u64,
     blocked: bool,
+    /// Budget promised by [`Session::send_capacity`] beyond [`MIN_SEND_BUFFER`], until the
+    /// flow's next [`Session::send`].
+    lease: u64,
     /// Highest sequence sent so far (data bytes, plus one once the FIN went out).
     sent: u64,
     /// When the peer's acknowledgement last advanced (or the last probe went out).
@@ -413,9 +529,16 @@ struct RecvSide {
     fin_at: Option<u64>,
     ready: VecDeque<Vec<u8>>,
     ready_off: usize,
+    /// Bytes held in `ready` (from `ready_off` on) and `ooo`.
+    buffered: u64,
     consumed: u64,
     eof_read: bool,
     limit: u64,
+    /// How far beyond what was consumed the credit goes now: from the initial credit, doubled
+    /// at each grant after the sender came near the limit (`pressed`), up to the flow's window.
+    window: u64,
+    /// Data came within a quarter window of the limit since the last grant.
+    pressed: bool,
     acked_sent: u64,
     credit_sent: u64,
     notified: bool,
@@ -425,6 +548,17 @@ impl RecvSide {
     fn fin_in_order(&self) -> bool {
         self.fin_at.is_some_and(|f| self.next > f)
     }
+
+    /// Credit granted beyond the initial credit past what the application consumed: what this
+    /// flow's receive side may hold beyond the part every flow sets aside.
+    fn extra(&self) -> u64 {
+        (self.limit - self.consumed).saturating_sub(INITIAL_CREDIT)
+    }
+}
+
+/// Send buffer beyond [`MIN_SEND_BUFFER`].
+fn send_extra(held: usize) -> u64 {
+    (held as u64).saturating_sub(MIN_SEND_BUFFER)
 }
 
 #[derive(Debug)]
@@ -443,6 +577,7 @@ struct CtrlEntry {
 }
 
 const MAX_CTRL_OOO: usize = 65_536;
+/// (proxy) Most flows whose data came before their `OpenFlow`.
 const MAX_UNANNOUNCED: usize = 1024;
 /// Most closed flow ids the proxy remembers above the highest id below which every flow is
 /// closed or open; past it the oldest gap is taken as closed.
@@ -460,7 +595,36 @@ pub struct Session {
     next_flow: u64,
     closed_floor: u64,
     closed_above: BTreeSet<u64>,
-    unannounced: usize,
+    /// (proxy) Flows whose data came before their `OpenFlow`: when it first came, on the clock
+    /// of time with a usable path ([`Session::usable_clock`]).
+    unannounced: BTreeMap<u64, Duration>,
+    /// (proxy) Bytes those flows hold.
+    unannounced_bytes: u64,
+    /// (proxy) Highest flow id whose `OpenFlow` came with every earlier control frame of the
+    /// relay's epoch ([`Unopened::PassedOver`]).
+    opened_through: u64,
+    /// (proxy) `OpenFlow`s that came ahead of an earlier control frame: cseq -> flow.
+    opens_ahead: BTreeMap<u64, u64>,
+    /// (proxy) Highest flow id the relay opened or sent data for.
+    peer_flow_high: u64,
+    /// (proxy) Flow ids of the relay's earlier epochs are at most this.
+    stale_through: u64,
+    /// Bytes of received data held (all flows).
+    recv_bytes: u64,
+    /// Bytes of send buffers (all flows).
+    send_bytes: u64,
+    /// Sum of [`RecvSide::extra`] over flows.
+    recv_extra: u64,
+    /// Sum of [`send_extra`] over flows.
+    send_extra: u64,
+    /// Sum of the flows' send leases ([`Session::send_capacity`]).
+    leased: u64,
+    /// Time with a usable path before the current spell (see [`Session::usable_clock`]).
+    usable_before: Duration,
+    /// When the current spell with a usable path began (while `all_down_since` is `None`).
+    usable_from: Instant,
+    /// The peer sent data for a flow it never opened: the session failed.
+    failed: Option<ProtoError>,
     ctrl_out: BTreeMap<u64, CtrlEntry>,
     next_cseq: u64,
     ctrl_in_next: u64,
@@ -493,7 +657,7 @@ pub struct Session {
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct FlowTotals {
     /// Flows opened: on the relay every [`Session::open_flow`]; on the proxy every `OpenFlow`
-    /// taken (one refused for `max_flows` is not opened).
+    /// taken (one refused for `max_flows` or the session's buffer is not opened).
     pub opened: u64,
     /// Of those, flows that ended by a reset instead of both FINs: reset by this end or the
     /// peer, refused by the destination, or reset because the session was lost.
@@ -551,7 +715,20 @@ impl Session {
             next_flow: 1,
             closed_floor: 0,
             closed_above: BTreeSet::new(),
-            unannounced: 0,
+            unannounced: BTreeMap::new(),
+            unannounced_bytes: 0,
+            opened_through: 0,
+            opens_ahead: BTreeMap::new(),
+            peer_flow_high: 0,
+            stale_through: 0,
+            recv_bytes: 0,
+            send_bytes: 0,
+            recv_extra: 0,
+            send_extra: 0,
+            leased: 0,
+            usable_before: Duration::ZERO,
+            usable_from: Instant::ZERO,
+            failed: None,
             ctrl_out: BTreeMap::new(),
             next_cseq: 0,
             ctrl_in_next: 0,
@@ -666,6 +843,114 @@ impl Session {
     /// Flows opened and reset so far.
     pub fn flow_totals(&self) -> FlowTotals {
         self.totals
+    }
+
+    /// Bytes held in the flows' buffers now: received data not yet read (in order or waiting
+    /// for a gap) plus sent data not yet acknowledged. Never more than
+    /// [`SessionConfig::session_buffer`].
+    pub fn buffered_bytes(&self) -> u64 {
+        #[cfg(debug_assertions)]
+        self.check_accounting();
+        self.recv_bytes + self.send_bytes
+    }
+
+    /// Why the session failed, if it did: the peer sent data for a flow it never opened
+    /// ([`ProtoError::UnopenedFlow`]). The session is then closed ([`Session::closed_here`])
+    /// and [`Session::on_frame`] returns this error for every frame.
+    pub fn failure(&self) -> Option<&ProtoError> {
+        self.failed.as_ref()
+    }
+
+    /// The running sums behind [`Session::buffered_bytes`] and the budget agree with the flows.
+    #[cfg(debug_assertions)]
+    fn check_accounting(&self) {
+        let (mut recv, mut send, mut rx, mut sx, mut un) = (0u64, 0u64, 0u64, 0u64, 0u64);
+        let mut leased = 0;
+        for (id, f) in &self.flows {
+            let r = &f.recv;
+            let held = r.ready.iter().map(|b| b.len() as u64).sum::<u64>() - r.ready_off as u64
+                + r.ooo.values().map(|b| b.len() as u64).sum::<u64>();
+            assert_eq!(held, r.buffered, "flow {id}: receive bytes");
+            recv += held;
+            rx += r.extra();
+            send += f.send.buf.len() as u64;
+            sx += send_extra(f.send.buf.len());
+            leased += f.send.lease;
+            if f.phase == FlowPhase::Unannounced {
+                assert!(self.unannounced.contains_key(id), "flow {id} unannounced");
+                un += held;
+            }
+        }
+        assert_eq!(
+            (recv, send, rx, sx, leased, un, self.unannounced.len()),
+            (
+                self.recv_bytes,
+                self.send_bytes,
+                self.recv_extra,
+                self.send_extra,
+                self.leased,
+                self.unannounced_bytes,
+                self.flows
+                    .values()
+                    .filter(|f| f.phase == FlowPhase::Unannounced)
+                    .count()
+            ),
+            "buffer accounting"
+        );
+        assert!(
+            self.committed() <= self.cfg.session_buffer,
+            "budget exceeded"
+        );
+    }
+
+    /// What the open flows set aside of the budget.
+    fn reserved(&self) -> u64 {
+        self.flows.len() as u64 * FLOW_RESERVE
+    }
+
+    /// What the flows set aside of the budget, use of it beyond that, or were promised: never
+    /// more than [`SessionConfig::session_buffer`], and never less than what they hold.
+    fn committed(&self) -> u64 {
+        self.reserved() + self.recv_extra + self.send_extra + self.leased
+    }
+
+    /// Budget left for credit beyond the initial credit and send buffer beyond
+    /// [`MIN_SEND_BUFFER`]: what is not committed, less an eighth kept for new flows.
+    fn budget_room(&self) -> u64 {
+        let budget = self.cfg.session_buffer;
+        budget.saturating_sub(budget / 8 + self.committed())
+    }
+
+    /// Whether one more flow can be opened: the flow limit, and its share of the budget.
+    fn flow_limit_reached(&self) -> Option<ProtoError> {
+        if self.flows.len() >= self.cfg.max_flows {
+            return Some(ProtoError::TooManyFlows(self.cfg.max_flows));
+        }
+        let after = self.committed() + FLOW_RESERVE;
+        (after > self.cfg.session_buffer).then_some(ProtoError::TooManyFlows(self.flows.len()))
+    }
+
+    /// Time with a usable path so far: stands still while no path is usable.
+    fn usable_clock(&self, now: Instant) -> Duration {
+        match self.all_down_since {
+            Some(_) => self.usable_before,
+            None => self.usable_before + now.saturating_duration_since(self.usable_from),
+        }
+    }
+
+    /// Some path is usable (again) at `now`.
+    fn paths_up(&mut self, now: Instant) {
+        if self.all_down_since.take().is_some() {
+            self.usable_from = now;
+        }
+    }
+
+    /// No path is usable from `now` on (if one was).
+    fn paths_down(&mut self, now: Instant) {
+        if self.all_down_since.is_none() {
+            self.usable_before = self.usable_clock(now);
+            self.all_down_since = Some(now);
+        }
     }
 
     /// Forget `flow`, which ended by a reset (counted unless the peer never announced it).
@@ -804,7 +1089,7 @@ impl Session {
         self.ack_dirty.extend(self.flows.keys().copied());
         self.ack_deadline = Some(now);
         self.ctrl_ack_due = true;
-        self.all_down_since = None;
+        self.paths_up(now);
         Ok(())
     }
 
@@ -967,8 +1252,14 @@ impl Session {
         if self.cfg.role == Role::Proxy {
             self.closed_floor = 0;
             self.closed_above.clear();
+            // What still arrives for the flows of the conversation so far (from a subflow of
+            // the relay's earlier epoch) must not wait for an OpenFlow: the relay's new flow
+            // ids are higher (it keeps counting).
+            self.stale_through = self.peer_flow_high;
         }
-        self.unannounced = 0;
+        debug_assert!(self.unannounced.is_empty(), "flows are reset first");
+        self.opened_through = 0;
+        self.opens_ahead.clear();
         self.ctrl_out.clear();
         self.next_cseq = 0;
         self.ctrl_in_next = 0;
@@ -1010,9 +1301,9 @@ impl Session {
     fn update_all_down(&mut self, now: Instant) {
         let any = self.paths.iter().any(|p| p.attached && !p.stalled);
         if any {
-            self.all_down_since = None;
-        } else if self.all_down_since.is_none() {
-            self.all_down_since = Some(now);
+            self.paths_up(now);
+        } else {
+            self.paths_down(now);
         }
     }
 
@@ -1055,6 +1346,7 @@ impl Session {
                 fin: false,
                 acked: 0,
                 blocked: false,
+                lease: 0,
                 sent: 0,
                 progress_at: self.now,
             },
@@ -1065,9 +1357,12 @@ impl Session {
                 fin_at: None,
                 ready: VecDeque::new(),
                 ready_off: 0,
+                buffered: 0,
                 consumed: 0,
                 eof_read: false,
                 limit: INITIAL_CREDIT,
+                window: INITIAL_CREDIT,
+                pressed: false,
                 acked_sent: 0,
                 credit_sent: INITIAL_CREDIT,
                 notified: false,
@@ -1100,8 +1395,8 @@ impl Session {
         if self.closed.is_some() {
             return Err(ProtoError::Closed);
         }
-        if self.flows.len() >= self.cfg.max_flows {
-            return Err(ProtoError::TooManyFlows(self.cfg.max_flows));
+        if let Some(e) = self.flow_limit_reached() {
+            return Err(e);
         }
         if let Destination::Name(n, _) = &dst {
             if n.is_empty() || n.len() > 255 {
@@ -1168,15 +1463,32 @@ impl Session {
         Ok(())
     }
 
-    /// Bytes of `flow` the shell may pass to [`Session::send`] now (0 if full or unknown).
-    pub fn send_capacity(&self, flow: u64) -> usize {
-        self.flows.get(&flow).map_or(0, |f| {
-            if f.send.fin {
-                0
-            } else {
-                self.cfg.flow_window.saturating_sub(f.send.buf.len() as u64) as usize
-            }
-        })
+    /// Bytes of `flow` the shell may pass to [`Session::send`] now (0 if full or unknown), at
+    /// most [`MIN_SEND_BUFFER`] at a time: up to `flow_window` in its send buffer, beyond
+    /// [`MIN_SEND_BUFFER`] only while the session's budget has room
+    /// ([`SessionConfig::session_buffer`]). What it returns is promised: the next
+    /// [`Session::send`] of the flow takes that much even if other flows have used the budget
+    /// meanwhile (the shell may read that much from the socket first). At 0, the flow has bytes
+    /// of its own unacknowledged, and [`Event::Writable`] follows their acknowledgement (once
+    /// [`Session::send`] was refused bytes or offered none).
+    pub fn send_capacity(&mut self, flow: u64) -> usize {
+        let Some(f) = self.flows.get_mut(&flow) else {
+            return 0;
+        };
+        // The earlier promise is renewed, not added to.
+        self.leased -= std::mem::take(&mut f.send.lease);
+        if f.send.fin {
+            return 0;
+        }
+        let held = f.send.buf.len() as u64;
+        let own = self.cfg.flow_window.saturating_sub(held);
+        let floor = MIN_SEND_BUFFER.saturating_sub(held);
+        let room = self.budget_room();
+        let cap = own.min(MIN_SEND_BUFFER).min(floor + room);
+        let lease = cap.saturating_sub(floor);
+        self.flows.get_mut(&flow).expect("present").send.lease = lease;
+        self.leased += lease;
+        cap as usize
     }
 
     /// Queue bytes read from the local socket of `flow`. Returns how many were taken (at most
@@ -1196,18 +1508,30 @@ impl Session {
             });
         }
         let n = data.len().min(cap);
-        if n < data.len() || n == cap {
+        if n < data.len() || cap == 0 {
             f.send.blocked = true;
         }
         if n == 0 {
+            self.leased -= std::mem::take(&mut f.send.lease);
             return Ok(0);
         }
         if f.send.sent == f.send.acked && f.send.sent >= f.send.end() {
             // An idle flow has data again: the probe clock starts now.
             f.send.progress_at = now;
         }
+        let extra_before = send_extra(f.send.buf.len());
         f.send.buf.extend(&data[..n]);
-        if f.in_sched {
+        self.send_bytes += n as u64;
+        self.send_extra = self.send_extra - extra_before + send_extra(f.send.buf.len());
+        // The promise is kept: what was taken of it is in `send_extra` now.
+        self.leased -= std::mem::take(&mut f.send.lease);
+        let held = f.send.buf.len() as u64;
+        let in_sched = f.in_sched;
+        if held >= self.cfg.flow_window || (held >= MIN_SEND_BUFFER && self.budget_room() == 0) {
+            // Full: the shell may wait now, and the acknowledgement that frees room wakes it.
+            self.flows.get_mut(&flow).expect("present").send.blocked = true;
+        }
+        if in_sched {
             self.sched
                 .on_flow_data(now, FlowId(flow), n as u64)
                 .map_err(|e| sched_err(flow, e))?;
@@ -1272,8 +1596,12 @@ impl Session {
             }
         }
         if n > 0 {
+            let extra_before = r.extra();
             r.consumed += n as u64;
+            r.buffered -= n as u64;
             r.notified = false;
+            self.recv_extra = self.recv_extra - extra_before + r.extra();
+            self.recv_bytes -= n as u64;
             self.maybe_credit(flow);
             return ReadOutcome::Data(n);
         }
@@ -1298,16 +1626,62 @@ impl Session {
             .max(INITIAL_CREDIT)
     }
 
+    /// The credit limit `f` may have now, and its window: the window beyond what its
+    /// application consumed, as far as the session's budget allows, and at least the initial
+    /// credit beyond it (set aside when the flow opened); none once the FIN came. The window
+    /// grows from the initial credit, doubling while the sender keeps coming near the limit, up
+    /// to [`Session::flow_window_for`] (the initial credit while its `OpenFlow` has not come):
+    /// a flow the peer sends little on promises none of the budget it would not use.
+    fn grantable_limit(&self, f: &FlowState) -> (u64, u64) {
+        let r = &f.recv;
+        if r.fin_at.is_some() {
+            // Nothing comes after the FIN (which needs no credit).
+            return (r.limit, r.window);
+        }
+        let most = if f.phase == FlowPhase::Unannounced {
+            INITIAL_CREDIT
+        } else {
+            self.flow_window_for(f.user)
+        };
+        let window = if r.pressed {
+            r.window.saturating_mul(2)
+        } else {
+            r.window
+        }
+        .min(most)
+        .max(INITIAL_CREDIT);
+        let floor = (r.consumed + INITIAL_CREDIT).max(r.limit);
+        let limit = (r.consumed + window)
+            .min(floor.saturating_add(self.budget_room()))
+            .max(r.limit);
+        (limit, window)
+    }
+
+    /// Raise `flow`'s credit limit to `limit` (never lowers it), with `window` its window from
+    /// now on.
+    fn set_limit(&mut self, flow: u64, (limit, window): (u64, u64)) {
+        let Some(f) = self.flows.get_mut(&flow) else {
+            return;
+        };
+        let r = &mut f.recv;
+        if limit > r.limit {
+            let extra_before = r.extra();
+            r.limit = limit;
+            r.window = window;
+            r.pressed = false;
+            self.recv_extra = self.recv_extra - extra_before + r.extra();
+        }
+    }
+
     fn maybe_credit(&mut self, flow: u64) {
         let Some(f) = self.flows.get(&flow) else {
             return;
         };
-        let window = self.flow_window_for(f.user);
+        let (limit, window) = self.grantable_limit(f);
         let r = &f.recv;
-        let target = r.consumed + window;
-        if target > r.limit && target - r.credit_sent >= window / 4 {
-            let f = self.flows.get_mut(&flow).expect("checked");
-            f.recv.limit = target;
+        // Not for every read: once a quarter of the credit it gives is new.
+        if limit > r.limit && limit - r.credit_sent >= (limit - r.consumed) / 4 {
+            self.set_limit(flow, (limit, window));
             self.ack_dirty.insert(flow);
             self.ack_deadline = Some(self.now);
         }
@@ -1361,7 +1735,30 @@ impl Session {
     /// ([`Event::PeerClosed`] there). No flow can be opened afterwards ([`ProtoError::Closed`]).
     pub fn close(&mut self, now: Instant, reason: CloseReason, message: &str) {
         self.observe(now);
-        self.reset_all_flows(now, ResetReason::Shutdown);
+        self.shut(now, ResetReason::Shutdown, reason, message);
+    }
+
+    /// The peer broke the session as a whole ([`ProtoError::UnopenedFlow`]): close it as
+    /// [`Session::close`] does, its flows reset for [`ResetReason::Protocol`] and the Close
+    /// saying why, and keep the error for [`Session::on_frame`] to return from now on. Returns
+    /// it.
+    fn fail(&mut self, now: Instant, err: ProtoError) -> ProtoError {
+        if self.failed.is_none() {
+            let reason = match err {
+                ProtoError::UnopenedFlow {
+                    why: Unopened::TooMuchData { .. },
+                    ..
+                } => CloseReason::Limit,
+                _ => CloseReason::Protocol,
+            };
+            self.shut(now, ResetReason::Protocol, reason, &err.to_string());
+            self.failed = Some(err.clone());
+        }
+        err
+    }
+
+    fn shut(&mut self, now: Instant, reset: ResetReason, reason: CloseReason, message: &str) {
+        self.reset_all_flows(now, reset);
         self.ctrl_out.clear();
         self.ack_dirty.clear();
         self.ack_deadline = None;
@@ -1412,6 +1809,9 @@ impl Session {
     pub fn on_frame(&mut self, now: Instant, path: u8, frame: Frame<'_>) -> Result<(), ProtoError> {
         self.observe(now);
         path_id(path)?;
+        if let Some(e) = &self.failed {
+            return Err(e.clone());
+        }
         {
             let slot = &mut self.paths[usize::from(path)];
             slot.last_rx = now;
@@ -1422,7 +1822,7 @@ impl Session {
                 if self.sched.path(id).is_some() {
                     self.sched.set_path_alive(now, id, true).expect("exists");
                 }
-                self.all_down_since = None;
+                self.paths_up(now);
             }
         }
         if self.peer_closed {
@@ -1464,6 +1864,8 @@ impl Session {
                     return Err(ProtoError::WrongDirection("OpenFlow"));
                 }
                 if self.ctrl_first_time(cseq)? {
+                    self.opens_ahead.insert(cseq, flow);
+                    self.advance_opened_through();
                     self.on_open_flow(now, flow, user, dst)?;
                 }
                 Ok(())
@@ -1617,7 +2019,21 @@ impl Session {
             }
             self.ctrl_in_seen.insert(cseq);
         }
+        self.advance_opened_through();
         Ok(true)
+    }
+
+    /// (proxy) Take the `OpenFlow`s every earlier control frame of which has come into
+    /// `opened_through`: the relay allocates flow ids in the order of their `OpenFlow`s'
+    /// control sequence numbers, so a lower id that is neither open nor closed by then was
+    /// never opened in this epoch.
+    fn advance_opened_through(&mut self) {
+        while let Some(e) = self.opens_ahead.first_entry() {
+            if *e.key() >= self.ctrl_in_next {
+                break;
+            }
+            self.opened_through = self.opened_through.max(e.remove());
+        }
     }
 
     fn is_closed(&self, flow: u64) -> bool {
@@ -1666,16 +2082,18 @@ impl Session {
         if flow == 0 || self.is_closed(flow) {
             return Ok(());
         }
+        self.peer_flow_high = self.peer_flow_high.max(flow);
         match self.flows.get_mut(&flow) {
             Some(f) if f.phase == FlowPhase::Unannounced => {
                 f.phase = FlowPhase::Requested;
                 f.user = Some(user);
-                self.unannounced -= 1;
+                self.unannounced.remove(&flow);
+                self.unannounced_bytes -= f.recv.buffered;
                 self.totals.opened += 1;
             }
             Some(_) => return Ok(()),
             None => {
-                if self.flows.len() >= self.cfg.max_flows {
+                if self.flow_limit_reached().is_some() {
                     // Refuse instead of failing the subflow: the passenger gets a reset.
                     let cseq = self.next_cseq;
                     self.push_ctrl(Frame::OpenResult {
@@ -1717,17 +2135,30 @@ impl Session {
                 }
                 return Ok(());
             }
-            if self.cfg.role == Role::Relay {
+            if self.cfg.role == Role::Relay || flow <= self.stale_through {
+                // (proxy) A flow of the relay's earlier epoch, all of whose flows were reset.
                 return Ok(());
             }
-            if self.unannounced >= MAX_UNANNOUNCED || self.flows.len() >= self.cfg.max_flows {
+            if flow <= self.opened_through {
+                let why = Unopened::PassedOver {
+                    opened_through: self.opened_through,
+                };
+                return Err(self.fail(now, ProtoError::UnopenedFlow { flow, why }));
+            }
+            if self.unannounced.len() >= MAX_UNANNOUNCED {
                 return Err(ProtoError::TooManyFlows(self.cfg.max_flows));
+            }
+            if let Some(e) = self.flow_limit_reached() {
+                return Err(e);
             }
             let st = self.new_flow_state(FlowPhase::Unannounced, None);
             self.flows.insert(flow, st);
-            self.unannounced += 1;
+            let since = self.usable_clock(now);
+            self.unannounced.insert(flow, since);
+            self.peer_flow_high = self.peer_flow_high.max(flow);
         }
         let f = self.flows.get_mut(&flow).expect("present");
+        let unannounced = f.phase == FlowPhase::Unannounced;
         let r = &mut f.recv;
         // The credit bounds the data, which needs buffer space; the FIN needs none, and a
         // sender may put it on the last byte the credit allows.
@@ -1748,7 +2179,11 @@ impl Session {
             }
             r.fin_at = Some(end);
         }
+        if end + r.window / 4 >= r.limit {
+            r.pressed = true;
+        }
         let before = r.next;
+        let held_before = r.buffered;
         if end > r.next {
             let (s, d) = if offset < r.next {
                 (r.next, &data[(r.next - offset) as usize..])
@@ -1757,6 +2192,7 @@ impl Session {
             };
             if s == r.next {
                 r.ready.push_back(d.to_vec());
+                r.buffered += d.len() as u64;
                 r.next = end;
                 // Pull in out-of-order segments that now connect.
                 while let Some((&k, _)) = r.ooo.first_key_value() {
@@ -1764,14 +2200,17 @@ impl Session {
                         break;
                     }
                     let seg = r.ooo.remove(&k).expect("present");
+                    r.buffered -= seg.len() as u64;
                     let seg_end = k + seg.len() as u64;
                     if seg_end > r.next {
-                        r.ready.push_back(seg[(r.next - k) as usize..].to_vec());
+                        let rest = &seg[(r.next - k) as usize..];
+                        r.buffered += rest.len() as u64;
+                        r.ready.push_back(rest.to_vec());
                         r.next = seg_end;
                     }
                 }
             } else {
-                insert_ooo(&mut r.ooo, s, d);
+                r.buffered += insert_ooo(&mut r.ooo, s, d);
                 let seg_end = s + d.len() as u64;
                 if r.ooo_since.len() < MAX_TIMED_OOO_SEGMENTS || r.ooo_since.contains_key(&seg_end)
                 {
@@ -1797,6 +2236,19 @@ impl Session {
         if r.fin_at == Some(r.next) {
             r.next += 1;
         }
+        // Never fewer: the flow still holds every byte it held, now perhaps in order.
+        let added = r.buffered - held_before;
+        self.recv_bytes += added;
+        if unannounced {
+            self.unannounced_bytes += added;
+            if self.unannounced_bytes > MAX_UNANNOUNCED_BYTES {
+                let why = Unopened::TooMuchData {
+                    bytes: self.unannounced_bytes,
+                };
+                return Err(self.fail(now, ProtoError::UnopenedFlow { flow, why }));
+            }
+        }
+        let r = &mut self.flows.get_mut(&flow).expect("present").recv;
         let advanced = r.next > before;
         if advanced && !r.notified {
             r.notified = true;
@@ -1851,8 +2303,11 @@ impl Session {
         f.send.progress_at = now;
         let data_acked = next.min(f.send.end());
         let drop = (data_acked - f.send.base) as usize;
+        let extra_before = send_extra(f.send.buf.len());
         f.send.buf.drain(..drop);
         f.send.base = data_acked;
+        self.send_bytes -= drop as u64;
+        self.send_extra = self.send_extra - extra_before + send_extra(f.send.buf.len());
         if drop > 0 && f.send.blocked {
             f.send.blocked = false;
             self.events.push_back(Event::Writable(flow));
@@ -1880,8 +2335,14 @@ impl Session {
     fn forget_flow(&mut self, now: Instant, flow: u64) {
         if let Some(f) = self.flows.remove(&flow) {
             if f.phase == FlowPhase::Unannounced {
-                self.unannounced -= 1;
+                self.unannounced.remove(&flow);
+                self.unannounced_bytes -= f.recv.buffered;
             }
+            self.recv_bytes -= f.recv.buffered;
+            self.recv_extra -= f.recv.extra();
+            self.send_bytes -= f.send.buf.len() as u64;
+            self.send_extra -= send_extra(f.send.buf.len());
+            self.leased -= f.send.lease;
             if f.in_sched {
                 let _ = self.sched.close_flow(now, FlowId(flow));
             }
@@ -1977,6 +2438,7 @@ impl Session {
     pub fn poll_transmit(&mut self, now: Instant, predictor: &dyn HandoverPredictor) {
         self.observe(now);
         self.check_hold(now);
+        self.expire_unannounced(now);
         // Probes and stall detection.
         let idle = self.probing_idle(now);
         let ping_interval = match self.cfg.idle_ping_interval {
@@ -2055,17 +2517,16 @@ impl Session {
             if let Some(best) = self.best_path() {
                 let dirty = std::mem::take(&mut self.ack_dirty);
                 for flow in dirty {
-                    let window = self.flows.get(&flow).map(|f| self.flow_window_for(f.user));
-                    let Some(f) = self.flows.get_mut(&flow) else {
+                    let Some(f) = self.flows.get(&flow) else {
                         continue;
                     };
+                    let grant = self.grantable_limit(f);
+                    self.set_limit(flow, grant);
+                    let f = self.flows.get_mut(&flow).expect("present");
                     let r = &mut f.recv;
                     let out = &mut self.paths[best].prio;
                     Frame::Ack { flow, next: r.next }.encode(out);
                     r.acked_sent = r.next;
-                    if let Some(w) = window {
-                        r.limit = r.limit.max(r.consumed + w);
-                    }
                     if r.limit > r.credit_sent {
                         Frame::Credit {
                             flow,
@@ -2168,8 +2629,34 @@ impl Session {
         }
         self.reset_all_flows(now, ResetReason::SessionLost);
         self.events.push_back(Event::SessionLost);
+        self.paths_down(now);
         self.all_down_since = Some(now);
         true
+    }
+
+    /// (proxy) Fail the session if data has waited [`UNANNOUNCED_WAIT`] (with a usable path)
+    /// for its flow's `OpenFlow`.
+    fn expire_unannounced(&mut self, now: Instant) {
+        if self.failed.is_some() || self.all_down_since.is_some() {
+            return;
+        }
+        let clock = self.usable_clock(now);
+        let oldest = self.unannounced.iter().min_by_key(|(_, &since)| since);
+        if let Some((&flow, _)) = oldest.filter(|(_, &since)| clock >= since + UNANNOUNCED_WAIT) {
+            let why = Unopened::NotInTime;
+            self.fail(now, ProtoError::UnopenedFlow { flow, why });
+        }
+    }
+
+    /// (proxy) When [`Session::expire_unannounced`] must look again: none while no path is
+    /// usable (the wait stands still).
+    fn unannounced_deadline(&self) -> Option<Instant> {
+        if self.failed.is_some() || self.all_down_since.is_some() {
+            return None;
+        }
+        let since = self.unannounced.values().min()?;
+        let due = *since + UNANNOUNCED_WAIT;
+        Some(self.usable_from + due.saturating_sub(self.usable_before))
     }
 
     fn check_hold(&mut self, now: Instant) {
@@ -2243,6 +2730,9 @@ impl Session {
                 consider(since + self.cfg.hold_time + Duration::from_micros(1));
             }
         }
+        if let Some(at) = self.unannounced_deadline() {
+            consider(at);
+        }
         t
     }
 }
@@ -2261,8 +2751,9 @@ fn sched_err(flow: u64, e: SchedError) -> ProtoError {
 
 /// Insert `[s, s + d.len())` into the out-of-order map, filling only gaps (existing bytes win:
 /// every copy of a sequence number carries the same byte).
-fn insert_ooo(ooo: &mut BTreeMap<u64, Vec<u8>>, s: u64, d: &[u8]) {
+fn insert_ooo(ooo: &mut BTreeMap<u64, Vec<u8>>, s: u64, d: &[u8]) -> u64 {
     let e = s + d.len() as u64;
+    let mut added = 0;
     let from = ooo.range(..=s).next_back().map_or(s, |(k, _)| *k);
     let spans: Vec<(u64, u64)> = ooo
         .range(from..e)
@@ -2275,16 +2766,19 @@ fn insert_ooo(ooo: &mut BTreeMap<u64, Vec<u8>>, s: u64, d: &[u8]) {
         }
         if ks > cursor {
             let piece = &d[(cursor - s) as usize..(ks - s) as usize];
+            added += piece.len() as u64;
             ooo.insert(cursor, piece.to_vec());
         }
         cursor = cursor.max(ke);
         if cursor >= e {
-            return;
+            return added;
         }
     }
     if cursor < e {
+        added += e - cursor;
         ooo.insert(cursor, d[(cursor - s) as usize..].to_vec());
     }
+    added
 }
 
 #[cfg(test)]

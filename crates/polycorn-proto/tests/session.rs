@@ -6,10 +6,12 @@ use std::collections::VecDeque;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 
 use polycorn_proto::frame::decode;
-use polycorn_proto::session::INITIAL_CREDIT;
+use polycorn_proto::session::{
+    INITIAL_CREDIT, MAX_UNANNOUNCED_BYTES, MIN_SEND_BUFFER, UNANNOUNCED_WAIT,
+};
 use polycorn_proto::{
     CloseReason, Destination, Event, FlowTotals, Frame, HelloOutcome, OpenStatus, ProtoError,
-    ReadOutcome, ResetReason, Role, Session, SessionConfig,
+    ReadOutcome, ResetReason, Role, Session, SessionConfig, Unopened,
 };
 use polycorn_sched::path::TcpInfoSample;
 use polycorn_sched::predict::NoPrediction;
@@ -37,6 +39,9 @@ struct Net {
     relay_reads_paused: bool,
     /// Congestion window every subflow reports (64 KiB unless a test sets it).
     cwnd_bytes: u64,
+    /// The relay's OpenFlow frames are dropped before they reach a subflow (as if every path
+    /// that carried them were slow), so its data reaches the proxy first.
+    hold_opens: bool,
 }
 
 fn t(ms: u64) -> Instant {
@@ -126,6 +131,7 @@ impl Net {
             proxy_events: Vec::new(),
             relay_reads_paused: false,
             cwnd_bytes: 64 * 1024,
+            hold_opens: false,
         }
     }
 
@@ -186,6 +192,9 @@ impl Net {
             self.relay.poll_transmit(now, &NoPrediction);
             self.proxy.poll_transmit(now, &NoPrediction);
             self.relay.take_output(p as u8, &mut buf);
+            if self.hold_opens {
+                buf = without_opens(&buf);
+            }
             if !buf.is_empty() {
                 self.pipes[p]
                     .0
@@ -235,7 +244,30 @@ impl Net {
         while let Some(e) = self.proxy.poll_event() {
             self.proxy_events.push(e);
         }
+        for s in [&self.relay, &self.proxy] {
+            assert!(
+                s.buffered_bytes() <= s.config().session_buffer,
+                "{:?} holds {} bytes, more than its buffer of {}",
+                s.config().role,
+                s.buffered_bytes(),
+                s.config().session_buffer
+            );
+        }
     }
+}
+
+/// `bytes` (whole frames) without its OpenFlow frames.
+fn without_opens(bytes: &[u8]) -> Vec<u8> {
+    let mut out = Vec::new();
+    let mut used = 0;
+    while let Some((frame, n)) = decode(&bytes[used..]).unwrap() {
+        if !matches!(frame, Frame::OpenFlow { .. }) {
+            frame.encode(&mut out);
+        }
+        used += n;
+    }
+    assert_eq!(used, bytes.len(), "whole frames");
+    out
 }
 
 /// Something done to the network at a given millisecond.
@@ -1515,4 +1547,626 @@ fn a_short_answer_is_not_held_where_rtt_and_one_way_delay_order_paths_differentl
             }
         }
     }
+}
+
+// ----- a relay that breaks the rules, and the session's memory bound ------------------------
+
+/// A proxy session of epoch 1 with path 0 attached at 0 ms; `tune` changes its configuration.
+fn lone_proxy(tune: impl Fn(&mut SessionConfig)) -> Session {
+    let mut cfg = SessionConfig::new(Role::Proxy, 7, "minrtt");
+    cfg.epoch = 1;
+    tune(&mut cfg);
+    let mut proxy = Session::new(cfg).unwrap();
+    proxy.attach_path(t(0), 0).unwrap();
+    proxy
+}
+
+fn data_frame(flow: u64, offset: u64, data: &[u8]) -> Frame<'_> {
+    Frame::Data {
+        flow,
+        offset,
+        fin: false,
+        data,
+    }
+}
+
+fn open_frame(cseq: u64, flow: u64) -> Frame<'static> {
+    Frame::OpenFlow {
+        cseq,
+        flow,
+        user: IpAddr::V4(Ipv4Addr::new(10, 0, 1, 2)),
+        dst: ping_dst(),
+    }
+}
+
+/// The relay's probes keep `proxy`'s path 0 usable from `from` to `to` ms (exclusive), every
+/// 100 ms, with the timers run; the session must not fail meanwhile.
+fn keep_alive(proxy: &mut Session, from: u64, to: u64) {
+    for ms in (from..to).step_by(100) {
+        let ping = Frame::Ping {
+            id: ms as u32,
+            sent_us: ms * 1000,
+        };
+        proxy.on_frame(t(ms), 0, ping).unwrap();
+        proxy.poll_transmit(t(ms), &NoPrediction);
+        assert_eq!(proxy.failure(), None, "at {ms} ms");
+    }
+}
+
+/// What `proxy` tells the relay from now on: its Close frame, as a subflow that connects gets it.
+fn close_of(proxy: &Session) -> (CloseReason, String) {
+    let bytes = proxy.close_frame().expect("the session is closed");
+    match decode(bytes).unwrap().unwrap().0 {
+        Frame::Close { reason, message } => (reason, message),
+        other => panic!("{other:?}"),
+    }
+}
+
+/// Data for a flow whose OpenFlow never comes: the proxy holds it only for UNANNOUNCED_WAIT,
+/// then the session fails as a whole: its flows are reset, the relay is told why, nothing stays
+/// buffered, and every later frame is refused with the error (the shell ends each subflow).
+#[test]
+fn data_for_a_flow_never_opened_fails_the_session_after_the_wait() {
+    assert_eq!(UNANNOUNCED_WAIT, Duration::from_secs(10));
+    let mut proxy = lone_proxy(|_| {});
+    proxy.on_frame(t(0), 0, open_frame(0, 1)).unwrap();
+    let bytes = pattern(3, 50_000);
+    proxy.on_frame(t(0), 0, data_frame(1, 0, &bytes)).unwrap();
+    proxy.on_frame(t(0), 0, data_frame(3, 0, &bytes)).unwrap();
+    assert!(matches!(
+        proxy.poll_event(),
+        Some(Event::FlowRequested { flow: 1, .. })
+    ));
+    proxy.accept_flow(t(0), 1).unwrap();
+    assert_eq!(proxy.buffered_bytes(), 100_000);
+    keep_alive(&mut proxy, 100, 10_000);
+    assert!(
+        proxy.poll_timeout().is_some_and(|at| at <= t(10_000)),
+        "the timer wakes for the wait's end: {:?}",
+        proxy.poll_timeout()
+    );
+    proxy.poll_transmit(t(10_000), &NoPrediction);
+    let err = ProtoError::UnopenedFlow {
+        flow: 3,
+        why: Unopened::NotInTime,
+    };
+    assert_eq!(proxy.failure(), Some(&err));
+    assert!(
+        err.to_string()
+            .starts_with("data for flow 3 that was never opened"),
+        "{err}"
+    );
+    assert!(proxy.closed_here());
+    assert_eq!(close_of(&proxy), (CloseReason::Protocol, err.to_string()));
+    assert_eq!(proxy.open_flows(), 0);
+    assert_eq!(proxy.buffered_bytes(), 0);
+    let events: Vec<Event> = std::iter::from_fn(|| proxy.poll_event()).collect();
+    assert!(
+        events.contains(&Event::FlowReset {
+            flow: 1,
+            reason: ResetReason::Protocol
+        }),
+        "{events:?}"
+    );
+    let ping = Frame::Ping { id: 9, sent_us: 0 };
+    assert_eq!(proxy.on_frame(t(10_001), 0, ping), Err(err.clone()));
+    assert_eq!(
+        proxy.on_frame(t(10_002), 0, open_frame(1, 4)),
+        Err(err),
+        "a failed session opens nothing"
+    );
+}
+
+/// While no path is usable the OpenFlow cannot come either: the wait stands still through an
+/// outage of every path, and an OpenFlow that comes after it (more than UNANNOUNCED_WAIT after
+/// the data, less of it with a usable path) opens the flow with the data intact.
+#[test]
+fn the_wait_for_an_open_stands_still_while_no_path_is_usable() {
+    let mut proxy = lone_proxy(|_| {});
+    let bytes = pattern(4, 200_000);
+    for (i, chunk) in bytes.chunks(50_000).enumerate() {
+        let offset = (i * 50_000) as u64;
+        proxy
+            .on_frame(t(0), 0, data_frame(1, offset, chunk))
+            .unwrap();
+    }
+    keep_alive(&mut proxy, 100, 4_000);
+    proxy.detach_path(t(4_000), 0).unwrap();
+    for ms in (4_000..24_000).step_by(100) {
+        proxy.poll_transmit(t(ms), &NoPrediction);
+    }
+    assert_eq!(proxy.failure(), None, "the outage does not count");
+    proxy.attach_path(t(24_000), 0).unwrap();
+    keep_alive(&mut proxy, 24_000, 29_900);
+    proxy.on_frame(t(29_900), 0, open_frame(0, 1)).unwrap();
+    let events: Vec<Event> = std::iter::from_fn(|| proxy.poll_event()).collect();
+    assert!(
+        events
+            .iter()
+            .any(|e| matches!(e, Event::FlowRequested { flow: 1, .. })),
+        "the late OpenFlow opens the flow: {events:?}"
+    );
+    proxy.accept_flow(t(29_900), 1).unwrap();
+    let mut got = Vec::new();
+    let mut buf = vec![0u8; 16 * 1024];
+    while let ReadOutcome::Data(n) = proxy.read(t(29_900), 1, &mut buf) {
+        got.extend_from_slice(&buf[..n]);
+    }
+    assert!(got == bytes, "the data held for it");
+    keep_alive(&mut proxy, 30_000, 60_000);
+}
+
+/// The relay numbers its flows in the order of their OpenFlows' control sequence numbers. Once
+/// every control frame up to the OpenFlow of flow 8 has come, data for flow 5 (neither open
+/// nor closed) belongs to a flow that will never be opened: the session fails at once. Data for
+/// flow 7, whose OpenFlow (cseq 0) is still on its way behind that of flow 8 (cseq 1), waits.
+#[test]
+fn data_for_an_id_the_relay_passed_over_fails_the_session_at_once() {
+    let mut proxy = lone_proxy(|_| {});
+    proxy.on_frame(t(1), 0, open_frame(1, 8)).unwrap();
+    proxy.on_frame(t(2), 0, data_frame(7, 0, b"early")).unwrap();
+    proxy.on_frame(t(3), 0, open_frame(0, 7)).unwrap();
+    let opened: Vec<u64> = std::iter::from_fn(|| proxy.poll_event())
+        .filter_map(|e| match e {
+            Event::FlowRequested { flow, .. } => Some(flow),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(opened, [8, 7]);
+    assert_eq!(proxy.failure(), None);
+    let err = proxy
+        .on_frame(t(4), 0, data_frame(5, 0, b"never opened"))
+        .unwrap_err();
+    assert_eq!(
+        err,
+        ProtoError::UnopenedFlow {
+            flow: 5,
+            why: Unopened::PassedOver { opened_through: 8 }
+        }
+    );
+    assert_eq!(proxy.failure(), Some(&err));
+    assert_eq!(close_of(&proxy).0, CloseReason::Protocol);
+    assert_eq!(proxy.open_flows(), 0);
+    assert_eq!(proxy.buffered_bytes(), 0);
+}
+
+/// Flows whose OpenFlow has not come may hold MAX_UNANNOUNCED_BYTES together (32 flows' initial
+/// credit); a relay that sends more before opening them fails the session.
+#[test]
+fn unopened_flows_holding_more_than_their_bound_fail_the_session() {
+    assert_eq!(MAX_UNANNOUNCED_BYTES, 32 * INITIAL_CREDIT);
+    let mut proxy = lone_proxy(|_| {});
+    let chunk = vec![7u8; 64 * 1024];
+    let fill = |proxy: &mut Session, flow: u64| {
+        for k in 0..INITIAL_CREDIT / 65_536 {
+            proxy.on_frame(t(1), 0, data_frame(flow, k * 65_536, &chunk))?;
+        }
+        Ok::<(), ProtoError>(())
+    };
+    for flow in 1..=32 {
+        fill(&mut proxy, flow).unwrap();
+    }
+    assert_eq!(proxy.buffered_bytes(), MAX_UNANNOUNCED_BYTES);
+    let err = fill(&mut proxy, 33).unwrap_err();
+    assert_eq!(
+        err,
+        ProtoError::UnopenedFlow {
+            flow: 33,
+            why: Unopened::TooMuchData {
+                bytes: MAX_UNANNOUNCED_BYTES + 65_536
+            }
+        }
+    );
+    assert_eq!(close_of(&proxy).0, CloseReason::Limit);
+    assert_eq!(proxy.buffered_bytes(), 0);
+}
+
+/// Data ahead of its OpenFlow (held back here for 3 s, as on a slow path while the data took a
+/// fast one) is held with the initial credit only, and once the OpenFlow comes the flow is
+/// carried byte-exact in both directions.
+#[test]
+fn data_before_its_open_within_the_wait_is_carried_byte_exact() {
+    let mut net = Net::new("minrtt", 2, &[10, 30]);
+    net.hold_opens = true;
+    let user = IpAddr::V4(Ipv4Addr::new(10, 0, 1, 2));
+    let flow = net.relay.open_flow(t(0), user, ping_dst()).unwrap();
+    let up = pattern(5, 1_000_000);
+    let down = pattern(6, 300_000);
+    let (mut up_sent, mut down_sent) = (0, 0);
+    let (mut got_up, mut got_down) = (Vec::new(), Vec::new());
+    let mut buf = vec![0u8; 16 * 1024];
+    let mut pf = None;
+    let mut held_before_open = 0;
+    let mut closed = (false, false);
+    while !(closed.0 && closed.1) {
+        assert!(net.now_ms < 30_000, "not done by {} ms", net.now_ms);
+        if net.now_ms == 3_000 {
+            net.hold_opens = false;
+        }
+        let now = t(net.now_ms);
+        if up_sent < up.len() {
+            up_sent += net.relay.send(now, flow, &up[up_sent..]).unwrap();
+            if up_sent == up.len() {
+                net.relay.send_fin(now, flow).unwrap();
+            }
+        }
+        if let Some(f) = pf {
+            if down_sent < down.len() {
+                down_sent += net.proxy.send(now, f, &down[down_sent..]).unwrap();
+                if down_sent == down.len() {
+                    net.proxy.send_fin(now, f).unwrap();
+                }
+            }
+            while let ReadOutcome::Data(n) = net.proxy.read(now, f, &mut buf) {
+                got_up.extend_from_slice(&buf[..n]);
+            }
+        }
+        while let ReadOutcome::Data(n) = net.relay.read(now, flow, &mut buf) {
+            got_down.extend_from_slice(&buf[..n]);
+        }
+        net.step();
+        if pf.is_none() {
+            held_before_open = held_before_open.max(net.proxy.buffered_bytes());
+        }
+        for e in std::mem::take(&mut net.proxy_events) {
+            match e {
+                Event::FlowRequested { flow: f, .. } => {
+                    assert!(net.now_ms > 3_000, "opened at {} ms", net.now_ms);
+                    net.proxy.accept_flow(t(net.now_ms), f).unwrap();
+                    pf = Some(f);
+                }
+                Event::FlowClosed(_) => closed.1 = true,
+                Event::FlowReset { .. } | Event::SessionLost => panic!("proxy: {e:?}"),
+                _ => {}
+            }
+        }
+        for e in std::mem::take(&mut net.relay_events) {
+            match e {
+                Event::FlowClosed(_) => closed.0 = true,
+                Event::FlowReset { .. } | Event::SessionLost | Event::PeerClosed { .. } => {
+                    panic!("relay: {e:?}")
+                }
+                _ => {}
+            }
+        }
+    }
+    assert_eq!(
+        held_before_open, INITIAL_CREDIT,
+        "the proxy held the initial credit's worth before the OpenFlow, and no more"
+    );
+    assert_eq!(net.proxy.failure(), None);
+    assert!(
+        got_up == up,
+        "uplink bytes differ ({} of {})",
+        got_up.len(),
+        up.len()
+    );
+    assert!(got_down == down, "downlink bytes differ");
+}
+
+/// The frames a lone proxy session sends its relay, as a relay reads them.
+fn proxy_output(proxy: &mut Session, now: Instant) -> Vec<Frame<'static>> {
+    proxy.poll_transmit(now, &NoPrediction);
+    let mut bytes = Vec::new();
+    proxy.take_output(0, &mut bytes);
+    let mut frames = Vec::new();
+    let mut used = 0;
+    while let Some((frame, n)) = decode(&bytes[used..]).unwrap() {
+        used += n;
+        // Only the frames the tests read, owned.
+        match frame {
+            Frame::Credit { flow, limit } => frames.push(Frame::Credit { flow, limit }),
+            Frame::OpenResult { cseq, flow, status } => {
+                frames.push(Frame::OpenResult { cseq, flow, status })
+            }
+            _ => {}
+        }
+    }
+    frames
+}
+
+/// A relay that opens flow after flow and sends everything the proxy's credit allows on each,
+/// to servers that read nothing and send all they can (acknowledged by nobody): the proxy
+/// never holds more than its session buffer. It refuses the flows that would not fit, grants
+/// no credit beyond the initial credit once the buffer is spoken for, and lets the servers
+/// send only what fits.
+#[test]
+fn a_relay_filling_many_flows_cannot_push_the_proxy_past_its_buffer() {
+    const BUDGET: u64 = 16 << 20;
+    let mut proxy = lone_proxy(|c| c.session_buffer = BUDGET);
+    let mut credit: std::collections::BTreeMap<u64, u64> = Default::default();
+    let mut sent: std::collections::BTreeMap<u64, u64> = Default::default();
+    let mut accepted = Vec::new();
+    let mut refused = Vec::new();
+    let mut most = 0;
+    let chunk = vec![0x5au8; 64 * 1024];
+    let download = vec![0xa5u8; 64 * 1024];
+    let mut next_flow = 1;
+    for ms in 1..=400 {
+        let now = t(ms);
+        // Ten new flows a millisecond for the first ten, each for another passenger.
+        if ms <= 10 {
+            for _ in 0..10 {
+                let flow = next_flow;
+                next_flow += 1;
+                let open = Frame::OpenFlow {
+                    cseq: flow - 1,
+                    flow,
+                    user: IpAddr::V4(Ipv4Addr::new(10, 1, (flow / 256) as u8, flow as u8)),
+                    dst: ping_dst(),
+                };
+                proxy.on_frame(now, 0, open).unwrap();
+                credit.insert(flow, INITIAL_CREDIT);
+                sent.insert(flow, 0);
+            }
+        }
+        // Everything the credit allows, on every flow not refused.
+        for (&flow, &limit) in &credit {
+            let at = sent.get_mut(&flow).unwrap();
+            while *at < limit {
+                let n = (limit - *at).min(chunk.len() as u64);
+                proxy
+                    .on_frame(now, 0, data_frame(flow, *at, &chunk[..n as usize]))
+                    .unwrap();
+                *at += n;
+                most = most.max(proxy.buffered_bytes());
+                assert!(proxy.buffered_bytes() <= BUDGET);
+            }
+        }
+        while let Some(e) = proxy.poll_event() {
+            if let Event::FlowRequested { flow, .. } = e {
+                proxy.accept_flow(now, flow).unwrap();
+                accepted.push(flow);
+            }
+        }
+        for &flow in &accepted {
+            loop {
+                let cap = proxy.send_capacity(flow);
+                if cap == 0 {
+                    break;
+                }
+                let n = cap.min(download.len());
+                assert_eq!(proxy.send(now, flow, &download[..n]).unwrap(), n);
+            }
+        }
+        most = most.max(proxy.buffered_bytes());
+        assert!(proxy.buffered_bytes() <= BUDGET);
+        let ping = Frame::Ping {
+            id: ms as u32,
+            sent_us: ms * 1000,
+        };
+        proxy.on_frame(now, 0, ping).unwrap();
+        for frame in proxy_output(&mut proxy, now) {
+            match frame {
+                Frame::Credit { flow, limit } => {
+                    if let Some(c) = credit.get_mut(&flow) {
+                        *c = (*c).max(limit);
+                    }
+                }
+                Frame::OpenResult {
+                    flow,
+                    status: OpenStatus::Ok,
+                    ..
+                } => assert!(accepted.contains(&flow)),
+                Frame::OpenResult { flow, status, .. } => {
+                    assert_eq!(status, OpenStatus::Failed);
+                    refused.push(flow);
+                    credit.remove(&flow);
+                }
+                _ => {}
+            }
+        }
+    }
+    assert_eq!(proxy.failure(), None, "the relay kept to its credit");
+    let admitted = (BUDGET / (INITIAL_CREDIT + MIN_SEND_BUFFER)) as usize;
+    assert!(
+        accepted.len() <= admitted && !refused.is_empty(),
+        "{} accepted, {} refused",
+        accepted.len(),
+        refused.len()
+    );
+    assert_eq!(accepted.len() + refused.len(), 100);
+    assert_eq!(proxy.open_flows(), accepted.len());
+    assert!(
+        most > BUDGET - BUDGET / 4,
+        "the relay and the servers used the buffer: at most {most} of {BUDGET}"
+    );
+    let granted: u64 = accepted.iter().map(|f| credit[f]).sum();
+    assert!(
+        granted <= BUDGET,
+        "credit granted beyond the buffer: {granted}"
+    );
+}
+
+/// A relay never opens a flow that would not fit in its session buffer (each sets aside its
+/// initial credit and MIN_SEND_BUFFER).
+#[test]
+fn the_relay_opens_no_flow_beyond_its_buffer() {
+    let mut cfg = SessionConfig::new(Role::Relay, 7, "minrtt");
+    cfg.session_buffer = 1 << 20;
+    let mut relay = Session::new(cfg).unwrap();
+    let user = IpAddr::V4(Ipv4Addr::new(10, 0, 1, 2));
+    for _ in 0..3 {
+        relay.open_flow(t(0), user, ping_dst()).unwrap();
+    }
+    assert_eq!(
+        relay.open_flow(t(0), user, ping_dst()),
+        Err(ProtoError::TooManyFlows(3))
+    );
+}
+
+/// Servers send faster than the relay's passengers read (they pause): the proxy's send buffers
+/// stop at its session buffer (every flow's capacity falls to 0) and its servers are held
+/// back. Once the passengers read again, acknowledgements free the room, each flow is woken
+/// ([`Event::Writable`]: the servers write only after one) and everything arrives byte-exact.
+#[test]
+fn the_send_side_stops_at_the_session_buffer_and_resumes_after_acks() {
+    const BUDGET: u64 = 8 << 20;
+    let tune = |c: &mut SessionConfig| c.session_buffer = BUDGET;
+    let mut net = Net::with_config("minrtt", 2, &[10, 30], tune);
+    net.cwnd_bytes = 1 << 20;
+    net.relay_reads_paused = true;
+    let user = IpAddr::V4(Ipv4Addr::new(10, 0, 1, 2));
+    let mut flows = Vec::new();
+    for k in 0..6u64 {
+        let flow = net.relay.open_flow(t(0), user, ping_dst()).unwrap();
+        net.relay.send_fin(t(0), flow).unwrap();
+        flows.push((flow, pattern(20 + k, 3 << 20)));
+    }
+    // Proxy side: flow -> (server data, bytes taken, may write now).
+    let mut servers: std::collections::BTreeMap<u64, (Vec<u8>, usize, bool)> = Default::default();
+    let mut got: std::collections::BTreeMap<u64, Vec<u8>> = Default::default();
+    let mut buf = vec![0u8; 64 * 1024];
+    let mut stopped_at = None;
+    while net.now_ms < 60_000 {
+        let now = t(net.now_ms);
+        let mut data = 0;
+        for (&f, (bytes, taken, ready)) in servers.iter_mut() {
+            // The passenger's request: its end only.
+            assert!(!matches!(
+                net.proxy.read(now, f, &mut buf),
+                ReadOutcome::Data(_)
+            ));
+            // As the shell does: read what the capacity allows (it is kept for this flow),
+            // and at 0 wait until woken.
+            while *ready && *taken < bytes.len() {
+                let cap = net.proxy.send_capacity(f);
+                if cap == 0 {
+                    assert_eq!(net.proxy.send(now, f, &[]).unwrap(), 0);
+                    *ready = false;
+                    break;
+                }
+                let n = cap.min(bytes.len() - *taken);
+                assert_eq!(
+                    net.proxy.send(now, f, &bytes[*taken..*taken + n]).unwrap(),
+                    n
+                );
+                *taken += n;
+                if *taken == bytes.len() {
+                    net.proxy.send_fin(now, f).unwrap();
+                }
+            }
+            data += *taken;
+        }
+        if !net.relay_reads_paused {
+            for (f, _) in &flows {
+                while let ReadOutcome::Data(n) = net.relay.read(now, *f, &mut buf) {
+                    got.entry(*f).or_default().extend_from_slice(&buf[..n]);
+                }
+            }
+        }
+        let held = net.proxy.buffered_bytes();
+        if net.relay_reads_paused
+            && servers.len() == flows.len()
+            && servers.values().all(|s| !s.2 || s.1 == s.0.len())
+        {
+            // Stopped: every flow was refused a byte more (none holds its 4 MiB window),
+            // although the servers have more to send.
+            assert!(data < 6 * (3 << 20));
+            assert!(
+                held > BUDGET / 2 && held <= BUDGET,
+                "the proxy holds {held} of {BUDGET}"
+            );
+            stopped_at.get_or_insert(net.now_ms);
+            if net.now_ms >= stopped_at.unwrap() + 1_000 {
+                // It stays stopped while nobody reads; now the passengers read again.
+                net.relay_reads_paused = false;
+            }
+        }
+        net.step();
+        for e in std::mem::take(&mut net.proxy_events) {
+            match e {
+                Event::FlowRequested { flow, .. } => {
+                    net.proxy.accept_flow(t(net.now_ms), flow).unwrap();
+                    let k = flows.iter().position(|(f, _)| *f == flow).unwrap();
+                    servers.insert(flow, (flows[k].1.clone(), 0, true));
+                }
+                Event::Writable(flow) => servers.get_mut(&flow).unwrap().2 = true,
+                Event::FlowReset { .. } | Event::SessionLost => panic!("proxy: {e:?}"),
+                _ => {}
+            }
+        }
+        if net.relay.open_flows() == 0 && net.proxy.open_flows() == 0 {
+            break;
+        }
+    }
+    assert!(
+        stopped_at.is_some(),
+        "the proxy's send side never filled up"
+    );
+    for (f, bytes) in &flows {
+        let g = got.get(f).map_or(&[][..], |g| &g[..]);
+        assert!(
+            g == &bytes[..],
+            "flow {f} differs: {} of {} bytes by {} ms, first difference at {:?}, stopped at {stopped_at:?}",
+            g.len(),
+            bytes.len(),
+            net.now_ms,
+            g.iter().zip(bytes).position(|(x, y)| x != y)
+        );
+    }
+    assert_eq!(net.proxy.open_flows(), 0, "not done by {} ms", net.now_ms);
+}
+
+/// The shell reads from a socket as much as [`Session::send_capacity`] allowed and passes it to
+/// [`Session::send`] afterwards: in between, other flows may take what is left of the session
+/// buffer, and the bytes it read must still be taken.
+#[test]
+fn a_send_capacity_is_kept_while_other_flows_fill_the_buffer() {
+    let mut cfg = SessionConfig::new(Role::Relay, 7, "minrtt");
+    cfg.session_buffer = 2 << 20;
+    let mut relay = Session::new(cfg).unwrap();
+    let user = IpAddr::V4(Ipv4Addr::new(10, 0, 1, 2));
+    let a = relay.open_flow(t(0), user, ping_dst()).unwrap();
+    let b = relay.open_flow(t(0), user, ping_dst()).unwrap();
+    let chunk = vec![1u8; MIN_SEND_BUFFER as usize];
+    assert_eq!(relay.send(t(0), a, &chunk).unwrap(), chunk.len());
+    // Flow a has its own part of the buffer full: more comes from what the flows share.
+    let promised = relay.send_capacity(a);
+    assert_eq!(promised, chunk.len());
+    let mut b_took = 0;
+    loop {
+        let cap = relay.send_capacity(b);
+        if cap == 0 {
+            break;
+        }
+        assert_eq!(relay.send(t(0), b, &chunk[..cap]).unwrap(), cap);
+        b_took += cap;
+    }
+    assert!(b_took > 2 * chunk.len(), "b took {b_took}");
+    assert_eq!(relay.send(t(0), a, &chunk[..promised]).unwrap(), promised);
+    assert_eq!(relay.send_capacity(a), 0, "the buffer is spoken for");
+    assert!(relay.buffered_bytes() <= 2 << 20);
+}
+
+/// A relay that renewed its epoch (it met another proxy, then came back) keeps counting its
+/// flow ids. What its earlier subflows still deliver for the flows of before (reset at both
+/// ends by the new epoch) is dropped: it fails nothing and waits for no OpenFlow.
+#[test]
+fn data_of_the_relays_earlier_epoch_is_dropped() {
+    let mut proxy = Session::new({
+        let mut cfg = SessionConfig::new(Role::Proxy, 7, "minrtt");
+        cfg.epoch = 1;
+        cfg
+    })
+    .unwrap();
+    let ours = proxy.epoch();
+    assert_eq!(proxy.on_peer_hello(t(0), ours, 50), HelloOutcome::Attach);
+    proxy.attach_path(t(0), 0).unwrap();
+    proxy.on_frame(t(1), 0, open_frame(0, 1)).unwrap();
+    proxy.on_frame(t(1), 0, open_frame(1, 2)).unwrap();
+    assert_eq!(
+        proxy.on_peer_hello(t(2), ours, 51),
+        HelloOutcome::PeerRestarted
+    );
+    proxy.attach_path(t(2), 1).unwrap();
+    proxy.on_frame(t(3), 1, open_frame(0, 3)).unwrap();
+    assert_eq!(proxy.open_flows(), 1);
+    // Late data of flow 2 from the subflow of the earlier epoch.
+    proxy
+        .on_frame(t(4), 0, data_frame(2, 0, b"from before"))
+        .unwrap();
+    assert_eq!(proxy.open_flows(), 1);
+    assert_eq!(proxy.buffered_bytes(), 0);
+    keep_alive(&mut proxy, 100, 12_000);
 }
