@@ -151,6 +151,13 @@ pub struct Limits {
     pub user_window_bytes: u64,
     /// `max_flows`: passenger connections open at once (default 65536).
     pub max_flows: u32,
+    /// `session_buffer_bytes`: most bytes one session (one relay's, at either end) holds in its
+    /// flows' buffers together, received and not yet read plus sent and not yet acknowledged
+    /// (default 2 GiB, 64 MiB..=64 GiB). Each open flow sets 320 KiB of it aside, so it also
+    /// caps a session's open flows (6,553 by default): past it, new flows are refused (the
+    /// passenger's connection is reset) until others end. What one stolen relay credential can
+    /// make the proxy hold is bounded by it (times `proxy.max_sessions_per_relay` + 1).
+    pub session_buffer_bytes: u64,
     /// `passenger_max_flows`: (relay) connections one passenger address may have open at once
     /// (default 512; 0: no limit). Past it the passenger's new connections are refused (reset;
     /// SOCKS5: "not allowed"), counted in `polycorn_passenger_refusals_total{reason="flows"}`
@@ -171,6 +178,7 @@ impl Default for Limits {
             flow_window_bytes: 4 << 20,
             user_window_bytes: 16 << 20,
             max_flows: 65_536,
+            session_buffer_bytes: 2 << 30,
             passenger_max_flows: p.max_flows,
             passenger_flow_rate: p.rate as u32,
             passenger_flow_burst: p.burst,
@@ -1767,6 +1775,17 @@ impl Validator<'_> {
                 format!("{} is out of range 1..={MAX_FLOWS}", l.max_flows),
             ));
         }
+        if !(64 << 20..=64 << 30).contains(&l.session_buffer_bytes) {
+            return Err(self.invalid(
+                "limits.session_buffer_bytes",
+                format!(
+                    "{} is out of range {}..={} (64 MiB to 64 GiB)",
+                    l.session_buffer_bytes,
+                    64u64 << 20,
+                    64u64 << 30
+                ),
+            ));
+        }
         if l.passenger_max_flows > MAX_FLOWS {
             return Err(self.invalid(
                 "limits.passenger_max_flows",
@@ -1967,6 +1986,9 @@ gpsd = "127.0.0.1:2947"
 flow_window_bytes = 4194304     # per-flow receive window / send buffer
 user_window_bytes = 16777216    # per-passenger cap (>= flow_window_bytes)
 max_flows = 65536
+# Most bytes the session holds in its flows' buffers (each open flow sets 320 KiB aside, so
+# this also caps the flows open at once: 6553 with 2 GiB).
+session_buffer_bytes = 2147483648
 # Per passenger address: connections open at once, and new connections per second (sustained,
 # after a burst). Past them that passenger's new connections are refused, others carry on.
 # 0 turns a limit off.
@@ -2089,6 +2111,9 @@ allow_private = false
 flow_window_bytes = 4194304
 user_window_bytes = 16777216
 max_flows = 65536
+# Most bytes one relay's session holds in its flows' buffers; bounds what one relay
+# credential can make this proxy hold (times max_sessions_per_relay + 1).
+session_buffer_bytes = 2147483648
 
 [metrics]
 # Prometheus endpoint, no authentication: keep it on loopback or a management network

@@ -22,6 +22,7 @@
 //! | `polycorn_reorder_wait_seconds` | histogram | | per data segment that arrived out of order: time until it could be delivered in order (the receive side's out-of-order delay) |
 //! | `polycorn_cell_loss_report_delay_seconds` | histogram | `relay` | per cell loss a modem reported (a cell at one fix, none at the next), while paths were probed every 200 ms: how long that path had been silent (its modem monitor's lag, plus up to a fix interval and a probe interval; `[context] monitor_lag_ms`) |
 //! | `polycorn_flows_open` | gauge | | passenger connections open now |
+//! | `polycorn_session_buffered_bytes` | gauge | | bytes the sessions hold in their flows' buffers (received and not yet read, sent and not yet acknowledged); each session's is bounded by `limits.session_buffer_bytes` |
 //! | `polycorn_flows_total` | counter | | passenger connections opened |
 //! | `polycorn_flows_reset_total` | counter | | passenger connections ended by a reset |
 //! | `polycorn_flows_held_total` | counter | | (relay) passenger connections held while the proxy drained, then opened at the next proxy |
@@ -389,6 +390,8 @@ pub struct Metrics {
     pub linkdb_rebuild_failures: Counter,
     /// `polycorn_flows_open`.
     pub flows_open: Gauge,
+    /// `polycorn_session_buffered_bytes`.
+    pub session_buffered: Gauge,
     /// `polycorn_flows_total`.
     pub flows_total: Counter,
     /// `polycorn_flows_reset_total`.
@@ -457,6 +460,7 @@ impl Metrics {
             linkdb_newest_ride: Gauge::default(),
             linkdb_rebuild_failures: Counter::default(),
             flows_open: Gauge::default(),
+            session_buffered: Gauge::default(),
             flows_total: Counter::default(),
             flows_reset: Counter::default(),
             flows_held: Counter::default(),
@@ -575,6 +579,12 @@ impl Metrics {
             "polycorn_flows_open",
             "Passenger connections open",
             m.flows_open.clone(),
+        );
+        r.register_with_unit(
+            "polycorn_session_buffered",
+            "Bytes the sessions hold in their flows' buffers",
+            Unit::Bytes,
+            m.session_buffered.clone(),
         );
         r.register(
             "polycorn_flows",

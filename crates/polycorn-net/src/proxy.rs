@@ -834,12 +834,13 @@ async fn accept_loop(
 
 /// Every `reason` of `polycorn_frames_rejected_total` ([`proto_reason`]; keep the two alike).
 /// The proxy makes their series at 0 when it starts, so the first rejection shows as an increase.
-pub const FRAME_REJECT_REASONS: [&str; 6] = [
+pub const FRAME_REJECT_REASONS: [&str; 7] = [
     "bad_frame",
     "version",
     "hello",
     "flow_control",
     "too_many_flows",
+    "unopened_flow",
     "protocol",
 ];
 
@@ -851,6 +852,7 @@ fn proto_reason(e: &polycorn_proto::ProtoError) -> &'static str {
         P::Hello(_) => "hello",
         P::FlowControl { .. } => "flow_control",
         P::TooManyFlows(_) => "too_many_flows",
+        P::UnopenedFlow { .. } => "unopened_flow",
         _ => "protocol",
     }
 }

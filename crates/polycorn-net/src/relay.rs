@@ -12,7 +12,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use polycorn_proto::{
-    ContextInfo, Destination, HelloOutcome, OpenStatus, Role, Session, SessionConfig,
+    CloseReason, ContextInfo, Destination, HelloOutcome, OpenStatus, Role, Session, SessionConfig,
 };
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::mpsc;
@@ -78,6 +78,9 @@ pub struct Tuning {
     /// The scheduler's window gain (`None`: the kernel's window as it is; see
     /// [`polycorn_sched::scheduler::SchedConfig::window_gain`]).
     pub window_gain: Option<f64>,
+    /// Most bytes one session holds in its flows' buffers (see
+    /// [`SessionConfig::session_buffer`]).
+    pub session_buffer: u64,
 }
 
 impl Default for Tuning {
@@ -92,6 +95,7 @@ impl Default for Tuning {
             idle_probe: Some(Duration::from_secs(crate::config::DEFAULT_IDLE_PROBE_S)),
             idle_after: Duration::from_secs(crate::config::DEFAULT_IDLE_PROBE_AFTER_S),
             window_gain: Some(polycorn_sched::scheduler::DEFAULT_WINDOW_GAIN),
+            session_buffer: SessionConfig::new(Role::Relay, 0, "").session_buffer,
         }
     }
 }
@@ -120,6 +124,7 @@ impl Tuning {
         c.idle_after =
             polycorn_sched::time::Duration::from_micros(self.idle_after.as_micros() as u64);
         c.sched.window_gain = self.window_gain;
+        c.session_buffer = self.session_buffer;
         c
     }
 }
@@ -366,6 +371,19 @@ async fn log_events(mut rx: mpsc::UnboundedReceiver<polycorn_proto::Event>) {
         match ev {
             polycorn_proto::Event::SessionLost => {
                 warn!("every path has been down longer than the hold time: passengers' connections were reset")
+            }
+            polycorn_proto::Event::PeerClosed {
+                reason: reason @ (CloseReason::Protocol | CloseReason::Limit),
+                message,
+                flows_reset,
+            } => {
+                warn!(
+                    ?reason,
+                    message = %message,
+                    flows_reset,
+                    "the proxy closed the session for a fault it found in what this relay sent \
+                     (a bug, or another gateway using this relay's credentials); reconnecting"
+                )
             }
             polycorn_proto::Event::PeerClosed {
                 reason,

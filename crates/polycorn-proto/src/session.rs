@@ -30,7 +30,7 @@
 //!   [`Session::open_flow`] fails with [`ProtoError::TooManyFlows`] and the proxy answers an
 //!   `OpenFlow` with [`OpenStatus::Failed`] (the passenger's connection is reset), as at
 //!   `max_flows`. A session therefore has at most `session_buffer / (INITIAL_CREDIT +
-//!   MIN_SEND_BUFFER)` flows open (3,276 with the default 1 GiB).
+//!   MIN_SEND_BUFFER)` flows open (6,553 with the default 2 GiB).
 //! * Credit beyond the initial credit and send buffer beyond [`MIN_SEND_BUFFER`] come from the
 //!   rest of the budget, less an eighth kept for new flows. Once it is used up, a receiver
 //!   grants no more than the initial credit beyond what its application consumed, and
@@ -116,9 +116,9 @@ pub struct SessionConfig {
     /// Most bytes the session holds in all its flows' buffers together: received data not yet
     /// read (in order or out of order) plus sent data not yet acknowledged
     /// ([`Session::buffered_bytes`]). Each open flow sets aside [`INITIAL_CREDIT`] +
-    /// [`MIN_SEND_BUFFER`] (320 KiB) of it, so it also caps the flows open at once (at 3,276
+    /// [`MIN_SEND_BUFFER`] (320 KiB) of it, so it also caps the flows open at once (at 6,553
     /// with the default); credit and send buffer beyond those come from the rest, less an
-    /// eighth kept for new flows. Default 1 GiB. See the module documentation.
+    /// eighth kept for new flows. Default 2 GiB. See the module documentation.
     pub session_buffer: u64,
     /// Acknowledge after this many newly received bytes of a flow. Default 32 KiB.
     pub ack_bytes: u64,
@@ -163,7 +163,7 @@ impl SessionConfig {
             flow_window: 4 << 20,
             user_window: 16 << 20,
             max_flows: 65_536,
-            session_buffer: 1 << 30,
+            session_buffer: 2 << 30,
             ack_bytes: 32 * 1024,
             ack_delay: Duration::from_millis(5),
             ping_interval: Duration::from_millis(200),

@@ -111,6 +111,7 @@ fn tuning(
         idle_probe: idle_probe.0,
         idle_after: idle_probe.1,
         window_gain,
+        session_buffer: limits.session_buffer_bytes,
     }
 }
 
@@ -246,6 +247,7 @@ fn trace_paths(engine: WeakEngine, names: Vec<String>) -> Option<tokio::task::Jo
 struct Sampled {
     paths: Vec<polycorn_proto::PathCounters>,
     open: i64,
+    buffered: i64,
     totals: polycorn_proto::FlowTotals,
     stages: Vec<(&'static str, u64)>,
 }
@@ -276,6 +278,7 @@ fn sample_metrics(
             tick.tick().await;
             let Some(engine) = engine.upgrade() else {
                 metrics.flows_open.dec_by(last.open);
+                metrics.session_buffered.dec_by(last.buffered);
                 return;
             };
             sample_once(
@@ -320,12 +323,12 @@ fn sample_once(
             .collect();
         (
             paths,
-            s.open_flows(),
+            (s.open_flows(), s.buffered_bytes()),
             s.flow_totals(),
             s.stage_moves().to_vec(),
         )
     });
-    let (paths, open, totals, stages) = snapshot;
+    let (paths, (open, buffered), totals, stages) = snapshot;
     for (i, (c, st, up, named)) in paths.into_iter().enumerate() {
         if only_connected && c.attaches == 0 {
             continue;
@@ -358,6 +361,9 @@ fn sample_once(
     let open = open as i64;
     metrics.flows_open.inc_by(open - last.open);
     last.open = open;
+    let buffered = buffered as i64;
+    metrics.session_buffered.inc_by(buffered - last.buffered);
+    last.buffered = buffered;
     metrics
         .flows_total
         .inc_by(totals.opened.saturating_sub(last.totals.opened));
