@@ -709,7 +709,6 @@ fn one_connection(
 
 /// A worker opening connections one after another until `until`, from the passenger
 /// addresses `id`, `id + workers`, `id + 2 × workers`, … in turn (modulo `users`).
-
 fn worker(
     ns: String,
     (id, workers): (u64, usize),
