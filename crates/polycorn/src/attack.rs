@@ -42,8 +42,9 @@ const DNS_PER_SEC: u64 = 200;
 const GREEDY_PER_SEC: u64 = 400;
 /// Sessions per second the rogue relay opens.
 const ROGUE_PER_SEC: f64 = 1.0;
-/// Flows per rogue session it sends data for without opening them, and bytes for each.
-const ROGUE_FLOWS: u64 = 64;
+/// Flows per rogue session it sends data for without opening them, and bytes for each: 10 MiB
+/// in all, past what a session holds for flows not yet opened.
+const ROGUE_FLOWS: u64 = 160;
 const ROGUE_BYTES: usize = 64 << 10;
 
 /// What the attacks did.
