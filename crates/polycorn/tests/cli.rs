@@ -1996,6 +1996,63 @@ fn net_bench_measures_both_systems_both_ways_and_leaves_nothing_behind() {
     );
 }
 
+/// `net soak --attack`: beside the churn, connections to the relay's own addresses from outside
+/// and from the LAN, passengers aiming at the proxy's host, a greedy passenger, spoofed DNS
+/// queries to a resolver that never answers and a rogue relay sending data for flows it never
+/// opened. Every attack is refused, no passenger byte is wrong, the passengers' set-up time
+/// stays within twice the attack-free third's, and nothing is left open.
+#[test]
+fn net_soak_under_attack_refuses_every_attack_and_carries_the_passengers() {
+    if !is_root() {
+        eprintln!("skipping: needs root");
+        return;
+    }
+    let _quiet = machine_to_myself();
+    let name = "pcat-cli";
+    let out = polycorn(&[
+        "net",
+        "soak",
+        "--attack",
+        "--secs",
+        "24",
+        "--workers",
+        "6",
+        "--idle",
+        "8",
+        "--sample-secs",
+        "3",
+        "--name",
+        name,
+    ]);
+    let (stdout, completed) = soak_passed(&out);
+    assert!(completed >= 100, "{stdout}");
+    for line in [
+        "attack, loop from outside:",
+        "attack, loop from the LAN:",
+        "attack, into the proxy's host:",
+        "attack, greedy passenger:",
+        "attack, DNS flood:",
+        "attack, rogue relay:",
+        "connection set-up (to the first byte): before the attacks",
+    ] {
+        assert!(stdout.contains(line), "no `{line}`:\n{stdout}");
+    }
+    // Each attack ran: the rogue relay was closed at least once, the greedy passenger hit its
+    // limit.
+    assert!(
+        !stdout.contains("rogue relay: 0 sessions") && !stdout.contains(", 0 closed after"),
+        "{stdout}"
+    );
+    let held: u64 = stdout
+        .split("at most ")
+        .nth(1)
+        .and_then(|t| t.split(' ').next())
+        .and_then(|n| n.parse().ok())
+        .expect("the greedy passenger's count");
+    assert!((300..=528).contains(&held), "{stdout}");
+    assert!(!namespaces().contains(name), "namespaces left behind");
+}
+
 /// `net soak`: connection churn and long-lived connections through a real relay and proxy
 /// (TLS subflows over two veth paths, transparent interception), the paths blacked out in
 /// turn; every byte checked, and afterwards no flow open and no descriptor more than before,
