@@ -2,8 +2,8 @@
 //! framing) to a resolver reached through the proxy, so name resolution works through the
 //! same paths and policy as everything else.
 //!
-//! Each query is one passenger flow, admitted like any other connection of that passenger
-//! ([`crate::guard::RelayGate`]). A query that gets no complete answer within
+//! Each query is one passenger flow, admitted under the passengers' limits but on accounts of
+//! its own ([`crate::guard::RelayGate::admit_dns`]: a query's source can be spoofed). A query that gets no complete answer within
 //! [`QUERY_TIMEOUT`] has its flow reset, so the proxy closes its connection to the resolver:
 //! a resolver that accepts and never answers (or queries with spoofed sources) leaves nothing
 //! open behind.
@@ -35,7 +35,7 @@ pub async fn serve(sock: UdpSocket, upstream: SocketAddr, carrier: Carrier, gate
             continue;
         }
         let q = buf[..n].to_vec();
-        let Some(permit) = gate.admit(from.ip(), &Destination::Addr(upstream)) else {
+        let Some(permit) = gate.admit_dns(from.ip()) else {
             continue;
         };
         let (s, c) = (sock.clone(), carrier.clone());

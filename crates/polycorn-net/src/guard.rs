@@ -422,6 +422,9 @@ pub async fn accept(
 pub struct RelayGate {
     host: HostAddrs,
     passengers: Arc<Passengers>,
+    /// DNS queries' own accounts: their sources can be spoofed, and must not use up the
+    /// passenger's connections.
+    dns: Arc<Passengers>,
     metrics: Option<Arc<crate::metrics::Metrics>>,
     own_log: Mutex<LogEvery>,
 }
@@ -435,6 +438,7 @@ impl RelayGate {
         Arc::new(RelayGate {
             host: HostAddrs::new(),
             passengers: Passengers::new(limits),
+            dns: Passengers::new(limits),
             metrics,
             own_log: Mutex::new(LogEvery::default()),
         })
@@ -445,62 +449,90 @@ impl RelayGate {
         &self.passengers
     }
 
-    /// May passenger `user` open a connection to `dst` now? `None`: refused (counted and, when
-    /// due, logged); the connection must be refused.
+    /// May passenger `user` open a connection to `dst` now ([`RelayGate::destination_ok`],
+    /// then [`RelayGate::admit_passenger`])? `None`: refused (counted and, when due, logged);
+    /// the connection must be refused.
     pub fn admit(&self, user: IpAddr, dst: &polycorn_proto::Destination) -> Option<Permit> {
-        let now = Instant::now();
-        // Loopback and unspecified destinations are the proxy's own (its policy refuses them
-        // unless a test bed opened loopback); every other address of the relay's would be
-        // reached through the train again.
-        if let polycorn_proto::Destination::Addr(a) = dst {
-            let ip = normalize(a.ip());
-            if !ip.is_loopback() && !ip.is_unspecified() && self.host.contains(ip) {
-                self.count("own_address");
-                let log = self
-                    .own_log
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .hit(now);
-                if let Some(n) = log {
-                    tracing::warn!(
-                        %user,
-                        dst = %a,
-                        refused = n,
-                        "refused a connection to one of the relay's own addresses (carried, it \
-                         would come back to the relay through the proxy)"
-                    );
-                }
-                return None;
+        if !self.destination_ok(user, dst) {
+            return None;
+        }
+        self.admit_passenger(user)
+    }
+
+    /// Is `dst` a destination the relay carries? Not one of the relay's own addresses: carried,
+    /// the proxy would connect back to the train. Loopback and unspecified destinations are
+    /// the proxy's own (its policy refuses them unless a test bed opened loopback). `false` is
+    /// counted and, when due, logged.
+    pub fn destination_ok(&self, user: IpAddr, dst: &polycorn_proto::Destination) -> bool {
+        let polycorn_proto::Destination::Addr(a) = dst else {
+            return true;
+        };
+        let ip = normalize(a.ip());
+        if ip.is_loopback() || ip.is_unspecified() || !self.host.contains(ip) {
+            return true;
+        }
+        self.count("own_address");
+        let log = self
+            .own_log
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .hit(Instant::now());
+        if let Some(n) = log {
+            tracing::warn!(
+                %user,
+                dst = %a,
+                refused = n,
+                "refused a connection to one of the relay's own addresses (carried, it would \
+                 come back to the relay through the proxy)"
+            );
+        }
+        false
+    }
+
+    /// May passenger `user` open another connection now (its open connections and its rate)?
+    /// The permit holds its place until dropped; `None`: refused (counted and, when due,
+    /// logged).
+    pub fn admit_passenger(&self, user: IpAddr) -> Option<Permit> {
+        self.admit_in(&self.passengers, user, false)
+    }
+
+    /// May a DNS query from `user` open a flow now? Counted like connections, under the same
+    /// limits, but apart from them: a query's source address can be spoofed, and queries sent
+    /// in another passenger's name must not use up that passenger's connections. Refusals are
+    /// counted as `dns_flows` and `dns_rate`.
+    pub fn admit_dns(&self, user: IpAddr) -> Option<Permit> {
+        self.admit_in(&self.dns, user, true)
+    }
+
+    fn admit_in(&self, accounts: &Arc<Passengers>, user: IpAddr, dns: bool) -> Option<Permit> {
+        let r = match accounts.admit(user, Instant::now()) {
+            Ok(p) => return Some(p),
+            Err(r) => r,
+        };
+        let what = if dns { "DNS queries" } else { "connections" };
+        self.count(&format!("{}{}", if dns { "dns_" } else { "" }, r.limit.as_str()));
+        if let Some(n) = r.log {
+            let l = accounts.limits();
+            match r.limit {
+                Limit::Flows => tracing::warn!(
+                    %user,
+                    open = accounts.open(user),
+                    refused = n,
+                    "passenger at its limit of open {what} (limits.passenger_max_flows = {}); \
+                     new ones refused",
+                    l.max_flows
+                ),
+                Limit::Rate => tracing::warn!(
+                    %user,
+                    refused = n,
+                    "passenger opening {what} faster than limits.passenger_flow_rate = {}/s \
+                     (burst {}); new ones refused",
+                    l.rate,
+                    l.burst
+                ),
             }
         }
-        match self.passengers.admit(user, now) {
-            Ok(p) => Some(p),
-            Err(r) => {
-                self.count(r.limit.as_str());
-                if let Some(n) = r.log {
-                    let l = self.passengers.limits();
-                    match r.limit {
-                        Limit::Flows => tracing::warn!(
-                            %user,
-                            open = self.passengers.open(user),
-                            refused = n,
-                            "passenger at its limit of open connections \
-                             (limits.passenger_max_flows = {}); new ones refused",
-                            l.max_flows
-                        ),
-                        Limit::Rate => tracing::warn!(
-                            %user,
-                            refused = n,
-                            "passenger opening connections faster than \
-                             limits.passenger_flow_rate = {}/s (burst {}); new ones refused",
-                            l.rate,
-                            l.burst
-                        ),
-                    }
-                }
-                None
-            }
-        }
+        None
     }
 
     fn count(&self, reason: &str) {

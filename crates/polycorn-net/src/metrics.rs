@@ -30,7 +30,7 @@
 //! | `polycorn_session_renewals_total` | counter | | (relay) fresh starts of the session, under a new epoch, with a proxy that answered with another epoch than the one before (another proxy, or a restarted one) |
 //! | `polycorn_refresh_requests_total` | counter | | (proxy) requests to the relay for a fresh subflow, made when a retransmission timeout cut the slow-start threshold of an idle subflow (relays of protocol 4) |
 //! | `polycorn_frames_rejected_total` | counter | `reason` | frames refused by the session (malformed, unknown flow, …) |
-//! | `polycorn_passenger_refusals_total` | counter | `reason` | (relay) passenger connections refused before they were carried: `flows` (the passenger had `limits.passenger_max_flows` open), `rate` (faster than `limits.passenger_flow_rate`), `own_address` (aimed at one of the relay's own addresses) |
+//! | `polycorn_passenger_refusals_total` | counter | `reason` | (relay) passenger connections refused before they were carried: `flows` (the passenger had `limits.passenger_max_flows` open), `rate` (faster than `limits.passenger_flow_rate`), `own_address` (aimed at one of the relay's own addresses), `dns_flows` and `dns_rate` (DNS queries, counted apart: their sources can be spoofed) |
 //! | `polycorn_sessions_refused_total` | counter | `relay` | (proxy) sessions refused because the relay name had `proxy.max_sessions_per_relay` live sessions and one replacing them |
 //! | `polycorn_tls_not_after_seconds` | gauge | `file` | when the process's own certificate (`cert`) and its CA file (`ca`) stop being valid, seconds since 1970 (alert on it minus `time()`) |
 //! | `polycorn_relay_tls_not_after_seconds` | gauge | `relay` | (proxy) when the relay's certificate stops being valid, as it presented it last |

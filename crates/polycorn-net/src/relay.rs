@@ -316,6 +316,13 @@ pub async fn start(
     };
     let gate = crate::guard::RelayGate::new(opts.passenger_limits, opts.metrics.clone());
     let lan = opts.lan_device.as_deref();
+    if lan.is_none() && !transparent.is_empty() {
+        warn!(
+            "the transparent listeners take connections from every interface, the carriers' \
+             included: set intercept.lan_device to the passengers' interface (connections to \
+             the relay's own addresses are refused either way)"
+        );
+    }
     for (addr, passed) in transparent {
         let l = match passed {
             Some(l) => {
@@ -1182,17 +1189,36 @@ async fn accept_transparent(l: TcpListener, carrier: Carrier, gate: Arc<RelayGat
                 continue;
             }
         };
-        let (c, g) = (carrier.clone(), gate.clone());
+        let dst = Destination::Addr(dst);
+        let Some(permit) = gate.admit(peer.ip(), &dst) else {
+            refuse(stream, None).await;
+            continue;
+        };
+        let c = carrier.clone();
         tokio::spawn(async move {
-            carry(c, g, stream, peer.ip(), Destination::Addr(dst), None).await;
+            carry(c, permit, stream, peer.ip(), dst, None).await;
         });
     }
+}
+
+/// Refuse a passenger's connection: a SOCKS5 client is told "not allowed" first; the
+/// connection is then reset.
+async fn refuse(mut stream: TcpStream, socks: Option<()>) {
+    if socks.is_some() {
+        let _ = socks5::reply(&mut stream, socks5::Reply::NotAllowed).await;
+    }
+    let _ = socket2::SockRef::from(&stream).set_linger(Some(Duration::ZERO));
 }
 
 async fn accept_socks5(l: TcpListener, carrier: Carrier, gate: Arc<RelayGate>) {
     let mut backoff = crate::guard::AcceptBackoff::default();
     loop {
         let (mut stream, peer) = crate::guard::accept(&l, "SOCKS5", &mut backoff).await;
+        // Counted from the accept on: a passenger's handshakes in progress hold descriptors too.
+        let Some(permit) = gate.admit_passenger(peer.ip()) else {
+            let _ = socket2::SockRef::from(&stream).set_linger(Some(Duration::ZERO));
+            continue;
+        };
         let (c, g) = (carrier.clone(), gate.clone());
         tokio::spawn(async move {
             let req =
@@ -1210,7 +1236,11 @@ async fn accept_socks5(l: TcpListener, carrier: Carrier, gate: Arc<RelayGate>) {
                 socks5::Target::Addr(a) => Destination::Addr(a),
                 socks5::Target::Name(n, p) => Destination::Name(n, p),
             };
-            carry(c, g, stream, peer.ip(), dst, Some(())).await;
+            if !g.destination_ok(peer.ip(), &dst) {
+                refuse(stream, Some(())).await;
+                return;
+            }
+            carry(c, permit, stream, peer.ip(), dst, Some(())).await;
         });
     }
 }
@@ -1227,7 +1257,6 @@ pub(crate) fn socks_reply(status: OpenStatus) -> socks5::Reply {
     }
 }
 
-/// Carry one passenger connection. `socks` = answer the SOCKS5 client once the proxy answered.
 /// Longest a passenger connection waits for a draining proxy to close its session: its drain
 /// lasts at most [`crate::config::MAX_DRAIN_S`], its close [`crate::proxy::SHUTDOWN_GRACE`].
 const DRAIN_WAIT: Duration = Duration::from_secs(crate::config::MAX_DRAIN_S + 5);
@@ -1246,22 +1275,18 @@ async fn wait_out_drain(engine: &Engine) -> Option<Duration> {
     Some(start.elapsed())
 }
 
+/// Carry one passenger connection. `socks` = answer the SOCKS5 client once the proxy answered.
+/// `permit` is held until the connection is over: it counts among the passenger's open
+/// connections.
 async fn carry(
     carrier: Carrier,
-    gate: Arc<RelayGate>,
+    permit: crate::guard::Permit,
     mut stream: TcpStream,
     user: IpAddr,
     dst: Destination,
     socks: Option<()>,
 ) {
-    // Held until the connection is over: it counts among the passenger's open connections.
-    let Some(_permit) = gate.admit(user, &dst) else {
-        if socks.is_some() {
-            let _ = socks5::reply(&mut stream, socks5::Reply::NotAllowed).await;
-        }
-        let _ = socket2::SockRef::from(&stream).set_linger(Some(Duration::ZERO));
-        return;
-    };
+    let _permit = permit;
     match carrier {
         Carrier::Session(engine) => {
             if let Some(waited) = wait_out_drain(&engine).await {

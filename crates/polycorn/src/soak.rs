@@ -149,7 +149,7 @@ pub struct SoakArgs {
     /// outside and from the LAN, passengers aiming at the proxy's host, one greedy passenger,
     /// spoofed DNS queries to a resolver that never answers, and a rogue relay with the train's
     /// credential sending data for flows it never opened. The relay runs its default
-    /// per-passenger limits (at least 32 passenger addresses then carry the churn). Fails, on
+    /// per-passenger limits (at least 128 passenger addresses then carry the churn). Fails, on
     /// top of the usual checks, if an attack got through, if the passengers' connection set-up
     /// time (to the first byte) under attack exceeds twice the baseline's (median or p90), or
     /// if either end's memory kept growing through the attack.
@@ -1253,7 +1253,7 @@ fn hold_listener(ns: &str, addr: &str, transparent: bool) -> Result<std::os::fd:
 }
 
 /// Passenger addresses that carry the churn under the relay's default per-passenger limits.
-const ATTACK_MIN_USERS: usize = 32;
+const ATTACK_MIN_USERS: usize = 128;
 
 fn soak(args: &SoakArgs, dir: &std::path::Path, stop: Arc<AtomicBool>) -> Result<()> {
     let mut args = args.clone();
