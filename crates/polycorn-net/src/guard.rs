@@ -510,7 +510,11 @@ impl RelayGate {
             Err(r) => r,
         };
         let what = if dns { "DNS queries" } else { "connections" };
-        self.count(&format!("{}{}", if dns { "dns_" } else { "" }, r.limit.as_str()));
+        self.count(&format!(
+            "{}{}",
+            if dns { "dns_" } else { "" },
+            r.limit.as_str()
+        ));
         if let Some(n) = r.log {
             let l = accounts.limits();
             match r.limit {
