@@ -1666,6 +1666,12 @@ pub fn systemd_socket_unit(cfg: &RelayConfig, bin: &Path) -> Result<String> {
     if let Some(a) = cfg.dns.listen {
         listen += &format!("# dns.listen\nListenDatagram={a}\n");
     }
+    if let Some(dev) = &ic.lan_device {
+        listen += &format!(
+            "# Passengers' connections only, never the carriers' side (intercept.lan_device;\n\
+             # the relay binds its transparent listeners to it too).\nBindToDevice={dev}\n"
+        );
+    }
     Ok(format!(
         r#"# The polycorn relay's passenger listeners, held by systemd across restarts of the relay
 # (socket activation). Without it a restarted or crashed relay's listeners are gone until the

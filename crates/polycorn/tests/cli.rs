@@ -170,12 +170,13 @@ fn config_example_prints_systemd_units_that_systemd_accepts() {
         );
         verify(&format!("polycorn-{role}.service"), &unit);
     }
-    // The socket unit beside the relay's service: the example's listener, transparent, and
-    // the interception removed when it stops.
+    // The socket unit beside the relay's service: the example's listener, transparent, bound
+    // to the LAN device, and the interception removed when it stops.
     let unit = example("relay.socket");
     for line in [
         "ListenStream=0.0.0.0:7070".to_string(),
         "Transparent=yes".to_string(),
+        "BindToDevice=lan0".to_string(),
         "Service=polycorn-relay.service".to_string(),
         format!("ExecStopPost={bin} relay --config /etc/polycorn/relay.toml --remove-interception"),
     ] {
