@@ -187,22 +187,7 @@ async fn start_pair_with(
         .collect();
     let relay_tls =
         Live::new(tls::client_config(&p("ca.pem"), &p("relay.pem"), &p("relay.key")).unwrap());
-    let ropts = RelayOptions {
-        mode: Mode::Polycorn,
-        pipeline: spec.into(),
-        paths: relay_paths.clone(),
-        tls: Some(relay_tls.clone()),
-        transparent: vec![],
-        lan_device: None,
-        passenger_limits: Default::default(),
-        metrics: None,
-        socks5: Some(socks),
-        dns: None,
-        tunnel_port: 0,
-        tuning,
-        idle_refresh: Default::default(),
-        predictor: None,
-    };
+    let ropts = relay_options(spec, &relay_paths, &relay_tls, socks, tuning);
     let (relay, relay_tasks, relay_listeners) =
         relay::start(ropts, context, polycorn_net::activation::Inherited::none())
             .await
@@ -218,6 +203,32 @@ async fn start_pair_with(
         relay_listeners,
         relay,
         relay_tls,
+    }
+}
+
+/// A relay in polycorn mode over `paths` with `tls`, its SOCKS5 listener on `socks`.
+fn relay_options(
+    spec: &str,
+    paths: &[RelayPath],
+    tls: &Live<tls::ClientConfig>,
+    socks: SocketAddr,
+    tuning: Tuning,
+) -> RelayOptions {
+    RelayOptions {
+        mode: Mode::Polycorn,
+        pipeline: spec.into(),
+        paths: paths.to_vec(),
+        tls: Some(tls.clone()),
+        transparent: vec![],
+        lan_device: None,
+        passenger_limits: Default::default(),
+        metrics: None,
+        socks5: Some(socks),
+        dns: None,
+        tunnel_port: 0,
+        tuning,
+        idle_refresh: Default::default(),
+        predictor: None,
     }
 }
 
@@ -797,22 +808,14 @@ async fn another_relay(
     tokio::task::JoinSet<()>,
     tokio::task::JoinSet<()>,
 ) {
-    let opts = RelayOptions {
-        mode: Mode::Polycorn,
-        pipeline: "hrsch".into(),
-        paths: pair.relay_paths.clone(),
-        tls: Some(pair.relay_tls.clone()),
-        transparent: vec![],
-        lan_device: None,
-        passenger_limits: Default::default(),
-        metrics: None,
-        socks5: Some(SocketAddr::from(([127, 0, 0, 1], free_port().await))),
-        dns: None,
-        tunnel_port: 0,
-        tuning: Tuning::default(),
-        idle_refresh: Default::default(),
-        predictor: None,
-    };
+    let socks = SocketAddr::from(([127, 0, 0, 1], free_port().await));
+    let opts = relay_options(
+        "hrsch",
+        &pair.relay_paths,
+        &pair.relay_tls,
+        socks,
+        Tuning::default(),
+    );
     relay::start(opts, None, polycorn_net::activation::Inherited::none())
         .await
         .unwrap()
