@@ -1943,9 +1943,10 @@ impl Session {
                     let pid = path_id(path)?;
                     if self.sched.path(pid).is_some() {
                         self.sched.on_rtt_sample(now, pid, rtt).expect("exists");
-                        let sent_wall = ping_sent_us as i64 + self.wall_offset_us;
-                        let owd = received_us as i64 - sent_wall;
-                        let owd = if owd >= 0 && (owd as u64) <= rtt.as_micros() {
+                        // In i128: the peer's clock reading is any u64 it likes.
+                        let sent_wall = i128::from(ping_sent_us) + i128::from(self.wall_offset_us);
+                        let owd = i128::from(received_us) - sent_wall;
+                        let owd = if owd >= 0 && owd <= i128::from(rtt.as_micros()) {
                             owd as u64
                         } else {
                             rtt.as_micros() / 2
@@ -2062,8 +2063,7 @@ impl Session {
         }
         // Advance over closed ids and over open ones (they are known while open; a long-lived
         // flow must not make every later closed id be remembered one by one).
-        loop {
-            let next = self.closed_floor + 1;
+        while let Some(next) = self.closed_floor.checked_add(1) {
             if self.closed_above.remove(&next) || self.flows.contains_key(&next) {
                 self.closed_floor = next;
             } else {

@@ -2170,3 +2170,33 @@ fn data_of_the_relays_earlier_epoch_is_dropped() {
     assert_eq!(proxy.buffered_bytes(), 0);
     keep_alive(&mut proxy, 100, 12_000);
 }
+
+/// Found by fuzzing: a peer's Pong with a clock reading of 2^63 µs or more overflowed the
+/// one-way delay's arithmetic (a panic where overflow is checked); it is taken as no OWD sample.
+#[test]
+fn a_pong_with_a_huge_clock_reading_is_survived() {
+    let mut proxy = Session::new(SessionConfig::new(Role::Proxy, 1, "minrtt")).unwrap();
+    proxy.attach_path(t(0), 0).unwrap();
+    let pong = polycorn_proto::Frame::Pong {
+        id: 0,
+        ping_sent_us: 1_000,
+        received_us: 1 << 63,
+    };
+    proxy.on_frame(t(1_000), 0, pong).unwrap();
+}
+
+/// Found by fuzzing: Resets for the 16,385 highest flow ids walked the proxy's floor of closed
+/// ids up to `u64::MAX` and past it (a panic where overflow is checked, a wrap elsewhere).
+#[test]
+fn resets_for_the_highest_flow_ids_are_survived() {
+    let mut proxy = Session::new(SessionConfig::new(Role::Proxy, 1, "minrtt")).unwrap();
+    proxy.attach_path(t(0), 0).unwrap();
+    for (cseq, flow) in (u64::MAX - 16_384..=u64::MAX).enumerate() {
+        let reset = polycorn_proto::Frame::Reset {
+            cseq: cseq as u64,
+            flow,
+            reason: polycorn_proto::ResetReason::PeerReset,
+        };
+        let _ = proxy.on_frame(t(1), 0, reset);
+    }
+}

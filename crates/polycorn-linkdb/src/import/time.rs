@@ -48,7 +48,10 @@ fn parse_dotted(s: &str) -> Option<f64> {
 }
 
 fn civil(y: i64, mo: i64, d: i64, h: i64, mi: i64, sec: f64) -> Option<f64> {
-    if !(1..=12).contains(&mo)
+    // Four-digit years only: any number of digits parses, and the day count of a huge year
+    // would overflow.
+    if !(0..=9999).contains(&y)
+        || !(1..=12).contains(&mo)
         || !(1..=31).contains(&d)
         || !(0..24).contains(&h)
         || !(0..60).contains(&mi)
@@ -73,5 +76,9 @@ mod tests {
         assert_eq!(parse_seconds("1970-01-01 00:00:00"), Some(0.0));
         assert!(parse_seconds("2023-13-01 00:00:00").is_none());
         assert!(parse_seconds("garbage").is_none());
+        // Years the day count cannot hold are refused, not wrapped (found by fuzzing).
+        assert!(parse_seconds("200000000000000-1-1 0:0:0").is_none());
+        assert!(parse_seconds("9000000000000000000-1-1 0:0:0").is_none());
+        assert!(parse_seconds("9999.12.31_23.59.59").is_some());
     }
 }
