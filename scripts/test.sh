@@ -38,4 +38,15 @@ rm -rf "$bench_out"
 say "benchmarks compile"
 cargo bench --locked --workspace --no-run
 
+# ---- fuzzing (scripts/fuzz.sh, docs/fuzzing.md) -------------------------------------------
+# A short run of every fuzz target: its seed corpus, then 20,000 executions (at most 20 s)
+# each, from a scratch corpus and with a fixed libFuzzer seed so the run is the same
+# everywhere; a crash fails the checks. The toolchain cargo already uses, so CI downloads no
+# nightly. Longer runs: scripts/fuzz.sh (docs/fuzzing.md).
+say "fuzz targets, short run (scripts/fuzz.sh --execs 20000 --max-time 20 --seed 1)"
+fuzz_work=$(mktemp -d /tmp/polycorn-fuzz-ci.XXXXXX)
+scripts/fuzz.sh --toolchain current --execs 20000 --max-time 20 --seed 1 --work "$fuzz_work"
+rm -rf "$fuzz_work"
+# ---- end of fuzzing -------------------------------------------------------------------------
+
 say "all checks passed"
