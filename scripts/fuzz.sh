@@ -117,17 +117,18 @@ for t in "${targets[@]}"; do
     args+=(-fork=1 -ignore_crashes=1 -ignore_timeouts=1 -ignore_ooms=1)
   say "fuzzing $t: up to $limit (log: $log)"
   before=$(ls "$artifacts")
-  start=$(date +%s)
+  start=$(date +%s%3N)
   set +e
   "$bin_dir/$t" "$corpus" "fuzz/corpus/$t" "${args[@]}" >"$log" 2>&1
   rc=$?
   set -e
-  secs=$(( $(date +%s) - start ))
+  ms=$(( $(date +%s%3N) - start ))
+  secs=$(( (ms + 500) / 1000 ))
   # Executions: libFuzzer's final statistics, or in fork mode its last status line.
   runs=$(sed -n -e 's/^stat::number_of_executed_units: *//p' \
                 -e 's/^#\([0-9]*\): cov:.*/\1/p' "$log" | tail -n 1)
   rate="?"
-  if [ -n "$runs" ] && [ "$secs" -gt 0 ]; then rate=$(( runs / secs )); fi
+  if [ -n "$runs" ] && [ "$ms" -gt 0 ]; then rate=$(( runs * 1000 / ms )); fi
   new=$(comm -13 <(printf '%s\n' "$before") <(ls "$artifacts") | sed "s|^|$artifacts/|")
   if [ "$rc" -eq 0 ] && [ -z "$new" ]; then
     summary+=("$(printf '%-14s ok      %12s runs %6s s %8s runs/s' "$t" "${runs:-?}" "$secs" "$rate")")
