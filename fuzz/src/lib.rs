@@ -98,8 +98,9 @@ pub fn scratch_dir() -> std::path::PathBuf {
     base.join("polycorn-fuzz")
 }
 
-/// A directory of this process under [`scratch_dir`], removed when the process exits normally
-/// (a crash leaves it, next to the crash's input).
+/// A directory of this process under [`scratch_dir`], removed when the process exits normally.
+/// A process that crashed or was ended by libFuzzer (`_exit`) leaves its directory; the next
+/// process removes those of processes that are gone.
 pub fn process_dir(name: &str) -> std::path::PathBuf {
     static DIRS: std::sync::Mutex<Vec<std::path::PathBuf>> = std::sync::Mutex::new(Vec::new());
     extern "C" fn remove_dirs() {
@@ -109,7 +110,24 @@ pub fn process_dir(name: &str) -> std::path::PathBuf {
             }
         }
     }
-    let dir = scratch_dir().join(format!("{name}-{}", std::process::id()));
+    let base = scratch_dir();
+    if let Ok(entries) = std::fs::read_dir(&base) {
+        for e in entries.flatten() {
+            let file_name = e.file_name();
+            let Some(pid) = file_name
+                .to_str()
+                .and_then(|n| n.strip_prefix(name))
+                .and_then(|n| n.strip_prefix('-'))
+                .and_then(|n| n.parse::<u32>().ok())
+            else {
+                continue;
+            };
+            if !std::path::Path::new(&format!("/proc/{pid}")).exists() {
+                let _ = std::fs::remove_dir_all(e.path());
+            }
+        }
+    }
+    let dir = base.join(format!("{name}-{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("scratch directory");
     let mut dirs = DIRS.lock().expect("not poisoned");
     if dirs.is_empty() {
