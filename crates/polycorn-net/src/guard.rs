@@ -231,6 +231,7 @@ struct PassengerState {
 pub struct Passengers {
     limits: PassengerLimits,
     state: Mutex<HashMap<IpAddr, PassengerState>>,
+    swept_at: Mutex<Option<Instant>>,
 }
 
 /// One admitted connection; the passenger's open count drops when it is dropped.
@@ -246,6 +247,7 @@ impl Passengers {
         Arc::new(Passengers {
             limits,
             state: Mutex::new(HashMap::new()),
+            swept_at: Mutex::new(None),
         })
     }
 
@@ -317,16 +319,8 @@ impl Passengers {
         }
         // Forget a passenger with nothing open once its bucket would be full again (and its
         // last refusal line is old enough that the next refusal logs anyway).
-        let refill = if l.rate > 0.0 {
-            Duration::from_secs_f64(
-                ((f64::from(l.burst.max(1)) - st.tokens).max(0.0) / l.rate).min(3600.0),
-            )
-        } else {
-            Duration::ZERO
-        };
         let now = Instant::now().max(st.at);
-        let full = now.saturating_duration_since(st.at) >= refill;
-        if full && st.log.quiet(now) {
+        if forgettable(st, l, now) {
             m.remove(&ip);
         }
         // Otherwise the entry stays; `sweep` removes it later.
@@ -335,22 +329,32 @@ impl Passengers {
     }
 
     /// Drop entries with nothing open whose bucket is full and whose last refusal line is
-    /// old, so a flood from many (spoofed) addresses leaves nothing behind.
+    /// old, so a flood from many (spoofed) addresses leaves nothing behind. Runs through the
+    /// entries at most once a second, and only when there are more than a few.
     pub fn sweep(&self, now: Instant) {
+        {
+            let mut at = self.swept_at.lock().unwrap_or_else(|p| p.into_inner());
+            if at.is_some_and(|t| now.saturating_duration_since(t) < Duration::from_secs(1)) {
+                return;
+            }
+            *at = Some(now);
+        }
         let l = self.limits;
         let mut m = self.lock();
         if m.len() < 64 {
             return;
         }
-        m.retain(|_, st| {
-            if st.open > 0 {
-                return true;
-            }
-            let dt = now.saturating_duration_since(st.at).as_secs_f64();
-            let full = l.rate <= 0.0 || st.tokens + dt * l.rate >= f64::from(l.burst.max(1));
-            !(full && st.log.quiet(now))
-        });
+        m.retain(|_, st| st.open > 0 || !forgettable(st, l, now));
     }
+}
+
+/// A passenger entry with nothing open, whose bucket would be full again at `now` and whose
+/// last refusal line is old enough that the next refusal logs anyway: nothing is lost by
+/// forgetting it.
+fn forgettable(st: &PassengerState, l: PassengerLimits, now: Instant) -> bool {
+    let dt = now.saturating_duration_since(st.at).as_secs_f64();
+    let full = l.rate <= 0.0 || st.tokens + dt * l.rate >= f64::from(l.burst.max(1));
+    st.open == 0 && full && st.log.quiet(now)
 }
 
 impl Drop for Permit {

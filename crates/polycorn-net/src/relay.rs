@@ -380,42 +380,25 @@ async fn log_events(mut rx: mpsc::UnboundedReceiver<polycorn_proto::Event>) {
                 warn!("every path has been down longer than the hold time: passengers' connections were reset")
             }
             polycorn_proto::Event::PeerClosed {
-                reason: reason @ (CloseReason::Protocol | CloseReason::Limit),
-                message,
-                flows_reset,
-            } => {
-                warn!(
-                    ?reason,
-                    message = %message,
-                    flows_reset,
-                    "the proxy closed the session for a fault it found in what this relay sent \
-                     (a bug, or another gateway using this relay's credentials); reconnecting"
-                )
-            }
-            polycorn_proto::Event::PeerClosed {
-                reason,
-                message,
-                flows_reset: 0,
-            } => {
-                warn!(
-                    ?reason,
-                    message = %message,
-                    "the proxy closed the session (a proxy restart or upgrade); no passenger \
-                     connection was open; reconnecting"
-                )
-            }
-            polycorn_proto::Event::PeerClosed {
                 reason,
                 message,
                 flows_reset,
             } => {
-                warn!(
-                    ?reason,
-                    message = %message,
-                    flows_reset,
-                    "the proxy closed the session (a proxy restart or upgrade): passengers' \
-                     connections were reset; reconnecting"
-                )
+                let why = match (reason, flows_reset) {
+                    (CloseReason::Protocol | CloseReason::Limit, _) => {
+                        "the proxy closed the session for a fault it found in what this relay \
+                         sent (a bug, or another gateway using this relay's credentials)"
+                    }
+                    (_, 0) => {
+                        "the proxy closed the session (a proxy restart or upgrade); no \
+                         passenger connection was open"
+                    }
+                    _ => {
+                        "the proxy closed the session (a proxy restart or upgrade): passengers' \
+                         connections were reset"
+                    }
+                };
+                warn!(?reason, message = %message, flows_reset, "{why}; reconnecting")
             }
             polycorn_proto::Event::PeerDraining => {
                 info!(
