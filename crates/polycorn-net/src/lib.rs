@@ -20,6 +20,7 @@ pub mod policy;
 pub mod predictor;
 pub mod proxy;
 pub mod proxy_addr;
+mod refresh_watch;
 pub mod relay;
 pub mod sockopt;
 pub mod socks5;
