@@ -16,6 +16,7 @@ pub mod intercept;
 pub mod live;
 pub mod loadgen;
 pub mod metrics;
+mod path_policy;
 pub mod policy;
 pub mod predictor;
 pub mod proxy;
