@@ -23,6 +23,8 @@ use tokio::net::TcpStream;
 use tokio::sync::{mpsc, oneshot, Notify};
 use tracing::{debug, info, warn};
 
+use crate::refresh_watch::RefreshWatch;
+
 /// Probe intervals at or below this count as fast: the session's default 200 ms, not an idle
 /// train's seconds ([`Engine::on_context`]'s cell-loss delays are measured only then).
 const FAST_PROBES: polycorn_sched::Duration = polycorn_sched::Duration::from_millis(250);
@@ -85,101 +87,6 @@ impl WriteLog {
     }
 }
 
-/// A path counts as busy while more than this many bytes crossed it (either way) within
-/// [`REFRESH_IDLE`] ([`RefreshWatch`]); probes and their answers stay far below.
-const REFRESH_BUSY_BYTES: u64 = 4096;
-/// A slow-start threshold cut after the path carried no more than probes for this long is
-/// the idle kind ([`RefreshWatch`]).
-const REFRESH_IDLE: polycorn_sched::time::Duration = polycorn_sched::time::Duration::from_secs(1);
-/// The proxy asks again at most this often while the relay has not replaced the subflow.
-const REFRESH_ASK_EVERY: polycorn_sched::time::Duration =
-    polycorn_sched::time::Duration::from_secs(10);
-/// Only a threshold cut below this many segments (about 145 KB) is worth a fresh connection:
-/// one slow-starts past it within a few RTTs anyway, and a window kept through the idle
-/// spell (probes keep the socket from restarting it) can leave a cut of hundreds.
-const REFRESH_LOW_SEGMENTS: u32 = 100;
-
-/// (proxy) Watches one subflow for a cut of its slow-start threshold while its path was idle.
-///
-/// A retransmission timeout on an idle subflow (a probe lost in a handover's gap) sets the
-/// kernel's threshold from the small window of probes. The subflow outlives passengers'
-/// connections, so the next download on the path then grows its window linearly from there
-/// (session 58 in `docs/MEASUREMENTS.md`: 4.9 s instead of 2.1 s for one 4 MB download). A cut
-/// while the path carried data reflects the path and is kept. Only the relay dials, so the
-/// proxy asks it for a fresh connection ([`polycorn_proto::Frame::Refresh`]).
-///
-/// Data that crosses the path before the relay could act (the cut often comes just before a
-/// download, in a handover's gap) runs with the cut threshold; unless a loss meanwhile set a
-/// new one, the cut stands once the path is idle again, and the proxy asks again then (the
-/// relay drops a request when data crosses the path).
-#[derive(Debug, Default)]
-struct RefreshWatch {
-    /// Bytes either way at the start of the current measuring window, and when it began.
-    mark: Option<(Instant, u64)>,
-    /// When the path last carried more than probes.
-    busy_at: Option<Instant>,
-    /// The threshold at the last sample (`None`: unset).
-    ssthresh: Option<u32>,
-    /// The threshold since it was cut while idle (`None`: no such cut, or a loss while data
-    /// crossed the path set another since).
-    cut: Option<u32>,
-    /// When the relay was last asked.
-    asked_at: Option<Instant>,
-}
-
-impl RefreshWatch {
-    /// One `TCP_INFO` sample at `now`: `bytes` crossed the path so far (either way, frames),
-    /// the subflow's threshold, whether the socket has next to nothing in flight or queued
-    /// (`probes_only`: a probe or two, as when a probe's timeout cuts the threshold), and
-    /// whether it is also out of back-off (`socket_idle`). Returns the threshold to report
-    /// when the relay should be asked now.
-    fn on_sample(
-        &mut self,
-        now: Instant,
-        bytes: u64,
-        ssthresh: Option<u32>,
-        probes_only: bool,
-        socket_idle: bool,
-    ) -> Option<u32> {
-        let (since, base) = *self.mark.get_or_insert((now, bytes));
-        if bytes.saturating_sub(base) > REFRESH_BUSY_BYTES {
-            self.busy_at = Some(now);
-            self.mark = Some((now, bytes));
-        } else if now - since >= REFRESH_IDLE {
-            self.mark = Some((now, bytes));
-        }
-        let fell = match (self.ssthresh, ssthresh) {
-            (None, Some(_)) => true,
-            (Some(old), Some(new)) => new < old,
-            _ => false,
-        };
-        self.ssthresh = ssthresh;
-        if self.busy_at.is_some_and(|b| now - b < REFRESH_IDLE) {
-            if self.cut != ssthresh {
-                self.cut = None;
-            }
-            // The relay dropped the request when the data came: ask again once idle.
-            self.asked_at = None;
-            return None;
-        }
-        // A fall with more in flight is the tail of a download the socket still drains
-        // (the session wrote it earlier): the path's own.
-        if fell {
-            self.cut = ssthresh.filter(|&t| probes_only && t < REFRESH_LOW_SEGMENTS);
-        } else if self.cut.is_some() {
-            self.cut = ssthresh;
-        }
-        let cut = self.cut?;
-        let due = self.asked_at.is_none_or(|a| now - a >= REFRESH_ASK_EVERY);
-        (socket_idle && due).then_some(cut)
-    }
-
-    /// The relay was asked at `now`.
-    fn asked(&mut self, now: Instant) {
-        self.asked_at = Some(now);
-    }
-}
-
 /// How often an idle subflow's `TCP_INFO` is sampled (RTO back-off shows up here).
 const TCP_INFO_PERIOD: std::time::Duration = std::time::Duration::from_millis(10);
 
@@ -224,6 +131,29 @@ impl FlowSignal {
     }
 }
 
+/// One path's subflow as the engine sees it.
+#[derive(Debug, Default)]
+struct EnginePath {
+    /// Wakes the writer of the current subflow (`None`: no subflow).
+    writer: Option<Arc<Notify>>,
+    /// Wakes the subflow task that a newer subflow replaced.
+    cancel: Option<Arc<Notify>>,
+    /// This end's epoch in the Hello of the current subflow.
+    epoch: u64,
+    /// The kernel's retransmission count of the current subflow connection.
+    retrans: u64,
+    /// The current subflow's slow-start threshold, segments (`None`: unset).
+    ssthresh: Option<u32>,
+    /// The current subflow is being replaced by one that is already connected, so its end
+    /// leaves the path attached (see [`Engine::hand_over`]).
+    handing_over: bool,
+    /// The subflow task has taken output and not yet finished writing it.
+    writing: bool,
+    /// Its window was full at the subflow's last `TCP_INFO` sample and the writer waits; the
+    /// next frames received on any path wake it to sample again (see [`Engine::run_subflow`]).
+    window_full: bool,
+}
+
 struct Core {
     session: Session,
     predictor: Box<dyn crate::predictor::TrainPredictor>,
@@ -232,28 +162,12 @@ struct Core {
     /// Cell losses the context reports, against the paths' silence.
     loss_delay: crate::context::CellLossDelay,
     flows: HashMap<u64, Arc<FlowSignal>>,
-    writers: Vec<Option<Arc<Notify>>>,
-    /// Per path: wakes the subflow task that a newer subflow replaced.
-    cancel: Vec<Option<Arc<Notify>>>,
-    /// Per path: this end's epoch in the Hello of the current subflow.
-    epochs: [u64; MAX_PATHS],
+    /// Per path ([`MAX_PATHS`] of them): its subflow's state in the engine.
+    paths: Vec<EnginePath>,
     /// Why [`Engine::end_subflows`] ended the subflows, if it did.
     ended: Option<&'static str>,
     /// When the timer task will wake up by itself (`None`: it sleeps without a deadline).
     timer_at: Option<Instant>,
-    /// Per path: the kernel's retransmission count of the current subflow connection.
-    retrans: Vec<u64>,
-    /// Per path: the current subflow's slow-start threshold, segments (`None`: unset).
-    ssthresh: Vec<Option<u32>>,
-    /// Per path: the current subflow is being replaced by one that is already connected, so
-    /// its end leaves the path attached (see [`Engine::hand_over`]).
-    handing_over: [bool; MAX_PATHS],
-    /// Per path: the subflow task has taken output and not yet finished writing it.
-    writing: [bool; MAX_PATHS],
-    /// Per path: its window was full at the subflow's last `TCP_INFO` sample and the writer
-    /// waits; the next frames received on any path wake it to sample again (see
-    /// [`Engine::run_subflow`]).
-    window_full: [bool; MAX_PATHS],
     /// Flows whose [`Engine::pump`] still runs (it may still be writing a flow's last bytes
     /// after the session closed the flow).
     pumping: std::collections::HashSet<u64>,
@@ -266,9 +180,9 @@ impl Core {
     /// writer would wait for its next periodic sample ([`TCP_INFO_PERIOD`]) with data waiting,
     /// and a path whose round trip is far shorter than that period would idle most of it.
     fn wake_window_full(&mut self) {
-        for (full, writer) in self.window_full.iter_mut().zip(&self.writers) {
-            if std::mem::take(full) {
-                if let Some(w) = writer {
+        for path in &mut self.paths {
+            if std::mem::take(&mut path.window_full) {
+                if let Some(w) = &path.writer {
                     w.notify_one();
                 }
             }
@@ -277,9 +191,9 @@ impl Core {
 
     /// Whether the subflow task holding `notify` is still `path`'s current writer.
     fn is_writer(&self, path: u8, notify: &Arc<Notify>) -> bool {
-        self.writers
+        self.paths
             .get(usize::from(path))
-            .and_then(Option::as_ref)
+            .and_then(|p| p.writer.as_ref())
             .is_some_and(|w| Arc::ptr_eq(w, notify))
     }
 }
@@ -405,9 +319,10 @@ impl Drop for DetachGuard<'_> {
         let mut c = self.engine.lock();
         let p = usize::from(self.path);
         if c.is_writer(self.path, &self.notify) {
-            c.writers[p] = None;
-            c.cancel[p] = None;
-            if std::mem::take(&mut c.handing_over[p]) {
+            let slot = &mut c.paths[p];
+            slot.writer = None;
+            slot.cancel = None;
+            if std::mem::take(&mut slot.handing_over) {
                 // The next subflow attaches right away and reinjects what this one carried.
                 return;
             }
@@ -429,10 +344,8 @@ impl Engine {
         let unix_epoch_us = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_micros() as u64);
-        let mut writers = Vec::new();
-        writers.resize_with(MAX_PATHS, || None);
-        let mut cancel = Vec::new();
-        cancel.resize_with(MAX_PATHS, || None);
+        let mut paths = Vec::new();
+        paths.resize_with(MAX_PATHS, EnginePath::default);
         let e = Engine(Arc::new(Shared {
             core: Mutex::new(Core {
                 session,
@@ -440,16 +353,9 @@ impl Engine {
                 last_context: None,
                 loss_delay: Default::default(),
                 flows: HashMap::new(),
-                writers,
-                cancel,
-                epochs: [0; MAX_PATHS],
+                paths,
                 ended: None,
                 timer_at: None,
-                retrans: vec![0; MAX_PATHS],
-                ssthresh: vec![None; MAX_PATHS],
-                handing_over: [false; MAX_PATHS],
-                writing: [false; MAX_PATHS],
-                window_full: [false; MAX_PATHS],
                 pumping: std::collections::HashSet::new(),
             }),
             timer: Notify::new(),
@@ -556,12 +462,12 @@ impl Engine {
             session,
             predictor,
             flows,
-            writers,
+            paths,
             ..
         } = c;
         session.poll_transmit(now, &**predictor);
-        for (p, w) in writers.iter().enumerate() {
-            if let Some(w) = w {
+        for (p, slot) in paths.iter().enumerate() {
+            if let Some(w) = &slot.writer {
                 if session.has_output(p as u8) {
                     w.notify_one();
                 }
@@ -715,19 +621,20 @@ impl Engine {
                 HelloOutcome::Stale => return SubflowError::Stale,
                 HelloOutcome::Elsewhere => return SubflowError::OtherProxy,
             }
-            c.writing[usize::from(path)] = false;
-            c.window_full[usize::from(path)] = false;
-            if let Some(old) = c.cancel[usize::from(path)].replace(cancel.clone()) {
+            let slot = &mut c.paths[usize::from(path)];
+            slot.writing = false;
+            slot.window_full = false;
+            if let Some(old) = slot.cancel.replace(cancel.clone()) {
                 old.notify_one();
             }
-            c.handing_over[usize::from(path)] = false;
+            slot.handing_over = false;
+            slot.epoch = ours;
             // A subflow accepted after `end_subflows` (the relay was let in again).
             c.ended = None;
-            c.epochs[usize::from(path)] = ours;
             if c.session.path_attached(path) {
                 let _ = c.session.detach_path(now, path);
             }
-            c.writers[usize::from(path)] = Some(notify.clone());
+            c.paths[usize::from(path)].writer = Some(notify.clone());
             if let Err(e) = c.session.attach_path(now, path) {
                 return SubflowError::Proto(e);
             }
@@ -799,7 +706,7 @@ impl Engine {
                             return Err(SubflowError::Replaced);
                         }
                         c.session.take_output(path, &mut out);
-                        c.writing[usize::from(path)] = !out.is_empty();
+                        c.paths[usize::from(path)].writing = !out.is_empty();
                     }
                     let wrote = !out.is_empty();
                     if wrote {
@@ -819,16 +726,17 @@ impl Engine {
                         if !c.is_writer(path, &notify) {
                             return Err(SubflowError::Replaced);
                         }
-                        c.writing[usize::from(path)] = false;
-                        c.session.on_tcp_info(now, path, &sample, 0)?;
-                        c.retrans[usize::from(path)] = info.retransmissions;
-                        c.ssthresh[usize::from(path)] = info.ssthresh;
+                        c.paths[usize::from(path)].writing = false;
+                        c.session.on_tcp_info(now, path, &sample)?;
+                        let slot = &mut c.paths[usize::from(path)];
+                        slot.retrans = info.retransmissions;
+                        slot.ssthresh = info.ssthresh;
                         if asks {
                             self.watch_refresh(&mut c, now, path, &info, &mut watch)?;
                         }
                         self.drive(&mut c, now);
                         let more = c.session.has_output(path);
-                        c.window_full[usize::from(path)] =
+                        c.paths[usize::from(path)].window_full =
                             !more && c.session.path_window_full(path);
                         more
                     };
@@ -896,10 +804,10 @@ impl Engine {
         self.with(|s, now| s.close(now, CloseReason::Shutdown, message));
         let running = |until_written: bool| {
             let c = self.lock();
-            (0..MAX_PATHS)
-                .filter(|&p| {
-                    c.writers[p].is_some()
-                        && (!until_written || c.writing[p] || c.session.has_output(p as u8))
+            (c.paths.iter().enumerate())
+                .filter(|(p, slot)| {
+                    slot.writer.is_some()
+                        && (!until_written || slot.writing || c.session.has_output(*p as u8))
                 })
                 .count()
         };
@@ -961,8 +869,8 @@ impl Engine {
     /// [`SubflowError::Renewed`]).
     fn end_stale_subflows(c: &mut Core) {
         let epoch = c.session.epoch();
-        for (cancel, ours) in c.cancel.iter().zip(c.epochs) {
-            if let Some(cancel) = cancel.as_ref().filter(|_| ours != epoch) {
+        for slot in &c.paths {
+            if let Some(cancel) = slot.cancel.as_ref().filter(|_| slot.epoch != epoch) {
                 cancel.notify_one();
             }
         }
@@ -981,7 +889,7 @@ impl Engine {
     pub fn end_subflows(&self, why: &'static str) {
         let mut c = self.lock();
         c.ended = Some(why);
-        for cancel in c.cancel.iter().flatten() {
+        for cancel in c.paths.iter().filter_map(|p| p.cancel.as_ref()) {
             cancel.notify_one();
         }
     }
@@ -992,18 +900,17 @@ impl Engine {
     /// places it may go, instead of onto the other paths at once. The shell must call
     /// [`Engine::run_subflow`] for the path right after dropping the old one.
     pub fn hand_over(&self, path: u8) {
-        if let Some(h) = self.lock().handing_over.get_mut(usize::from(path)) {
-            *h = true;
+        if let Some(slot) = self.lock().paths.get_mut(usize::from(path)) {
+            slot.handing_over = true;
         }
     }
 
     /// The kernel's retransmission count of `path`'s current subflow connection.
     pub fn path_retransmissions(&self, path: u8) -> u64 {
         self.lock()
-            .retrans
+            .paths
             .get(usize::from(path))
-            .copied()
-            .unwrap_or(0)
+            .map_or(0, |p| p.retrans)
     }
 
     /// The kernel's slow-start threshold of `path`'s current subflow, segments, as last read
@@ -1012,10 +919,9 @@ impl Engine {
     /// was idle makes the next download grow its window linearly from there.
     pub fn path_ssthresh(&self, path: u8) -> Option<u32> {
         self.lock()
-            .ssthresh
+            .paths
             .get(usize::from(path))
-            .copied()
-            .flatten()
+            .and_then(|p| p.ssthresh)
     }
 
     /// (proxy) Ask the relay for a fresh subflow on a path whose slow-start threshold a
@@ -1314,424 +1220,4 @@ fn log_sched_event(e: &polycorn_sched::SchedEvent, session: &Session) {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use polycorn_proto::{CellInfo, ContextInfo, Role, SessionConfig};
-    use polycorn_sched::{Bandwidth, Duration as SchedDuration, TcpInfoSample};
-    use std::future::Future;
-    use std::pin::pin;
-    use std::task::{Context, Poll, Waker};
-    use std::time::Duration;
-    use tokio::io::{AsyncReadExt, DuplexStream, ReadBuf};
-
-    /// A predictor that keeps every context it is given.
-    struct Keeps(Arc<Mutex<Vec<u64>>>);
-    impl polycorn_sched::HandoverPredictor for Keeps {
-        fn next_failure(&self, _path: polycorn_sched::PathId, _now: Instant) -> Option<Instant> {
-            None
-        }
-    }
-    impl crate::predictor::TrainPredictor for Keeps {
-        fn on_context(&mut self, _now: Instant, ctx: &ContextInfo) {
-            self.0.lock().unwrap().push(ctx.unix_ms);
-        }
-    }
-
-    /// A predictor that replaces the session's (a reload rebuilt LinkDB) starts from the train
-    /// context the session last had, and gets the later ones; the one it replaced gets no more.
-    #[tokio::test]
-    async fn a_replaced_predictor_starts_from_the_last_context() {
-        let session = Session::new(SessionConfig::new(Role::Proxy, 7, "minrtt")).expect("session");
-        let old = Arc::new(Mutex::new(Vec::new()));
-        let (engine, _events) = Engine::new(session, Box::new(Keeps(old.clone())));
-        let ctx = |ms: u64| ContextInfo {
-            unix_ms: ms,
-            lat: 39.8,
-            lon: 116.3,
-            speed_mps: 80.0,
-            heading_deg: 160.0,
-            cells: vec![],
-        };
-        // Before any context, the new one is given nothing.
-        let first = Arc::new(Mutex::new(Vec::new()));
-        engine.replace_predictor(Box::new(Keeps(first.clone())));
-        assert!(first.lock().unwrap().is_empty());
-        engine.on_context(&ctx(1000));
-        engine.on_context(&ctx(2000));
-        let new = Arc::new(Mutex::new(Vec::new()));
-        engine.replace_predictor(Box::new(Keeps(new.clone())));
-        engine.on_context(&ctx(3000));
-        assert!(old.lock().unwrap().is_empty());
-        assert_eq!(*first.lock().unwrap(), [1000, 2000]);
-        assert_eq!(*new.lock().unwrap(), [2000, 3000]);
-    }
-
-    #[test]
-    fn the_write_log_ages_the_oldest_unacknowledged_bytes() {
-        let t = |ms: u64| Instant::ZERO + SchedDuration::from_millis(ms);
-        let mut log = WriteLog::default();
-        assert_eq!(log.unacked_age(0, t(5)), SchedDuration::ZERO);
-        log.wrote(1000, t(10));
-        log.wrote(1500, t(10)); // within a millisecond: the same mark
-        log.wrote(1500, t(30)); // nothing new written
-        log.wrote(3000, t(40));
-        assert_eq!(log.marks.len(), 2);
-        // Nothing acknowledged: the first bytes have waited since 10 ms.
-        assert_eq!(log.unacked_age(0, t(110)), SchedDuration::from_millis(100));
-        // Part of the first write acknowledged: its rest is still as old.
-        assert_eq!(
-            log.unacked_age(999, t(110)),
-            SchedDuration::from_millis(100)
-        );
-        // The first write acknowledged: the oldest bytes are the second write's.
-        assert_eq!(
-            log.unacked_age(1500, t(110)),
-            SchedDuration::from_millis(70)
-        );
-        // Everything acknowledged: nothing waits.
-        assert_eq!(log.unacked_age(3000, t(120)), SchedDuration::ZERO);
-        assert!(log.marks.is_empty());
-        // At the cap, new writes go unmarked (read as zero rather than as too old).
-        for k in 0..WriteLog::CAP as u64 + 10 {
-            log.wrote(4000 + k, t(200 + 2 * k));
-        }
-        assert_eq!(log.marks.len(), WriteLog::CAP);
-        let last_marked = 4000 + WriteLog::CAP as u64 - 1;
-        assert_eq!(
-            log.unacked_age(last_marked, t(100_000)),
-            SchedDuration::ZERO
-        );
-    }
-
-    fn idle() -> TcpInfoFn {
-        Box::new(|| {
-            Ok(SubflowInfo {
-                sample: TcpInfoSample {
-                    srtt: SchedDuration::from_millis(50),
-                    rttvar: SchedDuration::from_millis(10),
-                    min_rtt: None,
-                    cwnd_bytes: 14_600,
-                    mss_bytes: 1460,
-                    unacked_bytes: 0,
-                    notsent_bytes: 0,
-                    delivery_rate: Bandwidth::ZERO,
-                    rto_backoff: 0,
-                    bytes_acked: 0,
-                    unacked_age: SchedDuration::ZERO,
-                },
-                retransmissions: 0,
-                written_bytes: 0,
-                ssthresh: None,
-            })
-        })
-    }
-
-    fn context_info(k: u64) -> ContextInfo {
-        ContextInfo {
-            unix_ms: k,
-            lat: 39.9,
-            lon: 116.4,
-            speed_mps: 83.0,
-            heading_deg: 160.0,
-            cells: (0..30)
-                .map(|i| CellInfo {
-                    path: 0,
-                    cell: Some(k * 100 + i),
-                    rsrp_dbm: Some(-90.0),
-                })
-                .collect(),
-        }
-    }
-
-    /// A context frame of a few hundred bytes: output on every attached path.
-    fn context(engine: &Engine, k: u64) {
-        engine.with(|s, now| s.send_context(now, &context_info(k)));
-    }
-
-    /// Whatever `peer` holds right now, without waiting (and so without yielding to the
-    /// subflow tasks).
-    fn take_now(peer: &mut DuplexStream) -> usize {
-        let mut cx = Context::from_waker(Waker::noop());
-        let mut total = 0;
-        let mut buf = [0u8; 4096];
-        loop {
-            let mut rb = ReadBuf::new(&mut buf);
-            match pin!(&mut *peer).poll_read(&mut cx, &mut rb) {
-                Poll::Ready(Ok(())) if !rb.filled().is_empty() => total += rb.filled().len(),
-                _ => return total,
-            }
-        }
-    }
-
-    async fn drain(peer: &mut DuplexStream) -> usize {
-        let mut total = 0;
-        let mut buf = [0u8; 4096];
-        while let Ok(Ok(n)) =
-            tokio::time::timeout(Duration::from_millis(50), peer.read(&mut buf)).await
-        {
-            if n == 0 {
-                break;
-            }
-            total += n;
-        }
-        total
-    }
-
-    /// The stall seen on ride 132 (session 24): a subflow blocked in a write when a newer one
-    /// replaced it resumed, took the path's output — now the new subflow's — and wrote it into
-    /// the dying socket. The session counted those chunks as sent on the path; nothing ever
-    /// delivered or reinjected them. A replaced subflow must write nothing more.
-    #[tokio::test(flavor = "current_thread")]
-    async fn a_replaced_subflow_blocked_in_a_write_takes_none_of_the_new_ones_output() {
-        let frame = polycorn_proto::Frame::Context(context_info(0))
-            .to_vec()
-            .len();
-        for round in 0..20 {
-            let session =
-                Session::new(SessionConfig::new(Role::Relay, 7, "minrtt")).expect("session");
-            let (engine, _events) = Engine::new(session, Box::new(polycorn_sched::NoPrediction));
-            // Subflow A behind a pipe that holds two thirds of a context frame and that nobody
-            // reads: its writer blocks in the middle of the frame.
-            let cap = frame * 2 / 3;
-            let (a_local, mut a_peer) = tokio::io::duplex(cap);
-            let (ra, wa) = tokio::io::split(a_local);
-            let e = engine.clone();
-            let a =
-                tokio::spawn(
-                    async move { e.run_subflow(0, (0, 0), Vec::new(), ra, wa, idle()).await },
-                );
-            tokio::time::sleep(Duration::from_millis(20)).await;
-            context(&engine, 1);
-            tokio::time::sleep(Duration::from_millis(20)).await;
-            // In one go, without yielding to A: room for the rest of A's frame (A becomes
-            // runnable), B replaces A on the same path (its first poll attaches it), and the
-            // path gets new output. A runs before B, woken for both at once.
-            assert!(take_now(&mut a_peer) > 0);
-            let (b_local, mut b_peer) = tokio::io::duplex(1 << 20);
-            let (rb, wb) = tokio::io::split(b_local);
-            let e = engine.clone();
-            let mut b =
-                Box::pin(async move { e.run_subflow(0, (0, 0), Vec::new(), rb, wb, idle()).await });
-            let mut cx = Context::from_waker(Waker::noop());
-            assert!(b.as_mut().poll(&mut cx).is_pending());
-            assert!(engine.inspect(|s| s.path_attached(0)));
-            take_now(&mut b_peer);
-            context(&engine, 2);
-            let b = tokio::spawn(b);
-            tokio::time::sleep(Duration::from_millis(30)).await;
-            let a_after = drain(&mut a_peer).await;
-            let b_after = drain(&mut b_peer).await;
-            assert!(
-                a_after <= frame - cap,
-                "round {round}: the replaced subflow wrote {a_after} bytes, more than the rest of its frame ({})",
-                frame - cap
-            );
-            assert!(
-                b_after >= frame,
-                "round {round}: the new context did not reach B ({b_after} bytes)"
-            );
-            assert!(matches!(a.await.expect("task A"), SubflowError::Replaced));
-            b.abort();
-        }
-    }
-
-    /// A path whose window was full at its last `TCP_INFO` sample gets nothing from the
-    /// scheduler until a newer sample shows room. Waiting for the periodic sample idled fast
-    /// paths most of each period (`net bench`: 2.9 Gbit/s on two veth paths, 4.9 with this): the
-    /// frames the peer sends — its acknowledgements among them — make the writer sample again
-    /// at once. The clock is paused and never advances here, so the periodic sample cannot be
-    /// what samples.
-    #[tokio::test(flavor = "current_thread", start_paused = true)]
-    async fn frames_from_the_peer_make_a_path_with_a_full_window_sample_again() {
-        use std::sync::atomic::AtomicU64;
-        let session = Session::new(SessionConfig::new(Role::Relay, 7, "minrtt")).expect("session");
-        let (engine, _events) = Engine::new(session, Box::new(polycorn_sched::NoPrediction));
-        let samples = Arc::new(AtomicU64::new(0));
-        let unacked = Arc::new(AtomicU64::new(14_600));
-        // The kernel's slow-start threshold, segments (0: unset).
-        let ssthresh = Arc::new(AtomicU64::new(0));
-        let tcp_info: TcpInfoFn = {
-            let (samples, unacked, ssthresh) = (samples.clone(), unacked.clone(), ssthresh.clone());
-            let idle = idle();
-            Box::new(move || {
-                samples.fetch_add(1, Ordering::SeqCst);
-                let mut info = idle()?;
-                info.sample.unacked_bytes = unacked.load(Ordering::SeqCst);
-                info.ssthresh = match ssthresh.load(Ordering::SeqCst) {
-                    0 => None,
-                    n => Some(n as u32),
-                };
-                Ok(info)
-            })
-        };
-        let (local, mut peer) = tokio::io::duplex(1 << 16);
-        let (r, w) = tokio::io::split(local);
-        let e = engine.clone();
-        let run =
-            tokio::spawn(async move { e.run_subflow(0, (0, 0), Vec::new(), r, w, tcp_info).await });
-        let settle = || async {
-            for _ in 0..50 {
-                tokio::task::yield_now().await;
-            }
-        };
-        settle().await;
-        take_now(&mut peer);
-        assert!(samples.load(Ordering::SeqCst) > 0, "the first sample");
-        assert!(engine.inspect(|s| s.path_window_full(0)));
-        assert_eq!(engine.path_ssthresh(0), None, "no threshold set yet");
-        // Nothing arrives: no new sample while the clock stands still.
-        let before = samples.load(Ordering::SeqCst);
-        settle().await;
-        assert_eq!(samples.load(Ordering::SeqCst), before);
-        // A frame from the peer: the writer samples again and sees the window open (and the
-        // threshold a timeout set meanwhile).
-        unacked.store(0, Ordering::SeqCst);
-        ssthresh.store(27, Ordering::SeqCst);
-        // (A pong: a frame that asks for no answer, so no output wakes the writer instead.)
-        let pong = polycorn_proto::Frame::Pong {
-            id: 1,
-            ping_sent_us: 0,
-            received_us: 0,
-        }
-        .to_vec();
-        peer.write_all(&pong).await.expect("pong");
-        settle().await;
-        assert!(
-            samples.load(Ordering::SeqCst) > before,
-            "no new sample after the peer's frame"
-        );
-        assert!(!engine.inspect(|s| s.path_window_full(0)));
-        assert_eq!(engine.path_ssthresh(0), Some(27));
-        assert_eq!(engine.path_ssthresh(1), None, "a path with no subflow");
-        // With room, a frame wakes nobody.
-        let before = samples.load(Ordering::SeqCst);
-        peer.write_all(&pong).await.expect("pong");
-        settle().await;
-        assert_eq!(samples.load(Ordering::SeqCst), before);
-        run.abort();
-    }
-
-    /// Make before break on the relay: a subflow dropped for a fresh one that is already
-    /// connected leaves its path attached, so its chunks are reinjected when the fresh one
-    /// attaches (and may go on it) rather than onto the other paths at once.
-    #[tokio::test(flavor = "current_thread")]
-    async fn a_handed_over_subflow_leaves_its_path_attached_for_the_next_one() {
-        let session = Session::new(SessionConfig::new(Role::Relay, 7, "minrtt")).expect("session");
-        let (engine, _events) = Engine::new(session, Box::new(polycorn_sched::NoPrediction));
-        let mut cx = Context::from_waker(Waker::noop());
-        let start = |engine: &Engine| {
-            let (local, peer) = tokio::io::duplex(1 << 16);
-            let (r, w) = tokio::io::split(local);
-            let e = engine.clone();
-            let run =
-                Box::pin(async move { e.run_subflow(0, (0, 0), Vec::new(), r, w, idle()).await });
-            (run, peer)
-        };
-        let attached = |engine: &Engine| engine.inspect(|s| s.path_attached(0));
-        // Without a hand-over, the end of a subflow detaches its path.
-        let (mut a, _a_peer) = start(&engine);
-        assert!(a.as_mut().poll(&mut cx).is_pending());
-        assert!(attached(&engine));
-        drop(a);
-        assert!(!attached(&engine));
-        // With one, the path stays attached until the next subflow takes over...
-        let (mut b, _b_peer) = start(&engine);
-        assert!(b.as_mut().poll(&mut cx).is_pending());
-        engine.hand_over(0);
-        drop(b);
-        assert!(attached(&engine));
-        let (mut c, _c_peer) = start(&engine);
-        assert!(c.as_mut().poll(&mut cx).is_pending());
-        assert!(attached(&engine));
-        // ...and it is used up: the next end detaches again.
-        drop(c);
-        assert!(!attached(&engine));
-    }
-
-    /// The proxy asks for a fresh subflow only for a threshold cut while the path carried no
-    /// more than probes, once the socket is idle, and again at most every 10 s, or a second
-    /// after data that left the cut threshold as it was; a cut while data flowed, or a new
-    /// threshold set by data after the cut, asks nothing.
-    #[test]
-    fn refresh_is_asked_only_for_a_threshold_cut_while_idle() {
-        let ms = Instant::from_millis;
-        // A download: 64 KiB every 10 ms for 2 s, a loss cuts the threshold to 300 meanwhile.
-        let mut w = RefreshWatch::default();
-        let mut bytes = 0;
-        for t in 0..200 {
-            bytes += 64 << 10;
-            let ss = (t >= 100).then_some(300);
-            assert_eq!(w.on_sample(ms(t * 10), bytes, ss, false, false), None);
-        }
-        // Then idle (probes only): the threshold the download left is kept, nothing asked.
-        for t in 200..600 {
-            bytes += 4;
-            assert_eq!(
-                w.on_sample(ms(t * 10), bytes, Some(300), true, true),
-                None,
-                "at {t}"
-            );
-        }
-        // A timeout on a probe cuts it to 27 while the socket backs off: asked once it is idle.
-        assert_eq!(w.on_sample(ms(6000), bytes, Some(27), true, false), None);
-        assert_eq!(w.on_sample(ms(6010), bytes, Some(27), true, true), Some(27));
-        w.asked(ms(6010));
-        assert_eq!(
-            w.on_sample(ms(6020), bytes, Some(27), true, true),
-            None,
-            "asked already"
-        );
-        assert_eq!(
-            w.on_sample(ms(16_010), bytes, Some(27), true, true),
-            Some(27),
-            "10 s later"
-        );
-        w.asked(ms(16_010));
-        // A download before the relay replaced the subflow, which leaves the threshold as it
-        // was: asked again a second after it, not 10 s after the last request.
-        bytes += 1 << 20;
-        assert_eq!(w.on_sample(ms(16_500), bytes, Some(27), false, false), None);
-        assert_eq!(w.on_sample(ms(17_000), bytes, Some(27), true, true), None);
-        assert_eq!(
-            w.on_sample(ms(17_500), bytes, Some(27), true, true),
-            Some(27)
-        );
-        w.asked(ms(17_500));
-        // A download in which a loss sets another threshold ends the matter.
-        bytes += 1 << 20;
-        assert_eq!(w.on_sample(ms(18_000), bytes, Some(60), false, false), None);
-        for t in 0..300 {
-            assert_eq!(
-                w.on_sample(ms(18_010 + t * 10), bytes, Some(60), true, true),
-                None
-            );
-        }
-
-        // A threshold set while the socket still drains a download the session wrote more
-        // than a second ago (HyStart ending slow start, or a loss) is the path's own.
-        let mut w = RefreshWatch::default();
-        assert_eq!(w.on_sample(ms(0), 1 << 20, None, false, false), None);
-        assert_eq!(
-            w.on_sample(ms(1500), 1 << 20, Some(598), false, false),
-            None
-        );
-        assert_eq!(w.on_sample(ms(3000), 1 << 20, Some(598), true, true), None);
-
-        // A cut that leaves hundreds of segments asks nothing.
-        let mut w = RefreshWatch::default();
-        assert_eq!(w.on_sample(ms(0), 0, None, true, true), None);
-        assert_eq!(w.on_sample(ms(1500), 100, Some(392), true, true), None);
-        assert_eq!(w.on_sample(ms(3000), 200, Some(392), true, true), None);
-
-        // A fresh subflow (no threshold) whose first cut comes while idle.
-        let mut w = RefreshWatch::default();
-        assert_eq!(w.on_sample(ms(0), 100, None, true, true), None);
-        assert_eq!(w.on_sample(ms(1500), 200, Some(2), true, true), Some(2));
-        // A cut within a second of data is the data's.
-        let mut w = RefreshWatch::default();
-        assert_eq!(w.on_sample(ms(0), 0, None, true, true), None);
-        assert_eq!(w.on_sample(ms(500), 10_000, None, true, true), None);
-        assert_eq!(w.on_sample(ms(900), 10_050, Some(40), true, true), None);
-        assert_eq!(w.on_sample(ms(2000), 10_100, Some(40), true, true), None);
-    }
-}
+mod tests;

@@ -23,6 +23,10 @@ use crate::activation::Inherited;
 use crate::direct::{self, DirectMode};
 use crate::engine::Engine;
 use crate::guard::RelayGate;
+use crate::path_policy::{
+    BackoffWatch, Failure, OtherProxyPause, PathPolicy, Refresh, Renewal, Replace, Watchdog,
+    BACKOFF_CHECK, OTHER_PROXY_RETRY, WATCHDOG_CHECK,
+};
 use crate::proxy_addr::{ProxyAddr, ProxyResolver};
 use crate::socks5;
 use crate::subflow;
@@ -437,190 +441,37 @@ const CONNECT_TIMEOUTS: subflow::ConnectTimeouts = subflow::ConnectTimeouts {
     tcp_stagger: Some(CONNECT_STAGGER),
     ..subflow::ConnectTimeouts::DEFAULT
 };
-/// How often the relay looks at an idle subflow's congestion state.
-const REFRESH_CHECK: Duration = Duration::from_secs(1);
-/// A subflow younger than this is never refreshed (at most one refresh per path this often).
-const REFRESH_MIN_AGE: Duration = Duration::from_secs(5);
-/// A slow-start threshold below this many segments means a loss hit the subflow while its
-/// window was small (idle): worth a fresh connection.
-const REFRESH_SSTHRESH_SEGMENTS: u32 = 20;
-/// With [`IdleRefresh::Used`](crate::config::IdleRefresh::Used), an idle subflow that carried
-/// this many bytes of downlink data frames since it came up is replaced.
-const REFRESH_USED_BYTES: u64 = 256 << 10;
-/// A path counts as idle when fewer bytes than this crossed it (either way) in the last
-/// [`REFRESH_CHECK`] (probes and their answers are far below).
-const REFRESH_QUIET_BYTES: u64 = 4096;
+pub use crate::path_policy::RENEW_WITHIN;
 
-/// Whether a path carried fewer than [`REFRESH_QUIET_BYTES`] either way between two readings of
-/// its counters (the refresh's and the renewal's measure of an idle path).
-fn quiet_between(
-    before: &polycorn_proto::PathCounters,
-    now: &polycorn_proto::PathCounters,
-) -> bool {
-    now.rx_bytes.saturating_sub(before.rx_bytes) < REFRESH_QUIET_BYTES
-        && now.tx_bytes.saturating_sub(before.tx_bytes) < REFRESH_QUIET_BYTES
-}
-/// After a reload replaced the TLS credentials, a path replaces its subflow (made with the
-/// old ones) at its first idle moment, or after this long when it never is idle: so the proxy
-/// soon sees the renewed certificate. Nothing in flight is lost (make before break).
-pub const RENEW_WITHIN: Duration = Duration::from_secs(300);
-/// Longest pause between a path's attempts to renew its subflow with credentials that fail.
-const RENEW_RETRY_MAX: Duration = Duration::from_secs(60);
-
-/// How often the relay looks for a subflow stuck in RTO back-off on a path that works.
-const BACKOFF_CHECK: Duration = Duration::from_millis(250);
-/// A subflow whose own TCP has stayed in RTO back-off this long, while frames from the proxy
-/// keep arriving on its path, is replaced.
-const BACKOFF_MIN: Duration = Duration::from_millis(500);
-
-/// First pause after a failed connection attempt; it doubles with each failure in a row.
-const RETRY_MIN: Duration = Duration::from_millis(100);
-/// Longest pause between attempts that failed on coverage (timeouts, resets, no route): a
-/// path coming out of a blackout is tried again within this.
-const RETRY_MAX: Duration = Duration::from_secs(2);
-/// Longest pause between attempts the proxy refused ([`subflow::HandshakeError::refused_by_proxy`]:
-/// revoked, certificate, protocol version). Each costs the proxy a handshake and repeats until
-/// an operator acts; a relay let in again (revocation lifted) is back within this.
-const REFUSED_RETRY_MAX: Duration = Duration::from_secs(60);
-/// A subflow replaced as silent sooner than this after it came up counts towards
-/// [`SILENT_HINT_AFTER`].
-const SHORT_LIVED: Duration = Duration::from_secs(10);
-/// Short-lived silent subflows in a row of one path after which the relay warns of a path-MTU
-/// black hole: the handshake's small packets get through, the data's full-sized ones do not,
-/// so every new subflow falls silent as soon as it carries data.
-const SILENT_HINT_AFTER: u32 = 4;
-
-/// The pause between attempts that reached another proxy than the session's, while other
-/// paths still reach the session's ([`subflow::HandshakeError::OtherProxy`]): each costs that
-/// proxy a handshake, and the path needs it only once the session's proxy is gone (its other
-/// paths then find that out themselves).
-const OTHER_PROXY_RETRY: Duration = Duration::from_secs(5);
-/// How often a path waiting after reaching another proxy looks whether it may join now.
-const OTHER_PROXY_CHECK: Duration = Duration::from_millis(250);
 /// What the relay tells another proxy than its session's when a path reaches it: that proxy
 /// frees the session its Hello made at once (with an info line, not a subflow's warning).
 const OTHER_PROXY_CLOSE: &str = "this relay's session is with another proxy; trying again later";
 
-/// Sleeps `wait` after an attempt reached another proxy than the session's, or less: until no
-/// path works with the session's proxy any more, or the session changed (renewed, or closed by
-/// its proxy), so that the path tries again at once when it may join.
+/// Sleeps `wait` after an attempt reached another proxy than the session's, or less, as
+/// [`OtherProxyPause`] decides: the path tries again at once when it may join.
 async fn other_proxy_pause(engine: &Engine, wait: Duration) {
     let (epoch, closed) = engine.inspect(|s| (s.epoch(), s.peer_closed()));
-    let until = tokio::time::Instant::now() + wait;
-    loop {
-        let now = tokio::time::Instant::now();
-        if now >= until {
-            return;
-        }
-        tokio::time::sleep((until - now).min(OTHER_PROXY_CHECK)).await;
-        let changed = engine
-            .inspect(|s| s.epoch() != epoch || s.peer_closed() != closed || !s.any_path_usable());
-        if changed {
+    let pause = OtherProxyPause::new(tokio::time::Instant::now().into_std(), wait, epoch, closed);
+    while let Some(sleep) = pause.sleep(tokio::time::Instant::now().into_std()) {
+        tokio::time::sleep(sleep).await;
+        let join =
+            engine.inspect(|s| pause.may_join(s.epoch(), s.peer_closed(), s.any_path_usable()));
+        if join {
             return;
         }
     }
 }
 
-/// The pause after the failed attempt `e`, given the pause after the previous one in the same
-/// run of failures (`None` for the first failure). A refusal by the proxy starts at
-/// [`RETRY_MAX`] and doubles up to [`REFUSED_RETRY_MAX`]; another proxy than the session's
-/// gives [`OTHER_PROXY_RETRY`]; any other failure doubles from [`RETRY_MIN`] up to
-/// [`RETRY_MAX`].
-fn retry_pause(previous: Option<Duration>, e: &subflow::HandshakeError) -> Duration {
+/// The kind of the failed attempt `e` that sets the pause after it
+/// ([`retry_pause`](crate::path_policy::retry_pause)).
+fn failure(e: &subflow::HandshakeError) -> Failure {
     if matches!(e, subflow::HandshakeError::OtherProxy(_)) {
-        return OTHER_PROXY_RETRY;
-    }
-    let doubled = previous.map_or(RETRY_MIN, |p| p * 2);
-    if e.refused_by_proxy() {
-        doubled.clamp(RETRY_MAX, REFUSED_RETRY_MAX)
+        Failure::OtherProxy
+    } else if e.refused_by_proxy() {
+        Failure::Refused
     } else {
-        doubled.clamp(RETRY_MIN, RETRY_MAX)
+        Failure::Coverage
     }
-}
-
-/// A path that has had no subflow this long, with every connection attempt failing, is
-/// reported as a warning: shorter outages (blackouts, tunnels) are routine on a train.
-const DOWN_WARN_AFTER: Duration = Duration::from_secs(30);
-/// While the attempts keep failing, the warning is repeated this often.
-const DOWN_REWARN: Duration = Duration::from_secs(300);
-
-/// What the operator hears of one path's failed connection attempts. A failure that points at
-/// configuration or credentials ([`subflow::HandshakeError::is_setup`]: a device that does
-/// not exist, an address not on this host, a certificate the proxy rejects, another protocol
-/// version) is a warning at once, once per distinct error; any failure becomes a warning once
-/// the path has been without a subflow for [`DOWN_WARN_AFTER`], then every [`DOWN_REWARN`].
-/// The rest stays at debug. Pure: the caller passes the time.
-#[derive(Debug, Default)]
-struct ConnectFailures {
-    /// First failure of the current run of failures.
-    since: Option<std::time::Instant>,
-    /// Failed attempts in the current run.
-    attempts: u32,
-    /// Last warning of this run: when, and the error it named.
-    warned: Option<(std::time::Instant, String)>,
-}
-
-/// A warning to log about a path's failed attempts.
-#[derive(Debug, PartialEq)]
-struct DownWarning {
-    /// Failed attempts so far in this run.
-    attempts: u32,
-    /// Since the first of them.
-    down: Duration,
-}
-
-impl ConnectFailures {
-    /// Record a failed attempt at `now`; `Some` when it is worth a warning.
-    fn failed(&mut self, now: std::time::Instant, setup: bool, error: &str) -> Option<DownWarning> {
-        let since = *self.since.get_or_insert(now);
-        self.attempts += 1;
-        let down = now.saturating_duration_since(since);
-        let warn = match &self.warned {
-            None => setup || down >= DOWN_WARN_AFTER,
-            Some((at, said)) => {
-                (setup && said != error) || now.saturating_duration_since(*at) >= DOWN_REWARN
-            }
-        };
-        if !warn {
-            return None;
-        }
-        self.warned = Some((now, error.to_string()));
-        Some(DownWarning {
-            attempts: self.attempts,
-            down,
-        })
-    }
-
-    /// A connection got through at `now`: the run is over. `Some` (how long the path was
-    /// without a subflow, and how many attempts failed) when a warning had been logged, so the
-    /// recovery is worth saying too.
-    fn connected(&mut self, now: std::time::Instant) -> Option<DownWarning> {
-        let run = std::mem::take(self);
-        run.warned.map(|_| DownWarning {
-            attempts: run.attempts,
-            down: run
-                .since
-                .map_or(Duration::ZERO, |s| now.saturating_duration_since(s)),
-        })
-    }
-}
-
-/// Why a subflow was replaced by a fresh connection.
-enum Replace {
-    /// The path stayed silent.
-    Silent,
-    /// Refresh of an idle subflow whose slow-start threshold collapsed (segments).
-    Refresh(u32),
-    /// Refresh of an idle subflow that carried this many downlink bytes.
-    Used(u64),
-    /// Refresh the proxy asked for: a timeout cut its end's slow-start threshold (segments)
-    /// while the path was idle ([`polycorn_proto::Frame::Refresh`]).
-    Asked(u32),
-    /// The path carries the proxy's frames again but this subflow's TCP still waits out an
-    /// exponentially backed-off retransmission timer (consecutive back-offs).
-    BackedOff(u8),
-    /// The subflow was made with TLS credentials a reload has since replaced.
-    Renewed,
 }
 
 /// The end of the proxy's certificate that was warned about last (one warning per value, not
@@ -700,12 +551,20 @@ async fn maintain_path(
     };
     // Whether this path's latest attempt failed (a failing path may look the proxy up again).
     let failing = std::sync::atomic::AtomicBool::new(false);
-    // Whether the path's attempts reaching another proxy than the session's were logged.
-    let other = std::sync::atomic::AtomicBool::new(false);
+    // The path's decisions across its subflows: pauses, warnings, the silent streak.
+    let policy = std::sync::Mutex::new(PathPolicy::default());
+    let policy_lock = || policy.lock().unwrap_or_else(|e| e.into_inner());
     // The generation of TLS credentials the latest connection was made with.
     let made_with = std::sync::atomic::AtomicU64::new(0);
-    let (tls, p_ref, sockopts, resolver, failing_ref, engine_ref, other_told, made_with_ref) = (
-        &tls, &p, &sockopts, &resolver, &failing, &engine, &other, &made_with,
+    let (tls, p_ref, sockopts, resolver, failing_ref, engine_ref, policy_ref, made_with_ref) = (
+        &tls,
+        &p,
+        &sockopts,
+        &resolver,
+        &failing,
+        &engine,
+        &policy_lock,
+        &made_with,
     );
     let connect = move |timeouts| async move {
         let failed = failing_ref.load(std::sync::atomic::Ordering::Relaxed);
@@ -735,7 +594,7 @@ async fn maintain_path(
                             == HelloOutcome::Elsewhere =>
                     {
                         // Said once until the path has a subflow again; a warning if it lasts.
-                        if !other_told.swap(true, std::sync::atomic::Ordering::Relaxed) {
+                        if policy_ref().met_other_proxy() {
                             info!(
                                 path = %p_ref.name,
                                 proxy = %p_ref.proxy,
@@ -761,7 +620,6 @@ async fn maintain_path(
         failing_ref.store(r.is_err(), std::sync::atomic::Ordering::Relaxed);
         r
     };
-    let failures = std::sync::Mutex::new(ConnectFailures::default());
     // The pause `wait` after the failed attempt `e`.
     let pause_after = |e: &subflow::HandshakeError, wait: Duration| {
         let other = matches!(e, subflow::HandshakeError::OtherProxy(_));
@@ -777,11 +635,7 @@ async fn maintain_path(
     // Log a failed attempt of a path without a working subflow, as a warning when worth one.
     // (`retry`: the pause before the next attempt)
     let report = |e: &subflow::HandshakeError, what: &str, retry: Duration| {
-        let w = failures.lock().expect("connect failures").failed(
-            std::time::Instant::now(),
-            e.is_setup(),
-            &e.to_string(),
-        );
+        let w = policy_lock().report(std::time::Instant::now(), e.is_setup(), &e.to_string());
         match w {
             Some(w) => warn!(
                 path = %p.name,
@@ -796,32 +650,22 @@ async fn maintain_path(
             None => debug!(path = %p.name, error = %e, "{what} failed"),
         }
     };
-    // The pause after the last of the failed attempts in a row, if any.
-    let mut pause: Option<Duration> = None;
     let mut next: Option<subflow::Established> = None;
-    // Subflows in a row replaced as silent within SHORT_LIVED of coming up.
-    let mut silent_streak = 0u32;
     loop {
         let est = match next.take() {
             Some(e) => e,
             None => match connect(CONNECT_TIMEOUTS).await {
                 Ok(e) => e,
                 Err(e) => {
-                    let wait = retry_pause(pause, &e);
+                    let wait = policy_lock().connect_failed(failure(&e));
                     report(&e, "subflow connect", wait);
                     pause_after(&e, wait).await;
-                    pause = Some(wait);
                     continue;
                 }
             },
         };
-        pause = None;
-        other.store(false, std::sync::atomic::Ordering::Relaxed);
         let up_at = std::time::Instant::now();
-        let recovered = failures
-            .lock()
-            .expect("connect failures")
-            .connected(std::time::Instant::now());
+        let recovered = policy_lock().connected(std::time::Instant::now());
         // After a warning, how long the path was down and how many attempts failed.
         let source = est.stream.get_ref().0.local_addr().ok().map(|a| a.ip());
         info!(
@@ -868,19 +712,18 @@ async fn maintain_path(
         // probed with a fresh connection; when the probe gets through, it replaces the old
         // subflow, whose TCP may sit in exponential RTO back-off for a long time.
         let watchdog = async {
-            let mut silent = 0u32;
+            let mut watch = Watchdog::default();
             loop {
-                tokio::time::sleep(Duration::from_millis(500)).await;
+                tokio::time::sleep(WATCHDOG_CHECK).await;
                 let stalled = engine.inspect(|s| s.path_attached(path) && !s.path_usable(path));
-                silent = if stalled { silent + 1 } else { 0 };
-                if silent >= 2 {
+                if watch.on_look(stalled) {
                     reaching.silent();
                     // A path silent this long went through a blackout: both ends' TCP on the
                     // old subflow sit in retransmission back-off with a collapsed window, and
                     // the proxy's end cannot be seen from here. Probe, with no pause between
                     // probes, until a fresh subflow is up, also when the old one speaks again
                     // meanwhile (keeping it gave 2-3x slower answers for a second or two).
-                    let mut pause = None;
+                    let mut retry = crate::path_policy::Retry::default();
                     loop {
                         match probe().await {
                             Ok(e) => return (e, Replace::Silent),
@@ -891,10 +734,9 @@ async fn maintain_path(
                                 if e.refused_by_proxy()
                                     || matches!(e, subflow::HandshakeError::OtherProxy(_)) =>
                             {
-                                let wait = retry_pause(pause, &e);
+                                let wait = retry.failed(failure(&e));
                                 report(&e, "probe connection", wait);
                                 pause_after(&e, wait).await;
-                                pause = Some(wait);
                             }
                             Err(e) => report(&e, "probe connection", Duration::ZERO),
                         }
@@ -902,132 +744,75 @@ async fn maintain_path(
                 }
             }
         };
-        // Refresh: a blackout that hits an idle subflow (only probes in flight) cuts its
-        // slow-start threshold to a few segments, and loss-based congestion control then
-        // grows the window linearly for many seconds when passengers' data comes back. Such a
-        // subflow is replaced, while the path is idle, by a fresh connection that starts in
-        // slow start (make before break: nothing in flight is lost). The proxy asks for the
-        // same when a timeout cut its own end's threshold (the downlink's), which this end
-        // cannot see.
+        // Refresh: an idle subflow whose congestion state is stale ([`Refresh`]) is
+        // replaced by a fresh connection while the path is idle (make before break).
         let refresher = async {
-            use crate::config::IdleRefresh;
-            let started = std::time::Instant::now();
-            let mut last = engine.inspect(|s| s.path_counters(path).unwrap_or_default());
-            let rx_at_start = last.rx_bytes;
-            // The proxy's request not yet acted on: its threshold, segments.
-            let mut asked = None;
+            let counters = engine.inspect(|s| s.path_counters(path).unwrap_or_default());
+            let mut refresh = Refresh::new(idle_refresh, std::time::Instant::now(), counters);
             loop {
-                if idle_refresh == IdleRefresh::Off {
+                if !refresh.enabled() {
                     std::future::pending::<()>().await;
                 }
-                tokio::time::sleep(REFRESH_CHECK).await;
-                let now = engine.inspect(|s| s.path_counters(path).unwrap_or_default());
-                let quiet = quiet_between(&last, &now);
-                last = now;
-                if let Some(ssthresh) = engine.with(|s, _| s.take_refresh_request(path)) {
-                    asked = Some(ssthresh);
-                }
-                if !quiet {
-                    // Data crossed the path since: it ran with the window it had.
-                    asked = None;
-                }
-                if started.elapsed() < REFRESH_MIN_AGE || !quiet {
-                    continue;
-                }
-                let Ok(i) = raw_info() else { continue };
-                let collapsed = i.snd_ssthresh < REFRESH_SSTHRESH_SEGMENTS;
-                let carried = now.rx_bytes.saturating_sub(rx_at_start);
-                let used = idle_refresh == IdleRefresh::Used && carried >= REFRESH_USED_BYTES;
-                // Probes only: on a path whose RTT exceeds the probe interval a probe is always
-                // in flight, and nothing in flight was never seen there. What the old subflow
-                // has in flight is sent again on the fresh one.
-                let idle =
-                    crate::sockopt::probes_only(u64::from(i.unacked), u64::from(i.notsent_bytes))
-                        && i.backoff == 0;
-                if (collapsed || used || asked.is_some())
-                    && idle
-                    && engine.inspect(|s| s.path_usable(path))
-                {
+                tokio::time::sleep(crate::path_policy::REFRESH_CHECK).await;
+                let counters = engine.inspect(|s| s.path_counters(path).unwrap_or_default());
+                let request = engine.with(|s, _| s.take_refresh_request(path));
+                let why = refresh.on_look(
+                    std::time::Instant::now(),
+                    counters,
+                    request,
+                    || raw_info().ok(),
+                    || engine.inspect(|s| s.path_usable(path)),
+                );
+                if let Some(why) = why {
                     if let Some(e) = spare_probe().await {
-                        let why = match asked {
-                            _ if collapsed => Replace::Refresh(i.snd_ssthresh),
-                            Some(theirs) => Replace::Asked(theirs),
-                            None => Replace::Used(carried),
-                        };
                         return (e, why);
                     }
                 }
             }
         };
-        // Back-off: after a blackout the proxy's retransmission may get through first; its
-        // frames then arrive again (the path is not silent), while this end's own
-        // retransmission timer, doubled at every RTO of the blackout, can hold everything the
-        // relay sends on the path for seconds more. Once frames have arrived during such a
-        // back-off, the subflow is replaced (what it had in flight is sent again on the other
-        // paths and on the fresh connection).
+        // Back-off: a subflow whose TCP waits out a backed-off retransmission timer while the
+        // proxy's frames arrive again ([`BackoffWatch`]) is replaced (what it had in flight is
+        // sent again on the other paths and on the fresh connection).
         let backed_off = async {
-            // (when the back-off was first seen, frames received by then)
-            let mut since: Option<(std::time::Instant, u64)> = None;
+            let mut watch = BackoffWatch::default();
             loop {
                 tokio::time::sleep(BACKOFF_CHECK).await;
                 let rx = engine.inspect(|s| s.path_counters(path).unwrap_or_default().rx_frames);
-                let Ok(i) = raw_info() else { continue };
-                if i.backoff == 0 || i.unacked == 0 {
-                    since = None;
-                    continue;
-                }
-                let (first, rx0) = *since.get_or_insert((std::time::Instant::now(), rx));
-                if first.elapsed() >= BACKOFF_MIN
-                    && rx > rx0
-                    && !probing.load(std::sync::atomic::Ordering::Relaxed)
-                {
+                let socket = raw_info().ok();
+                let busy = probing.load(std::sync::atomic::Ordering::Relaxed);
+                if let Some(backoff) = watch.on_look(std::time::Instant::now(), rx, socket, busy) {
                     if let Some(e) = spare_probe().await {
-                        return (e, Replace::BackedOff(i.backoff));
+                        return (e, Replace::BackedOff(backoff));
                     }
-                    // Probe failed: wait for more frames from the proxy before the next one.
-                    since = Some((std::time::Instant::now(), rx));
+                    watch.probe_failed(std::time::Instant::now(), rx);
                 }
             }
         };
-        // Renewal: a reload replaced the TLS credentials since this subflow was made. It is
-        // replaced at the path's first idle second (no passengers' data either way), or
-        // after RENEW_WITHIN when there is none, so that the proxy sees the new certificate.
-        // A proxy that refuses the new credentials is told about once per reload, and tried
-        // again less and less often; the subflow made before the reload stays meanwhile.
+        // Renewal: a reload replaced the TLS credentials since this subflow was made
+        // ([`Renewal`]); the subflow made before the reload stays until a probe gets through.
         let renewed = async {
             let made = made_with.load(std::sync::atomic::Ordering::Relaxed);
             tls.newer_than(made).await;
-            let mut since = std::time::Instant::now();
-            let (mut wait, mut generation, mut told) = (REFRESH_CHECK, tls.generation(), false);
-            let mut last = engine.inspect(|s| s.path_counters(path).unwrap_or_default());
+            let counters = engine.inspect(|s| s.path_counters(path).unwrap_or_default());
+            let mut renewal = Renewal::new(std::time::Instant::now(), tls.generation(), counters);
             loop {
-                tokio::time::sleep(wait).await;
-                if tls.generation() != generation {
-                    // Reloaded again (e.g. with the files fixed): from the start.
-                    (since, wait, generation, told) = (
-                        std::time::Instant::now(),
-                        REFRESH_CHECK,
-                        tls.generation(),
-                        false,
-                    );
-                }
-                // Idle: the path carried less than REFRESH_QUIET_BYTES either way since the
-                // last look (its probes and their answers are far below).
-                let now = engine.inspect(|s| s.path_counters(path).unwrap_or_default());
-                let idle = quiet_between(&last, &now);
-                last = now;
-                if !((idle || since.elapsed() >= RENEW_WITHIN)
-                    && engine.inspect(|s| s.path_usable(path))
-                    && !probing.load(std::sync::atomic::Ordering::Relaxed))
-                {
+                tokio::time::sleep(renewal.wait()).await;
+                let generation = tls.generation();
+                let counters = engine.inspect(|s| s.path_counters(path).unwrap_or_default());
+                let go = renewal.on_look(
+                    std::time::Instant::now(),
+                    generation,
+                    counters,
+                    || engine.inspect(|s| s.path_usable(path)),
+                    probing.load(std::sync::atomic::Ordering::Relaxed),
+                );
+                if !go {
                     continue;
                 }
                 match probe().await {
                     Ok(e) => return (e, Replace::Renewed),
                     Err(e) => {
-                        if (e.is_setup() || e.refused_by_proxy())
-                            && !std::mem::replace(&mut told, true)
-                        {
+                        if renewal.probe_failed(e.is_setup() || e.refused_by_proxy()) {
                             warn!(
                                 path = %p.name,
                                 error = %e,
@@ -1039,7 +824,6 @@ async fn maintain_path(
                         } else {
                             debug!(path = %p.name, error = %e, "renewal probe failed");
                         }
-                        wait = (wait * 2).min(RENEW_RETRY_MAX);
                     }
                 }
             }
@@ -1053,22 +837,18 @@ async fn maintain_path(
             }
         };
         tokio::pin!(run, fresh);
-        let mut streak = |silent: bool| {
-            if up_at.elapsed() >= SHORT_LIVED {
-                silent_streak = 0;
-            } else if silent {
-                silent_streak += 1;
-                if silent_streak == SILENT_HINT_AFTER {
-                    warn!(
-                        path = %p.name,
-                        in_a_row = silent_streak,
-                        mtu = p.mtu,
-                        "the path's subflows connect but fall silent within seconds, again and \
-                         again: a carrier that drops full-sized packets without an ICMP answer \
-                         (a path-MTU black hole) does this; if it goes on, set (or lower) this \
-                         path's `mtu`, e.g. mtu = 1400"
-                    );
-                }
+        let streak = |silent: bool| {
+            let hint = policy_lock().subflow_over(up_at.elapsed(), silent);
+            if let Some(in_a_row) = hint {
+                warn!(
+                    path = %p.name,
+                    in_a_row,
+                    mtu = p.mtu,
+                    "the path's subflows connect but fall silent within seconds, again and \
+                     again: a carrier that drops full-sized packets without an ICMP answer \
+                     (a path-MTU black hole) does this; if it goes on, set (or lower) this \
+                     path's `mtu`, e.g. mtu = 1400"
+                );
             }
         };
         let log_replace = |why: &Replace| match why {
@@ -1312,81 +1092,6 @@ async fn carry(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::time::Instant;
-
-    fn secs(s: u64) -> Duration {
-        Duration::from_secs(s)
-    }
-
-    /// Blackouts and tunnels are routine: a path that fails to connect for less than
-    /// `DOWN_WARN_AFTER` stays quiet, then warns, then repeats only every `DOWN_REWARN`.
-    #[test]
-    fn coverage_failures_warn_after_30_s_and_then_every_5_min() {
-        let t0 = Instant::now();
-        let mut f = ConnectFailures::default();
-        for s in 0..30 {
-            assert_eq!(f.failed(t0 + secs(s), false, "TCP connect timed out"), None);
-        }
-        assert_eq!(
-            f.failed(t0 + secs(30), false, "TCP connect timed out"),
-            Some(DownWarning {
-                attempts: 31,
-                down: secs(30)
-            })
-        );
-        for s in 31..330 {
-            assert_eq!(
-                f.failed(t0 + secs(s), false, "TCP connect timed out"),
-                None,
-                "{s}"
-            );
-        }
-        assert!(f
-            .failed(t0 + secs(330), false, "TCP connect timed out")
-            .is_some());
-        assert_eq!(
-            f.connected(t0 + secs(340)),
-            Some(DownWarning {
-                attempts: 331,
-                down: secs(340)
-            }),
-            "the recovery of a path that was warned about is reported"
-        );
-        // A new run starts from scratch.
-        assert_eq!(
-            f.failed(t0 + secs(400), false, "TCP connect timed out"),
-            None
-        );
-        assert_eq!(f.connected(t0 + secs(401)), None, "nothing was warned");
-    }
-
-    /// A missing device or a rejected certificate does not go away by waiting: the first
-    /// failure warns, the same error again does not, a different one does.
-    #[test]
-    fn setup_failures_warn_at_once_and_once_per_error() {
-        let t0 = Instant::now();
-        let mut f = ConnectFailures::default();
-        let nodev = "pin socket to lte9 (10.0.0.1): No such device (os error 19)";
-        assert_eq!(
-            f.failed(t0, true, nodev),
-            Some(DownWarning {
-                attempts: 1,
-                down: Duration::ZERO
-            })
-        );
-        assert_eq!(f.failed(t0 + secs(2), true, nodev), None);
-        assert!(f
-            .failed(t0 + secs(4), true, "read Hello: bad certificate")
-            .is_some());
-        assert_eq!(
-            f.failed(t0 + secs(40), false, "TCP connect timed out"),
-            None
-        );
-        assert!(
-            f.failed(t0 + secs(304), true, nodev).is_some(),
-            "repeated after 5 min"
-        );
-    }
 
     /// Coverage failures are retried within 2 s; refusals back off to a minute, and a refusal
     /// after coverage failures starts at 2 s; another proxy than the session's is tried again
@@ -1399,7 +1104,7 @@ mod tests {
             errors
                 .iter()
                 .map(|e| {
-                    let p = retry_pause(pause, &e());
+                    let p = crate::path_policy::retry_pause(pause, failure(&e()));
                     pause = Some(p);
                     p.as_millis()
                 })

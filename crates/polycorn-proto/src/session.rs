@@ -1307,14 +1307,12 @@ impl Session {
         }
     }
 
-    /// A `TCP_INFO` reading of `path`'s subflow. `pending_bytes` is what the shell holds for
-    /// the subflow but has not yet written to the kernel (counted as not sent).
+    /// A `TCP_INFO` reading of `path`'s subflow.
     pub fn on_tcp_info(
         &mut self,
         now: Instant,
         path: u8,
         sample: &TcpInfoSample,
-        pending_bytes: u64,
     ) -> Result<(), ProtoError> {
         self.observe(now);
         let id = path_id(path)?;
@@ -1325,7 +1323,6 @@ impl Session {
         let mut s = *sample;
         s.notsent_bytes = s
             .notsent_bytes
-            .saturating_add(pending_bytes)
             .saturating_add((slot.prio.len() + slot.bulk.len()) as u64);
         self.sched
             .on_tcp_info(now, id, &s)

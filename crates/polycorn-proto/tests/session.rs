@@ -184,10 +184,10 @@ impl Net {
                 .map(|x| x.1.len() as u64)
                 .sum();
             self.relay
-                .on_tcp_info(now, p as u8, &info(unacked_r, self.cwnd_bytes), 0)
+                .on_tcp_info(now, p as u8, &info(unacked_r, self.cwnd_bytes))
                 .unwrap();
             self.proxy
-                .on_tcp_info(now, p as u8, &info(unacked_p, self.cwnd_bytes), 0)
+                .on_tcp_info(now, p as u8, &info(unacked_p, self.cwnd_bytes))
                 .unwrap();
             self.relay.poll_transmit(now, &NoPrediction);
             self.proxy.poll_transmit(now, &NoPrediction);
