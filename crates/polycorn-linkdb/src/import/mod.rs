@@ -8,7 +8,7 @@
 
 pub mod relay;
 pub mod sim;
-mod time;
+pub(crate) mod time;
 pub mod ucc5g;
 pub mod wmnlab;
 

@@ -30,6 +30,7 @@
 
 use std::path::Path;
 
+pub use super::time::{log_day, log_start_ms};
 use super::{csv_files, data_rows, read, Header, ImportError, ImportReport, Imported};
 use crate::predict::Track;
 use crate::record::{
@@ -76,26 +77,6 @@ pub struct Options {
     /// places every handover later along the line by the lag's travel, and a failure
     /// predicted late is one HPR does not act on in time (docs/MEASUREMENTS.md, session 54).
     pub monitor_lag_ms: u64,
-}
-
-/// The day a context log's name gives it (`context-YYYYMMDDT….csv` → `YYYYMMDD`).
-pub fn log_day(file: &Path) -> Option<&str> {
-    let name = file.file_name()?.to_str()?;
-    let day = name.strip_prefix("context-")?.get(..8)?;
-    (day.bytes().all(|b| b.is_ascii_digit()) && name.as_bytes().get(8 + 8) == Some(&b'T'))
-        .then_some(day)
-}
-
-/// When a context log's first fix was, ms since the Unix epoch, as its name gives it
-/// (`context-YYYYMMDDTHHMMSSZ….csv`, whole seconds): `t_ms` counts from there.
-pub fn log_start_ms(file: &Path) -> Option<u64> {
-    let name = file.file_name()?.to_str()?;
-    let stamp = name.strip_prefix("context-")?.get(..16)?;
-    let format = time::macros::format_description!("[year][month][day]T[hour][minute][second]Z");
-    let t = time::PrimitiveDateTime::parse(stamp, format).ok()?;
-    u64::try_from(t.assume_utc().unix_timestamp())
-        .ok()?
-        .checked_mul(1000)
 }
 
 /// What [`infer_handovers`] saw besides the handovers.

@@ -1,4 +1,7 @@
-//! Civil timestamps of the measurement CSVs to seconds (UTC-agnostic: only differences matter).
+//! Timestamps: the civil timestamps of the measurement CSVs to seconds (UTC-agnostic: only
+//! differences matter), and the day and start a relay's context log's name gives it.
+
+use std::path::Path;
 
 /// Days since 1970-01-01 of a proleptic Gregorian date (Howard Hinnant's algorithm).
 fn days_from_civil(y: i64, m: i64, d: i64) -> i64 {
@@ -60,6 +63,26 @@ fn civil(y: i64, mo: i64, d: i64, h: i64, mi: i64, sec: f64) -> Option<f64> {
         return None;
     }
     Some((days_from_civil(y, mo, d) * 86_400 + h * 3600 + mi * 60) as f64 + sec)
+}
+
+/// The day a context log's name gives it (`context-YYYYMMDDT….csv` → `YYYYMMDD`).
+pub fn log_day(file: &Path) -> Option<&str> {
+    let name = file.file_name()?.to_str()?;
+    let day = name.strip_prefix("context-")?.get(..8)?;
+    (day.bytes().all(|b| b.is_ascii_digit()) && name.as_bytes().get(8 + 8) == Some(&b'T'))
+        .then_some(day)
+}
+
+/// When a context log's first fix was, ms since the Unix epoch, as its name gives it
+/// (`context-YYYYMMDDTHHMMSSZ….csv`, whole seconds): `t_ms` counts from there.
+pub fn log_start_ms(file: &Path) -> Option<u64> {
+    let name = file.file_name()?.to_str()?;
+    let stamp = name.strip_prefix("context-")?.get(..16)?;
+    let format = time::macros::format_description!("[year][month][day]T[hour][minute][second]Z");
+    let t = time::PrimitiveDateTime::parse(stamp, format).ok()?;
+    u64::try_from(t.assume_utc().unix_timestamp())
+        .ok()?
+        .checked_mul(1000)
 }
 
 #[cfg(test)]
