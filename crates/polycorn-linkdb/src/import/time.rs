@@ -57,6 +57,33 @@ fn civil(y: i64, mo: i64, d: i64, h: i64, mi: i64, sec: f64) -> Option<f64> {
     Some((days * 86_400 + h * 3600 + mi * 60) as f64 + sec)
 }
 
+/// A CSV's timestamp column read row by row ([`parse_seconds`]): the time of a row, checked
+/// to parse and not to go back ([`Clock::check`]), and once the row is taken, the seconds
+/// since the first row taken ([`Clock::take`]).
+#[derive(Debug, Default)]
+pub(crate) struct Clock {
+    first: Option<f64>,
+    last: Option<f64>,
+}
+
+impl Clock {
+    /// The seconds of timestamp `s`, or why the row is bad: it does not parse, or it is before
+    /// the last row taken.
+    pub(crate) fn check(&self, s: &str) -> Result<f64, String> {
+        let t = parse_seconds(s).ok_or_else(|| format!("timestamp `{s}` does not parse"))?;
+        if self.last.is_some_and(|last| t < last) {
+            return Err("timestamp goes back in time".into());
+        }
+        Ok(t)
+    }
+
+    /// Take a row of time `t` (from [`Clock::check`]): seconds since the first row taken.
+    pub(crate) fn take(&mut self, t: f64) -> f64 {
+        self.last = Some(t);
+        t - *self.first.get_or_insert(t)
+    }
+}
+
 /// The day a context log's name gives it (`context-YYYYMMDDT….csv` → `YYYYMMDD`).
 pub fn log_day(file: &Path) -> Option<&str> {
     let name = file.file_name()?.to_str()?;
