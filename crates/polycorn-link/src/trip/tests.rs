@@ -1,22 +1,31 @@
 use super::*;
+use crate::trace::{DelaySeries, DeliveryTrace, Outages};
+
+/// A trip of one path from traces, `duration_ms` long, without outages or interruptions.
+fn plain_trip(
+    down: &DeliveryTrace,
+    up: &DeliveryTrace,
+    delay: &DelaySeries,
+    duration_ms: u64,
+) -> Trip {
+    let none = Outages::none();
+    let path = TracePath {
+        name: "x".into(),
+        down,
+        up,
+        delay,
+        outages: &none,
+        interruptions: &none,
+    };
+    Trip::from_traces(&[path], duration_ms)
+}
 
 #[test]
 fn traces_become_a_trip_byte_for_byte_looped() {
-    use crate::trace::{DelaySeries, DeliveryTrace, Outages};
     // Down: 3 opportunities in the first 10 ms, 1 in the next 10 (period 20 ms).
     let down = DeliveryTrace::parse("d", "1\n1\n10\n20\n").unwrap();
     let up = DeliveryTrace::parse("u", "5\n").unwrap();
-    let t = Trip::from_traces(
-        &[TracePath {
-            name: "x".into(),
-            down: &down,
-            up: &up,
-            delay: &DelaySeries::constant(25_000),
-            outages: &Outages::none(),
-            interruptions: &Outages::none(),
-        }],
-        45,
-    );
+    let t = plain_trip(&down, &up, &DelaySeries::constant(25_000), 45);
     assert_eq!(t.duration_ms, 50);
     let p = &t.paths[0];
     let per = 1500.0 * 8.0 * 100.0; // one opportunity per 10 ms step, bit/s
@@ -27,15 +36,7 @@ fn traces_become_a_trip_byte_for_byte_looped() {
     // A delay series is read at each step's start; looped with the trace, it repeats.
     let owd_with = |points: Vec<(u64, u64)>| {
         let d = DelaySeries::new(points).unwrap().looped(20);
-        let path = TracePath {
-            name: "x".into(),
-            down: &down,
-            up: &up,
-            delay: &d,
-            outages: &Outages::none(),
-            interruptions: &Outages::none(),
-        };
-        Trip::from_traces(&[path], 45).paths[0].owd_us.clone()
+        plain_trip(&down, &up, &d, 45).paths[0].owd_us.clone()
     };
     assert_eq!(owd_with(vec![(0, 30_000), (15, 40_000)]), vec![30_000; 5]);
     assert_eq!(
@@ -79,17 +80,7 @@ fn traces_become_a_trip_byte_for_byte_looped() {
     assert_eq!(t.paths[0].interruptions_ms, [(3, 4), (23, 24), (43, 44)]);
     // Recorded traces may start at 0 ms: that opportunity is in the first step.
     let zero = DeliveryTrace::parse("z", "0\n0\n7\n12\n").unwrap();
-    let t = Trip::from_traces(
-        &[TracePath {
-            name: "z".into(),
-            down: &zero,
-            up: &zero,
-            delay: &DelaySeries::constant(0),
-            outages: &Outages::none(),
-            interruptions: &Outages::none(),
-        }],
-        30,
-    );
+    let t = plain_trip(&zero, &zero, &DelaySeries::constant(0), 30);
     // Loop 1: 0, 0, 7 | 12; loop 2 (base 12): 12, 12 | 19, 24; loop 3 (base 24): 24, 24 | ...
     assert_eq!(t.paths[0].dl_bps[0] / per, 3.0);
     assert_eq!(t.paths[0].dl_bps[1] / per, 4.0);

@@ -426,7 +426,13 @@ impl Session {
         err
     }
 
-    pub(super) fn shut(&mut self, now: Instant, reset: ResetReason, reason: CloseReason, message: &str) {
+    pub(super) fn shut(
+        &mut self,
+        now: Instant,
+        reset: ResetReason,
+        reason: CloseReason,
+        message: &str,
+    ) {
         self.reset_all_flows(now, reset);
         self.ctrl_out.clear();
         self.ack_dirty.clear();
