@@ -193,27 +193,24 @@ pub fn render(row: &ContextRow, names: &[String], wall_start: SystemTime) -> Str
     s
 }
 
-/// UTC time as gpsd writes it (`2026-11-21T06:00:01.000Z`).
+/// UTC time as gpsd writes it (`2026-11-21T06:00:01.000Z`); a time past year 9999 is
+/// written as the last millisecond of 9999.
 fn iso8601(t: SystemTime) -> String {
     let d = t.duration_since(UNIX_EPOCH).unwrap_or_default();
-    let secs = d.as_secs();
-    let (days, rem) = (secs / 86_400, secs % 86_400);
-    // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).
-    let z = days as i64 + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + i64::from(month <= 2);
+    let (t, ms) = i64::try_from(d.as_secs())
+        .ok()
+        .and_then(|s| time::OffsetDateTime::from_unix_timestamp(s).ok())
+        .map_or((time::PrimitiveDateTime::MAX.assume_utc(), 999), |t| {
+            (t, d.subsec_millis())
+        });
     format!(
-        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{:03}Z",
-        rem / 3600,
-        rem % 3600 / 60,
-        rem % 60,
-        d.subsec_millis()
+        "{:04}-{:02}-{:02}T{:02}:{:02}:{:02}.{ms:03}Z",
+        t.year(),
+        u8::from(t.month()),
+        t.day(),
+        t.hour(),
+        t.minute(),
+        t.second(),
     )
 }
 

@@ -83,14 +83,12 @@ fn parse_timestamp(s: &str) -> Option<u64> {
     {
         return None;
     }
-    // Days from 2000-01-01 (civil calendar).
-    let (yy, mm) = if mo <= 2 {
-        (y - 1, mo + 9)
-    } else {
-        (y, mo - 3)
-    };
-    let era_days = 365 * yy + yy / 4 - yy / 100 + yy / 400 + (153 * mm + 2) / 5 + da - 1;
-    Some(era_days * 86_400 + h * 3600 + mi * 60 + se)
+    // Days from 2000-01-01; a day past its month's end counts on into the next month.
+    let month = time::Month::try_from(u8::try_from(mo).ok()?).ok()?;
+    let first = time::Date::from_calendar_date(i32::try_from(y).ok()?, month, 1).ok()?;
+    let epoch = time::Date::from_calendar_date(2000, time::Month::January, 1).ok()?;
+    let days = u64::try_from((first - epoch).whole_days()).ok()? + da - 1;
+    Some(days * 86_400 + h * 3600 + mi * 60 + se)
 }
 
 /// Parse a throughput log. `name` is used in errors.
@@ -218,6 +216,22 @@ pub fn parse(name: &str, text: &str) -> Result<ThroughputSeries, TraceError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn timestamps_count_seconds_from_2000() {
+        assert_eq!(parse_timestamp("2000.01.01_00.00.00"), Some(0));
+        assert_eq!(
+            parse_timestamp("2000.03.01_00.00.01"),
+            Some(60 * 86_400 + 1)
+        );
+        assert_eq!(parse_timestamp("2019.12.16_07.22.43"), Some(629_796_163));
+        assert_eq!(
+            parse_timestamp("2023.02.30_00.00.00"),
+            parse_timestamp("2023.03.02_00.00.00")
+        );
+        assert_eq!(parse_timestamp("1999.12.31_23.59.59"), None);
+        assert_eq!(parse_timestamp("2019.13.01_00.00.00"), None);
+    }
 
     const HEAD: &str = "Timestamp,Longitude,DL_bitrate,UL_bitrate,State\n";
 

@@ -167,7 +167,7 @@ impl TripMeta {
     pub fn start_ms(&self) -> Option<u64> {
         self.started_ms.or_else(|| {
             (self.source == Source::Relay)
-                .then(|| crate::import::relay::log_start_ms(std::path::Path::new(&self.name)))
+                .then(|| crate::import::time::log_start_ms(std::path::Path::new(&self.name)))
                 .flatten()
         })
     }

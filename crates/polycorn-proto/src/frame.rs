@@ -578,34 +578,44 @@ fn put_ip(out: &mut Vec<u8>, ip: IpAddr) {
     }
 }
 
-fn open_status_byte(s: OpenStatus) -> u8 {
-    match s {
-        OpenStatus::Ok => 0,
-        OpenStatus::Refused => 1,
-        OpenStatus::Unreachable => 2,
-        OpenStatus::Denied => 3,
-        OpenStatus::NameError => 4,
-        OpenStatus::Failed => 5,
-    }
+/// The byte of each value of a one-byte field, written once for both directions: `$to` writes
+/// a value's byte, `$from` reads one (`None`: no value has that byte).
+macro_rules! field_bytes {
+    ($ty:ident, $to:ident, $from:ident { $($v:ident = $b:literal),* $(,)? }) => {
+        fn $to(x: $ty) -> u8 {
+            match x {
+                $($ty::$v => $b,)*
+            }
+        }
+        fn $from(b: u8) -> Option<$ty> {
+            match b {
+                $($b => Some($ty::$v),)*
+                _ => None,
+            }
+        }
+    };
 }
 
-fn reset_reason_byte(r: ResetReason) -> u8 {
-    match r {
-        ResetReason::PeerReset => 0,
-        ResetReason::SessionLost => 1,
-        ResetReason::Protocol => 2,
-        ResetReason::Shutdown => 3,
-    }
-}
-
-fn close_reason_byte(r: CloseReason) -> u8 {
-    match r {
-        CloseReason::Shutdown => 0,
-        CloseReason::Version => 1,
-        CloseReason::Protocol => 2,
-        CloseReason::Limit => 3,
-    }
-}
+field_bytes!(OpenStatus, open_status_byte, open_status_of {
+    Ok = 0,
+    Refused = 1,
+    Unreachable = 2,
+    Denied = 3,
+    NameError = 4,
+    Failed = 5,
+});
+field_bytes!(ResetReason, reset_reason_byte, reset_reason_of {
+    PeerReset = 0,
+    SessionLost = 1,
+    Protocol = 2,
+    Shutdown = 3,
+});
+field_bytes!(CloseReason, close_reason_byte, close_reason_of {
+    Shutdown = 0,
+    Version = 1,
+    Protocol = 2,
+    Limit = 3,
+});
 
 /// Bounds-checked reader over one frame's payload.
 struct Reader<'a> {
@@ -788,15 +798,8 @@ pub fn decode(buf: &[u8]) -> Result<Option<(Frame<'_>, usize)>, FrameError> {
         kind::OPEN_RESULT => {
             let cseq = r.u64("cseq")?;
             let flow = r.u64("flow")?;
-            let status = match r.u8("status")? {
-                0 => OpenStatus::Ok,
-                1 => OpenStatus::Refused,
-                2 => OpenStatus::Unreachable,
-                3 => OpenStatus::Denied,
-                4 => OpenStatus::NameError,
-                5 => OpenStatus::Failed,
-                v => return Err(r.bad("status", v)),
-            };
+            let v = r.u8("status")?;
+            let status = open_status_of(v).ok_or_else(|| r.bad("status", v))?;
             Frame::OpenResult { cseq, flow, status }
         }
         kind::DATA => {
@@ -823,13 +826,8 @@ pub fn decode(buf: &[u8]) -> Result<Option<(Frame<'_>, usize)>, FrameError> {
         kind::RESET => {
             let cseq = r.u64("cseq")?;
             let flow = r.u64("flow")?;
-            let reason = match r.u8("reason")? {
-                0 => ResetReason::PeerReset,
-                1 => ResetReason::SessionLost,
-                2 => ResetReason::Protocol,
-                3 => ResetReason::Shutdown,
-                v => return Err(r.bad("reason", v)),
-            };
+            let v = r.u8("reason")?;
+            let reason = reset_reason_of(v).ok_or_else(|| r.bad("reason", v))?;
             Frame::Reset { cseq, flow, reason }
         }
         kind::ACK => Frame::Ack {
@@ -909,13 +907,8 @@ pub fn decode(buf: &[u8]) -> Result<Option<(Frame<'_>, usize)>, FrameError> {
             next: r.u64("next")?,
         },
         kind::CLOSE => {
-            let reason = match r.u8("reason")? {
-                0 => CloseReason::Shutdown,
-                1 => CloseReason::Version,
-                2 => CloseReason::Protocol,
-                3 => CloseReason::Limit,
-                v => return Err(r.bad("reason", v)),
-            };
+            let v = r.u8("reason")?;
+            let reason = close_reason_of(v).ok_or_else(|| r.bad("reason", v))?;
             let msg = r.take(r.buf.len(), "message")?;
             if msg.len() > MAX_CLOSE_MESSAGE {
                 return Err(r.bad("message length", msg.len()));

@@ -8,14 +8,14 @@
 
 pub mod relay;
 pub mod sim;
-mod time;
+pub(crate) mod time;
 pub mod ucc5g;
 pub mod wmnlab;
 
 use std::fmt;
 use std::path::{Path, PathBuf};
 
-use crate::record::TripData;
+use crate::record::{HandoverRecord, RadioSample, Sample, TripData, TripMeta};
 
 /// A row that was not imported, and why.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -127,13 +127,72 @@ pub(crate) fn read(path: &Path) -> Result<String, ImportError> {
     })
 }
 
+/// A CSV file read whole: its header, then its data rows ([`Csv::rows`]).
+pub(crate) struct Csv<'a> {
+    file: &'a Path,
+    text: String,
+    header: Header,
+}
+
+impl<'a> Csv<'a> {
+    /// Read `file`; one without a header line is an error naming it.
+    pub(crate) fn read(file: &'a Path) -> Result<Csv<'a>, ImportError> {
+        let text = read(file)?;
+        let first = text.lines().next().ok_or_else(|| ImportError::Format {
+            path: file.to_path_buf(),
+            line: 1,
+            problem: "empty file".into(),
+        })?;
+        let header = Header::parse(first);
+        Ok(Csv { file, text, header })
+    }
+
+    /// The index of column `name`; a header without it is an error naming the file.
+    pub(crate) fn col(&self, name: &str) -> Result<usize, ImportError> {
+        self.header.col(self.file, name)
+    }
+
+    /// The header's column names, in order.
+    pub(crate) fn columns(&self) -> &[String] {
+        &self.header.cols
+    }
+
+    /// Each data row, split on commas and trimmed, through `row`. Blank lines are skipped;
+    /// every other row is counted as read. A row whose field count is not the header's, or
+    /// that `row` refuses (`Err(reason)`), is reported as bad with file:line and the reason,
+    /// and left out; the import goes on.
+    pub(crate) fn rows(
+        &self,
+        rep: &mut ImportReport,
+        mut row: impl FnMut(&[&str]) -> Result<(), String>,
+    ) {
+        let width = self.header.cols.len();
+        for (i, line) in self.text.lines().enumerate().skip(1) {
+            let lineno = i + 1;
+            if line.trim().is_empty() {
+                continue;
+            }
+            rep.rows += 1;
+            let f: Vec<&str> = line.split(',').map(str::trim).collect();
+            let checked = if f.len() == width {
+                row(&f)
+            } else {
+                Err(format!("{} fields, header has {width}", f.len()))
+            };
+            if let Err(reason) = checked {
+                rep.bad(self.file, lineno, reason);
+            }
+        }
+    }
+}
+
 /// A CSV header: trimmed column names and lookup by name.
-pub(crate) struct Header {
+struct Header {
     cols: Vec<String>,
 }
 
 impl Header {
-    pub(crate) fn parse(line: &str) -> Header {
+    fn parse(line: &str) -> Header {
         Header {
             cols: line
                 .trim_start_matches('\u{feff}')
@@ -142,7 +201,7 @@ impl Header {
                 .collect(),
         }
     }
-    pub(crate) fn col(&self, path: &Path, name: &str) -> Result<usize, ImportError> {
+    fn col(&self, path: &Path, name: &str) -> Result<usize, ImportError> {
         self.cols
             .iter()
             .position(|c| c == name)
@@ -152,40 +211,23 @@ impl Header {
                 problem: format!("no `{name}` column in the header"),
             })
     }
-    pub(crate) fn len(&self) -> usize {
-        self.cols.len()
-    }
 }
 
-/// The data rows of a CSV (`lines`, past its header), each split on commas and trimmed, with
-/// its 1-based line number. Blank lines are skipped; every other row is counted as read, and
-/// one whose field count is not `width` (the header's) is reported as bad with file:line and
-/// left out.
-pub(crate) fn data_rows<'t>(
-    lines: std::str::Lines<'t>,
-    width: usize,
-    file: &Path,
-    rep: &mut ImportReport,
-) -> Vec<(usize, Vec<&'t str>)> {
-    let mut out = Vec::new();
-    for (i, line) in lines.enumerate() {
-        let lineno = i + 2;
-        if line.trim().is_empty() {
-            continue;
-        }
-        rep.rows += 1;
-        let f: Vec<&str> = line.split(',').map(str::trim).collect();
-        if f.len() == width {
-            out.push((lineno, f));
-        } else {
-            rep.bad(
-                file,
-                lineno,
-                format!("{} fields, header has {width}", f.len()),
-            );
-        }
-    }
-    out
+/// A trip of `meta` with its records, sorted and keyed ([`TripData::seal`]).
+pub(crate) fn sealed(
+    meta: TripMeta,
+    handovers: Vec<HandoverRecord>,
+    samples: Vec<Sample>,
+    radio: Vec<RadioSample>,
+) -> TripData {
+    let mut data = TripData {
+        meta,
+        handovers,
+        samples,
+        radio,
+    };
+    data.seal();
+    data
 }
 
 /// Files to import under `path`: the file itself, or the `.csv` files of a directory tree,

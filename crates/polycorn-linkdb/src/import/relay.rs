@@ -30,7 +30,8 @@
 
 use std::path::Path;
 
-use super::{csv_files, data_rows, read, Header, ImportError, ImportReport, Imported};
+pub use super::time::{log_day, log_start_ms};
+use super::{csv_files, sealed, Csv, ImportError, ImportReport, Imported};
 use crate::predict::Track;
 use crate::record::{
     Direction, HandoverRecord, Outcome, RadioSample, Sample, Source, TripData, TripMeta,
@@ -76,26 +77,6 @@ pub struct Options {
     /// places every handover later along the line by the lag's travel, and a failure
     /// predicted late is one HPR does not act on in time (docs/MEASUREMENTS.md, session 54).
     pub monitor_lag_ms: u64,
-}
-
-/// The day a context log's name gives it (`context-YYYYMMDDT….csv` → `YYYYMMDD`).
-pub fn log_day(file: &Path) -> Option<&str> {
-    let name = file.file_name()?.to_str()?;
-    let day = name.strip_prefix("context-")?.get(..8)?;
-    (day.bytes().all(|b| b.is_ascii_digit()) && name.as_bytes().get(8 + 8) == Some(&b'T'))
-        .then_some(day)
-}
-
-/// When a context log's first fix was, ms since the Unix epoch, as its name gives it
-/// (`context-YYYYMMDDTHHMMSSZ….csv`, whole seconds): `t_ms` counts from there.
-pub fn log_start_ms(file: &Path) -> Option<u64> {
-    let name = file.file_name()?.to_str()?;
-    let stamp = name.strip_prefix("context-")?.get(..16)?;
-    let format = time::macros::format_description!("[year][month][day]T[hour][minute][second]Z");
-    let t = time::PrimitiveDateTime::parse(stamp, format).ok()?;
-    u64::try_from(t.assume_utc().unix_timestamp())
-        .ok()?
-        .checked_mul(1000)
 }
 
 /// What [`infer_handovers`] saw besides the handovers.
@@ -425,8 +406,8 @@ pub fn import(path: &Path, opts: &Options) -> Result<Imported, ImportError> {
             let (handovers, st) = infer_handovers(&carriers, &ride_samples, &ride_radio, direction);
             gaps += st.gaps;
             open += st.open_failures;
-            let mut data = TripData {
-                meta: TripMeta {
+            trips.push(sealed(
+                TripMeta {
                     key: String::new(),
                     source: Source::Relay,
                     name: format!("{stem}-{}", k + 1),
@@ -437,11 +418,9 @@ pub fn import(path: &Path, opts: &Options) -> Result<Imported, ImportError> {
                     started_ms: log_start.map(|s| s + t0),
                 },
                 handovers,
-                samples: ride_samples,
-                radio: ride_radio,
-            };
-            data.seal();
-            trips.push(data);
+                ride_samples,
+                ride_radio,
+            ));
         }
     }
     rep.notes.push(format!(
@@ -481,15 +460,8 @@ pub(crate) fn read_context(
     track: &Track,
     rep: &mut ImportReport,
 ) -> Result<Log, ImportError> {
-    let text = read(file)?;
-    let mut lines = text.lines();
-    let first = lines.next().ok_or_else(|| ImportError::Format {
-        path: file.to_path_buf(),
-        line: 1,
-        problem: "empty file".into(),
-    })?;
-    let header = Header::parse(first);
-    let col = |n: &str| header.col(file, n);
+    let csv = Csv::read(file)?;
+    let col = |n: &str| csv.col(n);
     let (c_t, c_lat, c_lon, c_speed, c_head) = (
         col("t_ms")?,
         col("lat")?,
@@ -499,8 +471,8 @@ pub(crate) fn read_context(
     );
     let carriers: Vec<String> = match expect {
         Some(names) => names.to_vec(),
-        None => header
-            .cols
+        None => csv
+            .columns()
             .iter()
             .filter_map(|c| c.strip_prefix("cell_"))
             .map(str::to_string)
@@ -535,23 +507,16 @@ pub(crate) fn read_context(
     };
     let mut samples: Vec<Sample> = Vec::new();
     let mut radio = Vec::new();
-    for (lineno, f) in data_rows(lines, header.len(), file, rep) {
+    csv.rows(rep, |f| {
         let num = |i: usize| f[i].parse::<f64>().ok().filter(|x| x.is_finite());
         let (Ok(t), Some(lat), Some(lon)) = (f[c_t].parse::<u64>(), num(c_lat), num(c_lon)) else {
-            rep.bad(file, lineno, "t_ms, lat or lon is not a number");
-            continue;
+            return Err("t_ms, lat or lon is not a number".into());
         };
         if !(-90.0..=90.0).contains(&lat) || !(-180.0..=180.0).contains(&lon) {
-            rep.bad(file, lineno, format!("{lat},{lon} is not a position"));
-            continue;
+            return Err(format!("{lat},{lon} is not a position"));
         }
         if samples.last().is_some_and(|s| t <= s.t_ms) {
-            rep.bad(
-                file,
-                lineno,
-                format!("t_ms {t} is not after the row before"),
-            );
-            continue;
+            return Err(format!("t_ms {t} is not after the row before"));
         }
         samples.push(Sample {
             t_ms: t,
@@ -573,7 +538,8 @@ pub(crate) fn read_context(
                 rsrp_dbm: num(crsrp),
             });
         }
-    }
+        Ok(())
+    });
     Ok((carriers, samples, radio))
 }
 

@@ -9,7 +9,7 @@ use std::path::Path;
 
 use polycorn_link::trip::{Outcome as TruthOutcome, Trip, TripConfig};
 
-use super::{data_rows, read, Header, ImportError, ImportReport};
+use super::{read, sealed, Csv, ImportError, ImportReport};
 use crate::predict::Track;
 use crate::record::{
     Direction, HandoverRecord, LossRecord, Outcome, RadioSample, Sample, Source, TripData, TripMeta,
@@ -84,8 +84,8 @@ pub fn from_trip(trip: &Trip) -> TripData {
             });
         }
     }
-    let mut data = TripData {
-        meta: TripMeta {
+    sealed(
+        TripMeta {
             key: String::new(),
             source: Source::Sim,
             name: trip_name(&cfg.name, cfg.route_seed, cfg.trip_seed),
@@ -98,9 +98,7 @@ pub fn from_trip(trip: &Trip) -> TripData {
         handovers,
         samples,
         radio,
-    };
-    data.seal();
-    data
+    )
 }
 
 /// Generate trips `trip_seeds` of a preset and route in process.
@@ -170,10 +168,8 @@ pub fn from_dir(dir: &Path) -> Result<(TripData, ImportReport), ImportError> {
 
     // handovers.csv
     let hpath = dir.join("handovers.csv");
-    let text = read(&hpath)?;
-    let mut lines = text.lines();
-    let header = Header::parse(lines.next().unwrap_or(""));
-    let hc = |n: &str| header.col(&hpath, n);
+    let csv = Csv::read(&hpath)?;
+    let hc = |n: &str| csv.col(n);
     let (c_car, c_from, c_to, c_start, c_pos, c_lat, c_lon, c_rsrp, c_out, c_int) = (
         hc("carrier")?,
         hc("from_cell")?,
@@ -195,52 +191,48 @@ pub fn from_dir(dir: &Path) -> Result<(TripData, ImportReport), ImportError> {
         "lost_lon",
         "lost_rsrp_dbm",
     ]
-    .map(|n| header.col(&hpath, n).ok());
+    .map(|n| csv.col(n).ok());
     let mut handovers = Vec::new();
-    for (lineno, f) in data_rows(lines, header.len(), &hpath, &mut rep) {
+    csv.rows(&mut rep, |f| {
         let num = |i: usize| f[i].parse::<f64>().ok().filter(|x| x.is_finite());
-        let row = (|| {
-            if !carriers.iter().any(|c| c == f[c_car]) {
-                return Err(format!("carrier `{}` not in trip.json", f[c_car]));
-            }
-            if f[c_from].is_empty() {
-                return Err("empty from_cell".into());
-            }
-            let lost_num = |k: usize| c_lost[k].and_then(num);
-            let lost = match c_lost[0].map(|c| f[c]).filter(|v| !v.is_empty()) {
-                None => None,
-                Some(v) => Some(LossRecord {
-                    t_ms: v
-                        .parse()
-                        .map_err(|_| format!("lost_ms `{v}` is not a whole number"))?,
-                    position_m: lost_num(1),
-                    lat: lost_num(2),
-                    lon: lost_num(3),
-                    rsrp_dbm: lost_num(4),
-                }),
-            };
-            Ok(HandoverRecord {
-                carrier: f[c_car].to_string(),
-                from_cell: f[c_from].to_string(),
-                to_cell: (!f[c_to].is_empty()).then(|| f[c_to].to_string()),
-                direction: Direction::Up,
-                start_ms: f[c_start]
-                    .parse()
-                    .map_err(|_| format!("start_ms `{}` is not a whole number", f[c_start]))?,
-                position_m: Some(num(c_pos).ok_or(format!("position_m `{}`", f[c_pos]))?),
-                lat: num(c_lat),
-                lon: num(c_lon),
-                rsrp_dbm: num(c_rsrp),
-                outcome: f[c_out].parse()?,
-                interruption_ms: f[c_int].parse().ok(),
-                lost,
-            })
-        })();
-        match row {
-            Ok(h) => handovers.push(h),
-            Err(e) => rep.bad(&hpath, lineno, e),
+        if !carriers.iter().any(|c| c == f[c_car]) {
+            return Err(format!("carrier `{}` not in trip.json", f[c_car]));
         }
-    }
+        if f[c_from].is_empty() {
+            return Err("empty from_cell".into());
+        }
+        let lost_num = |k: usize| c_lost[k].and_then(num);
+        let lost = match c_lost[0].map(|c| f[c]).filter(|v| !v.is_empty()) {
+            None => None,
+            Some(v) => Some(LossRecord {
+                t_ms: v
+                    .parse()
+                    .map_err(|_| format!("lost_ms `{v}` is not a whole number"))?,
+                position_m: lost_num(1),
+                lat: lost_num(2),
+                lon: lost_num(3),
+                rsrp_dbm: lost_num(4),
+            }),
+        };
+        let h = HandoverRecord {
+            carrier: f[c_car].to_string(),
+            from_cell: f[c_from].to_string(),
+            to_cell: (!f[c_to].is_empty()).then(|| f[c_to].to_string()),
+            direction: Direction::Up,
+            start_ms: f[c_start]
+                .parse()
+                .map_err(|_| format!("start_ms `{}` is not a whole number", f[c_start]))?,
+            position_m: Some(num(c_pos).ok_or(format!("position_m `{}`", f[c_pos]))?),
+            lat: num(c_lat),
+            lon: num(c_lon),
+            rsrp_dbm: num(c_rsrp),
+            outcome: f[c_out].parse()?,
+            interruption_ms: f[c_int].parse().ok(),
+            lost,
+        };
+        handovers.push(h);
+        Ok(())
+    });
 
     // context.csv
     let (_, samples, radio) = super::relay::read_context(
@@ -250,8 +242,8 @@ pub fn from_dir(dir: &Path) -> Result<(TripData, ImportReport), ImportError> {
         &tr,
         &mut rep,
     )?;
-    let mut data = TripData {
-        meta: TripMeta {
+    let data = sealed(
+        TripMeta {
             key: String::new(),
             source: Source::Sim,
             name: trip_name(&preset, route_seed, trip_seed),
@@ -264,7 +256,6 @@ pub fn from_dir(dir: &Path) -> Result<(TripData, ImportReport), ImportError> {
         handovers,
         samples,
         radio,
-    };
-    data.seal();
+    );
     Ok((data, rep))
 }

@@ -15,8 +15,8 @@
 
 use std::path::Path;
 
-use super::time::parse_seconds;
-use super::{csv_files, data_rows, read, Header, ImportError, ImportReport};
+use super::time::Clock;
+use super::{csv_files, sealed, Csv, ImportError, ImportReport};
 use crate::record::{
     Direction, HandoverRecord, Outcome, RadioSample, Sample, Source, TripData, TripMeta,
 };
@@ -43,14 +43,8 @@ pub fn import(path: &Path) -> Result<super::Imported, ImportError> {
 }
 
 fn import_file(file: &Path, rep: &mut ImportReport) -> Result<(TripData, usize), ImportError> {
-    let text = read(file)?;
-    let mut lines = text.lines();
-    let header = Header::parse(lines.next().ok_or_else(|| ImportError::Format {
-        path: file.to_path_buf(),
-        line: 1,
-        problem: "empty file".into(),
-    })?);
-    let col = |n: &str| header.col(file, n);
+    let csv = Csv::read(file)?;
+    let col = |n: &str| csv.col(n);
     let (c_ts, c_lon, c_lat, c_speed, c_op, c_rsrp, c_cell) = (
         col("Timestamp")?,
         col("Longitude")?,
@@ -68,41 +62,23 @@ fn import_file(file: &Path, rep: &mut ImportReport) -> Result<(TripData, usize),
         .file_stem()
         .map_or_else(String::new, |f| f.to_string_lossy().into_owned());
     let mut carrier: Option<String> = None;
-    let mut t0: Option<f64> = None;
-    let mut last_t = f64::NEG_INFINITY;
+    let mut clock = Clock::default();
     let mut samples = Vec::new();
     let mut radio = Vec::new();
     let mut handovers = Vec::new();
     let mut prev: Option<(String, Option<f64>)> = None;
     let mut no_cell = 0usize;
-    for (lineno, f) in data_rows(lines, header.len(), file, rep) {
-        let Some(t) = parse_seconds(f[c_ts]) else {
-            rep.bad(
-                file,
-                lineno,
-                format!("timestamp `{}` does not parse", f[c_ts]),
-            );
-            continue;
-        };
-        if t < last_t {
-            rep.bad(file, lineno, "timestamp goes back in time");
-            continue;
-        }
+    csv.rows(rep, |f| {
+        let t = clock.check(f[c_ts])?;
         let op = f[c_op].to_string();
         match &carrier {
             None => carrier = Some(op),
             Some(c) if *c != op => {
-                rep.bad(
-                    file,
-                    lineno,
-                    format!("operator `{op}` differs from `{c}` of the file"),
-                );
-                continue;
+                return Err(format!("operator `{op}` differs from `{c}` of the file"));
             }
             Some(_) => {}
         }
-        last_t = t;
-        let t_ms = ((t - *t0.get_or_insert(t)) * 1000.0).round() as u64;
+        let t_ms = (clock.take(t) * 1000.0).round() as u64;
         let num = |i: usize| f[i].parse::<f64>().ok().filter(|x| x.is_finite());
         let (lat, lon) = match (num(c_lat), num(c_lon)) {
             (Some(la), Some(lo))
@@ -133,7 +109,7 @@ fn import_file(file: &Path, rep: &mut ImportReport) -> Result<(TripData, usize),
         });
         let Some(cell) = cell else {
             no_cell += 1;
-            continue;
+            return Ok(());
         };
         if let Some((p, prsrp)) = &prev {
             if *p != cell {
@@ -154,10 +130,11 @@ fn import_file(file: &Path, rep: &mut ImportReport) -> Result<(TripData, usize),
             }
         }
         prev = Some((cell, rsrp));
-    }
+        Ok(())
+    });
     let duration_ms = samples.last().map_or(0, |s| s.t_ms);
-    let mut data = TripData {
-        meta: TripMeta {
+    let data = sealed(
+        TripMeta {
             key: String::new(),
             source: Source::Ucc5g,
             name: format!("{folder}-{stem}"),
@@ -170,7 +147,6 @@ fn import_file(file: &Path, rep: &mut ImportReport) -> Result<(TripData, usize),
         handovers,
         samples,
         radio,
-    };
-    data.seal();
+    );
     Ok((data, no_cell))
 }

@@ -31,8 +31,8 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use super::time::parse_seconds;
-use super::{csv_files, data_rows, read, Header, ImportError, ImportReport};
+use super::time::Clock;
+use super::{csv_files, sealed, Csv, ImportError, ImportReport};
 use crate::record::{
     Direction, HandoverRecord, Outcome, RadioSample, Sample, Source, TripData, TripMeta,
 };
@@ -144,14 +144,8 @@ fn import_file(
     opt: Options,
     rep: &mut ImportReport,
 ) -> Result<(TripData, usize, usize), ImportError> {
-    let text = read(file)?;
-    let mut lines = text.lines();
-    let header = Header::parse(lines.next().ok_or_else(|| ImportError::Format {
-        path: file.to_path_buf(),
-        line: 1,
-        problem: "empty file".into(),
-    })?);
-    let col = |n: &str| header.col(file, n);
+    let csv = Csv::read(file)?;
+    let col = |n: &str| csv.col(n);
     let (c_ts, c_lte, c_mn, c_rlf, c_rsrp) = (
         col("Timestamp")?,
         col("LTE_HO")?,
@@ -173,8 +167,7 @@ fn import_file(
         None => format!("{}_#{:02}", name.date, name.run),
     };
     let carrier = name.bands.clone();
-    let mut t0: Option<f64> = None;
-    let mut last_t = f64::NEG_INFINITY;
+    let mut clock = Clock::default();
     let mut samples = Vec::new();
     let mut radio = Vec::new();
     let mut handovers: Vec<HandoverRecord> = Vec::new();
@@ -185,34 +178,14 @@ fn import_file(
             .map(|v| v > 0.0)
             .map_err(|_| format!("event column {} is `{}`, not 0/1", i + 1, f[i]))
     };
-    for (lineno, f) in data_rows(lines, header.len(), file, rep) {
-        let Some(t) = parse_seconds(f[c_ts]) else {
-            rep.bad(
-                file,
-                lineno,
-                format!("timestamp `{}` does not parse", f[c_ts]),
-            );
-            continue;
-        };
-        if t < last_t {
-            rep.bad(file, lineno, "timestamp goes back in time");
-            continue;
-        }
-        let flags = (|| Ok::<_, String>((flag(&f, c_lte)?, flag(&f, c_mn)?, flag(&f, c_rlf)?)))();
-        let (lte, mn, rlf) = match flags {
-            Ok(x) => x,
-            Err(e) => {
-                rep.bad(file, lineno, e);
-                continue;
-            }
-        };
+    csv.rows(rep, |f| {
+        let t = clock.check(f[c_ts])?;
+        let (lte, mn, rlf) = (flag(f, c_lte)?, flag(f, c_mn)?, flag(f, c_rlf)?);
         let rsrp = f[c_rsrp]
             .parse::<f64>()
             .ok()
             .filter(|r| r.is_finite() && (-160.0..=-20.0).contains(r));
-        last_t = t;
-        let start = *t0.get_or_insert(t);
-        let elapsed = t - start;
+        let elapsed = clock.take(t);
         let t_ms = (elapsed * 1000.0).round() as u64;
         let progress = elapsed * V_NOMINAL_MPS;
         let position = direction.position(progress);
@@ -259,10 +232,11 @@ fn import_file(
                 handovers.push(record(Outcome::Success));
             }
         }
-    }
+        Ok(())
+    });
     let duration_ms = samples.last().map_or(0, |s| s.t_ms);
-    let mut data = TripData {
-        meta: TripMeta {
+    let data = sealed(
+        TripMeta {
             key: String::new(),
             source: Source::Wmnlab,
             name: format!("{ride}/{}", name.phone),
@@ -275,8 +249,7 @@ fn import_file(
         handovers,
         samples,
         radio,
-    };
-    data.seal();
+    );
     Ok((data, merged, nr))
 }
 
