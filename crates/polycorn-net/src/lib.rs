@@ -21,6 +21,7 @@ pub mod predictor;
 pub mod proxy;
 pub mod proxy_addr;
 pub mod relay;
+pub mod scrape;
 pub mod sockopt;
 pub mod socks5;
 pub mod subflow;

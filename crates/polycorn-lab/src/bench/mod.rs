@@ -1281,7 +1281,8 @@ pub(crate) fn scrape_metrics(ns: &str) -> Result<String> {
     std::thread::spawn(move || -> Result<String> {
         let _in = polycorn_emu::netns::InNamespace::enter(&ns)?;
         let addr: std::net::SocketAddr = METRICS_ADDR.parse()?;
-        crate::status::fetch_metrics(addr).with_context(|| format!("metrics at {addr} in {ns}"))
+        polycorn_net::scrape::fetch_metrics(addr)
+            .with_context(|| format!("metrics at {addr} in {ns}"))
     })
     .join()
     .map_err(|_| anyhow::anyhow!("metrics scrape thread panicked"))?
