@@ -14,8 +14,6 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context, Result};
 use clap::{Args, ValueEnum};
 
-/// How long connecting to and reading the endpoint may take.
-
 /// Which daemon's configuration file is given.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum Role {
