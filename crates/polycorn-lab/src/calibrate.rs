@@ -94,6 +94,7 @@ use polycorn_link::link::QueueLimit;
 use polycorn_link::trip::{quantile, quartiles, Outcome, Trip, TripConfig, STEP_MS};
 use serde_json::{json, Value};
 
+use crate::common::HSR_SPEED_MPS;
 use crate::tripgen::TripArgs;
 
 /// Options of `polycorn testbed calibrate`.
@@ -155,8 +156,6 @@ pub struct CalibrateArgs {
     pub model_only: bool,
 }
 
-/// Speed above which samples count, m/s (the paper's "HSR" is > 250 km/h).
-pub(crate) const HSR_SPEED_MPS: f64 = 250.0 / 3.6;
 /// Receiver goodput bin, ms (the paper's Δt).
 const BIN_MS: u64 = 200;
 /// Bins per 1 s window.
@@ -406,7 +405,7 @@ pub fn run(args: &CalibrateArgs) -> Result<()> {
     print!("{text}");
     let summary = json!({
         "polycorn_version": crate::VERSION,
-        "kernel": crate::bench::kernel(),
+        "kernel": crate::common::kernel(),
         "preset": args.trip.preset,
         "trip_model_id": model_id,
         "route_seed": args.trip.route_seed,
@@ -675,7 +674,7 @@ fn ride(
     run_ms: u64,
 ) -> Ride {
     // A little slack so the link does not run dry while the flows are being stopped.
-    let trip = window(full, offset_ms, run_ms + 5_000);
+    let trip = full.window(offset_ms, run_ms + 5_000);
     let mask = TimeMask {
         speed_mps: trip.speed_mps.clone(),
         warmup_ms: (args.warmup_secs * 1000.0) as u64,
@@ -836,42 +835,6 @@ fn preflight() -> Result<()> {
 }
 
 // ----- trip window and time mask -------------------------------------------------------------
-
-/// `trip` from `from_ms` for `len_ms` (clipped to its end), with time re-based to 0.
-pub(crate) fn window(trip: &Trip, from_ms: u64, len_ms: u64) -> Trip {
-    let s = ((from_ms / STEP_MS) as usize).min(trip.speed_mps.len());
-    let e = (s + (len_ms / STEP_MS) as usize).min(trip.speed_mps.len());
-    let (from, to) = (s as u64 * STEP_MS, e as u64 * STEP_MS);
-    let mut t = trip.clone();
-    t.duration_ms = to - from;
-    t.position_m = trip.position_m[s..e].to_vec();
-    t.speed_mps = trip.speed_mps[s..e].to_vec();
-    for p in &mut t.paths {
-        p.dl_bps = p.dl_bps[s..e].to_vec();
-        p.ul_bps = p.ul_bps[s..e].to_vec();
-        p.owd_us = p.owd_us[s..e].to_vec();
-        let clip = |v: &[(u64, u64)]| -> Vec<(u64, u64)> {
-            v.iter()
-                .filter(|(a, b)| *b > from && *a < to)
-                .map(|(a, b)| (*a.max(&from) - from, *b.min(&to) - from))
-                .collect()
-        };
-        p.outages_ms = clip(&p.outages_ms);
-        p.interruptions_ms = clip(&p.interruptions_ms);
-    }
-    t.handovers.retain(|h| (from..to).contains(&h.start_ms));
-    for h in &mut t.handovers {
-        h.start_ms -= from;
-        if let Some(l) = &mut h.lost {
-            l.t_ms -= from;
-        }
-    }
-    t.context.retain(|c| (from..to).contains(&c.t_ms));
-    for c in &mut t.context {
-        c.t_ms -= from;
-    }
-    t
-}
 
 /// Which emulator times count: after the warm-up, before the end, train above 250 km/h.
 #[derive(Debug, Clone)]
@@ -2806,7 +2769,7 @@ mod tests {
             .position(|v| *v > HSR_SPEED_MPS)
             .unwrap() as u64
             * STEP_MS;
-        let w = window(&trip, off, 60_000);
+        let w = trip.window(off, 60_000);
         assert_eq!(w.duration_ms, 60_000);
         assert!(w.speed_mps[0] > HSR_SPEED_MPS);
         assert!(w.handovers.iter().all(|h| h.start_ms < 60_000));
@@ -2873,7 +2836,7 @@ mod tests {
     #[test]
     fn window_model_pools_trips() {
         let trip = Trip::generate(&TripConfig::hsr(1, 1)).unwrap();
-        let w = window(&trip, 150_000, 120_000);
+        let w = trip.window(150_000, 120_000);
         let mask = TimeMask {
             speed_mps: w.speed_mps.clone(),
             warmup_ms: 3000,

@@ -6,6 +6,7 @@
 pub mod attack;
 pub mod bench;
 pub mod calibrate;
+pub mod common;
 pub mod demo;
 pub mod netbench;
 pub mod realdata;

@@ -234,7 +234,7 @@ fn trip_net(
             (left_s - SETTLE.as_secs_f64() - TRIP_SLACK_S).max(0.0)
         );
     }
-    let trip = crate::calibrate::window(&full, from_ms, (need_s * 1000.0) as u64);
+    let trip = full.window(from_ms, (need_s * 1000.0) as u64);
     let (handovers, failed) = crate::bench::report::window_handovers(&trip, args.secs)
         .iter()
         .fold((0, 0), |(n, f), h| (n + 1, f + usize::from(h.2)));

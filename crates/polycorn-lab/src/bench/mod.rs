@@ -41,7 +41,7 @@ use polycorn_emu::testbed::{self, TestbedSpec};
 use polycorn_link::link::QueueLimit;
 use polycorn_link::trip::{Trip, STEP_MS};
 
-use crate::calibrate::{window, HSR_SPEED_MPS};
+use crate::common::{kernel, utc_now, HSR_SPEED_MPS};
 use crate::tripgen::TripArgs;
 use analysis::SystemRun;
 use plan::{Plan, PlanParams};
@@ -397,36 +397,6 @@ pub struct Meta {
     pub started: String,
 }
 
-/// The running kernel's release, as results record it.
-pub(crate) fn kernel() -> String {
-    nix::sys::utsname::uname()
-        .map(|u| u.release().to_string_lossy().into_owned())
-        .unwrap_or_else(|_| "unknown".into())
-}
-
-fn utc_now() -> String {
-    let s = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs());
-    let (days, rem) = (s / 86_400, s % 86_400);
-    // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).
-    let z = days as i64 + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    let y = yoe + era * 400 + i64::from(m <= 2);
-    format!(
-        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}Z",
-        rem / 3600,
-        rem % 3600 / 60,
-        rem % 60
-    )
-}
-
 /// `polycorn bench`.
 pub fn run(args: &BenchArgs) -> Result<()> {
     if !nix::unistd::geteuid().is_root() {
@@ -635,7 +605,7 @@ fn run_trip(
             window_ms as f64 / 1000.0
         );
     }
-    let trip = window(&full, from_ms, window_ms);
+    let trip = full.window(from_ms, window_ms);
     let mode = if args.quick { "quick" } else { "full" };
     std::fs::create_dir_all(out.join("logs"))
         .with_context(|| format!("create {}", out.display()))?;

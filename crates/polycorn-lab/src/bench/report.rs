@@ -2245,7 +2245,7 @@ pub(crate) mod tests {
     pub(crate) fn synthetic_with(params: PlanParams) -> Results {
         let plan = Plan::new(&params, 3);
         let trip = Trip::generate(&TripConfig::preset("hsr", 1, 1).unwrap()).unwrap();
-        let trip = crate::calibrate::window(&trip, 150_000, 120_000);
+        let trip = trip.window(150_000, 120_000);
         let runs = ["mptcp", "single", "vanilla", "hrsch"]
             .iter()
             .enumerate()
