@@ -949,12 +949,10 @@ fn read_daemon(pid: u32, ns: &str) -> Result<Reading> {
     })
 }
 
-fn percentile(sorted: &[u64], q: f64) -> f64 {
-    if sorted.is_empty() {
-        return f64::NAN;
-    }
-    let i = ((sorted.len() - 1) as f64 * q).round() as usize;
-    sorted[i] as f64 / 1000.0
+/// The `q`-quantile of durations in µs, in ms ([`polycorn_link::trip::quantile`]'s nearest rank; NaN when empty).
+fn percentile(us: &[u64], q: f64) -> f64 {
+    let mut ms: Vec<f64> = us.iter().map(|&u| u as f64 / 1000.0).collect();
+    polycorn_link::trip::quantile(&mut ms, q)
 }
 
 fn row(t: f64, counts: &Counts, relay: &Reading, proxy: &Reading) {

@@ -716,19 +716,8 @@ fn run_trip(
             &label,
         )
         .unwrap_or_else(|e| SystemRun {
-            system: sys.name.clone(),
-            mode: sys.mode.clone(),
-            spec: sys.spec.clone(),
-            pipeline: sys.pipeline(),
-            ready_s: f64::NAN,
-            late_paths: vec![],
             error: Some(format!("{e:#}")),
-            flows: vec![],
-            im: vec![],
-            uploads: vec![],
-            path_down_bytes: vec![],
-            path_up_bytes: vec![],
-            counters: Default::default(),
+            ..sys.empty_run()
         });
         match &r.error {
             Some(e) => eprintln!("{label}: FAILED: {e}"),
@@ -1116,20 +1105,38 @@ fn run_system(
     drop(proxy);
     let stats = player.finish()?;
     Ok(SystemRun {
-        system: sys.name.clone(),
-        mode: sys.mode.clone(),
-        spec: sys.spec.clone(),
-        pipeline: sys.pipeline(),
         ready_s,
         late_paths,
-        error: None,
         flows: played.flows,
         im: played.im,
         uploads: played.uploads,
         path_down_bytes: stats.iter().map(|(_, d)| d.bytes_out).collect(),
         path_up_bytes: stats.iter().map(|(u, _)| u.bytes_out).collect(),
         counters,
+        ..sys.empty_run()
     })
+}
+
+impl System {
+    /// A run of this system with nothing in it yet: not ready (`ready_s` NaN), no error, no
+    /// flows, messages, uploads, path bytes or counters.
+    fn empty_run(&self) -> SystemRun {
+        SystemRun {
+            system: self.name.clone(),
+            mode: self.mode.clone(),
+            spec: self.spec.clone(),
+            pipeline: self.pipeline(),
+            ready_s: f64::NAN,
+            late_paths: vec![],
+            error: None,
+            flows: vec![],
+            im: vec![],
+            uploads: vec![],
+            path_down_bytes: vec![],
+            path_up_bytes: vec![],
+            counters: Default::default(),
+        }
+    }
 }
 
 /// What the emulator forwarded per path (uplink, downlink), or why it stopped.
