@@ -1,0 +1,101 @@
+//! The soak's checked traffic: a seeded byte pattern each side verifies, and the server answering it.
+
+use super::*;
+
+/// SplitMix64: the byte pattern's generator and the workers' dice.
+pub(super) fn splitmix(x: u64) -> u64 {
+    let mut z = x.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
+}
+
+/// Byte `offset` of the pattern `seed`.
+pub(super) fn pattern_byte(seed: u64, offset: u64) -> u8 {
+    splitmix(seed ^ (offset / 8).wrapping_mul(0x2545_f491_4f6c_dd1d)).to_le_bytes()
+        [(offset % 8) as usize]
+}
+
+/// Fill `buf` with the pattern `seed` from `offset`.
+pub(super) fn fill(seed: u64, offset: u64, buf: &mut [u8]) {
+    for (i, b) in buf.iter_mut().enumerate() {
+        *b = pattern_byte(seed, offset + i as u64);
+    }
+}
+
+/// The first offset in `data` (which starts at `offset`) that does not match the pattern.
+pub(super) fn mismatch(seed: u64, offset: u64, data: &[u8]) -> Option<u64> {
+    data.iter()
+        .enumerate()
+        .find(|(i, &b)| b != pattern_byte(seed, offset + *i as u64))
+        .map(|(i, _)| offset + i as u64)
+}
+
+/// The request header: download length, upload length, seed.
+pub(super) fn header(down: u64, up: u64, seed: u64) -> [u8; 24] {
+    let mut h = [0u8; 24];
+    h[..8].copy_from_slice(&down.to_be_bytes());
+    h[8..16].copy_from_slice(&up.to_be_bytes());
+    h[16..].copy_from_slice(&seed.to_be_bytes());
+    h
+}
+
+/// The server's side of one connection.
+pub(super) fn serve(mut s: TcpStream) -> std::io::Result<()> {
+    let mut h = [0u8; 24];
+    s.read_exact(&mut h)?;
+    let word = |i: usize| u64::from_be_bytes(h[i * 8..i * 8 + 8].try_into().expect("8 bytes"));
+    let (down, up, seed) = (word(0), word(1), word(2));
+    if down == ECHO {
+        // Idle between pings for as long as the client likes (`--sample-secs`).
+        s.set_read_timeout(None)?;
+        let mut p = [0u8; 8];
+        loop {
+            match s.read_exact(&mut p) {
+                Ok(()) => s.write_all(&p)?,
+                Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => return Ok(()),
+                Err(e) => return Err(e),
+            }
+        }
+    }
+    let mut buf = vec![0u8; 64 * 1024];
+    let mut got = 0u64;
+    while got < up {
+        let n = s.read(&mut buf[..(up - got).min(64 * 1024) as usize])?;
+        if n == 0 {
+            return Ok(());
+        }
+        if mismatch(seed ^ UP_SALT, got, &buf[..n]).is_some() {
+            // Close without an answer: the client reports the upload as corrupted.
+            return Ok(());
+        }
+        got += n as u64;
+    }
+    let mut sent = 0u64;
+    while sent < down {
+        let n = (down - sent).min(buf.len() as u64) as usize;
+        fill(seed, sent, &mut buf[..n]);
+        s.write_all(&buf[..n])?;
+        sent += n as u64;
+    }
+    Ok(())
+}
+
+pub(super) fn start_server(ns: &str) -> Result<()> {
+    let ns = ns.to_string();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _g = InNamespace::enter(&ns).expect("enter server namespace");
+        let l = TcpListener::bind(("10.0.2.2", PORT)).expect("bind soak server");
+        tx.send(()).ok();
+        for s in l.incoming().flatten() {
+            std::thread::spawn(move || {
+                let _ = s.set_read_timeout(Some(CONN_TIMEOUT));
+                let _ = serve(s);
+            });
+        }
+    });
+    rx.recv_timeout(Duration::from_secs(5))
+        .context("soak server did not start")?;
+    Ok(())
+}
