@@ -8,6 +8,7 @@ pub mod bench;
 pub mod calibrate;
 pub mod common;
 pub mod demo;
+pub mod harness;
 pub mod netbench;
 pub mod realdata;
 pub mod soak;

@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 
-use crate::bench::Daemon;
+use crate::harness::Daemon;
 use polycorn_emu::netns::{ip, ip_in, InNamespace};
 
 /// Which way the bulk transfer goes.

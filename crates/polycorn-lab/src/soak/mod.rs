@@ -49,7 +49,7 @@ use anyhow::{bail, Context, Result};
 use clap::Args;
 use polycorn_emu::netns::{exec_in, ip_in, InNamespace};
 
-use crate::bench::Daemon;
+use crate::harness::Daemon;
 use crate::netbench::Topology;
 
 mod daemons;
@@ -185,8 +185,8 @@ enum Net {
 /// (fields drop in order: the player, then the testbed).
 struct TripNet {
     spec: polycorn_emu::testbed::TestbedSpec,
-    _player: crate::bench::TripPlayer,
-    _teardown: crate::bench::Teardown,
+    _player: crate::harness::TripPlayer,
+    _teardown: crate::harness::Teardown,
     /// What the soak runs over, for its first line.
     about: String,
 }
@@ -258,7 +258,7 @@ fn trip_net(
         name: args.name.clone(),
         paths,
     };
-    let linkdb = crate::bench::build_linkdb(dir, t, &cfg, 8)?;
+    let linkdb = crate::harness::build_linkdb(dir, t, &cfg, 8)?;
     let sys = crate::bench::system(&format!("polycorn:{}", args.scheduler))?;
     let (relay_cfg, proxy_cfg) =
         crate::bench::write_configs(dir, &sys, paths, Some((&linkdb, true)))?;
@@ -280,9 +280,9 @@ fn trip_net(
     }
     let _ = testbed::down(&spec.name);
     testbed::up(&spec).with_context(|| format!("build testbed `{}`", spec.name))?;
-    let teardown = crate::bench::Teardown(spec.name.clone());
+    let teardown = crate::harness::Teardown(spec.name.clone());
     let net = TripNet {
-        _player: crate::bench::TripPlayer::start(&spec, &trip, None)?,
+        _player: crate::harness::TripPlayer::start(&spec, &trip, None)?,
         _teardown: teardown,
         spec,
         about: format!(
@@ -397,7 +397,7 @@ fn soak(args: &SoakArgs, dir: &std::path::Path, stop: Arc<AtomicBool>) -> Result
             dir,
             "polycorn",
             &args.scheduler,
-            Some(crate::bench::METRICS_ADDR),
+            Some(crate::harness::METRICS_ADDR),
         )?;
         (Net::Veth(Topology::up(&args.name)?), relay_cfg, proxy_cfg)
     };

@@ -17,7 +17,7 @@ pub(super) fn read_daemon(pid: u32, ns: &str) -> Result<Reading> {
     let fds = std::fs::read_dir(format!("/proc/{pid}/fd"))
         .with_context(|| format!("list /proc/{pid}/fd"))?
         .count();
-    let samples = polycorn_net::scrape::parse_samples(&crate::bench::scrape_metrics(ns)?)
+    let samples = polycorn_net::scrape::parse_samples(&crate::harness::scrape_metrics(ns)?)
         .with_context(|| format!("metrics of the daemon in {ns}"))?;
     let named = |name: &'static str| samples.iter().filter(move |x| x.name == name);
     // NaN when the daemon did not report it, so it never passes for a match.
