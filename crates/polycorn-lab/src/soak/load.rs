@@ -137,15 +137,17 @@ pub(super) fn one_connection(
     let mut buf = vec![0u8; 64 * 1024];
     let mut req = header(down, up, seed).to_vec();
     let mut off = 0u64;
+    let mut upload = pattern(seed, true);
     while off < up {
         let n = (up - off).min(buf.len() as u64) as usize;
-        fill(seed ^ UP_SALT, off, &mut buf[..n]);
+        upload.fill(&mut buf[..n]);
         req.extend_from_slice(&buf[..n]);
         off += n as u64;
     }
     s.write_all(&req)
         .map_err(|e| (io_kind("upload", &e), e.to_string()))?;
     let mut got = 0u64;
+    let mut download = pattern(seed, false);
     while got < down {
         let n = s.read(&mut buf).map_err(|e| {
             (
@@ -171,8 +173,11 @@ pub(super) fn one_connection(
                 format!("{} bytes past {down}", n as u64 - (down - got)),
             ));
         }
-        if let Some(at) = mismatch(seed, got, &buf[..n]) {
-            return Err(("wrong byte", format!("at offset {at} of {down}")));
+        if let Err(i) = download.check(&buf[..n]) {
+            return Err((
+                "wrong byte",
+                format!("at offset {} of {down}", got + i as u64),
+            ));
         }
         first_byte.get_or_insert_with(|| t.elapsed());
         got += n as u64;

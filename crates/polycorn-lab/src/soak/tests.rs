@@ -1,19 +1,26 @@
 use super::*;
 
 #[test]
-fn the_pattern_is_checked_from_any_offset() {
+fn the_pattern_is_checked_read_by_read() {
     let mut a = vec![0u8; 100];
-    fill(7, 0, &mut a);
-    assert_eq!(mismatch(7, 0, &a), None);
-    assert_eq!(mismatch(7, 30, &a[30..]), None);
-    // A different seed, a shifted offset or one flipped byte is caught where it is.
-    assert_eq!(mismatch(8, 0, &a), Some(0));
-    assert!(mismatch(7, 1, &a[..50]).is_some());
+    pattern(7, false).fill(&mut a);
+    assert_eq!(pattern(7, false).check(&a), Ok(()));
+    // In reads of any size: each continues where the last ended.
+    let mut p = pattern(7, false);
+    assert_eq!(p.check(&a[..30]), Ok(()));
+    assert_eq!(p.check(&a[30..31]), Ok(()));
+    assert_eq!(p.check(&a[31..]), Ok(()));
+    // A different seed, a shifted stream or one flipped byte is caught where it is.
+    assert_eq!(pattern(8, false).check(&a), Err(0));
+    assert!(pattern(7, false).check(&a[1..50]).is_err());
     a[42] ^= 1;
-    assert_eq!(mismatch(7, 0, &a), Some(42));
+    assert_eq!(pattern(7, false).check(&a), Err(42));
+    let mut p = pattern(7, false);
+    assert_eq!(p.check(&a[..40]), Ok(()));
+    assert_eq!(p.check(&a[40..]), Err(2));
     // The upload's salt makes it a different pattern.
     let mut up = vec![0u8; 16];
-    fill(7 ^ UP_SALT, 0, &mut up);
+    pattern(7, true).fill(&mut up);
     assert_ne!(&up[..], &a[..16]);
 }
 

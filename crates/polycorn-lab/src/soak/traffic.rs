@@ -1,8 +1,13 @@
-//! The soak's checked traffic: a seeded byte pattern each side verifies, and the server answering it.
+//! The soak's checked traffic: polycorn-net's loadgen request (download length, upload length)
+//! with the connection's seed appended, so bytes delivered to the wrong connection are caught
+//! too, and an echo mode for idle connections that ping; the bytes in either direction are
+//! loadgen's [`Pattern`] for that seed, verified by the other side.
+
+use polycorn_net::loadgen::Pattern;
 
 use super::*;
 
-/// SplitMix64: the byte pattern's generator and the workers' dice.
+/// SplitMix64: the workers' dice (connection seeds and sizes).
 pub(super) fn splitmix(x: u64) -> u64 {
     let mut z = x.wrapping_add(0x9e37_79b9_7f4a_7c15);
     z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
@@ -10,25 +15,11 @@ pub(super) fn splitmix(x: u64) -> u64 {
     z ^ (z >> 31)
 }
 
-/// Byte `offset` of the pattern `seed`.
-pub(super) fn pattern_byte(seed: u64, offset: u64) -> u8 {
-    splitmix(seed ^ (offset / 8).wrapping_mul(0x2545_f491_4f6c_dd1d)).to_le_bytes()
-        [(offset % 8) as usize]
-}
-
-/// Fill `buf` with the pattern `seed` from `offset`.
-pub(super) fn fill(seed: u64, offset: u64, buf: &mut [u8]) {
-    for (i, b) in buf.iter_mut().enumerate() {
-        *b = pattern_byte(seed, offset + i as u64);
-    }
-}
-
-/// The first offset in `data` (which starts at `offset`) that does not match the pattern.
-pub(super) fn mismatch(seed: u64, offset: u64, data: &[u8]) -> Option<u64> {
-    data.iter()
-        .enumerate()
-        .find(|(i, &b)| b != pattern_byte(seed, offset + *i as u64))
-        .map(|(i, _)| offset + i as u64)
+/// The bytes of a connection with seed `seed` going `up` (passenger to server) or down:
+/// polycorn-net's checked-traffic pattern ([`Pattern`]), the upload's seed salted so the two
+/// directions differ.
+pub(super) fn pattern(seed: u64, up: bool) -> Pattern {
+    Pattern::new(if up { seed ^ UP_SALT } else { seed })
 }
 
 /// The request header: download length, upload length, seed.
@@ -60,21 +51,23 @@ pub(super) fn serve(mut s: TcpStream) -> std::io::Result<()> {
     }
     let mut buf = vec![0u8; 64 * 1024];
     let mut got = 0u64;
+    let mut upload = pattern(seed, true);
     while got < up {
         let n = s.read(&mut buf[..(up - got).min(64 * 1024) as usize])?;
         if n == 0 {
             return Ok(());
         }
-        if mismatch(seed ^ UP_SALT, got, &buf[..n]).is_some() {
+        if upload.check(&buf[..n]).is_err() {
             // Close without an answer: the client reports the upload as corrupted.
             return Ok(());
         }
         got += n as u64;
     }
     let mut sent = 0u64;
+    let mut download = pattern(seed, false);
     while sent < down {
         let n = (down - sent).min(buf.len() as u64) as usize;
-        fill(seed, sent, &mut buf[..n]);
+        download.fill(&mut buf[..n]);
         s.write_all(&buf[..n])?;
         sent += n as u64;
     }
