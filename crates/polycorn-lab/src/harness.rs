@@ -12,6 +12,7 @@ use anyhow::{bail, Context, Result};
 use polycorn_emu::context::{ContextServer, GPSD_PORT};
 use polycorn_emu::forward::{DirStats, EmuError, Emulator};
 use polycorn_emu::models;
+use polycorn_emu::netns::{ip, ip_in};
 use polycorn_emu::testbed::{self, TestbedSpec};
 use polycorn_link::link::QueueLimit;
 use polycorn_link::trip::Trip;
@@ -295,4 +296,99 @@ pub(crate) fn build_linkdb(
         cfg.origin.1,
         cfg.heading_deg
     ))
+}
+
+/// Four namespaces `{name}-c` (passengers), `-r` (relay), `-p` (proxy) and `-s` (server) joined
+/// by veth pairs, the relay and proxy by two unshaped paths (`path0`, `path1`): the relay/proxy
+/// benchmark's and the soak's network. Any earlier one of that name is removed first; dropping
+/// it removes the namespaces.
+pub(crate) struct Topology {
+    name: String,
+}
+
+impl Topology {
+    pub(crate) fn ns(&self, r: &str) -> String {
+        format!("{}-{r}", self.name)
+    }
+    pub(crate) fn up(name: &str) -> Result<Topology> {
+        let t = Topology { name: name.into() };
+        t.down();
+        for r in ["c", "r", "p", "s"] {
+            ip(&["netns", "add", &t.ns(r)])?;
+            ip_in(&t.ns(r), &["link", "set", "lo", "up"])?;
+        }
+        let pair = |a: &str, b: &str, dev: &str| -> Result<()> {
+            ip(&[
+                "link",
+                "add",
+                "pcnb-tmp-a",
+                "netns",
+                a,
+                "type",
+                "veth",
+                "peer",
+                "name",
+                "pcnb-tmp-b",
+                "netns",
+                b,
+            ])?;
+            ip_in(a, &["link", "set", "pcnb-tmp-a", "name", dev])?;
+            ip_in(b, &["link", "set", "pcnb-tmp-b", "name", dev])?;
+            ip_in(a, &["link", "set", dev, "up"])?;
+            ip_in(b, &["link", "set", dev, "up"])?;
+            Ok(())
+        };
+        let (c, r, p, s) = (t.ns("c"), t.ns("r"), t.ns("p"), t.ns("s"));
+        pair(&c, &r, "lan0")?;
+        pair(&p, &s, "wan0")?;
+        for i in 0..2 {
+            pair(&r, &p, &format!("path{i}"))?;
+        }
+        ip_in(&c, &["addr", "add", "10.0.1.2/24", "dev", "lan0"])?;
+        ip_in(&r, &["addr", "add", "10.0.1.1/24", "dev", "lan0"])?;
+        ip_in(&c, &["route", "add", "default", "via", "10.0.1.1"])?;
+        ip_in(&p, &["addr", "add", "10.0.2.1/24", "dev", "wan0"])?;
+        ip_in(&s, &["addr", "add", "10.0.2.2/24", "dev", "wan0"])?;
+        ip_in(&s, &["route", "add", "default", "via", "10.0.2.1"])?;
+        for i in 0..2 {
+            let dev = format!("path{i}");
+            let table = (100 + i).to_string();
+            ip_in(
+                &r,
+                &["addr", "add", &format!("10.100.{i}.1/24"), "dev", &dev],
+            )?;
+            ip_in(
+                &p,
+                &["addr", "add", &format!("10.100.{i}.2/24"), "dev", &dev],
+            )?;
+            ip_in(
+                &r,
+                &["route", "add", "default", "dev", &dev, "table", &table],
+            )?;
+            ip_in(
+                &r,
+                &[
+                    "rule",
+                    "add",
+                    "from",
+                    &format!("10.100.{i}.1"),
+                    "table",
+                    &table,
+                ],
+            )?;
+            ip_in(&r, &["rule", "add", "oif", &dev, "table", &table])?;
+        }
+        Ok(t)
+    }
+    fn down(&self) {
+        for r in ["c", "r", "p", "s"] {
+            let _ = ip(&["netns", "del", &self.ns(r)]);
+        }
+    }
+}
+
+impl Drop for Topology {
+    fn drop(&mut self) {
+        self.down();
+    }
 }

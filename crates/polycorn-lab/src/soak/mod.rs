@@ -49,7 +49,7 @@ use anyhow::{bail, Context, Result};
 use polycorn_emu::netns::{exec_in, ip_in, InNamespace};
 
 use crate::harness::Daemon;
-use crate::netbench::Topology;
+use crate::harness::Topology;
 
 mod args;
 mod daemons;
