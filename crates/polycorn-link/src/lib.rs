@@ -41,6 +41,7 @@ pub mod loss;
 pub mod throughput;
 pub mod trace;
 pub mod trip;
+pub mod window;
 
 pub use link::{
     DropReason, EnqueueOutcome, Link, LinkConfig, LinkError, LinkStats, OutageMode, QueueLimit,

@@ -23,6 +23,7 @@ pub mod proxy;
 pub mod proxy_addr;
 mod refresh_watch;
 pub mod relay;
+pub mod scrape;
 pub mod sockopt;
 pub mod socks5;
 pub mod subflow;

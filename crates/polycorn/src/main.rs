@@ -2,32 +2,17 @@
 //!
 //! One binary for every role: relay, proxy, testbed, trip, LinkDB, bench, demo, schedulers.
 
-mod attack;
-mod bench;
-mod calibrate;
-mod demo;
 mod linkdb_cmd;
 mod net_cmd;
-mod netbench;
-mod realdata;
-mod soak;
 mod status;
-mod testbed_cmd;
-mod tripgen;
 
 use anyhow::Result;
 use clap::{Parser, Subcommand};
+pub(crate) use polycorn_lab::{bench, emit};
+use polycorn_lab::{calibrate, demo, netbench, realdata, soak, testbed_cmd, tripgen};
 
 /// `polycorn --version`: the crate version and the commit the binary was built from.
-pub(crate) const VERSION: &str = match env!("POLYCORN_BUILD_COMMIT").len() {
-    0 => env!("CARGO_PKG_VERSION"),
-    _ => concat!(
-        env!("CARGO_PKG_VERSION"),
-        " (",
-        env!("POLYCORN_BUILD_COMMIT"),
-        ")"
-    ),
-};
+pub(crate) const VERSION: &str = polycorn_lab::VERSION;
 
 #[derive(Parser, Debug)]
 #[command(
@@ -304,17 +289,6 @@ enum ConfigAction {
 enum TripAction {
     /// Generate a trip and write its traces, context log and ground truth to a directory.
     Generate(tripgen::GenerateArgs),
-}
-
-/// Write `text` to stdout. A reader that closed the pipe early (`polycorn demo | head`) ends the
-/// output quietly instead of a panic.
-pub(crate) fn emit(text: &str) -> Result<()> {
-    use std::io::Write;
-    let mut out = std::io::stdout().lock();
-    match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
-        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
-        r => Ok(r?),
-    }
 }
 
 fn main() -> std::process::ExitCode {

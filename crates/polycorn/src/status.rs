@@ -7,16 +7,12 @@
 //! interval. Nothing is written to the daemon: the endpoint is read-only.
 
 use std::collections::BTreeMap;
-use std::io::{Read as _, Write as _};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, ToSocketAddrs};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 use clap::{Args, ValueEnum};
-
-/// How long connecting to and reading the endpoint may take.
-const TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Which daemon's configuration file is given.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -404,114 +400,7 @@ fn connectable(listen: SocketAddr) -> SocketAddr {
     }
 }
 
-/// `GET /metrics` from `addr`: the body of a 200 answer.
-pub(crate) fn fetch_metrics(addr: SocketAddr) -> Result<String> {
-    let mut c = std::net::TcpStream::connect_timeout(&addr, TIMEOUT)
-        .context("cannot connect (is the daemon running, with [metrics] listen there?)")?;
-    c.set_read_timeout(Some(TIMEOUT))?;
-    c.write_all(b"GET /metrics HTTP/1.0\r\n\r\n")?;
-    let mut text = String::new();
-    c.read_to_string(&mut text)
-        .context("cannot read the answer")?;
-    let (head, body) = text
-        .split_once("\r\n\r\n")
-        .context("answered without an HTTP header: not a metrics endpoint?")?;
-    if !head.starts_with("HTTP/1.0 200") && !head.starts_with("HTTP/1.1 200") {
-        bail!("answered {}", head.lines().next().unwrap_or(""));
-    }
-    Ok(body.to_string())
-}
-
-/// One sample of the OpenMetrics text: `name{label="value",…} value`.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Sample {
-    /// Metric name, with its suffix (`_total`, `_bucket`, …).
-    pub name: String,
-    /// Labels in their order.
-    pub labels: Vec<(String, String)>,
-    /// The value.
-    pub value: f64,
-}
-
-impl Sample {
-    /// The value of label `key`, if present.
-    pub fn label(&self, key: &str) -> Option<&str> {
-        self.labels
-            .iter()
-            .find(|(k, _)| k == key)
-            .map(|(_, v)| v.as_str())
-    }
-}
-
-/// Every sample of an OpenMetrics/Prometheus text exposition (comments skipped). A line that
-/// is not a sample is an error naming its line number.
-pub fn parse_samples(text: &str) -> Result<Vec<Sample>> {
-    let mut out = Vec::new();
-    for (i, line) in text.lines().enumerate() {
-        let line = line.trim();
-        if line.is_empty() || line.starts_with('#') {
-            continue;
-        }
-        out.push(parse_line(line).with_context(|| format!("line {}: `{line}`", i + 1))?);
-    }
-    Ok(out)
-}
-
-fn parse_line(line: &str) -> Result<Sample> {
-    let name_end = line
-        .find(|c: char| c == '{' || c.is_whitespace())
-        .context("no value")?;
-    let name = &line[..name_end];
-    if name.is_empty()
-        || !name
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == ':')
-    {
-        bail!("bad metric name `{name}`");
-    }
-    let mut rest = &line[name_end..];
-    let mut labels = Vec::new();
-    if let Some(r) = rest.strip_prefix('{') {
-        rest = r;
-        loop {
-            rest = rest.trim_start_matches([' ', ',']);
-            if let Some(r) = rest.strip_prefix('}') {
-                rest = r;
-                break;
-            }
-            let (key, r) = rest.split_once("=\"").context("label without =\"value\"")?;
-            let mut value = String::new();
-            let mut chars = r.char_indices();
-            let end = loop {
-                match chars.next() {
-                    Some((j, '"')) => break j,
-                    Some((_, '\\')) => match chars.next() {
-                        Some((_, 'n')) => value.push('\n'),
-                        Some((_, c)) => value.push(c),
-                        None => bail!("unterminated label value"),
-                    },
-                    Some((_, c)) => value.push(c),
-                    None => bail!("unterminated label value"),
-                }
-            };
-            labels.push((key.trim().to_string(), value));
-            rest = &r[end + 1..];
-        }
-    }
-    let value = rest.split_whitespace().next().context("no value")?;
-    let value = match value {
-        "+Inf" => f64::INFINITY,
-        "-Inf" => f64::NEG_INFINITY,
-        v => v
-            .parse()
-            .with_context(|| format!("value `{v}` is not a number"))?,
-    };
-    Ok(Sample {
-        name: name.to_string(),
-        labels,
-        value,
-    })
-}
+pub use polycorn_net::scrape::{fetch_metrics, parse_samples, Sample};
 
 /// One path of one relay, as its daemon reports it.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -1118,24 +1007,6 @@ mod tests {
         assert!(render(addr, None, &old).starts_with("polycorn status · http://"));
         let v: serde_json::Value = serde_json::from_str(&to_json(addr, None, &old)).unwrap();
         assert!(v["role"].is_null() && v["version"].is_null(), "{v}");
-    }
-
-    #[test]
-    fn malformed_exposition_is_refused_naming_the_line() {
-        for (text, want) in [
-            ("# HELP x\nx_total 1\nbad line here\n", "line 3"),
-            ("a{b=\"c} 1\n", "unterminated"),
-            ("a{b} 1\n", "label without"),
-            ("a{b=\"c\"} one\n", "not a number"),
-            ("a\n", "no value"),
-        ] {
-            let e = format!("{:#}", parse_samples(text).unwrap_err());
-            assert!(e.contains(want), "{text:?}: {e}");
-        }
-        let s = parse_samples("a{b=\"x\\\"y\",c=\"\"} +Inf 123\n").unwrap();
-        assert_eq!(s[0].label("b"), Some("x\"y"));
-        assert_eq!(s[0].label("c"), Some(""));
-        assert_eq!(s[0].value, f64::INFINITY);
     }
 
     #[test]

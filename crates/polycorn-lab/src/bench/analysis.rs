@@ -806,7 +806,7 @@ mod tests {
         // Two paths of 12 Mbit/s (one 1500-byte opportunity at the end of every millisecond),
         // 30 ms each way, for one second.
         let cfg = TripConfig::preset("hsr", 1, 1).unwrap();
-        let mut trip = crate::calibrate::window(&Trip::generate(&cfg).unwrap(), 200_000, 1_000);
+        let mut trip = Trip::generate(&cfg).unwrap().window(200_000, 1_000);
         for p in &mut trip.paths {
             p.dl_bps = vec![12e6; 100];
             p.ul_bps = vec![12e6; 100];
@@ -838,7 +838,7 @@ mod tests {
 
         // On a generated trip: the bound over both paths is never above either path's, and
         // never below the two one-way delay floors.
-        let trip = crate::calibrate::window(&Trip::generate(&cfg).unwrap(), 150_000, 100_000);
+        let trip = Trip::generate(&cfg).unwrap().window(150_000, 100_000);
         let o = ImOracle::new(&trip);
         let floor = cfg
             .carriers

@@ -34,7 +34,7 @@ const UPLOAD_CORRUPT: u8 = 2;
 /// When each upload's bytes reached the server: (arrival, bytes) per read, keyed by the token the
 /// client sent. Server and client threads share one process clock, so the client times its
 /// uploads by what the server received.
-#[derive(Clone, Default)]
+#[derive(Clone, Default, Debug)]
 pub struct Arrivals(Arc<Mutex<HashMap<u64, Marks>>>);
 
 /// (arrival, bytes) per read.
@@ -59,6 +59,7 @@ impl Arrivals {
 }
 
 /// Servers running in a thread of the server namespace; stopped on drop.
+#[derive(Debug)]
 pub struct Servers {
     stop: Option<tokio::sync::oneshot::Sender<()>>,
     thread: Option<std::thread::JoinHandle<()>>,

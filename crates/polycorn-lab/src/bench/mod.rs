@@ -27,21 +27,22 @@ pub mod workload;
 
 use std::io::{IsTerminal, Write as _};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 use clap::Args;
-use polycorn_emu::context::{ContextServer, GPSD_PORT};
-use polycorn_emu::forward::{DirStats, EmuError, Emulator};
+use polycorn_emu::context::GPSD_PORT;
 use polycorn_emu::models;
 use polycorn_emu::testbed::{self, TestbedSpec};
 use polycorn_link::link::QueueLimit;
 use polycorn_link::trip::{Trip, STEP_MS};
 
-use crate::calibrate::{window, HSR_SPEED_MPS};
+use crate::common::{kernel, utc_now, HSR_SPEED_MPS};
+use crate::harness::{
+    build_linkdb, scrape_metrics, Daemon, Teardown, TripPlayer, LINKDB_SEED_OFFSET, METRICS_ADDR,
+};
 use crate::tripgen::TripArgs;
 use analysis::SystemRun;
 use plan::{Plan, PlanParams};
@@ -397,36 +398,6 @@ pub struct Meta {
     pub started: String,
 }
 
-/// The running kernel's release, as results record it.
-pub(crate) fn kernel() -> String {
-    nix::sys::utsname::uname()
-        .map(|u| u.release().to_string_lossy().into_owned())
-        .unwrap_or_else(|_| "unknown".into())
-}
-
-fn utc_now() -> String {
-    let s = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs());
-    let (days, rem) = (s / 86_400, s % 86_400);
-    // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).
-    let z = days as i64 + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    let y = yoe + era * 400 + i64::from(m <= 2);
-    format!(
-        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}Z",
-        rem / 3600,
-        rem % 3600 / 60,
-        rem % 60
-    )
-}
-
 /// `polycorn bench`.
 pub fn run(args: &BenchArgs) -> Result<()> {
     if !nix::unistd::geteuid().is_root() {
@@ -566,9 +537,6 @@ pub fn print_pooled(rides: &[report::Results], out: Option<&Path>) -> Result<()>
     ))
 }
 
-/// Trip seeds of LinkDB's training rides start this far above the replayed trip seed.
-const LINKDB_SEED_OFFSET: u64 = 1000;
-
 /// The order in which ride number `ride` (from 0) runs `n` systems: rotated by one per ride, so
 /// over `n` rides every system runs once in every position. Systems run one after another in
 /// real time; rotating keeps any drift along a ride's run order out of the comparisons.
@@ -635,7 +603,7 @@ fn run_trip(
             window_ms as f64 / 1000.0
         );
     }
-    let trip = window(&full, from_ms, window_ms);
+    let trip = full.window(from_ms, window_ms);
     let mode = if args.quick { "quick" } else { "full" };
     std::fs::create_dir_all(out.join("logs"))
         .with_context(|| format!("create {}", out.display()))?;
@@ -746,19 +714,8 @@ fn run_trip(
             &label,
         )
         .unwrap_or_else(|e| SystemRun {
-            system: sys.name.clone(),
-            mode: sys.mode.clone(),
-            spec: sys.spec.clone(),
-            pipeline: sys.pipeline(),
-            ready_s: f64::NAN,
-            late_paths: vec![],
             error: Some(format!("{e:#}")),
-            flows: vec![],
-            im: vec![],
-            uploads: vec![],
-            path_down_bytes: vec![],
-            path_up_bytes: vec![],
-            counters: Default::default(),
+            ..sys.empty_run()
         });
         match &r.error {
             Some(e) => eprintln!("{label}: FAILED: {e}"),
@@ -806,152 +763,6 @@ fn run_trip(
         results.runs.len()
     );
     Ok(results)
-}
-
-/// Removes a testbed when dropped.
-pub(crate) struct Teardown(pub(crate) String);
-
-impl Drop for Teardown {
-    fn drop(&mut self) {
-        if let Err(e) = testbed::down(&self.0) {
-            eprintln!("warning: removing testbed `{}`: {e}", self.0);
-        }
-    }
-}
-
-/// Environment variable holding the relay's and proxy's log filter (`RUST_LOG` syntax) in
-/// `polycorn bench` and `polycorn net bench`; default `info`. For example
-/// `info,polycorn::paths=debug` adds every path's state every 100 ms to their logs.
-pub(crate) const BENCH_LOG_ENV: &str = "POLYCORN_BENCH_LOG";
-
-/// A `polycorn relay|proxy` child in a namespace; SIGTERM, then SIGKILL, on drop. Shared by
-/// `polycorn bench` and `polycorn net bench`. Logs with [`BENCH_LOG_ENV`]'s filter.
-pub(crate) struct Daemon {
-    child: Child,
-    log: PathBuf,
-}
-
-impl Daemon {
-    pub(crate) fn start(ns: &str, role: &str, config: &Path, log: PathBuf) -> Result<Daemon> {
-        Daemon::start_passing(ns, role, config, log, None)
-    }
-
-    /// [`Daemon::start`], handing the daemon `listener` as systemd's socket activation does:
-    /// file descriptor 3, `LISTEN_FDS=1`, `LISTEN_PID` the daemon's own (a shell sets it to
-    /// its PID and execs `ip netns exec`, which execs the daemon, so the PID stays).
-    pub(crate) fn start_passing(
-        ns: &str,
-        role: &str,
-        config: &Path,
-        log: PathBuf,
-        listener: Option<&std::os::fd::OwnedFd>,
-    ) -> Result<Daemon> {
-        let f = std::fs::File::create(&log)?;
-        let exe = std::env::current_exe()?;
-        let mut cmd = match listener {
-            None => Command::new("ip"),
-            Some(_) => {
-                let mut c = Command::new("sh");
-                c.args([
-                    "-c",
-                    "export LISTEN_PID=$$ LISTEN_FDS=1; exec \"$@\"",
-                    "sh",
-                    "ip",
-                ]);
-                c
-            }
-        };
-        cmd.args(["netns", "exec", ns])
-            .arg(exe)
-            .args([role, "--config"])
-            .arg(config)
-            .env(
-                "RUST_LOG",
-                std::env::var(BENCH_LOG_ENV).unwrap_or_else(|_| "info".into()),
-            )
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(f);
-        if let Some(l) = listener {
-            polycorn_net::activation::pass_sockets(&mut cmd, &[std::os::fd::AsRawFd::as_raw_fd(l)])
-                .map_err(anyhow::Error::msg)?;
-        }
-        let child = cmd
-            .spawn()
-            .with_context(|| format!("start {role} in {ns}"))?;
-        Ok(Daemon { child, log })
-    }
-    fn log(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_default()
-    }
-    /// The child's PID (CPU accounting).
-    pub(crate) fn pid(&self) -> u32 {
-        self.child.id()
-    }
-    /// Send `sig` (SIGTERM: what `systemctl stop` sends; SIGKILL: a crash) and wait up to
-    /// `within` for the exit: its status, or `None` when the daemon was still running then
-    /// (it is killed on drop). The child is reaped, so its PID is never signalled again.
-    pub(crate) fn signal_and_wait(
-        &mut self,
-        sig: nix::sys::signal::Signal,
-        within: Duration,
-    ) -> Result<Option<std::process::ExitStatus>> {
-        if let Some(st) = self.child.try_wait()? {
-            return Ok(Some(st));
-        }
-        nix::sys::signal::kill(nix::unistd::Pid::from_raw(self.child.id() as i32), sig)
-            .with_context(|| format!("send {sig} to {}", self.child.id()))?;
-        let t = Instant::now();
-        loop {
-            if let Some(st) = self.child.try_wait()? {
-                return Ok(Some(st));
-            }
-            if t.elapsed() >= within {
-                return Ok(None);
-            }
-            std::thread::sleep(Duration::from_millis(5));
-        }
-    }
-    pub(crate) fn wait_for(&mut self, what: &str, count: usize, until: Instant) -> Result<()> {
-        loop {
-            if self.log().matches(what).count() >= count {
-                return Ok(());
-            }
-            if let Some(st) = self.child.try_wait()? {
-                bail!("exited ({st}) before `{what}`; log {}", self.log.display());
-            }
-            if Instant::now() >= until {
-                bail!(
-                    "no `{what}` x{count} before the workload started; log {}",
-                    self.log.display()
-                );
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-    }
-}
-
-impl Drop for Daemon {
-    fn drop(&mut self) {
-        // Already reaped (or exited): its PID may belong to another process by now.
-        if let Ok(Some(_)) = self.child.try_wait() {
-            return;
-        }
-        let pid = self.child.id() as i32;
-        let _ = nix::sys::signal::kill(
-            nix::unistd::Pid::from_raw(pid),
-            nix::sys::signal::Signal::SIGTERM,
-        );
-        let t = Instant::now();
-        while t.elapsed() < Duration::from_secs(5) {
-            if let Ok(Some(_)) = self.child.try_wait() {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
 }
 
 pub(crate) fn write_configs(
@@ -1146,81 +957,36 @@ fn run_system(
     drop(proxy);
     let stats = player.finish()?;
     Ok(SystemRun {
-        system: sys.name.clone(),
-        mode: sys.mode.clone(),
-        spec: sys.spec.clone(),
-        pipeline: sys.pipeline(),
         ready_s,
         late_paths,
-        error: None,
         flows: played.flows,
         im: played.im,
         uploads: played.uploads,
         path_down_bytes: stats.iter().map(|(_, d)| d.bytes_out).collect(),
         path_up_bytes: stats.iter().map(|(u, _)| u.bytes_out).collect(),
         counters,
+        ..sys.empty_run()
     })
 }
 
-/// What the emulator forwarded per path (uplink, downlink), or why it stopped.
-type EmuResult = std::result::Result<Vec<(DirStats, DirStats)>, EmuError>;
-
-/// A trip played in real time on a built testbed: the emulator on its own thread from `t0`, and
-/// the trip's context served to the relay over gpsd. Both stop when this is finished or
-/// dropped. (`polycorn bench` and `polycorn net soak --trip`.)
-pub(crate) struct TripPlayer {
-    /// When the trip's time 0 was played.
-    pub(crate) t0: Instant,
-    stop: Arc<AtomicBool>,
-    emulator: Option<std::thread::JoinHandle<EmuResult>>,
-    _context: Option<ContextServer>,
-}
-
-impl TripPlayer {
-    /// Start playing `trip` on testbed `spec` (each path's queue `queue`, else the trip's).
-    pub(crate) fn start(
-        spec: &TestbedSpec,
-        trip: &Trip,
-        queue: Option<QueueLimit>,
-    ) -> Result<TripPlayer> {
-        let models = models::from_trip(trip, queue)?;
-        let stop = Arc::new(AtomicBool::new(false));
-        let mut emu = Emulator::attach(spec, &models, stop.clone())?;
-        let t0 = Instant::now();
-        let emulator = std::thread::Builder::new()
-            .name("emulator".into())
-            .spawn(move || emu.run())?;
-        // Built first, so a context that fails to start still stops the emulator (drop).
-        let mut player = TripPlayer {
-            t0,
-            stop: stop.clone(),
-            emulator: Some(emulator),
-            _context: None,
-        };
-        player._context = Some(ContextServer::start(
-            Some(&spec.ns("relay")),
-            std::net::SocketAddr::from(([127, 0, 0, 1], GPSD_PORT)),
-            trip.context.clone(),
-            trip.paths.iter().map(|p| p.name.clone()).collect(),
-            stop,
-        )?);
-        Ok(player)
-    }
-
-    /// Stop the emulator and return what it forwarded per path (uplink, downlink).
-    pub(crate) fn finish(mut self) -> Result<Vec<(DirStats, DirStats)>> {
-        self.stop.store(true, Ordering::Relaxed);
-        let t = self.emulator.take().expect("joined once");
-        Ok(t.join()
-            .map_err(|_| anyhow::anyhow!("emulator thread panicked"))??)
-    }
-}
-
-impl Drop for TripPlayer {
-    fn drop(&mut self) {
-        self.stop.store(true, Ordering::Relaxed);
-        if let Some(t) = self.emulator.take() {
-            let _ = t.join();
+impl System {
+    /// A run of this system with nothing in it yet: not ready (`ready_s` NaN), no error, no
+    /// flows, messages, uploads, path bytes or counters.
+    fn empty_run(&self) -> SystemRun {
+        SystemRun {
+            system: self.name.clone(),
+            mode: self.mode.clone(),
+            spec: self.spec.clone(),
+            pipeline: self.pipeline(),
+            ready_s: f64::NAN,
+            late_paths: vec![],
+            error: None,
+            flows: vec![],
+            im: vec![],
+            uploads: vec![],
+            path_down_bytes: vec![],
+            path_up_bytes: vec![],
+            counters: Default::default(),
         }
     }
 }
@@ -1272,21 +1038,6 @@ fn late_subflows(relay_log: &str, trip: &Trip, lead_s: f64) -> Result<Vec<String
     }
 }
 
-/// Where relay and proxy serve metrics inside their namespaces.
-pub(crate) const METRICS_ADDR: &str = "127.0.0.1:9100";
-
-/// `GET /metrics` from the daemon listening on [`METRICS_ADDR`] inside namespace `ns`.
-pub(crate) fn scrape_metrics(ns: &str) -> Result<String> {
-    let ns = ns.to_string();
-    std::thread::spawn(move || -> Result<String> {
-        let _in = polycorn_emu::netns::InNamespace::enter(&ns)?;
-        let addr: std::net::SocketAddr = METRICS_ADDR.parse()?;
-        crate::status::fetch_metrics(addr).with_context(|| format!("metrics at {addr} in {ns}"))
-    })
-    .join()
-    .map_err(|_| anyhow::anyhow!("metrics scrape thread panicked"))?
-}
-
 /// The samples of the metric families the bench keeps (per-stage decisions, per-path
 /// reinjected/redundant bytes, retransmissions and reconnects, the reorder-wait histogram's
 /// sum and count, reset flows), as `name{labels}` -> value.
@@ -1323,342 +1074,5 @@ fn out_dir_for(args: &BenchArgs) -> PathBuf {
     })
 }
 
-/// Build a LinkDB of `rides` simulated rides of the replayed trip's route (trip seeds from
-/// `trip_seed + 1000`, so never the replayed ride) and return the proxy's `[linkdb]` section.
-pub(crate) fn build_linkdb(
-    out: &Path,
-    t: &crate::tripgen::TripArgs,
-    cfg: &polycorn_link::trip::TripConfig,
-    rides: u64,
-) -> Result<String> {
-    let db = std::fs::canonicalize(out)?.join("linkdb.sqlite");
-    let _ = std::fs::remove_file(&db);
-    let url = format!("sqlite:{}", db.display());
-    let exe = std::env::current_exe().context("find the polycorn binary")?;
-    let first = t.trip_seed.saturating_add(LINKDB_SEED_OFFSET).to_string();
-    let o = std::process::Command::new(exe)
-        .args([
-            "linkdb",
-            "import",
-            "--db",
-            &url,
-            "--simulate",
-            &rides.to_string(),
-        ])
-        .args([
-            "--preset",
-            &t.preset,
-            "--route-seed",
-            &t.route_seed.to_string(),
-        ])
-        .args(["--first-trip-seed", &first])
-        .output()
-        .context("run polycorn linkdb import")?;
-    if !o.status.success() {
-        bail!(
-            "linkdb import failed: {}",
-            String::from_utf8_lossy(&o.stderr)
-        );
-    }
-    let carriers: Vec<String> = cfg
-        .carriers
-        .iter()
-        .map(|c| format!("\"{}\"", c.name))
-        .collect();
-    Ok(format!(
-        "\n[linkdb]\ndb = \"{url}\"\nmodel = \"paper\"\nroute = \"{}/route{}\"\ncarriers = [{}]\ntrack_origin = [{}, {}]\ntrack_heading_deg = {}\n",
-        t.preset,
-        t.route_seed,
-        carriers.join(", "),
-        cfg.origin.0,
-        cfg.origin.1,
-        cfg.heading_deg
-    ))
-}
-
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// A path whose link carried nothing in the lead-in may join late; one that had capacity and
-    /// still did not connect, or no path at all, fails the run with the reason.
-    #[test]
-    fn late_subflows_only_where_the_link_carried_nothing() {
-        use polycorn_link::trace::{DelaySeries, DeliveryTrace};
-        use polycorn_link::trip::TracePath;
-        // "busy": one opportunity per ms (12 Mbit/s); "idle": nothing for 10 s, then the same.
-        let busy = DeliveryTrace::parse("b", "1\n").unwrap();
-        let idle_ms: String = (10_001..=11_000).map(|m| format!("{m}\n")).collect();
-        let idle = DeliveryTrace::parse("i", &idle_ms).unwrap();
-        let d = DelaySeries::constant(20_000);
-        let none = polycorn_link::trace::Outages::none();
-        let path = |name: &str, t| TracePath {
-            name: name.into(),
-            down: t,
-            up: t,
-            delay: &d,
-            outages: &none,
-            interruptions: &none,
-        };
-        let trip = Trip::from_traces(&[path("a", &busy), path("b", &idle)], 20_000);
-        let log = "INFO polycorn_net::relay: subflow up path=p0 proxy=x addr=x\n";
-        assert_eq!(late_subflows(log, &trip, 6.0), Ok(vec!["b".to_string()]));
-        // With a 12 s lead-in path b carried 2 s of data: a real failure to connect.
-        let e = late_subflows(log, &trip, 12.0).unwrap_err();
-        assert!(e.contains("path b (p1) did not connect although"), "{e}");
-        // Path a down, b idle: a failed to connect with capacity, and nothing connected.
-        let e = late_subflows("", &trip, 6.0).unwrap_err();
-        assert!(
-            e.contains("path a (p0)") && e.contains("no path connected"),
-            "{e}"
-        );
-        let trip = Trip::from_traces(&[path("a", &idle), path("b", &idle)], 20_000);
-        let e = late_subflows("", &trip, 6.0).unwrap_err();
-        assert_eq!(e, "no path connected");
-    }
-
-    #[test]
-    fn a_system_named_again_runs_again_under_a_numbered_name() {
-        let names: Vec<String> = ["hrsch", "vanilla", "hrsch", "polycorn", "hrsch"]
-            .iter()
-            .map(|s| s.to_string())
-            .collect();
-        let s = systems_named(&names).unwrap();
-        let got: Vec<&str> = s.iter().map(|x| x.name.as_str()).collect();
-        assert_eq!(got, ["hrsch", "vanilla", "hrsch#2", "polycorn", "hrsch#3"]);
-        // The copies run the same thing.
-        assert_eq!(
-            (s[2].mode.as_str(), s[2].spec.as_str()),
-            ("polycorn", "hrsch")
-        );
-        assert_eq!(s[3].spec, "polycorn");
-        // What ran is recorded with the presets expanded, as this build defines them.
-        assert_eq!(
-            s[1].pipeline().as_deref(),
-            Some("minrtt+rto"),
-            "vanilla expanded"
-        );
-        assert_eq!(
-            s[3].pipeline(),
-            Some(
-                polycorn_sched::Pipeline::from_spec("polycorn")
-                    .unwrap()
-                    .spec()
-                    .to_string()
-            )
-        );
-        assert_eq!(system("mptcp").unwrap().pipeline(), None);
-        assert_eq!(
-            spec_label("vanilla", s[1].pipeline().as_deref()),
-            "vanilla = minrtt+rto"
-        );
-        assert_eq!(spec_label("minrtt+rto", Some("minrtt+rto")), "minrtt+rto");
-        assert_eq!(spec_label("-", None), "-");
-        let e = systems_named(&["hrsch".into(), "fastest".into()]).unwrap_err();
-        assert!(e.to_string().contains("unknown system `fastest`"), "{e}");
-    }
-
-    #[test]
-    fn systems_split_on_semicolons_when_a_spec_has_commas() {
-        let v = |xs: &[&str]| xs.iter().map(|s| s.to_string()).collect::<Vec<_>>();
-        assert_eq!(
-            split_systems(&v(&["vanilla,mptcp", "hrsch"])).unwrap(),
-            v(&["vanilla", "mptcp", "hrsch"])
-        );
-        let spec = "polycorn:hpr,minrtt,tpr,ori+er(k=3,oldest=0)";
-        assert_eq!(
-            split_systems(&v(&[&format!("vanilla; hrsch;{spec}")])).unwrap(),
-            v(&["vanilla", "hrsch", spec])
-        );
-        assert_eq!(
-            split_systems(&v(&["vanilla", spec])).unwrap(),
-            v(&["vanilla", spec])
-        );
-        let names = split_systems(&v(&[&format!("hrsch;{spec}")])).unwrap();
-        let s = systems_named(&names).unwrap();
-        assert_eq!(s[1].spec, "hpr,minrtt,tpr,ori+er(k=3,oldest=0)");
-        let e = split_systems(&v(&["vanilla;;hrsch"])).unwrap_err();
-        assert!(e.to_string().contains("empty system name"), "{e}");
-        // Split on commas, a spec's stages are not systems: the error says what to do.
-        let names = split_systems(&v(&["vanilla,polycorn:minrtt,tpr"])).unwrap();
-        let e = systems_named(&names).unwrap_err();
-        assert!(e.to_string().contains("`;`"), "{e}");
-    }
-
-    #[test]
-    fn fresh_suffix_sets_the_relays_idle_refresh_and_only_for_polycorn() {
-        let s = system("hrsch+fresh").unwrap();
-        assert_eq!(
-            (s.name.as_str(), s.spec.as_str(), s.idle_refresh),
-            ("hrsch+fresh", "hrsch", Some("used"))
-        );
-        assert_eq!(system("hrsch").unwrap().idle_refresh, None);
-        let dir = std::env::temp_dir().join(format!("pc-fresh-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let (relay, _) = write_configs(&dir, &s, 2, None).unwrap();
-        let text = std::fs::read_to_string(relay).unwrap();
-        std::fs::remove_dir_all(&dir).unwrap();
-        assert!(text.contains("idle_refresh = \"used\""), "{text}");
-        let e = system("mptcp+fresh").unwrap_err();
-        assert!(e.to_string().contains("polycorn systems only"), "{e}");
-    }
-
-    #[test]
-    fn warm_suffix_turns_slow_start_after_idle_off_on_both_ends_and_only_for_polycorn() {
-        let s = system("hrsch+fresh+warm").unwrap();
-        assert_eq!(
-            (s.name.as_str(), s.spec.as_str(), s.idle_refresh, s.warm),
-            ("hrsch+fresh+warm", "hrsch", Some("used"), true)
-        );
-        assert!(!system("hrsch").unwrap().warm);
-        let dir = std::env::temp_dir().join(format!("pc-warm-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        for f in ["ca.pem", "relay.pem", "relay.key", "proxy.pem", "proxy.key"] {
-            std::fs::write(dir.join(f), "").unwrap();
-        }
-        let (relay, proxy) = write_configs(&dir, &s, 2, None).unwrap();
-        let relay = polycorn_net::config::RelayConfig::load(&relay);
-        let proxy = polycorn_net::config::ProxyConfig::load(&proxy);
-        std::fs::remove_dir_all(&dir).unwrap();
-        assert_eq!(relay.unwrap().relay.slow_start_after_idle, Some(false));
-        assert_eq!(proxy.unwrap().proxy.slow_start_after_idle, Some(false));
-        let e = system("single+warm").unwrap_err();
-        assert!(e.to_string().contains("polycorn systems only"), "{e}");
-    }
-
-    #[test]
-    fn bbr_suffix_sets_the_congestion_control_of_both_ends_for_every_system() {
-        assert_eq!(system("hrsch").unwrap().congestion, "cubic");
-        assert_eq!(system("mptcp").unwrap().congestion, "cubic");
-        let dir = std::env::temp_dir().join(format!("pc-bbr-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        for f in ["ca.pem", "relay.pem", "relay.key", "proxy.pem", "proxy.key"] {
-            std::fs::write(dir.join(f), "").unwrap();
-        }
-        for name in ["mptcp+bbr", "single+bbr", "hrsch+warm+bbr"] {
-            let s = system(name).unwrap();
-            assert_eq!((s.name.as_str(), s.congestion), (name, "bbr"));
-            let (relay, proxy) = write_configs(&dir, &s, 2, None).unwrap();
-            let relay = polycorn_net::config::RelayConfig::load(&relay).unwrap();
-            let proxy = polycorn_net::config::ProxyConfig::load(&proxy).unwrap();
-            assert_eq!(relay.relay.congestion.as_deref(), Some("bbr"), "{name}");
-            assert_eq!(proxy.proxy.congestion.as_deref(), Some("bbr"), "{name}");
-        }
-        std::fs::remove_dir_all(&dir).unwrap();
-        assert!(system("hrsch+warm+bbr").unwrap().warm);
-    }
-
-    #[test]
-    fn rto1s_suffix_caps_both_ends_subflow_timeouts_and_is_polycorn_only() {
-        assert_eq!(system("polycorn").unwrap().rto_max_ms, None);
-        let s = system("polycorn+rto1s+bbr").unwrap();
-        assert_eq!((s.rto_max_ms, s.congestion), (Some(1000), "bbr"));
-        let dir = std::env::temp_dir().join(format!("pc-rto-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        for f in ["ca.pem", "relay.pem", "relay.key", "proxy.pem", "proxy.key"] {
-            std::fs::write(dir.join(f), "").unwrap();
-        }
-        let written = write_configs(&dir, &s, 2, None).map(|(r, p)| {
-            (
-                polycorn_net::config::RelayConfig::load(&r).map(|c| c.relay.rto_max_ms),
-                polycorn_net::config::ProxyConfig::load(&p).map(|c| c.proxy.rto_max_ms),
-            )
-        });
-        let plain = write_configs(&dir, &system("polycorn").unwrap(), 2, None)
-            .map(|(r, _)| polycorn_net::config::RelayConfig::load(&r).map(|c| c.relay.rto_max_ms));
-        std::fs::remove_dir_all(&dir).unwrap();
-        let (relay, proxy) = written.unwrap();
-        assert_eq!((relay.unwrap(), proxy.unwrap()), (Some(1000), Some(1000)));
-        assert_eq!(plain.unwrap().unwrap(), None);
-        let e = system("mptcp+rto1s").unwrap_err();
-        assert!(e.to_string().contains("polycorn systems only"), "{e}");
-    }
-
-    /// What `relay` and `proxy` read from the configuration files `write_configs` writes for
-    /// system `name` (two paths, placeholder credentials in a scratch directory).
-    fn read_back<T>(
-        name: &str,
-        relay: fn(&polycorn_net::config::RelayConfig) -> T,
-        proxy: fn(&polycorn_net::config::ProxyConfig) -> T,
-    ) -> (T, T) {
-        let tag = name.replace(['+', ':', ';', ','], "-");
-        let dir = std::env::temp_dir().join(format!("pc-{tag}-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        for f in ["ca.pem", "relay.pem", "relay.key", "proxy.pem", "proxy.key"] {
-            std::fs::write(dir.join(f), "").unwrap();
-        }
-        let written = write_configs(&dir, &system(name).unwrap(), 2, None);
-        let read = written.map(|(r, p)| {
-            (
-                polycorn_net::config::RelayConfig::load(&r).map(|c| relay(&c)),
-                polycorn_net::config::ProxyConfig::load(&p).map(|c| proxy(&c)),
-            )
-        });
-        std::fs::remove_dir_all(&dir).unwrap();
-        let (r, p) = read.unwrap();
-        (r.unwrap(), p.unwrap())
-    }
-
-    #[test]
-    fn probe200_suffix_keeps_both_ends_probing_every_200_ms_and_is_polycorn_only() {
-        let s = system("hrsch+probe200+rto1s").unwrap();
-        assert_eq!((s.idle_probe_s, s.rto_max_ms), (Some(0), Some(1000)));
-        let idle = |name| read_back(name, |c| c.relay.idle_probe(), |c| c.proxy.idle_probe());
-        assert_eq!(idle("hrsch+probe200+rto1s"), (None, None));
-        let five = Some(std::time::Duration::from_secs(5));
-        assert_eq!(idle("hrsch"), (five, five));
-        let e = system("single+probe200").unwrap_err();
-        assert!(e.to_string().contains("polycorn systems only"), "{e}");
-    }
-
-    #[test]
-    fn nocap_suffix_gives_both_schedulers_the_kernels_window_and_is_polycorn_only() {
-        assert_eq!(system("vanilla+nocap").unwrap().window_gain, Some(0.0));
-        let gain = |name| read_back(name, |c| c.relay.window_gain(), |c| c.proxy.window_gain());
-        assert_eq!(gain("vanilla+nocap"), (None, None));
-        assert_eq!(gain("vanilla"), (Some(2.0), Some(2.0)));
-        let e = system("mptcp+nocap").unwrap_err();
-        assert!(e.to_string().contains("polycorn systems only"), "{e}");
-    }
-
-    #[test]
-    fn noask_suffix_stops_the_proxy_asking_for_fresh_subflows_and_is_polycorn_only() {
-        assert!(!system("vanilla+noask").unwrap().ask_refresh);
-        let ask = |name| read_back(name, |_| true, |c| c.proxy.ask_refresh);
-        assert!(!ask("vanilla+noask+nocap").1);
-        assert!(ask("vanilla").1);
-        let e = system("single+noask").unwrap_err();
-        assert!(e.to_string().contains("polycorn systems only"), "{e}");
-    }
-
-    #[test]
-    fn workloads_choose_the_plan_and_bulk_flows_count_downloads_and_uploads() {
-        let apply = |w: &[Workload], n: Option<usize>| {
-            let mut p = PlanParams::full();
-            apply_workloads(&mut p, w, n).map(|()| (p.bulk_flows, p.im, p.uploads))
-        };
-        use Workload::*;
-        // The default: downloads and IM, no uploads.
-        assert_eq!(apply(&[Bulk, Im], None).unwrap(), (12, true, 0));
-        assert_eq!(apply(&[Upload], None).unwrap(), (0, false, 12));
-        assert_eq!(apply(&[Bulk, Im, Upload], Some(3)).unwrap(), (3, true, 3));
-        assert_eq!(apply(&[Im, Upload], Some(6)).unwrap(), (0, true, 6));
-        let err = |w: &[Workload], n| apply(w, n).unwrap_err().to_string();
-        assert!(err(&[], None).contains("bulk, im, upload"));
-        assert!(err(&[Im], Some(3)).contains("--bulk-flows needs the bulk or the upload"));
-        assert!(err(&[Upload], Some(0)).contains("at least 1"));
-    }
-
-    #[test]
-    fn rides_rotate_the_run_order_so_every_system_runs_in_every_position() {
-        assert_eq!(run_order(3, 0), [0, 1, 2]);
-        assert_eq!(run_order(3, 1), [1, 2, 0]);
-        assert_eq!(run_order(3, 5), [2, 0, 1]);
-        for pos in 0..4 {
-            let mut seen: Vec<usize> = (0..4).map(|ride| run_order(4, ride)[pos]).collect();
-            seen.sort_unstable();
-            assert_eq!(seen, [0, 1, 2, 3], "position {pos}");
-        }
-        assert!(run_order(0, 3).is_empty());
-    }
-}
+mod tests;

@@ -18,8 +18,8 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 
-use crate::bench::Daemon;
-use polycorn_emu::netns::{ip, ip_in, InNamespace};
+use crate::harness::{Daemon, Topology};
+use polycorn_emu::netns::InNamespace;
 
 /// Which way the bulk transfer goes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -62,97 +62,6 @@ pub struct Measured {
     pub relay_cpu: f64,
     /// Proxy CPU, % of one core.
     pub proxy_cpu: f64,
-}
-
-pub(crate) struct Topology {
-    name: String,
-}
-
-impl Topology {
-    pub(crate) fn ns(&self, r: &str) -> String {
-        format!("{}-{r}", self.name)
-    }
-    pub(crate) fn up(name: &str) -> Result<Topology> {
-        let t = Topology { name: name.into() };
-        t.down();
-        for r in ["c", "r", "p", "s"] {
-            ip(&["netns", "add", &t.ns(r)])?;
-            ip_in(&t.ns(r), &["link", "set", "lo", "up"])?;
-        }
-        let pair = |a: &str, b: &str, dev: &str| -> Result<()> {
-            ip(&[
-                "link",
-                "add",
-                "pcnb-tmp-a",
-                "netns",
-                a,
-                "type",
-                "veth",
-                "peer",
-                "name",
-                "pcnb-tmp-b",
-                "netns",
-                b,
-            ])?;
-            ip_in(a, &["link", "set", "pcnb-tmp-a", "name", dev])?;
-            ip_in(b, &["link", "set", "pcnb-tmp-b", "name", dev])?;
-            ip_in(a, &["link", "set", dev, "up"])?;
-            ip_in(b, &["link", "set", dev, "up"])?;
-            Ok(())
-        };
-        let (c, r, p, s) = (t.ns("c"), t.ns("r"), t.ns("p"), t.ns("s"));
-        pair(&c, &r, "lan0")?;
-        pair(&p, &s, "wan0")?;
-        for i in 0..2 {
-            pair(&r, &p, &format!("path{i}"))?;
-        }
-        ip_in(&c, &["addr", "add", "10.0.1.2/24", "dev", "lan0"])?;
-        ip_in(&r, &["addr", "add", "10.0.1.1/24", "dev", "lan0"])?;
-        ip_in(&c, &["route", "add", "default", "via", "10.0.1.1"])?;
-        ip_in(&p, &["addr", "add", "10.0.2.1/24", "dev", "wan0"])?;
-        ip_in(&s, &["addr", "add", "10.0.2.2/24", "dev", "wan0"])?;
-        ip_in(&s, &["route", "add", "default", "via", "10.0.2.1"])?;
-        for i in 0..2 {
-            let dev = format!("path{i}");
-            let table = (100 + i).to_string();
-            ip_in(
-                &r,
-                &["addr", "add", &format!("10.100.{i}.1/24"), "dev", &dev],
-            )?;
-            ip_in(
-                &p,
-                &["addr", "add", &format!("10.100.{i}.2/24"), "dev", &dev],
-            )?;
-            ip_in(
-                &r,
-                &["route", "add", "default", "dev", &dev, "table", &table],
-            )?;
-            ip_in(
-                &r,
-                &[
-                    "rule",
-                    "add",
-                    "from",
-                    &format!("10.100.{i}.1"),
-                    "table",
-                    &table,
-                ],
-            )?;
-            ip_in(&r, &["rule", "add", "oif", &dev, "table", &table])?;
-        }
-        Ok(t)
-    }
-    fn down(&self) {
-        for r in ["c", "r", "p", "s"] {
-            let _ = ip(&["netns", "del", &self.ns(r)]);
-        }
-    }
-}
-
-impl Drop for Topology {
-    fn drop(&mut self) {
-        self.down();
-    }
 }
 
 /// CPU seconds (user + system) of a process.

@@ -223,17 +223,6 @@ pub fn run(name: &str, model: &ModelArgs) -> Result<()> {
     Ok(())
 }
 
-/// Removes a testbed when dropped (also on error or panic).
-struct TeardownGuard(String);
-
-impl Drop for TeardownGuard {
-    fn drop(&mut self) {
-        if let Err(e) = testbed::down(&self.0) {
-            eprintln!("warning: removing testbed `{}`: {e}", self.0);
-        }
-    }
-}
-
 /// `polycorn emu bench`: bulk TCP (cubic) from relay to proxy through one unshaped emulated path;
 /// prints goodput, packets/s through the forwarder and the forwarder's CPU use.
 pub fn bench(name: &str, secs: u32) -> Result<()> {
@@ -250,7 +239,7 @@ pub fn bench(name: &str, secs: u32) -> Result<()> {
         paths: 1,
     };
     testbed::up(&spec)?;
-    let _guard = TeardownGuard(name.into());
+    let _guard = crate::harness::Teardown(name.into());
     let stop = Arc::new(AtomicBool::new(false));
     let mut emu = Emulator::attach(&spec, &[model], stop.clone())?;
     let emu_thread = std::thread::spawn(move || -> Result<(Vec<(polycorn_emu::forward::DirStats, polycorn_emu::forward::DirStats)>, f64)> {

@@ -24,7 +24,6 @@ use super::analysis::{FlowResult, ImResult, SystemRun};
 use super::plan::{BulkFlow, ImSegment, Plan};
 use super::report::{self, Results};
 use super::Meta;
-use crate::calibrate::window;
 use crate::tripgen::TripArgs;
 use polycorn_link::trip::{Interruption, Trip, TripConfig};
 
@@ -450,7 +449,7 @@ fn regenerate(
     };
     let full = Trip::generate(&cfg)?;
     let ms = |s: f64| (s * 1000.0).round() as u64;
-    let trip = window(&full, ms(m.from_s), ms(m.window_s));
+    let trip = full.window(ms(m.from_s), ms(m.window_s));
     let again = report::capacity_1s(&trip, r.plan.end_s);
     if report::window_handovers(&trip, r.plan.end_s) != r.handovers
         || !same_capacity(&again, &r.capacity)

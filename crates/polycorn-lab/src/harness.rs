@@ -1,0 +1,394 @@
+//! The lab's harness, shared by bench, soak, netbench and the testbed commands: a testbed
+//! removed on drop, relay and proxy daemons in its namespaces (stopped on drop), their metrics,
+//! a trip played on the testbed in real time, and the LinkDB a run's proxy reads.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+use polycorn_emu::context::{ContextServer, GPSD_PORT};
+use polycorn_emu::forward::{DirStats, EmuError, Emulator};
+use polycorn_emu::models;
+use polycorn_emu::netns::{ip, ip_in};
+use polycorn_emu::testbed::{self, TestbedSpec};
+use polycorn_link::link::QueueLimit;
+use polycorn_link::trip::Trip;
+
+/// Removes a testbed when dropped (also on error or panic).
+pub(crate) struct Teardown(pub(crate) String);
+
+impl Drop for Teardown {
+    fn drop(&mut self) {
+        if let Err(e) = testbed::down(&self.0) {
+            eprintln!("warning: removing testbed `{}`: {e}", self.0);
+        }
+    }
+}
+
+/// Environment variable holding the relay's and proxy's log filter (`RUST_LOG` syntax) in
+/// `polycorn bench` and `polycorn net bench`; default `info`. For example
+/// `info,polycorn::paths=debug` adds every path's state every 100 ms to their logs.
+pub(crate) const BENCH_LOG_ENV: &str = "POLYCORN_BENCH_LOG";
+
+/// A `polycorn relay|proxy` child in a namespace; SIGTERM, then SIGKILL, on drop. Shared by
+/// `polycorn bench` and `polycorn net bench`. Logs with [`BENCH_LOG_ENV`]'s filter.
+pub(crate) struct Daemon {
+    pub(super) child: Child,
+    pub(super) log: PathBuf,
+}
+
+impl Daemon {
+    pub(crate) fn start(ns: &str, role: &str, config: &Path, log: PathBuf) -> Result<Daemon> {
+        Daemon::start_passing(ns, role, config, log, None)
+    }
+
+    /// [`Daemon::start`], handing the daemon `listener` as systemd's socket activation does:
+    /// file descriptor 3, `LISTEN_FDS=1`, `LISTEN_PID` the daemon's own (a shell sets it to
+    /// its PID and execs `ip netns exec`, which execs the daemon, so the PID stays).
+    pub(crate) fn start_passing(
+        ns: &str,
+        role: &str,
+        config: &Path,
+        log: PathBuf,
+        listener: Option<&std::os::fd::OwnedFd>,
+    ) -> Result<Daemon> {
+        let f = std::fs::File::create(&log)?;
+        let exe = std::env::current_exe()?;
+        let mut cmd = match listener {
+            None => Command::new("ip"),
+            Some(_) => {
+                let mut c = Command::new("sh");
+                c.args([
+                    "-c",
+                    "export LISTEN_PID=$$ LISTEN_FDS=1; exec \"$@\"",
+                    "sh",
+                    "ip",
+                ]);
+                c
+            }
+        };
+        cmd.args(["netns", "exec", ns])
+            .arg(exe)
+            .args([role, "--config"])
+            .arg(config)
+            .env(
+                "RUST_LOG",
+                std::env::var(BENCH_LOG_ENV).unwrap_or_else(|_| "info".into()),
+            )
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(f);
+        if let Some(l) = listener {
+            polycorn_net::activation::pass_sockets(&mut cmd, &[std::os::fd::AsRawFd::as_raw_fd(l)])
+                .map_err(anyhow::Error::msg)?;
+        }
+        let child = cmd
+            .spawn()
+            .with_context(|| format!("start {role} in {ns}"))?;
+        Ok(Daemon { child, log })
+    }
+    pub(super) fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+    /// The child's PID (CPU accounting).
+    pub(crate) fn pid(&self) -> u32 {
+        self.child.id()
+    }
+    /// Send `sig` (SIGTERM: what `systemctl stop` sends; SIGKILL: a crash) and wait up to
+    /// `within` for the exit: its status, or `None` when the daemon was still running then
+    /// (it is killed on drop). The child is reaped, so its PID is never signalled again.
+    pub(crate) fn signal_and_wait(
+        &mut self,
+        sig: nix::sys::signal::Signal,
+        within: Duration,
+    ) -> Result<Option<std::process::ExitStatus>> {
+        if let Some(st) = self.child.try_wait()? {
+            return Ok(Some(st));
+        }
+        nix::sys::signal::kill(nix::unistd::Pid::from_raw(self.child.id() as i32), sig)
+            .with_context(|| format!("send {sig} to {}", self.child.id()))?;
+        let t = Instant::now();
+        loop {
+            if let Some(st) = self.child.try_wait()? {
+                return Ok(Some(st));
+            }
+            if t.elapsed() >= within {
+                return Ok(None);
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+    pub(crate) fn wait_for(&mut self, what: &str, count: usize, until: Instant) -> Result<()> {
+        loop {
+            if self.log().matches(what).count() >= count {
+                return Ok(());
+            }
+            if let Some(st) = self.child.try_wait()? {
+                bail!("exited ({st}) before `{what}`; log {}", self.log.display());
+            }
+            if Instant::now() >= until {
+                bail!(
+                    "no `{what}` x{count} before the workload started; log {}",
+                    self.log.display()
+                );
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        // Already reaped (or exited): its PID may belong to another process by now.
+        if let Ok(Some(_)) = self.child.try_wait() {
+            return;
+        }
+        let pid = self.child.id() as i32;
+        let _ = nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(pid),
+            nix::sys::signal::Signal::SIGTERM,
+        );
+        let t = Instant::now();
+        while t.elapsed() < Duration::from_secs(5) {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Where relay and proxy serve metrics inside their namespaces.
+pub(crate) const METRICS_ADDR: &str = "127.0.0.1:9100";
+
+/// `GET /metrics` from the daemon listening on [`METRICS_ADDR`] inside namespace `ns`.
+pub(crate) fn scrape_metrics(ns: &str) -> Result<String> {
+    let ns = ns.to_string();
+    std::thread::spawn(move || -> Result<String> {
+        let _in = polycorn_emu::netns::InNamespace::enter(&ns)?;
+        let addr: std::net::SocketAddr = METRICS_ADDR.parse()?;
+        polycorn_net::scrape::fetch_metrics(addr)
+            .with_context(|| format!("metrics at {addr} in {ns}"))
+    })
+    .join()
+    .map_err(|_| anyhow::anyhow!("metrics scrape thread panicked"))?
+}
+
+/// What the emulator forwarded per path (uplink, downlink), or why it stopped.
+type EmuResult = std::result::Result<Vec<(DirStats, DirStats)>, EmuError>;
+
+/// A trip played in real time on a built testbed: the emulator on its own thread from `t0`, and
+/// the trip's context served to the relay over gpsd. Both stop when this is finished or
+/// dropped. (`polycorn bench` and `polycorn net soak --trip`.)
+pub(crate) struct TripPlayer {
+    /// When the trip's time 0 was played.
+    pub(crate) t0: Instant,
+    pub(super) stop: Arc<AtomicBool>,
+    pub(super) emulator: Option<std::thread::JoinHandle<EmuResult>>,
+    pub(super) _context: Option<ContextServer>,
+}
+
+impl TripPlayer {
+    /// Start playing `trip` on testbed `spec` (each path's queue `queue`, else the trip's).
+    pub(crate) fn start(
+        spec: &TestbedSpec,
+        trip: &Trip,
+        queue: Option<QueueLimit>,
+    ) -> Result<TripPlayer> {
+        let models = models::from_trip(trip, queue)?;
+        let stop = Arc::new(AtomicBool::new(false));
+        let mut emu = Emulator::attach(spec, &models, stop.clone())?;
+        let t0 = Instant::now();
+        let emulator = std::thread::Builder::new()
+            .name("emulator".into())
+            .spawn(move || emu.run())?;
+        // Built first, so a context that fails to start still stops the emulator (drop).
+        let mut player = TripPlayer {
+            t0,
+            stop: stop.clone(),
+            emulator: Some(emulator),
+            _context: None,
+        };
+        player._context = Some(ContextServer::start(
+            Some(&spec.ns("relay")),
+            std::net::SocketAddr::from(([127, 0, 0, 1], GPSD_PORT)),
+            trip.context.clone(),
+            trip.paths.iter().map(|p| p.name.clone()).collect(),
+            stop,
+        )?);
+        Ok(player)
+    }
+
+    /// Stop the emulator and return what it forwarded per path (uplink, downlink).
+    pub(crate) fn finish(mut self) -> Result<Vec<(DirStats, DirStats)>> {
+        self.stop.store(true, Ordering::Relaxed);
+        let t = self.emulator.take().expect("joined once");
+        Ok(t.join()
+            .map_err(|_| anyhow::anyhow!("emulator thread panicked"))??)
+    }
+}
+
+impl Drop for TripPlayer {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(t) = self.emulator.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// Trip seeds of LinkDB's training rides start this far above the replayed trip seed.
+pub(crate) const LINKDB_SEED_OFFSET: u64 = 1000;
+
+/// Build a LinkDB of `rides` simulated rides of the replayed trip's route (trip seeds from
+/// `trip_seed + 1000`, so never the replayed ride) and return the proxy's `[linkdb]` section.
+pub(crate) fn build_linkdb(
+    out: &Path,
+    t: &crate::tripgen::TripArgs,
+    cfg: &polycorn_link::trip::TripConfig,
+    rides: u64,
+) -> Result<String> {
+    let db = std::fs::canonicalize(out)?.join("linkdb.sqlite");
+    let _ = std::fs::remove_file(&db);
+    let url = format!("sqlite:{}", db.display());
+    let exe = std::env::current_exe().context("find the polycorn binary")?;
+    let first = t.trip_seed.saturating_add(LINKDB_SEED_OFFSET).to_string();
+    let o = std::process::Command::new(exe)
+        .args([
+            "linkdb",
+            "import",
+            "--db",
+            &url,
+            "--simulate",
+            &rides.to_string(),
+        ])
+        .args([
+            "--preset",
+            &t.preset,
+            "--route-seed",
+            &t.route_seed.to_string(),
+        ])
+        .args(["--first-trip-seed", &first])
+        .output()
+        .context("run polycorn linkdb import")?;
+    if !o.status.success() {
+        bail!(
+            "linkdb import failed: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+    }
+    let carriers: Vec<String> = cfg
+        .carriers
+        .iter()
+        .map(|c| format!("\"{}\"", c.name))
+        .collect();
+    Ok(format!(
+        "\n[linkdb]\ndb = \"{url}\"\nmodel = \"paper\"\nroute = \"{}/route{}\"\ncarriers = [{}]\ntrack_origin = [{}, {}]\ntrack_heading_deg = {}\n",
+        t.preset,
+        t.route_seed,
+        carriers.join(", "),
+        cfg.origin.0,
+        cfg.origin.1,
+        cfg.heading_deg
+    ))
+}
+
+/// Four namespaces `{name}-c` (passengers), `-r` (relay), `-p` (proxy) and `-s` (server) joined
+/// by veth pairs, the relay and proxy by two unshaped paths (`path0`, `path1`): the relay/proxy
+/// benchmark's and the soak's network. Any earlier one of that name is removed first; dropping
+/// it removes the namespaces.
+pub(crate) struct Topology {
+    name: String,
+}
+
+impl Topology {
+    pub(crate) fn ns(&self, r: &str) -> String {
+        format!("{}-{r}", self.name)
+    }
+    pub(crate) fn up(name: &str) -> Result<Topology> {
+        let t = Topology { name: name.into() };
+        t.down();
+        for r in ["c", "r", "p", "s"] {
+            ip(&["netns", "add", &t.ns(r)])?;
+            ip_in(&t.ns(r), &["link", "set", "lo", "up"])?;
+        }
+        let pair = |a: &str, b: &str, dev: &str| -> Result<()> {
+            ip(&[
+                "link",
+                "add",
+                "pcnb-tmp-a",
+                "netns",
+                a,
+                "type",
+                "veth",
+                "peer",
+                "name",
+                "pcnb-tmp-b",
+                "netns",
+                b,
+            ])?;
+            ip_in(a, &["link", "set", "pcnb-tmp-a", "name", dev])?;
+            ip_in(b, &["link", "set", "pcnb-tmp-b", "name", dev])?;
+            ip_in(a, &["link", "set", dev, "up"])?;
+            ip_in(b, &["link", "set", dev, "up"])?;
+            Ok(())
+        };
+        let (c, r, p, s) = (t.ns("c"), t.ns("r"), t.ns("p"), t.ns("s"));
+        pair(&c, &r, "lan0")?;
+        pair(&p, &s, "wan0")?;
+        for i in 0..2 {
+            pair(&r, &p, &format!("path{i}"))?;
+        }
+        ip_in(&c, &["addr", "add", "10.0.1.2/24", "dev", "lan0"])?;
+        ip_in(&r, &["addr", "add", "10.0.1.1/24", "dev", "lan0"])?;
+        ip_in(&c, &["route", "add", "default", "via", "10.0.1.1"])?;
+        ip_in(&p, &["addr", "add", "10.0.2.1/24", "dev", "wan0"])?;
+        ip_in(&s, &["addr", "add", "10.0.2.2/24", "dev", "wan0"])?;
+        ip_in(&s, &["route", "add", "default", "via", "10.0.2.1"])?;
+        for i in 0..2 {
+            let dev = format!("path{i}");
+            let table = (100 + i).to_string();
+            ip_in(
+                &r,
+                &["addr", "add", &format!("10.100.{i}.1/24"), "dev", &dev],
+            )?;
+            ip_in(
+                &p,
+                &["addr", "add", &format!("10.100.{i}.2/24"), "dev", &dev],
+            )?;
+            ip_in(
+                &r,
+                &["route", "add", "default", "dev", &dev, "table", &table],
+            )?;
+            ip_in(
+                &r,
+                &[
+                    "rule",
+                    "add",
+                    "from",
+                    &format!("10.100.{i}.1"),
+                    "table",
+                    &table,
+                ],
+            )?;
+            ip_in(&r, &["rule", "add", "oif", &dev, "table", &table])?;
+        }
+        Ok(t)
+    }
+    fn down(&self) {
+        for r in ["c", "r", "p", "s"] {
+            let _ = ip(&["netns", "del", &self.ns(r)]);
+        }
+    }
+}
+
+impl Drop for Topology {
+    fn drop(&mut self) {
+        self.down();
+    }
+}
