@@ -5,8 +5,10 @@
 //! session; `engine` ties one session to its subflows; `relay` and `proxy` are the two roles.
 
 pub mod activation;
+pub mod carrier;
 pub mod check;
 pub mod config;
+pub mod connector;
 pub mod context;
 pub mod direct;
 pub mod dns;
@@ -16,12 +18,15 @@ pub mod intercept;
 pub mod live;
 pub mod loadgen;
 pub mod metrics;
+pub mod path;
 pub mod policy;
 pub mod predictor;
 pub mod proxy;
 pub mod proxy_addr;
+pub mod random;
 pub mod relay;
 pub mod sockopt;
 pub mod socks5;
 pub mod subflow;
 pub mod tls;
+pub mod tuning;
