@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use polycorn_proto::{Role, SessionConfig};
 
+use crate::config::{Limits, ProxyConfig, RelayConfig};
 use crate::subflow;
 
 /// Session tunables shared by relay and proxy.
@@ -79,5 +80,55 @@ impl Tuning {
         c.sched.window_gain = self.window_gain;
         c.session_buffer = self.session_buffer;
         c
+    }
+}
+
+impl Tuning {
+    /// The relay's tunables, from `[relay]` and `[limits]` of its configuration.
+    pub fn of_relay(cfg: &RelayConfig) -> Tuning {
+        let r = &cfg.relay;
+        Tuning::from_settings(
+            &cfg.limits,
+            r.hold_time(),
+            r.congestion.clone(),
+            r.rto_max_ms,
+            (r.idle_probe(), r.idle_probe_after()),
+            r.window_gain(),
+        )
+    }
+
+    /// The proxy's tunables, from `[proxy]` and `[limits]` of its configuration.
+    pub fn of_proxy(cfg: &ProxyConfig) -> Tuning {
+        let p = &cfg.proxy;
+        Tuning::from_settings(
+            &cfg.limits,
+            p.hold_time(),
+            p.congestion.clone(),
+            p.rto_max_ms,
+            (p.idle_probe(), p.idle_probe_after()),
+            p.window_gain(),
+        )
+    }
+
+    fn from_settings(
+        limits: &Limits,
+        hold: Duration,
+        cc: Option<String>,
+        rto_max_ms: Option<u32>,
+        idle_probe: (Option<Duration>, Duration),
+        window_gain: Option<f64>,
+    ) -> Tuning {
+        Tuning {
+            flow_window: limits.flow_window_bytes,
+            user_window: limits.user_window_bytes,
+            max_flows: limits.max_flows as usize,
+            hold_time: hold,
+            congestion: cc,
+            rto_max_ms,
+            idle_probe: idle_probe.0,
+            idle_after: idle_probe.1,
+            window_gain,
+            session_buffer: limits.session_buffer_bytes,
+        }
     }
 }
