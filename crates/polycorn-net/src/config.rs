@@ -41,7 +41,7 @@ use std::time::Duration;
 
 use ipnet::IpNet;
 use serde::de::{self, Deserializer, SeqAccess, Visitor};
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
 use crate::policy::DestinationPolicy;
 use crate::proxy_addr::ProxyAddr;
@@ -129,7 +129,7 @@ impl ConfigError {
 // ---------------------------------------------------------------------------------------------
 
 /// `[tls]`: the PEM files of this end (see [`crate::tls`]).
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct TlsFiles {
     /// `ca`: the CA certificate both ends trust.
@@ -141,7 +141,7 @@ pub struct TlsFiles {
 }
 
 /// `[limits]`: memory bounds.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct Limits {
     /// `flow_window_bytes`: per-flow receive window and send buffer (default 4 MiB).
@@ -198,7 +198,7 @@ impl Limits {
 }
 
 /// `[metrics]`.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct MetricsConfig {
     /// `listen`: address of the Prometheus endpoint (no authentication; keep it on loopback or
@@ -207,7 +207,7 @@ pub struct MetricsConfig {
 }
 
 /// Log output format.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum LogFormat {
     /// Human-readable lines.
@@ -218,7 +218,7 @@ pub enum LogFormat {
 }
 
 /// `[log]`.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct LogConfig {
     /// `format`: `text` (default) or `json`.
@@ -242,7 +242,7 @@ impl Default for LogConfig {
 // ---------------------------------------------------------------------------------------------
 
 /// How the relay carries passengers' connections.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum RelayMode {
     /// polycorn: every flow multiplexed over all paths, scheduled by `relay.scheduler`.
@@ -257,7 +257,7 @@ pub enum RelayMode {
 }
 
 /// `[relay]`.
-#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct RelaySection {
     /// `mode`: `polycorn` (default), `mptcp` or `single`.
@@ -320,7 +320,7 @@ pub struct RelaySection {
 
 /// Which idle subflows the relay replaces with a fresh connection (make before break), at most
 /// once per 5 s per path, when the path is usable and nothing crossed it for a second.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum IdleRefresh {
     /// Only a subflow whose own slow-start threshold collapsed below 20 segments (a blackout
@@ -405,7 +405,7 @@ fn interface_exists(name: &str) -> bool {
 }
 
 /// One `[[path]]`: a cellular interface.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct PathConfig {
     /// `name`: short unique name for logs and metrics (`[A-Za-z0-9_.-]`, at most 32 bytes).
@@ -430,7 +430,7 @@ pub struct PathConfig {
 }
 
 /// What the relay does with passengers' UDP.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum UdpPolicy {
     /// Reject passengers' UDP except DNS, so QUIC falls back to TCP (which polycorn carries).
@@ -441,7 +441,7 @@ pub enum UdpPolicy {
 }
 
 /// `[intercept]`: how passengers' connections reach the relay.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct InterceptConfig {
     /// `transparent`: IPv4 TPROXY listener.
@@ -474,7 +474,7 @@ impl Default for InterceptConfig {
 }
 
 /// `[dns]`: a DNS service for passengers, answered by a resolver behind the proxy.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct DnsConfig {
     /// `listen`: UDP address passengers send queries to. None: no DNS service.
@@ -485,7 +485,7 @@ pub struct DnsConfig {
 }
 
 /// Where train context (position, speed, serving cells) comes from.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum ContextSource {
     /// No context: handover prediction is off.
@@ -498,7 +498,7 @@ pub enum ContextSource {
 }
 
 /// `[context]`.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct ContextConfig {
     /// `source`: `none` (default), `gpsd` or `replay`.
@@ -535,7 +535,7 @@ pub const MAX_KEEP_DAYS: u32 = 36_500;
 pub const MAX_MONITOR_LAG_MS: u64 = 60_000;
 
 /// The proxy's `[context]`: what it keeps of the train context the relays send.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct ProxyContextConfig {
     /// `record`: a directory where the proxy writes every relay's fixes, with its modems'
@@ -553,7 +553,7 @@ pub struct ProxyContextConfig {
 }
 
 /// A relay's configuration (`relay.toml`).
-#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct RelayConfig {
     /// `[relay]`.
@@ -705,6 +705,12 @@ impl RelayConfig {
                 Some(describe_proxy_name(&name, &addrs, after))
             })
             .collect()
+    }
+
+    /// These settings as a `relay.toml` (no comments) that [`RelayConfig::from_str`] reads
+    /// back as they are.
+    pub fn to_toml(&self) -> String {
+        toml::to_string(self).expect("a relay configuration is TOML")
     }
 
     /// A commented example `relay.toml`.
@@ -925,7 +931,7 @@ impl RelayConfig {
 // ---------------------------------------------------------------------------------------------
 
 /// `[proxy]`.
-#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct ProxySection {
     /// `listen`: subflow (TLS) address, or a list of addresses (default 0.0.0.0:7700).
@@ -1040,7 +1046,7 @@ impl ProxySection {
 }
 
 /// `[policy]`: which destinations the proxy connects to (see [`crate::policy`]).
-#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct PolicyConfig {
     /// `allow`: CIDRs. Empty: every public address. Entries inside a special range
@@ -1061,7 +1067,7 @@ impl PolicyConfig {
 
 /// `[linkdb]`: handover-failure prediction for HRSCH's HPR stage: on the proxy for the
 /// downlink, on the relay for the uplink.
-#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct LinkDbConfig {
     /// `db`: handover database URL (`sqlite:PATH` or `postgres://…`), passed to LinkDB as is.
@@ -1101,7 +1107,7 @@ impl Default for LinkDbConfig {
 }
 
 /// A proxy's configuration (`proxy.toml`).
-#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct ProxyConfig {
     /// `[proxy]`.
@@ -1144,6 +1150,12 @@ impl ProxyConfig {
         let mut v = Validator { origin };
         config.validate(&mut v, base_dir)?;
         Ok(config)
+    }
+
+    /// These settings as a `proxy.toml` (no comments) that [`ProxyConfig::from_str`] reads
+    /// back as they are.
+    pub fn to_toml(&self) -> String {
+        toml::to_string(self).expect("a proxy configuration is TOML")
     }
 
     /// A commented example `proxy.toml`.
@@ -2149,4 +2161,51 @@ pub fn describe_proxy_name(name: &ProxyAddr, addrs: &[SocketAddr], after: Durati
         );
     }
     line
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A configuration written with `to_toml` reads back as it was: the same key names, and
+    /// every value in a form the parser takes.
+    #[test]
+    fn the_example_configurations_survive_a_round_trip_through_toml() {
+        let relay = RelayConfig::example_settings();
+        let text = relay.to_toml();
+        let back: RelayConfig = parse(&text, "relay.toml written back").expect(&text);
+        assert_eq!(back, relay, "{text}");
+        let proxy = ProxyConfig::example_settings();
+        let text = proxy.to_toml();
+        let back: ProxyConfig = parse(&text, "proxy.toml written back").expect(&text);
+        assert_eq!(back, proxy, "{text}");
+    }
+
+    /// Settings the examples leave out (several listen addresses, per-path proxies and
+    /// sources, optional sections) are written back too.
+    #[test]
+    fn settings_beyond_the_examples_survive_a_round_trip_through_toml() {
+        let mut relay = RelayConfig::example_settings();
+        relay.paths[0].proxy = Some("proxy.example.net:7701".parse().unwrap());
+        relay.paths[0].source = Some("10.0.0.2".parse().unwrap());
+        relay.paths[0].mtu = Some(1400);
+        relay.relay.congestion = Some("bbr".into());
+        relay.relay.slow_start_after_idle = Some(false);
+        relay.linkdb.track_origin = Some([52.5, 13.25]);
+        relay.dns.listen = Some("127.0.0.1:5353".parse().unwrap());
+        let text = relay.to_toml();
+        let back: RelayConfig = parse(&text, "relay.toml written back").expect(&text);
+        assert_eq!(back, relay, "{text}");
+        let mut proxy = ProxyConfig::example_settings();
+        proxy.proxy.listen = vec![
+            "0.0.0.0:7700".parse().unwrap(),
+            "[::]:7700".parse().unwrap(),
+        ];
+        proxy.proxy.tunnel_peers = vec!["10.0.0.0/8".parse().unwrap()];
+        proxy.policy.deny = vec!["192.0.2.0/24".parse().unwrap()];
+        proxy.proxy.revoked_relays = vec!["train-7".into()];
+        let text = proxy.to_toml();
+        let back: ProxyConfig = parse(&text, "proxy.toml written back").expect(&text);
+        assert_eq!(back, proxy, "{text}");
+    }
 }
