@@ -3,6 +3,20 @@
 //!
 //! Leaf modules (sockets, TLS, config, interception, context, metrics) know nothing of the
 //! session; `engine` ties one session to its subflows; `relay` and `proxy` are the two roles.
+//!
+//! The modules by concern:
+//!
+//! * I/O: [`sockopt`] (socket options), [`subflow`] (a TLS subflow's connect and accept),
+//!   [`tls`], [`intercept`] (TPROXY rules), [`socks5`], [`dns`], [`connector`] (the proxy's
+//!   connections to destinations), [`proxy_addr`] (the proxy's address and its resolution).
+//! * The session: [`engine`], [`tuning`] (session tunables), [`predictor`] (handover
+//!   predictors), [`context`] (train context), [`policy`] (destinations), [`guard`]
+//!   (what relay and proxy refuse).
+//! * Roles: [`relay`] with its [`path`]s and [`carrier`], [`proxy`], [`direct`] (the MPTCP and
+//!   single-path baselines), [`check`] (path checks).
+//! * Operations: [`config`], [`metrics`], [`activation`] (systemd sockets), [`daemon`] (a
+//!   configuration file to a running relay or proxy), [`units`] (systemd units), [`live`]
+//!   (settings a reload replaces), [`random`], [`loadgen`] (checked test traffic).
 
 pub mod activation;
 pub mod carrier;
