@@ -1,7 +1,7 @@
 //! Turns a configuration file into a running relay or proxy: logging, the async runtime, the
 //! shutdown signal, reload on SIGHUP, the certificate watch, LinkDB's predictor, metrics
 //! serving, path tracing, and the relay's interception rules. The binary's `relay` and `proxy`
-//! commands call [`relay`] and [`proxy`].
+//! commands call [`relay()`] and [`proxy()`].
 
 mod maintenance;
 mod process;
