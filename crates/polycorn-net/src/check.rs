@@ -16,8 +16,8 @@ use polycorn_proto::{Frame, Role, CHECK_SESSION, VERSION};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use tracing::{debug, info};
 
+use crate::path::RelayPath;
 use crate::proxy_addr::{ProxyAddr, ProxyResolver};
-use crate::relay::RelayPath;
 use crate::subflow::{self, ConnectTimeouts, HandshakeError, SubflowSockopts};
 
 /// How long a path's check may take: TCP (staggered attempts as the relay makes them), then
@@ -172,7 +172,7 @@ async fn targets(
     p: &RelayPath,
     resolver: &Arc<ProxyResolver>,
 ) -> Result<(Option<IpAddr>, Vec<SocketAddr>), HandshakeError> {
-    let (source, first) = crate::relay::path_target(p, resolver, false).await?;
+    let (source, first) = crate::path::path_target(p, resolver, false).await?;
     let mut addrs = vec![first];
     if let ProxyAddr::Name { host, port } = &p.proxy {
         if let Ok(all) = crate::proxy_addr::lookup(host, *port).await {

@@ -384,14 +384,15 @@ fn parse_iso8601_ms(s: &str) -> Option<u64> {
         .chain(std::iter::repeat(b'0'))
         .take(3)
         .fold(0, |acc, b| acc * 10 + i64::from(b - b'0'));
-    // Days since 1970-01-01 of a civil date (Howard Hinnant's algorithm).
-    let y = if month <= 2 { year - 1 } else { year };
-    let era = y.div_euclid(400);
-    let yoe = y - era * 400;
-    let mp = (month + 9) % 12;
-    let doy = (153 * mp + 2) / 5 + day - 1;
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    let days = era * 146_097 + doe - 719_468;
+    // Days since 1970-01-01: to the first of the month, then on (a day past the month's end
+    // runs into the next, as the hour, minute and second do).
+    let first = time::Date::from_calendar_date(
+        i32::try_from(year).ok()?,
+        time::Month::try_from(u8::try_from(month).ok()?).ok()?,
+        1,
+    )
+    .ok()?;
+    let days = (first - time::OffsetDateTime::UNIX_EPOCH.date()).whole_days() + day - 1;
     let secs = days * 86_400 + hour * 3600 + minute * 60 + second;
     u64::try_from(secs * 1000 + millis).ok()
 }

@@ -21,7 +21,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tracing::{debug, info, warn};
 
-use crate::relay::RelayPath;
+use crate::path::RelayPath;
 use crate::{sockopt, socks5, subflow};
 
 /// Which baseline.
@@ -190,7 +190,7 @@ impl Tunnels {
             Err(status) => {
                 debug!(%user, %dst, ?status, "tunnel open failed");
                 if socks {
-                    let _ = socks5::reply(&mut passenger, crate::relay::socks_reply(status)).await;
+                    let _ = socks5::reply(&mut passenger, socks5::status_reply(status)).await;
                 } else {
                     let _ = socket2::SockRef::from(&passenger).set_linger(Some(Duration::ZERO));
                 }
@@ -247,7 +247,7 @@ pub fn mptcp_listener(addr: SocketAddr) -> io::Result<TcpListener> {
 pub async fn serve_tunnels(
     listener: TcpListener,
     peers: Arc<Vec<ipnet::IpNet>>,
-    connector: Arc<crate::proxy::Connector>,
+    connector: Arc<crate::connector::Connector>,
     congestion: Option<String>,
 ) {
     // Warn once, not per tunnel, when the congestion control cannot be set.

@@ -17,8 +17,8 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::UdpSocket;
 use tracing::debug;
 
+use crate::carrier::Carrier;
 use crate::guard::RelayGate;
-use crate::relay::Carrier;
 
 /// Time allowed for one query.
 pub const QUERY_TIMEOUT: Duration = Duration::from_secs(5);

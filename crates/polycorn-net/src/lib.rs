@@ -3,11 +3,31 @@
 //!
 //! Leaf modules (sockets, TLS, config, interception, context, metrics) know nothing of the
 //! session; `engine` ties one session to its subflows; `relay` and `proxy` are the two roles.
+//!
+//! The modules by concern:
+//!
+//! * I/O: [`sockopt`] (socket options), [`subflow`] (a TLS subflow's connect and accept),
+//!   [`tls`], [`intercept`] (TPROXY rules), [`socks5`], [`dns`], [`connector`] (the proxy's
+//!   connections to destinations), [`proxy_addr`] (the proxy's address and its resolution).
+//! * The session: [`engine`], [`tuning`] (session tunables), [`predictor`] (handover
+//!   predictors), [`context`] (train context), [`policy`] (destinations), [`guard`]
+//!   (what relay and proxy refuse), `refresh_watch` (pure: when the proxy asks a relay for a
+//!   fresh subflow).
+//! * Roles: [`relay`] with its [`path`]s, [`carrier`] and `path_policy` (pure: each path's
+//!   back-off, watchdog, refresh, renewal and proxy moves), [`proxy`], [`direct`] (the MPTCP and
+//!   single-path baselines), [`check`] (path checks).
+//! * Operations: [`config`], [`metrics`], [`activation`] (systemd sockets), [`daemon`] (a
+//!   configuration file to a running relay or proxy), [`units`] (systemd units), [`live`]
+//!   (settings a reload replaces), [`scrape`] (reading Prometheus text), [`random`],
+//!   [`loadgen`] (checked test traffic).
 
 pub mod activation;
+pub mod carrier;
 pub mod check;
 pub mod config;
+pub mod connector;
 pub mod context;
+pub mod daemon;
 pub mod direct;
 pub mod dns;
 pub mod engine;
@@ -16,11 +36,13 @@ pub mod intercept;
 pub mod live;
 pub mod loadgen;
 pub mod metrics;
+pub mod path;
 mod path_policy;
 pub mod policy;
 pub mod predictor;
 pub mod proxy;
 pub mod proxy_addr;
+pub mod random;
 mod refresh_watch;
 pub mod relay;
 pub mod scrape;
@@ -28,3 +50,5 @@ pub mod sockopt;
 pub mod socks5;
 pub mod subflow;
 pub mod tls;
+pub mod tuning;
+pub mod units;

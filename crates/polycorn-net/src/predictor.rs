@@ -7,6 +7,7 @@ use polycorn_proto::ContextInfo;
 use polycorn_sched::path::PathId;
 use polycorn_sched::predict::{HandoverPredictor, NoPrediction};
 use polycorn_sched::time::Instant;
+use std::sync::Arc;
 
 /// A handover predictor fed with train context.
 pub trait TrainPredictor: HandoverPredictor + Send {
@@ -16,6 +17,26 @@ pub trait TrainPredictor: HandoverPredictor + Send {
 
 impl TrainPredictor for NoPrediction {
     fn on_context(&mut self, _now: Instant, _ctx: &ContextInfo) {}
+}
+
+/// Builds a handover predictor for a new session (LinkDB in production).
+pub type PredictorFactory = Arc<dyn Fn() -> Box<dyn TrainPredictor> + Send + Sync>;
+
+/// The proxy's predictor factory, replaceable while it runs (a reload rebuilds LinkDB and gives
+/// the sessions already up a predictor from it). `None`: no prediction.
+pub type LivePredictor = crate::live::Live<Option<PredictorFactory>>;
+
+/// A [`LivePredictor`] that never predicts (no LinkDB).
+pub fn no_predictor() -> LivePredictor {
+    crate::live::Live::new(Arc::new(None))
+}
+
+/// A session's predictor from `factory` (none: no prediction).
+pub fn make_predictor(factory: Option<&PredictorFactory>) -> Box<dyn TrainPredictor> {
+    match factory {
+        Some(f) => f(),
+        None => Box::new(NoPrediction),
+    }
 }
 
 /// LinkDB's online predictor behind a straight-track projection of GPS fixes.

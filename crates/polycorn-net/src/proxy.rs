@@ -6,9 +6,8 @@ use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use polycorn_proto::{Destination, Event, OpenStatus, Role, Session};
-use polycorn_sched::predict::NoPrediction;
-use tokio::net::{TcpListener, TcpStream};
+use polycorn_proto::{Event, Role, Session};
+use tokio::net::TcpListener;
 use tokio::task::JoinSet;
 use tracing::{debug, info, warn};
 
@@ -16,21 +15,11 @@ use crate::activation::Inherited;
 use crate::engine::Engine;
 use crate::metrics::{Metrics, SessionEnd};
 use crate::policy::DestinationPolicy;
-use crate::relay::Tuning;
 use crate::subflow;
+use crate::tuning::Tuning;
 
-/// Builds a handover predictor for a new session (LinkDB in production).
-pub type PredictorFactory =
-    Arc<dyn Fn() -> Box<dyn crate::predictor::TrainPredictor> + Send + Sync>;
-
-/// The proxy's predictor factory, replaceable while it runs (a reload rebuilds LinkDB; see
-/// [`replace_predictors`] for the sessions already up). `None`: no prediction.
-pub type LivePredictor = crate::live::Live<Option<PredictorFactory>>;
-
-/// A [`LivePredictor`] that never predicts (no LinkDB).
-pub fn no_predictor() -> LivePredictor {
-    crate::live::Live::new(Arc::new(None))
-}
+pub use crate::connector::Connector;
+pub use crate::predictor::{make_predictor, no_predictor, LivePredictor, PredictorFactory};
 
 /// Where the proxy keeps the train context its relays send (`[context] record`): each relay's
 /// fixes go to `dir/RELAY/` ([`relay_log_dir`]) as a relay's own context log
@@ -274,16 +263,6 @@ pub async fn shut_down(sessions: &Sessions, grace: Duration, drain: Duration) ->
     (live.len(), cut)
 }
 
-/// A session's predictor from `factory` (none: no prediction).
-pub fn make_predictor(
-    factory: Option<&PredictorFactory>,
-) -> Box<dyn crate::predictor::TrainPredictor> {
-    match factory {
-        Some(f) => f(),
-        None => Box::new(NoPrediction),
-    }
-}
-
 /// Gives every live session a predictor from `factory` (a LinkDB rebuilt by a reload, or none),
 /// in place of the one it had; later sessions take theirs from the [`LivePredictor`], which the
 /// caller replaces first. Returns how many sessions were given one.
@@ -320,69 +299,6 @@ impl std::fmt::Debug for ProxyOptions {
             .field("listen", &self.listen)
             .field("pipeline", &self.pipeline)
             .finish_non_exhaustive()
-    }
-}
-
-/// Opens connections to destinations under the policy, never to the proxy's own host or to
-/// an address its relays' subflows come from ([`DestinationPolicy::check_with`]).
-#[derive(Debug)]
-pub struct Connector {
-    policy: crate::live::Live<DestinationPolicy>,
-    timeout: Duration,
-    host: crate::guard::HostAddrs,
-    relays: Arc<crate::guard::RelayPeers>,
-}
-
-impl Connector {
-    /// A connector with `policy` (the latest at each connection) and per-attempt `timeout`.
-    pub fn new(policy: crate::live::Live<DestinationPolicy>, timeout: Duration) -> Connector {
-        Connector {
-            policy,
-            timeout,
-            host: crate::guard::HostAddrs::new(),
-            relays: crate::guard::RelayPeers::new(),
-        }
-    }
-
-    /// The addresses relays' subflows come from; the proxy registers each subflow's.
-    pub fn relay_peers(&self) -> &Arc<crate::guard::RelayPeers> {
-        &self.relays
-    }
-
-    /// Resolve (host names), check every address against the policy, connect to the first
-    /// allowed one that answers.
-    pub async fn connect(&self, dst: &Destination) -> Result<TcpStream, OpenStatus> {
-        let addrs: Vec<SocketAddr> = match dst {
-            Destination::Addr(a) => vec![*a],
-            Destination::Name(n, p) => match tokio::net::lookup_host((n.as_str(), *p)).await {
-                Ok(it) => it.collect(),
-                Err(_) => return Err(OpenStatus::NameError),
-            },
-        };
-        if addrs.is_empty() {
-            return Err(OpenStatus::NameError);
-        }
-        let mut status = OpenStatus::Denied;
-        let policy = self.policy.current().1;
-        for a in addrs {
-            let checked = policy.check_with(
-                a.ip(),
-                |ip| self.host.contains(ip),
-                |ip| self.relays.contains(ip),
-            );
-            if let Err(d) = checked {
-                info!(dst = %dst, addr = %a, reason = %d, "destination denied by policy");
-                continue;
-            }
-            match tokio::time::timeout(self.timeout, TcpStream::connect(a)).await {
-                Ok(Ok(s)) => return Ok(s),
-                Ok(Err(e)) if e.kind() == std::io::ErrorKind::ConnectionRefused => {
-                    status = OpenStatus::Refused
-                }
-                _ => status = OpenStatus::Unreachable,
-            }
-        }
-        Err(status)
     }
 }
 
@@ -649,7 +565,7 @@ async fn accept_loop(
                                 .session_config(Role::Proxy, acc.session, &o.pipeline);
                         // A new incarnation: a relay that spoke to an earlier one resets what
                         // it said there (see `Session::on_peer_hello`).
-                        cfg.epoch = crate::relay::random_u64();
+                        cfg.epoch = crate::random::random_u64();
                         let session = match Session::new(cfg) {
                             Ok(s) => s,
                             Err(e) => {

@@ -30,7 +30,7 @@ use std::str::FromStr;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use serde::{Deserialize, Deserializer};
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use tracing::{debug, info, warn};
 
 use crate::subflow::HandshakeError;
@@ -111,6 +111,12 @@ impl FromStr for ProxyAddr {
             host: host.to_owned(),
             port,
         })
+    }
+}
+
+impl Serialize for ProxyAddr {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
     }
 }
 

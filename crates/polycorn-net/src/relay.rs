@@ -12,7 +12,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use polycorn_proto::{
-    CloseReason, ContextInfo, Destination, HelloOutcome, OpenStatus, Role, Session, SessionConfig,
+    CloseReason, ContextInfo, Destination, HelloOutcome, OpenStatus, Role, Session,
 };
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::mpsc;
@@ -27,9 +27,15 @@ use crate::path_policy::{
     BackoffWatch, Failure, OtherProxyPause, PathPolicy, Refresh, Renewal, Replace, Watchdog,
     BACKOFF_CHECK, OTHER_PROXY_RETRY, WATCHDOG_CHECK,
 };
-use crate::proxy_addr::{ProxyAddr, ProxyResolver};
+use crate::proxy_addr::ProxyResolver;
+use crate::random::random_u64;
 use crate::socks5;
 use crate::subflow;
+
+pub use crate::carrier::Carrier;
+pub(crate) use crate::path::path_target;
+pub use crate::path::RelayPath;
+pub use crate::tuning::Tuning;
 
 /// How passengers' traffic is carried.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -40,97 +46,6 @@ pub enum Mode {
     Mptcp,
     /// Baseline: one TCP connection per passenger connection over the passenger's SIM.
     Single,
-}
-
-/// One cellular path as the relay sees it.
-#[derive(Clone, Debug)]
-pub struct RelayPath {
-    /// Display name (metrics, logs).
-    pub name: String,
-    /// Interface the path's socket is bound to.
-    pub device: Option<String>,
-    /// Source address on that interface.
-    pub source: Option<IpAddr>,
-    /// Proxy reached over this path: an address, or a host name the relay resolves (polycorn
-    /// mode only; see [`crate::proxy_addr`]).
-    pub proxy: ProxyAddr,
-    /// Largest IP packet of the path (`mtu` in the configuration; `None`: the interface's).
-    pub mtu: Option<u16>,
-}
-
-/// Session tunables shared by relay and proxy.
-#[derive(Clone, Debug)]
-pub struct Tuning {
-    /// Per-flow window, bytes.
-    pub flow_window: u64,
-    /// Per-passenger window, bytes.
-    pub user_window: u64,
-    /// Flow limit.
-    pub max_flows: usize,
-    /// Hold time for outages of every path.
-    pub hold_time: Duration,
-    /// Congestion control for subflows and baseline tunnels (`None`: the system default).
-    pub congestion: Option<String>,
-    /// `TCP_RTO_MAX_MS` of subflows, ms (`None`: the kernel's). Baseline tunnels keep the
-    /// kernel's.
-    pub rto_max_ms: Option<u32>,
-    /// Probe interval once a session has had no flow open for `idle_after` (`None`: no slower
-    /// probing; see [`SessionConfig::idle_ping_interval`]).
-    pub idle_probe: Option<Duration>,
-    /// See [`SessionConfig::idle_after`].
-    pub idle_after: Duration,
-    /// The scheduler's window gain (`None`: the kernel's window as it is; see
-    /// [`polycorn_sched::scheduler::SchedConfig::window_gain`]).
-    pub window_gain: Option<f64>,
-    /// Most bytes one session holds in its flows' buffers (see
-    /// [`SessionConfig::session_buffer`]).
-    pub session_buffer: u64,
-}
-
-impl Default for Tuning {
-    fn default() -> Self {
-        Tuning {
-            flow_window: 4 << 20,
-            user_window: 16 << 20,
-            max_flows: 65_536,
-            hold_time: Duration::from_secs(30),
-            congestion: None,
-            rto_max_ms: None,
-            idle_probe: Some(Duration::from_secs(crate::config::DEFAULT_IDLE_PROBE_S)),
-            idle_after: Duration::from_secs(crate::config::DEFAULT_IDLE_PROBE_AFTER_S),
-            window_gain: Some(polycorn_sched::scheduler::DEFAULT_WINDOW_GAIN),
-            session_buffer: SessionConfig::new(Role::Relay, 0, "").session_buffer,
-        }
-    }
-}
-
-impl Tuning {
-    /// The socket options of this side's subflows.
-    pub fn subflow_sockopts(&self) -> subflow::SubflowSockopts {
-        subflow::SubflowSockopts {
-            congestion: self.congestion.clone(),
-            rto_max_ms: self.rto_max_ms,
-            mtu: None,
-        }
-    }
-
-    /// A session configuration with these tunables.
-    pub fn session_config(&self, role: Role, id: u64, pipeline: &str) -> SessionConfig {
-        let mut c = SessionConfig::new(role, id, pipeline);
-        c.flow_window = self.flow_window;
-        c.user_window = self.user_window.max(self.flow_window);
-        c.max_flows = self.max_flows;
-        c.hold_time =
-            polycorn_sched::time::Duration::from_micros(self.hold_time.as_micros() as u64);
-        c.idle_ping_interval = self
-            .idle_probe
-            .map(|d| polycorn_sched::time::Duration::from_micros(d.as_micros() as u64));
-        c.idle_after =
-            polycorn_sched::time::Duration::from_micros(self.idle_after.as_micros() as u64);
-        c.sched.window_gain = self.window_gain;
-        c.session_buffer = self.session_buffer;
-        c
-    }
 }
 
 /// Everything the relay needs, already validated.
@@ -167,7 +82,7 @@ pub struct RelayOptions {
     pub idle_refresh: crate::config::IdleRefresh,
     /// Handover predictor of the uplink scheduler (LinkDB), fed with the relay's own context.
     /// None: no prediction (HPR never throttles).
-    pub predictor: Option<crate::proxy::PredictorFactory>,
+    pub predictor: Option<crate::predictor::PredictorFactory>,
 }
 
 impl std::fmt::Debug for RelayOptions {
@@ -178,30 +93,6 @@ impl std::fmt::Debug for RelayOptions {
             .field("paths", &self.paths)
             .finish_non_exhaustive()
     }
-}
-
-/// Where passenger connections go: the session (polycorn) or per-connection tunnels.
-#[derive(Clone, Debug)]
-pub enum Carrier {
-    /// The multipath session.
-    Session(Engine),
-    /// Baseline tunnels.
-    Direct(Arc<direct::Tunnels>),
-}
-
-/// 64 random bits (session ids and epochs), from the kernel's random source.
-pub(crate) fn random_u64() -> u64 {
-    let mut b = [0u8; 8];
-    if std::fs::File::open("/dev/urandom")
-        .and_then(|mut f| std::io::Read::read_exact(&mut f, &mut b))
-        .is_err()
-    {
-        let t = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap_or_default();
-        return t.as_nanos() as u64 ^ u64::from(std::process::id());
-    }
-    u64::from_be_bytes(b)
 }
 
 /// Start the relay: bind listeners (errors name the address), start subflows; returns the
@@ -250,7 +141,7 @@ pub async fn start(
             cfg.epoch = random_u64();
             let session =
                 Session::new(cfg).map_err(|e| format!("scheduler `{}`: {e}", opts.pipeline))?;
-            let predictor = crate::proxy::make_predictor(opts.predictor.as_ref());
+            let predictor = crate::predictor::make_predictor(opts.predictor.as_ref());
             let (engine, events) = Engine::new(session, predictor);
             info!(session = format!("{id:016x}"), pipeline = %opts.pipeline, paths = opts.paths.len(), "relay session");
             tasks.spawn(engine.clone().run_timer());
@@ -495,37 +386,6 @@ fn note_proxy_certificate(engine: &Engine, end: i64, addr: SocketAddr) {
         && PROXY_CERT_TOLD.swap(end, std::sync::atomic::Ordering::Relaxed) != end
     {
         warn!("{} (on the proxy)", v.describe(now));
-    }
-}
-
-/// Where path `p` connects now: its source address (the configured one, else its interface's
-/// address of the moment, of a family the proxy has an address in, IPv4 first) and the proxy's
-/// address. `failing`: the path's previous attempt failed (see [`ProxyResolver::resolve`]).
-pub(crate) async fn path_target(
-    p: &RelayPath,
-    resolver: &Arc<ProxyResolver>,
-    failing: bool,
-) -> Result<(Option<IpAddr>, SocketAddr), subflow::HandshakeError> {
-    match (p.source, p.device.as_deref()) {
-        (None, Some(dev)) => match crate::sockopt::device_addresses(dev) {
-            Ok(addrs) if addrs.is_empty() => Err(subflow::HandshakeError::Io {
-                what: format!("find an address of {dev}"),
-                source: std::io::Error::new(
-                    std::io::ErrorKind::AddrNotAvailable,
-                    "the interface has none (modem not attached?)",
-                ),
-            }),
-            Ok(addrs) => resolver
-                .resolve_from(&addrs, failing)
-                .await
-                .map(|(s, addr)| (Some(s), addr)),
-            // No such interface: as for a path with a source, a setup failure.
-            Err(e) => Err(subflow::HandshakeError::Setup {
-                what: format!("read the addresses of {dev}"),
-                source: e,
-            }),
-        },
-        (s, _) => resolver.resolve(s, failing).await.map(|addr| (s, addr)),
     }
 }
 
@@ -1008,18 +868,6 @@ async fn accept_socks5(l: TcpListener, carrier: Carrier, gate: Arc<RelayGate>) {
     }
 }
 
-/// Reply code for a SOCKS5 client from the proxy's answer.
-pub(crate) fn socks_reply(status: OpenStatus) -> socks5::Reply {
-    match status {
-        OpenStatus::Ok => socks5::Reply::Succeeded(SocketAddr::from(([0, 0, 0, 0], 0))),
-        OpenStatus::Refused => socks5::Reply::ConnectionRefused,
-        OpenStatus::Unreachable => socks5::Reply::HostUnreachable,
-        OpenStatus::Denied => socks5::Reply::NotAllowed,
-        OpenStatus::NameError => socks5::Reply::HostUnreachable,
-        OpenStatus::Failed => socks5::Reply::GeneralFailure,
-    }
-}
-
 /// Longest a passenger connection waits for a draining proxy to close its session: its drain
 /// lasts at most [`crate::config::MAX_DRAIN_S`], its close [`crate::proxy::SHUTDOWN_GRACE`].
 const DRAIN_WAIT: Duration = Duration::from_secs(crate::config::MAX_DRAIN_S + 5);
@@ -1070,7 +918,7 @@ async fn carry(
             debug!(flow, %user, %dst, "flow opened");
             if socks.is_some() {
                 let status = opened.await.unwrap_or(OpenStatus::Failed);
-                if socks5::reply(&mut stream, socks_reply(status))
+                if socks5::reply(&mut stream, socks5::status_reply(status))
                     .await
                     .is_err()
                     || status != OpenStatus::Ok

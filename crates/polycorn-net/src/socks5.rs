@@ -373,6 +373,19 @@ where
     Ok(Socks5Request { target })
 }
 
+/// Reply code for a SOCKS5 client from the proxy's answer to its flow's open.
+pub fn status_reply(status: polycorn_proto::OpenStatus) -> Reply {
+    use polycorn_proto::OpenStatus;
+    match status {
+        OpenStatus::Ok => Reply::Succeeded(SocketAddr::from(([0, 0, 0, 0], 0))),
+        OpenStatus::Refused => Reply::ConnectionRefused,
+        OpenStatus::Unreachable => Reply::HostUnreachable,
+        OpenStatus::Denied => Reply::NotAllowed,
+        OpenStatus::NameError => Reply::HostUnreachable,
+        OpenStatus::Failed => Reply::GeneralFailure,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

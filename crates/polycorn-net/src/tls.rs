@@ -608,21 +608,22 @@ fn current_year() -> i32 {
     civil_from_days(days as i64).0
 }
 
-/// The (proleptic Gregorian) UTC date of a day counted from 1970-01-01.
+/// The (proleptic Gregorian) UTC date `(year, month, day)` of a day counted from 1970-01-01,
+/// within the years -9999..=9999 (a day beyond them gives the first or last day of that range).
 pub(crate) fn civil_from_days(days: i64) -> (i32, u32, u32) {
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1_460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + i64::from(month <= 2);
+    let epoch = time::OffsetDateTime::UNIX_EPOCH.date().to_julian_day();
+    let date = i32::try_from(i64::from(epoch) + days)
+        .ok()
+        .and_then(|jd| time::Date::from_julian_day(jd).ok())
+        .unwrap_or(if days < 0 {
+            time::Date::MIN
+        } else {
+            time::Date::MAX
+        });
     (
-        i32::try_from(year).unwrap_or(1970),
-        month as u32,
-        day as u32,
+        date.year(),
+        u32::from(u8::from(date.month())),
+        u32::from(date.day()),
     )
 }
 
@@ -1017,4 +1018,20 @@ pub fn file_contents(ca: &Path, cert: &Path, key: &Path) -> Result<[Vec<u8>; 3],
 /// [`PROXY_SERVER_NAME`] as the `ServerName` a relay passes to `TlsConnector::connect`.
 pub fn proxy_server_name() -> ServerName<'static> {
     ServerName::try_from(PROXY_SERVER_NAME).expect("constant is a valid DNS name")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::civil_from_days;
+
+    #[test]
+    fn civil_dates_of_days_since_1970() {
+        assert_eq!(civil_from_days(0), (1970, 1, 1));
+        assert_eq!(civil_from_days(-1), (1969, 12, 31));
+        assert_eq!(civil_from_days(10_957), (2000, 1, 1));
+        assert_eq!(civil_from_days(11_016), (2000, 2, 29));
+        assert_eq!(civil_from_days(20_789), (2026, 12, 2));
+        assert_eq!(civil_from_days(-719_468), (0, 3, 1));
+        assert_eq!(civil_from_days(2_932_896), (9999, 12, 31));
+    }
 }

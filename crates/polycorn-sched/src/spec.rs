@@ -342,6 +342,15 @@ impl Pipeline {
     }
 }
 
+/// How a spec is shown with the pipeline it stands for: `spec = pipeline` when they differ (a
+/// preset and its stages), else the spec alone.
+pub fn label(spec: &str, pipeline: Option<&str>) -> String {
+    match pipeline {
+        Some(p) if p != spec => alloc::format!("{spec} = {p}"),
+        _ => spec.to_string(),
+    }
+}
+
 fn kind_rank(k: StageKind) -> u8 {
     match k {
         StageKind::CandidateFilter => 0,
