@@ -2,7 +2,7 @@
 //! namespaces: client — relay — N emulated paths — proxy — server. Every transfer is checked
 //! byte by byte (polycorn_net::loadgen). Root only; tests run one at a time (they share CPU).
 
-#[path = "support/prometheus.rs"]
+#[path = "../support/prometheus.rs"]
 mod prometheus;
 
 use std::io::Write;
