@@ -65,48 +65,48 @@ in_list() { # in_list ITEM LIST...
   return 1
 }
 
-# The cargo test commands of the fast tier, one a line: per package, its library, binaries and
-# every test target the other tiers do not name; then the doc tests.
-fast_test_commands() {
-  local targets pkg kind name args
-  targets=$(test_targets)
+# Every command selects targets across the whole workspace (`--workspace`, targets by name), so
+# that dependencies are built with the features `cargo test --workspace` gives them, once for
+# all tiers. Target names must therefore be unique in the workspace.
+check_target_names() { # check_target_names TARGETS
+  local dup
+  dup=$(awk '$2 != "lib" {print $2 " " $3}' <<<"$1" | sort | uniq -d)
+  [ -z "$dup" ] || die "target names the tiers select by must be unique in the workspace: $dup"
   for t in "${NAMESPACE_TARGETS[@]}" "${INTEGRATION_TARGETS[@]}"; do
-    grep -qx "${t%%:*} test ${t#*:}" <<<"$targets" || die "tier lists $t, which is not a test target"
+    grep -qx "${t%%:*} test ${t#*:}" <<<"$1" || die "tier lists $t, which is not a test target"
   done
-  for pkg in $(awk '{print $1}' <<<"$targets" | sort -u); do
-    args=""
-    while read -r _ kind name; do
-      case "$kind" in
-        lib) args+=" --lib" ;;
-        test)
-          in_list "$pkg:$name" "${NAMESPACE_TARGETS[@]}" "${INTEGRATION_TARGETS[@]}" && continue
-          args+=" --test $name" ;;
-        *) args+=" --$kind $name" ;;
-      esac
-    done < <(awk -v p="$pkg" '$1 == p' <<<"$targets")
-    [ -n "$args" ] || continue
-    if [ "$pkg" = "${CHROMIUM_TEST[0]}" ]; then
-      echo "cargo test --locked -p $pkg$args -- --exact --skip ${CHROMIUM_TEST[2]}"
-    else
-      echo "cargo test --locked -p $pkg$args"
-    fi
-  done
+}
+
+# The cargo test commands of the fast tier, one a line: every library and binary, every test
+# target the other tiers do not name (skipping exactly the unit tests of the integration tier),
+# then the doc tests.
+fast_test_commands() {
+  local targets args="" kind name pkg
+  targets=$(test_targets)
+  check_target_names "$targets"
+  while read -r pkg kind name; do
+    case "$kind" in
+      lib) [[ "$args" == *" --lib"* ]] || args+=" --lib" ;;
+      test)
+        in_list "$pkg:$name" "${NAMESPACE_TARGETS[@]}" "${INTEGRATION_TARGETS[@]}" && continue
+        args+=" --test $name" ;;
+      *) args+=" --$kind $name" ;;
+    esac
+  done <<<"$targets"
+  echo "cargo test --locked --workspace$args -- --exact --skip ${CHROMIUM_TEST[2]}"
   echo "cargo test --locked --workspace --doc"
 }
 
 # The cargo test commands of the namespace and integration tiers.
-targets_commands() { # targets_commands PACKAGE:TARGET...
-  local pkg args
-  for pkg in $(printf '%s\n' "$@" | cut -d: -f1 | awk '!seen[$0]++'); do
-    args=""
-    for t in "$@"; do [ "${t%%:*}" = "$pkg" ] && args+=" --test ${t#*:}"; done
-    echo "cargo test --locked -p $pkg$args"
-  done
+targets_command() { # targets_command PACKAGE:TARGET...
+  local args="" t
+  for t in "$@"; do args+=" --test ${t#*:}"; done
+  echo "cargo test --locked --workspace$args"
 }
-namespace_test_commands() { targets_commands "${NAMESPACE_TARGETS[@]}"; }
+namespace_test_commands() { targets_command "${NAMESPACE_TARGETS[@]}"; }
 integration_test_commands() {
-  targets_commands "${INTEGRATION_TARGETS[@]}"
-  echo "cargo test --locked -p ${CHROMIUM_TEST[0]} --bin ${CHROMIUM_TEST[1]} -- --exact ${CHROMIUM_TEST[2]}"
+  targets_command "${INTEGRATION_TARGETS[@]}"
+  echo "cargo test --locked --workspace --bin ${CHROMIUM_TEST[1]} -- --exact ${CHROMIUM_TEST[2]}"
 }
 
 run_commands() { # run each line of stdin as a command
