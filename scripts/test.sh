@@ -148,6 +148,10 @@ tier_namespace() {
 tier_integration() {
   ensure_prometheus_tools
   say "tests against outside services (a throwaway PostgreSQL for LinkDB's store, promtool, chromium)"
+  # The Chromium test is named by its path: stop if it moved (the fast tier would then run it).
+  cargo test --locked --workspace --bin "${CHROMIUM_TEST[1]}" -- --list --exact "${CHROMIUM_TEST[2]}" 2>/dev/null \
+    | grep -qx "${CHROMIUM_TEST[2]}: test" \
+    || die "no unit test ${CHROMIUM_TEST[2]} in ${CHROMIUM_TEST[1]}: update CHROMIUM_TEST in scripts/test.sh"
   start_test_postgres
   integration_test_commands | run_commands
   stop_test_postgres
