@@ -17,7 +17,7 @@ as_root() {
 # PostgreSQL server; the bench report's render test uses headless chromium; the systemd units
 # `config example` prints are checked with systemd-analyze).
 APT_PACKAGES=(
-  build-essential pkg-config ca-certificates curl git
+  build-essential pkg-config ca-certificates curl git jq
   iproute2 nftables iptables ethtool iputils-ping iperf3 tcpdump mptcpize
   postgresql chromium systemd systemd-container debootstrap
 )

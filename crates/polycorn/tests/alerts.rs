@@ -1,7 +1,7 @@
 //! The alerting rules `polycorn config example alerts` prints, checked by Prometheus's own
 //! `promtool`: they load, and every alert fires where `tests/alerts.test.yml` says it should and
 //! stays silent elsewhere. (That they match the series a running relay and proxy export is
-//! checked in `relay_proxy.rs`.)
+//! checked in `relay_proxy/alerting.rs`.)
 
 #[path = "support/prometheus.rs"]
 mod prometheus;

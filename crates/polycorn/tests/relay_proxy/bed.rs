@@ -1,0 +1,583 @@
+//! The harness: a testbed of namespaces ([`Bed`]), the daemons run in it ([`Daemon`],
+//! [`Stack`]) from generated configurations, and byte-checked passenger transfers through them.
+
+use std::io::Write;
+use std::net::{IpAddr, SocketAddr};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use polycorn_emu::netns::InNamespace;
+use polycorn_net::loadgen;
+use tokio::net::{TcpSocket, TcpStream};
+
+pub(crate) static SERIAL: Mutex<()> = Mutex::new(());
+
+pub(crate) fn bin() -> &'static str {
+    env!("CARGO_BIN_EXE_polycorn")
+}
+
+pub(crate) fn is_root() -> bool {
+    let root = Command::new("id")
+        .arg("-u")
+        .output()
+        .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).trim() == "0");
+    if !root && std::env::var("CI").is_ok_and(|v| v == "true") {
+        panic!("relay/proxy tests need root and CI=true forbids skipping them");
+    }
+    if !root {
+        eprintln!("skipped: needs root");
+    }
+    root
+}
+
+/// A testbed; removed on drop.
+pub(crate) struct Bed {
+    pub(crate) name: String,
+}
+
+impl Bed {
+    pub(crate) fn up(tag: &str, model: &[&str]) -> Bed {
+        let name = format!("rp{}{tag}", std::process::id() % 10_000);
+        let _ = Command::new(bin())
+            .args(["testbed", "down", "--name", &name])
+            .output();
+        let mut args = vec!["testbed", "up", "--name", &name];
+        args.extend_from_slice(model);
+        let out = Command::new(bin()).args(&args).output().unwrap();
+        assert!(
+            out.status.success(),
+            "testbed up: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        Bed { name }
+    }
+    /// Two paths of constant capacity and one-way delay.
+    pub(crate) fn constant(tag: &str, mbit: u32, delay_ms: u32) -> Bed {
+        let (mbit, delay_ms) = (mbit.to_string(), delay_ms.to_string());
+        Bed::up(
+            tag,
+            &[
+                "--paths",
+                "2",
+                "--constant-mbit",
+                &mbit,
+                "--delay-ms",
+                &delay_ms,
+            ],
+        )
+    }
+    pub(crate) fn ns(&self, role: &str) -> String {
+        format!("{}-{role}", self.name)
+    }
+}
+
+impl Drop for Bed {
+    fn drop(&mut self) {
+        let out = Command::new(bin())
+            .args(["testbed", "down", "--name", &self.name])
+            .output();
+        if let Ok(o) = out {
+            if !o.status.success() {
+                eprintln!("testbed down: {}", String::from_utf8_lossy(&o.stderr));
+            }
+        }
+    }
+}
+
+/// A `polycorn relay|proxy` process in a namespace; SIGTERM then SIGKILL on drop.
+pub(crate) struct Daemon {
+    pub(crate) child: Child,
+    pub(crate) log: PathBuf,
+    /// How it exited, once [`Daemon::stop`] saw it go.
+    pub(crate) exited: Option<std::process::ExitStatus>,
+}
+
+impl Daemon {
+    pub(crate) fn start(ns: &str, role: &str, config: &Path, log: PathBuf) -> Daemon {
+        let f = std::fs::File::create(&log).unwrap();
+        let child = Command::new("ip")
+            .args(["netns", "exec", ns, bin(), role, "--config"])
+            .arg(config)
+            // POLYCORN_TEST_LOG raises the daemons' log level when debugging a failure.
+            .env(
+                "RUST_LOG",
+                std::env::var("POLYCORN_TEST_LOG").unwrap_or_else(|_| "info".into()),
+            )
+            .stdout(Stdio::null())
+            .stderr(f)
+            .spawn()
+            .unwrap();
+        Daemon {
+            child,
+            log,
+            exited: None,
+        }
+    }
+    /// SIGKILL: a crash, or the machine losing power (no goodbye to the peer).
+    pub(crate) fn crash(&mut self) {
+        self.child.kill().unwrap();
+        self.exited = Some(self.child.wait().unwrap());
+    }
+    /// SIGTERM (what `systemctl stop` sends); waits up to 10 s for the exit and returns it.
+    pub(crate) fn stop(&mut self) -> std::process::ExitStatus {
+        self.terminate();
+        self.wait_exit()
+    }
+    /// SIGTERM, without waiting.
+    pub(crate) fn terminate(&self) {
+        assert!(Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status()
+            .unwrap()
+            .success());
+    }
+    /// Waits up to 10 s for the exit and returns it.
+    pub(crate) fn wait_exit(&mut self) -> std::process::ExitStatus {
+        let t0 = Instant::now();
+        loop {
+            if let Ok(Some(st)) = self.child.try_wait() {
+                self.exited = Some(st);
+                return st;
+            }
+            assert!(
+                t0.elapsed() < Duration::from_secs(10),
+                "no exit within 10 s of SIGTERM:\n{}",
+                tail(&self.log())
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+    pub(crate) fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+    /// SIGHUP (what `systemctl reload` sends).
+    pub(crate) fn hangup(&self) {
+        assert!(Command::new("kill")
+            .args(["-HUP", &self.child.id().to_string()])
+            .status()
+            .unwrap()
+            .success());
+    }
+    pub(crate) fn wait_for(&mut self, what: &str, count: usize) {
+        let t0 = Instant::now();
+        while t0.elapsed() < Duration::from_secs(20) {
+            if self.log().matches(what).count() >= count {
+                return;
+            }
+            if let Ok(Some(st)) = self.child.try_wait() {
+                panic!("daemon exited ({st}) before `{what}`:\n{}", self.log());
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        panic!("no `{what}` ×{count} within 20 s:\n{}", self.log());
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        if self.exited.is_some() {
+            return;
+        }
+        let pid = self.child.id() as i32;
+        let _ = Command::new("kill")
+            .args(["-TERM", &pid.to_string()])
+            .status();
+        let t0 = Instant::now();
+        while t0.elapsed() < Duration::from_secs(5) {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+pub(crate) struct Stack {
+    pub(crate) dir: tempfile::TempDir,
+    pub(crate) proxy: Daemon,
+    pub(crate) relay: Daemon,
+}
+
+impl Stack {
+    /// Starts `role` (`relay` or `proxy`) again with its configuration, logging to `log` in the
+    /// stack's directory (after a stop or a crash).
+    pub(crate) fn start_again(&mut self, bed: &Bed, role: &str, log: &str) {
+        let d = Daemon::start(
+            &bed.ns(role),
+            role,
+            &self.dir.path().join(format!("{role}.toml")),
+            self.dir.path().join(log),
+        );
+        match role {
+            "relay" => self.relay = d,
+            _ => self.proxy = d,
+        }
+    }
+}
+
+pub(crate) fn configs(
+    bed: &Bed,
+    dir: &Path,
+    mode: &str,
+    spec: &str,
+    paths: usize,
+    extra: (&str, &str),
+) -> (PathBuf, PathBuf) {
+    // Leading `key = value` lines of the relay's extra text belong to `[relay]`; the rest
+    // (tables) is appended.
+    // The first line that opens a table.
+    let table_start = |text: &str| {
+        if text.starts_with('[') {
+            0
+        } else {
+            text.find("\n[").map_or(text.len(), |i| i + 1)
+        }
+    };
+    let (relay_keys, relay_tables) = extra.0.split_at(table_start(extra.0));
+    // cubic unless the extra keys choose a congestion control.
+    let cc = |keys: &str| {
+        if keys.contains("congestion =") {
+            ""
+        } else {
+            "congestion = \"cubic\"\n"
+        }
+    };
+    let mut relay = format!(
+        "[relay]\nmode = \"{mode}\"\nscheduler = \"{spec}\"\nproxy = \"10.100.0.2:7700\"\n{}{relay_keys}\n",
+        cc(relay_keys)
+    );
+    for i in 0..paths {
+        relay += &format!(
+            "[[path]]\nname = \"p{i}\"\ndevice = \"path{i}\"\nsource = \"10.100.{i}.1\"\nproxy = \"10.100.{i}.2:7700\"\n\n"
+        );
+    }
+    relay += "[intercept]\ntransparent = \"0.0.0.0:7070\"\ntransparent6 = \"[::]:7070\"\nsocks5 = \"10.0.1.1:1080\"\ninstall_nft = true\nlan_device = \"lan0\"\n\n";
+    relay += "[dns]\nlisten = \"10.0.1.1:53\"\nupstream = \"10.0.2.2:53\"\n\n[tls]\nca = \"ca.pem\"\ncert = \"relay.pem\"\nkey = \"relay.key\"\n\n[metrics]\nlisten = \"127.0.0.1:9100\"\n";
+    // The same for the proxy's extra text and `[proxy]`.
+    let (proxy_keys, proxy_tables) = extra.1.split_at(table_start(extra.1));
+    let proxy = format!(
+        "[proxy]\nlisten = \"0.0.0.0:7700\"\ntunnel_listen = \"0.0.0.0:7701\"\ntunnel_peers = [\"10.100.0.0/16\"]\nscheduler = \"{spec}\"\n{}\n[tls]\nca = \"ca.pem\"\ncert = \"proxy.pem\"\nkey = \"proxy.key\"\n\n[policy]\nallow = [\"10.0.2.0/24\", \"fd00:2::/64\"]\n\n[metrics]\nlisten = \"127.0.0.1:9100\"\n",
+        cc(proxy_keys)
+    );
+    let _ = bed;
+    let relay = relay + relay_tables;
+    let proxy = proxy.replacen("\n\n[tls]", &format!("\n{proxy_keys}\n[tls]"), 1) + proxy_tables;
+    let r = dir.join("relay.toml");
+    let p = dir.join("proxy.toml");
+    std::fs::File::create(&r)
+        .unwrap()
+        .write_all(relay.as_bytes())
+        .unwrap();
+    std::fs::File::create(&p)
+        .unwrap()
+        .write_all(proxy.as_bytes())
+        .unwrap();
+    (r, p)
+}
+
+pub(crate) fn start_stack(bed: &Bed, mode: &str, spec: &str, paths: usize) -> Stack {
+    start_stack_with(
+        bed,
+        mode,
+        spec,
+        paths,
+        ("", ""),
+        tempfile::tempdir().unwrap(),
+    )
+}
+
+pub(crate) fn start_stack_with(
+    bed: &Bed,
+    mode: &str,
+    spec: &str,
+    paths: usize,
+    extra: (&str, &str),
+    dir: tempfile::TempDir,
+) -> Stack {
+    generate_credentials(dir.path());
+    let (r, p) = configs(bed, dir.path(), mode, spec, paths, extra);
+    let subflows = if mode == "polycorn" { paths } else { 0 };
+    start_daemons(bed, dir, &r, &p, subflows)
+}
+
+/// A fresh credential set (`polycorn tls generate`) in `dir`.
+pub(crate) fn generate_credentials(dir: &Path) {
+    let out = Command::new(bin())
+        .args(["tls", "generate"])
+        .arg(dir)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// Proxy, then relay, from the configuration files `p` and `r` in `dir`; waits for `subflows`
+/// subflows to come up.
+pub(crate) fn start_daemons(
+    bed: &Bed,
+    dir: tempfile::TempDir,
+    r: &Path,
+    p: &Path,
+    subflows: usize,
+) -> Stack {
+    let mut proxy = Daemon::start(&bed.ns("proxy"), "proxy", p, dir.path().join("proxy.log"));
+    proxy.wait_for("proxy running", 1);
+    let mut relay = Daemon::start(&bed.ns("relay"), "relay", r, dir.path().join("relay.log"));
+    relay.wait_for("relay running", 1);
+    if subflows > 0 {
+        relay.wait_for("subflow up", subflows);
+    }
+    Stack { dir, proxy, relay }
+}
+
+/// `configs` for two paths in mode `mode` (scheduler `polycorn`) in a fresh credentials
+/// directory, the relay's file passed through `relay` and the proxy's through `proxy` before
+/// both daemons start (as [`start_daemons`]).
+/// [`start_edited`] in polycorn mode with two subflows, `relay_key` added to `[relay]` and
+/// `proxy_key` to `[proxy]` (one `key = value` line each).
+pub(crate) fn start_with_keys(bed: &Bed, relay_key: &str, proxy_key: &str) -> Stack {
+    let relay = |t: String| t.replacen("\n[[path]]", &format!("{relay_key}\n\n[[path]]"), 1);
+    let proxy = |t: String| t.replacen("\n\n[tls]", &format!("\n{proxy_key}\n\n[tls]"), 1);
+    let stack = start_edited(bed, "polycorn", relay, proxy, 2);
+    for (file, key) in [("relay.toml", relay_key), ("proxy.toml", proxy_key)] {
+        let text = std::fs::read_to_string(stack.dir.path().join(file)).unwrap();
+        assert!(text.contains(key), "{file} lacks `{key}`:\n{text}");
+    }
+    stack
+}
+
+pub(crate) fn start_edited(
+    bed: &Bed,
+    mode: &str,
+    relay: impl FnOnce(String) -> String,
+    proxy: impl FnOnce(String) -> String,
+    subflows: usize,
+) -> Stack {
+    let dir = tempfile::tempdir().unwrap();
+    generate_credentials(dir.path());
+    let (r, p) = configs(bed, dir.path(), mode, "polycorn", 2, ("", ""));
+    for (file, edit) in [
+        (&r, Box::new(relay) as Box<dyn FnOnce(String) -> String>),
+        (&p, Box::new(proxy)),
+    ] {
+        let text = edit(std::fs::read_to_string(file).unwrap());
+        std::fs::write(file, text).unwrap();
+    }
+    start_daemons(bed, dir, &r, &p, subflows)
+}
+
+/// Polls `done` every 200 ms until it holds; panics after `secs` with `what` and `log`'s tail.
+pub(crate) fn wait_until(
+    secs: u64,
+    what: &str,
+    log: impl Fn() -> String,
+    mut done: impl FnMut() -> bool,
+) -> Duration {
+    let t0 = Instant::now();
+    while !done() {
+        assert!(
+            t0.elapsed() < Duration::from_secs(secs),
+            "{what} within {secs} s:\n{}",
+            tail(&log())
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    t0.elapsed()
+}
+
+/// Run `f` on a fresh single-threaded runtime in namespace `ns`.
+pub(crate) fn in_ns<T: Send + 'static>(
+    ns: &str,
+    f: impl FnOnce() -> std::pin::Pin<Box<dyn std::future::Future<Output = T>>> + Send + 'static,
+) -> T {
+    let ns = ns.to_string();
+    std::thread::spawn(move || {
+        let _g = InNamespace::enter(&ns).unwrap();
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(f())
+    })
+    .join()
+    .unwrap()
+}
+
+/// Start the checked server on 10.0.2.2:9000 and [fd00:2::2]:9000 (thread lives on).
+pub(crate) fn start_server(bed: &Bed) {
+    let ns = bed.ns("server");
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _g = InNamespace::enter(&ns).unwrap();
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async move {
+            let l4 = tokio::net::TcpListener::bind("10.0.2.2:9000")
+                .await
+                .unwrap();
+            let l6 = tokio::net::TcpListener::bind("[fd00:2::2]:9000")
+                .await
+                .unwrap();
+            tx.send(()).unwrap();
+            let dns = tokio::net::TcpListener::bind("10.0.2.2:53").await.unwrap();
+            tokio::join!(loadgen::serve(l4), loadgen::serve(l6), dns_over_tcp(dns));
+        });
+    });
+    rx.recv_timeout(Duration::from_secs(10)).unwrap();
+}
+
+/// A resolver that answers every query over TCP with one A record 192.0.2.1 (same ID and
+/// question), enough to check that passengers' DNS goes through relay and proxy.
+pub(crate) async fn dns_over_tcp(l: tokio::net::TcpListener) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    loop {
+        let Ok((mut s, _)) = l.accept().await else {
+            continue;
+        };
+        tokio::spawn(async move {
+            let mut len = [0u8; 2];
+            if s.read_exact(&mut len).await.is_err() {
+                return;
+            }
+            let mut q = vec![0u8; usize::from(u16::from_be_bytes(len))];
+            if s.read_exact(&mut q).await.is_err() || q.len() < 12 {
+                return;
+            }
+            let mut r = q.clone();
+            r[2] = 0x81; // response, recursion desired
+            r[3] = 0x80; // recursion available, no error
+            r[6..8].copy_from_slice(&1u16.to_be_bytes()); // one answer
+            r.extend_from_slice(&[0xC0, 0x0C, 0, 1, 0, 1, 0, 0, 0, 60, 0, 4, 192, 0, 2, 1]);
+            let mut out = (r.len() as u16).to_be_bytes().to_vec();
+            out.extend_from_slice(&r);
+            let _ = s.write_all(&out).await;
+        });
+    }
+}
+
+pub(crate) const SERVER4: &str = "10.0.2.2:9000";
+pub(crate) const SERVER6: &str = "[fd00:2::2]:9000";
+
+pub(crate) async fn socks_connect(dst: SocketAddr) -> std::io::Result<TcpStream> {
+    socks_connect_via("10.0.1.1:1080", dst).await
+}
+
+/// A SOCKS5 CONNECT to `dst` through the listener at `socks`.
+pub(crate) async fn socks_connect_via(socks: &str, dst: SocketAddr) -> std::io::Result<TcpStream> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut s = TcpStream::connect(socks).await?;
+    s.write_all(&[5, 1, 0]).await?;
+    let mut r = [0u8; 2];
+    s.read_exact(&mut r).await?;
+    let mut req = vec![5, 1, 0];
+    match dst.ip() {
+        IpAddr::V4(a) => {
+            req.push(1);
+            req.extend_from_slice(&a.octets());
+        }
+        IpAddr::V6(a) => {
+            req.push(4);
+            req.extend_from_slice(&a.octets());
+        }
+    }
+    req.extend_from_slice(&dst.port().to_be_bytes());
+    s.write_all(&req).await?;
+    let mut rep = [0u8; 10];
+    s.read_exact(&mut rep).await?;
+    if rep[1] != 0 {
+        return Err(std::io::Error::other(format!("SOCKS5 reply {}", rep[1])));
+    }
+    Ok(s)
+}
+
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Via {
+    Transparent4,
+    Transparent6,
+    Socks5,
+}
+
+pub(crate) async fn one(
+    via: Via,
+    up: u64,
+    down: u64,
+    source: Option<IpAddr>,
+) -> std::io::Result<loadgen::Transfer> {
+    let s = match via {
+        Via::Transparent4 => match source {
+            Some(src) => {
+                let sock = TcpSocket::new_v4()?;
+                sock.bind(SocketAddr::new(src, 0))?;
+                sock.connect(SERVER4.parse().unwrap()).await?
+            }
+            None => TcpStream::connect(SERVER4).await?,
+        },
+        Via::Transparent6 => TcpStream::connect(SERVER6).await?,
+        Via::Socks5 => socks_connect(SERVER4.parse().unwrap()).await?,
+    };
+    loadgen::transfer(s, up, down).await
+}
+
+pub(crate) fn transfers(bed: &Bed, list: Vec<(Via, u64, u64)>, label: &str, stack: &Stack) {
+    let label = label.to_string();
+    let res = in_ns(&bed.ns("client"), move || {
+        Box::pin(async move {
+            let mut out = Vec::new();
+            for (via, up, down) in list {
+                let r =
+                    tokio::time::timeout(Duration::from_secs(120), one(via, up, down, None)).await;
+                out.push((
+                    via,
+                    up,
+                    down,
+                    r.map_err(|_| std::io::Error::other("timed out"))
+                        .and_then(|r| r),
+                ));
+            }
+            out
+        })
+    });
+    for (via, up, down, r) in res {
+        match r {
+            Ok(t) => eprintln!("{label}: {via:?} up {up} down {down}: {:.2} s", t.complete.as_secs_f64()),
+            Err(e) => panic!(
+                "{label}: {via:?} up {up} down {down} failed: {e}\n--- relay log ---\n{}\n--- proxy log ---\n{}",
+                tail(&stack.relay.log()),
+                tail(&stack.proxy.log())
+            ),
+        }
+    }
+}
+
+/// The metrics page of the daemon listening on 127.0.0.1:9100 in namespace `ns`.
+pub(crate) fn scrape_metrics(ns: &str) -> String {
+    in_ns(ns, || {
+        Box::pin(async move {
+            use tokio::io::{AsyncReadExt, AsyncWriteExt};
+            let mut s = TcpStream::connect("127.0.0.1:9100").await.unwrap();
+            s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+                .await
+                .unwrap();
+            let mut body = String::new();
+            s.read_to_string(&mut body).await.unwrap();
+            body
+        })
+    })
+}
+
+pub(crate) fn tail(s: &str) -> String {
+    let lines: Vec<&str> = s.lines().collect();
+    lines[lines.len().saturating_sub(40)..].join("\n")
+}
+
+pub(crate) const KB: u64 = 1024;
+pub(crate) const MB: u64 = 1024 * 1024;
