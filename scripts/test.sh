@@ -47,7 +47,7 @@ NAMESPACE_TARGETS=(
 INTEGRATION_TARGETS=(polycorn-linkdb:store polycorn:alerts)
 # Unit tests (package, target, full test name) of the integration tier: the fast tier skips
 # exactly these.
-CHROMIUM_TEST=(polycorn polycorn bench::report::tests::report_renders_in_headless_chromium)
+CHROMIUM_TEST=(polycorn-lab lib bench::report::tests::report_renders_in_headless_chromium)
 
 # Every target `cargo test` runs, one `package kind name` a line (kind: lib, bin, test, bench,
 # example), from cargo's own metadata.
@@ -106,7 +106,7 @@ targets_command() { # targets_command PACKAGE:TARGET...
 namespace_test_commands() { targets_command "${NAMESPACE_TARGETS[@]}"; }
 integration_test_commands() {
   targets_command "${INTEGRATION_TARGETS[@]}"
-  echo "cargo test --locked --workspace --bin ${CHROMIUM_TEST[1]} -- --exact ${CHROMIUM_TEST[2]}"
+  echo "cargo test --locked --workspace --lib -- --exact ${CHROMIUM_TEST[2]}"
 }
 
 run_commands() { # run each line of stdin as a command
@@ -149,9 +149,9 @@ tier_integration() {
   ensure_prometheus_tools
   say "tests against outside services (a throwaway PostgreSQL for LinkDB's store, promtool, chromium)"
   # The Chromium test is named by its path: stop if it moved (the fast tier would then run it).
-  cargo test --locked --workspace --bin "${CHROMIUM_TEST[1]}" -- --list --exact "${CHROMIUM_TEST[2]}" 2>/dev/null \
+  cargo test --locked --workspace --lib -- --list --exact "${CHROMIUM_TEST[2]}" 2>/dev/null \
     | grep -qx "${CHROMIUM_TEST[2]}: test" \
-    || die "no unit test ${CHROMIUM_TEST[2]} in ${CHROMIUM_TEST[1]}: update CHROMIUM_TEST in scripts/test.sh"
+    || die "no unit test ${CHROMIUM_TEST[2]} in ${CHROMIUM_TEST[0]}: update CHROMIUM_TEST in scripts/test.sh"
   start_test_postgres
   integration_test_commands | run_commands
   stop_test_postgres
