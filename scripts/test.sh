@@ -149,8 +149,11 @@ tier_integration() {
   ensure_prometheus_tools
   say "tests against outside services (a throwaway PostgreSQL for LinkDB's store, promtool, chromium)"
   # The Chromium test is named by its path: stop if it moved (the fast tier would then run it).
-  cargo test --locked --workspace --lib -- --list --exact "${CHROMIUM_TEST[2]}" 2>/dev/null \
-    | grep -qx "${CHROMIUM_TEST[2]}: test" \
+  # (The list is read whole before it is searched: a grep that stops at the first match would
+  # cut the pipe while cargo still writes the next test binary's list.)
+  local listed
+  listed=$(cargo test --locked --workspace --lib -- --list --exact "${CHROMIUM_TEST[2]}" 2>/dev/null)
+  grep -qx "${CHROMIUM_TEST[2]}: test" <<<"$listed" \
     || die "no unit test ${CHROMIUM_TEST[2]} in ${CHROMIUM_TEST[0]}: update CHROMIUM_TEST in scripts/test.sh"
   start_test_postgres
   integration_test_commands | run_commands
