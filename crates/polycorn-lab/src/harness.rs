@@ -1,6 +1,7 @@
 //! The lab's harness, shared by bench, soak, netbench, calibrate, the testbed commands and the
-//! relay/proxy integration tests: a testbed removed on drop ([`Guard`]), relay and proxy daemons in its namespaces (stopped on drop), their metrics,
-//! a trip played on the testbed in real time, and the LinkDB a run's proxy reads.
+//! relay/proxy integration tests: a testbed removed on drop ([`Guard`]), relay and proxy
+//! daemons in its namespaces (stopped on drop), their metrics, a trip played on the testbed in
+//! real time, and the LinkDB a run's proxy reads.
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -10,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 use polycorn_emu::context::{ContextServer, GPSD_PORT};
-use polycorn_emu::forward::{DirStats, EmuError, Emulator};
+use polycorn_emu::forward::{DirStats, EmuError, Emulator, PathModel};
 use polycorn_emu::models;
 use polycorn_emu::netns::{ip, ip_in};
 use polycorn_emu::testbed::TestbedSpec;
@@ -254,33 +255,47 @@ impl std::fmt::Debug for TripPlayer {
 
 impl TripPlayer {
     /// Start playing `trip` on testbed `spec` (each path's queue `queue`, else the trip's).
-    pub fn start(
-        spec: &TestbedSpec,
-        trip: &Trip,
-        queue: Option<QueueLimit>,
-    ) -> Result<TripPlayer> {
+    pub fn start(spec: &TestbedSpec, trip: &Trip, queue: Option<QueueLimit>) -> Result<TripPlayer> {
         let models = models::from_trip(trip, queue)?;
-        let stop = Arc::new(AtomicBool::new(false));
-        let mut emu = Emulator::attach(spec, &models, stop.clone())?;
-        let t0 = Instant::now();
-        let emulator = std::thread::Builder::new()
-            .name("emulator".into())
-            .spawn(move || emu.run())?;
         // Built first, so a context that fails to start still stops the emulator (drop).
-        let mut player = TripPlayer {
-            t0,
-            stop: stop.clone(),
-            emulator: Some(emulator),
-            _context: None,
-        };
-        player._context = Some(ContextServer::start(
+        let mut player = TripPlayer::start_links(spec, &models)?;
+        player.serve_context(spec, trip)?;
+        Ok(player)
+    }
+
+    /// Serve `trip`'s context log to the relay of `spec` over gpsd's protocol on
+    /// 127.0.0.1:[`GPSD_PORT`], in step with the links, until this player stops.
+    pub fn serve_context(&mut self, spec: &TestbedSpec, trip: &Trip) -> Result<()> {
+        self._context = Some(ContextServer::start(
             Some(&spec.ns("relay")),
             std::net::SocketAddr::from(([127, 0, 0, 1], GPSD_PORT)),
             trip.context.clone(),
             trip.paths.iter().map(|p| p.name.clone()).collect(),
-            stop,
+            self.stop.clone(),
         )?);
-        Ok(player)
+        Ok(())
+    }
+
+    /// Play only the links `models` on testbed `spec` (no context is served).
+    pub fn start_links(spec: &TestbedSpec, models: &[PathModel]) -> Result<TripPlayer> {
+        let stop = Arc::new(AtomicBool::new(false));
+        let mut emu = Emulator::attach(spec, models, stop.clone())?;
+        let t0 = Instant::now();
+        let emulator = std::thread::Builder::new()
+            .name("emulator".into())
+            .spawn(move || emu.run())?;
+        Ok(TripPlayer {
+            t0,
+            stop,
+            emulator: Some(emulator),
+            _context: None,
+        })
+    }
+
+    /// Whether the emulator has stopped on its own (an error; [`TripPlayer::finish`] says
+    /// which).
+    pub fn is_finished(&self) -> bool {
+        self.emulator.as_ref().is_none_or(|t| t.is_finished())
     }
 
     /// Stop the emulator and return what it forwarded per path (uplink, downlink).
