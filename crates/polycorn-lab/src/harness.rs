@@ -134,12 +134,9 @@ impl Daemon {
     pub fn pid(&self) -> u32 {
         self.child.id()
     }
-    /// Send `sig` (SIGHUP: what `systemctl reload` sends), unless it has already exited (then
-    /// its PID may belong to another process).
-    pub fn signal(&mut self, sig: Signal) -> Result<()> {
-        if self.child.try_wait()?.is_some() {
-            bail!("send {sig} to {}: it has exited", self.child.id());
-        }
+    /// Send `sig` now (SIGHUP: what `systemctl reload` sends). Only while the child has not
+    /// been reaped ([`Daemon::signal_and_wait`] checks that), or its PID may be another's.
+    pub fn signal(&self, sig: Signal) -> Result<()> {
         nix::sys::signal::kill(nix::unistd::Pid::from_raw(self.child.id() as i32), sig)
             .with_context(|| format!("send {sig} to {}", self.child.id()))
     }
