@@ -20,6 +20,10 @@
 //!
 //! State (names, emulator PID) is written to `/run/polycorn/testbed-{name}.json` so `down` can
 //! remove everything even after a crash. Removal is by recorded name or PID only.
+//!
+//! A [`Guard`] ties a testbed's lifetime to a value: it is removed when the guard is dropped,
+//! also while unwinding from a panic, and a guard made with [`Guard::claim`] or
+//! [`Guard::replace`] first removes what a crashed run left under the same name.
 
 use std::fs;
 use std::path::PathBuf;
@@ -443,4 +447,67 @@ fn stop_emulator(pid: u32) {
         std::thread::sleep(std::time::Duration::from_millis(20));
     }
     let _ = kill(pid, Signal::SIGKILL);
+}
+
+/// Owns testbed `name`: [`down`] when dropped (also on panic), with a warning on stderr if that
+/// fails. [`Guard::down`] removes it explicitly and returns the error instead.
+#[derive(Debug)]
+#[must_use = "the testbed is removed when the guard is dropped"]
+pub struct Guard {
+    name: String,
+    armed: bool,
+}
+
+impl Guard {
+    /// Build `spec` ([`up`]; an existing testbed of that name is an error) and own it.
+    pub fn up(spec: &TestbedSpec) -> Result<Guard, TestbedError> {
+        up(spec)?;
+        Ok(Guard::adopt(&spec.name))
+    }
+
+    /// Remove a leftover testbed of `spec`'s name (a crashed run's), then build `spec` and own
+    /// it.
+    pub fn replace(spec: &TestbedSpec) -> Result<Guard, TestbedError> {
+        spec.validate()?;
+        let guard = Guard::claim(&spec.name)?;
+        up(spec)?;
+        Ok(guard)
+    }
+
+    /// Remove a leftover testbed named `name` (a crashed run's) and own the name: whatever is
+    /// built under it next (for example by a `polycorn testbed up` child) is removed with the
+    /// guard.
+    pub fn claim(name: &str) -> Result<Guard, TestbedError> {
+        down(name)?;
+        Ok(Guard::adopt(name))
+    }
+
+    /// Own the existing (or about to be built) testbed `name` as it is.
+    pub fn adopt(name: &str) -> Guard {
+        Guard {
+            name: name.into(),
+            armed: true,
+        }
+    }
+
+    /// The testbed's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Remove the testbed now.
+    pub fn down(mut self) -> Result<(), TestbedError> {
+        self.armed = false;
+        down(&self.name)
+    }
+}
+
+impl Drop for Guard {
+    fn drop(&mut self) {
+        if self.armed {
+            if let Err(e) = down(&self.name) {
+                eprintln!("warning: removing testbed `{}`: {e}", self.name);
+            }
+        }
+    }
 }

@@ -28,27 +28,33 @@ fn can_run() -> bool {
     root
 }
 
-/// A testbed that is torn down even if the test panics.
+/// A testbed with an emulator thread serving it; the emulator is stopped and the testbed
+/// removed even if the test panics (the [`testbed::Guard`] removes it while unwinding).
 struct Bed {
     spec: TestbedSpec,
     stop: Arc<AtomicBool>,
     emu: Option<thread::JoinHandle<()>>,
+    guard: Option<testbed::Guard>,
 }
 
 impl Bed {
     fn new(name: &str, models: Vec<PathModel>) -> Bed {
-        let _ = testbed::down(name);
         let spec = TestbedSpec {
             name: name.into(),
             paths: models.len(),
         };
-        testbed::up(&spec).expect("testbed up");
+        let guard = Some(testbed::Guard::replace(&spec).expect("testbed up"));
         let stop = Arc::new(AtomicBool::new(false));
         let mut emu = Emulator::attach(&spec, &models, stop.clone()).expect("attach emulator");
         let emu = Some(thread::spawn(move || {
             emu.run().expect("emulator run");
         }));
-        Bed { spec, stop, emu }
+        Bed {
+            spec,
+            stop,
+            emu,
+            guard,
+        }
     }
     fn relay(&self) -> String {
         self.spec.ns("relay")
@@ -64,7 +70,13 @@ impl Drop for Bed {
         if let Some(h) = self.emu.take() {
             let _ = h.join();
         }
-        testbed::down(&self.spec.name).expect("testbed down");
+        if let Some(g) = self.guard.take() {
+            if std::thread::panicking() {
+                drop(g);
+            } else {
+                g.down().expect("testbed down");
+            }
+        }
     }
 }
 
@@ -287,6 +299,53 @@ fn down_leaves_nothing_behind_and_is_idempotent() {
         .collect();
     assert!(left.is_empty(), "namespaces left: {left:?}");
     assert!(!spec.state_file().exists());
+}
+
+/// The namespaces of testbed `name` that exist.
+fn namespaces_of(name: &str) -> Vec<String> {
+    list_namespaces()
+        .unwrap()
+        .into_iter()
+        .filter(|n| n.starts_with(&format!("{name}-")))
+        .collect()
+}
+
+#[test]
+fn a_guard_replaces_a_leftover_testbed_and_removes_it_on_panic() {
+    if !can_run() {
+        return;
+    }
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let spec = TestbedSpec {
+        name: "pct-guard".into(),
+        paths: 1,
+    };
+    let _ = testbed::down(&spec.name);
+    // A crashed run's leftover: built, never removed.
+    testbed::up(&spec).unwrap();
+    assert!(
+        matches!(
+            testbed::Guard::up(&spec),
+            Err(testbed::TestbedError::Exists(_))
+        ),
+        "Guard::up must refuse an existing testbed"
+    );
+    let guard = testbed::Guard::replace(&spec).expect("replace the leftover");
+    assert_eq!(guard.name(), "pct-guard");
+    assert_eq!(namespaces_of(&spec.name).len(), 4);
+    let panicked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || {
+        let _guard = guard;
+        panic!("a test failing while the testbed is up");
+    }));
+    assert!(panicked.is_err());
+    let left = namespaces_of(&spec.name);
+    assert!(left.is_empty(), "namespaces left after a panic: {left:?}");
+    assert!(!spec.state_file().exists());
+    // An adopted testbed (built by someone else) is removed on drop as well.
+    testbed::up(&spec).unwrap();
+    drop(testbed::Guard::adopt(&spec.name));
+    let left = namespaces_of(&spec.name);
+    assert!(left.is_empty(), "namespaces left after drop: {left:?}");
 }
 
 #[test]

@@ -1,6 +1,7 @@
-//! The lab's harness, shared by bench, soak, netbench and the testbed commands: a testbed
-//! removed on drop, relay and proxy daemons in its namespaces (stopped on drop), their metrics,
-//! a trip played on the testbed in real time, and the LinkDB a run's proxy reads.
+//! The lab's harness, shared by bench, soak, netbench, calibrate, the testbed commands and the
+//! relay/proxy integration tests: a testbed removed on drop ([`Guard`]), relay and proxy
+//! daemons in its namespaces (stopped on drop), their metrics, a trip played on the testbed in
+//! real time, and the LinkDB a run's proxy reads.
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -10,53 +11,88 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 use polycorn_emu::context::{ContextServer, GPSD_PORT};
-use polycorn_emu::forward::{DirStats, EmuError, Emulator};
+use polycorn_emu::forward::{DirStats, EmuError, Emulator, PathModel};
 use polycorn_emu::models;
 use polycorn_emu::netns::{ip, ip_in};
-use polycorn_emu::testbed::{self, TestbedSpec};
+use polycorn_emu::testbed::TestbedSpec;
 use polycorn_link::link::QueueLimit;
 use polycorn_link::trip::Trip;
 
-/// Removes a testbed when dropped (also on error or panic).
-pub(crate) struct Teardown(pub(crate) String);
+pub use polycorn_emu::testbed::Guard;
+
+/// Removes testbed `.0` when dropped (also on error or panic), as a [`Guard`] adopting it does.
+#[derive(Debug)]
+pub struct Teardown(pub String);
 
 impl Drop for Teardown {
     fn drop(&mut self) {
-        if let Err(e) = testbed::down(&self.0) {
-            eprintln!("warning: removing testbed `{}`: {e}", self.0);
-        }
+        drop(Guard::adopt(&self.0));
     }
 }
 
 /// Environment variable holding the relay's and proxy's log filter (`RUST_LOG` syntax) in
 /// `polycorn bench` and `polycorn net bench`; default `info`. For example
 /// `info,polycorn::paths=debug` adds every path's state every 100 ms to their logs.
-pub(crate) const BENCH_LOG_ENV: &str = "POLYCORN_BENCH_LOG";
+pub const BENCH_LOG_ENV: &str = "POLYCORN_BENCH_LOG";
 
-/// A `polycorn relay|proxy` child in a namespace; SIGTERM, then SIGKILL, on drop. Shared by
-/// `polycorn bench` and `polycorn net bench`. Logs with [`BENCH_LOG_ENV`]'s filter.
-pub(crate) struct Daemon {
-    pub(super) child: Child,
-    pub(super) log: PathBuf,
+pub use nix::sys::signal::Signal;
+
+/// A `polycorn relay|proxy` child in a namespace, its stderr going to a log file; SIGTERM,
+/// then SIGKILL after 5 s, on drop. [`Daemon::start`] runs this executable (the lab's commands
+/// are the `polycorn` binary); tests, whose own executable is the test binary, name the binary
+/// with [`Daemon::start_exe`].
+#[derive(Debug)]
+pub struct Daemon {
+    /// The process (`ip netns exec`, which execs the daemon, so the PID is the daemon's).
+    pub child: Child,
+    /// Where its stderr goes.
+    pub log: PathBuf,
 }
 
 impl Daemon {
-    pub(crate) fn start(ns: &str, role: &str, config: &Path, log: PathBuf) -> Result<Daemon> {
+    /// Start `role` (`relay` or `proxy`) of this executable in namespace `ns` with `config`,
+    /// logging to `log` with [`BENCH_LOG_ENV`]'s filter.
+    pub fn start(ns: &str, role: &str, config: &Path, log: PathBuf) -> Result<Daemon> {
         Daemon::start_passing(ns, role, config, log, None)
     }
 
     /// [`Daemon::start`], handing the daemon `listener` as systemd's socket activation does:
     /// file descriptor 3, `LISTEN_FDS=1`, `LISTEN_PID` the daemon's own (a shell sets it to
     /// its PID and execs `ip netns exec`, which execs the daemon, so the PID stays).
-    pub(crate) fn start_passing(
+    pub fn start_passing(
         ns: &str,
         role: &str,
         config: &Path,
         log: PathBuf,
         listener: Option<&std::os::fd::OwnedFd>,
     ) -> Result<Daemon> {
-        let f = std::fs::File::create(&log)?;
         let exe = std::env::current_exe()?;
+        Daemon::spawn(&exe, BENCH_LOG_ENV, ns, role, config, log, listener)
+    }
+
+    /// Start `role` of the `polycorn` binary `exe` in namespace `ns` with `config`, logging to
+    /// `log` with the filter in environment variable `log_env` (default `info`).
+    pub fn start_exe(
+        exe: &Path,
+        log_env: &str,
+        ns: &str,
+        role: &str,
+        config: &Path,
+        log: PathBuf,
+    ) -> Result<Daemon> {
+        Daemon::spawn(exe, log_env, ns, role, config, log, None)
+    }
+
+    fn spawn(
+        exe: &Path,
+        log_env: &str,
+        ns: &str,
+        role: &str,
+        config: &Path,
+        log: PathBuf,
+        listener: Option<&std::os::fd::OwnedFd>,
+    ) -> Result<Daemon> {
+        let f = std::fs::File::create(&log).with_context(|| format!("create {}", log.display()))?;
         let mut cmd = match listener {
             None => Command::new("ip"),
             Some(_) => {
@@ -76,7 +112,7 @@ impl Daemon {
             .arg(config)
             .env(
                 "RUST_LOG",
-                std::env::var(BENCH_LOG_ENV).unwrap_or_else(|_| "info".into()),
+                std::env::var(log_env).unwrap_or_else(|_| "info".into()),
             )
             .stdin(Stdio::null())
             .stdout(Stdio::null())
@@ -90,26 +126,36 @@ impl Daemon {
             .with_context(|| format!("start {role} in {ns}"))?;
         Ok(Daemon { child, log })
     }
-    pub(super) fn log(&self) -> String {
+    /// What it has logged so far.
+    pub fn log(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
     /// The child's PID (CPU accounting).
-    pub(crate) fn pid(&self) -> u32 {
+    pub fn pid(&self) -> u32 {
         self.child.id()
+    }
+    /// Send `sig` now (SIGHUP: what `systemctl reload` sends). Only while the child has not
+    /// been reaped ([`Daemon::signal_and_wait`] checks that), or its PID may be another's.
+    pub fn signal(&self, sig: Signal) -> Result<()> {
+        nix::sys::signal::kill(nix::unistd::Pid::from_raw(self.child.id() as i32), sig)
+            .with_context(|| format!("send {sig} to {}", self.child.id()))
     }
     /// Send `sig` (SIGTERM: what `systemctl stop` sends; SIGKILL: a crash) and wait up to
     /// `within` for the exit: its status, or `None` when the daemon was still running then
     /// (it is killed on drop). The child is reaped, so its PID is never signalled again.
-    pub(crate) fn signal_and_wait(
+    pub fn signal_and_wait(
         &mut self,
-        sig: nix::sys::signal::Signal,
+        sig: Signal,
         within: Duration,
     ) -> Result<Option<std::process::ExitStatus>> {
         if let Some(st) = self.child.try_wait()? {
             return Ok(Some(st));
         }
-        nix::sys::signal::kill(nix::unistd::Pid::from_raw(self.child.id() as i32), sig)
-            .with_context(|| format!("send {sig} to {}", self.child.id()))?;
+        self.signal(sig)?;
+        self.wait_exit(within)
+    }
+    /// Wait up to `within` for the exit: its status, or `None` when still running then.
+    pub fn wait_exit(&mut self, within: Duration) -> Result<Option<std::process::ExitStatus>> {
         let t = Instant::now();
         loop {
             if let Some(st) = self.child.try_wait()? {
@@ -121,7 +167,9 @@ impl Daemon {
             std::thread::sleep(Duration::from_millis(5));
         }
     }
-    pub(crate) fn wait_for(&mut self, what: &str, count: usize, until: Instant) -> Result<()> {
+    /// Wait until the log holds `what` at least `count` times; an error if the daemon exits
+    /// first or `until` passes.
+    pub fn wait_for(&mut self, what: &str, count: usize, until: Instant) -> Result<()> {
         loop {
             if self.log().matches(what).count() >= count {
                 return Ok(());
@@ -164,10 +212,10 @@ impl Drop for Daemon {
 }
 
 /// Where relay and proxy serve metrics inside their namespaces.
-pub(crate) const METRICS_ADDR: &str = "127.0.0.1:9100";
+pub const METRICS_ADDR: &str = "127.0.0.1:9100";
 
 /// `GET /metrics` from the daemon listening on [`METRICS_ADDR`] inside namespace `ns`.
-pub(crate) fn scrape_metrics(ns: &str) -> Result<String> {
+pub fn scrape_metrics(ns: &str) -> Result<String> {
     let ns = ns.to_string();
     std::thread::spawn(move || -> Result<String> {
         let _in = polycorn_emu::netns::InNamespace::enter(&ns)?;
@@ -185,47 +233,70 @@ type EmuResult = std::result::Result<Vec<(DirStats, DirStats)>, EmuError>;
 /// A trip played in real time on a built testbed: the emulator on its own thread from `t0`, and
 /// the trip's context served to the relay over gpsd. Both stop when this is finished or
 /// dropped. (`polycorn bench` and `polycorn net soak --trip`.)
-pub(crate) struct TripPlayer {
+pub struct TripPlayer {
     /// When the trip's time 0 was played.
-    pub(crate) t0: Instant,
-    pub(super) stop: Arc<AtomicBool>,
-    pub(super) emulator: Option<std::thread::JoinHandle<EmuResult>>,
-    pub(super) _context: Option<ContextServer>,
+    pub t0: Instant,
+    stop: Arc<AtomicBool>,
+    emulator: Option<std::thread::JoinHandle<EmuResult>>,
+    _context: Option<ContextServer>,
+}
+
+impl std::fmt::Debug for TripPlayer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TripPlayer")
+            .field("t0", &self.t0)
+            .field("running", &self.emulator.is_some())
+            .finish_non_exhaustive()
+    }
 }
 
 impl TripPlayer {
     /// Start playing `trip` on testbed `spec` (each path's queue `queue`, else the trip's).
-    pub(crate) fn start(
-        spec: &TestbedSpec,
-        trip: &Trip,
-        queue: Option<QueueLimit>,
-    ) -> Result<TripPlayer> {
+    pub fn start(spec: &TestbedSpec, trip: &Trip, queue: Option<QueueLimit>) -> Result<TripPlayer> {
         let models = models::from_trip(trip, queue)?;
-        let stop = Arc::new(AtomicBool::new(false));
-        let mut emu = Emulator::attach(spec, &models, stop.clone())?;
-        let t0 = Instant::now();
-        let emulator = std::thread::Builder::new()
-            .name("emulator".into())
-            .spawn(move || emu.run())?;
         // Built first, so a context that fails to start still stops the emulator (drop).
-        let mut player = TripPlayer {
-            t0,
-            stop: stop.clone(),
-            emulator: Some(emulator),
-            _context: None,
-        };
-        player._context = Some(ContextServer::start(
+        let mut player = TripPlayer::start_links(spec, &models)?;
+        player.serve_context(spec, trip)?;
+        Ok(player)
+    }
+
+    /// Serve `trip`'s context log to the relay of `spec` over gpsd's protocol on
+    /// 127.0.0.1:[`GPSD_PORT`], in step with the links, until this player stops.
+    pub fn serve_context(&mut self, spec: &TestbedSpec, trip: &Trip) -> Result<()> {
+        self._context = Some(ContextServer::start(
             Some(&spec.ns("relay")),
             std::net::SocketAddr::from(([127, 0, 0, 1], GPSD_PORT)),
             trip.context.clone(),
             trip.paths.iter().map(|p| p.name.clone()).collect(),
-            stop,
+            self.stop.clone(),
         )?);
-        Ok(player)
+        Ok(())
+    }
+
+    /// Play only the links `models` on testbed `spec` (no context is served).
+    pub fn start_links(spec: &TestbedSpec, models: &[PathModel]) -> Result<TripPlayer> {
+        let stop = Arc::new(AtomicBool::new(false));
+        let mut emu = Emulator::attach(spec, models, stop.clone())?;
+        let t0 = Instant::now();
+        let emulator = std::thread::Builder::new()
+            .name("emulator".into())
+            .spawn(move || emu.run())?;
+        Ok(TripPlayer {
+            t0,
+            stop,
+            emulator: Some(emulator),
+            _context: None,
+        })
+    }
+
+    /// Whether the emulator has stopped on its own (an error; [`TripPlayer::finish`] says
+    /// which).
+    pub fn is_finished(&self) -> bool {
+        self.emulator.as_ref().is_none_or(|t| t.is_finished())
     }
 
     /// Stop the emulator and return what it forwarded per path (uplink, downlink).
-    pub(crate) fn finish(mut self) -> Result<Vec<(DirStats, DirStats)>> {
+    pub fn finish(mut self) -> Result<Vec<(DirStats, DirStats)>> {
         self.stop.store(true, Ordering::Relaxed);
         let t = self.emulator.take().expect("joined once");
         Ok(t.join()
@@ -243,11 +314,11 @@ impl Drop for TripPlayer {
 }
 
 /// Trip seeds of LinkDB's training rides start this far above the replayed trip seed.
-pub(crate) const LINKDB_SEED_OFFSET: u64 = 1000;
+pub const LINKDB_SEED_OFFSET: u64 = 1000;
 
 /// Build a LinkDB of `rides` simulated rides of the replayed trip's route (trip seeds from
 /// `trip_seed + 1000`, so never the replayed ride) and return the proxy's `[linkdb]` section.
-pub(crate) fn build_linkdb(
+pub fn build_linkdb(
     out: &Path,
     t: &crate::tripgen::TripArgs,
     cfg: &polycorn_link::trip::TripConfig,
@@ -302,15 +373,18 @@ pub(crate) fn build_linkdb(
 /// by veth pairs, the relay and proxy by two unshaped paths (`path0`, `path1`): the relay/proxy
 /// benchmark's and the soak's network. Any earlier one of that name is removed first; dropping
 /// it removes the namespaces.
-pub(crate) struct Topology {
+#[derive(Debug)]
+pub struct Topology {
     name: String,
 }
 
 impl Topology {
-    pub(crate) fn ns(&self, r: &str) -> String {
+    /// Namespace of role `r` (`c`, `r`, `p` or `s`).
+    pub fn ns(&self, r: &str) -> String {
         format!("{}-{r}", self.name)
     }
-    pub(crate) fn up(name: &str) -> Result<Topology> {
+    /// Build it, first removing an earlier one of that name.
+    pub fn up(name: &str) -> Result<Topology> {
         let t = Topology { name: name.into() };
         t.down();
         for r in ["c", "r", "p", "s"] {

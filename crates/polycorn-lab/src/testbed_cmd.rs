@@ -3,14 +3,14 @@
 use std::fs::File;
 use std::os::unix::process::CommandExt;
 use std::process::{Command, Stdio};
-use std::sync::atomic::AtomicBool;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
 
 use clap::Args;
-use polycorn_emu::context::{ContextServer, GPSD_PORT};
+use polycorn_emu::context::GPSD_PORT;
 use polycorn_emu::forward::{Emulator, PathModel};
 use polycorn_emu::models::{self, DEFAULT_QUEUE_BYTES};
 use polycorn_emu::testbed::{self, TestbedSpec};
@@ -18,6 +18,7 @@ use polycorn_link::link::QueueLimit;
 use polycorn_link::trace::{DelaySeries, DeliveryTrace, Outages};
 use polycorn_link::trip::Trip;
 
+use crate::harness::TripPlayer;
 use crate::tripgen::TripArgs;
 
 /// One-way delay of constant and trace paths without one of their own, ms.
@@ -199,24 +200,20 @@ pub fn run(name: &str, model: &ModelArgs) -> Result<()> {
     let stop = Arc::new(AtomicBool::new(false));
     signal_hook::flag::register(signal_hook::consts::SIGTERM, stop.clone())?;
     signal_hook::flag::register(signal_hook::consts::SIGINT, stop.clone())?;
-    let mut emu = Emulator::attach(&spec, &models, stop.clone())?;
+    let mut player = TripPlayer::start_links(&spec, &models)?;
     // The trip's context log, replayed to the relay over gpsd's protocol in step with the links.
-    let _context = match trip {
-        Some(t) => {
-            let names = t.paths.iter().map(|p| p.name.clone()).collect();
-            let addr = std::net::SocketAddr::from(([127, 0, 0, 1], GPSD_PORT));
-            let server =
-                ContextServer::start(Some(&spec.ns("relay")), addr, t.context, names, stop)?;
-            eprintln!(
-                "replaying the trip's context (gpsd JSON) on {addr} in {}",
-                spec.ns("relay")
-            );
-            Some(server)
-        }
-        None => None,
-    };
+    if let Some(t) = &trip {
+        player.serve_context(&spec, t)?;
+        eprintln!(
+            "replaying the trip's context (gpsd JSON) on 127.0.0.1:{GPSD_PORT} in {}",
+            spec.ns("relay")
+        );
+    }
     eprintln!("emulating {} paths for testbed `{name}`", spec.paths);
-    let stats = emu.run()?;
+    while !stop.load(Ordering::Relaxed) && !player.is_finished() {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let stats = player.finish()?;
     for (i, (up, down)) in stats.iter().enumerate() {
         eprintln!("path{i}: uplink {up:?}; downlink {down:?}");
     }
@@ -238,8 +235,9 @@ pub fn bench(name: &str, secs: u32) -> Result<()> {
         name: name.into(),
         paths: 1,
     };
-    testbed::up(&spec)?;
-    let _guard = crate::harness::Teardown(name.into());
+    let _guard = testbed::Guard::up(&spec)?;
+    // The emulator runs on a thread of its own here, not in a `TripPlayer`: the benchmark
+    // reports that thread's CPU time.
     let stop = Arc::new(AtomicBool::new(false));
     let mut emu = Emulator::attach(&spec, &[model], stop.clone())?;
     let emu_thread = std::thread::spawn(move || -> Result<(Vec<(polycorn_emu::forward::DirStats, polycorn_emu::forward::DirStats)>, f64)> {

@@ -1,6 +1,8 @@
 //! One measured run: the testbed's lifetime, TCP sender and receiver threads per path, and the `ss`/`nstat` sampler.
 
 use super::*;
+use crate::harness::TripPlayer;
+use polycorn_emu::testbed::Guard;
 
 /// One `ss` view of a sender socket.
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -52,20 +54,21 @@ pub(super) struct RawRun {
     pub(super) cc_seen: bool,
 }
 
-pub(super) type EmuHandle = JoinHandle<Result<Vec<(DirStats, DirStats)>, EmuError>>;
 /// What the sampler thread recorded.
 pub(super) type Samples = (Vec<SsRow>, Vec<NstatRow>);
 
-/// Owns a run's testbed and threads. Dropping it stops the flows, then the emulator, and
-/// removes the testbed (by name; nothing else is touched).
+/// Owns a run's testbed and threads. Dropping it stops the flows, then the emulator (a
+/// [`TripPlayer`] of the trip's links only: calibration serves no context), and removes the
+/// testbed (its [`Guard`]; by name, nothing else is touched). The TCP sender, receiver and
+/// sampler threads are calibration's own: they measure the links themselves, with no relay or
+/// proxy daemon in between.
 pub(super) struct Bed {
-    pub(super) name: String,
+    pub(super) guard: Option<Guard>,
     pub(super) flows_stop: Arc<AtomicBool>,
-    pub(super) emu_stop: Arc<AtomicBool>,
     pub(super) receivers: Vec<JoinHandle<Result<Vec<u64>>>>,
     pub(super) senders: Vec<JoinHandle<Result<u64>>>,
     pub(super) sampler: Option<JoinHandle<Result<Samples>>>,
-    pub(super) emu: Option<EmuHandle>,
+    pub(super) player: Option<TripPlayer>,
     pub(super) removed: bool,
 }
 
@@ -75,11 +78,7 @@ impl Bed {
     }
 
     pub(super) fn stop_emulator(&mut self) -> Option<Result<Vec<(DirStats, DirStats)>>> {
-        self.emu_stop.store(true, Ordering::Relaxed);
-        self.emu.take().map(|h| match h.join() {
-            Ok(r) => r.map_err(anyhow::Error::from),
-            Err(_) => Err(anyhow!("the emulator thread panicked")),
-        })
+        self.player.take().map(TripPlayer::finish)
     }
 
     pub(super) fn remove(&mut self) -> Result<()> {
@@ -95,11 +94,12 @@ impl Bed {
         }
         let _ = self.stop_emulator();
         self.removed = true;
-        testbed::down(&self.name).with_context(|| {
-            format!(
-                "remove testbed `{0}`; run `polycorn testbed down --name {0}`",
-                self.name
-            )
+        let Some(guard) = self.guard.take() else {
+            return Ok(());
+        };
+        let name = guard.name().to_string();
+        guard.down().with_context(|| {
+            format!("remove testbed `{name}`; run `polycorn testbed down --name {name}`")
         })
     }
 }
@@ -132,25 +132,21 @@ pub(super) fn measure(
         paths: n,
     };
     let path_models = models::from_trip(trip, args.queue_bytes.map(QueueLimit::Bytes))?;
-    testbed::up(&spec).with_context(|| format!("build testbed `{}`", spec.name))?;
+    let guard = Guard::up(&spec).with_context(|| format!("build testbed `{}`", spec.name))?;
     let mut bed = Bed {
-        name: spec.name.clone(),
+        guard: Some(guard),
         flows_stop: Arc::new(AtomicBool::new(false)),
-        emu_stop: Arc::new(AtomicBool::new(false)),
         receivers: Vec::new(),
         senders: Vec::new(),
         sampler: None,
-        emu: None,
+        player: None,
         removed: false,
     };
     let (relay, proxy) = (spec.ns("relay"), spec.ns("proxy"));
-    let mut emu = Emulator::attach(&spec, &path_models, bed.emu_stop.clone())?;
-    let t0 = Instant::now();
-    bed.emu = Some(
-        thread::Builder::new()
-            .name("emulator".into())
-            .spawn(move || emu.run())?,
-    );
+    let player = bed
+        .player
+        .insert(TripPlayer::start_links(&spec, &path_models)?);
+    let t0 = player.t0;
     let nstat_before = nstat_exec(&proxy)?;
     let totals: Arc<Vec<AtomicU64>> = Arc::new((0..n).map(|_| AtomicU64::new(0)).collect());
     let bins_cap = (run_ms / BIN_MS) as usize + 50;
@@ -212,7 +208,7 @@ pub(super) fn measure(
             // `bed` removes the testbed as this returns.
             bail!("interrupted; testbed `{}` removed", args.name);
         }
-        if bed.emu.as_ref().is_some_and(|h| h.is_finished()) {
+        if bed.player.as_ref().is_some_and(TripPlayer::is_finished) {
             return match bed.stop_emulator() {
                 Some(Err(e)) => Err(e.context("the emulator stopped early")),
                 _ => Err(anyhow!("the emulator stopped early")),

@@ -85,7 +85,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Context, Result};
 use nix::sys::socket::{self, sockopt, AddressFamily, SockFlag, SockType, SockaddrIn};
-use polycorn_emu::forward::{DirStats, EmuError, Emulator};
+use polycorn_emu::forward::DirStats;
 use polycorn_emu::models;
 use polycorn_emu::netns::{self, InNamespace};
 use polycorn_emu::testbed::{self, TestbedSpec};

@@ -4,11 +4,12 @@
 use std::io::Write;
 use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use polycorn_emu::netns::InNamespace;
+use polycorn_lab::harness;
 use polycorn_net::loadgen;
 use tokio::net::{TcpSocket, TcpStream};
 
@@ -32,17 +33,21 @@ pub(crate) fn is_root() -> bool {
     root
 }
 
-/// A testbed; removed on drop.
+/// A testbed built by `polycorn testbed up` (namespaces and a background emulator); a leftover
+/// of the same name (a crashed run's) is removed first, and the testbed is removed on drop,
+/// also when the test panics ([`harness::Guard`]).
 pub(crate) struct Bed {
     pub(crate) name: String,
+    _guard: harness::Guard,
 }
 
 impl Bed {
     pub(crate) fn up(tag: &str, model: &[&str]) -> Bed {
         let name = format!("rp{}{tag}", std::process::id() % 10_000);
-        let _ = Command::new(bin())
-            .args(["testbed", "down", "--name", &name])
-            .output();
+        let guard = harness::Guard::claim(&name).unwrap_or_else(|e| {
+            eprintln!("testbed down: {e}");
+            harness::Guard::adopt(&name)
+        });
         let mut args = vec!["testbed", "up", "--name", &name];
         args.extend_from_slice(model);
         let out = Command::new(bin()).args(&args).output().unwrap();
@@ -51,7 +56,10 @@ impl Bed {
             "testbed up: {}",
             String::from_utf8_lossy(&out.stderr)
         );
-        Bed { name }
+        Bed {
+            name,
+            _guard: guard,
+        }
     }
     /// Two paths of constant capacity and one-way delay.
     pub(crate) fn constant(tag: &str, mbit: u32, delay_ms: u32) -> Bed {
@@ -73,52 +81,45 @@ impl Bed {
     }
 }
 
-impl Drop for Bed {
-    fn drop(&mut self) {
-        let out = Command::new(bin())
-            .args(["testbed", "down", "--name", &self.name])
-            .output();
-        if let Ok(o) = out {
-            if !o.status.success() {
-                eprintln!("testbed down: {}", String::from_utf8_lossy(&o.stderr));
-            }
-        }
+/// A `polycorn relay|proxy` process in a namespace ([`harness::Daemon`]: SIGTERM, then SIGKILL,
+/// on drop), its log filter from `POLYCORN_TEST_LOG` (default `info`; raises the daemons' log
+/// level when debugging a failure), with the tests' panicking waits.
+pub(crate) struct Daemon(harness::Daemon);
+
+impl std::ops::Deref for Daemon {
+    type Target = harness::Daemon;
+    fn deref(&self) -> &harness::Daemon {
+        &self.0
     }
 }
 
-/// A `polycorn relay|proxy` process in a namespace; SIGTERM then SIGKILL on drop.
-pub(crate) struct Daemon {
-    pub(crate) child: Child,
-    pub(crate) log: PathBuf,
-    /// How it exited, once [`Daemon::stop`] saw it go.
-    pub(crate) exited: Option<std::process::ExitStatus>,
+impl std::ops::DerefMut for Daemon {
+    fn deref_mut(&mut self) -> &mut harness::Daemon {
+        &mut self.0
+    }
 }
 
 impl Daemon {
     pub(crate) fn start(ns: &str, role: &str, config: &Path, log: PathBuf) -> Daemon {
-        let f = std::fs::File::create(&log).unwrap();
-        let child = Command::new("ip")
-            .args(["netns", "exec", ns, bin(), role, "--config"])
-            .arg(config)
-            // POLYCORN_TEST_LOG raises the daemons' log level when debugging a failure.
-            .env(
-                "RUST_LOG",
-                std::env::var("POLYCORN_TEST_LOG").unwrap_or_else(|_| "info".into()),
+        Daemon(
+            harness::Daemon::start_exe(
+                Path::new(bin()),
+                "POLYCORN_TEST_LOG",
+                ns,
+                role,
+                config,
+                log,
             )
-            .stdout(Stdio::null())
-            .stderr(f)
-            .spawn()
-            .unwrap();
-        Daemon {
-            child,
-            log,
-            exited: None,
-        }
+            .unwrap(),
+        )
     }
     /// SIGKILL: a crash, or the machine losing power (no goodbye to the peer).
     pub(crate) fn crash(&mut self) {
-        self.child.kill().unwrap();
-        self.exited = Some(self.child.wait().unwrap());
+        let st = self
+            .0
+            .signal_and_wait(harness::Signal::SIGKILL, Duration::from_secs(10))
+            .unwrap();
+        assert!(st.is_some(), "no exit within 10 s of SIGKILL");
     }
     /// SIGTERM (what `systemctl stop` sends); waits up to 10 s for the exit and returns it.
     pub(crate) fn stop(&mut self) -> std::process::ExitStatus {
@@ -127,72 +128,24 @@ impl Daemon {
     }
     /// SIGTERM, without waiting.
     pub(crate) fn terminate(&self) {
-        assert!(Command::new("kill")
-            .args(["-TERM", &self.child.id().to_string()])
-            .status()
-            .unwrap()
-            .success());
+        self.0.signal(harness::Signal::SIGTERM).unwrap();
     }
     /// Waits up to 10 s for the exit and returns it.
     pub(crate) fn wait_exit(&mut self) -> std::process::ExitStatus {
-        let t0 = Instant::now();
-        loop {
-            if let Ok(Some(st)) = self.child.try_wait() {
-                self.exited = Some(st);
-                return st;
-            }
-            assert!(
-                t0.elapsed() < Duration::from_secs(10),
-                "no exit within 10 s of SIGTERM:\n{}",
-                tail(&self.log())
-            );
-            std::thread::sleep(Duration::from_millis(50));
+        match self.0.wait_exit(Duration::from_secs(10)).unwrap() {
+            Some(st) => st,
+            None => panic!("no exit within 10 s of SIGTERM:\n{}", tail(&self.log())),
         }
-    }
-    pub(crate) fn log(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_default()
     }
     /// SIGHUP (what `systemctl reload` sends).
     pub(crate) fn hangup(&self) {
-        assert!(Command::new("kill")
-            .args(["-HUP", &self.child.id().to_string()])
-            .status()
-            .unwrap()
-            .success());
+        self.0.signal(harness::Signal::SIGHUP).unwrap();
     }
     pub(crate) fn wait_for(&mut self, what: &str, count: usize) {
-        let t0 = Instant::now();
-        while t0.elapsed() < Duration::from_secs(20) {
-            if self.log().matches(what).count() >= count {
-                return;
-            }
-            if let Ok(Some(st)) = self.child.try_wait() {
-                panic!("daemon exited ({st}) before `{what}`:\n{}", self.log());
-            }
-            std::thread::sleep(Duration::from_millis(50));
+        let until = Instant::now() + Duration::from_secs(20);
+        if let Err(e) = self.0.wait_for(what, count, until) {
+            panic!("`{what}` ×{count} within 20 s: {e}:\n{}", self.log());
         }
-        panic!("no `{what}` ×{count} within 20 s:\n{}", self.log());
-    }
-}
-
-impl Drop for Daemon {
-    fn drop(&mut self) {
-        if self.exited.is_some() {
-            return;
-        }
-        let pid = self.child.id() as i32;
-        let _ = Command::new("kill")
-            .args(["-TERM", &pid.to_string()])
-            .status();
-        let t0 = Instant::now();
-        while t0.elapsed() < Duration::from_secs(5) {
-            if let Ok(Some(_)) = self.child.try_wait() {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        let _ = self.child.kill();
-        let _ = self.child.wait();
     }
 }
 
