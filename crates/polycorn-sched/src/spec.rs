@@ -575,6 +575,17 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_label_shows_the_pipeline_only_when_it_differs_from_the_spec() {
+        let hrsch = Pipeline::from_spec("hrsch").unwrap();
+        assert_eq!(
+            label("hrsch", Some(hrsch.spec())),
+            "hrsch = hpr,minrtt,tpr,ori+er(k=3)"
+        );
+        assert_eq!(label("minrtt+rto", Some("minrtt+rto")), "minrtt+rto");
+        assert_eq!(label("-", None), "-");
+    }
+
+    #[test]
     fn presets_and_specs_parse() {
         let p = Pipeline::from_spec("hrsch").unwrap();
         assert_eq!(p.spec(), "hpr,minrtt,tpr,ori+er(k=3)");

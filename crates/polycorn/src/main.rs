@@ -295,7 +295,7 @@ fn main() -> std::process::ExitCode {
     match run(Cli::parse()) {
         Ok(code) => std::process::ExitCode::from(code),
         Err(e) => {
-            eprintln!("error: {}", error_text(&e));
+            eprintln!("error: {}", polycorn_net::daemon::error_text(&e));
             std::process::ExitCode::FAILURE
         }
     }
@@ -313,20 +313,6 @@ fn print_validity(cert: &std::path::Path, ca: &std::path::Path) -> anyhow::Resul
         }
     }
     Ok(())
-}
-
-/// An error and its causes, as `{:#}` prints them, but without a cause whose text the message
-/// already carries (many of our errors name their cause in their own text).
-fn error_text(e: &anyhow::Error) -> String {
-    let mut text = e.to_string();
-    for cause in e.chain().skip(1) {
-        let c = cause.to_string();
-        if !text.contains(&c) {
-            text.push_str(": ");
-            text.push_str(&c);
-        }
-    }
-    text
 }
 
 /// Runs a command; the exit status it asks for (0 but for `status --check`).

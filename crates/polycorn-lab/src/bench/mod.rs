@@ -196,16 +196,6 @@ impl System {
     }
 }
 
-/// A scheduler spec as people read it: `polycorn = hpr,minrtt,…` when `pipeline`, its
-/// expansion, differs from it, else the spec alone (the report's system table, the daemons'
-/// startup log).
-pub fn spec_label(spec: &str, pipeline: Option<&str>) -> String {
-    match pipeline {
-        Some(p) if p != spec => format!("{spec} = {p}"),
-        _ => spec.to_string(),
-    }
-}
-
 /// The systems of full mode, in report order.
 pub const FULL_SYSTEMS: &[&str] = &[
     "mptcp",

@@ -69,11 +69,14 @@ fn a_system_named_again_runs_again_under_a_numbered_name() {
     );
     assert_eq!(system("mptcp").unwrap().pipeline(), None);
     assert_eq!(
-        spec_label("vanilla", s[1].pipeline().as_deref()),
+        polycorn_sched::spec::label("vanilla", s[1].pipeline().as_deref()),
         "vanilla = minrtt+rto"
     );
-    assert_eq!(spec_label("minrtt+rto", Some("minrtt+rto")), "minrtt+rto");
-    assert_eq!(spec_label("-", None), "-");
+    assert_eq!(
+        polycorn_sched::spec::label("minrtt+rto", Some("minrtt+rto")),
+        "minrtt+rto"
+    );
+    assert_eq!(polycorn_sched::spec::label("-", None), "-");
     let e = systems_named(&["hrsch".into(), "fastest".into()]).unwrap_err();
     assert!(e.to_string().contains("unknown system `fastest`"), "{e}");
 }

@@ -1,20 +1,21 @@
 //! report.html: the tables and plots of one bench run.
 
-use super::*;
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result};
+
+use crate::bench::analysis::{self as an, Dir, Summary, SystemRun};
+use crate::bench::plan::{BULK_SIZES, IM_USERS};
+
+use super::results::*;
+use super::svg::*;
 
 /// Render report.html into `dir`; returns its path.
 pub fn write_html(dir: &Path, r: &Results) -> Result<PathBuf> {
     let path = dir.join("report.html");
     std::fs::write(&path, html(r)).with_context(|| format!("write {}", path.display()))?;
     Ok(path)
-}
-
-/// Nothing for downloads (the tables' names since the first bench), " of uploads" for uploads.
-pub(super) fn of_uploads(dir: Dir) -> &'static str {
-    match dir {
-        Dir::Down => "",
-        Dir::Up => " of uploads",
-    }
 }
 
 /// "Download" or "Upload", for plot titles.
@@ -375,7 +376,7 @@ pub fn html(r: &Results) -> String {
             "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
             esc(&run.system),
             esc(&run.mode),
-            esc(&crate::bench::spec_label(
+            esc(&polycorn_sched::spec::label(
                 &run.spec,
                 run.pipeline.as_deref()
             )),

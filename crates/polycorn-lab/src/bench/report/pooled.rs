@@ -1,14 +1,13 @@
 //! Pooled rides: per-flow ratios with intervals over every ride, the paper's targets, the pooled table.
 
-use super::*;
+use std::fmt::Write as _;
 
-/// Add the geometric mean of `ratios` and its 95% CI to a ratio summary's JSON; returns it.
-pub(super) fn geo_into(v: &mut Value, ratios: &[f64]) -> an::GeoSummary {
-    let g = an::GeoSummary::of(ratios);
-    v["geomean"] = num(g.gmean);
-    v["geomean_ci95"] = json!([num(g.ci_lo), num(g.ci_hi)]);
-    g
-}
+use serde_json::{json, Value};
+
+use crate::bench::analysis::{self as an, Dir, Summary};
+use crate::bench::plan::{BULK_SIZES, IM_USERS};
+
+use super::results::*;
 
 /// Results of several rides pooled: per-flow goodput ratios (vs vanilla and vs kernel MPTCP,
 /// each pair from the same ride), FCT ÷ oracle, IM delivery times (all messages of all rides)

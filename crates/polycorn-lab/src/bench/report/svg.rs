@@ -1,6 +1,8 @@
 //! SVG plots for report.html: frames, line and bar charts, CDFs, the trip plot.
 
-use super::*;
+use std::fmt::Write as _;
+
+use super::results::*;
 
 /// A named line: (x, y) points.
 pub(super) type LineSeries = (String, Vec<(f64, f64)>);

@@ -1,3 +1,12 @@
+use anyhow::Result;
+use polycorn_link::trip::Trip;
+use serde_json::{json, Value};
+
+use crate::bench::analysis::{self as an, SystemRun};
+use crate::bench::plan::{Plan, IM_USERS};
+use crate::bench::Meta;
+
+use super::results::*;
 use super::*;
 use crate::bench::analysis::{FlowResult, ImResult};
 use crate::bench::plan::PlanParams;
