@@ -184,6 +184,29 @@ fn trip_net(args: &SoakArgs, dir: &std::path::Path) -> Result<(Net, RelayConfig,
     Ok((Net::Trip(net), relay, proxy))
 }
 
+/// What the soak changes in the configurations of its topology: `drain_s` of both ends
+/// (`--drain-secs`, when not 0) and, with `--attack`, the relay's default per-passenger limits
+/// and a DNS service whose resolver never answers.
+fn soak_settings(
+    relay: &mut RelayConfig,
+    proxy: &mut ProxyConfig,
+    drain_secs: u64,
+    attack: bool,
+) -> Result<()> {
+    if drain_secs > 0 {
+        relay.relay.drain_s = drain_secs;
+        proxy.proxy.drain_s = drain_secs;
+    }
+    if attack {
+        let limits = polycorn_net::config::Limits::default();
+        relay.limits.passenger_max_flows = limits.passenger_max_flows;
+        relay.limits.passenger_flow_rate = limits.passenger_flow_rate;
+        relay.dns.listen = Some(crate::attack::RELAY_DNS.parse()?);
+        relay.dns.upstream = Some(crate::attack::SILENT_DNS.parse()?);
+    }
+    Ok(())
+}
+
 /// Run the soak; `Err` names every check that failed.
 pub fn run(args: &SoakArgs) -> Result<()> {
     if !(args.secs.is_finite() && args.secs > 0.0 && args.secs <= 86_400.0) {
@@ -286,18 +309,7 @@ fn soak(args: &SoakArgs, dir: &std::path::Path, stop: Arc<AtomicBool>) -> Result
         )?;
         (Net::Veth(Topology::up(&args.name)?), relay, proxy)
     };
-    if args.drain_secs > 0 {
-        relay.relay.drain_s = args.drain_secs;
-        proxy.proxy.drain_s = args.drain_secs;
-    }
-    if args.attack {
-        // The relay's default limits, and a DNS service whose resolver never answers.
-        let limits = polycorn_net::config::Limits::default();
-        relay.limits.passenger_max_flows = limits.passenger_max_flows;
-        relay.limits.passenger_flow_rate = limits.passenger_flow_rate;
-        relay.dns.listen = Some(crate::attack::RELAY_DNS.parse()?);
-        relay.dns.upstream = Some(crate::attack::SILENT_DNS.parse()?);
-    }
+    soak_settings(&mut relay, &mut proxy, args.drain_secs, args.attack)?;
     let relay_file = if args.trip {
         "relay.toml"
     } else {
