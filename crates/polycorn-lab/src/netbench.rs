@@ -20,6 +20,7 @@ use anyhow::{bail, Context, Result};
 
 use crate::harness::{Daemon, Topology};
 use polycorn_emu::netns::InNamespace;
+use polycorn_net::config::{Limits, PathConfig, ProxyConfig, RelayConfig, TlsFiles};
 
 /// Which way the bulk transfer goes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -197,39 +198,62 @@ fn upload(ns: &str, secs: f64, uploads: &mpsc::Receiver<Arc<AtomicU64>>) -> Resu
     Ok((b1 - b0) as f64 * 8.0 / (t1 - t0).as_secs_f64() / 1e9)
 }
 
-/// The bench and the soak load the relay from a few addresses at many times one person's
-/// connection rate: per-passenger limits would measure themselves.
-pub(crate) const PASSENGER_LIMITS_OFF: &str =
-    "\n[limits]\npassenger_max_flows = 0\npassenger_flow_rate = 0\n";
+/// Turns the relay's per-passenger limits off: the soak loads the relay from a few addresses
+/// at many times one person's connection rate, and the limits would measure themselves.
+pub(crate) fn passenger_limits_off(limits: &mut Limits) {
+    limits.passenger_max_flows = 0;
+    limits.passenger_flow_rate = 0;
+}
 
-/// Relay (`relay-{mode}.toml`) and proxy (`proxy.toml`) configurations for this topology, with
-/// `scheduler` at both ends and, if given, metrics served on `metrics` in each namespace.
+/// Relay and proxy configurations for this topology, with `scheduler` at both ends, the
+/// relay's per-passenger limits off and, if given, metrics served on `metrics` in each
+/// namespace.
+pub(crate) fn configs(
+    mode: &str,
+    scheduler: &str,
+    metrics: Option<&str>,
+) -> Result<(RelayConfig, ProxyConfig)> {
+    let metrics: Option<SocketAddr> = metrics.map(str::parse).transpose()?;
+    let mut relay = RelayConfig::new(crate::bench::configs::proxy_addr(0)?);
+    relay.relay.mode = crate::bench::configs::relay_mode(mode)?;
+    relay.relay.scheduler = scheduler.into();
+    relay.paths = (0..2)
+        .map(|i| -> Result<PathConfig> {
+            Ok(PathConfig {
+                name: format!("p{i}"),
+                device: format!("path{i}"),
+                source: Some(format!("10.100.{i}.1").parse()?),
+                proxy: Some(crate::bench::configs::proxy_addr(i)?),
+                mtu: None,
+            })
+        })
+        .collect::<Result<_>>()?;
+    relay.intercept.transparent = Some("0.0.0.0:7070".parse()?);
+    relay.intercept.install_nft = true;
+    relay.intercept.lan_device = Some("lan0".into());
+    relay.tls = Some(TlsFiles::new("ca.pem", "relay.pem", "relay.key"));
+    relay.log.level = "info".into();
+    passenger_limits_off(&mut relay.limits);
+    relay.metrics.listen = metrics;
+    let mut proxy = ProxyConfig::new(TlsFiles::new("ca.pem", "proxy.pem", "proxy.key"));
+    proxy.proxy.listen = vec!["0.0.0.0:7700".parse()?];
+    proxy.proxy.tunnel_listen = Some("0.0.0.0:7701".parse()?);
+    proxy.proxy.tunnel_peers = vec!["10.100.0.0/16".parse()?];
+    proxy.proxy.scheduler = scheduler.into();
+    proxy.policy.allow = vec!["10.0.2.0/24".parse()?];
+    proxy.metrics.listen = metrics;
+    Ok((relay, proxy))
+}
+
+/// Writes the configurations of [`configs`] to `dir/relay-{mode}.toml` and `dir/proxy.toml`.
 pub(crate) fn write_configs(
     dir: &Path,
     mode: &str,
     scheduler: &str,
     metrics: Option<&str>,
 ) -> Result<(std::path::PathBuf, std::path::PathBuf)> {
-    let metrics = metrics.map_or(String::new(), |m| {
-        format!("\n[metrics]\nlisten = \"{m}\"\n")
-    });
-    let relay = format!(
-        "[relay]\nmode = \"{mode}\"\nscheduler = \"{scheduler}\"\nproxy = \"10.100.0.2:7700\"\n\n\
-         [[path]]\nname = \"p0\"\ndevice = \"path0\"\nsource = \"10.100.0.1\"\nproxy = \"10.100.0.2:7700\"\n\n\
-         [[path]]\nname = \"p1\"\ndevice = \"path1\"\nsource = \"10.100.1.1\"\nproxy = \"10.100.1.2:7700\"\n\n\
-         [intercept]\ntransparent = \"0.0.0.0:7070\"\ninstall_nft = true\nlan_device = \"lan0\"\n\n\
-         [tls]\nca = \"ca.pem\"\ncert = \"relay.pem\"\nkey = \"relay.key\"\n\n[log]\nlevel = \"info\"\n\
-         {PASSENGER_LIMITS_OFF}{metrics}"
-    );
-    let proxy = format!(
-        "[proxy]\nlisten = \"0.0.0.0:7700\"\ntunnel_listen = \"0.0.0.0:7701\"\ntunnel_peers = [\"10.100.0.0/16\"]\nscheduler = \"{scheduler}\"\n\n\
-         [tls]\nca = \"ca.pem\"\ncert = \"proxy.pem\"\nkey = \"proxy.key\"\n\n[policy]\nallow = [\"10.0.2.0/24\"]\n{metrics}"
-    );
-    let r = dir.join(format!("relay-{mode}.toml"));
-    let p = dir.join("proxy.toml");
-    std::fs::write(&r, relay)?;
-    std::fs::write(&p, proxy)?;
-    Ok((r, p))
+    let (relay, proxy) = configs(mode, scheduler, metrics)?;
+    crate::bench::configs::write_pair(dir, &format!("relay-{mode}.toml"), &relay, &proxy)
 }
 
 /// Run the benchmark; prints a table and returns the measurements.
@@ -321,4 +345,59 @@ fn tempdir() -> Result<std::path::PathBuf> {
     let d = std::env::temp_dir().join(format!("polycorn-netbench-{}", std::process::id()));
     std::fs::create_dir_all(&d)?;
     Ok(d)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The relay and proxy files for `mode`, written out key by key: what the typed
+    /// configurations must mean to the daemons.
+    fn by_hand(mode: &str, scheduler: &str, metrics: Option<&str>) -> (String, String) {
+        let metrics = metrics.map_or(String::new(), |m| {
+            format!("\n[metrics]\nlisten = \"{m}\"\n")
+        });
+        let relay = format!(
+            "[relay]\nmode = \"{mode}\"\nscheduler = \"{scheduler}\"\nproxy = \"10.100.0.2:7700\"\n\n\
+             [[path]]\nname = \"p0\"\ndevice = \"path0\"\nsource = \"10.100.0.1\"\nproxy = \"10.100.0.2:7700\"\n\n\
+             [[path]]\nname = \"p1\"\ndevice = \"path1\"\nsource = \"10.100.1.1\"\nproxy = \"10.100.1.2:7700\"\n\n\
+             [intercept]\ntransparent = \"0.0.0.0:7070\"\ninstall_nft = true\nlan_device = \"lan0\"\n\n\
+             [tls]\nca = \"ca.pem\"\ncert = \"relay.pem\"\nkey = \"relay.key\"\n\n[log]\nlevel = \"info\"\n\
+             \n[limits]\npassenger_max_flows = 0\npassenger_flow_rate = 0\n{metrics}"
+        );
+        let proxy = format!(
+            "[proxy]\nlisten = \"0.0.0.0:7700\"\ntunnel_listen = \"0.0.0.0:7701\"\ntunnel_peers = [\"10.100.0.0/16\"]\nscheduler = \"{scheduler}\"\n\n\
+             [tls]\nca = \"ca.pem\"\ncert = \"proxy.pem\"\nkey = \"proxy.key\"\n\n[policy]\nallow = [\"10.0.2.0/24\"]\n{metrics}"
+        );
+        (relay, proxy)
+    }
+
+    #[test]
+    fn netbench_and_soak_configurations_read_as_written_by_hand() {
+        let dir = std::env::temp_dir().join(format!("pc-netbench-cfg-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        for (mode, scheduler, metrics) in [
+            ("polycorn", "hrsch", None),
+            ("mptcp", "hrsch", None),
+            ("polycorn", "minrtt", Some(crate::harness::METRICS_ADDR)),
+        ] {
+            let (relay, proxy) = by_hand(mode, scheduler, metrics);
+            let (r, p) = write_configs(&dir, mode, scheduler, metrics).unwrap();
+            let (r, p) = (
+                std::fs::read_to_string(r).unwrap(),
+                std::fs::read_to_string(p).unwrap(),
+            );
+            assert_eq!(
+                RelayConfig::from_toml(&r, "written").expect(&r),
+                RelayConfig::from_toml(&relay, "by hand").expect(&relay),
+                "{mode} {scheduler} {metrics:?}\n{r}"
+            );
+            assert_eq!(
+                ProxyConfig::from_toml(&p, "written").expect(&p),
+                ProxyConfig::from_toml(&proxy, "by hand").expect(&proxy),
+                "{mode} {scheduler} {metrics:?}\n{p}"
+            );
+        }
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 }

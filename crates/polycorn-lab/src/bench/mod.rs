@@ -19,6 +19,7 @@
 //! tables and inline SVG plots), `logs/` (relay and proxy logs per system).
 
 pub mod analysis;
+pub(crate) mod configs;
 pub mod plan;
 pub mod pool;
 pub mod report;
@@ -33,7 +34,6 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 use clap::Args;
-use polycorn_emu::context::GPSD_PORT;
 use polycorn_emu::models;
 use polycorn_emu::testbed::{self, TestbedSpec};
 use polycorn_link::link::QueueLimit;
@@ -41,11 +41,13 @@ use polycorn_link::trip::{Trip, STEP_MS};
 
 use crate::common::{kernel, utc_now, HSR_SPEED_MPS};
 use crate::harness::{
-    build_linkdb, scrape_metrics, Daemon, Teardown, TripPlayer, LINKDB_SEED_OFFSET, METRICS_ADDR,
+    build_linkdb, scrape_metrics, Daemon, Teardown, TripPlayer, LINKDB_SEED_OFFSET,
 };
 use crate::tripgen::TripArgs;
 use analysis::SystemRun;
 use plan::{Plan, PlanParams};
+
+pub(crate) use configs::write_configs;
 
 /// Options of `polycorn bench`.
 #[derive(Args, Debug, Clone)]
@@ -753,74 +755,6 @@ fn run_trip(
         results.runs.len()
     );
     Ok(results)
-}
-
-pub(crate) fn write_configs(
-    dir: &Path,
-    sys: &System,
-    paths: usize,
-    linkdb: Option<(&str, bool)>,
-) -> Result<(PathBuf, PathBuf)> {
-    let spec = if sys.mode == "polycorn" {
-        sys.spec.as_str()
-    } else {
-        "minrtt"
-    };
-    let cc = sys.congestion;
-    let mut relay = format!(
-        "[relay]\nmode = \"{}\"\nscheduler = \"{spec}\"\nproxy = \"10.100.0.2:7700\"\ncongestion = \"{cc}\"\n",
-        sys.mode
-    );
-    if let Some(r) = sys.idle_refresh {
-        relay += &format!("idle_refresh = \"{r}\"\n");
-    }
-    let warm = if sys.warm {
-        "slow_start_after_idle = false\n"
-    } else {
-        ""
-    };
-    relay += warm;
-    let mut both = match sys.rto_max_ms {
-        Some(ms) => format!("rto_max_ms = {ms}\n"),
-        None => String::new(),
-    };
-    if let Some(s) = sys.idle_probe_s {
-        both += &format!("idle_probe_s = {s}\n");
-    }
-    if let Some(g) = sys.window_gain {
-        both += &format!("window_gain = {g:?}\n");
-    }
-    relay += &both;
-    relay.push('\n');
-    for i in 0..paths {
-        relay += &format!(
-            "[[path]]\nname = \"p{i}\"\ndevice = \"path{i}\"\nsource = \"10.100.{i}.1\"\nproxy = \"10.100.{i}.2:7700\"\n\n"
-        );
-    }
-    relay += "[intercept]\ntransparent = \"0.0.0.0:7070\"\ninstall_nft = true\nlan_device = \"lan0\"\n\n";
-    if sys.mode == "polycorn" {
-        relay += &format!("[context]\nsource = \"gpsd\"\ngpsd = \"127.0.0.1:{GPSD_PORT}\"\n\n");
-    }
-    relay += "[tls]\nca = \"ca.pem\"\ncert = \"relay.pem\"\nkey = \"relay.key\"\n";
-    relay += &format!("\n[metrics]\nlisten = \"{METRICS_ADDR}\"\n");
-    if let (Some((l, true)), "polycorn") = (linkdb, sys.mode.as_str()) {
-        relay += l;
-    }
-    let proxy = format!(
-        "[proxy]\nlisten = \"0.0.0.0:7700\"\ntunnel_listen = \"0.0.0.0:7701\"\ntunnel_peers = [\"10.100.0.0/16\"]\nscheduler = \"{spec}\"\ncongestion = \"{cc}\"\n{warm}{both}\n[tls]\nca = \"ca.pem\"\ncert = \"proxy.pem\"\nkey = \"proxy.key\"\n\n[policy]\nallow = [\"10.0.2.0/24\"]\n"
-    );
-    let mut proxy = proxy;
-    if !sys.ask_refresh {
-        proxy = proxy.replacen("[tls]", "ask_refresh = false\n\n[tls]", 1);
-    }
-    proxy += &format!("\n[metrics]\nlisten = \"{METRICS_ADDR}\"\n");
-    if let (Some((l, _)), "polycorn") = (linkdb, sys.mode.as_str()) {
-        proxy += l;
-    }
-    let (r, p) = (dir.join("relay.toml"), dir.join("proxy.toml"));
-    std::fs::write(&r, relay)?;
-    std::fs::write(&p, proxy)?;
-    Ok((r, p))
 }
 
 /// Progress bar on stderr: redrawn in place on a terminal, one line per 15 s otherwise.

@@ -9,9 +9,7 @@ pub(super) const PORT: u16 = 5202;
 /// A daemon may hold this many more file descriptors after the load than before it.
 pub const FD_SLACK: usize = 4;
 /// `down_len` of an idle connection's request: the server echoes 8-byte pings until EOF.
-pub(super) const ECHO: u64 = u64::MAX;
-/// Salt of the upload pattern (so an upload echoed back as a download would not verify).
-pub(super) const UP_SALT: u64 = 0x5eed_0f0a_d0ad_0001;
+pub(super) const ECHO: u64 = polycorn_net::loadgen::ECHO;
 /// How long one connection may take before it counts as failed.
 pub(super) const CONN_TIMEOUT: Duration = Duration::from_secs(30);
 /// How long relay and proxy get to close every flow after the load.

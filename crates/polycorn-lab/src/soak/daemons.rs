@@ -174,19 +174,8 @@ impl Pair {
     }
 }
 
-/// Adds `drain_s = SECS` to `section` of the configuration file `file`.
-pub(super) fn set_drain(file: &std::path::Path, section: &str, secs: u64) -> Result<()> {
-    let text = std::fs::read_to_string(file)?;
-    let head = format!("{section}\n");
-    if !text.contains(&head) {
-        bail!("{}: no {section} section to add drain_s to", file.display());
-    }
-    let text = text.replacen(&head, &format!("{head}drain_s = {secs}\n"), 1);
-    std::fs::write(file, text)?;
-    Ok(())
-}
-
-/// The transparent listener of the relays the soak starts (`bench::write_configs`).
+/// The transparent listener of the relays the soak starts (`bench::configs::configs`,
+/// `netbench::configs`).
 pub(super) const RELAY_TPROXY: &str = "0.0.0.0:7070";
 /// The subflow listener of the proxies the soak starts (both topologies' configurations).
 pub(super) const PROXY_LISTEN: &str = "0.0.0.0:7700";

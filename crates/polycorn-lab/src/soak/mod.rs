@@ -47,6 +47,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 use polycorn_emu::netns::{exec_in, ip_in, InNamespace};
+use polycorn_net::config::{ContextSource, LinkDbConfig, ProxyConfig, RelayConfig};
 
 use crate::harness::Daemon;
 use crate::harness::Topology;
@@ -119,10 +120,7 @@ const TRIP_SLACK_S: f64 = 30.0;
 
 /// Build the testbed of `args.trip_args`'s trip, start its emulator and context replay, and
 /// write relay and proxy configurations for it into `dir`.
-fn trip_net(
-    args: &SoakArgs,
-    dir: &std::path::Path,
-) -> Result<(Net, std::path::PathBuf, std::path::PathBuf)> {
+fn trip_net(args: &SoakArgs, dir: &std::path::Path) -> Result<(Net, RelayConfig, ProxyConfig)> {
     use polycorn_emu::testbed::{self, TestbedSpec};
     let t = &args.trip_args;
     let (cfg, _) = t.config()?;
@@ -154,23 +152,17 @@ fn trip_net(
     };
     let linkdb = crate::harness::build_linkdb(dir, t, &cfg, 8)?;
     let sys = crate::bench::system(&format!("polycorn:{}", args.scheduler))?;
-    let (relay_cfg, proxy_cfg) =
-        crate::bench::write_configs(dir, &sys, paths, Some((&linkdb, true)))?;
+    let linkdb = LinkDbConfig::from_toml(&linkdb, "the testbed's [linkdb]")?;
+    let (mut relay, mut proxy) =
+        crate::bench::configs::configs(&sys, paths, Some((&linkdb, true)))?;
     if let Some(rec) = &args.record {
         let rec =
             std::path::absolute(rec).with_context(|| format!("--record {}", rec.display()))?;
-        let edit = |file: &std::path::Path, f: &dyn Fn(String) -> Option<String>| -> Result<()> {
-            let text = std::fs::read_to_string(file)?;
-            let new = f(text).context("the configuration has no [context] to record with")?;
-            Ok(std::fs::write(file, new)?)
-        };
-        let relay_line = format!("[context]\nrecord = {:?}\n", rec.join("relay"));
-        edit(&relay_cfg, &|t| {
-            t.contains("[context]\n")
-                .then(|| t.replacen("[context]\n", &relay_line, 1))
-        })?;
-        let proxy_table = format!("\n[context]\nrecord = {:?}\n", rec.join("proxy"));
-        edit(&proxy_cfg, &|t| Some(t + &proxy_table))?;
+        if relay.context.source == ContextSource::None {
+            bail!("the configuration has no [context] to record with");
+        }
+        relay.context.record = Some(rec.join("relay"));
+        proxy.context.record = Some(rec.join("proxy"));
     }
     let _ = testbed::down(&spec.name);
     testbed::up(&spec).with_context(|| format!("build testbed `{}`", spec.name))?;
@@ -189,7 +181,30 @@ fn trip_net(
             args.secs
         ),
     };
-    Ok((Net::Trip(net), relay_cfg, proxy_cfg))
+    Ok((Net::Trip(net), relay, proxy))
+}
+
+/// What the soak changes in the configurations of its topology: `drain_s` of both ends
+/// (`--drain-secs`, when not 0) and, with `--attack`, the relay's default per-passenger limits
+/// and a DNS service whose resolver never answers.
+fn soak_settings(
+    relay: &mut RelayConfig,
+    proxy: &mut ProxyConfig,
+    drain_secs: u64,
+    attack: bool,
+) -> Result<()> {
+    if drain_secs > 0 {
+        relay.relay.drain_s = drain_secs;
+        proxy.proxy.drain_s = drain_secs;
+    }
+    if attack {
+        let limits = polycorn_net::config::Limits::default();
+        relay.limits.passenger_max_flows = limits.passenger_max_flows;
+        relay.limits.passenger_flow_rate = limits.passenger_flow_rate;
+        relay.dns.listen = Some(crate::attack::RELAY_DNS.parse()?);
+        relay.dns.upstream = Some(crate::attack::SILENT_DNS.parse()?);
+    }
+    Ok(())
 }
 
 /// Run the soak; `Err` names every check that failed.
@@ -284,21 +299,24 @@ fn soak(args: &SoakArgs, dir: &std::path::Path, stop: Arc<AtomicBool>) -> Result
     let blackout = args.blackout_every != 0.0;
     let restarting = args.restart_every != 0.0;
     polycorn_net::tls::generate(dir, &[], true)?;
-    let (topo, relay_cfg, proxy_cfg) = if args.trip {
+    let (topo, mut relay, mut proxy) = if args.trip {
         trip_net(args, dir)?
     } else {
-        let (relay_cfg, proxy_cfg) = crate::netbench::write_configs(
-            dir,
+        let (relay, proxy) = crate::netbench::configs(
             "polycorn",
             &args.scheduler,
             Some(crate::harness::METRICS_ADDR),
         )?;
-        (Net::Veth(Topology::up(&args.name)?), relay_cfg, proxy_cfg)
+        (Net::Veth(Topology::up(&args.name)?), relay, proxy)
     };
-    if args.drain_secs > 0 {
-        set_drain(&relay_cfg, "[relay]", args.drain_secs)?;
-        set_drain(&proxy_cfg, "[proxy]", args.drain_secs)?;
-    }
+    soak_settings(&mut relay, &mut proxy, args.drain_secs, args.attack)?;
+    let relay_file = if args.trip {
+        "relay.toml"
+    } else {
+        "relay-polycorn.toml"
+    };
+    let (relay_cfg, proxy_cfg) =
+        crate::bench::configs::write_pair(dir, relay_file, &relay, &proxy)?;
     let (c, r, p) = (topo.ns("c"), topo.ns("r"), topo.ns("p"));
     let targets = crate::attack::Targets {
         client: c.clone(),
@@ -309,15 +327,6 @@ fn soak(args: &SoakArgs, dir: &std::path::Path, stop: Arc<AtomicBool>) -> Result
         credentials: dir.to_path_buf(),
     };
     let host_reached = if args.attack {
-        // The relay's default limits, and a DNS service whose resolver never answers.
-        let text = std::fs::read_to_string(&relay_cfg)?;
-        let text = text.replace(crate::netbench::PASSENGER_LIMITS_OFF, "\n")
-            + &format!(
-                "\n[dns]\nlisten = \"{}\"\nupstream = \"{}\"\n",
-                crate::attack::RELAY_DNS,
-                crate::attack::SILENT_DNS
-            );
-        std::fs::write(&relay_cfg, text)?;
         Some(crate::attack::Attacks::prepare(&targets)?)
     } else {
         None

@@ -247,3 +247,21 @@ fn a_protocol_violation_in_a_log_fails_the_soak() {
     );
     assert!(protocol_violations("proxy", &dir.path().join("none.log")).is_err());
 }
+
+#[test]
+fn drain_and_attack_settings_read_back_from_the_written_files() {
+    let (mut relay, mut proxy) =
+        crate::netbench::configs("polycorn", "hrsch", Some(crate::harness::METRICS_ADDR)).unwrap();
+    let plain = relay.clone();
+    soak_settings(&mut relay, &mut proxy, 0, false).unwrap();
+    assert_eq!(relay, plain);
+    soak_settings(&mut relay, &mut proxy, 7, true).unwrap();
+    let relay = RelayConfig::from_toml(&relay.to_toml(), "relay").unwrap();
+    let proxy = ProxyConfig::from_toml(&proxy.to_toml(), "proxy").unwrap();
+    assert_eq!((relay.relay.drain_s, proxy.proxy.drain_s), (7, 7));
+    assert_eq!(relay.limits, polycorn_net::config::Limits::default());
+    let addr = |a: &str| Some(a.parse::<SocketAddr>().unwrap());
+    assert_eq!(relay.dns.listen, addr(crate::attack::RELAY_DNS));
+    assert_eq!(relay.dns.upstream, addr(crate::attack::SILENT_DNS));
+    assert_eq!(relay.metrics, plain.metrics);
+}

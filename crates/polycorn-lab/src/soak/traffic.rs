@@ -1,9 +1,9 @@
-//! The soak's checked traffic: polycorn-net's loadgen request (download length, upload length)
-//! with the connection's seed appended, so bytes delivered to the wrong connection are caught
-//! too, and an echo mode for idle connections that ping; the bytes in either direction are
-//! loadgen's [`Pattern`] for that seed, verified by the other side.
+//! The soak's checked traffic: polycorn-net's loadgen protocol with a seed per connection
+//! ([`Request::seeded`]), so bytes delivered to the wrong connection are caught too, and its
+//! echo mode for idle connections that ping; the bytes in either direction are the request's
+//! [`Pattern`]s, verified by the other side.
 
-use polycorn_net::loadgen::Pattern;
+use polycorn_net::loadgen::{Pattern, Request};
 
 use super::*;
 
@@ -15,29 +15,27 @@ pub(super) fn splitmix(x: u64) -> u64 {
     z ^ (z >> 31)
 }
 
-/// The bytes of a connection with seed `seed` going `up` (passenger to server) or down:
-/// polycorn-net's checked-traffic pattern ([`Pattern`]), the upload's seed salted so the two
-/// directions differ.
+/// The bytes of a connection with seed `seed` going `up` (passenger to server) or down: the
+/// patterns of loadgen's seeded request, whose lengths do not change them.
 pub(super) fn pattern(seed: u64, up: bool) -> Pattern {
-    Pattern::new(if up { seed ^ UP_SALT } else { seed })
+    let req = Request::seeded(0, 0, seed);
+    if up {
+        req.upload()
+    } else {
+        req.download()
+    }
 }
 
-/// The request header: download length, upload length, seed.
-pub(super) fn header(down: u64, up: u64, seed: u64) -> [u8; 24] {
-    let mut h = [0u8; 24];
-    h[..8].copy_from_slice(&down.to_be_bytes());
-    h[8..16].copy_from_slice(&up.to_be_bytes());
-    h[16..].copy_from_slice(&seed.to_be_bytes());
-    h
+/// The request: loadgen's, with the connection's seed.
+pub(super) fn header(down: u64, up: u64, seed: u64) -> Vec<u8> {
+    Request::seeded(down, up, seed).encode()
 }
 
 /// The server's side of one connection.
 pub(super) fn serve(mut s: TcpStream) -> std::io::Result<()> {
-    let mut h = [0u8; 24];
-    s.read_exact(&mut h)?;
-    let word = |i: usize| u64::from_be_bytes(h[i * 8..i * 8 + 8].try_into().expect("8 bytes"));
-    let (down, up, seed) = (word(0), word(1), word(2));
-    if down == ECHO {
+    let req = Request::read_from(&mut s)?;
+    let (down, up) = (req.down, req.up);
+    if req.is_echo() {
         // Idle between pings for as long as the client likes (`--sample-secs`).
         s.set_read_timeout(None)?;
         let mut p = [0u8; 8];
@@ -51,7 +49,7 @@ pub(super) fn serve(mut s: TcpStream) -> std::io::Result<()> {
     }
     let mut buf = vec![0u8; 64 * 1024];
     let mut got = 0u64;
-    let mut upload = pattern(seed, true);
+    let mut upload = req.upload();
     while got < up {
         let n = s.read(&mut buf[..(up - got).min(64 * 1024) as usize])?;
         if n == 0 {
@@ -64,7 +62,7 @@ pub(super) fn serve(mut s: TcpStream) -> std::io::Result<()> {
         got += n as u64;
     }
     let mut sent = 0u64;
-    let mut download = pattern(seed, false);
+    let mut download = req.download();
     while sent < down {
         let n = (down - sent).min(buf.len() as u64) as usize;
         download.fill(&mut buf[..n]);

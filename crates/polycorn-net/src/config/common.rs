@@ -206,6 +206,35 @@ impl Default for LinkDbConfig {
     }
 }
 
+impl LinkDbConfig {
+    /// The `[linkdb]` table of the TOML document `text` (the default when it has none), not
+    /// validated; any other table is an error. `origin` names the text in errors.
+    pub fn from_toml(text: &str, origin: &str) -> Result<LinkDbConfig, super::ConfigError> {
+        #[derive(Deserialize)]
+        #[serde(deny_unknown_fields)]
+        struct Document {
+            #[serde(default)]
+            linkdb: LinkDbConfig,
+        }
+        super::parse::parse::<Document>(text, origin).map(|d| d.linkdb)
+    }
+}
+
+impl TlsFiles {
+    /// `[tls]` naming `ca`, `cert` and `key`.
+    pub fn new(
+        ca: impl Into<PathBuf>,
+        cert: impl Into<PathBuf>,
+        key: impl Into<PathBuf>,
+    ) -> TlsFiles {
+        TlsFiles {
+            ca: ca.into(),
+            cert: cert.into(),
+            key: key.into(),
+        }
+    }
+}
+
 pub(super) fn window_gain(gain: f64) -> Option<f64> {
     (gain > 0.0).then_some(gain)
 }

@@ -90,4 +90,28 @@ mod tests {
         let back: ProxyConfig = parse(&text, "proxy.toml written back").expect(&text);
         assert_eq!(back, proxy, "{text}");
     }
+
+    /// The minimal configurations built in Rust are what the minimal files read as.
+    #[test]
+    fn new_configurations_read_as_their_minimal_files() {
+        let relay = RelayConfig::from_toml("[relay]\nproxy = \"10.0.0.1:7700\"\n", "relay.toml");
+        assert_eq!(
+            relay.unwrap(),
+            RelayConfig::new("10.0.0.1:7700".parse().unwrap())
+        );
+        let proxy = ProxyConfig::from_toml(
+            "[tls]\nca = \"ca.pem\"\ncert = \"proxy.pem\"\nkey = \"proxy.key\"\n",
+            "proxy.toml",
+        );
+        assert_eq!(
+            proxy.unwrap(),
+            ProxyConfig::new(TlsFiles::new("ca.pem", "proxy.pem", "proxy.key"))
+        );
+        let text = "\n[linkdb]\ndb = \"sqlite:x.db\"\ncarriers = [\"A\", \"B\", \"C\"]\n";
+        let linkdb = LinkDbConfig::from_toml(text, "linkdb").unwrap();
+        assert_eq!(linkdb.db.as_deref(), Some("sqlite:x.db"));
+        assert_eq!(linkdb.carriers.len(), 3);
+        assert_eq!(linkdb.model, "paper");
+        assert!(LinkDbConfig::from_toml("[relay]\n", "linkdb").is_err());
+    }
 }

@@ -198,6 +198,27 @@ pub struct ProxyConfig {
 }
 
 impl ProxyConfig {
+    /// A configuration that reads as a file holding only `[tls]` with these files does: every
+    /// other key at its default.
+    pub fn new(tls: TlsFiles) -> ProxyConfig {
+        ProxyConfig {
+            proxy: ProxySection::default(),
+            tls,
+            policy: PolicyConfig::default(),
+            context: ProxyContextConfig::default(),
+            linkdb: LinkDbConfig::default(),
+            limits: Limits::default(),
+            metrics: MetricsConfig::default(),
+            log: LogConfig::default(),
+        }
+    }
+
+    /// Parses `text` without validating it (the files it names need not exist); `origin`
+    /// names it in errors.
+    pub fn from_toml(text: &str, origin: &str) -> Result<ProxyConfig, ConfigError> {
+        parse(text, origin)
+    }
+
     /// Reads and validates `path`; relative file names in it resolve against its directory.
     pub fn load(path: &Path) -> Result<ProxyConfig, ConfigError> {
         let (text, base) = read(path)?;

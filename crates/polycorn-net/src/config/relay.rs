@@ -97,6 +97,25 @@ pub enum IdleRefresh {
 }
 
 impl RelaySection {
+    /// A `[relay]` with every key at its default and `proxy` set (the one required key).
+    pub fn new(proxy: ProxyAddr) -> RelaySection {
+        RelaySection {
+            mode: RelayMode::default(),
+            scheduler: default_scheduler(),
+            proxy,
+            tunnel_port: default_tunnel_port(),
+            hold_time_s: default_hold_time_s(),
+            congestion: None,
+            idle_refresh: IdleRefresh::default(),
+            slow_start_after_idle: None,
+            rto_max_ms: None,
+            drain_s: 0,
+            idle_probe_s: default_idle_probe_s(),
+            idle_probe_after_s: default_idle_probe_after_s(),
+            window_gain: default_window_gain(),
+        }
+    }
+
     /// `hold_time_s` as a duration.
     pub fn hold_time(&self) -> Duration {
         Duration::from_secs(self.hold_time_s)
@@ -355,6 +374,29 @@ impl RelayConfig {
             }
         }
         out
+    }
+
+    /// A configuration that reads as a file holding only `[relay] proxy = …` does: no path,
+    /// no `[tls]`, every other key at its default (not valid until paths are added).
+    pub fn new(proxy: ProxyAddr) -> RelayConfig {
+        RelayConfig {
+            relay: RelaySection::new(proxy),
+            paths: Vec::new(),
+            intercept: InterceptConfig::default(),
+            dns: DnsConfig::default(),
+            tls: None,
+            context: ContextConfig::default(),
+            linkdb: LinkDbConfig::default(),
+            limits: Limits::default(),
+            metrics: MetricsConfig::default(),
+            log: LogConfig::default(),
+        }
+    }
+
+    /// Parses `text` without validating it (the files it names need not exist); `origin`
+    /// names it in errors.
+    pub fn from_toml(text: &str, origin: &str) -> Result<RelayConfig, ConfigError> {
+        parse(text, origin)
     }
 
     /// Reads and validates `path`; relative file names in it resolve against its directory.
