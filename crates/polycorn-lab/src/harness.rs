@@ -20,16 +20,6 @@ use polycorn_link::trip::Trip;
 
 pub use polycorn_emu::testbed::Guard;
 
-/// Removes testbed `.0` when dropped (also on error or panic), as a [`Guard`] adopting it does.
-#[derive(Debug)]
-pub struct Teardown(pub String);
-
-impl Drop for Teardown {
-    fn drop(&mut self) {
-        drop(Guard::adopt(&self.0));
-    }
-}
-
 /// Environment variable holding the relay's and proxy's log filter (`RUST_LOG` syntax) in
 /// `polycorn bench` and `polycorn net bench`; default `info`. For example
 /// `info,polycorn::paths=debug` adds every path's state every 100 ms to their logs.

@@ -35,14 +35,12 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context, Result};
 use clap::Args;
 use polycorn_emu::models;
-use polycorn_emu::testbed::{self, TestbedSpec};
+use polycorn_emu::testbed::TestbedSpec;
 use polycorn_link::link::QueueLimit;
 use polycorn_link::trip::{Trip, STEP_MS};
 
 use crate::common::{kernel, utc_now, HSR_SPEED_MPS};
-use crate::harness::{
-    build_linkdb, scrape_metrics, Daemon, Teardown, TripPlayer, LINKDB_SEED_OFFSET,
-};
+use crate::harness::{build_linkdb, scrape_metrics, Daemon, Guard, TripPlayer, LINKDB_SEED_OFFSET};
 use crate::tripgen::TripArgs;
 use analysis::SystemRun;
 use plan::{Plan, PlanParams};
@@ -810,9 +808,7 @@ fn run_system(
         name: name.into(),
         paths: n,
     };
-    let _ = testbed::down(name);
-    testbed::up(&spec).with_context(|| format!("build testbed `{name}`"))?;
-    let _teardown = Teardown(name.into());
+    let _testbed = Guard::replace(&spec).with_context(|| format!("build testbed `{name}`"))?;
     // Replies to a relay path address leave on that path: `testbed::up` adds the rule.
     let dir = out.join("logs").join(&sys.name);
     std::fs::create_dir_all(&dir)?;

@@ -81,7 +81,7 @@ enum Net {
 struct TripNet {
     spec: polycorn_emu::testbed::TestbedSpec,
     _player: crate::harness::TripPlayer,
-    _teardown: crate::harness::Teardown,
+    _testbed: crate::harness::Guard,
     /// What the soak runs over, for its first line.
     about: String,
 }
@@ -121,7 +121,7 @@ const TRIP_SLACK_S: f64 = 30.0;
 /// Build the testbed of `args.trip_args`'s trip, start its emulator and context replay, and
 /// write relay and proxy configurations for it into `dir`.
 fn trip_net(args: &SoakArgs, dir: &std::path::Path) -> Result<(Net, RelayConfig, ProxyConfig)> {
-    use polycorn_emu::testbed::{self, TestbedSpec};
+    use polycorn_emu::testbed::TestbedSpec;
     let t = &args.trip_args;
     let (cfg, _) = t.config()?;
     let full = polycorn_link::trip::Trip::generate(&cfg)?;
@@ -164,12 +164,11 @@ fn trip_net(args: &SoakArgs, dir: &std::path::Path) -> Result<(Net, RelayConfig,
         relay.context.record = Some(rec.join("relay"));
         proxy.context.record = Some(rec.join("proxy"));
     }
-    let _ = testbed::down(&spec.name);
-    testbed::up(&spec).with_context(|| format!("build testbed `{}`", spec.name))?;
-    let teardown = crate::harness::Teardown(spec.name.clone());
+    let testbed = crate::harness::Guard::replace(&spec)
+        .with_context(|| format!("build testbed `{}`", spec.name))?;
     let net = TripNet {
         _player: crate::harness::TripPlayer::start(&spec, &trip, None)?,
-        _teardown: teardown,
+        _testbed: testbed,
         spec,
         about: format!(
             "the emulated `{}` trip (route {}, trip {}) from {:.0} s, the train past 250 km/h: \
