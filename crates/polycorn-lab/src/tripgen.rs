@@ -39,7 +39,7 @@ pub struct TripArgs {
     pub interruptions: String,
     /// Packets reaching a carrier during a successful handover's interruption: `hold` (they
     /// wait for the target cell, as LTE's X2 data forwarding does) or `drop` (lost, as in a
-    /// failed handover's blackout; the testbed's behaviour before 2026-11-26).
+    /// failed handover's blackout).
     #[arg(long, value_enum, default_value_t = InterruptionMode::Hold)]
     pub handover_interruption: InterruptionMode,
 }

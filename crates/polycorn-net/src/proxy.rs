@@ -237,8 +237,8 @@ fn live_sessions(sessions: &Sessions) -> Vec<LiveSession> {
 /// the next proxy, instead of holding them for a proxy that will not answer. First, for at
 /// most `drain`, the flows open at the call may finish ([`Engine::drain`]); meanwhile each
 /// relay has been told ([`Engine::announce_draining`]) and holds the passenger connections it
-/// accepts for the next proxy rather than open them here (a relay from before 2026-11-29
-/// ignores the announcement and opens them here, to be reset at the drain's end if still
+/// accepts for the next proxy rather than open them here (a relay that does not know the
+/// announcement ignores it and opens them here, to be reset at the drain's end if still
 /// running). Returns how many sessions were closed and how many of those flows were still open
 /// then (and so reset).
 pub async fn shut_down(sessions: &Sessions, grace: Duration, drain: Duration) -> (usize, usize) {

@@ -1024,8 +1024,8 @@ fn data_beyond_credit_is_a_protocol_error() {
 
 /// A flow exactly as long as the initial credit: its FIN goes with the last byte the credit
 /// allows, before any credit update can arrive. The FIN takes no buffer space, so the credit
-/// bounds data only. (Until 2026-11-28 the receiver counted the FIN against the credit and
-/// tore the subflow down: `polycorn net soak` saw it on about one connection in a thousand.)
+/// bounds data only (a receiver counting the FIN against the credit would tear the subflow
+/// down on about one connection in a thousand under `polycorn net soak`).
 #[test]
 fn a_flow_exactly_as_long_as_the_credit_closes() {
     // Windows large enough for the whole flow to leave in the first round trip.
@@ -1510,8 +1510,8 @@ fn an_idle_probe_interval_of_none_keeps_probing_as_often() {
 /// order (by RTT: a tie, path 0 first) and TPR's (by the probes' one-way delays: path 1, 20 ms,
 /// before path 0, 60 ms) disagree, as they do on a carrier whose delays differ between the
 /// directions. A short answer with its FIN is a tail chunk: TPR turns path 0 away and the answer
-/// goes on path 1 at once, one round trip of 40 ms after the request. (Until 2026-12-01 it
-/// waited for the next probe to change the estimates: 200 ms.)
+/// goes on path 1 at once, one round trip of 40 ms after the request (not 200 ms later, when
+/// the next probe would change the estimates).
 #[test]
 fn a_short_answer_is_not_held_where_rtt_and_one_way_delay_order_paths_differently() {
     for spec in ["hrsch", "polycorn"] {

@@ -60,7 +60,7 @@ pub struct SchedConfig {
     /// Cap on each path's window as the scheduler uses it: this many times the larger of the
     /// highest rate the path delivered in the last 10 s × its smallest RTT and what it
     /// delivered in its last RTT, at least 10 segments ([`PathState::window_cap`]). Default
-    /// `Some(2.0)`; `None` trusts the kernel's window alone (as before 2026-11-30). Values
+    /// `Some(2.0)`; `None` trusts the kernel's window alone. Values
     /// below 1 (or not finite) mean `None`.
     pub window_gain: Option<f64>,
 }

@@ -72,8 +72,8 @@ pub struct BenchArgs {
     /// retransmission timeout backs off to at most 1 s), with `+probe200` with `idle_probe_s = 0`
     /// on relay and proxy (probes every 200 ms also when no flow is open), with `+nocap` with
     /// `window_gain = 0` on relay and proxy (schedulers use the subflows' whole congestion
-    /// window, as before 2026-11-30), with `+noask` with the proxy's `ask_refresh = false` (no
-    /// fresh subflow after a timeout on an idle one, as before 2026-12-01); suffixes combine. A system named twice runs twice, the second as `NAME#2` (an A/A run
+    /// window), with `+noask` with the proxy's `ask_refresh = false` (no fresh subflow after a
+    /// timeout on an idle one); suffixes combine. A system named twice runs twice, the second as `NAME#2` (an A/A run
     /// measures the noise). A SPEC with commas needs `;` between the systems instead
     /// (`--systems 'vanilla;polycorn:minrtt,tpr'`), or a `--systems` of its own.
     #[arg(long)]

@@ -596,7 +596,7 @@ pub fn from_json(v: &Value) -> Result<Results> {
         version: string(v, "meta.version")?,
         kernel: string(v, "meta.kernel")?,
         preset: string(v, "meta.preset")?,
-        // Recorded since 2026-11-26 (session 24).
+        // Absent from older results.json files.
         trip_model: match v.pointer("/meta/trip_model") {
             None | Some(Value::Null) => None,
             Some(Value::String(m)) => Some(m.clone()),
@@ -622,14 +622,14 @@ pub fn from_json(v: &Value) -> Result<Results> {
         },
         prediction: string(v, "meta.handover_prediction")?,
         started: string(v, "meta.started")?,
-        // Recorded since 2026-11-28 (session 35); earlier trace rides name them in the
-        // prediction text.
+        // Absent from older results.json files; their trace rides name them in the prediction
+        // text.
         trace_files: strings(v, "meta.trace_files")?,
         path_delays: strings(v, "meta.path_delays")?,
         path_outages: strings(v, "meta.path_outages")?,
     };
     let (bulk, oracle) = planned_flows(v, "bulk")?;
-    // Recorded since 2026-11-29 (session 45); absent: no uploads.
+    // Absent (older results.json files): no uploads.
     let (uploads, upload_oracle) = match v.pointer("/plan/uploads") {
         None | Some(Value::Null) => (Vec::new(), BTreeMap::new()),
         Some(_) => planned_flows(v, "uploads")?,
@@ -692,7 +692,7 @@ pub fn from_json(v: &Value) -> Result<Results> {
         .iter()
         .map(|x| x.as_f64().unwrap_or(f64::NAN))
         .collect();
-    // Recorded since 2026-11-29 (session 45); absent: no uploads.
+    // Absent (older results.json files): no uploads.
     let upload_hofs_s = match v.pointer("/trip/failed_handovers_in_upload_phase_s") {
         None | Some(Value::Null) => Vec::new(),
         Some(_) => array(v, "trip.failed_handovers_in_upload_phase_s")?
@@ -794,7 +794,7 @@ fn flows_from_json(r: &Value, key: &str) -> Result<Vec<FlowResult>> {
 
 fn run_from_json(r: &Value) -> Result<SystemRun> {
     let flows = flows_from_json(r, "flows")?;
-    // Recorded since 2026-11-29 (session 45); absent: no uploads.
+    // Absent (older results.json files): no uploads.
     let uploads = match r.get("uploads") {
         None | Some(Value::Null) => Vec::new(),
         Some(_) => flows_from_json(r, "uploads")?,

@@ -15,8 +15,8 @@ fn parse(args: &[&str]) -> Result<CalibrateArgs, clap::Error> {
 
 /// The published shares of the A/B throughput ratio (< 0.5: 39.2%, > 2: 37.0%) against
 /// the published quartiles. Over every pair of carriers with lognormal throughput whose
-/// quartiles all lie within the calibration's ±25%, and which are independent (issue #4's
-/// trip model), one of the two shares is always more than 5 points off: the closest pair
+/// quartiles all lie within the calibration's ±25%, and which are independent (the trip
+/// model's carriers), one of the two shares is always more than 5 points off: the closest pair
 /// misses by about 5.9 points, with B's median at the tolerance's lower edge. Carriers that
 /// move against each other (correlation −0.85) can meet both. So the two ratio rows and the
 /// six quartile rows cannot all pass for independent lognormal carriers, whatever a model's

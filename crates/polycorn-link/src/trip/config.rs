@@ -218,7 +218,7 @@ fn hsr_carrier(
         // component, for CT/RT outside [0.5, 2] near the published 23-26%. Was (0.75, 4.0) and
         // (0.62, 0.25): TCP p75/p25 ≈ 2.6-3.2 and CT/RT 43-45% under BBR; now capacity-level
         // CT/RT ≈ 14% and TCP-level 21-22% (CUBIC) to 35% (BBR, which adds its own swings).
-        // Correlation time 30 s (was 10 s until 2026-11-26, session 24), from the paper's
+        // Correlation time 30 s (not 10 s), from the paper's
         // location repeatability (per location, p75/p25 of the rides' mean capacity within
         // ±1 km, median over locations: published 3.21 / 3.24): over 24 trips of route 1 a 10 s
         // component averaged out within the 24 s the train needs for 2 km (2.33 / 2.52), 20 s
@@ -249,7 +249,7 @@ impl TripConfig {
     ///   numbers are TCP throughput, and with deep fades and time-sized queues BBR gets ~0.6 of
     ///   the capacity in 0.2 s bins (route 1 / trip 1: 4.4 / 6.8 Mbit/s median over a window
     ///   whose capacity median was 7.6 / 10.3);
-    /// * carrier A refitted on 2026-11-27 (session 27): over the whole route at speed (24
+    /// * carrier A refitted: over the whole route at speed (24
     ///   stretches of trips 1-12) BBR's throughput on A was 3.86 / 7.83 / 14.5 Mbit/s against
     ///   2.56 / 6.48 / 12.4 published, p25 +51%: the 8.4 had been fitted on trip 1 alone,
     ///   which is slow on A. Now median 5.5 Mbit/s, slow component σ 1.15 (was 1.05) and

@@ -70,8 +70,8 @@ pub struct ProxySection {
     /// `drain_s`: on an orderly stop, how long the proxy lets the flows open at that moment
     /// finish before it closes every session and resets those left (default 0, at most
     /// [`MAX_DRAIN_S`]). Relays are told and hold the passenger connections they accept
-    /// meanwhile for the next proxy (a relay from before 2026-11-29 opens them here; they are
-    /// carried, not waited for).
+    /// meanwhile for the next proxy (a relay that does not know the announcement opens them here;
+    /// they are carried, not waited for).
     pub drain_s: u64,
     /// `idle_probe_s`: once a relay's session has had no flow open for `idle_probe_after_s`,
     /// the proxy probes its paths this often instead of every 0.2 s (default 5, at most

@@ -159,7 +159,7 @@ async fn drain(peer: &mut DuplexStream) -> usize {
     total
 }
 
-/// The stall seen on ride 132 (session 24): a subflow blocked in a write when a newer one
+/// A stall once seen on a bench ride: a subflow blocked in a write when a newer one
 /// replaced it resumed, took the path's output — now the new subflow's — and wrote it into
 /// the dying socket. The session counted those chunks as sent on the path; nothing ever
 /// delivered or reinjected them. A replaced subflow must write nothing more.

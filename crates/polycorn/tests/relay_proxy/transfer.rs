@@ -663,8 +663,8 @@ fn hsr_trip_with_train_context_and_linkdb_predictions() {
 /// session's probes keep it from counting as idle). The downloads that follow are spread over
 /// both paths (at least 18% of the three downloads' bytes, acknowledgements and probes included,
 /// on either, and at least 10% of each one's; measured 24–30% per download, once 15.6%) rather
-/// than put whole on the one whose window they fit (as before 2026-11-30, or with
-/// `window_gain = 0`: 13% on the other path, probes and acknowledgements, and twice the
+/// than put whole on the one whose window they fit (as with `window_gain = 0`: 13% on the
+/// other path, probes and acknowledgements, and twice the
 /// completion time on these 20 Mbit/s paths). The three are judged together because one
 /// download's split varies with where the windows stood when it began.
 #[test]
@@ -788,9 +788,9 @@ fn congestion_of(ns: &str, port: u16) -> Vec<String> {
 }
 
 /// The baselines' tunnels run the configured congestion control at both ends — on every
-/// kernel-MPTCP subflow too. Until 2026-11-25 the proxy left its accepted tunnels on the
-/// system default, so the bench's MPTCP downlink ran the host's default (BBR here) while its
-/// report said CUBIC. `reno` is configured here because no host defaults to it.
+/// kernel-MPTCP subflow too. A proxy leaving its accepted tunnels on the system default would
+/// run the bench's MPTCP downlink on the host's default (BBR here) while its report said
+/// CUBIC. `reno` is configured here because no host defaults to it.
 #[test]
 fn baseline_tunnels_use_the_configured_congestion_control_on_every_subflow() {
     let _s = SERIAL.lock().unwrap_or_else(|p| p.into_inner());

@@ -138,7 +138,7 @@ pub(super) fn pct(x: f64) -> f64 {
     (x - 1.0) * 100.0
 }
 
-/// The paper's targets (POLYCORN §6, issue #6), in the paper's statistics: the mean of
+/// The paper's targets (POLYCORN §6), in the paper's statistics: the mean of
 /// per-flow goodput ratios at 256 KB / 1 MB / 4 MB, at least these times vanilla's …
 pub(super) const TARGET_VS_VANILLA: [f64; 3] = [1.45, 1.28, 1.26];
 /// … and above kernel MPTCP's at every size; IM's change of the pooled mean delivery time,
