@@ -221,18 +221,14 @@ impl ProxyConfig {
 
     /// Reads and validates `path`; relative file names in it resolve against its directory.
     pub fn load(path: &Path) -> Result<ProxyConfig, ConfigError> {
-        let (text, base) = read(path)?;
-        Self::from_str(&text, &path.display().to_string(), &base)
+        load(path)
     }
 
     /// Parses and validates `text`; `origin` names it in errors, relative file names resolve
     /// against `base_dir`.
     #[allow(clippy::should_implement_trait)]
     pub fn from_str(text: &str, origin: &str, base_dir: &Path) -> Result<ProxyConfig, ConfigError> {
-        let mut config: ProxyConfig = parse(text, origin)?;
-        let mut v = Validator { origin };
-        config.validate(&mut v, base_dir)?;
-        Ok(config)
+        checked(text, origin, base_dir)
     }
 
     /// These settings as a `proxy.toml` (no comments) that [`ProxyConfig::from_str`] reads
@@ -251,7 +247,9 @@ impl ProxyConfig {
     pub fn example_settings() -> ProxyConfig {
         parse(PROXY_EXAMPLE, "the example proxy.toml").expect("the example proxy.toml parses")
     }
+}
 
+impl Checked for ProxyConfig {
     fn validate(&mut self, v: &mut Validator<'_>, base: &Path) -> Result<(), ConfigError> {
         let p = &self.proxy;
         if p.listen.is_empty() {

@@ -401,18 +401,14 @@ impl RelayConfig {
 
     /// Reads and validates `path`; relative file names in it resolve against its directory.
     pub fn load(path: &Path) -> Result<RelayConfig, ConfigError> {
-        let (text, base) = read(path)?;
-        Self::from_str(&text, &path.display().to_string(), &base)
+        load(path)
     }
 
     /// Parses and validates `text`; `origin` names it in errors, relative file names resolve
     /// against `base_dir`.
     #[allow(clippy::should_implement_trait)]
     pub fn from_str(text: &str, origin: &str, base_dir: &Path) -> Result<RelayConfig, ConfigError> {
-        let mut config: RelayConfig = parse(text, origin)?;
-        let mut v = Validator { origin };
-        config.validate(&mut v, base_dir)?;
-        Ok(config)
+        checked(text, origin, base_dir)
     }
 
     /// The proxy address path `path` connects to: its own `proxy` or `relay.proxy`.
@@ -460,7 +456,9 @@ impl RelayConfig {
     pub fn example_settings() -> RelayConfig {
         parse(RELAY_EXAMPLE, "the example relay.toml").expect("the example relay.toml parses")
     }
+}
 
+impl Checked for RelayConfig {
     fn validate(&mut self, v: &mut Validator<'_>, base: &Path) -> Result<(), ConfigError> {
         v.scheduler("relay.scheduler", &self.relay.scheduler)?;
         v.proxy("relay.proxy", &self.relay.proxy, self.relay.mode)?;

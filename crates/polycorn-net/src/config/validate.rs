@@ -47,6 +47,25 @@ pub(super) fn device_name(name: &str) -> Result<(), String> {
     Ok(())
 }
 
+/// A configuration file kind: parsed, then checked (and its relative file names resolved)
+/// against the directory it was read from.
+pub(super) trait Checked: for<'de> serde::Deserialize<'de> {
+    fn validate(&mut self, v: &mut Validator<'_>, base: &Path) -> Result<(), ConfigError>;
+}
+
+/// Parses and validates `text`; `origin` names it in errors.
+pub(super) fn checked<T: Checked>(text: &str, origin: &str, base: &Path) -> Result<T, ConfigError> {
+    let mut config: T = super::parse::parse(text, origin)?;
+    config.validate(&mut Validator { origin }, base)?;
+    Ok(config)
+}
+
+/// Reads and validates `path`; relative file names in it resolve against its directory.
+pub(super) fn load<T: Checked>(path: &Path) -> Result<T, ConfigError> {
+    let (text, base) = super::parse::read(path)?;
+    checked(&text, &path.display().to_string(), &base)
+}
+
 /// One validation run over one file: builds errors naming the file.
 pub(super) struct Validator<'a> {
     pub(super) origin: &'a str,
