@@ -1,0 +1,1 @@
+//! The TCP subflow model.
