@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Fuzz polycorn's wire-frame decoder, sans-IO session, SOCKS5 handshake, config and CSV/trace
-# parsers with libFuzzer (cargo-fuzz). Targets, inputs and findings: docs/fuzzing.md.
+# parsers with libFuzzer (cargo-fuzz). Targets, inputs and findings: docs/src/lab/fuzzing.md.
 #
 #   scripts/fuzz.sh [--execs N] [--max-time S] [--keep-going] [--seed N] [--toolchain TC]
 #                   [--asan] [--work DIR] [TARGET...]
@@ -144,6 +144,6 @@ done
 say "summary"
 printf '%s\n' "${summary[@]}" >&2
 if [ ${#failed[@]} -gt 0 ]; then
-  printf 'reproduce: %s/<target> <input>  (or: cargo fuzz run <target> <input>; docs/fuzzing.md)\n' "$bin_dir" >&2
+  printf 'reproduce: %s/<target> <input>  (or: cargo fuzz run <target> <input>; docs/src/lab/fuzzing.md)\n' "$bin_dir" >&2
   die "fuzzing found a failure in: ${failed[*]}"
 fi

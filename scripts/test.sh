@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Run every check and test of the workspace, in tiers, and print how long each took. This is
-# what CI runs (.ci/run). `scripts/test.sh --help` lists the tiers; docs/testing.md describes
+# what CI runs (.ci/run). `scripts/test.sh --help` lists the tiers; docs/src/lab/testing.md describes
 # them.
 source "$(dirname "$0")/lib.sh"
 
@@ -175,7 +175,7 @@ tier_bench() {
 # A short run of every fuzz target: its seed corpus, then 20,000 executions (at most 20 s)
 # each, from a scratch corpus and with a fixed libFuzzer seed so the run is the same
 # everywhere; a crash fails the checks. The toolchain cargo already uses, so CI downloads no
-# nightly. Longer runs: scripts/fuzz.sh (docs/fuzzing.md).
+# nightly. Longer runs: scripts/fuzz.sh (docs/src/lab/fuzzing.md).
 tier_fuzz() {
   say "fuzz targets, short run (scripts/fuzz.sh --execs 20000 --max-time 20 --seed 1)"
   local fuzz_work

@@ -1,6 +1,6 @@
 //! A `polycorn_proto::Session` (proxy role, or relay with the input's first bit) driven as the
 //! engine drives it while a hostile peer sends it frames, reconnects, stops reading and lets
-//! time pass. Input format and checks: `polycorn_fuzz::session` (docs/fuzzing.md).
+//! time pass. Input format and checks: `polycorn_fuzz::session` (docs/src/lab/fuzzing.md).
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;

@@ -1,6 +1,6 @@
 //! Shared by polycorn's fuzz targets (`fuzz_targets/`) and the seed generator
 //! (`examples/seeds.rs`): a byte cursor, a heap counter for the memory bounds, and the input
-//! format of the `session` target (docs/fuzzing.md).
+//! format of the `session` target (docs/src/lab/fuzzing.md).
 
 #![allow(clippy::new_without_default)]
 

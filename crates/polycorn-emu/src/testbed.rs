@@ -11,7 +11,7 @@
 //!   direction. With no emulator attached, a path carries nothing.
 //! * Per path, on both ends: `ip rule from <addr> table 100+i`, `ip rule oif path{i} table
 //!   100+i`, `ip rule to <peer's addr> table 100+i`, and in that table `default dev path{i}` —
-//!   a socket bound to a path's address or device leaves on that path (DESIGN §7: either rule
+//!   a socket bound to a path's address or device leaves on that path (either rule
 //!   alone misroutes). The relay ranks device and source before the peer's address, the proxy
 //!   the peer's (relay's) address first, so a subflow may reach the proxy's address of
 //!   another path and the replies come back on the path it left by. Reverse-path filtering

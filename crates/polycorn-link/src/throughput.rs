@@ -62,7 +62,7 @@ fn err(file: &str, line: usize, msg: String) -> TraceError {
     }
 }
 
-/// Seconds since 2000-01-01 of `YYYY.MM.DD_HH.MM.SS` (only differences are used).
+/// Seconds from 2000-01-01 of `YYYY.MM.DD_HH.MM.SS` (only differences are used).
 fn parse_timestamp(s: &str) -> Option<u64> {
     let (date, time) = s.split_once('_')?;
     let d: Vec<u64> = date

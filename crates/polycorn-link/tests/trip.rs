@@ -13,7 +13,7 @@ fn trips(n: u64) -> Vec<Trip> {
 
 #[test]
 fn handover_interval_and_failure_share_match_published_values() {
-    // POLYCORN §2.3 / DESIGN §6: one handover every 10.7 s (A) and 7.6 s (B) at 300 km/h;
+    // POLYCORN §2.3: one handover every 10.7 s (A) and 7.6 s (B) at 300 km/h;
     // 6.22% and 5.47% of handovers fail. Tolerances from the calibration issue:
     // ±25% relative for intervals, ±5 points for shares.
     let ts = trips(8);

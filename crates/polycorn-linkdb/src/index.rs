@@ -1,6 +1,7 @@
 //! The in-memory index the online predictors read: per ⟨carrier, cell, direction⟩ handover
 //! statistics, and per ⟨carrier, direction⟩ the recorded handover zones (the location table of
-//! Kim & Cho, `papers/001`).
+//! Kim & Cho, "Enhancing MPTCP Performance on High-Speed Trains with Predictive Handover-Aware
+//! Packet Scheduling").
 //!
 //! Built once from the store's trips ([`LinkIndex::build`]); lookups are hash lookups on
 //! interned ids, so a prediction costs well under a microsecond (see `benches/predict.rs`).

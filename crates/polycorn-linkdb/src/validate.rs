@@ -19,7 +19,7 @@
 //! at least one training ride ([`Report::with_history`]): the failures a mean failure location
 //! exists for. The paper's shares (80.6 / 1.3 / 18.1%) can only be of that kind — a failure
 //! alone in its cell is never flagged by a mean-location predictor, and the paper's own counts
-//! leave more such failures than its 1.3% late (README, LinkDB, *Against the target*).
+//! leave more such failures than its 1.3% late (docs/src/linkdb/accuracy.md).
 //!
 //! **t_HO** is when the handover disrupts the path for good: for a failure, the moment the UE
 //! loses the source cell (the blackout begins; [`HandoverRecord::disruption_ms`]), for a
@@ -54,7 +54,7 @@ pub const T1_S: f64 = 0.0;
 pub const T2_S: f64 = 2.5;
 
 /// How long before t̂_HOF the path is taken as throttled. [`Lead::NONE`] (the default) judges
-/// the predictor itself: throttled from t̂_HOF. HPR (NSDI'23 §4.3, DESIGN §3) disables a path
+/// the predictor itself: throttled from t̂_HOF. HPR (NSDI'23 §4.3) disables a path
 /// once the predicted time to the failure is below L = RTT + E_GPS / V_HSR, so with a lead the
 /// replay judges the throttling HPR would do: from t̂_HOF − L, V_HSR the fix's speed.
 #[derive(Clone, Copy, Debug, PartialEq)]

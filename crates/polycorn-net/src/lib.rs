@@ -1,5 +1,5 @@
 //! polycorn's relay and proxy: the tokio shell around `polycorn-proto` (frames, session) and
-//! `polycorn-sched` (decisions). See ARCHITECTURE.md for the layers.
+//! `polycorn-sched` (decisions). See docs/src/architecture.md for the layers.
 //!
 //! Leaf modules (sockets, TLS, config, interception, context, metrics) know nothing of the
 //! session; `engine` ties one session to its subflows; `relay` and `proxy` are the two roles.

@@ -21,7 +21,7 @@ const REFRESH_LOW_SEGMENTS: u32 = 100;
 /// A retransmission timeout on an idle subflow (a probe lost in a handover's gap) sets the
 /// kernel's threshold from the small window of probes. The subflow outlives passengers'
 /// connections, so the next download on the path then grows its window linearly from there
-/// (session 58 in `docs/MEASUREMENTS.md`: 4.9 s instead of 2.1 s for one 4 MB download). A cut
+/// (measured in the bench: 4.9 s instead of 2.1 s for one 4 MB download). A cut
 /// while the path carried data reflects the path and is kept. Only the relay dials, so the
 /// proxy asks it for a fresh connection ([`polycorn_proto::Frame::Refresh`]).
 ///

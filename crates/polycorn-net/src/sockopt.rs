@@ -10,7 +10,7 @@
 //! | keep the send queue short | [`set_notsent_lowat`] | bytes sit in our scheduler, not in a stale kernel queue |
 //! | congestion control per socket | [`set_congestion`] | the machine default is BBR; subflows set theirs explicitly |
 //! | keep the window across idle gaps | [`set_slow_start_after_idle`] | a sysctl of the namespace, no socket option exists |
-//! | pin a subflow to a modem | [`pinned_tcp_socket`], [`bind_device`] | both `SO_BINDTODEVICE` and a bound source address are needed (DESIGN §7) |
+//! | pin a subflow to a modem | [`pinned_tcp_socket`], [`bind_device`] | both `SO_BINDTODEVICE` and a bound source address are needed |
 //! | abortive close | [`set_linger_zero`] | close sends RST: the passenger sees the server's reset |
 //! | REDIRECT interception | [`original_dst`] | where the passenger meant to connect |
 //! | kernel MPTCP baseline | [`mptcp_socket`] | benchmark against the kernel's multipath TCP |
@@ -485,8 +485,8 @@ pub fn ipv6_transparent(fd: BorrowedFd<'_>) -> io::Result<bool> {
 }
 
 /// A blocking multipath-TCP stream socket (`IPPROTO_MPTCP`) of `domain`, for the kernel-MPTCP
-/// baseline. It behaves like a TCP socket; the kernel's path manager adds subflows (see
-/// DESIGN §7 for the `ip mptcp` setup).
+/// baseline. It behaves like a TCP socket; the kernel's path manager adds subflows (the
+/// `ip mptcp` endpoints set up for the baseline).
 ///
 /// The error says why the kernel refused: no MPTCP support, or `net.mptcp.enabled=0`.
 pub fn mptcp_socket(domain: Domain) -> io::Result<Socket> {
@@ -507,7 +507,7 @@ pub fn mptcp_socket(domain: Domain) -> io::Result<Socket> {
 /// A nonblocking TCP socket pinned to one path: bound to `device` (`SO_BINDTODEVICE`) and to
 /// `source` with port 0, ready for `connect`.
 ///
-/// This is how the relay ties a subflow to a cellular modem. Both are needed (DESIGN §7): the
+/// This is how the relay ties a subflow to a cellular modem. Both are needed: the
 /// source address selects the per-path `ip rule from <addr> table N`, the device keeps the
 /// socket on that modem even when routes change. Needs CAP_NET_RAW for the device binding.
 /// Wrap the result with `tokio::net::TcpSocket::from_std_stream` or connect it with

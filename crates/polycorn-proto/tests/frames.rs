@@ -318,7 +318,7 @@ fn typed_errors() {
 #[test]
 fn a_version_2_hello_is_answered_in_version_2_and_a_version_3_one_names_its_path() {
     use polycorn_proto::{Session, SessionConfig, MIN_VERSION, VERSION};
-    // type 1, length 20: version 2, role relay, session 7, path 1, epoch 9.
+    // type 1, length 20: version 2, role relay, session id 7, path 1, epoch 9.
     let mut v2 = vec![1u8, 0, 0, 0, 20, 0, 2, 1];
     v2.extend_from_slice(&7u64.to_be_bytes());
     v2.push(1);
@@ -489,7 +489,7 @@ fn a_hello_with_a_bad_path_name_is_refused_naming_the_field() {
 /// the session refuses it by version (a clear error, not a truncated frame).
 #[test]
 fn a_version_1_hello_is_refused_by_version() {
-    // type 1, length 12: version 1, role relay, session 7, path 0.
+    // type 1, length 12: version 1, role relay, session id 7, path 0.
     let mut v1 = vec![1u8, 0, 0, 0, 12, 0, 1, 1];
     v1.extend_from_slice(&7u64.to_be_bytes());
     v1.push(0);

@@ -365,7 +365,7 @@ pub fn load_dirs_only(dirs: &[PathBuf], only: &[String]) -> Result<Loaded> {
 pub type MixedPipelines = (String, Vec<(String, Vec<u64>)>);
 
 /// What a ride that did not record its expanded pipeline shows in [`mixed_pipelines`].
-pub const PIPELINE_NOT_RECORDED: &str = "not recorded (rides before 2026-11-26)";
+pub const PIPELINE_NOT_RECORDED: &str = "not recorded (the ride predates the field)";
 
 /// Systems whose rides ran different schedulers under one name — a preset such as `polycorn`
 /// that a later build defines differently — with each pipeline and its rides (trip seeds), in
@@ -615,7 +615,7 @@ pub fn from_json(v: &Value) -> Result<Results> {
             .collect::<Option<_>>()
             .context("`meta.carriers` holds a non-string")?,
         interruptions: string(v, "meta.interruptions")?,
-        // Recorded since 2026-11-26; every earlier ride dropped them.
+        // Absent from rides that predate the field; those rides dropped them.
         handover_interruption: match v.pointer("/meta/handover_interruption") {
             None => "drop".to_string(),
             Some(_) => string(v, "meta.handover_interruption")?,
@@ -1184,7 +1184,7 @@ mod tests {
     }
 
     /// Rides of recorded traces pool with rides of the same traces only; what a ride records
-    /// since session 35 (trace files, per-path delays, late paths) survives the round trip.
+    /// (trace files, per-path delays, late paths) survives the round trip.
     #[test]
     fn rides_of_other_traces_do_not_pool() {
         let dir = tempfile::tempdir().unwrap();

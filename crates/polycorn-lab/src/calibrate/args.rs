@@ -89,7 +89,7 @@ pub(super) const NSTAT_KEYS: [&str; 9] = [
     "TcpExtTCPSackRecovery",
 ];
 
-/// Published values, DESIGN §6 (`papers/004` §2): carrier A, carrier B.
+/// Published values (POLYCORN, NSDI'23, §2): carrier A, carrier B.
 pub(super) mod published {
     pub const TPUT_MBPS: [[f64; 3]; 2] = [[2.56, 6.48, 12.42], [4.60, 10.67, 19.73]];
     pub const RTT_MS: [[f64; 3]; 2] = [[123.0, 185.0, 315.0], [147.0, 191.0, 348.0]];

@@ -75,7 +75,7 @@ pub struct Options {
     /// sample is moved back by this much before handovers are inferred
     /// ([`undo_monitor_lag`]), its position interpolated between the fixes. A late report
     /// places every handover later along the line by the lag's travel, and a failure
-    /// predicted late is one HPR does not act on in time (docs/MEASUREMENTS.md, session 54).
+    /// predicted late is one HPR does not act on in time.
     pub monitor_lag_ms: u64,
 }
 

@@ -54,7 +54,7 @@ hold_time_s = 30
 # it is).
 # window_gain = 2
 # TCP congestion control of the subflows and tunnels (default: the system's, often cubic).
-# "bbr" is what we recommend over cellular paths (README, "congestion control").
+# "bbr" is what we recommend over cellular paths (the manual's "Limits and defaults").
 # congestion = "bbr"
 # Idle subflows replaced with a fresh connection: "collapsed" (slow-start threshold below 20
 # segments after a blackout), "used" (also after carrying 256 KB of downlink data), "off".
@@ -198,9 +198,9 @@ hold_time_s = 30
 # Limit on connecting to a server (1..=300 s).
 connect_timeout_s = 10
 # TCP congestion control of accepted subflows and tunnels, so of the downlink (default: the
-# system's, often cubic). "bbr" is what we recommend over cellular paths (README, "congestion
-# control"): with cubic, a long-lived subflow keeps the slow-start threshold of cells it has
-# left, and 4 MB downloads took 1.4x longer in the bench.
+# system's, often cubic). "bbr" is what we recommend over cellular paths (the manual's
+# "Limits and defaults"): with cubic, a long-lived subflow keeps the slow-start threshold
+# of cells it has left, and 4 MB downloads took 1.4x longer in the bench.
 # congestion = "bbr"
 # Set net.ipv4.tcp_slow_start_after_idle in the proxy's network namespace at startup (affects
 # every TCP socket there). false: downlink subflows keep their congestion window across idle
@@ -247,7 +247,7 @@ allow_private = false
 # keep_days = 30
 # How late the relays' modem monitors report a modem's cell, in ms; the nightly import
 # (`linkdb import --proxy-config`) moves the recorded cells back by it. Even 1 s unaccounted
-# for places failures about 70 m late at 300 km/h, too late for HPR (docs/MEASUREMENTS.md):
+# for places failures about 70 m late at 300 km/h, too late for HPR (docs/src/linkdb/fleet.md):
 # monitor_lag_ms = 0
 
 [linkdb]

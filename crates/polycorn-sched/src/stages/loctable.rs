@@ -1,7 +1,7 @@
 //! Location-table blocker — candidate filter.
 //!
 //! Source: Kim & Cho, "Enhancing MPTCP Performance on High-Speed Trains with Predictive
-//! Handover-Aware Packet Scheduling" (`papers/001`): trips record where each carrier's
+//! Handover-Aware Packet Scheduling": trips record where each carrier's
 //! handovers happened; while the train is inside a recorded handover zone of a path, that path
 //! is blocked, and otherwise the default minRTT scheduler decides. The table lookup lives behind
 //! [`HandoverPredictor::in_handover_zone`](crate::HandoverPredictor::in_handover_zone) (LinkDB

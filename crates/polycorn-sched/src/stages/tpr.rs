@@ -30,7 +30,7 @@
 //! traffic) minRTT keeps choosing `i` and nothing ever selects `j`. Then `j` gets the chunk at
 //! once ([`Reason::TailSooner`]; `tpr(wait=1)` turns this off). A path turned away for its
 //! queue still waits, as in the paper: sending the rest of a download on `j` whenever `i`'s
-//! queue is long measured slower (docs/MEASUREMENTS.md, session 56).
+//! queue is long measured slower in the bench (docs/src/notebook/bulk.md).
 
 use crate::path::{PathId, PathState};
 use crate::sets::{Moves, Reason, StageKind};

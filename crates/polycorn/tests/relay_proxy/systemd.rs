@@ -168,7 +168,7 @@ impl Container {
         ))
     }
 
-    /// Installs the role's service and socket units as the README says, checks them with
+    /// Installs the role's service and socket units as the manual says (docs/src/operate/deploy.md), checks them with
     /// `systemd-analyze verify`, and starts them.
     fn start_units(&self) {
         let r = &self.role;
@@ -215,7 +215,7 @@ impl Drop for Container {
 /// namespace of the testbed: the relay's socket unit's transparent listeners
 /// (`Transparent=yes`) take passengers' connections and start the relay, which installs its
 /// interception and carries them; `relay --check-paths` passes beside it; restarts of either
-/// service keep the listeners; stopping the relay's two units as the README says lets a
+/// service keep the listeners; stopping the relay's two units as the manual says (docs/src/operate/deploy.md) lets a
 /// download open at that moment finish within `drain_s` before the socket unit's
 /// `--remove-interception` removes the rules, which it leaves in place until the relay has
 /// exited (systemd stops the two units side by side), and nothing of the relay stays
@@ -364,7 +364,7 @@ fn the_relay_and_proxy_units_run_under_systemd_as_pid_1() {
     );
     fetch(MB, "a download after the reloads");
 
-    // LinkDB's nightly round on the proxy's host, as the README installs it: the timer enabled,
+    // LinkDB's nightly round on the proxy's host, as the manual installs it: the timer enabled,
     // the service run once now: it learns the past day's ride the proxy recorded, then reloads
     // the proxy, which rebuilds its predictor without a restart.
     let out = proxy.sh(
@@ -443,7 +443,7 @@ fn the_relay_and_proxy_units_run_under_systemd_as_pid_1() {
         "the nightly calendar is not back: {out}"
     );
 
-    // Stop both units, as the README says, while a download runs.
+    // Stop both units, as the manual says (docs/src/operate/deploy.md), while a download runs.
     let download = download_in_background(&bed, 24 * MB, 60);
     wait_until(
         20,
