@@ -130,4 +130,17 @@ ensure_rust() {
   say "Rust: $(rustc --version)"
 }
 
+# mdBook, which builds the manual (docs/): installed once with cargo into ~/.cargo/bin and kept
+# there (mdBook is not a Debian package). A few minutes of compiling on the first run only.
+MDBOOK_VERSION=0.5.4
+ensure_mdbook() {
+  if command -v mdbook >/dev/null 2>&1 && [ "$(mdbook --version)" = "mdbook v$MDBOOK_VERSION" ]; then
+    return 0
+  fi
+  say "installing mdbook $MDBOOK_VERSION with cargo (once; kept in ~/.cargo/bin)"
+  cargo install mdbook --version "$MDBOOK_VERSION" --locked --no-default-features \
+    || die "could not install mdbook $MDBOOK_VERSION with cargo"
+  export PATH="$HOME/.cargo/bin:$PATH"
+}
+
 cd "$(dirname "${BASH_SOURCE[0]}")/.."

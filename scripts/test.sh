@@ -23,6 +23,8 @@ Tiers:
   bench          polycorn bench --quick end to end (release build, root)
   fuzz           a short run of every fuzz target (scripts/fuzz.sh)
   bench-compile  the benchmarks compile (cargo bench --no-run)
+  docs           the manual builds with mdBook (installs mdbook once into ~/.cargo/bin);
+                 the fast tier's docs test checks its links, pages and wording
 
 Options:
   --tier TIER    run TIER (repeatable; default: every tier)
@@ -34,7 +36,7 @@ chromium) fail instead.
 EOF
 }
 
-ALL_TIERS=(fast namespace integration bench fuzz bench-compile)
+ALL_TIERS=(fast namespace integration bench fuzz bench-compile docs)
 
 # ---- which test runs in which tier -----------------------------------------------------------
 # Integration test targets (package:target) of the namespace and integration tiers. Every test
@@ -187,6 +189,16 @@ tier_fuzz() {
 tier_bench-compile() {
   say "benchmarks compile"
   cargo bench --locked --workspace --no-run
+}
+
+tier_docs() {
+  ensure_mdbook
+  say "the manual builds (mdbook build docs)"
+  local book_out
+  book_out=$(mktemp -d /tmp/polycorn-book.XXXXXX)
+  mdbook build docs --dest-dir "$book_out"
+  [ -s "$book_out/index.html" ] || die "mdbook build docs wrote no index.html"
+  rm -rf "$book_out"
 }
 
 # ---- command line -------------------------------------------------------------------------------
