@@ -10,7 +10,7 @@
 //! * [`Model::Paper`] — POLYCORN §3: the failure is predicted at the mean start position of the
 //!   recorded failures out of the current cell (L̂_HOF); t̂_HOF is when the train reaches it at
 //!   its current speed. Cells without a recorded failure predict nothing.
-//! * [`Model::LocationTable`] — Kim & Cho (KTX, location table): a recorded handover zone of the path's
+//! * [`Model::LocationTable`] — Kim & Cho (KTX): a recorded handover zone of the path's
 //!   carrier is predicted to disrupt the path when the train reaches it; no cells, no outcomes.
 //!   [`HandoverPredictor::in_handover_zone`] answers from the same table for every model.
 //! * [`Model::Risk`] — the logistic risk model of [`crate::risk`].

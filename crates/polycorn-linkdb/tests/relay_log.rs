@@ -403,7 +403,7 @@ fn simulated_rides_as_their_relay_saw_them_against_the_truth() {
 
     // Judged as HPR throttles (from t̂_HOF − L, L = 185 ms + 20 m / speed): the relays' history
     // places failures where the link went dark, the truth where the handover started, earlier;
-    // without HPR's lead half of a cell's failures come "late" by construction (docs/src/linkdb/accuracy.md).
+    // without HPR's lead half of a cell's failures come "late" by construction (see the manual).
     let kinds = [ModelKind::Paper];
     let lead = Lead {
         rtt_ms: 185.0,

@@ -1250,7 +1250,8 @@ fn er_cell_loss_reinjects_once_per_reported_loss_without_waiting_for_rtos() {
 fn er_cell_loss_spec_round_trips_and_refuses_bad_values() {
     let p = Pipeline::from_spec("polycorn").unwrap();
     // The preset also copies thin flows (≤ 5600 B, four chunks) onto every path, sends
-    // chunks stuck on a path again elsewhere and lets thin flows wait in the lowest-RTT path's full window; the paper's HRSCH stays without them.
+    // chunks stuck on a path again elsewhere and lets thin flows wait in the lowest-RTT
+    // path's full window; the paper's HRSCH stays without them.
     assert_eq!(
         p.spec(),
         "hpr,minrtt(thin_bytes=5600),tpr,ori(thin_bytes=5600)+er(k=3,cell_loss=1,stuck_ms=1000)"

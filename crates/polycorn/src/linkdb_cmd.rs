@@ -976,7 +976,7 @@ fn validate_cmd(
 }
 
 /// The category table over every handover, then over the handovers out of cells with a failure
-/// in the other rides (the population the paper's Fig. 6 shares can refer to; docs/src/linkdb/accuracy.md).
+/// in the other rides (the population the paper's Fig. 6 shares can refer to; see the manual).
 fn print_reports(reports: &[(ModelKind, validate::Report)]) {
     print!("{}", validate::format_table(reports));
     println!("only handovers out of a cell with a failure in the other rides (a failure location exists):");

@@ -273,7 +273,7 @@ impl Summary {
 /// Geometric mean of positive ratios with a 95% CI (Student's t on the logs): the summary to
 /// judge "A is x times B" by. The arithmetic mean of per-flow ratios is biased upward by noise
 /// alone (E[X/Y] > 1 for two equally fast systems with noisy X and Y: in an A/A run of the same
-/// scheduler twice it read 1.50 at 256 KB, see docs/src/lab/bench.md), while the geometric mean of A/B is
+/// scheduler twice it read 1.50 at 256 KB, see the manual), while the geometric mean of A/B is
 /// exactly the inverse of B/A's.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct GeoSummary {

@@ -1,5 +1,6 @@
 //! `polycorn testbed calibrate`: bulk TCP downloads over each emulated carrier of a trip preset,
-//! with every measurable published HSR statistic (POLYCORN, NSDI'23, §2) printed beside its published value.
+//! with every measurable published HSR statistic (POLYCORN, NSDI'23, §2) printed beside its
+//! published value.
 //!
 //! ## What one run does
 //! For each congestion control in `--cc`, a fresh testbed is built and the emulator plays the

@@ -322,7 +322,7 @@ impl TripConfig {
         }
     }
 
-    /// The KTX setup of Kim & Cho (their ns-3 simulation): eNBs every 1,340 m, 300 m from the track,
+    /// The KTX setup of Kim & Cho (ns-3): eNBs every 1,340 m, 300 m from the track,
     /// 83.3 m/s, 25 Mbit/s per carrier (25 resource blocks), a 70 s run (5.8 km) without stops.
     /// Their simulation had no handover failures; a low failure rate is kept so HPR has
     /// something to act on, and capacity fluctuates less than on the Chinese route.

@@ -37,7 +37,7 @@ use crate::record::{
     Direction, HandoverRecord, Outcome, RadioSample, Sample, Source, TripData, TripMeta,
 };
 
-/// Assumed mean metro speed for dead reckoning, m/s (36 km/h; docs/src/linkdb/importers.md infers ≤ 57 km/h).
+/// Assumed mean metro speed for dead reckoning, m/s (36 km/h; the manual infers ≤ 57 km/h).
 pub const V_NOMINAL_MPS: f64 = 10.0;
 /// Default location-grid bin standing in for a cell, m (30 s of travel at the nominal speed;
 /// handovers come every ~15–20 s).

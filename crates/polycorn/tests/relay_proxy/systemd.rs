@@ -168,7 +168,7 @@ impl Container {
         ))
     }
 
-    /// Installs the role's service and socket units as the manual says (docs/src/operate/deploy.md), checks them with
+    /// Installs the role's service and socket units as the manual says, checks them with
     /// `systemd-analyze verify`, and starts them.
     fn start_units(&self) {
         let r = &self.role;
@@ -215,7 +215,7 @@ impl Drop for Container {
 /// namespace of the testbed: the relay's socket unit's transparent listeners
 /// (`Transparent=yes`) take passengers' connections and start the relay, which installs its
 /// interception and carries them; `relay --check-paths` passes beside it; restarts of either
-/// service keep the listeners; stopping the relay's two units as the manual says (docs/src/operate/deploy.md) lets a
+/// service keep the listeners; stopping the relay's two units as the manual says lets a
 /// download open at that moment finish within `drain_s` before the socket unit's
 /// `--remove-interception` removes the rules, which it leaves in place until the relay has
 /// exited (systemd stops the two units side by side), and nothing of the relay stays
