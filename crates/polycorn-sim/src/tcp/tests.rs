@@ -1,1 +1,478 @@
+//! Tests of the subflow model over a tiny driver: a fixed-rate bottleneck with a droptail
+//! queue and propagation delay one way, a pure delay the other, and a backlogged or scripted
+//! application.
 
+use std::collections::VecDeque;
+
+use super::*;
+
+/// What the test does to a segment entering the bottleneck.
+type Dropper = Box<dyn FnMut(Instant, &Segment) -> bool>;
+
+struct Pipe {
+    tx: TcpSender,
+    rx: TcpReceiver,
+    /// Bottleneck rate, bytes per second.
+    rate: u64,
+    /// One-way propagation delay (each direction).
+    delay: Duration,
+    /// Droptail queue limit, bytes waiting behind the segment in service.
+    queue_limit: u64,
+    link_free_at: Instant,
+    data: VecDeque<(Instant, Segment)>,
+    acks: VecDeque<(Instant, Ack)>,
+    dropper: Dropper,
+    /// Application: write whenever it can (true) or only what `to_write` says.
+    backlogged: bool,
+    to_write: u64,
+    now: Instant,
+    drops: u64,
+    /// (time, srtt, cwnd segments) after every ACK, when recording.
+    record: bool,
+    log: Vec<(Instant, u64, u64)>,
+}
+
+impl Pipe {
+    fn new(cfg: TcpConfig, mbit: u64, delay_ms: u64, queue_limit: u64) -> Pipe {
+        Pipe {
+            tx: TcpSender::new(cfg, Instant::ZERO),
+            rx: TcpReceiver::new(AckPolicy::Delayed, cfg.mss),
+            rate: mbit * 125_000,
+            delay: Duration::from_millis(delay_ms),
+            queue_limit,
+            link_free_at: Instant::ZERO,
+            data: VecDeque::new(),
+            acks: VecDeque::new(),
+            dropper: Box::new(|_, _| false),
+            backlogged: true,
+            to_write: 0,
+            now: Instant::ZERO,
+            drops: 0,
+            record: false,
+            log: Vec::new(),
+        }
+    }
+
+    fn bdp_bytes(&self) -> u64 {
+        self.rate * 2 * self.delay.as_micros() / 1_000_000
+    }
+
+    fn enqueue(&mut self, seg: Segment) {
+        let now = self.now;
+        if (self.dropper)(now, &seg) {
+            self.drops += 1;
+            return;
+        }
+        let backlog_us = (self.link_free_at - now).as_micros();
+        let backlog_bytes = backlog_us * self.rate / 1_000_000;
+        if backlog_bytes + u64::from(seg.len) > self.queue_limit {
+            self.drops += 1;
+            return;
+        }
+        let start = self.link_free_at.max(now);
+        let tx_us = (u64::from(seg.len) * 1_000_000).div_ceil(self.rate);
+        self.link_free_at = start + Duration::from_micros(tx_us);
+        self.data.push_back((self.link_free_at + self.delay, seg));
+    }
+
+    fn app_write(&mut self) {
+        if self.backlogged {
+            let n = self.tx.writable();
+            self.tx.write(self.now, n);
+        } else if self.to_write > 0 {
+            let n = self.tx.write(self.now, self.to_write);
+            self.to_write -= n;
+        }
+    }
+
+    /// Run until `end`.
+    fn run_until(&mut self, end: Instant) {
+        loop {
+            self.app_write();
+            while let Some(seg) = self.tx.poll_transmit(self.now) {
+                self.enqueue(seg);
+                self.app_write();
+            }
+            let mut next: Option<Instant> = None;
+            let mut consider = |t: Option<Instant>| {
+                if let Some(t) = t {
+                    next = Some(next.map_or(t, |n: Instant| n.min(t)));
+                }
+            };
+            consider(self.data.front().map(|d| d.0));
+            consider(self.acks.front().map(|a| a.0));
+            consider(self.tx.timeout());
+            consider(self.rx.timeout());
+            consider(
+                self.tx
+                    .next_transmit_time()
+                    .map(|t| t.max(self.now + Duration::from_micros(1))),
+            );
+            let Some(t) = next else { break };
+            if t > end {
+                break;
+            }
+            self.now = self.now.max(t);
+            let now = self.now;
+            while self.data.front().is_some_and(|d| d.0 <= now) {
+                let (_, seg) = self.data.pop_front().unwrap();
+                if let Some(ack) = self.rx.on_segment(now, &seg) {
+                    self.acks.push_back((now + self.delay, ack));
+                }
+            }
+            if let Some(ack) = self.rx.on_timeout(now) {
+                self.acks.push_back((now + self.delay, ack));
+            }
+            while self.acks.front().is_some_and(|a| a.0 <= now) {
+                let (_, ack) = self.acks.pop_front().unwrap();
+                self.tx.on_ack(now, &ack);
+                if self.record {
+                    let i = self.tx.info(now);
+                    self.log
+                        .push((now, i.srtt.as_micros(), i.cwnd_bytes / 1448));
+                }
+            }
+            if self.tx.timeout().is_some_and(|d| d <= now) {
+                self.tx.on_timeout(now);
+            }
+        }
+        self.now = self.now.max(end);
+    }
+
+    fn goodput_mbit(&self, from_bytes: u64, secs: f64) -> f64 {
+        (self.rx.delivered() - from_bytes) as f64 * 8.0 / secs / 1e6
+    }
+}
+
+fn secs(s: u64) -> Instant {
+    Instant::from_secs_for_test(s)
+}
+
+trait FromSecs {
+    fn from_secs_for_test(s: u64) -> Instant;
+}
+impl FromSecs for Instant {
+    fn from_secs_for_test(s: u64) -> Instant {
+        Instant::from_millis(s * 1000)
+    }
+}
+
+fn cubic() -> TcpConfig {
+    TcpConfig::default()
+}
+
+fn bbr() -> TcpConfig {
+    TcpConfig {
+        cc: CongestionControl::Bbr,
+        ..TcpConfig::default()
+    }
+}
+
+#[test]
+fn lossless_pipe_reaches_the_bottleneck_rate() {
+    // 20 Mbit/s, 20 ms RTT, a queue of one BDP.
+    for cfg in [cubic(), bbr()] {
+        let mut p = Pipe::new(cfg, 20, 10, 50_000);
+        p.queue_limit = 4 * p.bdp_bytes();
+        p.run_until(secs(2));
+        let before = p.rx.delivered();
+        p.run_until(secs(10));
+        let g = p.goodput_mbit(before, 8.0);
+        assert!(g > 19.0 && g <= 20.0, "{:?}: goodput {g} Mbit/s", cfg.cc);
+        // The only losses are queue overflows; nothing is retransmitted spuriously.
+        assert!(
+            p.tx.stats().segments_retransmitted <= p.drops,
+            "{:?}: {:?}, {} drops",
+            cfg.cc,
+            p.tx.stats(),
+            p.drops
+        );
+    }
+}
+
+#[test]
+fn slow_start_doubles_per_rtt_from_iw10() {
+    // A fast link with a deep queue: nothing but the window limits the sender.
+    let mut p = Pipe::new(cubic(), 1000, 50, 100 << 20);
+    p.rx = TcpReceiver::new(AckPolicy::EverySegment, 1448);
+    assert_eq!(p.tx.info(Instant::ZERO).cwnd_bytes, 10 * 1448);
+    // Each round trip (100 ms) sends twice what the one before did: 10, 20, 40, 80.
+    let mut sent = Vec::new();
+    let mut last = 0;
+    for k in 1..=4 {
+        p.run_until(Instant::from_millis(100 * k - 50));
+        let s = p.tx.stats().segments_sent;
+        sent.push(s - last);
+        last = s;
+    }
+    assert_eq!(sent[0], 10);
+    assert_eq!(&sent[1..], &[20, 40, 80]);
+    assert_eq!(p.tx.info(p.now).cwnd_bytes, 80 * 1448);
+    assert_eq!(p.drops, 0);
+}
+
+#[test]
+fn a_single_loss_is_repaired_by_sack_recovery_without_rto() {
+    let mut dropped = false;
+    // A queue deep enough that only the test's drop loses anything.
+    let mut p = Pipe::new(cubic(), 20, 10, 10 << 20);
+    p.dropper = Box::new(move |_, s| {
+        if !dropped && s.seq >= 500 * 1448 && !s.retransmission {
+            dropped = true;
+            return true;
+        }
+        false
+    });
+    p.run_until(secs(3));
+    let st = p.tx.stats();
+    assert_eq!(p.drops, 1);
+    assert_eq!(st.segments_retransmitted, 1, "{st:?}");
+    assert_eq!(st.recoveries, 1);
+    assert_eq!(st.rtos, 0);
+    let i = p.tx.info(p.now);
+    assert_eq!(i.rto_backoff, 0);
+    assert!(p.rx.delivered() > 600 * 1448);
+}
+
+#[test]
+fn a_blackout_backs_off_exponentially_and_recovers() {
+    // 10 Mbit/s, 40 ms RTT; the path drops everything from 2 s to 5 s.
+    let mut p = Pipe::new(cubic(), 10, 20, 50_000);
+    p.dropper = Box::new(|now, _| now >= secs(2) && now < secs(5));
+    p.run_until(secs(2));
+    let i = p.tx.info(p.now);
+    // Linux: RTO = srtt + max(4·mdev, 200 ms) on a steady path is about srtt + 200 ms.
+    let rto_us = i.srtt.as_micros() + 200_000;
+    let mut fired = Vec::new();
+    let mut last = 0;
+    while p.now < secs(5) {
+        let t = p.tx.timeout().unwrap();
+        p.run_until(t);
+        let r = p.tx.stats().rtos;
+        if r > last {
+            fired.push((p.now, p.tx.info(p.now).rto_backoff));
+            last = r;
+        }
+    }
+    assert!(fired.len() >= 3, "{fired:?}");
+    for (k, w) in fired.windows(2).enumerate() {
+        let gap = (w[1].0 - w[0].0).as_micros();
+        let expect = rto_us << (k + 1);
+        assert!(
+            gap.abs_diff(expect) <= expect / 5,
+            "gap {gap} µs after RTO {k}, expected about {expect} ({fired:?})"
+        );
+        assert_eq!(w[1].1, w[0].1 + 1);
+    }
+    assert_eq!(fired[0].1, 1);
+    // Afterwards the subflow recovers: back-off resets and data flows at the link rate again.
+    p.run_until(secs(12));
+    let before = p.rx.delivered();
+    p.run_until(secs(16));
+    assert_eq!(p.tx.info(p.now).rto_backoff, 0);
+    let g = p.goodput_mbit(before, 4.0);
+    assert!(g > 9.0, "goodput after the blackout {g} Mbit/s");
+}
+
+#[test]
+fn rto_is_srtt_plus_the_200ms_minimum() {
+    // A steady 2 ms RTT: Linux's RTO is srtt + max(4·mdev, rto_min) = 202 ms, not 3·srtt.
+    let mut tx = TcpSender::new(cubic(), Instant::ZERO);
+    assert_eq!(tx.info(Instant::ZERO).rto_backoff, 0);
+    let mut t = Instant::ZERO;
+    for _ in 0..50 {
+        tx.write(t, 1448);
+        let s = tx.poll_transmit(t).unwrap();
+        // Before any sample the RTO is the initial 1 s.
+        if s.seq == 0 {
+            assert_eq!(tx.timeout(), Some(Instant::from_millis(1000)));
+        }
+        let acked_at = t + Duration::from_millis(2);
+        tx.on_ack(acked_at, &Ack::cumulative(s.end()));
+        assert_eq!(tx.timeout(), None);
+        t = t + Duration::from_millis(10);
+    }
+    tx.write(t, 1448);
+    tx.poll_transmit(t).unwrap();
+    let i = tx.info(t);
+    assert_eq!(i.srtt, Duration::from_millis(2));
+    assert_eq!(tx.timeout(), Some(t + Duration::from_millis(202)));
+    // Each timeout doubles it.
+    tx.on_timeout(t + Duration::from_millis(202));
+    assert_eq!(tx.info(t).rto_backoff, 1);
+    assert_eq!(tx.timeout(), Some(t + Duration::from_millis(202 + 404)));
+}
+
+#[test]
+fn slow_start_after_idle_resets_cwnd_only_when_enabled() {
+    for enabled in [true, false] {
+        let cfg = TcpConfig {
+            slow_start_after_idle: enabled,
+            ..cubic()
+        };
+        let mut p = Pipe::new(cfg, 20, 10, 1 << 20);
+        p.backlogged = false;
+        p.to_write = 2 << 20;
+        p.run_until(secs(2));
+        let cwnd_before = p.tx.cwnd_bytes();
+        assert!(cwnd_before > 40 * 1448, "{cwnd_before}");
+        // Idle for 3 s (many RTOs), then write again.
+        p.run_until(secs(5));
+        p.to_write = 1 << 20;
+        p.app_write();
+        let seg = p.tx.poll_transmit(p.now);
+        assert!(seg.is_some());
+        let after = p.tx.cwnd_bytes();
+        if enabled {
+            assert_eq!(after, 10 * 1448);
+        } else {
+            assert_eq!(after, cwnd_before);
+        }
+    }
+}
+
+#[test]
+fn notsent_lowat_limits_writable() {
+    let cfg = TcpConfig {
+        notsent_lowat: Some(16 * 1024),
+        ..cubic()
+    };
+    let mut tx = TcpSender::new(cfg, Instant::ZERO);
+    assert_eq!(tx.writable(), 16 * 1024);
+    assert_eq!(tx.write(Instant::ZERO, 100_000), 16 * 1024);
+    assert_eq!(tx.writable(), 0);
+    // Sending drains not-sent bytes: room opens again.
+    let s = tx.poll_transmit(Instant::ZERO).unwrap();
+    assert_eq!(s.len, 1448);
+    assert_eq!(tx.writable(), 1448);
+    assert_eq!(tx.info(Instant::ZERO).notsent_bytes, 16 * 1024 - 1448);
+    // Without the option, only the send buffer limits.
+    let mut tx = TcpSender::new(cubic(), Instant::ZERO);
+    assert_eq!(tx.write(Instant::ZERO, 10 << 20), 4 << 20);
+    assert_eq!(tx.writable(), 0);
+}
+
+#[test]
+fn delivery_rate_is_the_bottleneck_rate() {
+    for cfg in [cubic(), bbr()] {
+        let mut p = Pipe::new(cfg, 30, 15, 200_000);
+        p.run_until(secs(5));
+        let r = p.tx.info(p.now).delivery_rate.as_mbit_per_sec();
+        assert!(r > 27.0 && r < 31.0, "{:?}: delivery rate {r}", cfg.cc);
+    }
+}
+
+#[test]
+fn cubic_and_bbr_fill_a_droptail_bottleneck() {
+    // 50 Mbit/s, 60 ms RTT, a queue of half a BDP.
+    for cfg in [cubic(), bbr()] {
+        let mut p = Pipe::new(cfg, 50, 30, 0);
+        p.queue_limit = p.bdp_bytes() / 2;
+        p.run_until(secs(5));
+        let before = p.rx.delivered();
+        p.run_until(secs(35));
+        let g = p.goodput_mbit(before, 30.0);
+        assert!(g > 42.0, "{:?}: goodput {g} Mbit/s", cfg.cc);
+        let st = p.tx.stats();
+        if cfg.cc == CongestionControl::Cubic {
+            // CUBIC fills the queue until it drops, then recovers without timeouts.
+            assert!(st.recoveries > 0, "{st:?}");
+        }
+        assert_eq!(st.rtos, 0, "{:?}: {st:?}", cfg.cc);
+    }
+}
+
+#[test]
+fn bbr_keeps_the_queue_short() {
+    let mut p = Pipe::new(bbr(), 50, 30, 10 << 20);
+    p.record = true;
+    p.run_until(secs(20));
+    let srtts: Vec<u64> = p
+        .log
+        .iter()
+        .filter(|e| e.0 > secs(10))
+        .map(|e| e.1)
+        .collect();
+    let avg = srtts.iter().sum::<u64>() / srtts.len() as u64;
+    // Base RTT 60 ms; BBR's cwnd of 2 BDP bounds the queue at one BDP (60 ms).
+    assert!(avg < 110_000, "BBR srtt {avg} µs");
+    let mut c = Pipe::new(cubic(), 50, 30, 10 << 20);
+    c.record = true;
+    c.run_until(secs(20));
+    let cubic_srtt = c.tx.info(c.now).srtt.as_micros();
+    assert!(cubic_srtt > avg, "CUBIC srtt {cubic_srtt} vs BBR {avg}");
+}
+
+#[test]
+fn info_reports_linux_fields() {
+    let mut p = Pipe::new(cubic(), 20, 25, 1 << 20);
+    p.run_until(secs(3));
+    let i = p.tx.info(p.now);
+    assert_eq!(i.mss_bytes, 1448);
+    assert!(i.min_rtt.unwrap() >= Duration::from_millis(50));
+    assert!(i.min_rtt.unwrap() < Duration::from_millis(52));
+    assert!(i.srtt >= i.min_rtt.unwrap());
+    assert_eq!(i.bytes_acked, p.tx.bytes_acked());
+    assert!(i.unacked_bytes > 0 && i.unacked_bytes % 1448 == 0);
+    assert!(i.unacked_age.as_micros() >= i.min_rtt.unwrap().as_micros() / 2);
+    // Nothing written, nothing outstanding: the age is zero.
+    let mut q = Pipe::new(cubic(), 20, 25, 1 << 20);
+    q.backlogged = false;
+    q.to_write = 100_000;
+    q.run_until(secs(2));
+    let i = q.tx.info(q.now);
+    assert_eq!(i.unacked_age, Duration::ZERO);
+    assert_eq!(i.unacked_bytes, 0);
+    assert_eq!(i.bytes_acked, 100_000);
+    assert_eq!(q.rx.delivered(), 100_000);
+}
+
+#[test]
+fn random_losses_are_all_repaired() {
+    // Drop one segment in 50 by a fixed pattern (a hash of seq and time), both CCs.
+    for cfg in [cubic(), bbr()] {
+        let mut p = Pipe::new(cfg, 20, 20, 100_000);
+        let mut k = 0u64;
+        p.dropper = Box::new(move |_, _| {
+            k = k
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            (k >> 33) % 50 == 0
+        });
+        p.backlogged = false;
+        p.to_write = 4 << 20;
+        p.run_until(secs(60));
+        assert_eq!(
+            p.rx.delivered(),
+            4 << 20,
+            "{:?}: {:?}",
+            cfg.cc,
+            p.tx.stats()
+        );
+        assert_eq!(p.tx.bytes_acked(), 4 << 20);
+        assert_eq!(p.tx.in_flight_segments(), 0);
+    }
+}
+
+#[test]
+fn same_inputs_give_the_same_run() {
+    let run = |cfg: TcpConfig| {
+        let mut p = Pipe::new(cfg, 40, 20, 80_000);
+        p.record = true;
+        let mut k = 7u64;
+        p.dropper = Box::new(move |_, _| {
+            k = k
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            (k >> 33) % 300 == 0
+        });
+        p.run_until(secs(10));
+        (p.log, p.tx.stats(), p.tx.info(p.now))
+    };
+    for cfg in [cubic(), bbr()] {
+        let a = run(cfg);
+        let b = run(cfg);
+        assert!(a.0.len() > 1000);
+        assert_eq!(a, b);
+    }
+}
