@@ -143,8 +143,12 @@ impl Bbr {
         }
     }
 
-    pub(crate) fn on_rto(&mut self, in_flight: u32, was_recovering: bool) {
-        self.save_cwnd(was_recovering);
+    /// `tcp_enter_loss`: the window is saved only on the first timeout from the Open state
+    /// (fast recovery saved it already; repeated timeouts keep the first saved value).
+    pub(crate) fn on_rto(&mut self, in_flight: u32, from_open: bool) {
+        if from_open {
+            self.save_cwnd(false);
+        }
         self.cwnd = in_flight + 1;
         self.prev_state = CaState::Loss;
         self.full_bw = 0.0;

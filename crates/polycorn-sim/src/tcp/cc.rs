@@ -107,11 +107,12 @@ impl Cc {
             Cc::Bbr(b) => b.save_cwnd(false),
         }
     }
-    /// The retransmission timer fired (`tcp_enter_loss`); `in_flight` after marking all lost.
-    pub(crate) fn on_rto(&mut self, in_flight: u32, was_recovering: bool) {
+    /// The retransmission timer fired (`tcp_enter_loss`); `in_flight` after marking all lost;
+    /// `from_open`: the first timeout since the state was Open (ssthresh is recomputed).
+    pub(crate) fn on_rto(&mut self, in_flight: u32, from_open: bool) {
         match self {
-            Cc::Cubic(c) => c.on_rto(in_flight),
-            Cc::Bbr(b) => b.on_rto(in_flight, was_recovering),
+            Cc::Cubic(c) => c.on_rto(in_flight, from_open),
+            Cc::Bbr(b) => b.on_rto(in_flight, from_open),
         }
     }
     /// A segment goes out with nothing in flight, `idle` after the last one

@@ -178,9 +178,13 @@ impl Cubic {
         self.cwnd = self.ssthresh;
     }
 
-    /// Retransmission timeout: ssthresh as for a loss, window = in flight + 1.
-    pub(crate) fn on_rto(&mut self, in_flight: u32) {
-        self.reduce();
+    /// Retransmission timeout: ssthresh as for a loss (only on the first timeout from the
+    /// Open state), window = in flight + 1.
+    pub(crate) fn on_rto(&mut self, in_flight: u32, from_open: bool) {
+        if from_open {
+            self.reduce();
+        }
+        self.epoch_start = None;
         self.cwnd = f64::from(in_flight + 1);
     }
 
@@ -206,7 +210,6 @@ impl Cubic {
             cwnd = (cwnd / 2.0).floor();
         }
         self.cwnd = cwnd.max(restart);
-        self.epoch_start = None;
     }
 
     /// Linux `tcp_update_pacing_rate`.

@@ -10,9 +10,10 @@ const QUICKACKS: u32 = 16;
 /// When the receiver acknowledges.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub enum AckPolicy {
-    /// Linux-like: the first 16 segments are ACKed at once (quick ACK), then one ACK per two
-    /// full segments, or 40 ms after the first unacknowledged one; out-of-order segments and
-    /// segments that fill a hole are ACKed at once.
+    /// Linux-like (`__tcp_ack_snd_check`): the first 16 segments are ACKed at once (quick
+    /// ACK), then an ACK once more than one MSS is unacknowledged (every second full segment),
+    /// or 40 ms after the first unacknowledged byte; while out-of-order data is held, and for
+    /// the segment that fills the last hole, every segment is ACKed at once.
     #[default]
     Delayed,
     /// One ACK per segment.
@@ -37,8 +38,8 @@ pub struct TcpReceiver {
     ooo: Vec<OooRange>,
     stamp: u64,
     quick: u32,
-    /// Full segments received since the last ACK.
-    unacked_segments: u32,
+    /// `rcv_nxt` when the last ACK went out (`rcv_wup`).
+    rcv_wup: u64,
     delack_deadline: Option<Instant>,
     acks_sent: u64,
 }
@@ -53,7 +54,7 @@ impl TcpReceiver {
             ooo: Vec::new(),
             stamp: 0,
             quick: QUICKACKS,
-            unacked_segments: 0,
+            rcv_wup: 0,
             delack_deadline: None,
             acks_sent: 0,
         }
@@ -90,14 +91,13 @@ impl TcpReceiver {
         } else {
             self.insert_ooo(start, end);
         }
-        let full = seg.len >= self.mss;
-        if full {
-            self.unacked_segments += 1;
-        }
         let immediate = match self.policy {
             AckPolicy::EverySegment => true,
             AckPolicy::Delayed => {
-                !in_order || had_holes || self.quick > 0 || self.unacked_segments >= 2
+                !in_order
+                    || had_holes
+                    || self.quick > 0
+                    || self.rcv_nxt - self.rcv_wup > u64::from(self.mss)
             }
         };
         if immediate {
@@ -138,7 +138,7 @@ impl TcpReceiver {
     }
 
     fn make_ack(&mut self) -> Ack {
-        self.unacked_segments = 0;
+        self.rcv_wup = self.rcv_nxt;
         self.delack_deadline = None;
         self.acks_sent += 1;
         let mut ack = Ack::cumulative(self.rcv_nxt);

@@ -68,6 +68,8 @@ struct RateBuild {
     is_app_limited: bool,
     interval: Duration,
     newest_sent: Option<Instant>,
+    /// Earliest transmission among newly SACKed segments never retransmitted.
+    first_sackt: Option<Instant>,
 }
 
 /// The sender of one subflow. See the [module docs](super) for how to drive it.
@@ -260,7 +262,7 @@ impl TcpSender {
         Some(if self.paced() {
             self.next_send_at
         } else {
-            self.lsndtime.min(self.next_send_at)
+            self.lsndtime
         })
     }
 
@@ -384,7 +386,8 @@ impl TcpSender {
         self.retx_fifo.push_back((seq, now));
         self.stats.bytes_retransmitted += u64::from(len);
         self.stats.segments_retransmitted += 1;
-        if self.rto_deadline.is_none() {
+        // Retransmitting the head restarts the timer (Linux `tcp_xmit_retransmit_queue`).
+        if self.rto_deadline.is_none() || seq == self.snd_una {
             self.rto_deadline = Some(now + self.rtt.rto(self.backoff));
         }
         Segment {
@@ -487,6 +490,9 @@ impl TcpSender {
             while idx < self.segs.len() && self.segs[idx].end() <= stop {
                 let s = self.segs[idx];
                 if s.seq >= cur && !s.sacked {
+                    if !s.ever_retrans {
+                        rb.first_sackt = Some(rb.first_sackt.map_or(s.sent, |t| t.min(s.sent)));
+                    }
                     self.seg_delivered(now, idx, rb);
                     let s = &mut self.segs[idx];
                     s.sacked = true;
@@ -601,25 +607,17 @@ impl TcpSender {
     /// Take one acknowledgement received at `now`.
     pub fn on_ack(&mut self, now: Instant, ack: &Ack) {
         let prior_in_flight = self.in_flight_segments();
-        let prior_delivered = self.delivered;
         let mut rb = RateBuild::default();
         let cum = ack.cumulative.min(self.snd_nxt);
         // SACK blocks.
         let mut newly_sacked = 0;
-        let mut sack_rtt: Option<Duration> = None;
         for &(s, e) in ack.sack_blocks() {
             if e <= s || e <= cum {
                 continue;
             }
-            let oldest_before = rb.newest_sent;
             newly_sacked += self.sack_range(now, s, e, &mut rb);
-            let _ = oldest_before;
         }
-        if newly_sacked > 0 {
-            if let Some(t) = rb.newest_sent {
-                sack_rtt = Some(now - t);
-            }
-        }
+        let sack_rtt = rb.first_sackt.map(|t| now - t);
         let mut n = ack.sack_len as usize;
         n = n.min(super::MAX_SACK_BLOCKS);
         self.prev_sack[..n].copy_from_slice(&ack.sack[..n]);
@@ -731,7 +729,6 @@ impl TcpSender {
                 }
             }
         }
-        let _ = prior_delivered;
         let ev = AckEvent {
             now,
             rs,
@@ -778,7 +775,8 @@ impl TcpSender {
             return;
         }
         self.stats.rtos += 1;
-        let was_recovering = self.state == CaState::Recovery;
+        // Linux `tcp_enter_loss` recomputes ssthresh only when leaving the Open state.
+        let first = self.state == CaState::Open;
         for i in 0..self.segs.len() {
             let s = &mut self.segs[i];
             if s.sacked {
@@ -802,7 +800,7 @@ impl TcpSender {
         self.reo_deadline = None;
         self.state = CaState::Loss;
         self.high_seq = self.snd_nxt;
-        self.cc.on_rto(self.in_flight_segments(), was_recovering);
+        self.cc.on_rto(self.in_flight_segments(), first);
         self.backoff += 1;
         self.rto_deadline = Some(now + self.rtt.rto(self.backoff));
         // The head goes out again at once, whatever pacing says.
@@ -837,5 +835,39 @@ impl TcpSender {
             bytes_acked: self.snd_una,
             unacked_age,
         }
+    }
+
+    /// Re-derive the scoreboard's counters and compare (tests only).
+    #[cfg(test)]
+    pub(crate) fn check_invariants(&self) {
+        let (mut sacked, mut lost, mut retrans, mut pending) = (0, 0, 0, 0);
+        let mut expect = self.snd_una;
+        for s in &self.segs {
+            assert_eq!(s.seq, expect, "scoreboard not contiguous");
+            expect = s.end();
+            sacked += u32::from(s.sacked);
+            lost += u32::from(s.lost);
+            retrans += u32::from(s.retrans);
+            pending += u32::from(s.lost && !s.retrans && !s.sacked);
+            assert!(!(s.sacked && (s.lost || s.retrans)));
+            if s.lost && !s.retrans {
+                assert!(
+                    s.seq >= self.retx_hint,
+                    "pending retransmission below the hint"
+                );
+            }
+        }
+        assert_eq!(expect, self.snd_nxt);
+        assert_eq!(self.segs.len(), self.packets_out as usize);
+        assert_eq!(
+            (sacked, lost, retrans, pending),
+            (
+                self.sacked_out,
+                self.lost_out,
+                self.retrans_out,
+                self.lost_pending
+            )
+        );
+        assert!(self.write_end >= self.snd_nxt && self.snd_nxt >= self.snd_una);
     }
 }
