@@ -38,7 +38,8 @@
 //!   it has waited an RTT plus a reordering window of min_rtt/4, zero once in recovery or with
 //!   three segments SACKed). Recovery sets the window to ssthresh at once (RFC 6675 style, not
 //!   PRR) and sends while `in_flight = packets_out - sacked - lost + retransmitted` is below
-//!   it. No tail-loss probe and no F-RTO: a lost tail is repaired by the RTO.
+//!   it. Tail-loss probes as Linux `tcp_send_loss_probe` ([`TcpConfig::tail_loss_probe`]);
+//!   no F-RTO.
 //! - RTT and RTO exactly as Linux `tcp_rtt_estimator`/`tcp_set_rto`: srtt with gain 1/8,
 //!   mdev with gain 1/4, `rttvar = max(mdev_max, rto_min)` refreshed once per RTT, RTO =
 //!   srtt + rttvar (so at least srtt + [`TcpConfig::rto_min`], 200 ms), initial RTO 1 s,
@@ -111,6 +112,10 @@ pub struct TcpConfig {
     /// 120 % after), as the `fq` qdisc would. Off by default (`fq_codel` does not pace).
     /// BBR always paces.
     pub pace_cubic: bool,
+    /// Tail-loss probes (`net.ipv4.tcp_early_retrans = 3`, Linux default: on): 2·srtt after
+    /// the last send with nothing more the window lets out, send one new segment or the last
+    /// one again, so that a lost tail is found by RACK rather than the RTO.
+    pub tail_loss_probe: bool,
     /// Seed of BBR's one random choice (the ProbeBW phase it starts in).
     pub seed: u64,
 }
@@ -128,6 +133,7 @@ impl Default for TcpConfig {
             rto_max: Duration::from_secs(120),
             rto_initial: Duration::from_secs(1),
             pace_cubic: false,
+            tail_loss_probe: true,
             seed: 0,
         }
     }
@@ -161,6 +167,8 @@ pub struct Ack {
     pub sack: [(u64, u64); MAX_SACK_BLOCKS],
     /// Number of valid entries in `sack`.
     pub sack_len: u8,
+    /// The segment that triggered this ACK had arrived before (a D-SACK, RFC 2883).
+    pub dsack: bool,
 }
 
 impl Ack {
@@ -170,6 +178,7 @@ impl Ack {
             cumulative,
             sack: [(0, 0); MAX_SACK_BLOCKS],
             sack_len: 0,
+            dsack: false,
         }
     }
     /// The valid SACK blocks.

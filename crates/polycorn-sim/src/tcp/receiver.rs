@@ -73,9 +73,15 @@ impl TcpReceiver {
     /// Take a segment arriving at `now`; returns the ACK to send now, if any.
     pub fn on_segment(&mut self, now: Instant, seg: &Segment) -> Option<Ack> {
         let (start, end) = (seg.seq, seg.end());
-        if end <= self.rcv_nxt {
-            // A duplicate: ACK at once (Linux sends a D-SACK; this carries plain SACKs).
-            return Some(self.make_ack());
+        let duplicate = end <= self.rcv_nxt || {
+            let i = self.ooo.partition_point(|r| r.end < end);
+            self.ooo.get(i).is_some_and(|r| r.start <= start)
+        };
+        if duplicate {
+            // Data already held: ACK at once with a D-SACK.
+            let mut ack = self.make_ack();
+            ack.dsack = true;
+            return Some(ack);
         }
         let had_holes = !self.ooo.is_empty();
         let in_order = start <= self.rcv_nxt;

@@ -31,6 +31,8 @@ pub struct SenderStats {
     pub rtos: u64,
     /// Fast recoveries entered.
     pub recoveries: u64,
+    /// Tail-loss probes sent.
+    pub tail_loss_probes: u64,
 }
 
 /// One segment on the scoreboard.
@@ -58,6 +60,15 @@ impl SegRec {
     fn end(&self) -> u64 {
         self.seq + u64::from(self.len)
     }
+}
+
+/// A tail-loss probe owed (Linux `tcp_send_loss_probe`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Probe {
+    /// One new segment, whatever the window says.
+    NewData,
+    /// The last segment sent, again.
+    Retransmit(u64),
 }
 
 /// Rate-sample state being built during one ACK.
@@ -105,6 +116,14 @@ pub struct TcpSender {
     rack_rtt: Duration,
     reo_deadline: Option<Instant>,
     rto_deadline: Option<Instant>,
+    /// Tail-loss probe timer.
+    tlp_deadline: Option<Instant>,
+    /// A probe the timer asked for, not yet sent.
+    probe: Option<Probe>,
+    /// `tlp_high_seq`: `snd_nxt` when the outstanding probe went out.
+    tlp_high_seq: Option<u64>,
+    /// Whether the outstanding probe was a retransmission.
+    tlp_retrans: bool,
     backoff: u32,
     // tcp_rate.c
     delivered: u64,
@@ -156,6 +175,10 @@ impl TcpSender {
             rack_rtt: Duration::ZERO,
             reo_deadline: None,
             rto_deadline: None,
+            tlp_deadline: None,
+            probe: None,
+            tlp_high_seq: None,
+            tlp_retrans: false,
             backoff: 0,
             delivered: 0,
             delivered_mstamp: now,
@@ -256,6 +279,9 @@ impl TcpSender {
     /// congestion window is full (an ACK changes that); otherwise the time pacing allows it,
     /// which may be at or before the current time (send now).
     pub fn next_transmit_time(&self) -> Option<Instant> {
+        if self.probe.is_some() {
+            return Some(self.lsndtime);
+        }
         if !self.has_data() || !self.cwnd_open() {
             return None;
         }
@@ -268,6 +294,9 @@ impl TcpSender {
 
     /// The next segment the window and pacing allow at `now`, retransmissions first.
     pub fn poll_transmit(&mut self, now: Instant) -> Option<Segment> {
+        if let Some(probe) = self.probe.take() {
+            return Some(self.send_probe(now, probe));
+        }
         if !self.has_data() {
             self.check_app_limited();
             return None;
@@ -282,7 +311,9 @@ impl TcpSender {
         let seg = if self.lost_pending > 0 {
             self.retransmit(now)
         } else {
-            self.send_new(now)
+            let seg = self.send_new(now);
+            self.schedule_tlp(now);
+            seg
         };
         self.lsndtime = now;
         if let Some(rate) = self.cc.pacing_rate() {
@@ -294,6 +325,84 @@ impl TcpSender {
         let limited = !self.cwnd_open();
         self.cwnd_validate(limited);
         Some(seg)
+    }
+
+    /// Linux `tcp_send_loss_probe`, the part after the timer: send the probe.
+    fn send_probe(&mut self, now: Instant, probe: Probe) -> Segment {
+        let seg = match probe {
+            Probe::NewData => {
+                self.tlp_retrans = false;
+                self.send_new(now)
+            }
+            Probe::Retransmit(seq) => {
+                let idx = self.index_of(seq);
+                self.rate_snapshot(now, idx);
+                let s = &mut self.segs[idx];
+                s.retrans = true;
+                s.ever_retrans = true;
+                s.sent = now;
+                let (seq, len) = (s.seq, s.len);
+                self.retrans_out += 1;
+                self.retx_fifo.push_back((seq, now));
+                self.stats.bytes_retransmitted += u64::from(len);
+                self.stats.segments_retransmitted += 1;
+                self.tlp_retrans = true;
+                Segment {
+                    seq,
+                    len,
+                    retransmission: true,
+                }
+            }
+        };
+        self.stats.tail_loss_probes += 1;
+        self.stats.segments_sent += 1;
+        self.tlp_high_seq = Some(self.snd_nxt);
+        self.lsndtime = now;
+        self.rto_deadline = Some(now + self.rtt.rto(self.backoff));
+        seg
+    }
+
+    /// Linux `tcp_schedule_loss_probe`: arm the probe timer at 2·srtt (plus the minimum RTO
+    /// when one segment is out, for a delayed ACK), never after the RTO.
+    fn schedule_tlp(&mut self, now: Instant) {
+        self.tlp_deadline = None;
+        if !self.cfg.tail_loss_probe
+            || self.packets_out == 0
+            || self.state != CaState::Open
+            || !self.rtt.has_sample()
+            || (self.cwnd_open() && self.write_end > self.snd_nxt)
+        {
+            return;
+        }
+        let extra = if self.packets_out == 1 {
+            self.cfg.rto_min
+        } else {
+            Duration::from_millis(2)
+        };
+        let srtt = self.rtt.srtt();
+        let mut at = now + srtt.saturating_add(srtt).saturating_add(extra);
+        if let Some(rto) = self.rto_deadline {
+            if rto > now {
+                at = at.min(rto);
+            }
+        }
+        self.tlp_deadline = Some(at);
+    }
+
+    /// The probe timer fired.
+    fn on_tlp_timer(&mut self, now: Instant) {
+        self.tlp_deadline = None;
+        if self.tlp_high_seq.is_some() || self.packets_out == 0 || self.state != CaState::Open {
+            self.rto_deadline = Some(now + self.rtt.rto(self.backoff));
+            return;
+        }
+        if self.write_end > self.snd_nxt {
+            self.probe = Some(Probe::NewData);
+        } else if let Some(last) = self.segs.back().filter(|s| !s.sacked) {
+            self.probe = Some(Probe::Retransmit(last.seq));
+        } else {
+            self.rto_deadline = Some(now + self.rtt.rto(self.backoff));
+        }
     }
 
     fn index_of(&self, seq: u64) -> usize {
@@ -522,17 +631,18 @@ impl TcpSender {
         if s.sacked {
             return;
         }
+        if !s.lost {
+            // Never marked lost, or a tail-loss probe's copy of a segment not marked lost.
+            s.lost = true;
+            self.lost_out += 1;
+        } else if !s.retrans {
+            return;
+        }
         if s.retrans {
             s.retrans = false;
             self.retrans_out -= 1;
-            self.lost_pending += 1;
-        } else if !s.lost {
-            s.lost = true;
-            self.lost_out += 1;
-            self.lost_pending += 1;
-        } else {
-            return;
         }
+        self.lost_pending += 1;
         self.retx_hint = self.retx_hint.min(s.seq);
     }
 
@@ -685,16 +795,33 @@ impl TcpSender {
                 None
             };
         }
+        // Linux `tcp_process_tlp_ack`.
+        if let Some(h) = self.tlp_high_seq {
+            if cum >= h {
+                if !self.tlp_retrans || ack.dsack {
+                    self.tlp_high_seq = None;
+                } else if cum > h {
+                    // The probe repaired a loss: reduce the window once (CWR).
+                    self.tlp_high_seq = None;
+                    if self.state == CaState::Open {
+                        self.cc.on_enter_recovery(now);
+                    }
+                } else if !advanced && newly_sacked == 0 {
+                    self.tlp_high_seq = None;
+                }
+            }
+        }
         // Loss detection and recovery state.
         let losses = self.rack_detect(now);
         if self.state != CaState::Open && self.snd_una >= self.high_seq {
             self.state = CaState::Open;
         }
         if self.state == CaState::Open && self.lost_out > 0 {
-            self.state = CaState::Recovery;
-            self.high_seq = self.snd_nxt;
-            self.stats.recoveries += 1;
-            self.cc.on_enter_recovery(now);
+            self.enter_recovery(now);
+        }
+        // tcp_set_xmit_timer: a probe if one fits, else the RTO as armed above.
+        if advanced || newly_sacked > 0 {
+            self.schedule_tlp(now);
         }
         // tcp_rate_gen
         if self.app_limited != 0 && self.delivered > self.app_limited {
@@ -744,12 +871,12 @@ impl TcpSender {
         self.cc.on_ack(&ev);
     }
 
-    /// The earliest pending timer (retransmission or RACK reordering), if any.
+    /// The earliest pending timer (retransmission, tail-loss probe or RACK reordering), if any.
     pub fn timeout(&self) -> Option<Instant> {
-        match (self.rto_deadline, self.reo_deadline) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        }
+        [self.rto_deadline, self.reo_deadline, self.tlp_deadline]
+            .into_iter()
+            .flatten()
+            .min()
     }
 
     /// Run the timers due at `now`.
@@ -757,15 +884,23 @@ impl TcpSender {
         if self.reo_deadline.is_some_and(|d| d <= now) {
             let losses = self.rack_detect(now);
             if losses > 0 && self.state == CaState::Open {
-                self.state = CaState::Recovery;
-                self.high_seq = self.snd_nxt;
-                self.stats.recoveries += 1;
-                self.cc.on_enter_recovery(now);
+                self.enter_recovery(now);
             }
         }
         if self.rto_deadline.is_some_and(|d| d <= now) {
             self.on_rto(now);
+        } else if self.tlp_deadline.is_some_and(|d| d <= now) {
+            self.on_tlp_timer(now);
         }
+    }
+
+    fn enter_recovery(&mut self, now: Instant) {
+        self.state = CaState::Recovery;
+        self.high_seq = self.snd_nxt;
+        self.stats.recoveries += 1;
+        self.tlp_deadline = None;
+        self.tlp_high_seq = None;
+        self.cc.on_enter_recovery(now);
     }
 
     /// `tcp_retransmit_timer` / `tcp_enter_loss`.
@@ -795,6 +930,9 @@ impl TcpSender {
             }
         }
         self.retx_fifo.clear();
+        self.tlp_deadline = None;
+        self.tlp_high_seq = None;
+        self.probe = None;
         self.retx_hint = self.snd_una;
         self.rack_cursor = self.snd_nxt;
         self.reo_deadline = None;

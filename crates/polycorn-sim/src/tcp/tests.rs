@@ -631,3 +631,71 @@ fn seeded_loss_patterns_deliver_everything() {
         assert_eq!(p.tx.timeout(), None, "seed {seed}");
     }
 }
+
+#[test]
+fn a_lost_tail_is_found_by_the_loss_probe_not_the_rto() {
+    for tlp in [true, false] {
+        let cfg = TcpConfig {
+            tail_loss_probe: tlp,
+            ..cubic()
+        };
+        let mut p = Pipe::new(cfg, 20, 10, 1 << 20);
+        p.backlogged = false;
+        // Warm up (RTT samples), then a 30-segment burst whose last 3 segments are lost.
+        p.to_write = 10 * 1448;
+        p.run_until(secs(1));
+        p.to_write = 30 * 1448;
+        let tail = 10 * 1448 + 27 * 1448;
+        p.dropper = Box::new(move |_, s| !s.retransmission && s.seq >= tail);
+        // The probe goes out 2·srtt after the last ACK, about 80 ms after the burst began;
+        // the RTO would fire about 260 ms after it.
+        p.run_until(secs(1) + Duration::from_millis(200));
+        let st = p.tx.stats();
+        // Each probe (the last segment again) is SACKed: RACK marks the rest lost.
+        if tlp {
+            assert_eq!(st.tail_loss_probes, 1, "{st:?}");
+            assert_eq!(st.rtos, 0, "{st:?}");
+            assert_eq!(st.recoveries, 1, "{st:?}");
+            assert_eq!(p.rx.delivered(), 40 * 1448);
+        } else {
+            assert_eq!(st.tail_loss_probes, 0);
+            assert!(
+                p.rx.delivered() < 40 * 1448,
+                "without a probe the RTO is still pending"
+            );
+        }
+        p.run_until(secs(3));
+        assert_eq!(p.rx.delivered(), 40 * 1448);
+        assert_eq!(p.tx.stats().rtos, u64::from(!tlp));
+    }
+}
+
+#[test]
+fn a_probe_of_a_segment_that_was_not_lost_is_dsacked() {
+    // Nothing is lost, but two short segments wait for the receiver's 40 ms delayed ACK on a
+    // 4 ms RTT path: the probe (2·srtt + 2 ms) resends the last one, the receiver D-SACKs the
+    // copy, and the window stays.
+    let cfg = TcpConfig {
+        slow_start_after_idle: false,
+        ..cubic()
+    };
+    let mut p = Pipe::new(cfg, 20, 2, 1 << 20);
+    p.backlogged = false;
+    p.to_write = 20 * 1448;
+    p.run_until(secs(1));
+    let cwnd = p.tx.cwnd_bytes();
+    for _ in 0..2 {
+        p.tx.write(p.now, 500);
+        let t = p.now + Duration::from_micros(100);
+        p.run_until(t);
+    }
+    p.run_until(secs(2));
+    assert_eq!(p.rx.delivered(), 20 * 1448 + 1000);
+    let st = p.tx.stats();
+    assert_eq!(
+        (st.tail_loss_probes, st.rtos, st.recoveries),
+        (1, 0, 0),
+        "{st:?}"
+    );
+    assert_eq!(p.tx.cwnd_bytes(), cwnd);
+}
