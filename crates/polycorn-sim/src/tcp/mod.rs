@@ -9,12 +9,14 @@
 //! ## Driving a subflow
 //! Sender side ([`TcpSender`]):
 //! 1. [`TcpSender::writable`] says how many bytes the application may write now (send buffer
-//!    and `TCP_NOTSENT_LOWAT`); [`TcpSender::write`] queues them.
+//!    and `TCP_NOTSENT_LOWAT`); [`TcpSender::write`] queues them, noting when (for
+//!    `unacked_age`).
 //! 2. [`TcpSender::poll_transmit`] hands out the next [`Segment`] that the congestion window
 //!    and pacing allow (retransmissions first); [`TcpSender::next_transmit_time`] says when
 //!    pacing allows the next one.
 //! 3. [`TcpSender::on_ack`] takes the receiver's [`Ack`]s; [`TcpSender::timeout`] /
-//!    [`TcpSender::on_timeout`] run the retransmission and reordering timers.
+//!    [`TcpSender::on_timeout`] run the retransmission, tail-loss-probe and reordering
+//!    timers (a probe is then handed out by the next [`TcpSender::poll_transmit`]).
 //! 4. [`TcpSender::info`] is the `TCP_INFO` reading the shell would take
 //!    ([`polycorn_sched::TcpInfoSample`]).
 //!
@@ -51,10 +53,11 @@
 //!   Linux); CUBIC shifts its epoch over the idle time.
 //! - The send buffer ([`TcpConfig::sndbuf`]) and `TCP_NOTSENT_LOWAT`
 //!   ([`TcpConfig::notsent_lowat`]).
-//! - Receiver ACK policy ([`AckPolicy`]): Linux-like delayed ACK (quick ACKs for the first
-//!   16 segments, then one ACK per two full segments or after 40 ms; out-of-order data and
-//!   hole fills are ACKed at once), or an ACK per segment. Up to 3 SACK blocks (the room left
-//!   beside the timestamp option), the most recently changed first.
+//! - Receiver ACK policy ([`AckPolicy`]): Linux-like delayed ACK (16 quick ACKs at the start
+//!   and after a second without data, then an ACK once more than one MSS is unacknowledged
+//!   or after 40 ms; out-of-order data and hole fills are ACKed at once), or an ACK per
+//!   segment. Up to 3 SACK blocks (the room left beside the timestamp option), the most
+//!   recently changed first; a duplicate segment is D-SACKed ([`Ack::dsack`]).
 //! - Delivery rate as Linux `tcp_rate.c` (per-segment `delivered`/`first_tx` snapshots, the
 //!   interval the longer of the send and ACK phases, samples shorter than min_rtt dropped,
 //!   app-limited samples kept only when they beat the last), reported like
@@ -62,9 +65,10 @@
 //!
 //! ## Why the congestion controllers are written here
 //! quinn-proto's `congestion::{Cubic, Bbr}` cannot be driven from outside: their `on_ack`
-//! needs a `&RttEstimator` that only quinn-proto can construct, they count QUIC packets
+//! needs a `&RttEstimator`, which has no public constructor, they count QUIC packets
 //! (no cumulative ACK, no SACK recovery, no Linux `tcp_cwnd_restart`, no HyStart), and they
-//! take `std::time::Instant`. smoltcp's controllers are private to its socket. The two here
+//! take `std::time::Instant`. smoltcp's controllers (`socket::tcp::congestion`) are private
+//! to its socket. The two here
 //! are small, follow the Linux modules named above, and are tested in `tests.rs`.
 
 mod bbr;

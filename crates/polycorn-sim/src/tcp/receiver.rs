@@ -6,12 +6,16 @@ use super::{Ack, Duration, Instant, Segment, MAX_SACK_BLOCKS};
 const DELACK: Duration = Duration::from_millis(40);
 /// Linux `TCP_MAX_QUICKACKS`: segments ACKed at once at the start of a connection.
 const QUICKACKS: u32 = 16;
+/// A gap in the data longer than this puts the receiver back in quick-ACK mode (Linux
+/// `tcp_event_data_recv`: longer than the receiver's RTO, `TCP_TIMEOUT_INIT` on a side that
+/// sends no data of its own).
+const QUICKACK_AFTER_IDLE: Duration = Duration::from_secs(1);
 
 /// When the receiver acknowledges.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub enum AckPolicy {
     /// Linux-like (`__tcp_ack_snd_check`): the first 16 segments are ACKed at once (quick
-    /// ACK), then an ACK once more than one MSS is unacknowledged (every second full segment),
+    /// ACK; again after a second without data), then an ACK once more than one MSS is unacknowledged (every second full segment),
     /// or 40 ms after the first unacknowledged byte; while out-of-order data is held, and for
     /// the segment that fills the last hole, every segment is ACKed at once.
     #[default]
@@ -41,6 +45,8 @@ pub struct TcpReceiver {
     /// `rcv_nxt` when the last ACK went out (`rcv_wup`).
     rcv_wup: u64,
     delack_deadline: Option<Instant>,
+    /// When the last data segment arrived.
+    last_data: Option<Instant>,
     acks_sent: u64,
 }
 
@@ -56,6 +62,7 @@ impl TcpReceiver {
             quick: QUICKACKS,
             rcv_wup: 0,
             delack_deadline: None,
+            last_data: None,
             acks_sent: 0,
         }
     }
@@ -73,6 +80,13 @@ impl TcpReceiver {
     /// Take a segment arriving at `now`; returns the ACK to send now, if any.
     pub fn on_segment(&mut self, now: Instant, seg: &Segment) -> Option<Ack> {
         let (start, end) = (seg.seq, seg.end());
+        if self
+            .last_data
+            .is_some_and(|t| now - t > QUICKACK_AFTER_IDLE)
+        {
+            self.quick = QUICKACKS;
+        }
+        self.last_data = Some(now);
         let duplicate = end <= self.rcv_nxt || {
             let i = self.ooo.partition_point(|r| r.end < end);
             self.ooo.get(i).is_some_and(|r| r.start <= start)

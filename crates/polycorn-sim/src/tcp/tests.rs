@@ -586,6 +586,15 @@ fn receiver_acks_like_linux() {
     let a = rx.on_segment(t, &seg(23_000)).unwrap();
     assert_eq!((a.cumulative, a.sack_len), (25_000, 0));
     assert_eq!(rx.delivered(), 25_000);
+    // A copy of data already held is D-SACKed at once.
+    let a = rx.on_segment(t, &seg(24_000)).unwrap();
+    assert!(a.dsack);
+    // In delayed-ACK mode a lone segment waits; after a second without data, quick ACKs
+    // resume.
+    assert!(rx.on_segment(t, &seg(25_000)).is_none());
+    let later = t + Duration::from_millis(1500);
+    assert!(rx.on_segment(later, &seg(26_000)).is_some_and(|a| !a.dsack));
+    assert!(rx.on_segment(later, &seg(27_000)).is_some());
 }
 
 #[test]
