@@ -47,6 +47,9 @@ pub(crate) struct AckEvent {
     /// Total segments delivered so far (`tp->delivered`).
     pub(crate) delivered: u64,
     pub(crate) cwnd_limited: bool,
+    /// The cumulative ACK point advanced (Linux `FLAG_DATA_ACKED`): with no reordering seen,
+    /// only such ACKs may raise the window (`tcp_may_raise_cwnd`).
+    pub(crate) data_acked: bool,
     pub(crate) min_rtt: Option<Duration>,
     pub(crate) srtt: Option<Duration>,
     /// Cumulative ACK point and next sequence to send, for per-round bookkeeping.
@@ -100,11 +103,26 @@ impl Cc {
             Cc::Bbr(b) => b.on_ack(ev),
         }
     }
-    /// Fast recovery begins (`in_flight` after marking losses).
+    /// Fast recovery begins (`tcp_init_cwnd_reduction`: ssthresh; the window itself follows
+    /// the sender's proportional rate reduction unless the controller owns it).
     pub(crate) fn on_enter_recovery(&mut self, now: Instant) {
         match self {
             Cc::Cubic(c) => c.on_loss(now),
             Cc::Bbr(b) => b.save_cwnd(false),
+        }
+    }
+    /// A tail-loss probe repaired a loss: reduce once (CWR entered and left at once).
+    pub(crate) fn on_cwr(&mut self) {
+        match self {
+            Cc::Cubic(c) => c.on_cwr(),
+            Cc::Bbr(b) => b.save_cwnd(false),
+        }
+    }
+    /// Set the window in segments (proportional rate reduction); ignored by controllers that
+    /// own their window.
+    pub(crate) fn set_cwnd(&mut self, segments: u32) {
+        if let Cc::Cubic(c) = self {
+            c.set_cwnd(segments);
         }
     }
     /// The retransmission timer fired (`tcp_enter_loss`); `in_flight` after marking all lost;

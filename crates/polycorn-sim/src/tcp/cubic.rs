@@ -81,9 +81,10 @@ impl Cubic {
             }
         }
         let acked = f64::from(ev.rs.acked_sacked);
-        // No growth while the window is being reduced (Linux `tcp_may_raise_cwnd`), nor when
-        // the application, not the window, limits sending (`tcp_is_cwnd_limited`).
-        if acked > 0.0 && ev.state != CaState::Recovery && ev.cwnd_limited {
+        // No growth while the window is being reduced, nor on an ACK that only SACKs
+        // (`tcp_may_raise_cwnd`), nor when the application, not the window, limits sending
+        // (`tcp_is_cwnd_limited`).
+        if acked > 0.0 && ev.state != CaState::Recovery && ev.data_acked && ev.cwnd_limited {
             if self.in_slow_start() {
                 let room = (self.ssthresh - self.cwnd).max(0.0);
                 let used = acked.min(room);
@@ -172,10 +173,22 @@ impl Cubic {
         self.ssthresh = (self.cwnd * BETA).max(2.0).floor();
     }
 
-    /// Fast recovery begins: ssthresh = β·cwnd and the window drops to it at once.
+    /// Fast recovery begins: ssthresh = β·cwnd; the sender's proportional rate reduction
+    /// then sets the window on each ACK ([`Cubic::set_cwnd`]).
     pub(crate) fn on_loss(&mut self, _now: Instant) {
         self.reduce();
+    }
+
+    /// A reduction without recovery (a tail-loss probe repaired a loss: Linux's CWR state,
+    /// entered and left at once): ssthresh = β·cwnd and the window drops to it.
+    pub(crate) fn on_cwr(&mut self) {
+        self.reduce();
         self.cwnd = self.ssthresh;
+    }
+
+    /// Set the window (proportional rate reduction, and its end at ssthresh).
+    pub(crate) fn set_cwnd(&mut self, segments: u32) {
+        self.cwnd = f64::from(segments.max(1));
     }
 
     /// Retransmission timeout: ssthresh as for a loss (only on the first timeout from the

@@ -38,9 +38,12 @@
 //! - Loss recovery: a SACK scoreboard with RACK-lite loss detection (RFC 8985 as Linux runs it
 //!   with no reordering seen: a segment is lost once a segment sent after it was delivered and
 //!   it has waited an RTT plus a reordering window of min_rtt/4, zero once in recovery or with
-//!   three segments SACKed). Recovery sets the window to ssthresh at once (RFC 6675 style, not
-//!   PRR) and sends while `in_flight = packets_out - sacked - lost + retransmitted` is below
-//!   it. Tail-loss probes as Linux `tcp_send_loss_probe` ([`TcpConfig::tail_loss_probe`]);
+//!   three segments SACKed). Sending is gated by Linux's
+//!   `in_flight = packets_out - sacked - lost + retransmitted` against the window; in fast
+//!   recovery CUBIC's window follows proportional rate reduction (RFC 6937 as Linux
+//!   `tcp_cwnd_reduction`) and ends at ssthresh; BBR keeps its own packet conservation. The
+//!   window grows only on ACKs that advance the cumulative point (`tcp_may_raise_cwnd`) and
+//!   only while the window limits sending (`tcp_is_cwnd_limited`). Tail-loss probes as Linux `tcp_send_loss_probe` ([`TcpConfig::tail_loss_probe`]);
 //!   no F-RTO.
 //! - RTT and RTO exactly as Linux `tcp_rtt_estimator`/`tcp_set_rto`: srtt with gain 1/8,
 //!   mdev with gain 1/4, `rttvar = max(mdev_max, rto_min)` refreshed once per RTT, RTO =

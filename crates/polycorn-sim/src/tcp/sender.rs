@@ -124,6 +124,10 @@ pub struct TcpSender {
     tlp_high_seq: Option<u64>,
     /// Whether the outstanding probe was a retransmission.
     tlp_retrans: bool,
+    // Proportional rate reduction (RFC 6937, Linux `tcp_cwnd_reduction`).
+    prior_cwnd: u32,
+    prr_delivered: u32,
+    prr_out: u32,
     backoff: u32,
     // tcp_rate.c
     delivered: u64,
@@ -179,6 +183,9 @@ impl TcpSender {
             probe: None,
             tlp_high_seq: None,
             tlp_retrans: false,
+            prior_cwnd: 0,
+            prr_delivered: 0,
+            prr_out: 0,
             backoff: 0,
             delivered: 0,
             delivered_mstamp: now,
@@ -322,6 +329,9 @@ impl TcpSender {
                 start + Bandwidth::from_bytes_per_sec(rate.max(1)).time_to_send(u64::from(seg.len));
         }
         self.stats.segments_sent += 1;
+        if self.state == CaState::Recovery {
+            self.prr_out += 1;
+        }
         let limited = !self.cwnd_open();
         self.cwnd_validate(limited);
         Some(seg)
@@ -804,7 +814,7 @@ impl TcpSender {
                     // The probe repaired a loss: reduce the window once (CWR).
                     self.tlp_high_seq = None;
                     if self.state == CaState::Open {
-                        self.cc.on_enter_recovery(now);
+                        self.cc.on_cwr();
                     }
                 } else if !advanced && newly_sacked == 0 {
                     self.tlp_high_seq = None;
@@ -814,6 +824,13 @@ impl TcpSender {
         // Loss detection and recovery state.
         let losses = self.rack_detect(now);
         if self.state != CaState::Open && self.snd_una >= self.high_seq {
+            if self.state == CaState::Recovery {
+                // tcp_end_cwnd_reduction
+                let ssthresh = self.cc.ssthresh();
+                if ssthresh != u32::MAX {
+                    self.cc.set_cwnd(ssthresh);
+                }
+            }
             self.state = CaState::Open;
         }
         if self.state == CaState::Open && self.lost_out > 0 {
@@ -863,12 +880,42 @@ impl TcpSender {
             in_flight: self.in_flight_segments(),
             delivered: self.delivered,
             cwnd_limited: self.cwnd_limited(),
+            data_acked: advanced,
             min_rtt: self.min_rtt_opt(),
             srtt: self.rtt.has_sample().then(|| self.rtt.srtt()),
             snd_una: self.snd_una,
             snd_nxt: self.snd_nxt,
         };
         self.cc.on_ack(&ev);
+        if self.state == CaState::Recovery && !self.cc.owns_window() {
+            self.prr(delivered_now, losses, advanced);
+        }
+    }
+
+    /// Linux `tcp_cwnd_reduction`: during recovery, send in proportion to what is delivered
+    /// until in flight falls to ssthresh, then up to it.
+    fn prr(&mut self, newly_acked_sacked: u32, newly_lost: u32, advanced: bool) {
+        if newly_acked_sacked == 0 || self.prior_cwnd == 0 {
+            return;
+        }
+        let ssthresh = i64::from(self.cc.ssthresh().min(u32::MAX / 2));
+        let in_flight = i64::from(self.in_flight_segments());
+        let delta = ssthresh - in_flight;
+        self.prr_delivered += newly_acked_sacked;
+        let (delivered, out) = (i64::from(self.prr_delivered), i64::from(self.prr_out));
+        let mut sndcnt = if delta < 0 {
+            let prior = i64::from(self.prior_cwnd);
+            (ssthresh * delivered + prior - 1) / prior - out
+        } else {
+            let mut n = (delivered - out).max(i64::from(newly_acked_sacked));
+            if advanced && newly_lost == 0 {
+                n += 1;
+            }
+            n.min(delta)
+        };
+        // The first retransmission goes out at once.
+        sndcnt = sndcnt.max(if self.prr_out > 0 { 0 } else { 1 });
+        self.cc.set_cwnd((in_flight + sndcnt.max(0)) as u32);
     }
 
     /// The earliest pending timer (retransmission, tail-loss probe or RACK reordering), if any.
@@ -895,6 +942,10 @@ impl TcpSender {
     }
 
     fn enter_recovery(&mut self, now: Instant) {
+        // tcp_init_cwnd_reduction
+        self.prior_cwnd = self.cc.cwnd();
+        self.prr_delivered = 0;
+        self.prr_out = 0;
         self.state = CaState::Recovery;
         self.high_seq = self.snd_nxt;
         self.stats.recoveries += 1;

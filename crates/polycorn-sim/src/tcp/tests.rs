@@ -656,9 +656,10 @@ fn a_lost_tail_is_found_by_the_loss_probe_not_the_rto() {
         p.to_write = 30 * 1448;
         let tail = 10 * 1448 + 27 * 1448;
         p.dropper = Box::new(move |_, s| !s.retransmission && s.seq >= tail);
-        // The probe goes out 2·srtt after the last ACK, about 80 ms after the burst began;
-        // the RTO would fire about 260 ms after it.
-        p.run_until(secs(1) + Duration::from_millis(200));
+        // The probe goes out 2·srtt after the last ACK, about 150 ms after the burst began,
+        // the retransmissions one per ACK (proportional rate reduction from an empty pipe);
+        // the RTO would fire about 380 ms after the burst began.
+        p.run_until(secs(1) + Duration::from_millis(300));
         let st = p.tx.stats();
         // Each probe (the last segment again) is SACKed: RACK marks the rest lost.
         if tlp {
@@ -707,4 +708,49 @@ fn a_probe_of_a_segment_that_was_not_lost_is_dsacked() {
         "{st:?}"
     );
     assert_eq!(p.tx.cwnd_bytes(), cwnd);
+}
+
+#[test]
+fn fast_recovery_reduces_proportionally_to_ssthresh() {
+    // Ten segments out at t0, the first lost: three SACKs mark it lost (RACK with no
+    // reordering window once three are SACKed), recovery begins with ssthresh = 0.7 × 10.
+    let t0 = Instant::from_millis(5);
+    let mut tx = TcpSender::new(cubic(), t0);
+    tx.write(t0, 30 * 1448);
+    for k in 0..10 {
+        assert_eq!(tx.poll_transmit(t0).map(|s| s.seq), Some(k * 1448));
+    }
+    assert!(tx.poll_transmit(t0).is_none(), "the initial window is full");
+    let t1 = t0 + Duration::from_millis(10);
+    let sack = |k: u64| Ack {
+        sack: [(1448, k * 1448), (0, 0), (0, 0)],
+        sack_len: 1,
+        ..Ack::cumulative(0)
+    };
+    for k in 2..=3 {
+        tx.on_ack(t1, &sack(k));
+        assert_eq!(tx.stats().recoveries, 0);
+    }
+    tx.on_ack(t1, &sack(4));
+    assert_eq!(tx.stats().recoveries, 1);
+    // In flight 10 - 3 SACKed - 1 lost = 6; PRR lets one segment out: the retransmission.
+    assert_eq!(tx.cwnd_bytes(), 7 * 1448);
+    let r = tx.poll_transmit(t1).unwrap();
+    assert!(r.retransmission && r.seq == 0);
+    assert!(tx.poll_transmit(t1).is_none());
+    // Each further SACK lets one new segment out while in flight stays at ssthresh.
+    for k in 5..=10 {
+        tx.on_ack(t1, &sack(k));
+        let s = tx.poll_transmit(t1).unwrap();
+        assert!(!s.retransmission);
+        assert!(tx.poll_transmit(t1).is_none());
+        assert_eq!(tx.in_flight_segments(), 7);
+    }
+    tx.check_invariants();
+    // Everything acknowledged: recovery ends with the window at ssthresh.
+    let t2 = t1 + Duration::from_millis(10);
+    tx.on_ack(t2, &Ack::cumulative(16 * 1448));
+    assert_eq!(tx.cwnd_bytes(), 7 * 1448);
+    assert_eq!(tx.info(t2).bytes_acked, 16 * 1448);
+    tx.check_invariants();
 }
