@@ -609,9 +609,15 @@ fn seeded_loss_patterns_deliver_everything() {
                 CongestionControl::Bbr
             },
             seed,
+            pace_cubic: seed % 3 == 0,
+            tail_loss_probe: seed % 5 != 0,
+            slow_start_after_idle: seed % 7 != 0,
             ..TcpConfig::default()
         };
         let mut p = Pipe::new(cfg, 5 + seed % 40, 5 + seed % 30, 30_000 + seed * 5_000);
+        if seed % 4 == 1 {
+            p.rx = TcpReceiver::new(AckPolicy::EverySegment, cfg.mss);
+        }
         let mut k = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
         // Outages of up to 300 ms start with probability 1/400 per segment; 1 % of the
         // other segments are lost at random.
