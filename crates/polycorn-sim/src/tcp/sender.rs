@@ -415,7 +415,14 @@ impl TcpSender {
         }
     }
 
+    /// Index of the segment holding `seq` (`segs.len()` when none is at or after it).
     fn index_of(&self, seq: u64) -> usize {
+        if seq <= self.snd_una {
+            return 0;
+        }
+        if seq >= self.snd_nxt {
+            return self.segs.len();
+        }
         self.segs.partition_point(|s| s.end() <= seq)
     }
 
@@ -920,10 +927,16 @@ impl TcpSender {
 
     /// The earliest pending timer (retransmission, tail-loss probe or RACK reordering), if any.
     pub fn timeout(&self) -> Option<Instant> {
-        [self.rto_deadline, self.reo_deadline, self.tlp_deadline]
-            .into_iter()
-            .flatten()
-            .min()
+        fn earlier(a: Option<Instant>, b: Option<Instant>) -> Option<Instant> {
+            match (a, b) {
+                (Some(x), Some(y)) => Some(x.min(y)),
+                (x, y) => x.or(y),
+            }
+        }
+        earlier(
+            earlier(self.rto_deadline, self.reo_deadline),
+            self.tlp_deadline,
+        )
     }
 
     /// Run the timers due at `now`.
