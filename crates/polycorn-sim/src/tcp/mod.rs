@@ -49,8 +49,10 @@
 //!   mdev with gain 1/4, `rttvar = max(mdev_max, rto_min)` refreshed once per RTT, RTO =
 //!   srtt + rttvar (so at least srtt + [`TcpConfig::rto_min`], 200 ms), initial RTO 1 s,
 //!   doubling on each timeout up to 120 s, `rto_backoff` reset by a valid RTT sample. RTT
-//!   samples follow Linux with timestamps on: from the oldest newly acknowledged segment never
-//!   retransmitted, else from the last transmission of a retransmitted one.
+//!   samples follow Linux with timestamps on (`tcp_clean_rtx_queue`, `tcp_ack_update_rtt`):
+//!   from newly acknowledged segments never retransmitted (none when retransmitted data is
+//!   cumulatively acknowledged), else from the echoed timestamp ([`Ack::ts_echo`]), so a
+//!   segment delivered late after its retransmission gives its true, long RTT.
 //! - Slow start after idle ([`TcpConfig::slow_start_after_idle`], Linux `tcp_cwnd_restart`:
 //!   the window halves per RTO of idleness, down to the initial window; BBR is exempt as in
 //!   Linux); CUBIC shifts its epoch over the idle time.
@@ -155,6 +157,8 @@ pub struct Segment {
     pub len: u32,
     /// Whether these bytes were sent before.
     pub retransmission: bool,
+    /// When this transmission left the sender (its timestamp option, TSval).
+    pub sent_at: Instant,
 }
 
 impl Segment {
@@ -176,6 +180,9 @@ pub struct Ack {
     pub sack_len: u8,
     /// The segment that triggered this ACK had arrived before (a D-SACK, RFC 2883).
     pub dsack: bool,
+    /// The echoed timestamp (TSecr): [`Segment::sent_at`] of the segment the receiver took
+    /// `TS.Recent` from (RFC 7323: the last one at the left edge of the window).
+    pub ts_echo: Option<Instant>,
 }
 
 impl Ack {
@@ -186,6 +193,7 @@ impl Ack {
             sack: [(0, 0); MAX_SACK_BLOCKS],
             sack_len: 0,
             dsack: false,
+            ts_echo: None,
         }
     }
     /// The valid SACK blocks.

@@ -47,6 +47,8 @@ pub struct TcpReceiver {
     delack_deadline: Option<Instant>,
     /// When the last data segment arrived.
     last_data: Option<Instant>,
+    /// `TS.Recent`: the timestamp to echo.
+    ts_recent: Option<Instant>,
     acks_sent: u64,
 }
 
@@ -63,6 +65,7 @@ impl TcpReceiver {
             rcv_wup: 0,
             delack_deadline: None,
             last_data: None,
+            ts_recent: None,
             acks_sent: 0,
         }
     }
@@ -87,6 +90,11 @@ impl TcpReceiver {
             self.quick = QUICKACKS;
         }
         self.last_data = Some(now);
+        // RFC 7323 §4.3 (Linux `tcp_replace_ts_recent`): take TSval from a segment at or
+        // below the left edge of the window last acknowledged.
+        if start <= self.rcv_wup {
+            self.ts_recent = Some(seg.sent_at);
+        }
         let duplicate = end <= self.rcv_nxt || {
             let i = self.ooo.partition_point(|r| r.end < end);
             self.ooo.get(i).is_some_and(|r| r.start <= start)
@@ -162,6 +170,7 @@ impl TcpReceiver {
         self.delack_deadline = None;
         self.acks_sent += 1;
         let mut ack = Ack::cumulative(self.rcv_nxt);
+        ack.ts_echo = self.ts_recent;
         // The most recently changed ranges first.
         let mut n = 0usize;
         let mut last_stamp = u64::MAX;

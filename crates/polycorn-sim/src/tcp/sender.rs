@@ -78,9 +78,9 @@ struct RateBuild {
     prior_mstamp: Option<Instant>,
     is_app_limited: bool,
     interval: Duration,
-    newest_sent: Option<Instant>,
-    /// Earliest transmission among newly SACKed segments never retransmitted.
+    /// Earliest and latest transmission among newly SACKed segments never retransmitted.
     first_sackt: Option<Instant>,
+    last_sackt: Option<Instant>,
 }
 
 /// The sender of one subflow. See the [module docs](super) for how to drive it.
@@ -361,6 +361,7 @@ impl TcpSender {
                     seq,
                     len,
                     retransmission: true,
+                    sent_at: now,
                 }
             }
         };
@@ -488,6 +489,7 @@ impl TcpSender {
             seq,
             len,
             retransmission: false,
+            sent_at: now,
         }
     }
 
@@ -520,6 +522,7 @@ impl TcpSender {
             seq,
             len,
             retransmission: true,
+            sent_at: now,
         }
     }
 
@@ -564,9 +567,6 @@ impl TcpSender {
                 rb.is_app_limited = s.tx_app_limited;
                 self.first_tx_mstamp = s.sent;
                 rb.interval = s.sent - s.tx_first_tx;
-            }
-            if rb.newest_sent.is_none_or(|t| s.sent >= t) {
-                rb.newest_sent = Some(s.sent);
             }
         }
         self.segs[idx].tx_delivered_mstamp = None;
@@ -618,6 +618,7 @@ impl TcpSender {
                 if s.seq >= cur && !s.sacked {
                     if !s.ever_retrans {
                         rb.first_sackt = Some(rb.first_sackt.map_or(s.sent, |t| t.min(s.sent)));
+                        rb.last_sackt = Some(rb.last_sackt.map_or(s.sent, |t| t.max(s.sent)));
                     }
                     self.seg_delivered(now, idx, rb);
                     let s = &mut self.segs[idx];
@@ -745,13 +746,17 @@ impl TcpSender {
             newly_sacked += self.sack_range(now, s, e, &mut rb);
         }
         let sack_rtt = rb.first_sackt.map(|t| now - t);
+        let sack_ca_rtt = rb.last_sackt.map(|t| now - t);
         let mut n = ack.sack_len as usize;
         n = n.min(super::MAX_SACK_BLOCKS);
         self.prev_sack[..n].copy_from_slice(&ack.sack[..n]);
         self.prev_sack_len = n;
         // Cumulative acknowledgement.
-        let mut seq_rtt: Option<Duration> = None;
-        let mut ts_rtt: Option<Duration> = None;
+        // Transmission times of the first and last newly acknowledged segments never
+        // retransmitted, and whether retransmitted data was acknowledged (Karn).
+        let mut first_ackt: Option<Instant> = None;
+        let mut last_ackt: Option<Instant> = None;
+        let mut retrans_acked = false;
         let mut newly_acked = 0u32;
         let advanced = cum > self.snd_una;
         while let Some(front) = self.segs.front() {
@@ -771,12 +776,11 @@ impl TcpSender {
                 if s.retrans {
                     self.retrans_out -= 1;
                 }
-                if !s.ever_retrans {
-                    if seq_rtt.is_none() {
-                        seq_rtt = Some(now - s.sent);
-                    }
+                if s.ever_retrans {
+                    retrans_acked = true;
                 } else {
-                    ts_rtt = Some(now - s.sent);
+                    first_ackt = first_ackt.or(Some(s.sent));
+                    last_ackt = Some(s.sent);
                 }
             } else {
                 self.sacked_out -= 1;
@@ -793,10 +797,25 @@ impl TcpSender {
         self.retx_hint = self.retx_hint.max(self.snd_una);
         let delivered_now = newly_acked + newly_sacked;
         self.delivered += u64::from(delivered_now);
-        // RTT (tcp_ack_update_rtt with timestamps on).
-        let rtt_sample = seq_rtt.or(sack_rtt).or(ts_rtt);
-        let ca_rtt = rb.newest_sent.map(|t| now - t);
-        if let Some(r) = rtt_sample {
+        // RTT as Linux `tcp_clean_rtx_queue` / `tcp_ack_update_rtt` with timestamps: from
+        // segments never retransmitted (none if retransmitted data was cumulatively
+        // acknowledged), else from the echoed timestamp.
+        let (mut seq_rtt, mut ca_rtt) = match (first_ackt, last_ackt) {
+            (Some(f), Some(l)) if !retrans_acked => (Some(now - f), Some(now - l)),
+            _ => (None, None),
+        };
+        if sack_ca_rtt.is_some() {
+            ca_rtt = sack_ca_rtt;
+        }
+        let rs_rtt = ca_rtt;
+        seq_rtt = seq_rtt.or(sack_rtt);
+        if seq_rtt.is_none() && advanced {
+            if let Some(echo) = ack.ts_echo {
+                seq_rtt = Some(now - echo);
+                ca_rtt = seq_rtt;
+            }
+        }
+        if let Some(r) = seq_rtt {
             self.rtt.sample(r, self.snd_una, self.snd_nxt);
             self.backoff = 0;
         }
@@ -862,7 +881,7 @@ impl TcpSender {
             acked_sacked: delivered_now,
             losses,
             prior_in_flight,
-            rtt: ca_rtt,
+            rtt: rs_rtt,
         };
         if let Some(prior_mstamp) = rb.prior_mstamp {
             let d = self.delivered - rb.prior_delivered;

@@ -548,6 +548,7 @@ fn receiver_acks_like_linux() {
         seq,
         len: 1000,
         retransmission: false,
+        sent_at: Instant::ZERO,
     };
     let t = Instant::from_millis(1);
     // Quick ACKs for the first 16 segments.
@@ -759,4 +760,135 @@ fn fast_recovery_reduces_proportionally_to_ssthresh() {
     assert_eq!(tx.cwnd_bytes(), 7 * 1448);
     assert_eq!(tx.info(t2).bytes_acked, 16 * 1448);
     tx.check_invariants();
+}
+
+#[test]
+fn over_a_polycorn_link_with_an_outage() {
+    use polycorn_link::{DeliveryTrace, EnqueueOutcome, Link, LinkConfig, Outages, QueueLimit};
+    use std::collections::HashMap;
+
+    // 24 Mbit/s, 20 ms each way, a 100-packet droptail queue, dark from 3 s to 4.5 s.
+    let trace = DeliveryTrace::from_rate_series(&[(1000, 24_000_000)]).unwrap();
+    let link_config = LinkConfig {
+        delay: polycorn_link::DelaySeries::constant(20_000),
+        queue: QueueLimit::Packets(100),
+        outages: Outages::new(vec![(3000, 4500)]).unwrap(),
+        ..LinkConfig::new(trace)
+    };
+    for cc in [CongestionControl::Cubic, CongestionControl::Bbr] {
+        let cfg = TcpConfig {
+            cc,
+            ..TcpConfig::default()
+        };
+        let mut tx = TcpSender::new(cfg, Instant::ZERO);
+        let mut rx = TcpReceiver::new(AckPolicy::Delayed, cfg.mss);
+        let mut link = Link::new(link_config.clone()).unwrap();
+        let mut on_link: HashMap<u64, Segment> = HashMap::new();
+        let mut acks: VecDeque<(Instant, Ack)> = VecDeque::new();
+        let mut next_id = 0u64;
+        let mut now = Instant::ZERO;
+        let end = secs(12);
+        let mut max_age_in_outage = Duration::ZERO;
+        let mut delivered_at_3s = 0;
+        let mut delivered_at_6s = 0;
+        while now < end {
+            let n = tx.writable();
+            tx.write(now, n);
+            while let Some(seg) = tx.poll_transmit(now) {
+                if link.enqueue(now.as_micros(), next_id, seg.len + 52) == EnqueueOutcome::Enqueued
+                {
+                    on_link.insert(next_id, seg);
+                }
+                next_id += 1;
+            }
+            while let Some((id, _)) = link.poll_delivered(now.as_micros()) {
+                let seg = on_link.remove(&id).unwrap();
+                if let Some(ack) = rx.on_segment(now, &seg) {
+                    acks.push_back((now + Duration::from_millis(20), ack));
+                }
+            }
+            if let Some(ack) = rx.on_timeout(now) {
+                acks.push_back((now + Duration::from_millis(20), ack));
+            }
+            while acks.front().is_some_and(|a| a.0 <= now) {
+                let (_, ack) = acks.pop_front().unwrap();
+                tx.on_ack(now, &ack);
+            }
+            if tx.timeout().is_some_and(|t| t <= now) {
+                tx.on_timeout(now);
+            }
+            if now >= secs(3) && now < Instant::from_millis(4500) {
+                max_age_in_outage = max_age_in_outage.max(tx.info(now).unacked_age);
+            }
+            if now <= secs(3) {
+                delivered_at_3s = rx.delivered();
+            }
+            if now <= secs(6) {
+                delivered_at_6s = rx.delivered();
+            }
+
+            let next = [
+                link.next_event_us().map(Instant::from_micros),
+                acks.front().map(|a| a.0),
+                tx.timeout(),
+                rx.timeout(),
+                tx.next_transmit_time(),
+            ]
+            .into_iter()
+            .flatten()
+            .min()
+            .unwrap_or(end);
+            now = next.max(now + Duration::from_micros(1)).min(end);
+        }
+        let st = tx.stats();
+        let rate_before = delivered_at_3s as f64 * 8.0 / 3e6;
+        let rate_after = (rx.delivered() - delivered_at_6s) as f64 * 8.0 / 6e6;
+        assert!(
+            rate_before > 18.0,
+            "{cc:?}: {rate_before} Mbit/s before the outage"
+        );
+        assert!(
+            rate_after > 20.0,
+            "{cc:?}: {rate_after} Mbit/s after the outage"
+        );
+        assert!(st.rtos >= 2, "{cc:?}: {st:?}");
+        assert!(
+            max_age_in_outage > Duration::from_millis(1400),
+            "{max_age_in_outage:?}"
+        );
+        assert_eq!(tx.info(now).rto_backoff, 0, "{cc:?}");
+        assert!(rx.delivered() >= tx.bytes_acked());
+        // Segments queued before the outage and delivered after it, behind their own
+        // retransmissions, give long RTT samples through the echoed timestamp, never short
+        // ones.
+        let min_rtt = tx.info(now).min_rtt.unwrap();
+        assert!(min_rtt >= Duration::from_millis(40), "{cc:?}: {min_rtt:?}");
+    }
+}
+
+#[test]
+fn receiver_echoes_the_timestamp_at_the_left_edge() {
+    let mut rx = TcpReceiver::new(AckPolicy::Delayed, 1000);
+    let seg = |seq: u64, ms: u64| Segment {
+        seq,
+        len: 1000,
+        retransmission: false,
+        sent_at: Instant::from_millis(ms),
+    };
+    let t = Instant::from_millis(100);
+    for k in 0..16 {
+        rx.on_segment(t, &seg(k * 1000, k));
+    }
+    // Two segments per ACK: the echo is the first one's (the one at the left edge).
+    assert!(rx.on_segment(t, &seg(16_000, 16)).is_none());
+    let a = rx.on_segment(t, &seg(17_000, 17)).unwrap();
+    assert_eq!(a.ts_echo, Some(Instant::from_millis(16)));
+    // Out of order: the echo stays until the hole is filled, then is the filler's.
+    let a = rx.on_segment(t, &seg(19_000, 19)).unwrap();
+    assert_eq!(a.ts_echo, Some(Instant::from_millis(16)));
+    let a = rx.on_segment(t, &seg(18_000, 30)).unwrap();
+    assert_eq!(
+        (a.cumulative, a.ts_echo),
+        (20_000, Some(Instant::from_millis(30)))
+    );
 }
