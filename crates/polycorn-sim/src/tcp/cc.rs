@@ -7,7 +7,7 @@ use super::{Duration, Instant, TcpConfig};
 /// Which congestion controller a subflow runs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub enum CongestionControl {
-    /// CUBIC (RFC 9438) with HyStart's delay exit, as Linux `tcp_cubic.c`.
+    /// CUBIC (RFC 9438) with HyStart, as Linux `tcp_cubic.c`.
     #[default]
     Cubic,
     /// BBR v1, as Linux `tcp_bbr.c` (without the long-term policer model).

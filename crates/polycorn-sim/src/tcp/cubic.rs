@@ -12,6 +12,11 @@ const C: f64 = 0.4;
 const HYSTART_LOW_WINDOW: f64 = 16.0;
 /// Linux `HYSTART_MIN_SAMPLES`: RTT samples per round before HyStart judges the round.
 const HYSTART_MIN_SAMPLES: u32 = 8;
+/// Linux `hystart_ack_delta_us`: ACKs at most this far apart belong to one train.
+const HYSTART_ACK_DELTA: Duration = Duration::from_millis(2);
+/// Linux `hystart_ack_delay()`: allowance for delayed and stretched ACKs, `min(1 ms,
+/// 4 × 64 KB / pacing rate)`; 1 ms at the rates modelled here.
+const HYSTART_ACK_DELAY: Duration = Duration::from_millis(1);
 
 #[derive(Clone, Debug)]
 pub(crate) struct Cubic {
@@ -31,6 +36,8 @@ pub(crate) struct Cubic {
     round_end_seq: u64,
     curr_rtt: Option<Duration>,
     sample_cnt: u32,
+    round_start: Instant,
+    last_ack: Instant,
 }
 
 impl Cubic {
@@ -50,6 +57,8 @@ impl Cubic {
             round_end_seq: 0,
             curr_rtt: None,
             sample_cnt: 0,
+            round_start: Instant::ZERO,
+            last_ack: Instant::ZERO,
         }
     }
 
@@ -100,16 +109,34 @@ impl Cubic {
         self.update_pacing(ev);
     }
 
-    /// HyStart: leave slow start when this round's minimum RTT rose past the smallest seen by
-    /// an eighth of it (clamped to 4..16 ms).
+    /// HyStart (Linux `hystart_update`): leave slow start when a round's train of closely
+    /// spaced ACKs lasts longer than half the minimum RTT (the window fills the path), or when
+    /// the round's minimum RTT rose past the smallest seen by an eighth of it (clamped to
+    /// 4..16 ms: a queue is building).
     fn hystart(&mut self, ev: &AckEvent, rtt: Duration) {
+        let now = ev.now;
         if ev.snd_una > self.round_end_seq {
             self.round_end_seq = ev.snd_nxt;
             self.curr_rtt = None;
             self.sample_cnt = 0;
+            self.round_start = now;
+            self.last_ack = now;
         }
         if self.cwnd < HYSTART_LOW_WINDOW {
             return;
+        }
+        if now - self.last_ack <= HYSTART_ACK_DELTA {
+            self.last_ack = now;
+            if let Some(min) = self.delay_min {
+                let mut threshold = min.saturating_add(HYSTART_ACK_DELAY).as_micros();
+                if !self.pace {
+                    threshold /= 2;
+                }
+                if (now - self.round_start).as_micros() > threshold {
+                    self.ssthresh = self.cwnd;
+                    return;
+                }
+            }
         }
         self.curr_rtt = Some(self.curr_rtt.map_or(rtt, |c| c.min(rtt)));
         if self.sample_cnt < HYSTART_MIN_SAMPLES {

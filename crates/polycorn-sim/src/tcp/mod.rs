@@ -32,8 +32,7 @@
 //!   segment goes out when nothing larger is queued), no receive-window limit (autotuning is
 //!   assumed to keep the window out of the way).
 //! - Initial window of 10 segments, slow start, and [`CongestionControl::Cubic`] (RFC 9438,
-//!   with HyStart's delay-increase exit as in Linux `tcp_cubic.c`; the ACK-train heuristic is
-//!   left out) or [`CongestionControl::Bbr`] (BBR v1 as in Linux `tcp_bbr.c`: Startup, Drain,
+//!   with HyStart's ACK-train and delay-increase exits as in Linux `tcp_cubic.c`) or [`CongestionControl::Bbr`] (BBR v1 as in Linux `tcp_bbr.c`: Startup, Drain,
 //!   ProbeBW with its 8-phase gain cycle, ProbeRTT; the long-term policer model is left out).
 //! - Loss recovery: a SACK scoreboard with RACK-lite loss detection (RFC 8985 as Linux runs it
 //!   with no reordering seen: a segment is lost once a segment sent after it was delivered and

@@ -892,3 +892,16 @@ fn receiver_echoes_the_timestamp_at_the_left_edge() {
         (20_000, Some(Instant::from_millis(30)))
     );
 }
+
+#[test]
+fn hystart_leaves_slow_start_before_a_deep_queue_fills() {
+    // 50 Mbit/s, 60 ms RTT (a BDP of 259 segments), a 10 MB queue: without HyStart slow start
+    // would double until the queue overflowed, seconds of delay later.
+    let mut p = Pipe::new(cubic(), 50, 30, 10 << 20);
+    p.run_until(secs(3));
+    let i = p.tx.info(p.now);
+    assert_eq!(p.drops, 0);
+    let cwnd = i.cwnd_bytes / 1448;
+    assert!((100..=400).contains(&cwnd), "cwnd {cwnd} segments");
+    assert!(i.srtt < Duration::from_millis(100), "srtt {:?}", i.srtt);
+}
