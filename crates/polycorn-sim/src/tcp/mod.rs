@@ -89,6 +89,11 @@ pub use polycorn_sched::time::{Bandwidth, Duration, Instant};
 pub use receiver::{AckPolicy, TcpReceiver};
 pub use sender::{SenderStats, TcpSender};
 
+/// Smallest MSS accepted (Linux `TCP_MIN_MSS`).
+pub const MIN_MSS: u32 = 88;
+/// Largest MSS accepted (a 64 KiB IPv4 packet less headers).
+pub const MAX_MSS: u32 = 65_483;
+
 /// Most SACK blocks an [`Ack`] carries (three fit beside the timestamp option).
 pub const MAX_SACK_BLOCKS: usize = 3;
 
@@ -126,6 +131,70 @@ pub struct TcpConfig {
     pub tail_loss_probe: bool,
     /// Seed of BBR's one random choice (the ProbeBW phase it starts in).
     pub seed: u64,
+}
+
+/// Why a [`TcpConfig`] is unusable.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum TcpConfigError {
+    /// `mss` outside [`MIN_MSS`]`..=`[`MAX_MSS`].
+    #[error("tcp mss {0} out of range ({MIN_MSS}..={MAX_MSS} bytes)")]
+    Mss(u32),
+    /// `initial_window_segments` of zero.
+    #[error("tcp initial_window_segments must be at least 1")]
+    InitialWindow,
+    /// `sndbuf` smaller than one segment.
+    #[error("tcp sndbuf {sndbuf} is smaller than one segment ({mss} bytes)")]
+    Sndbuf {
+        /// The configured send buffer.
+        sndbuf: u64,
+        /// The configured MSS.
+        mss: u32,
+    },
+    /// `notsent_lowat` of zero (nothing could ever be written).
+    #[error("tcp notsent_lowat must be at least 1 byte")]
+    NotsentLowat,
+    /// RTO bounds that are zero or out of order.
+    #[error("tcp RTO bounds out of order: need 0 < rto_min ({rto_min}) <= rto_initial ({rto_initial}) <= rto_max ({rto_max})")]
+    RtoBounds {
+        /// The configured minimum.
+        rto_min: Duration,
+        /// The configured initial RTO.
+        rto_initial: Duration,
+        /// The configured maximum.
+        rto_max: Duration,
+    },
+}
+
+impl TcpConfig {
+    /// Check that the configuration is usable; [`TcpSender::new`] expects one that is.
+    pub fn check(&self) -> Result<(), TcpConfigError> {
+        if !(MIN_MSS..=MAX_MSS).contains(&self.mss) {
+            return Err(TcpConfigError::Mss(self.mss));
+        }
+        if self.initial_window_segments == 0 {
+            return Err(TcpConfigError::InitialWindow);
+        }
+        if self.sndbuf < u64::from(self.mss) {
+            return Err(TcpConfigError::Sndbuf {
+                sndbuf: self.sndbuf,
+                mss: self.mss,
+            });
+        }
+        if self.notsent_lowat == Some(0) {
+            return Err(TcpConfigError::NotsentLowat);
+        }
+        if self.rto_min.is_zero()
+            || self.rto_min > self.rto_initial
+            || self.rto_initial > self.rto_max
+        {
+            return Err(TcpConfigError::RtoBounds {
+                rto_min: self.rto_min,
+                rto_initial: self.rto_initial,
+                rto_max: self.rto_max,
+            });
+        }
+        Ok(())
+    }
 }
 
 impl Default for TcpConfig {

@@ -150,7 +150,9 @@ pub struct TcpSender {
 }
 
 impl TcpSender {
-    /// A sender with nothing written, connected at `now`.
+    /// A sender with nothing written, connected at `now`. `cfg` should pass
+    /// [`TcpConfig::check`]; out-of-range values are clamped (an MSS or initial window of
+    /// at least 1), not rejected.
     pub fn new(cfg: TcpConfig, now: Instant) -> Self {
         let mut cfg = cfg;
         cfg.mss = cfg.mss.max(1);
@@ -237,6 +239,12 @@ impl TcpSender {
     /// Congestion window in bytes.
     pub fn cwnd_bytes(&self) -> u64 {
         u64::from(self.cc.cwnd()) * u64::from(self.cfg.mss)
+    }
+
+    /// The pacing rate, when the controller paces (BBR always, CUBIC with
+    /// [`TcpConfig::pace_cubic`]).
+    pub fn pacing_rate(&self) -> Option<Bandwidth> {
+        self.cc.pacing_rate().map(Bandwidth::from_bytes_per_sec)
     }
 
     /// Segments in flight as Linux counts them (`tcp_packets_in_flight`).

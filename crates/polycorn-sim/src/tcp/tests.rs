@@ -334,6 +334,27 @@ fn slow_start_after_idle_resets_cwnd_only_when_enabled() {
 }
 
 #[test]
+fn config_check_names_the_bad_field() {
+    assert_eq!(TcpConfig::default().check(), Ok(()));
+    let bad = TcpConfig {
+        mss: 0,
+        ..TcpConfig::default()
+    };
+    assert_eq!(bad.check(), Err(TcpConfigError::Mss(0)));
+    assert!(bad.check().unwrap_err().to_string().contains("mss 0"));
+    let bad = TcpConfig {
+        rto_min: Duration::from_secs(2),
+        ..TcpConfig::default()
+    };
+    assert!(matches!(bad.check(), Err(TcpConfigError::RtoBounds { .. })));
+    let bad = TcpConfig {
+        notsent_lowat: Some(0),
+        ..TcpConfig::default()
+    };
+    assert_eq!(bad.check(), Err(TcpConfigError::NotsentLowat));
+}
+
+#[test]
 fn notsent_lowat_limits_writable() {
     let cfg = TcpConfig {
         notsent_lowat: Some(16 * 1024),
