@@ -35,6 +35,12 @@
 //! A *ride* is one pass of a train: for most sources one trip; for wmnlab, several phones on the
 //! same run are separate trips (one per band lock) of one ride, held out together — otherwise a
 //! co-located phone would leak the held-out run into the history.
+//!
+//! **Learning from one set, testing on another** ([`train_and_test`]): the predictors learn
+//! from a training set (last month's rides, another source, another dataset) and are judged on
+//! a test set. A ride in both sets (the same ride name) is left out of the training while it is
+//! tested, so training and testing on the same trips is the leave-one-ride-out above, to the
+//! count.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -426,10 +432,20 @@ pub fn leave_one_ride_out_across(
     }
     let mut reports: Vec<(ModelKind, Report)> =
         kinds.iter().map(|k| (*k, Report::default())).collect();
+    // The predictors from the whole training set, built once for the rides it does not hold.
+    let mut whole: BTreeMap<ModelKind, Predictor> = BTreeMap::new();
     for (ride, held) in &rides {
         let history: Vec<&TripData> = train.iter().filter(|t| ride_of(t) != *ride).collect();
+        let disjoint = history.len() == train.len();
         for (kind, rep) in &mut reports {
-            let mut pred = kind.build(&history);
+            let mut pred = if disjoint {
+                whole
+                    .entry(*kind)
+                    .or_insert_with(|| kind.build(&history))
+                    .clone()
+            } else {
+                kind.build(&history)
+            };
             for &i in held {
                 for j in replay_judged(&mut pred, &judge[i], lead, truth) {
                     let mut c = Categories::default();
@@ -456,6 +472,106 @@ pub fn leave_one_ride_out_across(
         }
     }
     reports
+}
+
+/// Size of a training or test set, for checks and reports.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SetSize {
+    /// Trips.
+    pub trips: usize,
+    /// Rides ([`ride_of`]).
+    pub rides: usize,
+    /// Handovers.
+    pub handovers: usize,
+    /// Failed handovers.
+    pub failures: usize,
+}
+
+impl SetSize {
+    /// The size of `trips`.
+    pub fn of(trips: &[TripData]) -> SetSize {
+        let rides: std::collections::BTreeSet<&str> = trips.iter().map(ride_of).collect();
+        let handovers = trips.iter().map(|t| t.handovers.len()).sum();
+        let failures = trips
+            .iter()
+            .flat_map(|t| &t.handovers)
+            .filter(|h| h.outcome.failed())
+            .count();
+        SetSize {
+            trips: trips.len(),
+            rides: rides.len(),
+            handovers,
+            failures,
+        }
+    }
+}
+
+impl std::fmt::Display for SetSize {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{} trips in {} rides, {} handovers, {} failed",
+            self.trips, self.rides, self.handovers, self.failures
+        )
+    }
+}
+
+/// Why a training set cannot be learned from.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum TrainingError {
+    /// No trip at all.
+    #[error("the training set is empty: no trips to learn from")]
+    Empty,
+    /// Trips, but not one failed handover: no failure location or risk to learn.
+    #[error(
+        "the training set has no failed handover to learn from ({0}); every prediction would \
+         be \"no failure\""
+    )]
+    NoFailures(SetSize),
+}
+
+/// What [`train_and_test`] did besides the reports.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TrainTest {
+    /// The training set.
+    pub train: SetSize,
+    /// The test set.
+    pub test: SetSize,
+    /// Rides of the test set also in the training set, each left out of the training while
+    /// it was tested.
+    pub shared_rides: usize,
+}
+
+/// Learn from `train`, test on `test`: each ride of `test` is replayed through predictors
+/// built from `train` less that ride (by [`ride_of`]; a ride only in `test` is judged by
+/// predictors from the whole of `train`, built once). With `train` and `test` the same trips
+/// this is [`leave_one_ride_out_judged`]. A training set with no trip or no failed handover
+/// is refused: nothing can be learned from it.
+pub fn train_and_test(
+    train: &[TripData],
+    test: &[TripData],
+    kinds: &[ModelKind],
+    lead: Lead,
+    truth: Truth,
+) -> Result<(Vec<(ModelKind, Report)>, TrainTest), TrainingError> {
+    let size = SetSize::of(train);
+    if size.trips == 0 {
+        return Err(TrainingError::Empty);
+    }
+    if size.failures == 0 {
+        return Err(TrainingError::NoFailures(size));
+    }
+    let trained: std::collections::BTreeSet<&str> = train.iter().map(ride_of).collect();
+    let tested: std::collections::BTreeSet<&str> = test.iter().map(ride_of).collect();
+    let info = TrainTest {
+        train: size,
+        test: SetSize::of(test),
+        shared_rides: tested.intersection(&trained).count(),
+    };
+    Ok((
+        leave_one_ride_out_across(train, test, kinds, lead, truth),
+        info,
+    ))
 }
 
 /// Leave-one-ride-out totals of the risk model at another decision threshold (sensitivity).

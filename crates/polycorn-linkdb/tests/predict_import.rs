@@ -7,8 +7,10 @@ use polycorn_linkdb::import::{sim, ucc5g, wmnlab};
 use polycorn_linkdb::record::{
     Direction, HandoverRecord, LossRecord, Outcome, Sample, Source, TripData, TripMeta,
 };
+use polycorn_linkdb::store::{Store, TripFilter};
 use polycorn_linkdb::validate::{
-    leave_one_ride_out, leave_one_ride_out_judged, leave_one_ride_out_with, Lead, ModelKind, Truth,
+    leave_one_ride_out, leave_one_ride_out_judged, leave_one_ride_out_with, replay_judged,
+    train_and_test, Categories, Lead, ModelKind, SetSize, TrainingError, Truth, T1_S, T2_S,
 };
 use polycorn_sched::predict::HandoverPredictor;
 use polycorn_sched::{Duration, Instant, PathId};
@@ -260,7 +262,102 @@ fn wmnlab_rows_become_handovers_and_bad_rows_are_reported_with_file_and_line() {
     assert!(rep
         .notes
         .iter()
-        .any(|n| n.starts_with("1 LTE_HO/MN_HO rows within")));
+        .any(|n| n.starts_with("1 LTE_HO/MN_HO events within")));
+    std::fs::remove_dir_all(d).unwrap();
+}
+
+/// The whole header of a WMN Lab file, and rows shaped like its rows.
+const WMN_FULL_HEADER: &str = "Timestamp,lat,long,gpsspeed,LTE_HO,MN_HO,eNB_to_ENDC,gNB_Rel,gNB_HO,RLF,SCG_RLF,num_of_neis,RSRP,RSRQ,RSRP1,RSRQ1,RSRP2,RSRQ2,nr-RSRP,nr-RSRQ,nr-RSRP1,nr-RSRQ1,nr-RSRP2,nr-RSRQ2,dl-loss,ul-loss,dl-exc-lat,ul-exc-lat,dl-latency,ul-latency";
+
+fn wmn_full_row(second: u32, events: [&str; 7], rsrp: &str) -> String {
+    format!(
+        "2023-03-26 16:37:{second:02},24.99984033,121.55818816,0.24,{},3,{rsrp},-12.54,-93.27,-20.14,-93.37,-19.59,-77.92,-13.10,-84.99,-17.61,-86.94,-16.97,0,0,0,0,0.0109,0.0078",
+        events.join(",")
+    )
+}
+
+#[test]
+fn wmnlab_several_events_in_one_bin_are_each_a_record() {
+    let d = tmp_dir("wmn-multi");
+    let f = d.join("2023-03-26_qc00_#01_All.csv");
+    let z = "0";
+    let rows = [
+        WMN_FULL_HEADER.to_string(),
+        wmn_full_row(0, [z; 7], "-84.1875"),
+        // Two master-node handovers in one second, as a list and as a count.
+        wmn_full_row(10, [z, "1@1", z, z, z, z, z], "-90.5"),
+        wmn_full_row(20, [z, "2", "1", z, z, z, z], "-91.25"),
+        // An LTE handover and a master-node handover in the same second; an NR list.
+        wmn_full_row(30, ["1", "1", z, z, "1@1", z, z], "-92.0"),
+        // Two failures in one second; the handover after them re-establishes the link.
+        wmn_full_row(40, [z, z, z, z, z, "1@1", z], "-110.0"),
+        wmn_full_row(41, [z, "1", z, z, z, z, z], "-100.0"),
+    ];
+    std::fs::write(&f, rows.join("\n")).unwrap();
+    let (trips, rep) = wmnlab::import(&d, wmnlab::Options::default()).unwrap();
+    assert!(rep.bad.is_empty(), "{}", rep.summary(10));
+    let hos: Vec<(u64, Outcome, Option<f64>)> = trips[0]
+        .handovers
+        .iter()
+        .map(|h| (h.start_ms, h.outcome, h.rsrp_dbm))
+        .collect();
+    let (s, fl) = (Outcome::Success, Outcome::Failure);
+    assert_eq!(
+        hos,
+        vec![
+            (10_000, s, Some(-90.5)),
+            (10_000, s, Some(-90.5)),
+            (20_000, s, Some(-91.25)),
+            (20_000, s, Some(-91.25)),
+            (30_000, s, Some(-92.0)),
+            (30_000, s, Some(-92.0)),
+            (40_000, fl, Some(-110.0)),
+            (40_000, fl, Some(-110.0)),
+        ]
+    );
+    let note = |start: &str| rep.notes.iter().any(|n| n.starts_with(start));
+    assert!(note("1 LTE_HO/MN_HO events within"), "{:?}", rep.notes);
+    assert!(note("3 NR secondary-leg events"), "{:?}", rep.notes);
+    std::fs::remove_dir_all(d).unwrap();
+}
+
+#[test]
+fn wmnlab_malformed_event_cells_name_file_row_and_column() {
+    let d = tmp_dir("wmn-malformed");
+    let f = d.join("2023-03-26_qc00_#01_All.csv");
+    let z = "0";
+    let rows = [
+        WMN_FULL_HEADER.to_string(),
+        wmn_full_row(0, [z; 7], "-84.1875"),
+        wmn_full_row(1, [z, "1@", z, z, z, z, z], "-84.0"), // line 3
+        wmn_full_row(2, [z, z, z, z, z, "1@x", z], "-84.0"), // line 4
+        wmn_full_row(3, ["1.5", z, z, z, z, z, z], "-84.0"), // line 5
+        wmn_full_row(4, [z, z, z, z, "-", z, z], "-84.0"),  // line 6
+        wmn_full_row(5, [z, "1", z, z, z, z, z], "-84.0"),  // read
+    ];
+    std::fs::write(&f, rows.join("\n")).unwrap();
+    let (trips, rep) = wmnlab::import(&d, wmnlab::Options::default()).unwrap();
+    assert_eq!(trips[0].handovers.len(), 1);
+    let bad: Vec<String> = rep.bad.iter().map(|b| b.to_string()).collect();
+    let file = f.display().to_string();
+    for (i, (line, column, cell)) in [
+        (3, "MN_HO", "1@"),
+        (4, "RLF", "1@x"),
+        (5, "LTE_HO", "1.5"),
+        (6, "gNB_HO", "-"),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let b = &bad[i];
+        assert!(
+            b.starts_with(&format!(
+                "{file}:{line}: column `{column}`: `{cell}` is not"
+            )),
+            "{b}"
+        );
+    }
+    assert_eq!(bad.len(), 4, "{bad:?}");
     std::fs::remove_dir_all(d).unwrap();
 }
 
@@ -534,11 +631,136 @@ fn real_wmnlab_and_ucc5g_import() {
         for b in &rep.bad {
             assert!(b.line > 1 && b.file.exists(), "{b}");
         }
-        println!("wmnlab: {}", rep.summary(5));
+        // Only rows broken as a whole are bad (a line holding two rows run together): no
+        // event cell is refused.
+        assert!(
+            rep.bad
+                .iter()
+                .all(|b| b.reason.contains("fields, header has")),
+            "{}",
+            rep.summary(20)
+        );
+        let hos = trips.iter().map(|t| t.handovers.len()).sum::<usize>();
+        println!(
+            "wmnlab: {} trips, {hos} handovers ({fails} failures)\n{}",
+            trips.len(),
+            rep.summary(5)
+        );
     }
     if let Some(p) = shared_data("ucc5g") {
         let (trips, rep) = ucc5g::import(&p).unwrap();
         assert!(trips.iter().map(|t| t.handovers.len()).sum::<usize>() > 100);
         println!("ucc5g: {}", rep.summary(5));
     }
+}
+
+/// Trips stored in an SQLite LinkDB at `path` and read back.
+fn through_db(path: &Path, trips: &[TripData]) -> Vec<TripData> {
+    let mut store = Store::open(&format!("sqlite:{}", path.display())).unwrap();
+    for t in trips {
+        store.import(t).unwrap();
+    }
+    store.load(&TripFilter::default()).unwrap()
+}
+
+#[test]
+fn validation_learns_from_one_database_and_tests_on_another() {
+    let d = tmp_dir("train-test");
+    // Two databases of the same line: rides 1–4 (last month) and rides 5–7 (this month).
+    let last = through_db(
+        &d.join("last.sqlite"),
+        &sim::simulate("hsr", 2, 1..5).unwrap(),
+    );
+    let this = through_db(
+        &d.join("this.sqlite"),
+        &sim::simulate("hsr", 2, 5..8).unwrap(),
+    );
+    assert_eq!((last.len(), this.len()), (4, 3));
+    let kinds = ModelKind::ALL;
+    let (reports, info) =
+        train_and_test(&last, &this, &kinds, Lead::NONE, Truth::default()).unwrap();
+    assert_eq!(info.train, SetSize::of(&last));
+    assert_eq!(info.test, SetSize::of(&this));
+    assert_eq!(info.shared_rides, 0);
+    assert!(
+        info.train.failures > 0 && info.test.failures > 0,
+        "{info:?}"
+    );
+    // Every tested handover is judged, by predictors from the whole of last month.
+    let history: Vec<&TripData> = last.iter().collect();
+    for (kind, rep) in &reports {
+        let mut want = Categories::default();
+        for t in &this {
+            let mut pred = kind.build(&history);
+            for j in replay_judged(&mut pred, t, Lead::NONE, Truth::default()) {
+                let d = j.delta_s;
+                if j.failed {
+                    want.failures += 1;
+                    match d {
+                        Some(d) if d > T2_S => want.fail_early += 1,
+                        Some(d) if d >= T1_S => want.fail_correct += 1,
+                        _ => want.fail_late += 1,
+                    }
+                    want.fail_unpredicted += usize::from(d.is_none());
+                } else {
+                    want.successes += 1;
+                    want.success_correct += usize::from(d.is_none_or(|d| d < T1_S));
+                }
+            }
+        }
+        assert_eq!(rep.total, want, "{kind:?}");
+        assert_eq!(want.failures, info.test.failures, "{kind:?}");
+        assert_eq!(want.failures + want.successes, info.test.handovers);
+    }
+    // The paper's predictor, learned from last month, flags some of this month's failures.
+    let paper = &reports
+        .iter()
+        .find(|(k, _)| *k == ModelKind::Paper)
+        .unwrap()
+        .1;
+    assert!(
+        paper.total.fail_correct + paper.total.fail_early > 0,
+        "{paper:?}"
+    );
+    // Learning from more rides than leave-one-ride-out over this month alone has gives
+    // different tables: the training set matters.
+    let alone = leave_one_ride_out_judged(&this, &kinds, Lead::NONE, Truth::default());
+    assert_ne!(reports, alone);
+    std::fs::remove_dir_all(d).unwrap();
+}
+
+#[test]
+fn training_and_testing_on_the_same_trips_is_leave_one_ride_out() {
+    let trips = sim::simulate("hsr", 2, 1..5).unwrap();
+    for truth in [Truth::Disruption, Truth::Start] {
+        let want = leave_one_ride_out_judged(&trips, &ModelKind::ALL, Lead::NONE, truth);
+        let (got, info) =
+            train_and_test(&trips, &trips, &ModelKind::ALL, Lead::NONE, truth).unwrap();
+        assert_eq!(got, want);
+        assert_eq!(info.shared_rides, 4);
+    }
+}
+
+#[test]
+fn an_empty_training_set_or_one_without_failures_is_refused() {
+    let test = sim::simulate("hsr", 2, 1..3).unwrap();
+    let kinds = [ModelKind::Paper];
+    let e = train_and_test(&[], &test, &kinds, Lead::NONE, Truth::default()).unwrap_err();
+    assert_eq!(e, TrainingError::Empty);
+    assert!(e.to_string().contains("training set is empty"), "{e}");
+    let mut calm = sim::simulate("hsr", 2, 3..5).unwrap();
+    for t in &mut calm {
+        t.handovers.retain(|h| !h.outcome.failed());
+    }
+    let e = train_and_test(&calm, &test, &kinds, Lead::NONE, Truth::default()).unwrap_err();
+    let TrainingError::NoFailures(size) = &e else {
+        panic!("{e:?}")
+    };
+    assert_eq!((size.trips, size.failures), (2, 0));
+    assert!(size.handovers > 0);
+    assert!(
+        e.to_string()
+            .contains("no failed handover to learn from (2 trips in 2 rides"),
+        "{e}"
+    );
 }

@@ -69,34 +69,10 @@ pub enum LinkdbAction {
         #[arg(long)]
         cells: bool,
     },
-    /// Leave-one-ride-out validation of the predictors, per route, with the paper's categories.
-    Validate {
-        #[command(flatten)]
-        db: DbArgs,
-        #[command(flatten)]
-        filter: FilterArgs,
-        /// Predictors (paper, risk, loctable).
-        #[arg(long, value_delimiter = ',', default_value = "paper,risk,loctable")]
-        models: Vec<String>,
-        /// Also show the risk model at these thresholds (sensitivity; default 0.1 is fixed a priori).
-        #[arg(long, value_delimiter = ',')]
-        risk_thresholds: Vec<f64>,
-        /// Also judge the throttling HPR does: from t̂_HOF − L, L = RTT + E_GPS / speed, with
-        /// this RTT (ms) and E_GPS = 20 m (NSDI'23 §4.3). Default: no such table.
-        #[arg(long)]
-        hpr_rtt_ms: Option<f64>,
-        /// What a failure's Δ = t_HO − t̂_HOF is measured to: `loss`, the moment the UE lost
-        /// the source cell (the blackout begins; the default), or `start`, the handover's
-        /// recorded start. Successes are judged at their start either way.
-        #[arg(long, default_value = "loss", value_parser = ["loss", "start"])]
-        truth: String,
-        /// Build the predictors from this source's trips of the same route (the rides other
-        /// than the one judged) instead of the judged trips' own source: `--source sim
-        /// --train-source relay` judges, against the ground truth, what LinkDB learns from the
-        /// relays' own logs.
-        #[arg(long)]
-        train_source: Option<String>,
-    },
+    /// Leave-one-ride-out validation of the predictors, per route, with the paper's categories;
+    /// or learning from one set of trips (`--train-db`, `--train-source`, `--train-route`) and
+    /// testing on another.
+    Validate(Box<ValidateArgs>),
     /// One prediction: when does the next handover of a path on this cell fail?
     Predict(PredictArgs),
     /// Delete the rides that began more than N days ago (what proxy.toml's `[linkdb]
@@ -115,6 +91,46 @@ pub enum LinkdbAction {
         #[arg(long)]
         dry_run: bool,
     },
+}
+
+/// Options of `linkdb validate`.
+#[derive(Args, Debug)]
+pub struct ValidateArgs {
+    #[command(flatten)]
+    pub db: DbArgs,
+    #[command(flatten)]
+    pub filter: FilterArgs,
+    /// Predictors (paper, risk, loctable).
+    #[arg(long, value_delimiter = ',', default_value = "paper,risk,loctable")]
+    pub models: Vec<String>,
+    /// Also show the risk model at these thresholds (sensitivity; default 0.1 is fixed a priori).
+    #[arg(long, value_delimiter = ',')]
+    pub risk_thresholds: Vec<f64>,
+    /// Also judge the throttling HPR does: from t̂_HOF − L, L = RTT + E_GPS / speed, with
+    /// this RTT (ms) and E_GPS = 20 m (NSDI'23 §4.3). Default: no such table.
+    #[arg(long)]
+    pub hpr_rtt_ms: Option<f64>,
+    /// What a failure's Δ = t_HO − t̂_HOF is measured to: `loss`, the moment the UE lost
+    /// the source cell (the blackout begins; the default), or `start`, the handover's
+    /// recorded start. Successes are judged at their start either way.
+    #[arg(long, default_value = "loss", value_parser = ["loss", "start"])]
+    pub truth: String,
+    /// Learn from the trips of this database (`sqlite:PATH`, a path to an SQLite file, or
+    /// `postgres://…`) and test on `--db`'s: last month's rides against this month's, or one
+    /// dataset against another. Its trips are chosen like the tested ones (`--source`,
+    /// `--route`) unless `--train-source` or `--train-route` say otherwise. A ride in both
+    /// databases is left out of the training while it is tested.
+    #[arg(long, value_name = "URL")]
+    pub train_db: Option<String>,
+    /// Learn from this source's trips (sim, wmnlab, ucc5g, relay) instead of the tested
+    /// source's, each tested ride left out: `--source sim --train-source relay` judges,
+    /// against the ground truth, what LinkDB learns from the relays' own logs.
+    #[arg(long)]
+    pub train_source: Option<String>,
+    /// Learn from this route's trips, whatever route is tested (default: each tested route
+    /// from its own trips): one line's or dataset's history judged on another's.
+    #[arg(long)]
+    pub train_route: Option<String>,
 }
 
 /// Options of `linkdb import`.
@@ -253,36 +269,7 @@ pub fn run(action: LinkdbAction) -> Result<()> {
         LinkdbAction::Import(a) => import(&a),
         LinkdbAction::Stats { db } => stats(&db),
         LinkdbAction::Analyze { db, filter, cells } => analyze(&db, &filter, cells),
-        LinkdbAction::Validate {
-            db,
-            filter,
-            models,
-            risk_thresholds,
-            hpr_rtt_ms,
-            truth,
-            train_source,
-        } => {
-            let truth = if truth == "start" {
-                validate::Truth::Start
-            } else {
-                validate::Truth::Disruption
-            };
-            let train_source = train_source
-                .as_deref()
-                .map(str::parse::<Source>)
-                .transpose()
-                .map_err(anyhow::Error::msg)
-                .context("--train-source")?;
-            validate_cmd(
-                &db,
-                &filter,
-                &models,
-                &risk_thresholds,
-                hpr_rtt_ms,
-                truth,
-                train_source,
-            )
-        }
+        LinkdbAction::Validate(a) => validate_cmd(&a),
         LinkdbAction::Predict(a) => predict(&a),
         LinkdbAction::Prune {
             db,
@@ -865,114 +852,197 @@ fn analyze(db: &DbArgs, filter: &FilterArgs, list_cells: bool) -> Result<()> {
     Ok(())
 }
 
-fn validate_cmd(
-    db: &DbArgs,
-    filter: &FilterArgs,
-    models: &[String],
-    thresholds: &[f64],
-    hpr_rtt_ms: Option<f64>,
-    truth: validate::Truth,
-    train_source: Option<Source>,
-) -> Result<()> {
-    if let Some(r) = hpr_rtt_ms {
+/// `--train-db`: a URL, or a path to an SQLite file, which must exist (opening one that does
+/// not would create an empty database).
+fn train_db_url(arg: &str) -> Result<String> {
+    let url = if arg.starts_with("sqlite:") || arg.contains("://") {
+        arg.to_string()
+    } else {
+        format!("sqlite:{arg}")
+    };
+    if let Some(path) = url.strip_prefix("sqlite:") {
+        let path = path.strip_prefix("//").unwrap_or(path);
+        if path != ":memory:" && !std::path::Path::new(path).exists() {
+            bail!("--train-db {arg}: no such database file");
+        }
+    }
+    Ok(url)
+}
+
+/// `source S` / `all sources`, `route R` / `all routes`: which trips a filter picks.
+fn describe(source: Option<Source>, route: Option<&str>) -> String {
+    format!(
+        "{}, {}",
+        source.map_or("all sources".into(), |s| format!("source {s}")),
+        route.map_or("all routes".into(), |r| format!("route {r}"))
+    )
+}
+
+fn validate_cmd(a: &ValidateArgs) -> Result<()> {
+    if let Some(r) = a.hpr_rtt_ms {
         if !(r.is_finite() && r >= 0.0) {
             bail!("--hpr-rtt-ms must be a number >= 0, got {r}");
         }
     }
-    if train_source.is_some() && !thresholds.is_empty() {
-        bail!("--risk-thresholds and --train-source do not go together");
+    let truth = if a.truth == "start" {
+        validate::Truth::Start
+    } else {
+        validate::Truth::Disruption
+    };
+    let parse_source = |s: &Option<String>, what: &str| {
+        s.as_deref()
+            .map(str::parse::<Source>)
+            .transpose()
+            .map_err(anyhow::Error::msg)
+            .context(what.to_string())
+    };
+    let train_source = parse_source(&a.train_source, "--train-source")?;
+    let explicit = a.train_db.is_some() || train_source.is_some() || a.train_route.is_some();
+    if explicit && !a.risk_thresholds.is_empty() {
+        bail!(
+            "--risk-thresholds and --train-db, --train-source or --train-route do not go together"
+        );
     }
-    let kinds: Vec<ModelKind> = models
+    let kinds: Vec<ModelKind> = a
+        .models
         .iter()
         .map(|m| {
             ModelKind::parse(m)
                 .with_context(|| format!("unknown predictor `{m}`; valid: paper, risk, loctable"))
         })
         .collect::<Result<_>>()?;
-    let mut store = open(db)?;
-    let trips = store.load(&filter.filter()?)?;
+    let filter = a.filter.filter()?;
+    let train_url = a.train_db.as_deref().map(train_db_url).transpose()?;
+    let mut store = open(&a.db)?;
+    let trips = store.load(&filter)?;
     if trips.is_empty() {
         bail!("no trips match; import some first (polycorn linkdb import …)");
     }
-    let mut history = match train_source {
-        None => BTreeMap::new(),
-        Some(s) => by_route(store.load(&TripFilter {
-            source: Some(s),
-            route: filter.route.clone(),
-        })?),
+    let tested_db = store.redacted_url();
+    // The training set: all of it, and by route unless `--train-route` names one for all.
+    let train_filter = TripFilter {
+        source: train_source.or(filter.source),
+        route: a.train_route.clone().or(filter.route.clone()),
+    };
+    let (train_db, mut history, train_all) = if explicit {
+        let (name, loaded) = match &train_url {
+            Some(url) => {
+                let mut ts = Store::open(url).with_context(|| format!("open --train-db {url}"))?;
+                (ts.redacted_url(), ts.load(&train_filter)?)
+            }
+            None => (tested_db.clone(), store.load(&train_filter)?),
+        };
+        if a.train_route.is_some() {
+            (name, BTreeMap::new(), Some(loaded))
+        } else {
+            (name, by_route(loaded), None)
+        }
+    } else {
+        (tested_db.clone(), BTreeMap::new(), None)
     };
     for (route, trips) in by_route(trips) {
-        let train = match train_source {
-            None => None,
-            Some(s) => match history.remove(&route) {
-                Some(t) => {
-                    println!(
-                        "(predictors built from the {} {s} trips of the route)",
-                        t.len()
-                    );
-                    Some(t)
-                }
-                None => {
-                    println!(
-                        "== route {route}: no {s} trips to build the predictors from; skipped"
-                    );
-                    continue;
-                }
-            },
-        };
-        let train = train.as_deref().unwrap_or(&trips[..]);
         let rides: std::collections::BTreeSet<&str> = trips.iter().map(validate::ride_of).collect();
+        let judged = match truth {
+            validate::Truth::Disruption => "failures judged at the loss of the source cell",
+            validate::Truth::Start => "failures judged at their start",
+        };
+        let tested_on = format!(
+            "{tested_db}, {}: {}",
+            describe(filter.source, Some(&route)),
+            validate::SetSize::of(&trips)
+        );
+        if !explicit {
+            println!(
+                "== route {route}: {} trips in {} rides, leave-one-ride-out; t1 = {} s, t2 = {} s; {judged}",
+                trips.len(),
+                rides.len(),
+                validate::T1_S,
+                validate::T2_S,
+            );
+            println!("trained on the other rides of the tested trips; tested on {tested_on}");
+            if rides.len() < 2 {
+                println!("(needs at least two rides; skipped)");
+                continue;
+            }
+            let run =
+                |lead| validate::leave_one_ride_out_across(&trips, &trips, &kinds, lead, truth);
+            print_reports(&run(validate::Lead::NONE));
+            print_hpr(a.hpr_rtt_ms, |lead| Ok(run(lead)))?;
+            print_risk_thresholds(&trips, &a.risk_thresholds, truth);
+            continue;
+        }
+        let train_route = a.train_route.as_deref().unwrap_or(&route);
+        let train: Vec<TripData> = match &train_all {
+            Some(t) => t.clone(),
+            None => history.remove(&route).unwrap_or_default(),
+        };
+        let trained_on = format!(
+            "{train_db}, {}",
+            describe(train_filter.source, Some(train_route))
+        );
         println!(
-            "== route {route}: {} trips in {} rides, leave-one-ride-out; t1 = {} s, t2 = {} s; {}",
+            "== route {route}: {} trips in {} rides, judged by predictors learned from another set; t1 = {} s, t2 = {} s; {judged}",
             trips.len(),
             rides.len(),
             validate::T1_S,
             validate::T2_S,
-            match truth {
-                validate::Truth::Disruption => "failures judged at the loss of the source cell",
-                validate::Truth::Start => "failures judged at their start",
-            }
         );
-        if rides.len() < 2 {
-            println!("(needs at least two rides; skipped)");
-            continue;
-        }
-        let reports =
-            validate::leave_one_ride_out_across(train, &trips, &kinds, validate::Lead::NONE, truth);
+        let run = |lead| {
+            validate::train_and_test(&train, &trips, &kinds, lead, truth)
+                .with_context(|| format!("route {route}: training set {trained_on}"))
+        };
+        let (reports, info) = run(validate::Lead::NONE)?;
+        println!(
+            "trained on {trained_on}: {}; tested on {tested_on}; {} rides in both, each left out of the training while it is tested",
+            info.train, info.shared_rides
+        );
         print_reports(&reports);
-        if let Some(rtt_ms) = hpr_rtt_ms {
-            let lead = validate::Lead {
-                rtt_ms,
-                gps_error_m: 20.0,
-            };
-            println!(
-                "as HPR throttles: from t̂_HOF − L, L = {rtt_ms} ms + 20 m / speed ({:.0} ms at 300 km/h):",
-                lead.ms(300.0 / 3.6)
-            );
-            let reports = validate::leave_one_ride_out_across(train, &trips, &kinds, lead, truth);
-            print_reports(&reports);
-        }
-        if !thresholds.is_empty() {
-            println!("risk model, sensitivity to its threshold (all carriers):");
-            println!(
-                "{:>9} {:>8} {:>8} {:>8} {:>10}",
-                "threshold", "correct", "early", "late", "succ. ok"
-            );
-            for &th in thresholds {
-                let c = validate::leave_one_ride_out_risk(&trips, th, truth);
-                let p = |k: usize, n: usize| format!("{:.1}%", 100.0 * k as f64 / n.max(1) as f64);
-                println!(
-                    "{:>9} {:>8} {:>8} {:>8} {:>10}",
-                    th,
-                    p(c.fail_correct, c.failures),
-                    p(c.fail_early, c.failures),
-                    p(c.fail_late, c.failures),
-                    p(c.success_correct, c.successes)
-                );
-            }
-        }
+        print_hpr(a.hpr_rtt_ms, |lead| Ok(run(lead)?.0))?;
     }
     Ok(())
+}
+
+/// With `--hpr-rtt-ms`, the tables again as HPR throttles.
+fn print_hpr(
+    hpr_rtt_ms: Option<f64>,
+    run: impl Fn(validate::Lead) -> Result<Vec<(ModelKind, validate::Report)>>,
+) -> Result<()> {
+    if let Some(rtt_ms) = hpr_rtt_ms {
+        let lead = validate::Lead {
+            rtt_ms,
+            gps_error_m: 20.0,
+        };
+        println!(
+            "as HPR throttles: from t̂_HOF − L, L = {rtt_ms} ms + 20 m / speed ({:.0} ms at 300 km/h):",
+            lead.ms(300.0 / 3.6)
+        );
+        print_reports(&run(lead)?);
+    }
+    Ok(())
+}
+
+/// With `--risk-thresholds`, the risk model's totals at each.
+fn print_risk_thresholds(trips: &[TripData], thresholds: &[f64], truth: validate::Truth) {
+    if thresholds.is_empty() {
+        return;
+    }
+    println!("risk model, sensitivity to its threshold (all carriers):");
+    println!(
+        "{:>9} {:>8} {:>8} {:>8} {:>10}",
+        "threshold", "correct", "early", "late", "succ. ok"
+    );
+    for &th in thresholds {
+        let c = validate::leave_one_ride_out_risk(trips, th, truth);
+        let p = |k: usize, n: usize| format!("{:.1}%", 100.0 * k as f64 / n.max(1) as f64);
+        println!(
+            "{:>9} {:>8} {:>8} {:>8} {:>10}",
+            th,
+            p(c.fail_correct, c.failures),
+            p(c.fail_early, c.failures),
+            p(c.fail_late, c.failures),
+            p(c.success_correct, c.successes)
+        );
+    }
 }
 
 /// The category table over every handover, then over the handovers out of cells with a failure

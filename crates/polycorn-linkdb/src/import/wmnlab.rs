@@ -19,12 +19,17 @@
 //!   towards the end of a run.
 //! * **Cell.** A location grid: the source "cell" of a handover is the `GRID_M` bin of its
 //!   position (`g<bin>`), keyed with band and direction like a real cell.
-//! * **Handovers.** A row with `LTE_HO` or `MN_HO` (the LTE anchor, in EN-DC the master node)
-//!   is a successful handover; a row with `RLF` is a failed one (the radio link dropped during
+//! * **Handovers.** An `LTE_HO` or `MN_HO` event (the LTE anchor, in EN-DC the master node) is
+//!   a successful handover; an `RLF` event is a failed one (the radio link dropped during
 //!   mobility; the paper's failure). An `LTE_HO`/`MN_HO` within [`RLF_MERGE_S`] after an RLF
 //!   is the re-establishment of that failure, not another handover (counted in the notes). NR
 //!   events (`gNB_HO`, `SCG_RLF`, …) concern the secondary 5G leg and are not handovers of the
 //!   path (counted in the notes).
+//! * **Several events in one bin.** An event cell counts the events of its second: `0`, `1`,
+//!   or more (`2`: two handovers in that second), or lists them, `a@b` (one event per part,
+//!   each part a number above 0). Each event becomes its own record at that bin, in order: the
+//!   bin's failures first, then its handovers ([`events`]). A cell that is none of these makes
+//!   the row bad, with the column named.
 //!
 //! The `*-example_dataset.csv` file duplicates run #01 of its phone and is skipped with a note.
 
@@ -126,7 +131,7 @@ pub fn import(path: &Path, opt: Options) -> Result<super::Imported, ImportError>
         ));
     }
     rep.notes.push(format!(
-        "{merged} LTE_HO/MN_HO rows within {RLF_MERGE_S} s after an RLF counted as that failure's re-establishment"
+        "{merged} LTE_HO/MN_HO events within {RLF_MERGE_S} s after an RLF counted as that failure's re-establishment"
     ));
     rep.notes.push(format!(
         "{nr_events} NR secondary-leg events (gNB_HO, gNB_Rel, SCG_RLF, eNB_to_ENDC) are not path handovers"
@@ -173,14 +178,17 @@ fn import_file(
     let mut handovers: Vec<HandoverRecord> = Vec::new();
     let mut last_rlf_s: Option<f64> = None;
     let (mut merged, mut nr) = (0usize, 0usize);
-    let flag = |f: &[&str], i: usize| -> Result<bool, String> {
-        f[i].parse::<f64>()
-            .map(|v| v > 0.0)
-            .map_err(|_| format!("event column {} is `{}`, not 0/1", i + 1, f[i]))
+    let columns = csv.columns();
+    let count = |f: &[&str], i: usize| -> Result<usize, String> {
+        events(f[i]).map_err(|e| format!("column `{}`: {e}", columns[i]))
     };
     csv.rows(rep, |f| {
         let t = clock.check(f[c_ts])?;
-        let (lte, mn, rlf) = (flag(f, c_lte)?, flag(f, c_mn)?, flag(f, c_rlf)?);
+        let (lte, mn, rlf) = (count(f, c_lte)?, count(f, c_mn)?, count(f, c_rlf)?);
+        let mut nr_here = 0;
+        for &c in &nr_cols {
+            nr_here += count(f, c)?;
+        }
         let rsrp = f[c_rsrp]
             .parse::<f64>()
             .ok()
@@ -190,10 +198,7 @@ fn import_file(
         let progress = elapsed * V_NOMINAL_MPS;
         let position = direction.position(progress);
         let cell = format!("g{}", (progress / opt.grid_m).floor() as i64);
-        nr += nr_cols
-            .iter()
-            .filter(|&&c| f[c].parse::<f64>().is_ok_and(|v| v > 0.0))
-            .count();
+        nr += nr_here;
         samples.push(Sample {
             t_ms,
             lat: None,
@@ -222,10 +227,11 @@ fn import_file(
             interruption_ms: None,
             lost: None,
         };
-        if rlf {
+        for _ in 0..rlf {
             handovers.push(record(Outcome::Failure));
             last_rlf_s = Some(elapsed);
-        } else if lte || mn {
+        }
+        for _ in 0..lte + mn {
             if last_rlf_s.is_some_and(|r| elapsed - r <= RLF_MERGE_S) {
                 merged += 1;
             } else {
@@ -251,6 +257,48 @@ fn import_file(
         radio,
     );
     Ok((data, merged, nr))
+}
+
+/// Most events one cell may hold: a second holds a few handovers at most, so a larger count
+/// is a broken cell, not events.
+pub const MAX_EVENTS_PER_BIN: usize = 16;
+
+/// The events of one event cell: a count (`0`, `1`, `2`, …; a number in (0, 1], the event's
+/// time within the bin, is one event) or a list `a@b[@c…]` of one event per part, each part a
+/// number above 0. Anything else is an error saying what the cell holds.
+pub fn events(cell: &str) -> Result<usize, String> {
+    let bad =
+        |why: &str| format!("`{cell}` is not an event count (0, 1, 2, …) or list (`a@b`): {why}");
+    let n = if cell.contains('@') {
+        for part in cell.split('@') {
+            match part.trim().parse::<f64>() {
+                Ok(v) if v.is_finite() && v > 0.0 => {}
+                Ok(_) => return Err(bad(&format!("part `{part}` is not above 0"))),
+                Err(_) => return Err(bad(&format!("part `{part}` is not a number"))),
+            }
+        }
+        cell.split('@').count()
+    } else {
+        let v: f64 = cell.parse().map_err(|_| bad("not a number"))?;
+        if !(v.is_finite() && v >= 0.0) {
+            return Err(bad("negative or not finite"));
+        }
+        if v == 0.0 {
+            0
+        } else if v <= 1.0 {
+            1
+        } else if v.fract() == 0.0 {
+            v as usize
+        } else {
+            return Err(bad("a count above 1 is a whole number"));
+        }
+    };
+    if n > MAX_EVENTS_PER_BIN {
+        return Err(bad(&format!(
+            "more than {MAX_EVENTS_PER_BIN} events in one second"
+        )));
+    }
+    Ok(n)
 }
 
 /// Number of trips per ride (for reports).
@@ -283,5 +331,40 @@ mod tests {
         let n = parse_name("2023-06-12_sm00_#10_All(wo_B1).csv").unwrap();
         assert_eq!((n.exp, n.run, n.bands.as_str()), (None, 10, "All(wo_B1)"));
         assert!(parse_name("2023-03-26_qc00-example_dataset.csv").is_none());
+    }
+
+    #[test]
+    fn event_cells() {
+        for (cell, n) in [
+            ("0", 0),
+            ("0.0", 0),
+            ("1", 1),
+            ("0.25", 1),
+            ("2", 2),
+            ("3", 3),
+            ("1@1", 2),
+            ("0.2@0.7", 2),
+            ("1@1@1", 3),
+        ] {
+            assert_eq!(events(cell), Ok(n), "{cell}");
+        }
+        for (cell, why) in [
+            ("x", "not a number"),
+            ("", "not a number"),
+            ("-1", "negative or not finite"),
+            ("NaN", "negative or not finite"),
+            ("1.5", "whole number"),
+            ("1@", "part `` is not a number"),
+            ("@1", "part `` is not a number"),
+            ("1@0", "part `0` is not above 0"),
+            ("1@b", "part `b` is not a number"),
+            ("99", "more than 16 events"),
+        ] {
+            let e = events(cell).unwrap_err();
+            assert!(
+                e.contains(&format!("`{cell}`")) && e.contains(why),
+                "{cell}: {e}"
+            );
+        }
     }
 }

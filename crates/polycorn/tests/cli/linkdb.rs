@@ -119,6 +119,92 @@ fn linkdb_import_is_idempotent_and_validate_prints_the_categories() {
     std::fs::remove_dir_all(dir).unwrap();
 }
 
+/// `linkdb validate --train-db`: learning from one database (last month's rides) and testing
+/// on another; the same database as both gives the leave-one-ride-out tables.
+#[test]
+fn linkdb_validate_learns_from_one_database_and_tests_on_another() {
+    let dir = std::env::temp_dir().join(format!("polycorn-cli-traindb-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let text = |o: &std::process::Output| String::from_utf8_lossy(&o.stdout).into_owned();
+    let err = |o: &std::process::Output| String::from_utf8_lossy(&o.stderr).into_owned();
+    let (last, this) = (dir.join("last.sqlite"), dir.join("this.sqlite"));
+    for (db, seed, n) in [(&last, "1", "4"), (&this, "5", "3")] {
+        let db = format!("sqlite:{}", db.display());
+        let out = polycorn(&[
+            "linkdb",
+            "import",
+            "--db",
+            &db,
+            "--simulate",
+            n,
+            "--preset",
+            "hsr",
+            "--route-seed",
+            "2",
+            "--first-trip-seed",
+            seed,
+        ]);
+        assert!(out.status.success(), "{}", err(&out));
+    }
+    let this_db = format!("sqlite:{}", this.display());
+    let out = polycorn(&[
+        "linkdb",
+        "validate",
+        "--db",
+        &this_db,
+        "--train-db",
+        last.to_str().unwrap(),
+    ]);
+    assert!(out.status.success(), "{}", err(&out));
+    let t = text(&out);
+    for needle in [
+        "== route hsr/route2: 3 trips in 3 rides, judged by predictors learned from another set",
+        &format!(
+            "trained on sqlite:{}, all sources, route hsr/route2: 4 trips in 4 rides",
+            last.display()
+        ),
+        &format!(
+            "tested on sqlite:{}, all sources, route hsr/route2: 3 trips in 3 rides",
+            this.display()
+        ),
+        "0 rides in both",
+        "only handovers out of a cell with a failure in the other rides",
+    ] {
+        assert!(t.contains(needle), "{needle} missing in\n{t}");
+    }
+    assert_eq!(t.matches("\npaper     all").count(), 2, "{t}");
+    // The same database to learn from and to test on: the leave-one-ride-out tables.
+    let tables = |t: &str| {
+        t.lines()
+            .filter(|l| {
+                l.starts_with("paper ") || l.starts_with("risk ") || l.starts_with("loctable ")
+            })
+            .map(String::from)
+            .collect::<Vec<_>>()
+    };
+    let alone = polycorn(&["linkdb", "validate", "--db", &this_db]);
+    assert!(alone.status.success(), "{}", err(&alone));
+    let same = polycorn(&[
+        "linkdb",
+        "validate",
+        "--db",
+        &this_db,
+        "--train-db",
+        &this_db,
+    ]);
+    assert!(same.status.success(), "{}", err(&same));
+    assert!(text(&same).contains("3 rides in both"), "{}", text(&same));
+    assert!(!tables(&text(&alone)).is_empty());
+    assert_eq!(tables(&text(&alone)), tables(&text(&same)));
+    assert_ne!(
+        tables(&text(&alone)),
+        tables(&t),
+        "learning from 4 more rides changes nothing?"
+    );
+    std::fs::remove_dir_all(dir).unwrap();
+}
+
 /// LinkDB from what relays saw: simulated rides stored as their relays would have recorded
 /// them (`--as-seen-by-relay`, with how they compare to the truth), validated against the truth
 /// (`--train-source relay`); `--ride-log`'s options checked before anything is stored.
@@ -130,7 +216,7 @@ fn linkdb_learns_from_what_relays_saw() {
     let db = format!("sqlite:{}", dir.join("l.sqlite").display());
     let text = |o: &std::process::Output| String::from_utf8_lossy(&o.stdout).into_owned();
     let err = |o: &std::process::Output| String::from_utf8_lossy(&o.stderr).into_owned();
-    let sim = ["--simulate", "3", "--preset", "ktx", "--route-seed", "4"];
+    let sim = ["--simulate", "3", "--preset", "hsr", "--route-seed", "2"];
     let mut args = vec!["linkdb", "import", "--db", &db];
     args.extend(sim);
     args.push("--as-seen-by-relay");
@@ -168,8 +254,10 @@ fn linkdb_learns_from_what_relays_saw() {
     assert!(out.status.success(), "{}", err(&out));
     let t = text(&out);
     assert!(
-        t.contains("predictors built from the 3 relay trips of the route")
-            && t.contains("route ktx/route4: 3 trips in 3 rides"),
+        t.contains(", source relay, route hsr/route2: 3 trips in 3 rides")
+            && t.contains("; tested on sqlite:")
+            && t.contains("3 rides in both, each left out of the training while it is tested")
+            && t.contains("route hsr/route2: 3 trips in 3 rides"),
         "{t}"
     );
     // `linkdb <cmd> --db … <args>` fails, saying `want`.
@@ -223,6 +311,18 @@ fn linkdb_learns_from_what_relays_saw() {
         (
             vec!["--train-source", "relay", "--risk-thresholds", "0.1"],
             "do not go together",
+        ),
+        (
+            vec!["--train-route", "nowhere"],
+            "route hsr/route2: training set sqlite:",
+        ),
+        (
+            vec!["--train-route", "nowhere"],
+            "the training set is empty",
+        ),
+        (
+            vec!["--train-db", "/nonexistent/l.sqlite"],
+            "--train-db /nonexistent/l.sqlite: no such database file",
         ),
     ] {
         refused("validate", args, want);
