@@ -113,6 +113,8 @@ mod tests {
             assert!(!l.uplink.looping);
         }
         let fixed = from_trip(&trip, Some(QueueLimit::Bytes(1234))).unwrap();
-        assert!(fixed.iter().all(|l| l.downlink.queue == QueueLimit::Bytes(1234)));
+        assert!(fixed
+            .iter()
+            .all(|l| l.downlink.queue == QueueLimit::Bytes(1234)));
     }
 }
