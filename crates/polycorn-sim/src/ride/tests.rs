@@ -75,3 +75,13 @@ fn a_ride_on_steady_links_completes_every_transfer_and_message() {
         .iter()
         .all(|(u, d)| u.bytes_out > 0 && d.bytes_out > 0));
 }
+
+/// The same ride twice gives the same results, byte for byte.
+#[test]
+fn a_ride_is_deterministic() {
+    for spec in ["hrsch", "redundant"] {
+        let a = format!("{:?}", run(&small_ride(spec)).unwrap());
+        let b = format!("{:?}", run(&small_ride(spec)).unwrap());
+        assert_eq!(a, b, "{spec}");
+    }
+}
