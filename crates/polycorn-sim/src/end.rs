@@ -122,8 +122,11 @@ impl End {
         if n == 0 {
             return false;
         }
+        let n = sf.conn.write(now.as_micros(), n as u64) as usize;
+        if n == 0 {
+            return false;
+        }
         sf.sent.extend(sf.pending.drain(..n));
-        sf.conn.write(now.as_micros(), n as u64);
         let end = sf.sent_base + sf.sent.len() as u64;
         sf.log.wrote(end, now);
         self.sample(now, p);

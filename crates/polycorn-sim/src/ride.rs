@@ -17,6 +17,7 @@ use polycorn_sched::time::Instant;
 use crate::apps::{Passengers, Servers};
 use crate::end::{End, Subflow, TCP_INFO_PERIOD_US};
 use crate::queue::EventQueue;
+use crate::tcp::{TcpConfig, TcpConfigError};
 use crate::transport::{Conn, Packet};
 use crate::wire::{Wire, WireStats};
 use crate::workload::{ImAnswer, TransferResult, Workload};
@@ -35,8 +36,10 @@ pub struct RideConfig {
     pub links: Vec<PathLinks>,
     /// What the passengers do.
     pub workload: Workload,
-    /// Each subflow socket's send buffer, bytes.
-    pub send_buffer: u64,
+    /// The relay's subflow sockets (congestion control, RTO bounds, send buffer, …).
+    pub relay_tcp: TcpConfig,
+    /// The proxy's subflow sockets.
+    pub proxy_tcp: TcpConfig,
     /// When the ride ends, µs.
     pub end_us: u64,
 }
@@ -57,6 +60,9 @@ pub enum SimError {
         /// Why.
         source: LinkError,
     },
+    /// A TCP configuration was refused.
+    #[error("{0} subflows: {1}")]
+    Tcp(&'static str, TcpConfigError),
     /// A session refused a path.
     #[error("attach path {0}: {1}")]
     Attach(usize, polycorn_proto::ProtoError),
@@ -109,7 +115,13 @@ struct Ride {
     steps: u64,
 }
 
-fn end(cfg: &SessionConfig, paths: usize, send_buffer: u64) -> Result<End, SimError> {
+fn end(
+    cfg: &SessionConfig,
+    paths: usize,
+    tcp: &TcpConfig,
+    side: &'static str,
+) -> Result<End, SimError> {
+    tcp.check().map_err(|e| SimError::Tcp(side, e))?;
     let mut session = Session::new(cfg.clone())?;
     for p in 0..paths {
         session
@@ -119,7 +131,14 @@ fn end(cfg: &SessionConfig, paths: usize, send_buffer: u64) -> Result<End, SimEr
     Ok(End {
         session,
         subflows: (0..paths)
-            .map(|_| Subflow::new(Conn::new(send_buffer)))
+            .map(|p| {
+                // Each subflow's BBR draws from its own seed.
+                let cfg = TcpConfig {
+                    seed: tcp.seed ^ ((p as u64) << 1) ^ u64::from(side == "proxy"),
+                    ..*tcp
+                };
+                Subflow::new(Conn::new(cfg, Instant::ZERO))
+            })
             .collect(),
     })
 }
@@ -163,8 +182,8 @@ pub fn run(cfg: &RideConfig) -> Result<RideResult, SimError> {
         }
     }
     let mut ride = Ride {
-        relay: end(&cfg.relay, n, cfg.send_buffer)?,
-        proxy: end(&cfg.proxy, n, cfg.send_buffer)?,
+        relay: end(&cfg.relay, n, &cfg.relay_tcp, "relay")?,
+        proxy: end(&cfg.proxy, n, &cfg.proxy_tcp, "proxy")?,
         paths,
         jobs,
         passengers: Passengers::new(w),

@@ -14,19 +14,17 @@ use polycorn_link::link::QueueLimit;
 use polycorn_link::trip::{Trip, STEP_MS};
 use polycorn_net::tuning::Tuning;
 use polycorn_proto::Role;
+use polycorn_sim::tcp::{CongestionControl, Duration as SimDuration, TcpConfig};
 use polycorn_sim::{ImSegment, RideConfig, RideResult, Transfer, TransferResult};
 
 use super::analysis::{FlowResult, ImResult, SystemRun, BIN_MS, TAIL_SHARE};
 use super::plan::{Plan, PlanParams};
 use super::{
-    apply_workloads, at_speed_from_ms, configs, report, split_systems, systems_named, Meta,
-    System, Workload, FULL_SYSTEMS, QUICK_SYSTEMS,
+    apply_workloads, at_speed_from_ms, configs, report, split_systems, systems_named, Meta, System,
+    Workload, FULL_SYSTEMS, QUICK_SYSTEMS,
 };
 use crate::common::utc_now;
 use crate::tripgen::TripArgs;
-
-/// Each simulated subflow's socket send buffer, bytes (Linux's `tcp_wmem` maximum).
-pub const SEND_BUFFER: u64 = 4 << 20;
 
 /// Options of `polycorn sim bench`.
 #[derive(Args, Debug, Clone)]
@@ -72,14 +70,24 @@ pub struct SimArgs {
 /// The systems of `args`, refusing kernel MPTCP.
 pub fn sim_systems(args: &SimArgs) -> Result<Vec<System>> {
     let names: Vec<String> = if args.systems.is_empty() {
-        let d = if args.quick { QUICK_SYSTEMS } else { FULL_SYSTEMS };
-        d.iter().filter(|s| **s != "mptcp").map(|s| s.to_string()).collect()
+        let d = if args.quick {
+            QUICK_SYSTEMS
+        } else {
+            FULL_SYSTEMS
+        };
+        d.iter()
+            .filter(|s| **s != "mptcp")
+            .map(|s| s.to_string())
+            .collect()
     } else {
         split_systems(&args.systems)?
     };
     let systems = systems_named(&names)?;
     if let Some(s) = systems.iter().find(|s| s.mode == "mptcp") {
-        bail!("`{}`: kernel MPTCP is not simulated; run it with `polycorn bench`", s.name);
+        bail!(
+            "`{}`: kernel MPTCP is not simulated; run it with `polycorn bench`",
+            s.name
+        );
     }
     Ok(systems)
 }
@@ -121,7 +129,11 @@ pub fn workload(plan: &Plan) -> polycorn_sim::Workload {
             .map(|s| ImSegment {
                 users: s.users,
                 start_us: us(s.start_s),
-                sends_us: s.sends_s.iter().map(|u| u.iter().map(|t| us(*t)).collect()).collect(),
+                sends_us: s
+                    .sends_s
+                    .iter()
+                    .map(|u| u.iter().map(|t| us(*t)).collect())
+                    .collect(),
                 deadline_us: us(s.deadline_s),
             })
             .collect(),
@@ -138,16 +150,42 @@ pub fn ride_config(
     queue_bytes: Option<u64>,
 ) -> Result<RideConfig> {
     let (relay, proxy) = configs::configs(sys, trip.paths.len(), None)?;
-    let spec = if sys.mode == "single" { "single" } else { relay.relay.scheduler.as_str() };
+    let spec = if sys.mode == "single" {
+        "single"
+    } else {
+        relay.relay.scheduler.as_str()
+    };
     let links = polycorn_link::trip_links::from_trip(trip, queue_bytes.map(QueueLimit::Bytes))?;
+    let (rt, pt) = (Tuning::of_relay(&relay), Tuning::of_proxy(&proxy));
     Ok(RideConfig {
-        relay: Tuning::of_relay(&relay).session_config(Role::Relay, 1, spec),
-        proxy: Tuning::of_proxy(&proxy).session_config(Role::Proxy, 1, spec),
+        relay: rt.session_config(Role::Relay, 1, spec),
+        proxy: pt.session_config(Role::Proxy, 1, spec),
+        relay_tcp: tcp_config(&rt, relay.relay.slow_start_after_idle)?,
+        proxy_tcp: tcp_config(&pt, proxy.proxy.slow_start_after_idle)?,
         links,
         workload: workload(plan),
-        send_buffer: SEND_BUFFER,
         end_us: us(window_s),
     })
+}
+
+/// A side's subflow sockets as its tunables and `slow_start_after_idle` set them (Linux's
+/// defaults otherwise).
+pub fn tcp_config(t: &Tuning, slow_start_after_idle: Option<bool>) -> Result<TcpConfig> {
+    let mut c = TcpConfig::default();
+    c.cc = match t.congestion.as_deref() {
+        None | Some("cubic") => CongestionControl::Cubic,
+        Some("bbr") => CongestionControl::Bbr,
+        Some(other) => bail!("congestion control `{other}` is not simulated (cubic, bbr)"),
+    };
+    if let Some(ms) = t.rto_max_ms {
+        c.rto_max = SimDuration::from_millis(u64::from(ms));
+        c.rto_initial = c.rto_initial.min(c.rto_max);
+    }
+    if let Some(on) = slow_start_after_idle {
+        c.slow_start_after_idle = on;
+    }
+    c.check()?;
+    Ok(c)
 }
 
 fn flow_result(t: &TransferResult, timeout_s: f64) -> FlowResult {
@@ -191,7 +229,10 @@ pub fn system_run(sys: &System, plan: &Plan, r: &RideResult) -> SystemRun {
     let mut counters = std::collections::BTreeMap::new();
     for (role, moves) in ["relay", "proxy"].iter().zip(&r.stage_moves) {
         for (stage, n) in moves {
-            counters.insert(format!("{role}:polycorn_stage_moves_total{{stage=\"{stage}\"}}"), *n as f64);
+            counters.insert(
+                format!("{role}:polycorn_stage_moves_total{{stage=\"{stage}\"}}"),
+                *n as f64,
+            );
         }
     }
     SystemRun {
@@ -202,7 +243,11 @@ pub fn system_run(sys: &System, plan: &Plan, r: &RideResult) -> SystemRun {
         ready_s: 0.0,
         late_paths: vec![],
         error: None,
-        flows: r.downloads.iter().map(|t| flow_result(t, plan.bulk_timeout_s)).collect(),
+        flows: r
+            .downloads
+            .iter()
+            .map(|t| flow_result(t, plan.bulk_timeout_s))
+            .collect(),
         im: r
             .im
             .iter()
@@ -214,7 +259,11 @@ pub fn system_run(sys: &System, plan: &Plan, r: &RideResult) -> SystemRun {
                 delivery_s: m.delivery_us.map(|d| d as f64 / 1e6),
             })
             .collect(),
-        uploads: r.uploads.iter().map(|t| flow_result(t, plan.upload_timeout_s)).collect(),
+        uploads: r
+            .uploads
+            .iter()
+            .map(|t| flow_result(t, plan.upload_timeout_s))
+            .collect(),
         path_down_bytes: r.wires.iter().map(|(_, d)| d.bytes_out).collect(),
         path_up_bytes: r.wires.iter().map(|(u, _)| u.bytes_out).collect(),
         counters,
@@ -222,7 +271,11 @@ pub fn system_run(sys: &System, plan: &Plan, r: &RideResult) -> SystemRun {
 }
 
 /// The trip window and plan of ride `trip_seed` (as `polycorn bench` cuts it).
-pub fn ride_trip(args: &SimArgs, trip_seed: u64, params: &PlanParams) -> Result<(Trip, Plan, Meta)> {
+pub fn ride_trip(
+    args: &SimArgs,
+    trip_seed: u64,
+    params: &PlanParams,
+) -> Result<(Trip, Plan, Meta)> {
     let seed = args.seed.unwrap_or(trip_seed);
     let plan = Plan::new(params, seed);
     let window_ms = ((plan.end_s + plan.bulk_timeout_s + 5.0) * 1000.0) as u64;
@@ -234,8 +287,12 @@ pub fn ride_trip(args: &SimArgs, trip_seed: u64, params: &PlanParams) -> Result<
     let from_ms = match args.from_s {
         Some(s) if s.is_finite() && s >= 0.0 => (s * 1000.0) as u64 / STEP_MS * STEP_MS,
         Some(s) => bail!("--from-s must be >= 0, got {s}"),
-        None => at_speed_from_ms(&full)
-            .with_context(|| format!("the `{}` trip never exceeds 250 km/h; pass --from-s", targs.preset))?,
+        None => at_speed_from_ms(&full).with_context(|| {
+            format!(
+                "the `{}` trip never exceeds 250 km/h; pass --from-s",
+                targs.preset
+            )
+        })?,
     };
     if from_ms + window_ms > full.duration_ms {
         bail!(
@@ -341,7 +398,11 @@ pub fn run(args: &SimArgs) -> Result<()> {
                 }
                 let seed = args.trip.trip_seed + k as u64;
                 let r = simulate_ride(args, &systems, seed, &params).and_then(|r| {
-                    let out = if args.rides == 1 { top.clone() } else { top.join(format!("trip-{seed}")) };
+                    let out = if args.rides == 1 {
+                        top.clone()
+                    } else {
+                        top.join(format!("trip-{seed}"))
+                    };
                     write_ride(&out, &r)?;
                     Ok(r)
                 });
@@ -352,7 +413,10 @@ pub fn run(args: &SimArgs) -> Result<()> {
                     if r.is_ok() { "done" } else { "FAILED" },
                     started.elapsed().as_secs_f64()
                 );
-                results.lock().unwrap_or_else(|p| p.into_inner()).push((k, r));
+                results
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .push((k, r));
             });
         }
     });

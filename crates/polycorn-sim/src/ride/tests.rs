@@ -49,7 +49,8 @@ pub(crate) fn small_ride(spec: &str) -> RideConfig {
                 deadline_us: 2_000_000,
             }],
         },
-        send_buffer: 4 << 20,
+        relay_tcp: TcpConfig::default(),
+        proxy_tcp: TcpConfig::default(),
         end_us: 10_000_000,
     }
 }

@@ -9,7 +9,14 @@ struct Cli {
 }
 
 fn args(extra: &[&str]) -> SimArgs {
-    let mut v = vec!["sim", "--quick", "--bulk-flows", "3", "--workloads", "bulk,im"];
+    let mut v = vec![
+        "sim",
+        "--quick",
+        "--bulk-flows",
+        "3",
+        "--workloads",
+        "bulk,im",
+    ];
     v.extend_from_slice(extra);
     Cli::parse_from(v).args
 }
@@ -42,7 +49,11 @@ fn a_simulated_ride_is_the_same_every_time() {
 fn kernel_mptcp_is_refused_and_left_out_by_default() {
     let e = sim_systems(&args(&["--systems", "mptcp"])).unwrap_err();
     assert!(e.to_string().contains("not simulated"), "{e}");
-    let names: Vec<String> = sim_systems(&args(&[])).unwrap().into_iter().map(|s| s.name).collect();
+    let names: Vec<String> = sim_systems(&args(&[]))
+        .unwrap()
+        .into_iter()
+        .map(|s| s.name)
+        .collect();
     assert_eq!(names, ["single", "vanilla", "hrsch"]);
 }
 
