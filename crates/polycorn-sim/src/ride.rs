@@ -9,7 +9,7 @@
 
 use polycorn_link::trip_links::PathLinks;
 use polycorn_link::LinkError;
-use polycorn_proto::{Session, SessionConfig};
+use polycorn_proto::{PathCounters, Session, SessionConfig};
 use polycorn_sched::predict::NoPrediction;
 use polycorn_sched::spec::SpecError;
 use polycorn_sched::time::Instant;
@@ -17,7 +17,7 @@ use polycorn_sched::time::Instant;
 use crate::apps::{Passengers, Servers};
 use crate::end::{End, Subflow, TCP_INFO_PERIOD_US};
 use crate::queue::EventQueue;
-use crate::tcp::{TcpConfig, TcpConfigError};
+use crate::tcp::{SenderStats, TcpConfig, TcpConfigError};
 use crate::transport::{Conn, Packet};
 use crate::wire::{Wire, WireStats};
 use crate::workload::{ImAnswer, TransferResult, Workload};
@@ -83,6 +83,8 @@ pub struct RideResult {
     pub errors: Vec<(&'static str, usize, String)>,
     /// Scheduler stage moves at the relay and at the proxy (stage, moves).
     pub stage_moves: [Vec<(String, u64)>; 2],
+    /// Per side (relay, proxy) and path: the session's counters and the subflow sender's.
+    pub paths: [Vec<(PathCounters, SenderStats)>; 2],
     /// Loop iterations (a cost measure).
     pub steps: u64,
 }
@@ -373,7 +375,18 @@ impl Ride {
                 .map(|(s, n)| (s.to_string(), *n))
                 .collect()
         };
+        let paths = |e: &End| {
+            e.subflows
+                .iter()
+                .enumerate()
+                .map(|(p, sf)| {
+                    let c = e.session.path_counters(p as u8).unwrap_or_default();
+                    (c, sf.conn.stats())
+                })
+                .collect()
+        };
         RideResult {
+            paths: [paths(&self.relay), paths(&self.proxy)],
             downloads: ps.downloads,
             uploads: ps.uploads,
             im,

@@ -227,12 +227,26 @@ fn flow_result(t: &TransferResult, timeout_s: f64) -> FlowResult {
 /// A simulated ride as the bench's per-system results.
 pub fn system_run(sys: &System, plan: &Plan, r: &RideResult) -> SystemRun {
     let mut counters = std::collections::BTreeMap::new();
-    for (role, moves) in ["relay", "proxy"].iter().zip(&r.stage_moves) {
-        for (stage, n) in moves {
+    for (k, role) in ["relay", "proxy"].iter().enumerate() {
+        for (stage, n) in &r.stage_moves[k] {
             counters.insert(
-                format!("{role}:polycorn_stage_moves_total{{stage=\"{stage}\"}}"),
+                format!("{role}:polycorn_stage_decisions_total{{stage=\"{stage}\"}}"),
                 *n as f64,
             );
+        }
+        for (p, (c, tcp)) in r.paths[k].iter().enumerate() {
+            let mut put = |name: &str, v: u64| {
+                counters.insert(format!("{role}:{name}{{path=\"p{p}\"}}"), v as f64);
+            };
+            put("polycorn_path_sent_bytes_total", c.tx_bytes);
+            put("polycorn_path_received_bytes_total", c.rx_bytes);
+            put("polycorn_path_reinjected_bytes_total", c.reinjected_bytes);
+            put("polycorn_path_redundant_bytes_total", c.redundant_bytes);
+            put(
+                "polycorn_path_retransmissions_total",
+                tcp.segments_retransmitted,
+            );
+            put("polycorn_path_reconnects_total", 0);
         }
     }
     SystemRun {
