@@ -171,11 +171,14 @@ pub fn ride_config(
 /// A side's subflow sockets as its tunables and `slow_start_after_idle` set them (Linux's
 /// defaults otherwise).
 pub fn tcp_config(t: &Tuning, slow_start_after_idle: Option<bool>) -> Result<TcpConfig> {
-    let mut c = TcpConfig::default();
-    c.cc = match t.congestion.as_deref() {
+    let cc = match t.congestion.as_deref() {
         None | Some("cubic") => CongestionControl::Cubic,
         Some("bbr") => CongestionControl::Bbr,
         Some(other) => bail!("congestion control `{other}` is not simulated (cubic, bbr)"),
+    };
+    let mut c = TcpConfig {
+        cc,
+        ..TcpConfig::default()
     };
     if let Some(ms) = t.rto_max_ms {
         c.rto_max = SimDuration::from_millis(u64::from(ms));
