@@ -414,7 +414,10 @@ pub fn run(args: &SimArgs) -> Result<()> {
                     return;
                 }
                 let seed = args.trip.trip_seed + k as u64;
-                let r = simulate_ride(args, &systems, seed, &params).and_then(|r| {
+                let t = std::time::Instant::now();
+                let r = simulate_ride(args, &systems, seed, &params);
+                let took = t.elapsed().as_secs_f64();
+                let r = r.and_then(|r| {
                     let out = if args.rides == 1 {
                         top.clone()
                     } else {
@@ -424,10 +427,17 @@ pub fn run(args: &SimArgs) -> Result<()> {
                     Ok(r)
                 });
                 let n = done.fetch_add(1, Ordering::Relaxed) + 1;
+                let what = match &r {
+                    Ok(r) => format!(
+                        "{} systems x {:.0} s of trip simulated in {took:.1} s on one thread",
+                        r.runs.len(),
+                        r.meta.window_s
+                    ),
+                    Err(_) => "FAILED".into(),
+                };
                 eprintln!(
-                    "[{n}/{}] ride {seed}: {} ({:.1} s elapsed)",
+                    "[{n}/{}] ride {seed}: {what} ({:.1} s elapsed)",
                     args.rides,
-                    if r.is_ok() { "done" } else { "FAILED" },
                     started.elapsed().as_secs_f64()
                 );
                 results
