@@ -462,3 +462,126 @@ impl Servers {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use polycorn_proto::{decode, Role, SessionConfig};
+    use polycorn_sched::path::TcpInfoSample;
+    use polycorn_sched::predict::NoPrediction;
+    use polycorn_sched::time::{Bandwidth, Duration};
+
+    use super::*;
+    use crate::workload::{ImSegment, Transfer};
+
+    /// Everything `from` sends on path 0, into `to`; true if any frame went.
+    fn carry(from: &mut Session, to: &mut Session, wide: &TcpInfoSample, now: Instant) -> bool {
+        from.on_tcp_info(now, 0, wide).unwrap();
+        from.poll_transmit(now, &NoPrediction);
+        let mut out = Vec::new();
+        from.take_output(0, &mut out);
+        let mut used = 0;
+        while let Some((f, k)) = decode(&out[used..]).unwrap() {
+            to.on_frame(now, 0, f).unwrap();
+            used += k;
+        }
+        used > 0
+    }
+
+    /// Relay and proxy sessions joined directly (one path, every frame delivered at once).
+    fn pump(
+        relay: &mut Session,
+        proxy: &mut Session,
+        ps: &mut Passengers,
+        sv: &mut Servers,
+        now: Instant,
+    ) {
+        let wide = TcpInfoSample {
+            srtt: Duration::from_millis(10),
+            rttvar: Duration::from_millis(1),
+            min_rtt: Some(Duration::from_millis(10)),
+            cwnd_bytes: 1 << 24,
+            mss_bytes: 1448,
+            unacked_bytes: 0,
+            notsent_bytes: 0,
+            delivery_rate: Bandwidth::from_bytes_per_sec(100 << 20),
+            rto_backoff: 0,
+            bytes_acked: 0,
+            unacked_age: Duration::ZERO,
+        };
+        let mut buf = Vec::new();
+        for _ in 0..1000 {
+            let mut moved = false;
+            moved |= carry(relay, proxy, &wide, now);
+            moved |= carry(proxy, relay, &wide, now);
+            while let Some(ev) = relay.poll_event() {
+                moved = true;
+                ps.on_event(relay, now, &ev, &mut buf);
+            }
+            while let Some(ev) = proxy.poll_event() {
+                moved = true;
+                sv.on_event(proxy, now, &ev, &mut buf, &mut ps.uploads);
+            }
+            if !moved {
+                return;
+            }
+        }
+        panic!("the sessions never settled");
+    }
+
+    #[test]
+    fn passengers_and_servers_complete_downloads_uploads_and_im() {
+        let w = Workload {
+            downloads: vec![Transfer {
+                idx: 0,
+                start_us: 0,
+                size: 300_000,
+            }],
+            download_timeout_us: 1,
+            uploads: vec![Transfer {
+                idx: 0,
+                start_us: 0,
+                size: 200_000,
+            }],
+            upload_timeout_us: 1,
+            im: vec![ImSegment {
+                users: 2,
+                start_us: 0,
+                sends_us: vec![vec![0, 1], vec![0]],
+                deadline_us: 10,
+            }],
+        };
+        let mut relay = Session::new(SessionConfig::new(Role::Relay, 1, "minrtt")).unwrap();
+        let mut proxy = Session::new(SessionConfig::new(Role::Proxy, 1, "minrtt")).unwrap();
+        relay.attach_path(Instant::ZERO, 0).unwrap();
+        proxy.attach_path(Instant::ZERO, 0).unwrap();
+        let (mut ps, mut sv) = (Passengers::new(&w), Servers::default());
+        let t = Instant::from_millis(5);
+        ps.start_download(&mut relay, t, 0);
+        ps.start_upload(&mut relay, t, 0);
+        ps.start_im(&mut relay, t, 0, 0);
+        ps.start_im(&mut relay, t, 0, 1);
+        for (u, m) in [(0, 0), (1, 0), (0, 1)] {
+            ps.im_send(&mut relay, t, 0, u, m);
+        }
+        pump(&mut relay, &mut proxy, &mut ps, &mut sv, t);
+        let d = &ps.downloads[0];
+        assert_eq!(
+            (d.bytes(), d.done_us, &d.error),
+            (300_000, Some(5_000), &None)
+        );
+        let u = &ps.uploads[0];
+        assert_eq!(
+            (u.bytes(), u.done_us, &u.error),
+            (200_000, Some(5_000), &None)
+        );
+        let answered: Vec<_> = ps
+            .im
+            .iter()
+            .flatten()
+            .flatten()
+            .map(|m| m.delivery_us)
+            .collect();
+        assert_eq!(answered.len(), 3);
+        assert!(answered.iter().all(Option::is_some), "{answered:?}");
+    }
+}
