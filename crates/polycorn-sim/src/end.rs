@@ -68,6 +68,10 @@ pub struct End {
     pub session: Session,
     /// Subflow per path.
     pub subflows: Vec<Subflow>,
+    /// Per path: its window was full at its last sample with nothing to write, so frames from
+    /// the peer (which carry its acknowledgements) are worth a new sample (the engine's
+    /// `wake_window_full`).
+    pub window_full: Vec<bool>,
 }
 
 impl End {
@@ -142,5 +146,16 @@ impl End {
         let mut s = sf.conn.info(now.as_micros());
         s.unacked_age = sf.log.unacked_age(s.bytes_acked, now);
         let _ = self.session.on_tcp_info(now, p as u8, &s);
+        self.window_full[p] =
+            !self.session.has_output(p as u8) && self.session.path_window_full(p as u8);
+    }
+
+    /// Frames arrived: sample again the paths whose window was full at their last sample.
+    pub fn wake_window_full(&mut self, now: Instant) {
+        for p in 0..self.subflows.len() {
+            if std::mem::take(&mut self.window_full[p]) {
+                self.sample(now, p);
+            }
+        }
     }
 }

@@ -131,6 +131,7 @@ fn end(
             .map_err(|e| SimError::Attach(p, e))?;
     }
     Ok(End {
+        window_full: vec![false; paths],
         session,
         subflows: (0..paths)
             .map(|p| {
@@ -256,12 +257,20 @@ impl Ride {
     fn settle(&mut self, now: Instant) -> bool {
         let now_us = now.as_micros();
         let mut moved = false;
+        let (mut to_relay, mut to_proxy) = (false, false);
         for p in 0..self.paths.len() {
             moved |= self.proxy.receive_from(&mut self.relay.subflows[p], p);
             moved |= self.relay.receive_from(&mut self.proxy.subflows[p], p);
-            moved |= self.relay.read_frames(now, p);
-            moved |= self.proxy.read_frames(now, p);
+            to_relay |= self.relay.read_frames(now, p);
+            to_proxy |= self.proxy.read_frames(now, p);
         }
+        if to_relay {
+            self.relay.wake_window_full(now);
+        }
+        if to_proxy {
+            self.proxy.wake_window_full(now);
+        }
+        moved |= to_relay || to_proxy;
         moved |= self.drive(now);
         for p in 0..self.paths.len() {
             while self.relay.write_path(now, p) {
