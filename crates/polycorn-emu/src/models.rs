@@ -2,89 +2,22 @@
 
 use polycorn_link::link::{LinkConfig, OutageMode, QueueLimit};
 use polycorn_link::trace::{DelaySeries, DeliveryTrace, Outages, TraceError};
-use polycorn_link::trip::{PathProcess, Trip, STEP_MS};
+use polycorn_link::trip::Trip;
+pub use polycorn_link::trip_links::{trip_queue, DEFAULT_QUEUE_BYTES};
 
 use crate::forward::{DirectionModel, PathModel};
 
-/// Default droptail queue of constant and trace-replay paths: 175 kB, 140 ms at 10 Mbit/s — cellular
-/// base stations buffer deeply (bufferbloat), which is why RTT under load on HSR is far above
-/// the idle RTT. Calibrated with `polycorn testbed calibrate` (was 375 kB: RTT under BBR load
-/// p50 255-330 ms against the published 185-191 ms). Trip paths size theirs in time
-/// instead ([`trip_queue`]).
-pub const DEFAULT_QUEUE_BYTES: u64 = 175_000;
-
-/// A trip path's queue: `queue_ms` of its carrier's median downlink capacity (the preset's
-/// `dl_median_bps`; at least 3 kB), so the slower carrier does not queue longer than the
-/// faster one. Paths with no carrier model (a trip made of recorded traces) get
-/// [`DEFAULT_QUEUE_BYTES`], as trace paths in the testbed do.
-pub fn trip_queue(trip: &Trip, path: usize) -> QueueLimit {
-    match trip.config.carriers.get(path) {
-        Some(c) => {
-            QueueLimit::Bytes(((c.dl_median_bps / 8.0 * c.queue_ms / 1000.0) as u64).max(3_000))
-        }
-        None => QueueLimit::Bytes(DEFAULT_QUEUE_BYTES),
-    }
-}
-
-/// One direction of a trip path as a link config: the trip's capacity (played once), delay
-/// series and outages. Packets arriving during an outage are dropped, as a detached radio
-/// does, except during a successful handover's interruption when `hold` (the trip's
-/// [`hold_interruptions`](polycorn_link::trip::TripConfig::hold_interruptions)): those wait
-/// for the target cell.
-fn direction(
-    bps: &[f64],
-    p: &PathProcess,
-    hold: bool,
-    queue: QueueLimit,
-    seed: u64,
-) -> Result<LinkConfig, TraceError> {
-    let ops = PathProcess::opportunities_ms(bps);
-    // A trip with no capacity at all still needs a valid trace: one opportunity at its end.
-    let ops = if ops.is_empty() {
-        vec![(bps.len() as u64 * STEP_MS).max(1)]
-    } else {
-        ops
-    };
-    let mut cfg = LinkConfig::new(DeliveryTrace::from_opportunities_ms(ops)?);
-    cfg.looping = false;
-    let mut points: Vec<(u64, u64)> = Vec::new();
-    for (i, &d) in p.owd_us.iter().enumerate() {
-        if points.last().is_none_or(|(_, last)| *last != d) {
-            points.push((i as u64 * STEP_MS, d));
-        }
-    }
-    cfg.delay = DelaySeries::new(points)?;
-    cfg.outages = Outages::new(p.outages_ms.clone())?;
-    cfg.outage_mode = OutageMode::Drop;
-    if hold {
-        cfg.hold_in = Outages::new(p.interruptions_ms.clone())?;
-    }
-    cfg.queue = queue;
-    cfg.seed = seed;
-    Ok(cfg)
-}
-
-/// Both directions of every carrier of `trip`: with `queue`, or (`None`) each carrier's
-/// time-sized queue ([`trip_queue`]). Radio loss is in the trip's outages (deep fades).
+/// Both directions of every carrier of `trip` ([`polycorn_link::trip_links::from_trip`]): with
+/// `queue`, or (`None`) each carrier's time-sized queue ([`trip_queue`]). Radio loss is in the
+/// trip's outages (deep fades).
 pub fn from_trip(trip: &Trip, queue: Option<QueueLimit>) -> Result<Vec<PathModel>, TraceError> {
-    trip.paths
-        .iter()
-        .enumerate()
-        .map(|(i, p)| {
-            let q = queue.unwrap_or_else(|| trip_queue(trip, i));
-            let hold = trip.config.hold_interruptions;
-            Ok(PathModel {
-                uplink: DirectionModel::Shaped(direction(&p.ul_bps, p, hold, q, 2 * i as u64)?),
-                downlink: DirectionModel::Shaped(direction(
-                    &p.dl_bps,
-                    p,
-                    hold,
-                    q,
-                    2 * i as u64 + 1,
-                )?),
-            })
+    Ok(polycorn_link::trip_links::from_trip(trip, queue)?
+        .into_iter()
+        .map(|l| PathModel {
+            uplink: DirectionModel::Shaped(l.uplink),
+            downlink: DirectionModel::Shaped(l.downlink),
         })
-        .collect()
+        .collect())
 }
 
 /// A constant-rate, constant-delay path (both directions alike), or unshaped if `rate_bps` is 0.

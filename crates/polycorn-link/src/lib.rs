@@ -14,6 +14,8 @@
 //! * [`trip`] — the HSR trip model: train trajectory, cells per carrier, handovers and their
 //!   failures, per-carrier capacity and delay; produces per-path traces, a context log and the
 //!   ground truth.
+//! * [`trip_links`] — a trip's paths as link configurations, both directions (what the
+//!   emulator and the simulator drive).
 //!
 //! ## Driving a link
 //! ```
@@ -41,6 +43,7 @@ pub mod loss;
 pub mod throughput;
 pub mod trace;
 pub mod trip;
+pub mod trip_links;
 pub mod window;
 
 pub use link::{

@@ -13,7 +13,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use polycorn_proto::frame::decode;
 use polycorn_proto::{
     CloseReason, Destination, Event, HelloOutcome, OpenStatus, ProtoError, ReadOutcome,
-    ResetReason, Session,
+    ResetReason, Session, WriteLog,
 };
 use polycorn_sched::path::{TcpInfoSample, MAX_PATHS};
 use polycorn_sched::time::Instant;
@@ -46,46 +46,6 @@ pub struct SubflowInfo {
 
 /// Reads `TCP_INFO` of a subflow's socket.
 pub type TcpInfoFn = Box<dyn Fn() -> io::Result<SubflowInfo> + Send + Sync>;
-
-/// When the bytes written to one subflow were handed to its socket, to tell how long the
-/// oldest of them not yet acknowledged by the peer's TCP have waited
-/// ([`TcpInfoSample::unacked_age`]).
-#[derive(Debug, Default)]
-struct WriteLog {
-    /// (end offset of the bytes written, when), offsets increasing; writes within
-    /// [`WriteLog::MERGE`] of the last mark extend it (their age is then overstated by at
-    /// most that much).
-    marks: std::collections::VecDeque<(u64, Instant)>,
-}
-
-impl WriteLog {
-    /// Marks kept at most; writes beyond are not marked (their age reads as zero, so the
-    /// scheduler falls back on the smoothed RTT).
-    const CAP: usize = 4096;
-    /// Writes this close to the last mark extend it.
-    const MERGE: polycorn_sched::time::Duration = polycorn_sched::time::Duration::from_millis(1);
-
-    /// The socket has taken everything up to `end` by `at`.
-    fn wrote(&mut self, end: u64, at: Instant) {
-        let full = self.marks.len() >= Self::CAP;
-        match self.marks.back_mut() {
-            Some((e, _)) if end <= *e => {}
-            Some((e, t)) if at - *t < Self::MERGE => *e = end,
-            _ if full => {}
-            _ => self.marks.push_back((end, at)),
-        }
-    }
-
-    /// How long the oldest bytes beyond `acked` have waited at `now` (zero: none marked).
-    fn unacked_age(&mut self, acked: u64, now: Instant) -> polycorn_sched::time::Duration {
-        while self.marks.front().is_some_and(|(e, _)| *e <= acked) {
-            self.marks.pop_front();
-        }
-        self.marks
-            .front()
-            .map_or(polycorn_sched::time::Duration::ZERO, |(_, t)| now - *t)
-    }
-}
 
 /// How often an idle subflow's `TCP_INFO` is sampled (RTO back-off shows up here).
 const TCP_INFO_PERIOD: std::time::Duration = std::time::Duration::from_millis(10);

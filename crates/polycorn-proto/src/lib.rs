@@ -7,12 +7,15 @@
 //!   buffers, reordering, duplicate removal, acknowledgements, credit-based flow control,
 //!   reliable control frames, path probes, and the `polycorn-sched` scheduler that decides
 //!   which path carries which chunk.
+//! * [`write_log`]: when the bytes written to a subflow were handed to its socket (the age of
+//!   the oldest unacknowledged ones, a `TCP_INFO` field the kernel lacks).
 //!
 //! The shell (`polycorn-net`) owns sockets and time and calls in; this crate is the same in the
 //! relay, the proxy and tests.
 
 pub mod frame;
 pub mod session;
+pub mod write_log;
 
 pub use frame::{
     decode, valid_path_name, CellInfo, CloseReason, ContextInfo, Destination, Frame, FrameError,
@@ -23,3 +26,4 @@ pub use session::{
     Event, FlowTotals, HelloOutcome, PathCounters, PeerHello, ProtoError, ReadOutcome,
     ReorderStats, Session, SessionConfig, Unopened,
 };
+pub use write_log::WriteLog;

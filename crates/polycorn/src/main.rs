@@ -113,6 +113,12 @@ enum Command {
         #[command(subcommand)]
         action: Option<BenchAction>,
     },
+    /// The bench in the deterministic simulator: the production relay and proxy logic over
+    /// modelled links and TCP subflows, in virtual time (no root, no testbed).
+    Sim {
+        #[command(subcommand)]
+        action: SimAction,
+    },
     /// What a running relay or proxy is doing, from its metrics endpoint: every path (up,
     /// RTT, window, throughput, retransmissions, reconnections) and the passengers' flows.
     #[command(
@@ -127,6 +133,14 @@ enum Command {
         #[arg(long)]
         check: Option<String>,
     },
+}
+
+#[derive(Subcommand, Debug)]
+enum SimAction {
+    /// `polycorn bench`'s rides, simulated: the same trip windows, plan, systems and
+    /// configurations, the same outputs (results.json, CSVs, report.html; pooled.* over
+    /// several rides), rides spread over every core. Kernel MPTCP (`mptcp`) is not simulated.
+    Bench(bench::sim::SimArgs),
 }
 
 #[derive(Subcommand, Debug)]
@@ -427,6 +441,9 @@ fn run(cli: Cli) -> Result<u8> {
             ..
         } => bench::pool::run(&args)?,
         Command::Bench { args, action: None } => bench::run(&args)?,
+        Command::Sim {
+            action: SimAction::Bench(args),
+        } => bench::sim::run(&args)?,
         Command::Schedulers { check: Some(spec) } => {
             let p = polycorn_sched::Pipeline::from_spec(&spec)?;
             println!("ok: {}", p.spec());

@@ -23,6 +23,7 @@ pub(crate) mod configs;
 pub mod plan;
 pub mod pool;
 pub mod report;
+pub mod sim;
 pub mod traces;
 pub mod workload;
 

@@ -49,43 +49,6 @@ async fn a_replaced_predictor_starts_from_the_last_context() {
     assert_eq!(*new.lock().unwrap(), [2000, 3000]);
 }
 
-#[test]
-fn the_write_log_ages_the_oldest_unacknowledged_bytes() {
-    let t = |ms: u64| Instant::ZERO + SchedDuration::from_millis(ms);
-    let mut log = WriteLog::default();
-    assert_eq!(log.unacked_age(0, t(5)), SchedDuration::ZERO);
-    log.wrote(1000, t(10));
-    log.wrote(1500, t(10)); // within a millisecond: the same mark
-    log.wrote(1500, t(30)); // nothing new written
-    log.wrote(3000, t(40));
-    assert_eq!(log.marks.len(), 2);
-    // Nothing acknowledged: the first bytes have waited since 10 ms.
-    assert_eq!(log.unacked_age(0, t(110)), SchedDuration::from_millis(100));
-    // Part of the first write acknowledged: its rest is still as old.
-    assert_eq!(
-        log.unacked_age(999, t(110)),
-        SchedDuration::from_millis(100)
-    );
-    // The first write acknowledged: the oldest bytes are the second write's.
-    assert_eq!(
-        log.unacked_age(1500, t(110)),
-        SchedDuration::from_millis(70)
-    );
-    // Everything acknowledged: nothing waits.
-    assert_eq!(log.unacked_age(3000, t(120)), SchedDuration::ZERO);
-    assert!(log.marks.is_empty());
-    // At the cap, new writes go unmarked (read as zero rather than as too old).
-    for k in 0..WriteLog::CAP as u64 + 10 {
-        log.wrote(4000 + k, t(200 + 2 * k));
-    }
-    assert_eq!(log.marks.len(), WriteLog::CAP);
-    let last_marked = 4000 + WriteLog::CAP as u64 - 1;
-    assert_eq!(
-        log.unacked_age(last_marked, t(100_000)),
-        SchedDuration::ZERO
-    );
-}
-
 fn idle() -> TcpInfoFn {
     Box::new(|| {
         Ok(SubflowInfo {

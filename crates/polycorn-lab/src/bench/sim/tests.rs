@@ -1,0 +1,70 @@
+use clap::Parser;
+
+use super::*;
+
+#[derive(Parser)]
+struct Cli {
+    #[command(flatten)]
+    args: SimArgs,
+}
+
+fn args(extra: &[&str]) -> SimArgs {
+    let mut v = vec![
+        "sim",
+        "--quick",
+        "--bulk-flows",
+        "3",
+        "--workloads",
+        "bulk,im",
+    ];
+    v.extend_from_slice(extra);
+    Cli::parse_from(v).args
+}
+
+fn json_without_start(r: &report::Results) -> String {
+    let mut j = r.to_json();
+    j["meta"]["started"] = serde_json::Value::Null;
+    serde_json::to_string(&j).unwrap()
+}
+
+/// The same ride simulated twice gives the same results.json, byte for byte (but for the
+/// wall-clock start).
+#[test]
+fn a_simulated_ride_is_the_same_every_time() {
+    let a = args(&["--systems", "vanilla,hrsch"]);
+    let systems = sim_systems(&a).unwrap();
+    let params = plan_params(&a).unwrap();
+    let one = simulate_ride(&a, &systems, 1, &params).unwrap();
+    let two = simulate_ride(&a, &systems, 1, &params).unwrap();
+    assert_eq!(json_without_start(&one), json_without_start(&two));
+    assert_eq!(one.runs.len(), 2);
+    let run = &one.runs[0];
+    assert_eq!(run.flows.len(), 3);
+    assert!(run.flows.iter().any(|f| f.ok), "{:?}", run.flows);
+    assert!(run.im.iter().any(|m| m.delivery_s.is_some()));
+    assert!(run.path_down_bytes.iter().sum::<u64>() > 5 << 20);
+}
+
+#[test]
+fn kernel_mptcp_is_refused_and_left_out_by_default() {
+    let e = sim_systems(&args(&["--systems", "mptcp"])).unwrap_err();
+    assert!(e.to_string().contains("not simulated"), "{e}");
+    let names: Vec<String> = sim_systems(&args(&[]))
+        .unwrap()
+        .into_iter()
+        .map(|s| s.name)
+        .collect();
+    assert_eq!(names, ["single", "vanilla", "hrsch"]);
+}
+
+/// A simulated ride's outputs pass the bench's own consistency check.
+#[test]
+fn simulated_outputs_are_complete() {
+    let a = args(&["--systems", "vanilla", "--workloads", "bulk"]);
+    let systems = sim_systems(&a).unwrap();
+    let r = simulate_ride(&a, &systems, 2, &plan_params(&a).unwrap()).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    write_ride(dir.path(), &r).unwrap();
+    assert!(dir.path().join("results.json").exists());
+    assert!(dir.path().join("report.html").exists());
+}

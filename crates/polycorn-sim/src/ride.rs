@@ -1,0 +1,415 @@
+//! One ride: relay and proxy sessions joined by one modelled subflow per path over that path's
+//! links, the passengers and servers of a [`Workload`], run in virtual time to the end.
+//!
+//! The loop: take the earliest due time of anything (a workload step, a link delivery, a TCP
+//! timer, a session deadline, a `TCP_INFO` tick), deliver what the links delivered by then,
+//! fire what is due, then settle — frames into sessions, sessions' output into subflows,
+//! packets onto links — until nothing moves. Everything runs on one thread in a fixed order,
+//! so the same configuration gives the same ride.
+
+use polycorn_link::trip_links::PathLinks;
+use polycorn_link::LinkError;
+use polycorn_proto::{PathCounters, Session, SessionConfig};
+use polycorn_sched::predict::NoPrediction;
+use polycorn_sched::spec::SpecError;
+use polycorn_sched::time::Instant;
+
+use crate::apps::{Passengers, Servers};
+use crate::end::{End, Subflow, TCP_INFO_PERIOD_US};
+use crate::queue::EventQueue;
+use crate::tcp::{SenderStats, TcpConfig, TcpConfigError};
+use crate::transport::{Conn, Packet};
+use crate::wire::{Wire, WireStats};
+use crate::workload::{ImAnswer, TransferResult, Workload};
+
+/// Most settle rounds at one instant (a bound against a livelock, never reached in practice).
+const MAX_ROUNDS: usize = 10_000;
+
+/// A ride to run.
+#[derive(Debug, Clone)]
+pub struct RideConfig {
+    /// The relay's session configuration (as `polycorn-net`'s `Tuning` makes it).
+    pub relay: SessionConfig,
+    /// The proxy's session configuration.
+    pub proxy: SessionConfig,
+    /// Both directions of every path.
+    pub links: Vec<PathLinks>,
+    /// What the passengers do.
+    pub workload: Workload,
+    /// The relay's subflow sockets (congestion control, RTO bounds, send buffer, …).
+    pub relay_tcp: TcpConfig,
+    /// The proxy's subflow sockets.
+    pub proxy_tcp: TcpConfig,
+    /// When the ride ends, µs.
+    pub end_us: u64,
+}
+
+/// Why a ride could not run.
+#[derive(Debug, thiserror::Error)]
+pub enum SimError {
+    /// A scheduler spec was refused.
+    #[error("scheduler: {0}")]
+    Spec(#[from] SpecError),
+    /// A link model was refused.
+    #[error("path {path} {direction}: {source}")]
+    Link {
+        /// Path index.
+        path: usize,
+        /// `uplink` or `downlink`.
+        direction: &'static str,
+        /// Why.
+        source: LinkError,
+    },
+    /// A TCP configuration was refused.
+    #[error("{0} subflows: {1}")]
+    Tcp(&'static str, TcpConfigError),
+    /// A session refused a path.
+    #[error("attach path {0}: {1}")]
+    Attach(usize, polycorn_proto::ProtoError),
+}
+
+/// What a ride measured.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RideResult {
+    /// Downloads, in plan order.
+    pub downloads: Vec<TransferResult>,
+    /// Uploads, in plan order.
+    pub uploads: Vec<TransferResult>,
+    /// IM messages, by segment, user and index.
+    pub im: Vec<ImAnswer>,
+    /// Per path: (uplink, downlink) counters.
+    pub wires: Vec<(WireStats, WireStats)>,
+    /// Protocol errors that ended a subflow: (side, path, error).
+    pub errors: Vec<(&'static str, usize, String)>,
+    /// Scheduler stage moves at the relay and at the proxy (stage, moves).
+    pub stage_moves: [Vec<(String, u64)>; 2],
+    /// Per side (relay, proxy) and path: the session's counters and the subflow sender's.
+    pub paths: [Vec<(PathCounters, SenderStats)>; 2],
+    /// Loop iterations (a cost measure).
+    pub steps: u64,
+}
+
+#[derive(Debug, Clone, Copy)]
+enum Job {
+    Download(usize),
+    Upload(usize),
+    ImStart(usize, usize),
+    ImSend(usize, usize, usize),
+    ImEnd(usize, usize),
+}
+
+struct Path {
+    up: Wire<Packet>,
+    down: Wire<Packet>,
+}
+
+/// A ride in progress.
+struct Ride {
+    relay: End,
+    proxy: End,
+    paths: Vec<Path>,
+    jobs: EventQueue<Job>,
+    passengers: Passengers,
+    servers: Servers,
+    next_tick_us: u64,
+    buf: Vec<u8>,
+    arrived: Vec<Packet>,
+    steps: u64,
+}
+
+fn end(
+    cfg: &SessionConfig,
+    paths: usize,
+    tcp: &TcpConfig,
+    side: &'static str,
+) -> Result<End, SimError> {
+    tcp.check().map_err(|e| SimError::Tcp(side, e))?;
+    let mut session = Session::new(cfg.clone())?;
+    for p in 0..paths {
+        session
+            .attach_path(Instant::ZERO, p as u8)
+            .map_err(|e| SimError::Attach(p, e))?;
+    }
+    Ok(End {
+        window_full: vec![false; paths],
+        session,
+        subflows: (0..paths)
+            .map(|p| {
+                // Each subflow's BBR draws from its own seed.
+                let cfg = TcpConfig {
+                    seed: tcp.seed ^ ((p as u64) << 1) ^ u64::from(side == "proxy"),
+                    ..*tcp
+                };
+                Subflow::new(Conn::new(cfg, Instant::ZERO))
+            })
+            .collect(),
+    })
+}
+
+/// Run `cfg` to its end.
+pub fn run(cfg: &RideConfig) -> Result<RideResult, SimError> {
+    let n = cfg.links.len();
+    let paths = cfg
+        .links
+        .iter()
+        .enumerate()
+        .map(|(i, l)| {
+            let err = |direction| {
+                move |source| SimError::Link {
+                    path: i,
+                    direction,
+                    source,
+                }
+            };
+            Ok(Path {
+                up: Wire::new(l.uplink.clone()).map_err(err("uplink"))?,
+                down: Wire::new(l.downlink.clone()).map_err(err("downlink"))?,
+            })
+        })
+        .collect::<Result<Vec<_>, SimError>>()?;
+    let w = &cfg.workload;
+    let mut jobs = EventQueue::new();
+    for (i, t) in w.downloads.iter().enumerate() {
+        jobs.push(t.start_us, Job::Download(i));
+    }
+    for (i, t) in w.uploads.iter().enumerate() {
+        jobs.push(t.start_us, Job::Upload(i));
+    }
+    for (s, seg) in w.im.iter().enumerate() {
+        for (u, sends) in seg.sends_us.iter().enumerate() {
+            jobs.push(seg.start_us, Job::ImStart(s, u));
+            for (m, t) in sends.iter().enumerate() {
+                jobs.push(seg.start_us + t, Job::ImSend(s, u, m));
+            }
+            jobs.push(seg.start_us + seg.deadline_us, Job::ImEnd(s, u));
+        }
+    }
+    let mut ride = Ride {
+        relay: end(&cfg.relay, n, &cfg.relay_tcp, "relay")?,
+        proxy: end(&cfg.proxy, n, &cfg.proxy_tcp, "proxy")?,
+        paths,
+        jobs,
+        passengers: Passengers::new(w),
+        servers: Servers::default(),
+        next_tick_us: 0,
+        buf: Vec::new(),
+        arrived: Vec::new(),
+        steps: 0,
+    };
+    let mut now_us = 0;
+    while now_us <= cfg.end_us {
+        ride.step(now_us);
+        now_us = ride.next_us(now_us);
+    }
+    Ok(ride.finish(w))
+}
+
+impl Ride {
+    fn step(&mut self, now_us: u64) {
+        self.steps += 1;
+        let now = Instant::from_micros(now_us);
+        for (p, path) in self.paths.iter_mut().enumerate() {
+            self.arrived.clear();
+            path.up.deliver(now_us, &mut self.arrived);
+            for pkt in self.arrived.drain(..) {
+                self.proxy.subflows[p].conn.on_packet(now_us, pkt);
+            }
+            path.down.deliver(now_us, &mut self.arrived);
+            for pkt in self.arrived.drain(..) {
+                self.relay.subflows[p].conn.on_packet(now_us, pkt);
+            }
+        }
+        for e in [&mut self.relay, &mut self.proxy] {
+            for sf in &mut e.subflows {
+                if sf.conn.next_timer_us().is_some_and(|t| t <= now_us) {
+                    sf.conn.on_timer(now_us);
+                }
+            }
+        }
+        while let Some((_, job)) = self.jobs.pop_due(now_us) {
+            let s = &mut self.relay.session;
+            let ps = &mut self.passengers;
+            match job {
+                Job::Download(i) => ps.start_download(s, now, i),
+                Job::Upload(i) => ps.start_upload(s, now, i),
+                Job::ImStart(seg, u) => ps.start_im(s, now, seg, u),
+                Job::ImSend(seg, u, m) => ps.im_send(s, now, seg, u, m),
+                Job::ImEnd(seg, u) => ps.end_im(s, now, seg, u),
+            }
+        }
+        let tick = now_us >= self.next_tick_us;
+        if tick {
+            self.next_tick_us = now_us + TCP_INFO_PERIOD_US;
+            for e in [&mut self.relay, &mut self.proxy] {
+                for p in 0..e.subflows.len() {
+                    e.sample(now, p);
+                }
+            }
+        }
+        for _ in 0..MAX_ROUNDS {
+            if !self.settle(now) {
+                break;
+            }
+        }
+    }
+
+    /// One round of moving bytes, frames, events and packets; true if anything moved.
+    fn settle(&mut self, now: Instant) -> bool {
+        let now_us = now.as_micros();
+        let mut moved = false;
+        let (mut to_relay, mut to_proxy) = (false, false);
+        for p in 0..self.paths.len() {
+            moved |= self.proxy.receive_from(&mut self.relay.subflows[p], p);
+            moved |= self.relay.receive_from(&mut self.proxy.subflows[p], p);
+            to_relay |= self.relay.read_frames(now, p);
+            to_proxy |= self.proxy.read_frames(now, p);
+        }
+        if to_relay {
+            self.relay.wake_window_full(now);
+        }
+        if to_proxy {
+            self.proxy.wake_window_full(now);
+        }
+        moved |= to_relay || to_proxy;
+        moved |= self.drive(now);
+        for p in 0..self.paths.len() {
+            while self.relay.write_path(now, p) {
+                moved = true;
+            }
+            while self.proxy.write_path(now, p) {
+                moved = true;
+            }
+            let path = &mut self.paths[p];
+            while let Some(pkt) = self.relay.subflows[p].conn.poll_packet(now_us) {
+                path.up.send(now_us, pkt.wire_len(), pkt);
+                moved = true;
+            }
+            while let Some(pkt) = self.proxy.subflows[p].conn.poll_packet(now_us) {
+                path.down.send(now_us, pkt.wire_len(), pkt);
+                moved = true;
+            }
+        }
+        moved
+    }
+
+    /// Let both sessions schedule and hand their events to the applications; true if any event
+    /// came.
+    fn drive(&mut self, now: Instant) -> bool {
+        let mut any = false;
+        let pred = NoPrediction;
+        let s = &mut self.relay.session;
+        s.poll_transmit(now, &pred);
+        while s.poll_sched_event().is_some() {}
+        while let Some(ev) = s.poll_event() {
+            any = true;
+            self.passengers.on_event(s, now, &ev, &mut self.buf);
+        }
+        let s = &mut self.proxy.session;
+        s.poll_transmit(now, &pred);
+        while s.poll_sched_event().is_some() {}
+        while let Some(ev) = s.poll_event() {
+            any = true;
+            let ups = &mut self.passengers.uploads;
+            self.servers.on_event(s, now, &ev, &mut self.buf, ups);
+        }
+        any
+    }
+
+    /// The next time anything is due, after `now_us`.
+    fn next_us(&self, now_us: u64) -> u64 {
+        let mut t = self.next_tick_us;
+        let mut at = |x: Option<u64>| {
+            if let Some(x) = x {
+                t = t.min(x.max(now_us + 1));
+            }
+        };
+        at(self.jobs.next_us());
+        for p in &self.paths {
+            at(p.up.next_event_us());
+            at(p.down.next_event_us());
+        }
+        for e in [&self.relay, &self.proxy] {
+            at(e.session.poll_timeout().map(Instant::as_micros));
+            for sf in &e.subflows {
+                at(sf.conn.next_timer_us());
+            }
+        }
+        t.max(now_us + 1)
+    }
+
+    fn finish(self, w: &Workload) -> RideResult {
+        let mut ps = self.passengers;
+        for r in &mut ps.downloads {
+            if r.done_us.is_none_or(|d| d > w.download_timeout_us) {
+                r.done_us = None;
+                r.fail(format!(
+                    "not complete after {} s",
+                    w.download_timeout_us as f64 / 1e6
+                ));
+            }
+        }
+        for r in &mut ps.uploads {
+            if r.done_us.is_none_or(|d| d > w.upload_timeout_us) {
+                r.done_us = None;
+                r.fail(format!(
+                    "not complete after {} s",
+                    w.upload_timeout_us as f64 / 1e6
+                ));
+            }
+        }
+        let mut im: Vec<ImAnswer> = ps.im.into_iter().flatten().flatten().collect();
+        for (m, seg) in im.iter_mut().zip(w.im.iter().flat_map(|s| {
+            s.sends_us
+                .iter()
+                .flat_map(move |u| u.iter().map(move |_| s))
+        })) {
+            let deadline = seg.start_us + seg.deadline_us;
+            if m.delivery_us.is_some_and(|d| m.send_us + d > deadline) {
+                m.delivery_us = None;
+            }
+        }
+        let errors = [("relay", &self.relay), ("proxy", &self.proxy)]
+            .into_iter()
+            .flat_map(|(side, e)| {
+                e.subflows
+                    .iter()
+                    .enumerate()
+                    .filter_map(move |(p, sf)| sf.failed.as_ref().map(|f| (side, p, f.to_string())))
+            })
+            .collect();
+        let moves = |e: &End| {
+            e.session
+                .stage_moves()
+                .iter()
+                .map(|(s, n)| (s.to_string(), *n))
+                .collect()
+        };
+        let paths = |e: &End| {
+            e.subflows
+                .iter()
+                .enumerate()
+                .map(|(p, sf)| {
+                    let c = e.session.path_counters(p as u8).unwrap_or_default();
+                    (c, sf.conn.stats())
+                })
+                .collect()
+        };
+        RideResult {
+            paths: [paths(&self.relay), paths(&self.proxy)],
+            downloads: ps.downloads,
+            uploads: ps.uploads,
+            im,
+            wires: self
+                .paths
+                .iter()
+                .map(|p| (p.up.stats(), p.down.stats()))
+                .collect(),
+            errors,
+            stage_moves: [moves(&self.relay), moves(&self.proxy)],
+            steps: self.steps,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

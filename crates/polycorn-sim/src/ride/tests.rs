@@ -1,0 +1,88 @@
+use polycorn_link::link::{LinkConfig, QueueLimit};
+use polycorn_link::trace::{DelaySeries, DeliveryTrace};
+use polycorn_proto::Role;
+
+use super::*;
+use crate::workload::{ImSegment, Transfer};
+
+fn constant(mbps: u64, owd_ms: u64) -> LinkConfig {
+    let mut c =
+        LinkConfig::new(DeliveryTrace::from_rate_series(&[(1000, mbps * 1_000_000)]).unwrap());
+    c.delay = DelaySeries::constant(owd_ms * 1000);
+    c.queue = QueueLimit::Bytes(200_000);
+    c
+}
+
+pub(crate) fn small_ride(spec: &str) -> RideConfig {
+    let path = |mbps, owd| PathLinks {
+        uplink: constant(mbps, owd),
+        downlink: constant(mbps, owd),
+    };
+    RideConfig {
+        relay: SessionConfig::new(Role::Relay, 1, spec),
+        proxy: SessionConfig::new(Role::Proxy, 1, spec),
+        links: vec![path(20, 20), path(10, 40)],
+        workload: Workload {
+            downloads: vec![
+                Transfer {
+                    idx: 0,
+                    start_us: 1_000_000,
+                    size: 256 * 1024,
+                },
+                Transfer {
+                    idx: 1,
+                    start_us: 2_000_000,
+                    size: 1 << 20,
+                },
+            ],
+            download_timeout_us: 20_000_000,
+            uploads: vec![Transfer {
+                idx: 0,
+                start_us: 4_000_000,
+                size: 256 * 1024,
+            }],
+            upload_timeout_us: 20_000_000,
+            im: vec![ImSegment {
+                users: 2,
+                start_us: 6_000_000,
+                sends_us: vec![vec![0, 100_000, 200_000], vec![50_000, 150_000]],
+                deadline_us: 2_000_000,
+            }],
+        },
+        relay_tcp: TcpConfig::default(),
+        proxy_tcp: TcpConfig::default(),
+        end_us: 10_000_000,
+    }
+}
+
+#[test]
+fn a_ride_on_steady_links_completes_every_transfer_and_message() {
+    let r = run(&small_ride("minrtt")).unwrap();
+    assert!(r.errors.is_empty(), "{:?}", r.errors);
+    for d in r.downloads.iter().chain(&r.uploads) {
+        assert!(d.ok(), "{d:?}");
+        assert_eq!(d.bytes(), d.size);
+    }
+    assert_eq!(r.im.len(), 5);
+    for m in &r.im {
+        let d = m.delivery_us.expect("answered");
+        assert!(d >= 40_000, "at least one round trip: {d}");
+    }
+    // 256 KiB over 30 Mbit/s of paths 40 ms RTT apart takes well over a round trip.
+    let fct = r.downloads[0].done_us.unwrap();
+    assert!(fct > 80_000, "{fct}");
+    assert!(r
+        .wires
+        .iter()
+        .all(|(u, d)| u.bytes_out > 0 && d.bytes_out > 0));
+}
+
+/// The same ride twice gives the same results, byte for byte.
+#[test]
+fn a_ride_is_deterministic() {
+    for spec in ["hrsch", "redundant"] {
+        let a = format!("{:?}", run(&small_ride(spec)).unwrap());
+        let b = format!("{:?}", run(&small_ride(spec)).unwrap());
+        assert_eq!(a, b, "{spec}");
+    }
+}
