@@ -136,6 +136,12 @@ tier_fast() {
   # The crate is #![no_std]: a clock read or socket call does not even compile. Guard the attribute.
   grep -q '^#!\[no_std\]' crates/polycorn-sched/src/lib.rs || die "polycorn-sched lost #![no_std]"
 
+  say "polycorn-sim stays deterministic: no async runtime, socket or clock crates in its dependency tree"
+  deps=$(cargo tree --locked -p polycorn-sim -e normal --prefix none | awk '{print $1}' | sort -u)
+  for banned in tokio mio async-std smol socket2 nix chrono getrandom; do
+    if grep -qx "$banned" <<<"$deps"; then die "polycorn-sim depends on $banned"; fi
+  done
+
   say "tests that need no root, namespace or outside service"
   fast_test_commands | run_commands
 }
