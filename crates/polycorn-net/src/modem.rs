@@ -558,7 +558,7 @@ pub fn find_modem<'a>(
         }
     };
     let has_device = |(m, b): &(ModemInfo, Vec<BearerInfo>)| {
-        m.net_ports.iter().any(|p| *p == path.device)
+        m.net_ports.contains(&path.device)
             || b.iter().any(|b| b.interface == path.device)
     };
     match &path.modem {
@@ -588,7 +588,7 @@ pub fn find_modem<'a>(
         None => {
             modems
                 .iter()
-                .find(|m| has_device(*m))
+                .find(|m| has_device(m))
                 .ok_or_else(|| MatchError::NoModemForDevice {
                     path: path.name.clone(),
                     device: path.device.clone(),
