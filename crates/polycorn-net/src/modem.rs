@@ -558,8 +558,7 @@ pub fn find_modem<'a>(
         }
     };
     let has_device = |(m, b): &(ModemInfo, Vec<BearerInfo>)| {
-        m.net_ports.contains(&path.device)
-            || b.iter().any(|b| b.interface == path.device)
+        m.net_ports.contains(&path.device) || b.iter().any(|b| b.interface == path.device)
     };
     match &path.modem {
         Some(id) => {
@@ -585,16 +584,14 @@ pub fn find_modem<'a>(
                 })
             }
         }
-        None => {
-            modems
-                .iter()
-                .find(|m| has_device(m))
-                .ok_or_else(|| MatchError::NoModemForDevice {
-                    path: path.name.clone(),
-                    device: path.device.clone(),
-                    known: known(),
-                })
-        }
+        None => modems
+            .iter()
+            .find(|m| has_device(m))
+            .ok_or_else(|| MatchError::NoModemForDevice {
+                path: path.name.clone(),
+                device: path.device.clone(),
+                known: known(),
+            }),
     }
 }
 
