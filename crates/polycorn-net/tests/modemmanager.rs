@@ -309,3 +309,50 @@ async fn modems_through_handover_fade_bearer_drop_and_reset() {
     drop(out);
     client.await.unwrap();
 }
+
+/// Without gpsd (`source = "modemmanager"`), the modems' GNSS positions are the fixes, with
+/// the paths' cells; the client enables the GNSS location sources.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn gnss_positions_from_the_modems_without_gpsd() {
+    let bus = start_bus();
+    let conn = client(&bus).await;
+    let m0 = add_modem(&conn, 0, "350000000000001", "wwan0").await;
+    mock(&conn, "SetCell", &(op(&m0), "262,01,0,1A2B,7")).await;
+    mock(&conn, "SetGnss", &(op(&m0), 52.5f64, 13.4f64)).await;
+    let opts = MmOptions {
+        bus: Some(bus.address.clone()),
+        paths: vec![ModemPath {
+            index: 0,
+            name: "A".into(),
+            device: "wwan0".into(),
+            modem: None,
+        }],
+        rate: Duration::from_secs(1),
+        gnss: true,
+    };
+    let (out_tx, mut out) = mpsc::channel(64);
+    let client = tokio::spawn(mm::run(opts, None, out_tx, |_: &Radio| {}));
+    let f = loop {
+        let f = out.recv().await.unwrap();
+        if cell_of(&f, 0).is_some_and(|c| c.cell == Some(0x1A2B)) {
+            break f;
+        }
+    };
+    assert_eq!((f.lat, f.lon), (52.5, 13.4));
+    assert!(f.unix_ms > 1_700_000_000_000, "{f}");
+    // GPS raw and NMEA enabled beside 3GPP.
+    let reply = conn
+        .call_method(
+            Some(MM_SERVICE),
+            m0.as_str(),
+            Some("org.freedesktop.DBus.Properties"),
+            "Get",
+            &(polycorn_net::modem::LOCATION_IFACE, "Enabled"),
+        )
+        .await
+        .unwrap();
+    let v: zbus::zvariant::OwnedValue = reply.body().deserialize().unwrap();
+    assert_eq!(u32::try_from(v).unwrap(), 7);
+    drop(out);
+    client.await.unwrap();
+}

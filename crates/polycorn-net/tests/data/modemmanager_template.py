@@ -3,7 +3,7 @@ the methods below on the mock interface, modems with the Modem, Modem3gpp, Signa
 interfaces and one bearer each. The polycorn-net `modemmanager` test drives it.
 
 AddModem(index, imei, iface) -> object path; SetCell(modem, "MCC,MNC,LAC,CI,TAC");
-SetSignal(modem, rsrp, rsrq, snr); SetBearer(modem, connected); SetRegistration(modem, state);
+SetSignal(modem, rsrp, rsrq, snr); SetGnss(modem, lat, lon); SetBearer(modem, connected); SetRegistration(modem, state);
 RemoveModem(modem).
 '''
 
@@ -103,6 +103,18 @@ def SetCell(self, modem, location):
         {dbus.UInt32(1): dbus.String(location)}, signature='uv')
     # ModemManager signals location through the Location property when asked to; a changed
     # signal here stands for the modem's other property changes a handover brings.
+    _emit_props(obj, LOCATION, {'Location': obj.props[LOCATION]['Location']})
+
+
+@dbus.service.method(MOCK_IFACE, in_signature='odd', out_signature='')
+def SetGnss(self, modem, lat, lon):
+    obj = _obj(modem)
+    loc = dict(obj.props[LOCATION]['Location'])
+    loc[dbus.UInt32(2)] = dbus.Dictionary({'latitude': dbus.Double(lat),
+                                           'longitude': dbus.Double(lon),
+                                           'utc-time': dbus.String('120000.00')},
+                                          signature='sv')
+    obj.props[LOCATION]['Location'] = dbus.Dictionary(loc, signature='uv')
     _emit_props(obj, LOCATION, {'Location': obj.props[LOCATION]['Location']})
 
 
