@@ -15,11 +15,13 @@ as_root() {
 # Debian packages every part of polycorn needs (tests create namespaces, veth, nftables rules,
 # kernel MPTCP endpoints; `emu bench` uses iperf3; LinkDB's store tests run against a throwaway
 # PostgreSQL server; the bench report's render test uses headless chromium; the systemd units
-# `config example` prints are checked with systemd-analyze).
+# `config example` prints are checked with systemd-analyze; the ModemManager client is tested
+# against a private dbus-daemon with python-dbusmock).
 APT_PACKAGES=(
   build-essential pkg-config ca-certificates curl git jq
   iproute2 nftables iptables ethtool iputils-ping iperf3 tcpdump mptcpize
   postgresql chromium systemd systemd-container debootstrap
+  dbus python3-dbusmock
 )
 
 # Install missing Debian packages; does nothing (and needs no network) when all are present.

@@ -46,7 +46,7 @@ NAMESPACE_TARGETS=(
   polycorn-emu:testbed
   polycorn-net:connect polycorn-net:guard polycorn-net:intercept polycorn-net:sockopt
 )
-INTEGRATION_TARGETS=(polycorn-linkdb:store polycorn:alerts)
+INTEGRATION_TARGETS=(polycorn-linkdb:store polycorn:alerts polycorn-net:modemmanager)
 # Unit tests (package, target, full test name) of the integration tier: the fast tier skips
 # exactly these.
 CHROMIUM_TEST=(polycorn-lab lib bench::report::tests::report_renders_in_headless_chromium)

@@ -225,6 +225,8 @@ pub(crate) fn configs(
                 source: Some(format!("10.100.{i}.1").parse()?),
                 proxy: Some(crate::bench::configs::proxy_addr(i)?),
                 mtu: None,
+                modem: None,
+                at_port: None,
             })
         })
         .collect::<Result<_>>()?;

@@ -10,7 +10,8 @@
 //!   [`tls`], [`intercept`] (TPROXY rules), [`socks5`], [`dns`], [`connector`] (the proxy's
 //!   connections to destinations), [`proxy_addr`] (the proxy's address and its resolution).
 //! * The session: [`engine`], [`tuning`] (session tunables), [`predictor`] (handover
-//!   predictors), [`context`] (train context), [`policy`] (destinations), [`guard`]
+//!   predictors), [`context`] (train context), [`modem`] (each path's
+//!   serving cell and signal from ModemManager), [`policy`] (destinations), [`guard`]
 //!   (what relay and proxy refuse), `refresh_watch` (pure: when the proxy asks a relay for a
 //!   fresh subflow).
 //! * Roles: [`relay`] with its [`path`]s, [`carrier`] and `path_policy` (pure: each path's
@@ -36,6 +37,7 @@ pub mod intercept;
 pub mod live;
 pub mod loadgen;
 pub mod metrics;
+pub mod modem;
 pub mod path;
 mod path_policy;
 pub mod policy;

@@ -40,6 +40,9 @@
 //! | `polycorn_relay_sessions_ended_total` | counter | `relay`, `how` | (proxy) sessions that ended: `closed` (the relay stopped in order), `restarted` (ended when the relay opened a new one, its paths all down: a crash or a power cut), `lost` (every path down longer than the hold time) |
 //! | `polycorn_context_fixes_total` | counter | `relay` | (proxy) train context fixes received from the relay, each once (the copies on its other paths not counted) |
 //! | `polycorn_context_fixes_recorded_total` | counter | `relay` | (proxy) of those, fixes written to the relay's context log (`[context] record`; fixes without any cell report are not written) |
+//! | `polycorn_path_radio_rsrp_dbm` | gauge | `path` | (relay, `[context] cells = "modemmanager"`) the serving cell's RSRP as the path's modem reports it, dBm (NaN: unknown or no cell) |
+//! | `polycorn_path_radio_cell` | gauge | `path` | (relay, same) the serving cell's identity (E-UTRAN/NR cell id; NaN: no cell — not registered, no bearer connected, or no modem) |
+//! | `polycorn_path_radio_technology` | gauge | `path`, `tech` | (relay, same) 1 for the access technology the path's modem is on (`gsm`, `umts`, `lte`, `nr`, `none`), 0 for the others |
 //! | `polycorn_linkdb_rides` | gauge | | rides the handover predictor in use was built from (0: no predictor) |
 //! | `polycorn_linkdb_cells` | gauge | | cells it knows |
 //! | `polycorn_linkdb_built_seconds` | gauge | | when it was built (at start, then at each reload), seconds since 1970 |
@@ -171,6 +174,20 @@ impl SessionEnd {
         }
     }
 }
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct RadioLabels {
+    path: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct TechLabels {
+    path: String,
+    tech: &'static str,
+}
+
+/// The access technologies `polycorn_path_radio_technology` has a series for.
+pub const RADIO_TECHS: [&str; 5] = ["gsm", "umts", "lte", "nr", "none"];
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct UserLabels {
@@ -410,6 +427,9 @@ pub struct Metrics {
     relay_sessions_ended: Family<SessionEndLabels, Counter>,
     context_fixes: Family<RelayLabels, Counter>,
     context_recorded: Family<RelayLabels, Counter>,
+    radio_rsrp: Family<RadioLabels, GaugeF64>,
+    radio_cell: Family<RadioLabels, GaugeF64>,
+    radio_tech: Family<TechLabels, Gauge>,
 }
 
 impl fmt::Debug for Metrics {
@@ -472,6 +492,9 @@ impl Metrics {
             relay_sessions_ended: Family::default(),
             context_fixes: Family::default(),
             context_recorded: Family::default(),
+            radio_rsrp: Family::default(),
+            radio_cell: Family::default(),
+            radio_tech: Family::default(),
         };
         let r = &mut m.registry;
         r.register_with_unit(
@@ -674,6 +697,21 @@ impl Metrics {
             "Train context fixes written to the relay's context log",
             m.context_recorded.clone(),
         );
+        r.register(
+            "polycorn_path_radio_rsrp_dbm",
+            "Serving cell RSRP the path's modem reports, dBm (NaN: none)",
+            m.radio_rsrp.clone(),
+        );
+        r.register(
+            "polycorn_path_radio_cell",
+            "Serving cell identity the path's modem reports (NaN: no cell)",
+            m.radio_cell.clone(),
+        );
+        r.register(
+            "polycorn_path_radio_technology",
+            "1 for the access technology the path's modem is on",
+            m.radio_tech.clone(),
+        );
         m
     }
 
@@ -840,6 +878,32 @@ impl Metrics {
         self.linkdb_cells.set(cells as i64);
         self.linkdb_built.set(built_secs);
         self.linkdb_newest_ride.set(newest_ride_secs.unwrap_or(0));
+    }
+
+    /// (relay) Path `path`'s radio as its modem reports it: technology (`gsm`, `umts`, `lte`,
+    /// `nr`; None: none), serving cell and RSRP (None: none).
+    pub fn set_radio(
+        &self,
+        path: &str,
+        tech: Option<&str>,
+        cell: Option<u64>,
+        rsrp_dbm: Option<f64>,
+    ) {
+        let path = admit(&mut self.seen().paths, sanitize(path), MAX_PATHS);
+        let l = RadioLabels { path: path.clone() };
+        series(&self.radio_rsrp, &l).set(rsrp_dbm.unwrap_or(f64::NAN));
+        series(&self.radio_cell, &l).set(cell.map_or(f64::NAN, |c| c as f64));
+        let tech = tech.unwrap_or("none");
+        for t in RADIO_TECHS {
+            series(
+                &self.radio_tech,
+                &TechLabels {
+                    path: path.clone(),
+                    tech: t,
+                },
+            )
+            .set(i64::from(t == tech));
+        }
     }
 
     /// (proxy) A new train context fix from relay `relay`; `recorded`: written to its log.

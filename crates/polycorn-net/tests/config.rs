@@ -5,8 +5,8 @@ use std::net::SocketAddr;
 use std::path::Path;
 
 use polycorn_net::config::{
-    ConfigError, ContextSource, IdleRefresh, LogFormat, ProxyConfig, RelayConfig, RelayMode,
-    UdpPolicy,
+    CellSource, ConfigError, ContextSource, IdleRefresh, LogFormat, ProxyConfig, RelayConfig,
+    RelayMode, UdpPolicy,
 };
 
 /// A directory holding the files the examples and the minimal configs refer to.
@@ -745,6 +745,94 @@ fn context_errors() {
         d,
         "context.gpsd",
         "host names are not resolved",
+    );
+}
+
+#[test]
+fn modem_context_keys() {
+    let dir = files();
+    let d = dir.path();
+    let mm = "\n[context]\nsource = \"gpsd\"\ncells = \"modemmanager\"\n";
+    let text = edit(
+        &format!("{RELAY_MIN}{mm}signal_rate_s = 2\ndbus = \"unix:path=/tmp/bus\"\n"),
+        "device = \"path1\"",
+        "device = \"path1\"\nmodem = \"350000000000002\"",
+    );
+    let r = relay(&text, d).unwrap();
+    assert_eq!(r.context.cells, CellSource::ModemManager);
+    assert!(r.context.cells_from_modemmanager());
+    assert_eq!(r.context.signal_rate(), std::time::Duration::from_secs(2));
+    assert_eq!(r.paths[1].modem.as_deref(), Some("350000000000002"));
+    assert_eq!(r.paths[0].modem, None);
+    // Written back and read again: the same.
+    assert_eq!(relay(&r.to_toml(), d).unwrap(), r);
+    // Positions from the modems imply cells from them.
+    let r = relay(
+        &format!("{RELAY_MIN}\n[context]\nsource = \"modemmanager\"\n"),
+        d,
+    )
+    .unwrap();
+    assert!(r.context.cells_from_modemmanager());
+    relay_err(
+        &format!("{RELAY_MIN}\n[context]\ncells = \"modemmanager\"\n"),
+        d,
+        "context.cells",
+        "positions from context.source",
+    );
+    relay_err(
+        &format!("{RELAY_MIN}{mm}signal_rate_s = 0\n"),
+        d,
+        "context.signal_rate_s",
+        "1 to 60",
+    );
+    relay_err(
+        &format!("{RELAY_MIN}{mm}dbus = \"nonsense\"\n"),
+        d,
+        "context.dbus",
+        "not a D-Bus address",
+    );
+    relay_err(
+        &edit(
+            RELAY_MIN,
+            "device = \"path1\"",
+            "device = \"path1\"\nmodem = \"1\"",
+        ),
+        d,
+        "path[1].modem",
+        "context.cells = \"modemmanager\"",
+    );
+    // AT ports: every path needs one, and only with cells = "at".
+    let at = "\n[context]\nsource = \"gpsd\"\ncells = \"at\"\n";
+    relay_err(
+        &edit(
+            &format!("{RELAY_MIN}{at}"),
+            "device = \"path0\"",
+            "device = \"path0\"\nat_port = \"/dev/ttyUSB2\"",
+        ),
+        d,
+        "path[1].at_port",
+        "required with context.cells = \"at\"",
+    );
+    let both = edit(
+        &edit(
+            RELAY_MIN,
+            "device = \"path0\"",
+            "device = \"path0\"\nat_port = \"/dev/ttyUSB2\"",
+        ),
+        "device = \"path1\"",
+        "device = \"path1\"\nat_port = \"/dev/ttyUSB5\"",
+    );
+    let r = relay(&format!("{both}{at}"), d).unwrap();
+    assert_eq!(r.context.cells, CellSource::At);
+    assert_eq!(
+        r.paths[1].at_port.as_deref(),
+        Some(Path::new("/dev/ttyUSB5"))
+    );
+    relay_err(
+        &both,
+        d,
+        "path[0].at_port",
+        "only with context.cells = \"at\"",
     );
 }
 

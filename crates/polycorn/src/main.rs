@@ -66,13 +66,17 @@ enum Command {
         /// the proxy up, connect (pinned to the path's interface), TLS with the relay's
         /// certificate, Hello. One line per path; exit status 0 when every path reached the
         /// proxy, 1 when some did not, 2 when none did. The proxy opens no session for it, so
-        /// it may run beside a working relay.
+        /// it may run beside a working relay. With `[context] cells = "modemmanager"` it first
+        /// shows each path's modem and its radio (technology, cell, signal); a path without
+        /// its modem makes the status 1.
         #[arg(long, conflicts_with = "remove_interception")]
         check_paths: bool,
         /// With --check-paths: one JSON object per check on stdout instead of the lines (`path`,
         /// `device`, `proxy`, `addr`, `ok`, `source`, `setup_ms`, `rtt_ms`, `mss`,
         /// `proxy_cert_not_after` (seconds since 1970), `answer`: `checked`, `probe_lost`,
-        /// `answer_lost` or `older_proxy`, `proxy_says`, `error`).
+        /// `answer_lost` or `older_proxy`, `proxy_says`, `error`), after one per path's modem
+        /// (`path`, `modem`, `technology`, `registered`, `connected`, `mcc`, `mnc`, `tac`,
+        /// `cell`, `pci`, `rsrp_dbm`, `rsrq_db`, `sinr_db`, `rssi_dbm`, or `error`).
         #[arg(long, requires = "check_paths")]
         json: bool,
     },

@@ -318,6 +318,12 @@ pub fn to_json(addr: SocketAddr, prev: Option<(&Snapshot, f64)>, cur: &Snapshot)
         "version": cur.build.as_ref().map(|(_, version)| version),
         "interval_s": prev.map(|(_, dt)| dt),
         "paths": paths,
+        "radios": cur.radios.iter().map(|(path, r)| serde_json::json!({
+            "path": path,
+            "technology": r.tech,
+            "cell": r.cell,
+            "rsrp_dbm": r.rsrp_dbm,
+        })).collect::<Vec<_>>(),
         "relays": relays,
         "flows_open": cur.flows_open,
         "flows_total": cur.flows_total,
@@ -415,9 +421,22 @@ struct PathRow {
     reinjected: f64,
 }
 
+/// (relay, `[context] cells = "modemmanager"`) One path's radio as its modem reports it.
+#[derive(Debug, Clone, Default, PartialEq)]
+struct RadioRow {
+    /// `gsm`, `umts`, `lte`, `nr` (None: none).
+    tech: Option<String>,
+    /// Serving cell (None: no cell).
+    cell: Option<u64>,
+    /// RSRP, dBm.
+    rsrp_dbm: Option<f64>,
+}
+
 /// One reading of a daemon's metrics.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Snapshot {
+    /// path → its radio (a relay reading cells from ModemManager).
+    radios: BTreeMap<String, RadioRow>,
     /// (relay, path) → the path.
     paths: BTreeMap<(String, String), PathRow>,
     flows_open: f64,
@@ -458,6 +477,22 @@ impl Snapshot {
         let mut s = Snapshot::default();
         let mut passengers = std::collections::BTreeSet::new();
         for x in samples {
+            if let Some(kind) = x.name.strip_prefix("polycorn_path_radio_") {
+                let Some(path) = x.label("path") else {
+                    continue;
+                };
+                let row = s.radios.entry(path.to_string()).or_default();
+                let known = x.value.is_finite().then_some(x.value);
+                match kind {
+                    "rsrp_dbm" => row.rsrp_dbm = known,
+                    "cell" => row.cell = known.map(|c| c as u64),
+                    "technology" if x.value > 0.0 => {
+                        row.tech = x.label("tech").filter(|t| *t != "none").map(String::from)
+                    }
+                    _ => {}
+                }
+                continue;
+            }
             if let Some(p) = x.name.strip_prefix("polycorn_path_") {
                 let (Some(relay), Some(path)) = (x.label("relay"), x.label("path")) else {
                     continue;
@@ -609,6 +644,17 @@ pub fn render(addr: SocketAddr, prev: Option<(&Snapshot, f64)>, cur: &Snapshot) 
             .map(|(relay, (up, all))| format!("{relay} {up} of {all} paths up"))
             .collect();
         let _ = writeln!(o, "{}", summary.join(", "));
+    }
+    for (path, r) in &cur.radios {
+        let _ = writeln!(
+            o,
+            "radio {path}: {}, {}, {}",
+            r.tech.as_deref().unwrap_or("no technology"),
+            r.cell
+                .map_or("no cell".to_string(), |c| format!("cell {c}")),
+            r.rsrp_dbm
+                .map_or("RSRP -".to_string(), |v| format!("RSRP {v:.1} dBm")),
+        );
     }
     let _ = writeln!(
         o,
@@ -793,6 +839,27 @@ mod tests {
             ),
             "{t}"
         );
+    }
+
+    /// A relay reading its modems through ModemManager: one radio line per path, from the
+    /// daemon's own encoder.
+    #[test]
+    fn radios_show_technology_cell_and_rsrp() {
+        let m = Metrics::new();
+        m.set_radio("A", Some("lte"), Some(0x1A2B), Some(-97.5));
+        m.set_radio("B", None, None, None);
+        let s = snapshot(&m);
+        let t = render(ADDR.parse().unwrap(), None, &s);
+        assert!(t.contains("radio A: lte, cell 6699, RSRP -97.5 dBm"), "{t}");
+        assert!(t.contains("radio B: no technology, no cell, RSRP -"), "{t}");
+        // The technology moves: only the current one shows.
+        m.set_radio("A", Some("nr"), Some(7), Some(-80.0));
+        let t = render(ADDR.parse().unwrap(), None, &snapshot(&m));
+        assert!(t.contains("radio A: nr, cell 7, RSRP -80.0 dBm"), "{t}");
+        let j: serde_json::Value =
+            serde_json::from_str(&to_json(ADDR.parse().unwrap(), None, &snapshot(&m))).unwrap();
+        assert_eq!(j["radios"][0]["technology"], "nr");
+        assert_eq!(j["radios"][1]["cell"], serde_json::Value::Null);
     }
 
     /// The predictor's line: what it learnt from and how long ago, failed rebuilds; nothing

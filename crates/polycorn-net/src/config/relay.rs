@@ -165,6 +165,16 @@ pub struct PathConfig {
     /// The baselines' tunnels take it too (kernel MPTCP: the smallest of its paths').
     #[serde(default)]
     pub mtu: Option<u16>,
+    /// `modem`: with `context.cells = "modemmanager"`, the path's modem by its IMEI,
+    /// `EquipmentIdentifier` or `DeviceIdentifier` (as `mmcli -m N` shows them). None
+    /// (default): the modem whose network interface (a net port or a bearer's interface) is
+    /// `device`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub modem: Option<String>,
+    /// `at_port`: with `context.cells = "at"`, the serial device of the path's modem's AT
+    /// command port (`/dev/ttyUSB2`; one ModemManager does not hold).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub at_port: Option<PathBuf>,
 }
 
 /// What the relay does with passengers' UDP.
@@ -233,14 +243,45 @@ pub enum ContextSource {
     Gpsd,
     /// A recorded context log at `context.replay` (testbed).
     Replay,
+    /// The modems' GNSS receivers through ModemManager's Location interface (for trains
+    /// without gpsd); serving cells from ModemManager too.
+    #[serde(rename = "modemmanager")]
+    ModemManager,
+}
+
+/// Where each path's serving cell and signal come from (`[context] cells`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum CellSource {
+    /// gpsd's stream: `POLYCORN` objects from a modem monitor or the testbed's replay.
+    #[default]
+    Gpsd,
+    /// ModemManager over the system D-Bus: one modem per path (`crate::modem`).
+    #[serde(rename = "modemmanager")]
+    ModemManager,
+    /// Each path's `at_port`, polled with its module's serving-cell AT commands
+    /// (`crate::modem::at`).
+    At,
 }
 
 /// `[context]`.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct ContextConfig {
-    /// `source`: `none` (default), `gpsd` or `replay`.
+    /// `source`: `none` (default), `gpsd`, `replay` or `modemmanager` (positions from the
+    /// modems' GNSS through ModemManager).
     pub source: ContextSource,
+    /// `cells`: where the paths' serving cells come from, `gpsd` (default: gpsd's `POLYCORN`
+    /// objects), `modemmanager` (implied by `source = "modemmanager"`) or `at` (each path's
+    /// `at_port`).
+    pub cells: CellSource,
+    /// `dbus`: the D-Bus address ModemManager is reached at (`unix:path=…`). None (default):
+    /// the system bus (`DBUS_SYSTEM_BUS_ADDRESS`, else `/run/dbus/system_bus_socket`).
+    pub dbus: Option<String>,
+    /// `signal_rate_s`: with ModemManager, how often the modems refresh their signal readings
+    /// (`Signal.Setup`) and the relay reads them; with `at`, how often the ports are polled;
+    /// seconds (default 1, 1 to 60).
+    pub signal_rate_s: u32,
     /// `gpsd`: gpsd's address (default 127.0.0.1:2947).
     pub gpsd: SocketAddr,
     /// `replay`: the context log; required and must exist when `source = "replay"`.
@@ -254,10 +295,25 @@ pub struct ContextConfig {
     pub keep_days: Option<u32>,
 }
 
+impl ContextConfig {
+    /// Do the paths' cells come from ModemManager?
+    pub fn cells_from_modemmanager(&self) -> bool {
+        self.cells == CellSource::ModemManager || self.source == ContextSource::ModemManager
+    }
+
+    /// `signal_rate_s` as a duration.
+    pub fn signal_rate(&self) -> Duration {
+        Duration::from_secs(u64::from(self.signal_rate_s.max(1)))
+    }
+}
+
 impl Default for ContextConfig {
     fn default() -> Self {
         ContextConfig {
             source: ContextSource::None,
+            cells: CellSource::Gpsd,
+            dbus: None,
+            signal_rate_s: 1,
             gpsd: SocketAddr::from(([127, 0, 0, 1], 2947)),
             replay: None,
             record: None,
@@ -628,6 +684,68 @@ impl Checked for RelayConfig {
                     ))
                 }
                 Some(file) => v.existing_file("context.replay", file)?,
+            }
+        }
+        if ctx.cells == CellSource::ModemManager
+            && matches!(ctx.source, ContextSource::None | ContextSource::Replay)
+        {
+            return Err(v.invalid(
+                "context.cells",
+                "cells from ModemManager go with positions from context.source = \"gpsd\" or \
+                 \"modemmanager\"",
+            ));
+        }
+        if ctx.cells == CellSource::At {
+            if ctx.source != ContextSource::Gpsd {
+                return Err(v.invalid(
+                    "context.cells",
+                    "cells from AT ports go with positions from context.source = \"gpsd\"",
+                ));
+            }
+            if let Some((i, _)) = self
+                .paths
+                .iter()
+                .enumerate()
+                .find(|(_, p)| p.at_port.is_none())
+            {
+                return Err(v.invalid(
+                    format!("path[{i}].at_port"),
+                    "required with context.cells = \"at\": the modem's AT command port",
+                ));
+            }
+        } else if let Some((i, _)) = self
+            .paths
+            .iter()
+            .enumerate()
+            .find(|(_, p)| p.at_port.is_some())
+        {
+            return Err(v.invalid(
+                format!("path[{i}].at_port"),
+                "used only with context.cells = \"at\"",
+            ));
+        }
+        if !(1..=60).contains(&ctx.signal_rate_s) {
+            return Err(v.invalid("context.signal_rate_s", "1 to 60 seconds"));
+        }
+        if let Some(bus) = &ctx.dbus {
+            if let Err(e) = zbus::Address::try_from(bus.as_str()) {
+                return Err(v.invalid(
+                    "context.dbus",
+                    format!("{bus:?} is not a D-Bus address: {e}"),
+                ));
+            }
+        }
+        if !ctx.cells_from_modemmanager() {
+            if let Some((i, _)) = self
+                .paths
+                .iter()
+                .enumerate()
+                .find(|(_, p)| p.modem.is_some())
+            {
+                return Err(v.invalid(
+                    format!("path[{i}].modem"),
+                    "names a ModemManager modem, used only with context.cells = \"modemmanager\"",
+                ));
             }
         }
         if let Some(record) = &mut ctx.record {

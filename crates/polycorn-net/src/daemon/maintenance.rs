@@ -129,10 +129,12 @@ pub fn relay_check_paths(path: &Path, json: bool) -> Result<u8> {
             paths.len()
         );
     }
-    let results = runtime()?.block_on(crate::check::check_paths(&paths, tls_cfg, sockopts));
+    let rt = runtime()?;
+    let modems_ok = !cfg.context.cells_from_modemmanager() || rt.block_on(check_modems(&cfg, json));
+    let results = rt.block_on(crate::check::check_paths(&paths, tls_cfg, sockopts));
     let ok = results.iter().filter(|r| r.ok()).count();
     let status = match ok {
-        n if n == results.len() => 0,
+        n if n == results.len() && modems_ok => 0,
         0 => 2,
         _ => 1,
     };
@@ -157,6 +159,59 @@ pub fn relay_check_paths(path: &Path, json: bool) -> Result<u8> {
         );
     }
     Ok(status)
+}
+
+/// `relay --check-paths` with `[context] cells = "modemmanager"`: each path's modem and its
+/// radio now, one line (or JSON object) per path. Returns whether every path has its modem.
+async fn check_modems(cfg: &RelayConfig, json: bool) -> bool {
+    let opts = super::modem_options(cfg);
+    let bus = opts.bus.clone().unwrap_or_else(|| "the system bus".into());
+    match crate::modem::mm::check(&opts).await {
+        Err(e) => {
+            if json {
+                println!("{}", serde_json::json!({"modems": false, "error": e}));
+            } else {
+                println!("modems: FAILED: {e} (ModemManager on {bus})");
+            }
+            false
+        }
+        Ok(radios) => {
+            let mut all = true;
+            for (p, r) in opts.paths.iter().zip(radios) {
+                all &= r.is_ok();
+                if json {
+                    let v = match &r {
+                        Ok(r) => serde_json::json!({
+                            "path": p.name,
+                            "modem": r.modem,
+                            "technology": r.tech.map(|t| t.as_str()),
+                            "registered": r.registered,
+                            "connected": r.connected,
+                            "mcc": r.location.as_ref().map(|l| &l.mcc),
+                            "mnc": r.location.as_ref().map(|l| &l.mnc),
+                            "tac": r.location.as_ref().map(|l| l.tac),
+                            "cell": r.location.as_ref().map(|l| l.ci),
+                            "pci": r.pci,
+                            "rsrp_dbm": r.signal.rsrp_dbm,
+                            "rsrq_db": r.signal.rsrq_db,
+                            "sinr_db": r.signal.sinr_db,
+                            "rssi_dbm": r.signal.rssi_dbm,
+                        }),
+                        Err(e) => {
+                            serde_json::json!({"path": p.name, "modem": null, "error": e.to_string()})
+                        }
+                    };
+                    println!("{v}");
+                } else {
+                    match &r {
+                        Ok(r) => println!("modem of {:?}: {r}", p.name),
+                        Err(e) => println!("modem: FAILED: {e}"),
+                    }
+                }
+            }
+            all
+        }
+    }
 }
 
 /// One check of `relay --check-paths --json`.

@@ -112,6 +112,26 @@ fn ride_recording(cfg: &ProxyConfig) -> Option<proxy::RideRecording> {
     })
 }
 
+/// How the relay's paths name their modems (`[context] cells = "modemmanager"`).
+pub fn modem_options(cfg: &RelayConfig) -> crate::modem::mm::MmOptions {
+    crate::modem::mm::MmOptions {
+        bus: cfg.context.dbus.clone(),
+        paths: cfg
+            .paths
+            .iter()
+            .enumerate()
+            .map(|(i, p)| crate::modem::ModemPath {
+                index: i as u8,
+                name: p.name.clone(),
+                device: p.device.clone(),
+                modem: p.modem.clone(),
+            })
+            .collect(),
+        rate: cfg.context.signal_rate(),
+        gnss: cfg.context.source == ContextSource::ModemManager,
+    }
+}
+
 /// Hands each fix of the context source to the session (`out`), after writing it to the
 /// context log when there is one; on a write error the relay says so once and records no more
 /// (the fixes still reach the schedulers).
@@ -368,16 +388,17 @@ pub fn relay(path: &Path, version: &str) -> Result<()> {
                 }
             }
         };
-        match cfg.context.source {
-            ContextSource::None => {}
+        // Positions: gpsd, a replayed log, or (None here) the modems' GNSS.
+        let positions = match cfg.context.source {
+            ContextSource::None | ContextSource::ModemManager => None,
             ContextSource::Gpsd => {
                 let (tx, rx) = tokio::sync::mpsc::channel(64);
                 let addr = cfg.context.gpsd;
                 tokio::spawn(async move {
                     let _ = context::follow_gpsd(addr, tx).await;
                 });
-                tokio::spawn(forward_fixes(rx, ctx_tx.clone(), recorder.take()));
                 info!(%addr, "context from gpsd");
+                Some(rx)
             }
             ContextSource::Replay => {
                 let file = cfg
@@ -390,12 +411,67 @@ pub fn relay(path: &Path, version: &str) -> Result<()> {
                 tokio::spawn(async move {
                     let _ = context::replay(fixes, tx, 1.0).await;
                 });
-                tokio::spawn(forward_fixes(rx, ctx_tx.clone(), recorder.take()));
                 info!(file = %file.display(), "context replayed from a log");
+                Some(rx)
             }
-        }
+        };
         let metrics = Arc::new(Metrics::with_build("relay", version));
         linkdb.show(&metrics);
+        if cfg.context.cells_from_modemmanager() {
+            let opts = modem_options(&cfg);
+            // A modem that is there but on another interface than its path's is a mistake in
+            // the file; one not there (yet) may still come, and is waited for.
+            match crate::modem::mm::check(&opts).await {
+                Ok(radios) => {
+                    for r in radios {
+                        match r {
+                            Ok(r) => info!(path = %opts.paths[usize::from(r.path)].name, "modem: {r}"),
+                            Err(e @ crate::modem::MatchError::WrongDevice { .. }) => {
+                                anyhow::bail!("context.cells = \"modemmanager\": {e}")
+                            }
+                            Err(e) => error!("context.cells = \"modemmanager\": {e}; waiting for it"),
+                        }
+                    }
+                }
+                Err(e) => error!("context.cells = \"modemmanager\": {e}; retrying"),
+            }
+            let (tx, rx) = tokio::sync::mpsc::channel(64);
+            let names: Vec<String> = opts.paths.iter().map(|p| p.name.clone()).collect();
+            let m = metrics.clone();
+            info!(bus = opts.bus.as_deref().unwrap_or("system"), rate = ?opts.rate, "serving cells and signal from ModemManager");
+            tokio::spawn(crate::modem::mm::run(opts, positions, tx, move |r| {
+                if let Some(name) = names.get(usize::from(r.path)) {
+                    m.set_radio(name, r.tech.map(|t| t.as_str()), r.cell(), r.signal.rsrp_dbm);
+                }
+            }));
+            tokio::spawn(forward_fixes(rx, ctx_tx.clone(), recorder.take()));
+        } else if cfg.context.cells == crate::config::CellSource::At {
+            let ports: Vec<crate::modem::at_port::AtPort> = cfg
+                .paths
+                .iter()
+                .enumerate()
+                .filter_map(|(i, p)| {
+                    Some(crate::modem::at_port::AtPort {
+                        path: i as u8,
+                        name: p.name.clone(),
+                        port: p.at_port.clone()?,
+                    })
+                })
+                .collect();
+            let positions = positions.context("context.cells = \"at\" needs context.source = \"gpsd\"")?;
+            let (tx, rx) = tokio::sync::mpsc::channel(64);
+            let names: Vec<String> = cfg.paths.iter().map(|p| p.name.clone()).collect();
+            let m = metrics.clone();
+            info!(rate = ?cfg.context.signal_rate(), "serving cells and signal from the modems' AT ports");
+            tokio::spawn(crate::modem::at_port::run(ports, cfg.context.signal_rate(), positions, tx, move |r| {
+                if let Some(name) = names.get(usize::from(r.path)) {
+                    m.set_radio(name, r.tech.map(|t| t.as_str()), r.cell(), r.signal.rsrp_dbm);
+                }
+            }));
+            tokio::spawn(forward_fixes(rx, ctx_tx.clone(), recorder.take()));
+        } else if let Some(rx) = positions {
+            tokio::spawn(forward_fixes(rx, ctx_tx.clone(), recorder.take()));
+        }
         let opts = RelayOptions {
             mode,
             pipeline: cfg.relay.scheduler.clone(),
