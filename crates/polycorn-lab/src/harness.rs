@@ -17,6 +17,7 @@ use polycorn_emu::netns::{ip, ip_in};
 use polycorn_emu::testbed::TestbedSpec;
 use polycorn_link::link::QueueLimit;
 use polycorn_link::trip::Trip;
+use polycorn_net::config::LinkDbConfig;
 
 pub use polycorn_emu::testbed::Guard;
 
@@ -30,7 +31,8 @@ pub use nix::sys::signal::Signal;
 /// A `polycorn relay|proxy` child in a namespace, its stderr going to a log file; SIGTERM,
 /// then SIGKILL after 5 s, on drop. [`Daemon::start`] runs this executable (the lab's commands
 /// are the `polycorn` binary); tests, whose own executable is the test binary, name the binary
-/// with [`Daemon::start_exe`].
+/// with [`Daemon::start_exe`]. Another long-running program beside them (a Prometheus
+/// scraping one) starts with [`Daemon::start_program`].
 #[derive(Debug)]
 pub struct Daemon {
     /// The process (`ip netns exec`, which execs the daemon, so the PID is the daemon's).
@@ -71,6 +73,27 @@ impl Daemon {
         log: PathBuf,
     ) -> Result<Daemon> {
         Daemon::spawn(exe, log_env, ns, role, config, log, None)
+    }
+
+    /// Start `program` with `args` in namespace `ns`, its stderr going to `log`: a
+    /// long-running program other than relay and proxy, stopped on drop as they are.
+    pub fn start_program<S: AsRef<std::ffi::OsStr>>(
+        ns: &str,
+        program: &Path,
+        args: &[S],
+        log: PathBuf,
+    ) -> Result<Daemon> {
+        let f = std::fs::File::create(&log).with_context(|| format!("create {}", log.display()))?;
+        let child = Command::new("ip")
+            .args(["netns", "exec", ns])
+            .arg(program)
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(f)
+            .spawn()
+            .with_context(|| format!("start {} in {ns}", program.display()))?;
+        Ok(Daemon { child, log })
     }
 
     fn spawn(
@@ -307,13 +330,14 @@ impl Drop for TripPlayer {
 pub const LINKDB_SEED_OFFSET: u64 = 1000;
 
 /// Build a LinkDB of `rides` simulated rides of the replayed trip's route (trip seeds from
-/// `trip_seed + 1000`, so never the replayed ride) and return the proxy's `[linkdb]` section.
+/// `trip_seed + 1000`, so never the replayed ride) and return the `[linkdb]` settings that read
+/// it for the trip's route, carriers and track.
 pub fn build_linkdb(
     out: &Path,
     t: &crate::tripgen::TripArgs,
     cfg: &polycorn_link::trip::TripConfig,
     rides: u64,
-) -> Result<String> {
+) -> Result<LinkDbConfig> {
     let db = std::fs::canonicalize(out)?.join("linkdb.sqlite");
     let _ = std::fs::remove_file(&db);
     let url = format!("sqlite:{}", db.display());
@@ -343,20 +367,15 @@ pub fn build_linkdb(
             String::from_utf8_lossy(&o.stderr)
         );
     }
-    let carriers: Vec<String> = cfg
-        .carriers
-        .iter()
-        .map(|c| format!("\"{}\"", c.name))
-        .collect();
-    Ok(format!(
-        "\n[linkdb]\ndb = \"{url}\"\nmodel = \"paper\"\nroute = \"{}/route{}\"\ncarriers = [{}]\ntrack_origin = [{}, {}]\ntrack_heading_deg = {}\n",
-        t.preset,
-        t.route_seed,
-        carriers.join(", "),
-        cfg.origin.0,
-        cfg.origin.1,
-        cfg.heading_deg
-    ))
+    Ok(LinkDbConfig {
+        db: Some(url),
+        model: "paper".into(),
+        route: Some(format!("{}/route{}", t.preset, t.route_seed)),
+        carriers: cfg.carriers.iter().map(|c| c.name.clone()).collect(),
+        track_origin: Some([cfg.origin.0, cfg.origin.1]),
+        track_heading_deg: cfg.heading_deg,
+        ..LinkDbConfig::default()
+    })
 }
 
 /// Four namespaces `{name}-c` (passengers), `-r` (relay), `-p` (proxy) and `-s` (server) joined

@@ -142,20 +142,15 @@ pub(crate) fn write_pair(
     Ok((r, p))
 }
 
-/// Writes the configurations of `sys` ([`configs`]) to `dir/relay.toml` and `dir/proxy.toml`;
-/// `linkdb` is a TOML document with the `[linkdb]` table.
+/// Writes the configurations of `sys` ([`configs`], `linkdb` as there) to `dir/relay.toml` and
+/// `dir/proxy.toml`.
 pub(crate) fn write_configs(
     dir: &Path,
     sys: &System,
     paths: usize,
-    linkdb: Option<(&str, bool)>,
+    linkdb: Option<(&LinkDbConfig, bool)>,
 ) -> Result<(PathBuf, PathBuf)> {
-    let linkdb = linkdb
-        .map(|(text, at_relay)| {
-            LinkDbConfig::from_toml(text, "the testbed's [linkdb]").map(|db| (db, at_relay))
-        })
-        .transpose()?;
-    let (relay, proxy) = configs(sys, paths, linkdb.as_ref().map(|(db, r)| (db, *r)))?;
+    let (relay, proxy) = configs(sys, paths, linkdb)?;
     write_pair(dir, "relay.toml", &relay, &proxy)
 }
 

@@ -39,6 +39,7 @@ use polycorn_emu::models;
 use polycorn_emu::testbed::TestbedSpec;
 use polycorn_link::link::QueueLimit;
 use polycorn_link::trip::{Trip, STEP_MS};
+use polycorn_net::config::LinkDbConfig;
 
 use crate::common::{kernel, utc_now, HSR_SPEED_MPS};
 use crate::harness::{build_linkdb, scrape_metrics, Daemon, Guard, TripPlayer, LINKDB_SEED_OFFSET};
@@ -470,7 +471,7 @@ pub fn run(args: &BenchArgs) -> Result<()> {
             k as usize,
             &params,
             &out,
-            linkdb.as_deref(),
+            linkdb.as_ref(),
             training,
             traces.as_ref(),
             &name,
@@ -543,7 +544,7 @@ fn run_trip(
     ride: usize,
     params: &PlanParams,
     out: &Path,
-    linkdb: Option<&str>,
+    linkdb: Option<&LinkDbConfig>,
     training: (u64, u64),
     traces: Option<&traces::Traces>,
     name: &str,
@@ -797,7 +798,7 @@ fn progress(
 fn run_system(
     name: &str,
     sys: &System,
-    linkdb: Option<(&str, bool)>,
+    linkdb: Option<(&LinkDbConfig, bool)>,
     trip: &Trip,
     plan: &Plan,
     queue_bytes: Option<u64>,

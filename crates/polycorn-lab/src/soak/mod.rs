@@ -47,7 +47,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 use polycorn_emu::netns::{exec_in, ip_in, InNamespace};
-use polycorn_net::config::{ContextSource, LinkDbConfig, ProxyConfig, RelayConfig};
+use polycorn_net::config::{ContextSource, ProxyConfig, RelayConfig};
 
 use crate::harness::Daemon;
 use crate::harness::Topology;
@@ -152,7 +152,6 @@ fn trip_net(args: &SoakArgs, dir: &std::path::Path) -> Result<(Net, RelayConfig,
     };
     let linkdb = crate::harness::build_linkdb(dir, t, &cfg, 8)?;
     let sys = crate::bench::system(&format!("polycorn:{}", args.scheduler))?;
-    let linkdb = LinkDbConfig::from_toml(&linkdb, "the testbed's [linkdb]")?;
     let (mut relay, mut proxy) =
         crate::bench::configs::configs(&sys, paths, Some((&linkdb, true)))?;
     if let Some(rec) = &args.record {

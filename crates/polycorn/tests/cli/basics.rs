@@ -3,6 +3,8 @@
 
 use std::process::Command;
 
+use polycorn_net::config::{ProxyConfig, RelayMode, TlsFiles};
+
 use crate::support::*;
 
 #[test]
@@ -46,14 +48,14 @@ fn proxy_with_a_congestion_control_the_kernel_lacks_stops_at_startup() {
     let out = polycorn(&["tls", "generate", d]);
     assert!(out.status.success(), "{out:?}");
     let cfg = dir.path().join("proxy.toml");
-    std::fs::write(
-        &cfg,
-        format!(
-            "[proxy]\nlisten = \"127.0.0.1:17700\"\ncongestion = \"nosuchcc\"\n\n[tls]\n\
-             ca = \"{d}/ca.pem\"\ncert = \"{d}/proxy.pem\"\nkey = \"{d}/proxy.key\"\n"
-        ),
-    )
-    .unwrap();
+    let mut proxy = ProxyConfig::new(TlsFiles::new(
+        format!("{d}/ca.pem"),
+        format!("{d}/proxy.pem"),
+        format!("{d}/proxy.key"),
+    ));
+    proxy.proxy.listen = vec!["127.0.0.1:17700".parse().unwrap()];
+    proxy.proxy.congestion = Some("nosuchcc".into());
+    std::fs::write(&cfg, proxy.to_toml()).unwrap();
     let out = polycorn(&["proxy", "--config", cfg.to_str().unwrap()]);
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success(), "{err}");
@@ -105,10 +107,9 @@ fn config_check_warns_about_interfaces_and_addresses_this_host_lacks() {
 fn status_names_what_keeps_it_from_reading_a_daemon() {
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("relay.toml");
-    let relay = "[relay]\nmode = \"single\"\nproxy = \"192.0.2.1:7700\"\n\n\
-                 [[path]]\nname = \"a\"\ndevice = \"lo\"\nsource = \"127.0.0.1\"\n\n\
-                 [intercept]\nsocks5 = \"127.0.0.1:1080\"\n";
-    std::fs::write(&file, relay).unwrap();
+    let mut relay = loopback_relay(RelayMode::Single, "192.0.2.1:7700");
+    relay.intercept.socks5 = Some("127.0.0.1:1080".parse().unwrap());
+    std::fs::write(&file, relay.to_toml()).unwrap();
     let err = |args: &[&str]| {
         let out = polycorn(args);
         assert!(!out.status.success(), "{args:?} succeeded");
@@ -124,11 +125,8 @@ fn status_names_what_keeps_it_from_reading_a_daemon() {
     let free = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let port = free.local_addr().unwrap().port();
     drop(free);
-    std::fs::write(
-        &file,
-        format!("{relay}\n[metrics]\nlisten = \"0.0.0.0:{port}\"\n"),
-    )
-    .unwrap();
+    relay.metrics.listen = Some(([0, 0, 0, 0], port).into());
+    std::fs::write(&file, relay.to_toml()).unwrap();
     let e = err(&["status", "relay", f, "--interval", "0"]);
     assert!(
         e.contains(&format!("127.0.0.1:{port} (metrics.listen of {f})"))

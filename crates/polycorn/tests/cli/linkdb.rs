@@ -1,5 +1,7 @@
 //! LinkDB from the command line: imports, validation, and learning from what relays saw.
 
+use polycorn_net::config::{ProxyConfig, TlsFiles};
+
 use crate::support::*;
 
 #[test]
@@ -378,15 +380,25 @@ fn linkdb_learns_from_what_relays_saw() {
     assert!(out.status.success(), "{}", err(&out));
     let learnt = dir.join("learnt.sqlite");
     let proxy_rec = dir.join("proxy-record");
-    let toml = format!(
-        "[tls]\nca = \"tls/ca.pem\"\ncert = \"tls/proxy.pem\"\nkey = \"tls/proxy.key\"\n\n\
-         [context]\nrecord = \"proxy-record\"\n\n\
-         [linkdb]\ndb = \"sqlite:{}\"\nroute = \"north\"\ncarriers = [\"A\"]\n\
-         track_origin = [39.0, 116.0]\ntrack_heading_deg = 0.0\n",
-        learnt.display()
-    );
+    let mut config = ProxyConfig::new(TlsFiles::new(
+        "tls/ca.pem",
+        "tls/proxy.pem",
+        "tls/proxy.key",
+    ));
+    config.context.record = Some("proxy-record".into());
+    config.linkdb.db = Some(format!("sqlite:{}", learnt.display()));
+    config.linkdb.route = Some("north".into());
+    config.linkdb.carriers = vec!["A".into()];
+    config.linkdb.track_origin = Some([39.0, 116.0]);
+    config.linkdb.track_heading_deg = 0.0;
     let proxy_toml = dir.join("proxy.toml");
-    std::fs::write(&proxy_toml, &toml).unwrap();
+    // `config` changed by `edit`, as the proxy's file.
+    let write = |edit: &dyn Fn(&mut ProxyConfig)| {
+        let mut c = config.clone();
+        edit(&mut c);
+        std::fs::write(&proxy_toml, c.to_toml()).unwrap();
+    };
+    write(&|_| {});
     let learn = || {
         polycorn(&[
             "linkdb",
@@ -455,14 +467,7 @@ fn linkdb_learns_from_what_relays_saw() {
         &log,
     )
     .unwrap();
-    std::fs::write(
-        &proxy_toml,
-        toml.replace(
-            "track_heading_deg = 0.0\n",
-            "track_heading_deg = 0.0\nkeep_days = 30\n",
-        ),
-    )
-    .unwrap();
+    write(&|c| c.linkdb.keep_days = Some(30));
     let t = text(&learn());
     assert!(
         t.contains("1 trips (1 new, 0 already stored)")
@@ -515,15 +520,10 @@ fn linkdb_learns_from_what_relays_saw() {
         t.contains(&format!("rides began from {y} 06:00:00Z to {y} 06:00:00Z")),
         "{t}"
     );
-    std::fs::write(
-        &proxy_toml,
-        toml.replace(&learnt.display().to_string(), &moved.display().to_string())
-            .replace(
-                "track_heading_deg = 0.0\n",
-                "track_heading_deg = 0.0\nkeep_days = 30\n",
-            ),
-    )
-    .unwrap();
+    write(&|c| {
+        c.linkdb.db = Some(format!("sqlite:{}", moved.display()));
+        c.linkdb.keep_days = Some(30);
+    });
     let t = text(&learn());
     assert!(
         t.contains("0 trips (0 new, 0 already stored)")
@@ -568,11 +568,7 @@ fn linkdb_learns_from_what_relays_saw() {
         refused("prune", args, want);
     }
     // Nothing to learn without [context] record; --proxy-config takes no --db or --ride-log.
-    std::fs::write(
-        &proxy_toml,
-        toml.replace("[context]\nrecord = \"proxy-record\"\n", ""),
-    )
-    .unwrap();
+    write(&|c| c.context.record = None);
     let out = learn();
     assert!(
         !out.status.success() && err(&out).contains("no [context] record"),

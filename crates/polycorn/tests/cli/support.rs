@@ -3,11 +3,28 @@
 use std::path::Path;
 use std::process::Command;
 
+use polycorn_net::config::{PathConfig, RelayConfig, RelayMode};
+
 pub(crate) fn polycorn(args: &[&str]) -> std::process::Output {
     Command::new(env!("CARGO_BIN_EXE_polycorn"))
         .args(args)
         .output()
         .expect("run polycorn")
+}
+
+/// A relay configuration in mode `mode` with the proxy at `proxy` and one path, `a`, on this
+/// host's loopback (device `lo`, source 127.0.0.1); no listener, no `[tls]`.
+pub(crate) fn loopback_relay(mode: RelayMode, proxy: &str) -> RelayConfig {
+    let mut relay = RelayConfig::new(proxy.parse().unwrap());
+    relay.relay.mode = mode;
+    relay.paths = vec![PathConfig {
+        name: "a".into(),
+        device: "lo".into(),
+        source: Some("127.0.0.1".parse().unwrap()),
+        proxy: None,
+        mtu: None,
+    }];
+    relay
 }
 
 pub(crate) fn is_root() -> bool {

@@ -4,6 +4,8 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+use polycorn_net::config::{ProxyConfig, RelayMode, TlsFiles};
+
 use crate::support::*;
 
 /// Whether `tool` (of the systemd package, which scripts/lib.sh installs) runs here; a test
@@ -201,16 +203,11 @@ fn a_relay_takes_the_listeners_systemd_passes_and_refuses_ones_it_has_no_use_for
     let dir = tempfile::tempdir().unwrap();
     let write = |socks: u16| {
         let file = dir.path().join(format!("relay-{socks}.toml"));
-        std::fs::write(
-            &file,
-            format!(
-                "[relay]\nmode = \"single\"\nproxy = \"192.0.2.1:7700\"\n\n\
-                 [[path]]\nname = \"a\"\ndevice = \"lo\"\nsource = \"127.0.0.1\"\n\n\
-                 [intercept]\nsocks5 = \"127.0.0.1:{socks}\"\n\n\
-                 [dns]\nlisten = \"127.0.0.1:{dns_port}\"\nupstream = \"192.0.2.53:53\"\n"
-            ),
-        )
-        .unwrap();
+        let mut relay = loopback_relay(RelayMode::Single, "192.0.2.1:7700");
+        relay.intercept.socks5 = Some(([127, 0, 0, 1], socks).into());
+        relay.dns.listen = Some(([127, 0, 0, 1], dns_port).into());
+        relay.dns.upstream = Some("192.0.2.53:53".parse().unwrap());
+        std::fs::write(&file, relay.to_toml()).unwrap();
         file
     };
     // The configured addresses are the passed sockets': taken, not bound again (binding them
@@ -328,25 +325,23 @@ fn relay_and_proxy_started_by_systemds_socket_activation_carry_a_download() {
         std::io::Write::write_all(&mut c, &sent).unwrap();
     });
     let proxy_config = dir.path().join("proxy.toml");
-    std::fs::write(
-        &proxy_config,
-        format!(
-            "[proxy]\nlisten = \"127.0.0.1:{proxy_port}\"\n\n[policy]\nallow = [\"127.0.0.0/8\"]\n\n\
-             [tls]\nca = \"{d}/ca.pem\"\ncert = \"{d}/proxy.pem\"\nkey = \"{d}/proxy.key\"\n"
-        ),
-    )
-    .unwrap();
+    let mut proxy = ProxyConfig::new(TlsFiles::new(
+        format!("{d}/ca.pem"),
+        format!("{d}/proxy.pem"),
+        format!("{d}/proxy.key"),
+    ));
+    proxy.proxy.listen = vec![([127, 0, 0, 1], proxy_port).into()];
+    proxy.policy.allow = vec!["127.0.0.0/8".parse().unwrap()];
+    std::fs::write(&proxy_config, proxy.to_toml()).unwrap();
     let relay_config = dir.path().join("relay.toml");
-    std::fs::write(
-        &relay_config,
-        format!(
-            "[relay]\nproxy = \"127.0.0.1:{proxy_port}\"\n\n\
-             [[path]]\nname = \"a\"\ndevice = \"lo\"\nsource = \"127.0.0.1\"\n\n\
-             [intercept]\nsocks5 = \"127.0.0.1:{socks_port}\"\n\n\
-             [tls]\nca = \"{d}/ca.pem\"\ncert = \"{d}/relay.pem\"\nkey = \"{d}/relay.key\"\n"
-        ),
-    )
-    .unwrap();
+    let mut relay = loopback_relay(RelayMode::Polycorn, &format!("127.0.0.1:{proxy_port}"));
+    relay.intercept.socks5 = Some(([127, 0, 0, 1], socks_port).into());
+    relay.tls = Some(TlsFiles::new(
+        format!("{d}/ca.pem"),
+        format!("{d}/relay.pem"),
+        format!("{d}/relay.key"),
+    ));
+    std::fs::write(&relay_config, relay.to_toml()).unwrap();
     let proxy = SocketActivated::start(
         &format!("127.0.0.1:{proxy_port}"),
         "subflows",
@@ -422,17 +417,17 @@ fn a_proxy_takes_the_subflow_listener_systemd_passes_and_refuses_others() {
     let port = held.local_addr().unwrap().port();
     let write = |listen: u16, tunnel: Option<u16>| {
         let file = dir.path().join(format!("proxy-{listen}.toml"));
-        let tunnel = tunnel.map_or(String::new(), |t| {
-            format!("tunnel_listen = \"127.0.0.1:{t}\"\ntunnel_peers = [\"127.0.0.0/8\"]\n")
-        });
-        std::fs::write(
-            &file,
-            format!(
-                "[proxy]\nlisten = \"127.0.0.1:{listen}\"\n{tunnel}\n[tls]\n\
-                 ca = \"{d}/ca.pem\"\ncert = \"{d}/proxy.pem\"\nkey = \"{d}/proxy.key\"\n"
-            ),
-        )
-        .unwrap();
+        let mut proxy = ProxyConfig::new(TlsFiles::new(
+            format!("{d}/ca.pem"),
+            format!("{d}/proxy.pem"),
+            format!("{d}/proxy.key"),
+        ));
+        proxy.proxy.listen = vec![([127, 0, 0, 1], listen).into()];
+        if let Some(t) = tunnel {
+            proxy.proxy.tunnel_listen = Some(([127, 0, 0, 1], t).into());
+            proxy.proxy.tunnel_peers = vec!["127.0.0.0/8".parse().unwrap()];
+        }
+        std::fs::write(&file, proxy.to_toml()).unwrap();
         file
     };
     // Taken, not bound again (the port is in use), and it is the proxy that accepts on it: a
@@ -541,13 +536,11 @@ fn relay_remove_interception_removes_what_a_relay_left_installed() {
     ]);
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("relay.toml");
-    std::fs::write(
-        &file,
-        "[relay]\nmode = \"single\"\nproxy = \"192.0.2.1:7700\"\n\n\
-         [[path]]\nname = \"a\"\ndevice = \"lo\"\nsource = \"127.0.0.1\"\n\n\
-         [intercept]\ntransparent = \"0.0.0.0:7070\"\ninstall_nft = true\nlan_device = \"lan0\"\n",
-    )
-    .unwrap();
+    let mut relay = loopback_relay(RelayMode::Single, "192.0.2.1:7700");
+    relay.intercept.transparent = Some("0.0.0.0:7070".parse().unwrap());
+    relay.intercept.install_nft = true;
+    relay.intercept.lan_device = Some("lan0".into());
+    std::fs::write(&file, relay.to_toml()).unwrap();
     let bin = env!("CARGO_BIN_EXE_polycorn");
     let cfg = file.to_str().unwrap();
     for _ in 0..2 {

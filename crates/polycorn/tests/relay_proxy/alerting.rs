@@ -1,9 +1,9 @@
 //! The shipped Prometheus alerting rules, evaluated by a real Prometheus on running daemons.
 
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::path::Path;
 use std::time::{Duration, Instant};
 
+use polycorn_lab::harness;
 use tokio::net::TcpStream;
 
 use crate::bed::*;
@@ -12,11 +12,11 @@ use crate::support::*;
 
 /// A Prometheus server (Debian's, see `support/prometheus.rs`) in a namespace of the testbed,
 /// scraping the daemon there (`127.0.0.1:9100`) and evaluating the shipped alerting rules, both
-/// every second; its API on `127.0.0.1:9190` of that namespace. Killed on drop.
+/// every second; its API on `127.0.0.1:9190` of that namespace. Stopped on drop
+/// ([`harness::Daemon`]).
 struct Prometheus {
     ns: String,
-    child: Child,
-    log: PathBuf,
+    daemon: harness::Daemon,
 }
 
 /// An alert as Prometheus's API lists it: name, state (`pending` or `firing`), labels.
@@ -33,24 +33,23 @@ impl Prometheus {
              scrape_configs:\n  - job_name: polycorn\n    static_configs:\n      - targets: [\"127.0.0.1:9100\"]\n",
         )
         .unwrap();
-        let log = dir.join(format!("prometheus-{role}.log"));
-        let child = Command::new("ip")
-            .args(["netns", "exec", ns])
-            .arg(prometheus)
-            .arg(format!("--config.file={}", cfg.display()))
-            .arg(format!(
-                "--storage.tsdb.path={}",
-                dir.join(format!("tsdb-{role}")).display()
-            ))
-            .arg("--web.listen-address=127.0.0.1:9190")
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(&log).unwrap())
-            .spawn()
-            .unwrap();
+        let daemon = harness::Daemon::start_program(
+            ns,
+            prometheus,
+            &[
+                format!("--config.file={}", cfg.display()),
+                format!(
+                    "--storage.tsdb.path={}",
+                    dir.join(format!("tsdb-{role}")).display()
+                ),
+                "--web.listen-address=127.0.0.1:9190".to_string(),
+            ],
+            dir.join(format!("prometheus-{role}.log")),
+        )
+        .unwrap();
         let p = Prometheus {
             ns: ns.to_string(),
-            child,
-            log,
+            daemon,
         };
         p.wait(30, "Prometheus ready", |p| p.try_get("/-/ready").is_some());
         p
@@ -159,14 +158,7 @@ impl Prometheus {
     }
 
     fn log(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_default()
-    }
-}
-
-impl Drop for Prometheus {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        self.daemon.log()
     }
 }
 

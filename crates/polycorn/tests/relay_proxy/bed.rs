@@ -1,7 +1,6 @@
 //! The harness: a testbed of namespaces ([`Bed`]), the daemons run in it ([`Daemon`],
 //! [`Stack`]) from generated configurations, and byte-checked passenger transfers through them.
 
-use std::io::Write;
 use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -12,6 +11,12 @@ use polycorn_emu::netns::InNamespace;
 use polycorn_lab::harness;
 use polycorn_net::loadgen;
 use tokio::net::{TcpSocket, TcpStream};
+
+/// The configuration types the tests build the daemons' files from.
+pub(crate) use polycorn_net::config::{
+    ContextSource, IdleRefresh, InterceptConfig, LinkDbConfig, PathConfig, ProxyConfig,
+    ProxySection, RelayConfig, RelayMode, RelaySection, TlsFiles,
+};
 
 pub(crate) static SERIAL: Mutex<()> = Mutex::new(());
 
@@ -172,64 +177,97 @@ impl Stack {
     }
 }
 
-pub(crate) fn configs(
-    bed: &Bed,
+/// The relay's and the proxy's configurations of a stack in mode `mode` (`polycorn`, `mptcp`
+/// or `single`) with scheduler `spec` at both ends and `paths` paths: path `i` named `p{i}` on
+/// device `path{i}` from 10.100.{i}.1 to the proxy at 10.100.{i}.2:7700; passengers intercepted
+/// transparently (IPv4 and IPv6, nftables installed) and over SOCKS5 at 10.0.1.1:1080, their DNS
+/// answered at 10.0.1.1:53 by the server's resolver; cubic at both ends; the credentials of
+/// `polycorn tls generate` beside the files; metrics on 127.0.0.1:9100 of each namespace.
+pub(crate) fn configs(mode: &str, spec: &str, paths: usize) -> (RelayConfig, ProxyConfig) {
+    let mut relay = RelayConfig::new(parsed("10.100.0.2:7700"));
+    relay.relay.mode = match mode {
+        "polycorn" => RelayMode::Polycorn,
+        "mptcp" => RelayMode::Mptcp,
+        "single" => RelayMode::Single,
+        other => panic!("no relay mode {other:?}"),
+    };
+    relay.relay.scheduler = spec.into();
+    relay.relay.congestion = Some("cubic".into());
+    relay.paths = (0..paths)
+        .map(|i| PathConfig {
+            name: format!("p{i}"),
+            device: format!("path{i}"),
+            source: Some(parsed(&format!("10.100.{i}.1"))),
+            proxy: Some(parsed(&format!("10.100.{i}.2:7700"))),
+            mtu: None,
+        })
+        .collect();
+    relay.intercept = InterceptConfig {
+        transparent: Some(parsed("0.0.0.0:7070")),
+        transparent6: Some(parsed("[::]:7070")),
+        socks5: Some(parsed("10.0.1.1:1080")),
+        install_nft: true,
+        lan_device: Some("lan0".into()),
+        ..InterceptConfig::default()
+    };
+    relay.dns.listen = Some(parsed("10.0.1.1:53"));
+    relay.dns.upstream = Some(parsed("10.0.2.2:53"));
+    relay.tls = Some(TlsFiles::new("ca.pem", "relay.pem", "relay.key"));
+    relay.metrics.listen = Some(parsed("127.0.0.1:9100"));
+    let mut proxy = ProxyConfig::new(TlsFiles::new("ca.pem", "proxy.pem", "proxy.key"));
+    proxy.proxy.listen = vec![parsed("0.0.0.0:7700")];
+    proxy.proxy.tunnel_listen = Some(parsed("0.0.0.0:7701"));
+    proxy.proxy.tunnel_peers = vec![parsed("10.100.0.0/16")];
+    proxy.proxy.scheduler = spec.into();
+    proxy.proxy.congestion = Some("cubic".into());
+    proxy.policy.allow = vec![parsed("10.0.2.0/24"), parsed("fd00:2::/64")];
+    proxy.metrics.listen = Some(parsed("127.0.0.1:9100"));
+    (relay, proxy)
+}
+
+/// `text` parsed as an address, a network or a proxy address (the type the field takes).
+pub(crate) fn parsed<T: std::str::FromStr>(text: &str) -> T
+where
+    T::Err: std::fmt::Debug,
+{
+    text.parse()
+        .unwrap_or_else(|e| panic!("{text:?} is not an address: {e:?}"))
+}
+
+/// Writes `relay` and `proxy` as `relay.toml` and `proxy.toml` in `dir` and returns their
+/// paths; each file reads back as the configuration it was written from.
+pub(crate) fn write_configs(
     dir: &Path,
-    mode: &str,
-    spec: &str,
-    paths: usize,
-    extra: (&str, &str),
+    relay: &RelayConfig,
+    proxy: &ProxyConfig,
 ) -> (PathBuf, PathBuf) {
-    // Leading `key = value` lines of the relay's extra text belong to `[relay]`; the rest
-    // (tables) is appended.
-    // The first line that opens a table.
-    let table_start = |text: &str| {
-        if text.starts_with('[') {
-            0
-        } else {
-            text.find("\n[").map_or(text.len(), |i| i + 1)
-        }
-    };
-    let (relay_keys, relay_tables) = extra.0.split_at(table_start(extra.0));
-    // cubic unless the extra keys choose a congestion control.
-    let cc = |keys: &str| {
-        if keys.contains("congestion =") {
-            ""
-        } else {
-            "congestion = \"cubic\"\n"
-        }
-    };
-    let mut relay = format!(
-        "[relay]\nmode = \"{mode}\"\nscheduler = \"{spec}\"\nproxy = \"10.100.0.2:7700\"\n{}{relay_keys}\n",
-        cc(relay_keys)
-    );
-    for i in 0..paths {
-        relay += &format!(
-            "[[path]]\nname = \"p{i}\"\ndevice = \"path{i}\"\nsource = \"10.100.{i}.1\"\nproxy = \"10.100.{i}.2:7700\"\n\n"
-        );
-    }
-    relay += "[intercept]\ntransparent = \"0.0.0.0:7070\"\ntransparent6 = \"[::]:7070\"\nsocks5 = \"10.0.1.1:1080\"\ninstall_nft = true\nlan_device = \"lan0\"\n\n";
-    relay += "[dns]\nlisten = \"10.0.1.1:53\"\nupstream = \"10.0.2.2:53\"\n\n[tls]\nca = \"ca.pem\"\ncert = \"relay.pem\"\nkey = \"relay.key\"\n\n[metrics]\nlisten = \"127.0.0.1:9100\"\n";
-    // The same for the proxy's extra text and `[proxy]`.
-    let (proxy_keys, proxy_tables) = extra.1.split_at(table_start(extra.1));
-    let proxy = format!(
-        "[proxy]\nlisten = \"0.0.0.0:7700\"\ntunnel_listen = \"0.0.0.0:7701\"\ntunnel_peers = [\"10.100.0.0/16\"]\nscheduler = \"{spec}\"\n{}\n[tls]\nca = \"ca.pem\"\ncert = \"proxy.pem\"\nkey = \"proxy.key\"\n\n[policy]\nallow = [\"10.0.2.0/24\", \"fd00:2::/64\"]\n\n[metrics]\nlisten = \"127.0.0.1:9100\"\n",
-        cc(proxy_keys)
-    );
-    let _ = bed;
-    let relay = relay + relay_tables;
-    let proxy = proxy.replacen("\n\n[tls]", &format!("\n{proxy_keys}\n[tls]"), 1) + proxy_tables;
     let r = dir.join("relay.toml");
     let p = dir.join("proxy.toml");
-    std::fs::File::create(&r)
-        .unwrap()
-        .write_all(relay.as_bytes())
-        .unwrap();
-    std::fs::File::create(&p)
-        .unwrap()
-        .write_all(proxy.as_bytes())
-        .unwrap();
+    write_relay_config(&r, relay);
+    write_proxy_config(&p, proxy);
     (r, p)
+}
+
+/// Writes `config` to `file` with `to_toml`, checking that it reads back as it was.
+pub(crate) fn write_relay_config(file: &Path, config: &RelayConfig) {
+    let text = config.to_toml();
+    let back = RelayConfig::from_toml(&text, &file.display().to_string());
+    assert_eq!(back.as_ref().ok(), Some(config), "{back:?}\n{text}");
+    std::fs::write(file, text).unwrap();
+}
+
+/// Writes `config` to `file` with `to_toml`, checking that it reads back as it was.
+pub(crate) fn write_proxy_config(file: &Path, config: &ProxyConfig) {
+    let text = config.to_toml();
+    let back = ProxyConfig::from_toml(&text, &file.display().to_string());
+    assert_eq!(back.as_ref().ok(), Some(config), "{back:?}\n{text}");
+    std::fs::write(file, text).unwrap();
+}
+
+/// The proxy configuration in `file`, parsed (not validated).
+pub(crate) fn read_proxy_config(file: &Path) -> ProxyConfig {
+    let text = std::fs::read_to_string(file).unwrap();
+    ProxyConfig::from_toml(&text, &file.display().to_string()).unwrap()
 }
 
 pub(crate) fn start_stack(bed: &Bed, mode: &str, spec: &str, paths: usize) -> Stack {
@@ -238,21 +276,25 @@ pub(crate) fn start_stack(bed: &Bed, mode: &str, spec: &str, paths: usize) -> St
         mode,
         spec,
         paths,
-        ("", ""),
+        |_, _| {},
         tempfile::tempdir().unwrap(),
     )
 }
 
+/// [`configs`] changed by `edit`, written in `dir` with a fresh credential set, and both daemons
+/// started (as [`start_daemons`]; every path's subflow in polycorn mode).
 pub(crate) fn start_stack_with(
     bed: &Bed,
     mode: &str,
     spec: &str,
     paths: usize,
-    extra: (&str, &str),
+    edit: impl FnOnce(&mut RelayConfig, &mut ProxyConfig),
     dir: tempfile::TempDir,
 ) -> Stack {
     generate_credentials(dir.path());
-    let (r, p) = configs(bed, dir.path(), mode, spec, paths, extra);
+    let (mut relay, mut proxy) = configs(mode, spec, paths);
+    edit(&mut relay, &mut proxy);
+    let (r, p) = write_configs(dir.path(), &relay, &proxy);
     let subflows = if mode == "polycorn" { paths } else { 0 };
     start_daemons(bed, dir, &r, &p, subflows)
 }
@@ -290,40 +332,39 @@ pub(crate) fn start_daemons(
     Stack { dir, proxy, relay }
 }
 
-/// `configs` for two paths in mode `mode` (scheduler `polycorn`) in a fresh credentials
-/// directory, the relay's file passed through `relay` and the proxy's through `proxy` before
-/// both daemons start (as [`start_daemons`]).
-/// [`start_edited`] in polycorn mode with two subflows, `relay_key` added to `[relay]` and
-/// `proxy_key` to `[proxy]` (one `key = value` line each).
-pub(crate) fn start_with_keys(bed: &Bed, relay_key: &str, proxy_key: &str) -> Stack {
-    let relay = |t: String| t.replacen("\n[[path]]", &format!("{relay_key}\n\n[[path]]"), 1);
-    let proxy = |t: String| t.replacen("\n\n[tls]", &format!("\n{proxy_key}\n\n[tls]"), 1);
-    let stack = start_edited(bed, "polycorn", relay, proxy, 2);
-    for (file, key) in [("relay.toml", relay_key), ("proxy.toml", proxy_key)] {
-        let text = std::fs::read_to_string(stack.dir.path().join(file)).unwrap();
-        assert!(text.contains(key), "{file} lacks `{key}`:\n{text}");
-    }
-    stack
-}
-
+/// [`configs`] for two paths in mode `mode` (scheduler `polycorn`) in a fresh credentials
+/// directory, the relay's changed by `relay` and the proxy's by `proxy` before both daemons
+/// start (as [`start_daemons`]).
 pub(crate) fn start_edited(
     bed: &Bed,
     mode: &str,
-    relay: impl FnOnce(String) -> String,
-    proxy: impl FnOnce(String) -> String,
+    relay: impl FnOnce(&mut RelayConfig),
+    proxy: impl FnOnce(&mut ProxyConfig),
     subflows: usize,
 ) -> Stack {
     let dir = tempfile::tempdir().unwrap();
     generate_credentials(dir.path());
-    let (r, p) = configs(bed, dir.path(), mode, "polycorn", 2, ("", ""));
-    for (file, edit) in [
-        (&r, Box::new(relay) as Box<dyn FnOnce(String) -> String>),
-        (&p, Box::new(proxy)),
-    ] {
-        let text = edit(std::fs::read_to_string(file).unwrap());
-        std::fs::write(file, text).unwrap();
-    }
+    let (mut r, mut p) = configs(mode, "polycorn", 2);
+    relay(&mut r);
+    proxy(&mut p);
+    let (r, p) = write_configs(dir.path(), &r, &p);
     start_daemons(bed, dir, &r, &p, subflows)
+}
+
+/// [`start_edited`] in polycorn mode with two subflows, `relay` changing the relay's `[relay]`
+/// and `proxy` the proxy's `[proxy]`.
+pub(crate) fn start_with_keys(
+    bed: &Bed,
+    relay: impl FnOnce(&mut RelaySection),
+    proxy: impl FnOnce(&mut ProxySection),
+) -> Stack {
+    start_edited(
+        bed,
+        "polycorn",
+        |r| relay(&mut r.relay),
+        |p| proxy(&mut p.proxy),
+        2,
+    )
 }
 
 /// Polls `done` every 200 ms until it holds; panics after `secs` with `what` and `log`'s tail.

@@ -8,17 +8,12 @@ use crate::bed::*;
 use crate::support::*;
 
 /// The relay's configuration `relay` with the proxy given as `name` for every path (as an
-/// operator writes it), and `keys` added to `[relay]`.
-fn one_proxy_name(mut relay: String, name: &str, keys: &str) -> String {
-    relay = relay.replacen(
-        "proxy = \"10.100.0.2:7700\"\n",
-        &format!("proxy = \"{name}:7700\"\n{keys}"),
-        1,
-    );
-    for i in 0..2 {
-        relay = relay.replace(&format!("proxy = \"10.100.{i}.2:7700\"\n"), "");
+/// operator writes it).
+fn one_proxy_name(relay: &mut RelayConfig, name: &str) {
+    relay.relay.proxy = parsed(&format!("{name}:7700"));
+    for path in &mut relay.paths {
+        path.proxy = None;
     }
-    relay
 }
 
 /// An operator gives the proxy as a host name. Every path reaches the proxy at the address the
@@ -37,7 +32,7 @@ fn a_proxy_host_name_is_resolved_and_followed_when_the_proxy_moves() {
     // The proxy listens on every address: its path-0 and path-1 addresses are both "it".
     hosts.set(name, "10.100.0.2");
     // One name for every path, as an operator writes it.
-    let stack = start_edited(&bed, "polycorn", |r| one_proxy_name(r, name, ""), |p| p, 2);
+    let stack = start_edited(&bed, "polycorn", |r| one_proxy_name(r, name), |_| {}, 2);
     let ups = |log: &str, addr: &str| {
         log.lines()
             .filter(|l| {
@@ -88,28 +83,34 @@ fn a_proxy_host_name_is_resolved_and_followed_when_the_proxy_moves() {
 }
 
 /// Two proxy processes with the fleet's credentials for one relay whose paths all name the proxy
-/// by `name` (`relay_keys` added to its `[relay]`): the stack's proxy on 10.100.0.2, its
-/// configuration edited by `edit` too, and a second one (returned) on 10.100.1.2, configured
-/// alike with its metrics on port 9101.
+/// by `name` (its `[relay]` changed by `relay_edit`): the stack's proxy on 10.100.0.2, its
+/// `[proxy]` changed by `edit` too, and a second one (returned) on 10.100.1.2, configured alike
+/// with its metrics on port 9101.
 fn two_proxies(
     bed: &Bed,
     name: &str,
-    relay_keys: &str,
-    edit: impl Fn(String) -> String,
+    relay_edit: impl FnOnce(&mut RelaySection),
+    edit: impl FnOnce(&mut ProxySection),
 ) -> (Stack, Daemon) {
-    let on = |i: usize, t: String| {
-        t.replace("0.0.0.0:770", &format!("10.100.{i}.2:770"))
-            .replace("127.0.0.1:9100", &format!("127.0.0.1:910{i}"))
+    // Listening on 10.100.{i}.2 (subflows on 7700, tunnels on 7701), metrics on 910{i}.
+    let on = |i: usize, p: &mut ProxyConfig| {
+        p.proxy.listen = vec![parsed(&format!("10.100.{i}.2:7700"))];
+        p.proxy.tunnel_listen = Some(parsed(&format!("10.100.{i}.2:7701")));
+        p.metrics.listen = Some(parsed(&format!("127.0.0.1:910{i}")));
     };
-    let one_name = |r| one_proxy_name(r, name, relay_keys);
-    let stack = start_edited(bed, "polycorn", one_name, |p| edit(on(0, p)), 2);
+    let one_name = |r: &mut RelayConfig| {
+        one_proxy_name(r, name);
+        relay_edit(&mut r.relay);
+    };
+    let proxy0 = |p: &mut ProxyConfig| {
+        on(0, p);
+        edit(&mut p.proxy);
+    };
+    let stack = start_edited(bed, "polycorn", one_name, proxy0, 2);
     let p1_config = stack.dir.path().join("proxy1.toml");
-    let p0_text = std::fs::read_to_string(stack.dir.path().join("proxy.toml")).unwrap();
-    std::fs::write(
-        &p1_config,
-        on(1, p0_text.replace("10.100.0.2:770", "0.0.0.0:770")),
-    )
-    .unwrap();
+    let mut p1 = read_proxy_config(&stack.dir.path().join("proxy.toml"));
+    on(1, &mut p1);
+    write_proxy_config(&p1_config, &p1);
     let mut proxy1 = Daemon::start(
         &bed.ns("proxy"),
         "proxy",
@@ -166,7 +167,7 @@ fn a_relay_moves_to_the_names_other_proxy_when_its_own_is_gone() {
     )
     .unwrap();
     // Proxy 0 on 10.100.0.2, proxy 1 on 10.100.1.2.
-    let (stack, proxy1) = two_proxies(&bed, name, "hold_time_s = 5\n", |p| p);
+    let (stack, proxy1) = two_proxies(&bed, name, |r| r.hold_time_s = 5, |_| {});
     let ups = |addr: &str| subflows_up_at(&stack.relay, addr);
     // The resolver's order decides which comes first; every path is on that one.
     let (used, other) = if ups("10.100.0.2") > 0 {
@@ -344,8 +345,8 @@ fn a_path_that_reaches_another_proxy_waits_until_the_sessions_proxy_stops() {
     let name = "proxy.polycorn.test";
     let hosts = NetnsHosts::new(&bed.ns("relay"));
     hosts.set(name, "10.100.0.2");
-    let drain = |t: String| t.replacen("\n\n[tls]", "\ndrain_s = 2\n\n[tls]", 1);
-    let (mut stack, proxy1) = two_proxies(&bed, name, "", drain);
+    let drain = |p: &mut ProxySection| p.drain_s = 2;
+    let (mut stack, proxy1) = two_proxies(&bed, name, |_| {}, drain);
     let ups = |addr: &str| subflows_up_at(&stack.relay, addr);
     assert_eq!(ups("10.100.0.2"), 2, "{}", stack.relay.log());
     let download = download_reaching_the_server(&bed, &stack, 800 * MB, 120);
@@ -444,8 +445,8 @@ fn a_relay_follows_its_proxy_name_to_another_proxy_and_back() {
     let hosts = NetnsHosts::new(&bed.ns("relay"));
     hosts.set(name, "10.100.0.2");
     // Both proxies hold a relay's session for 120 s.
-    let hold = |t: String| t.replacen("\n\n[tls]", "\nhold_time_s = 120\n\n[tls]", 1);
-    let (stack, proxy1) = two_proxies(&bed, name, "", hold);
+    let hold = |p: &mut ProxySection| p.hold_time_s = 120;
+    let (stack, proxy1) = two_proxies(&bed, name, |_| {}, hold);
     let p0_text = std::fs::read_to_string(stack.dir.path().join("proxy.toml")).unwrap();
     assert!(p0_text.contains("hold_time_s = 120"), "{p0_text}");
     let ups = |addr: &str| subflows_up_at(&stack.relay, addr);

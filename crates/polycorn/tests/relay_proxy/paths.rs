@@ -78,19 +78,7 @@ fn a_path_mtu_black_hole_is_named_and_the_path_mtu_setting_cures_it() {
         }
         assert!(line(&text, "p1").contains(": ok,"), "{text}");
     }
-    let stack = start_edited(
-        &bed,
-        "polycorn",
-        |r| {
-            r.replacen(
-                "source = \"10.100.0.1\"\n",
-                "source = \"10.100.0.1\"\nmtu = 1400\n",
-                1,
-            )
-        },
-        |p| p,
-        2,
-    );
+    let stack = start_edited(&bed, "polycorn", |r| r.paths[0].mtu = Some(1400), |_| {}, 2);
     let before = received_p0(&bed.ns("relay"));
     transfers(
         &bed,
@@ -116,19 +104,7 @@ fn a_path_mtu_black_hole_is_named_and_the_path_mtu_setting_cures_it() {
     // The baselines' tunnels take the setting too: the single-path tunnel of the one passenger
     // (path p0, the black hole's) and kernel MPTCP (one socket option for all its subflows).
     for mode in ["single", "mptcp"] {
-        let stack = start_edited(
-            &bed,
-            mode,
-            |r| {
-                r.replacen(
-                    "source = \"10.100.0.1\"\n",
-                    "source = \"10.100.0.1\"\nmtu = 1400\n",
-                    1,
-                )
-            },
-            |p| p,
-            0,
-        );
+        let stack = start_edited(&bed, mode, |r| r.paths[0].mtu = Some(1400), |_| {}, 0);
         transfers(
             &bed,
             vec![
@@ -152,13 +128,7 @@ fn a_path_without_source_follows_its_modems_new_address() {
     }
     let bed = Bed::constant("addr", 20, 10);
     start_server(&bed);
-    let stack = start_edited(
-        &bed,
-        "polycorn",
-        |r| r.replacen("source = \"10.100.0.1\"\n", "", 1),
-        |p| p,
-        2,
-    );
+    let stack = start_edited(&bed, "polycorn", |r| r.paths[0].source = None, |_| {}, 2);
     let up_from = |addr: &str| {
         stack
             .relay
@@ -219,24 +189,16 @@ fn a_path_without_source_takes_the_address_family_its_proxy_has() {
         "127.0.0.1 localhost\nfd00:100:1::2 proxy6.polycorn.test\n",
     )
     .unwrap();
-    let relay_edit = |relay: String| {
-        relay
-            .replace("source = \"10.100.0.1\"\n", "")
-            .replace("source = \"10.100.1.1\"\n", "")
-            .replace(
-                "proxy = \"10.100.0.2:7700\"",
-                "proxy = \"[fd00:100:0::2]:7700\"",
-            )
-            .replace(
-                "proxy = \"10.100.1.2:7700\"",
-                "proxy = \"proxy6.polycorn.test:7700\"",
-            )
+    let relay_edit = |relay: &mut RelayConfig| {
+        relay.relay.proxy = parsed("[fd00:100:0::2]:7700");
+        for path in &mut relay.paths {
+            path.source = None;
+        }
+        relay.paths[0].proxy = Some(parsed("[fd00:100:0::2]:7700"));
+        relay.paths[1].proxy = Some(parsed("proxy6.polycorn.test:7700"));
     };
-    let proxy_edit = |proxy: String| {
-        proxy.replace(
-            "listen = \"0.0.0.0:7700\"",
-            "listen = [\"0.0.0.0:7700\", \"[::]:7700\"]",
-        )
+    let proxy_edit = |proxy: &mut ProxyConfig| {
+        proxy.proxy.listen = vec![parsed("0.0.0.0:7700"), parsed("[::]:7700")];
     };
     let stack = start_edited(&bed, "polycorn", relay_edit, proxy_edit, 2);
     let log = stack.relay.log();
@@ -268,13 +230,19 @@ fn a_path_without_source_takes_the_address_family_its_proxy_has() {
 /// `ghost`, whose device `nosuch0` does not exist.
 fn start_with_a_ghost_path(bed: &Bed) -> Stack {
     start_server(bed);
-    let ghost = "[[path]]\nname = \"ghost\"\ndevice = \"nosuch0\"\nsource = \"10.100.9.1\"\nproxy = \"10.100.0.2:7700\"\n\n";
+    let ghost = PathConfig {
+        name: "ghost".into(),
+        device: "nosuch0".into(),
+        source: Some(parsed("10.100.9.1")),
+        proxy: Some(parsed("10.100.0.2:7700")),
+        mtu: None,
+    };
     start_stack_with(
         bed,
         "polycorn",
         "polycorn",
         2,
-        (ghost, ""),
+        |r, _| r.paths.push(ghost),
         tempfile::tempdir().unwrap(),
     )
 }

@@ -306,7 +306,10 @@ fn a_destination_policy_changed_on_reload_applies_to_new_connections() {
     // A download under way when the server is denied.
     let download = download_in_background(&bed, 16 * MB, 60);
     std::thread::sleep(Duration::from_millis(500));
-    let denied = text.replacen("[policy]\n", "[policy]\ndeny = [\"10.0.2.2/32\"]\n", 1);
+    let mut config = read_proxy_config(&file);
+    assert!(config.policy.deny.is_empty(), "{text}");
+    config.policy.deny = vec![parsed("10.0.2.2/32")];
+    let denied = config.to_toml();
     assert_ne!(denied, text);
     std::fs::write(&file, &denied).unwrap();
     stack.proxy.hangup();
@@ -351,11 +354,9 @@ fn a_destination_policy_changed_on_reload_applies_to_new_connections() {
 
 /// Proxy configuration `text` with `relay` in `proxy.revoked_relays`.
 fn revoking(text: &str, relay: &str) -> String {
-    text.replacen(
-        "[proxy]\n",
-        &format!("[proxy]\nrevoked_relays = [\"{relay}\"]\n"),
-        1,
-    )
+    let mut config = ProxyConfig::from_toml(text, "proxy.toml").unwrap();
+    config.proxy.revoked_relays.push(relay.into());
+    config.to_toml()
 }
 
 /// A second train's namespace, joined to the proxy's by one unshaped veth path
@@ -456,19 +457,22 @@ fn two_trains_share_one_proxy_and_one_is_revoked_alone() {
     // Train 2: a namespace of its own, one path, passengers over SOCKS5.
     let train = SecondTrain::new(&bed);
     let relay2 = dir.join("train-2.toml");
-    std::fs::write(
-        &relay2,
-        format!(
-            "[relay]\nmode = \"polycorn\"\nscheduler = \"minrtt\"\nproxy = \"10.199.0.2:7700\"\n\
-             congestion = \"cubic\"\nhold_time_s = 3\n\n[[path]]\nname = \"p0\"\ndevice = \"{}\"\n\
-             source = \"10.199.0.1\"\nproxy = \"10.199.0.2:7700\"\n\n\
-             [intercept]\nsocks5 = \"127.0.0.1:1080\"\n\n\
-             [tls]\nca = \"ca.pem\"\ncert = \"train-2.pem\"\nkey = \"train-2.key\"\n\n\
-             [metrics]\nlisten = \"127.0.0.1:9100\"\n",
-            train.device
-        ),
-    )
-    .unwrap();
+    let mut train2 = RelayConfig::new(parsed("10.199.0.2:7700"));
+    train2.relay.mode = RelayMode::Polycorn;
+    train2.relay.scheduler = "minrtt".into();
+    train2.relay.congestion = Some("cubic".into());
+    train2.relay.hold_time_s = 3;
+    train2.paths = vec![PathConfig {
+        name: "p0".into(),
+        device: train.device.clone(),
+        source: Some(parsed("10.199.0.1")),
+        proxy: Some(parsed("10.199.0.2:7700")),
+        mtu: None,
+    }];
+    train2.intercept.socks5 = Some(parsed("127.0.0.1:1080"));
+    train2.tls = Some(TlsFiles::new("ca.pem", "train-2.pem", "train-2.key"));
+    train2.metrics.listen = Some(parsed("127.0.0.1:9100"));
+    write_relay_config(&relay2, &train2);
     let start_train2 = |log: &str| {
         let mut d = Daemon::start(&train.ns, "relay", &relay2, dir.join(log));
         d.wait_for("subflow up", 1);

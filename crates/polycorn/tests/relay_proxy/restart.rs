@@ -113,7 +113,7 @@ fn a_stopping_relay_or_proxy_tells_the_other_end_at_once() {
     }
     let bed = Bed::constant("q", 40, 20);
     start_server(&bed);
-    let mut stack = start_with_keys(&bed, "hold_time_s = 120", "hold_time_s = 120");
+    let mut stack = start_with_keys(&bed, |r| r.hold_time_s = 120, |p| p.hold_time_s = 120);
     fetch_ok(&bed, &stack, KB, 64 * KB, "a connection first");
     let proxy_ns = bed.ns("proxy");
 
@@ -242,7 +242,7 @@ fn a_stop_with_a_drain_lets_open_connections_finish() {
     }
     let bed = Bed::constant("dr", 40, 20);
     start_server(&bed);
-    let mut stack = start_with_keys(&bed, "drain_s = 2", "drain_s = 8");
+    let mut stack = start_with_keys(&bed, |r| r.drain_s = 2, |p| p.drain_s = 8);
     fetch_ok(&bed, &stack, KB, 64 * KB, "a connection first");
 
     // 1. The proxy stops during a 20 MB download (about 2 s over two 40 Mbit/s paths).
@@ -290,7 +290,7 @@ fn a_passenger_connecting_while_the_proxy_drains_is_carried_by_the_next_proxy() 
     }
     let bed = Bed::constant("dn", 40, 20);
     start_server(&bed);
-    let mut stack = start_with_keys(&bed, "", "drain_s = 4");
+    let mut stack = start_with_keys(&bed, |_| {}, |p| p.drain_s = 4);
     fetch_ok(&bed, &stack, KB, 64 * KB, "a connection first");
     let open = download_reaching_the_server(&bed, &stack, 800 * MB, 60);
     stack.proxy.terminate();
@@ -361,7 +361,7 @@ fn a_relay_that_lost_power_has_its_silent_session_ended_when_it_comes_back() {
     }
     let bed = Bed::constant("pw", 40, 20);
     start_server(&bed);
-    let mut stack = start_with_keys(&bed, "hold_time_s = 120", "hold_time_s = 120");
+    let mut stack = start_with_keys(&bed, |r| r.hold_time_s = 120, |p| p.hold_time_s = 120);
     fetch_ok(&bed, &stack, KB, 64 * KB, "a connection first");
     let proxy_ns = bed.ns("proxy");
     let download = download_reaching_the_server(&bed, &stack, 800 * MB, 100);

@@ -25,7 +25,7 @@ fn hostile_peers_are_refused_and_passengers_unaffected() {
         "polycorn",
         "hrsch",
         2,
-        ("", "revoked_relays = [\"train-7\"]"),
+        |_, p| p.proxy.revoked_relays = vec!["train-7".into()],
         tempfile::tempdir().unwrap(),
     );
     let certs = stack.dir.path().to_path_buf();
@@ -236,9 +236,21 @@ fn hostile_peers_are_refused_and_passengers_unaffected() {
 /// The proxy's allow list of [`configs`], and one that also opens the relay's path addresses:
 /// on a carrier with public addresses (IPv6, public-IP APNs) nothing else keeps the proxy from
 /// connecting to them.
-const ALLOW: &str = "allow = [\"10.0.2.0/24\", \"fd00:2::/64\"]";
-const ALLOW_PATHS: &str =
-    "allow = [\"10.0.2.0/24\", \"fd00:2::/64\", \"10.100.0.0/16\", \"fd00:100::/32\"]";
+const ALLOW: &[&str] = &["10.0.2.0/24", "fd00:2::/64"];
+const ALLOW_PATHS: &[&str] = &[
+    "10.0.2.0/24",
+    "fd00:2::/64",
+    "10.100.0.0/16",
+    "fd00:100::/32",
+];
+
+/// `list` parsed as networks.
+fn nets<T: std::str::FromStr>(list: &[&str]) -> Vec<T>
+where
+    T::Err: std::fmt::Debug,
+{
+    list.iter().map(|n| parsed(n)).collect()
+}
 
 /// Connect to `dst` and read until the connection ends (at most `secs`): what came back, or
 /// the error that ended it.
@@ -304,10 +316,11 @@ fn connections_to_the_relays_or_the_proxys_own_addresses_are_refused_without_a_l
     let stack = start_edited(
         &bed,
         "polycorn",
-        |t| t,
-        |t| {
-            assert!(t.contains(ALLOW));
-            t.replace(ALLOW, ALLOW_PATHS)
+        |_| {},
+        |p| {
+            let allow: Vec<String> = p.policy.allow.iter().map(ToString::to_string).collect();
+            assert_eq!(allow, ALLOW);
+            p.policy.allow = nets(ALLOW_PATHS);
         },
         2,
     );
@@ -471,11 +484,14 @@ fn a_passenger_over_its_limits_is_refused_alone_and_unanswered_dns_leaves_nothin
     let stack = start_edited(
         &bed,
         "polycorn",
-        |t| {
-            let t = t.replace("upstream = \"10.0.2.2:53\"", "upstream = \"10.0.2.2:5353\"");
-            t + "\n[limits]\npassenger_max_flows = 8\npassenger_flow_rate = 1\npassenger_flow_burst = 10\n"
+        |r| {
+            assert_eq!(r.dns.upstream, Some(parsed("10.0.2.2:53")));
+            r.dns.upstream = Some(parsed("10.0.2.2:5353"));
+            r.limits.passenger_max_flows = 8;
+            r.limits.passenger_flow_rate = 1;
+            r.limits.passenger_flow_burst = 10;
         },
-        |t| t,
+        |_| {},
         2,
     );
     let relay_ns = bed.ns("relay");

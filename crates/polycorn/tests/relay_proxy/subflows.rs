@@ -203,8 +203,11 @@ fn an_idle_train_probes_its_paths_every_few_seconds() {
     }
     let bed = Bed::constant("ip", 40, 20);
     start_server(&bed);
-    let after = "idle_probe_after_s = 10";
-    let stack = start_with_keys(&bed, after, after);
+    let stack = start_with_keys(
+        &bed,
+        |r| r.idle_probe_after_s = 10,
+        |p| p.idle_probe_after_s = 10,
+    );
     fetch_ok(&bed, &stack, KB, MB, "before the idle spell");
     let relay_ns = bed.ns("relay");
     let rate = |secs: u64| -> Vec<(f64, f64)> {
@@ -262,7 +265,7 @@ fn used_subflow_is_refreshed_when_idle_if_configured() {
         "polycorn",
         "minrtt",
         2,
-        ("idle_refresh = \"used\"\n", ""),
+        |r, _| r.relay.idle_refresh = IdleRefresh::Used,
         tempfile::tempdir().unwrap(),
     );
     // Subflows are at least 5 s old before a refresh; 4 MB crosses both paths.

@@ -240,20 +240,19 @@ fn the_relay_and_proxy_units_run_under_systemd_as_pid_1() {
     start_server(&bed);
     let dir = tempfile::tempdir().unwrap();
     generate_credentials(dir.path());
-    let (relay_toml, proxy_toml) = configs(
-        &bed,
-        dir.path(),
-        "polycorn",
-        "polycorn",
-        2,
-        (
-            "drain_s = 5\n",
-            // What the nightly LinkDB unit learns from and stores into (below).
-            "[context]\nrecord = \"/var/lib/polycorn/context\"\n\n[linkdb]\n\
-             db = \"sqlite:/var/lib/polycorn/linkdb.sqlite\"\nroute = \"north\"\n\
-             carriers = [\"A\", \"B\"]\ntrack_origin = [39.0, 116.0]\ntrack_heading_deg = 0.0\n",
-        ),
-    );
+    let (mut relay, mut proxy) = configs("polycorn", "polycorn", 2);
+    relay.relay.drain_s = 5;
+    // What the nightly LinkDB unit learns from and stores into (below).
+    proxy.context.record = Some("/var/lib/polycorn/context".into());
+    proxy.linkdb = LinkDbConfig {
+        db: Some("sqlite:/var/lib/polycorn/linkdb.sqlite".into()),
+        route: Some("north".into()),
+        carriers: vec!["A".into(), "B".into()],
+        track_origin: Some([39.0, 116.0]),
+        track_heading_deg: 0.0,
+        ..LinkDbConfig::default()
+    };
+    let (relay_toml, proxy_toml) = write_configs(dir.path(), &relay, &proxy);
     // A ride north, as a proxy records it, for the LinkDB unit: 30 fixes 78 m apart, B handing
     // over once.
     let mut ride =

@@ -64,44 +64,27 @@ fn ipv6_only_carriers_carry_byte_exact() {
             .unwrap();
             hosts
         });
-        let relay_edit = |mut relay: String| {
-            for i in 0..v6_paths {
-                relay = relay
-                    .replace(
-                        &format!("\"10.100.{i}.2:7700\""),
-                        &format!("\"[fd00:100:{i}::2]:7700\""),
-                    )
-                    .replace(
-                        &format!("\"10.100.{i}.1\""),
-                        &format!("\"fd00:100:{i}::1\""),
-                    );
+        let relay_edit = |relay: &mut RelayConfig| {
+            for (i, path) in relay.paths.iter_mut().enumerate().take(v6_paths) {
+                path.proxy = Some(parsed(&format!("[fd00:100:{i}::2]:7700")));
+                path.source = Some(parsed(&format!("fd00:100:{i}::1")));
             }
-            assert_eq!(relay.contains("10.100."), v6_paths < 2, "{relay}");
+            relay.relay.proxy = parsed("[fd00:100:0::2]:7700");
+            let text = relay.to_toml();
+            assert_eq!(text.contains("10.100."), v6_paths < 2, "{text}");
             if v6_paths == 1 {
-                relay = relay
-                    .replace("proxy = \"[fd00:100:0::2]:7700\"\n", "")
-                    .replace("proxy = \"10.100.1.2:7700\"\n", "")
-                    .replacen(
-                        "[relay]\n",
-                        "[relay]\nproxy = \"proxy.polycorn.test:7700\"\n",
-                        1,
-                    );
+                relay.relay.proxy = parsed("proxy.polycorn.test:7700");
+                for path in &mut relay.paths {
+                    path.proxy = None;
+                }
             }
-            relay
         };
         // The proxy listens on both families; the single-path baseline's tunnels come from
         // the relay's IPv6 path addresses.
-        let proxy_edit = |proxy: String| {
-            proxy
-                .replace(
-                    "listen = \"0.0.0.0:7700\"",
-                    "listen = [\"0.0.0.0:7700\", \"[::]:7700\"]",
-                )
-                .replace(
-                    "tunnel_listen = \"0.0.0.0:7701\"",
-                    "tunnel_listen = \"[::]:7701\"",
-                )
-                .replace("[\"10.100.0.0/16\"]", "[\"fd00:100::/32\"]")
+        let proxy_edit = |proxy: &mut ProxyConfig| {
+            proxy.proxy.listen = vec![parsed("0.0.0.0:7700"), parsed("[::]:7700")];
+            proxy.proxy.tunnel_listen = Some(parsed("[::]:7701"));
+            proxy.proxy.tunnel_peers = vec![parsed("fd00:100::/32")];
         };
         let subflows = if mode == "polycorn" { 2 } else { 0 };
         let stack = start_edited(&bed, mode, relay_edit, proxy_edit, subflows);
@@ -443,9 +426,15 @@ fn hsr_trip_with_train_context_and_linkdb_predictions() {
     start_server(&bed);
     // The same LinkDB on both ends: the proxy predicts for the downlink, the relay for the
     // uplink.
-    let linkdb = format!(
-        "\n[linkdb]\ndb = \"{db}\"\nmodel = \"paper\"\nroute = \"hsr/route1\"\ncarriers = [\"A\", \"B\"]\ntrack_origin = [39.865, 116.378]\ntrack_heading_deg = 160.0\n"
-    );
+    let linkdb = LinkDbConfig {
+        db: Some(db.clone()),
+        model: "paper".into(),
+        route: Some("hsr/route1".into()),
+        carriers: vec!["A".into(), "B".into()],
+        track_origin: Some([39.865, 116.378]),
+        track_heading_deg: 160.0,
+        ..LinkDbConfig::default()
+    };
     // The relay also keeps its own context log, for LinkDB, and a week of them: a log of an
     // older day, left from before, goes when the first of today's starts.
     let record = dir.path().join("context-log");
@@ -456,24 +445,18 @@ fn hsr_trip_with_train_context_and_linkdb_predictions() {
         "t_ms,lat,lon,speed_mps,heading_deg,cell_A,rsrp_dbm_A\n",
     )
     .unwrap();
-    let relay_extra = format!(
-        "\n[context]\nsource = \"gpsd\"\ngpsd = \"127.0.0.1:2947\"\nrecord = \"{}\"\nkeep_days = 7\n{linkdb}",
-        record.display()
-    );
     // The proxy keeps what the relay sends of it, per relay.
     let proxy_record = dir.path().join("proxy-context");
-    let proxy_extra = format!(
-        "\n[context]\nrecord = \"{}\"\n{linkdb}",
-        proxy_record.display()
-    );
-    let mut stack = start_stack_with(
-        &bed,
-        "polycorn",
-        "hrsch",
-        2,
-        (&relay_extra, &proxy_extra),
-        dir,
-    );
+    let ends = |r: &mut RelayConfig, p: &mut ProxyConfig| {
+        r.context.source = ContextSource::Gpsd;
+        r.context.gpsd = parsed("127.0.0.1:2947");
+        r.context.record = Some(record.clone());
+        r.context.keep_days = Some(7);
+        r.linkdb = linkdb.clone();
+        p.context.record = Some(proxy_record.clone());
+        p.linkdb = linkdb;
+    };
+    let mut stack = start_stack_with(&bed, "polycorn", "hrsch", 2, ends, dir);
     stack.proxy.wait_for("LinkDB predictor loaded", 1);
     stack.relay.wait_for("LinkDB predictor loaded", 1);
     stack.proxy.wait_for("first train context", 1);
@@ -575,14 +558,10 @@ fn hsr_trip_with_train_context_and_linkdb_predictions() {
     // proxy's recording to another directory, for the live session too.
     let moved = stack.dir.path().join("proxy-context-2");
     let proxy_toml = stack.dir.path().join("proxy.toml");
-    let text = std::fs::read_to_string(&proxy_toml).unwrap();
-    let was = format!("record = \"{}\"", proxy_record.display());
-    assert!(text.contains(&was), "{text}");
-    std::fs::write(
-        &proxy_toml,
-        text.replace(&was, &format!("record = \"{}\"", moved.display())),
-    )
-    .unwrap();
+    let mut config = read_proxy_config(&proxy_toml);
+    assert_eq!(config.context.record.as_ref(), Some(&proxy_record));
+    config.context.record = Some(moved.clone());
+    write_proxy_config(&proxy_toml, &config);
     stack.proxy.hangup();
     stack.relay.hangup();
     for daemon in [&mut stack.proxy, &mut stack.relay] {
@@ -640,13 +619,10 @@ fn hsr_trip_with_train_context_and_linkdb_predictions() {
         "this is not an SQLite file, and longer than its header".repeat(20),
     )
     .unwrap();
-    let text = std::fs::read_to_string(&proxy_toml).unwrap();
-    assert!(text.contains(&db), "{text}");
-    std::fs::write(
-        &proxy_toml,
-        text.replace(&db, &format!("sqlite:{}", bad.display())),
-    )
-    .unwrap();
+    let mut config = read_proxy_config(&proxy_toml);
+    assert_eq!(config.linkdb.db.as_ref(), Some(&db));
+    config.linkdb.db = Some(format!("sqlite:{}", bad.display()));
+    write_proxy_config(&proxy_toml, &config);
     stack.proxy.hangup();
     stack
         .proxy
@@ -681,7 +657,7 @@ fn downloads_after_a_big_one_are_spread_over_both_paths() {
         "polycorn",
         "minrtt",
         2,
-        ("", ""),
+        |_, _| {},
         tempfile::tempdir().unwrap(),
     );
     fetch_ok(&bed, &stack, KB, 8 * MB, "the big download");
@@ -740,10 +716,10 @@ fn slow_start_after_idle_false_applies_to_the_daemons_namespaces_only() {
         "polycorn",
         "minrtt",
         2,
-        (
-            "slow_start_after_idle = false\n",
-            "slow_start_after_idle = false\n",
-        ),
+        |r, p| {
+            r.relay.slow_start_after_idle = Some(false);
+            p.proxy.slow_start_after_idle = Some(false);
+        },
         tempfile::tempdir().unwrap(),
     );
     assert_eq!(sysctl("proxy"), "0");
@@ -799,13 +775,15 @@ fn baseline_tunnels_use_the_configured_congestion_control_on_every_subflow() {
     }
     let bed = Bed::constant("cc", 20, 20);
     start_server(&bed);
-    let reno = "congestion = \"reno\"\n";
     let stack = start_stack_with(
         &bed,
         "mptcp",
         "minrtt",
         2,
-        (reno, reno),
+        |r, p| {
+            r.relay.congestion = Some("reno".into());
+            p.proxy.congestion = Some("reno".into());
+        },
         tempfile::tempdir().unwrap(),
     );
     // A download long enough (16 MB at 2 × 20 Mbit/s: several seconds) to look at its

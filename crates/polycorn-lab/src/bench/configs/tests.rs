@@ -98,7 +98,12 @@ fn every_system_writes_configurations_that_read_as_written_by_hand() {
             for linkdb in [None, Some((LINKDB, true)), Some((LINKDB, false))] {
                 let what = format!("{name}, {paths} paths, linkdb {:?}", linkdb.map(|l| l.1));
                 let (relay, proxy) = by_hand(&sys, paths, linkdb);
-                let (r, p) = write_configs(&dir, &sys, paths, linkdb).unwrap();
+                let typed = linkdb.map(|(text, at_relay)| {
+                    let db = LinkDbConfig::from_toml(text, "LINKDB").expect(text);
+                    (db, at_relay)
+                });
+                let typed = typed.as_ref().map(|(db, at_relay)| (db, *at_relay));
+                let (r, p) = write_configs(&dir, &sys, paths, typed).unwrap();
                 let written = (
                     std::fs::read_to_string(r).unwrap(),
                     std::fs::read_to_string(p).unwrap(),
