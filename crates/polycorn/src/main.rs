@@ -135,6 +135,10 @@ enum BenchAction {
     /// table: per-flow ratios with intervals over all rides, FCT / oracle, IM. Runs nothing;
     /// no root needed.
     Pool(bench::pool::PoolArgs),
+    /// Write the results pages (docs/src/results/) and the README's results table from the
+    /// compact results committed under results/ (`*.summary.json`, copies of the
+    /// `summary.json` a bench or pool writes). Runs nothing; no root needed.
+    Summarize(bench::summarize::SummarizeArgs),
 }
 
 #[derive(Subcommand, Debug)]
@@ -426,6 +430,10 @@ fn run(cli: Cli) -> Result<u8> {
             action: Some(BenchAction::Pool(args)),
             ..
         } => bench::pool::run(&args)?,
+        Command::Bench {
+            action: Some(BenchAction::Summarize(args)),
+            ..
+        } => bench::summarize::run(&args)?,
         Command::Bench { args, action: None } => bench::run(&args)?,
         Command::Schedulers { check: Some(spec) } => {
             let p = polycorn_sched::Pipeline::from_spec(&spec)?;
