@@ -287,6 +287,18 @@ enum ConfigAction {
         #[arg(long, value_name = "PID")]
         reload: Option<i32>,
     },
+    /// Write the configuration reference (`relay-config.md`, `proxy-config.md`): every
+    /// section and key of relay.toml and proxy.toml with its type, default, allowed values and
+    /// description, generated from the configuration types' doc comments.
+    Reference {
+        /// Directory the pages are written to (created if missing).
+        #[arg(long, default_value = "docs/src/reference")]
+        out: std::path::PathBuf,
+        /// Write nothing; fail, naming each page, when a page there differs from what would
+        /// be written.
+        #[arg(long)]
+        check: bool,
+    },
 }
 
 #[derive(Subcommand, Debug)]
@@ -384,6 +396,9 @@ fn run(cli: Cli) -> Result<u8> {
         Command::Config {
             action: ConfigAction::Example { role, config },
         } => net_cmd::config_example(&role, config.as_deref())?,
+        Command::Config {
+            action: ConfigAction::Reference { out, check },
+        } => net_cmd::config_reference(&out, check)?,
         Command::Config {
             action: ConfigAction::Check { role, file, reload },
         } => {

@@ -113,8 +113,8 @@ pub fn load_summaries(dir: &Path) -> Result<Vec<(String, Value)>> {
         };
         let text =
             std::fs::read_to_string(&path).with_context(|| format!("read {}", path.display()))?;
-        let v: Value = serde_json::from_str(&text)
-            .with_context(|| format!("{}: not JSON", path.display()))?;
+        let v: Value =
+            serde_json::from_str(&text).with_context(|| format!("{}: not JSON", path.display()))?;
         match v["kind"].as_str() {
             Some("ride" | "pool") => {}
             _ => bail!(
@@ -143,7 +143,10 @@ pub fn generate(
         out.push((docs.join("pooled.md"), pooled_page(&pools)?));
     }
     let block = readme_block(&rides, &pools)?;
-    out.push((readme_path.to_path_buf(), splice_readme(readme, &block, readme_path)?));
+    out.push((
+        readme_path.to_path_buf(),
+        splice_readme(readme, &block, readme_path)?,
+    ));
     Ok(out)
 }
 
@@ -197,7 +200,10 @@ pub fn splice_readme(readme: &str, block: &str, path: &Path) -> Result<String> {
         );
     };
     if e < b {
-        bail!("{}: `{README_END}` comes before `{README_BEGIN}`", path.display());
+        bail!(
+            "{}: `{README_END}` comes before `{README_BEGIN}`",
+            path.display()
+        );
     }
     let mut out = String::new();
     for l in &lines[..=b] {
@@ -300,7 +306,8 @@ pub fn bench_page(rides: &[&(String, Value)]) -> Result<String> {
 fn ride_section(o: &mut String, name: &str, s: &Value) -> Result<()> {
     let m = &s["meta"];
     let _ = writeln!(o, "\n## {name}\n");
-    let _ = writeln!(
+    let _ =
+        writeln!(
         o,
         "Trip preset `{}`, route seed {}, trip seed {}, workload seed {}, {} mode; window of {} s \
          from {} s; carriers {}; handover prediction: {}. In the window: {} handovers, {} failed \
@@ -330,7 +337,13 @@ fn ride_section(o: &mut String, name: &str, s: &Value) -> Result<()> {
         .into_iter()
         .flatten()
         .filter(|r| !r["error"].is_null())
-        .map(|r| format!("`{}` ({})", str_or(&r["system"], "?"), str_or(&r["error"], "?")))
+        .map(|r| {
+            format!(
+                "`{}` ({})",
+                str_or(&r["system"], "?"),
+                str_or(&r["error"], "?")
+            )
+        })
         .collect();
     if !failed.is_empty() {
         let _ = writeln!(o, "Failed systems: {}.\n", failed.join("; "));
@@ -364,9 +377,10 @@ fn ride_section(o: &mut String, name: &str, s: &Value) -> Result<()> {
         .into_iter()
         .filter(|r| {
             ok_runs(s).any(|x| {
-                x["bulk"]
-                    .as_object()
-                    .is_some_and(|b| b.values().any(|v| v.get(format!("goodput_ratio_vs_{r}")).is_some()))
+                x["bulk"].as_object().is_some_and(|b| {
+                    b.values()
+                        .any(|v| v.get(format!("goodput_ratio_vs_{r}")).is_some())
+                })
             })
         })
         .collect();
@@ -402,7 +416,11 @@ fn ride_section(o: &mut String, name: &str, s: &Value) -> Result<()> {
         }
     }
 
-    let has_im = ok_runs(s).any(|r| r["im"].as_array().is_some_and(|a| a.iter().any(|x| x["sent"].as_u64() > Some(0))));
+    let has_im = ok_runs(s).any(|r| {
+        r["im"]
+            .as_array()
+            .is_some_and(|a| a.iter().any(|x| x["sent"].as_u64() > Some(0)))
+    });
     if has_im {
         let _ = writeln!(o, "\n### IM latency\n\n{cap}\n");
         o.push_str(
