@@ -13,7 +13,7 @@ use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
 use serde::de::{self, Deserialize, Deserializer, Visitor};
-use serde_json::{Map, Value};
+use serde_json::Value;
 
 use super::*;
 
@@ -326,7 +326,6 @@ fn page(file: &str, what: &str, root: &Value, example: &str, main: &str) -> Stri
          off or taken from the system, as its description says. A complete example is at the \
          end (`polycorn config example {main}` prints it).\n"
     );
-    let empty = Map::new();
     let required: Vec<&str> = root["required"]
         .as_array()
         .into_iter()
@@ -376,7 +375,6 @@ fn page(file: &str, what: &str, root: &Value, example: &str, main: &str) -> Stri
         if !intro.is_empty() {
             let _ = writeln!(o, "{}\n", intro.join(" "));
         }
-        let _ = def_name;
         let req: Vec<&str> = def["required"]
             .as_array()
             .into_iter()
@@ -408,7 +406,6 @@ fn page(file: &str, what: &str, root: &Value, example: &str, main: &str) -> Stri
                 prose(schema, Some(key))
             );
         }
-        let _ = &empty;
         for (key, vs) in enums {
             let _ = writeln!(o, "\n`{key}`:\n");
             for (name, doc) in vs {
@@ -491,12 +488,16 @@ mod tests {
         assert!(at("mode") < at("scheduler") && at("scheduler") < at("proxy"));
         assert!(
             relay.contains(&format!(
-                "| `drain_s` | integer | `0` | ≤ {MAX_DRAIN_S} | On an orderly stop, how long"
+                "| `drain_s` | integer | `0` | 0..={MAX_DRAIN_S} | On an orderly stop, how long"
             )),
             "{relay}"
         );
         assert!(
-            relay.contains("| `hold_time_s` | integer | `30` | ≤ 3600 |"),
+            relay.contains("| `hold_time_s` | integer | `30` | 0..=3600 |"),
+            "{relay}"
+        );
+        assert!(
+            relay.contains("| `tunnel_port` | integer | `7701` | 1..=65535 |"),
             "{relay}"
         );
         assert!(relay.contains("| `proxy` | string | required |"), "{relay}");
