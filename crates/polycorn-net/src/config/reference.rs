@@ -367,10 +367,8 @@ fn page(file: &str, what: &str, root: &Value, example: &str, main: &str) -> Stri
                 intro.push(t);
             }
         }
-        if required.contains(&section.as_str()) {
+        if required.contains(&section.as_str()) && !intro.iter().any(|t| t.contains("equired")) {
             intro.push("Required.".into());
-        } else if prop["anyOf"].is_array() {
-            intro.push("Optional.".into());
         }
         if !intro.is_empty() {
             let _ = writeln!(o, "{}\n", intro.join(" "));
