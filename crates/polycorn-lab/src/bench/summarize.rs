@@ -510,7 +510,10 @@ pub fn pooled_page(pools: &[&(String, Value)]) -> Result<String> {
         );
         o.push_str("| system | size | FCT ÷ oracle |\n| --- | --- | --- |\n");
         for (sys, v) in p["systems"].as_object().into_iter().flatten() {
-            for (size, b) in v["bulk"].as_object().into_iter().flatten() {
+            let mut sizes: Vec<(&String, &Value)> =
+                v["bulk"].as_object().into_iter().flatten().collect();
+            sizes.sort_by_key(|(k, _)| k.parse::<u64>().unwrap_or(u64::MAX));
+            for (size, b) in sizes {
                 let _ = writeln!(
                     o,
                     "| {sys} | {} | {} |",
@@ -545,11 +548,7 @@ pub fn readme_block(rides: &[&(String, Value)], pools: &[&(String, Value)]) -> R
         "| system | FCT ÷ oracle, 1 MB | FCT ÷ oracle, 4 MB | IM latency, 10 users | details |\n\
          | --- | --- | --- | --- | --- |\n",
     );
-    let mut rows = 0;
-    for r in ok_runs(s) {
-        if rows == README_ROWS {
-            break;
-        }
+    for r in ok_runs(s).take(README_ROWS) {
         let im10 = r["im"]
             .as_array()
             .into_iter()
@@ -565,7 +564,6 @@ pub fn readme_block(rides: &[&(String, Value)], pools: &[&(String, Value)]) -> R
             im10,
             anchor(name),
         );
-        rows += 1;
     }
     o.push_str(
         "\nMedian [95% confidence interval of the mean]; 1 is the trip's best possible \
