@@ -1,4 +1,5 @@
-//! Records the git commit the binary is built from (`POLYCORN_BUILD_COMMIT`), so results name
+//! Records the git commit the binary is built from (`POLYCORN_BUILD_COMMIT`, and
+//! `POLYCORN_BUILD_DESCRIBE` as `git describe` gives it), so results name
 //! the code that produced them, not whatever the checkout holds when they run. A tree with
 //! uncommitted changes to tracked files gets `+dirty`; a build outside a git checkout gets
 //! nothing and reports the crate version alone.
@@ -42,4 +43,8 @@ fn main() {
         None => String::new(),
     };
     println!("cargo:rustc-env=POLYCORN_BUILD_COMMIT={value}");
+    // `git describe`: the nearest tag, commits since and the commit (the commit alone without
+    // tags), `-dirty` as above; results pages name the build by it.
+    let describe = git(&["describe", "--tags", "--always", "--dirty"]).unwrap_or_default();
+    println!("cargo:rustc-env=POLYCORN_BUILD_DESCRIBE={describe}");
 }

@@ -27,6 +27,10 @@ pub const VERSION: &str = match env!("POLYCORN_BUILD_COMMIT").len() {
     ),
 };
 
+/// `git describe --tags --always --dirty` of the checkout the lab was built from; empty for a
+/// build outside a git checkout. Recorded in results as `meta.build`.
+pub const BUILD: &str = env!("POLYCORN_BUILD_DESCRIBE");
+
 /// Write `text` to stdout. A reader that closed the pipe early (`polycorn demo | head`) ends the
 /// output quietly instead of a panic.
 pub fn emit(text: &str) -> anyhow::Result<()> {

@@ -153,6 +153,10 @@ enum BenchAction {
     /// table: per-flow ratios with intervals over all rides, FCT / oracle, IM. Runs nothing;
     /// no root needed.
     Pool(bench::pool::PoolArgs),
+    /// Write the results pages (docs/src/results/) and the README's results table from the
+    /// compact results committed under results/ (`*.summary.json`, copies of the
+    /// `summary.json` a bench or pool writes). Runs nothing; no root needed.
+    Summarize(bench::summarize::SummarizeArgs),
 }
 
 #[derive(Subcommand, Debug)]
@@ -301,6 +305,18 @@ enum ConfigAction {
         #[arg(long, value_name = "PID")]
         reload: Option<i32>,
     },
+    /// Write the configuration reference (`relay-config.md`, `proxy-config.md`): every
+    /// section and key of relay.toml and proxy.toml with its type, default, allowed values and
+    /// description, generated from the configuration types' doc comments.
+    Reference {
+        /// Directory the pages are written to (created if missing).
+        #[arg(long, default_value = "docs/src/reference")]
+        out: std::path::PathBuf,
+        /// Write nothing; fail, naming each page, when a page there differs from what would
+        /// be written.
+        #[arg(long)]
+        check: bool,
+    },
 }
 
 #[derive(Subcommand, Debug)]
@@ -399,6 +415,9 @@ fn run(cli: Cli) -> Result<u8> {
             action: ConfigAction::Example { role, config },
         } => net_cmd::config_example(&role, config.as_deref())?,
         Command::Config {
+            action: ConfigAction::Reference { out, check },
+        } => net_cmd::config_reference(&out, check)?,
+        Command::Config {
             action: ConfigAction::Check { role, file, reload },
         } => {
             match role.as_str() {
@@ -444,6 +463,10 @@ fn run(cli: Cli) -> Result<u8> {
             action: Some(BenchAction::Pool(args)),
             ..
         } => bench::pool::run(&args)?,
+        Command::Bench {
+            action: Some(BenchAction::Summarize(args)),
+            ..
+        } => bench::summarize::run(&args)?,
         Command::Bench { args, action: None } => bench::run(&args)?,
         Command::Sim {
             action: SimAction::Bench(args),

@@ -96,6 +96,28 @@ pub fn signal_reload(pid: i32) -> Result<()> {
 /// `polycorn config example relay|proxy|relay.service|proxy.service|relay.socket|proxy.socket`
 /// (or `linkdb-learn.service|linkdb-learn.timer`, or `alerts`);
 /// `config`: the configuration whose listeners a socket unit binds (default: the example's).
+/// `polycorn config reference`: write the reference pages into `out`, or with `check` fail
+/// when those there are stale.
+pub fn config_reference(out: &Path, check: bool) -> Result<()> {
+    use polycorn_net::config::reference;
+    if check {
+        let stale = reference::stale(out);
+        if !stale.is_empty() {
+            let names: Vec<String> = stale.iter().map(|p| p.display().to_string()).collect();
+            bail!(
+                "{} stale: regenerate with `{}`",
+                names.join(", "),
+                reference::COMMAND
+            );
+        }
+        return Ok(());
+    }
+    for path in reference::write(out).with_context(|| format!("write {}", out.display()))? {
+        println!("wrote {}", path.display());
+    }
+    Ok(())
+}
+
 pub fn config_example(role: &str, config: Option<&Path>) -> Result<()> {
     if config.is_some() && !role.ends_with(".socket") {
         bail!(

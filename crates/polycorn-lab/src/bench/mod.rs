@@ -15,7 +15,8 @@
 //!
 //! ## Outputs (`--out`, default `results/bench-<preset>-r<route>-t<trip>-<quick|full>/`)
 //! `flows.csv` (one row per bulk download and system), `uploads.csv` (the same for uploads, when
-//! `--workloads upload` ran them), `im.csv` (one row per IM message and system), `results.json` (metadata, raw results, summaries), `report.html` (self-contained:
+//! `--workloads upload` ran them), `im.csv` (one row per IM message and system), `results.json` (metadata, raw results, summaries), `summary.json` (the same without raw
+//! samples, see [`summarize`]), `report.html` (self-contained:
 //! tables and inline SVG plots), `logs/` (relay and proxy logs per system).
 
 pub mod analysis;
@@ -24,6 +25,7 @@ pub mod plan;
 pub mod pool;
 pub mod report;
 pub mod sim;
+pub mod summarize;
 pub mod traces;
 pub mod workload;
 
@@ -348,6 +350,10 @@ pub fn systems_named(names: &[String]) -> Result<Vec<System>> {
 pub struct Meta {
     /// polycorn version (and git commit when known).
     pub version: String,
+    /// `git describe` of the build ([`crate::BUILD`]); None where it was not recorded.
+    pub build: Option<String>,
+    /// The command line of the run (`polycorn bench …`); None where it was not recorded.
+    pub command: Option<String>,
     /// Kernel release.
     pub kernel: String,
     /// Trip preset.
@@ -509,24 +515,47 @@ fn apply_workloads(
     Ok(())
 }
 
-/// Print the rides pooled (`report::pooled`) and, with `out`, write `pooled.txt` and
-/// `pooled.json` there. Shared by `--trips N` and `bench pool`.
+/// Print the rides pooled (`report::pooled`) and, with `out`, write `pooled.txt`,
+/// `pooled.json` and the compact `summary.json` ([`summarize::compact_pooled`]) there. Shared by `--trips N` and `bench pool`.
 pub fn print_pooled(rides: &[report::Results], out: Option<&Path>) -> Result<()> {
     let (text, json) = report::pooled(rides);
     let Some(out) = out else {
         return crate::emit(&text);
     };
+    let first = rides.first().map(|r| &r.meta);
+    let summary = summarize::compact_pooled(
+        &json,
+        first.and_then(|m| m.build.as_deref()),
+        first.map_or("", |m| m.started.as_str()),
+        &command_line(),
+    );
     // Files first: a reader that stops early (`| head`) must not cost the outputs.
     std::fs::create_dir_all(out).with_context(|| format!("create {}", out.display()))?;
     let (txt, js) = (out.join("pooled.txt"), out.join("pooled.json"));
     std::fs::write(&txt, &text).with_context(|| format!("write {}", txt.display()))?;
     std::fs::write(&js, serde_json::to_string_pretty(&json)?)
         .with_context(|| format!("write {}", js.display()))?;
+    summarize::write_summary(out, &summary)?;
     crate::emit(&format!(
         "{text}pooled over {} rides: {}\n",
         rides.len(),
         txt.display()
     ))
+}
+
+/// This process's command line as `polycorn ARGS…` (the program's path left out), arguments
+/// with spaces or quotes in single quotes.
+pub fn command_line() -> String {
+    let mut line = String::from("polycorn");
+    for a in std::env::args().skip(1) {
+        line.push(' ');
+        if a.is_empty() || a.contains(|c: char| c.is_whitespace() || "'\"$;&|`\\".contains(c)) {
+            line.push_str(&format!("'{}'", a.replace('\'', "'\\''")));
+        } else {
+            line.push_str(&a);
+        }
+    }
+    line
 }
 
 /// The order in which ride number `ride` (from 0) runs `n` systems: rotated by one per ride, so
@@ -601,6 +630,8 @@ fn run_trip(
         .with_context(|| format!("create {}", out.display()))?;
     let meta = Meta {
         version: crate::VERSION.to_string(),
+        build: Some(crate::BUILD.to_string()).filter(|b| !b.is_empty()),
+        command: Some(command_line()),
         kernel: kernel(),
         preset: match traces {
             Some(_) => report::TRACES_PRESET.to_string(),
@@ -735,6 +766,7 @@ fn run_trip(
     let runs = runs.into_iter().map(|(_, r)| r).collect();
     let results = report::Results::new(meta, plan, &trip, runs);
     results.write_all(out)?;
+    summarize::write_summary(out, &summarize::compact(&results.to_json()))?;
     print!("{}", report::table(&results));
     let html = report::write_html(out, &results)?;
     println!(

@@ -594,6 +594,15 @@ fn array<'a>(v: &'a Value, path: &str) -> Result<&'a Vec<Value>> {
 pub fn from_json(v: &Value) -> Result<Results> {
     let meta = Meta {
         version: string(v, "meta.version")?,
+        // Absent from older results.json files.
+        build: v
+            .pointer("/meta/build")
+            .and_then(Value::as_str)
+            .map(str::to_string),
+        command: v
+            .pointer("/meta/command")
+            .and_then(Value::as_str)
+            .map(str::to_string),
         kernel: string(v, "meta.kernel")?,
         preset: string(v, "meta.preset")?,
         // Absent from older results.json files.

@@ -4,6 +4,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 /// Most paths a relay may have (the scheduler's path-set width).
@@ -42,7 +43,7 @@ pub const MAX_KEEP_DAYS: u32 = 36_500;
 pub const MAX_MONITOR_LAG_MS: u64 = 60_000;
 
 /// `[tls]`: the PEM files of this end (see [`crate::tls`]).
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct TlsFiles {
     /// `ca`: the CA certificate both ends trust.
@@ -54,15 +55,18 @@ pub struct TlsFiles {
 }
 
 /// `[limits]`: memory bounds.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct Limits {
     /// `flow_window_bytes`: per-flow receive window and send buffer (default 4 MiB).
+    #[schemars(range(min = 1, max = MAX_WINDOW_BYTES))]
     pub flow_window_bytes: u64,
     /// `user_window_bytes`: cap over all flows of one passenger (default 16 MiB); at least
     /// `flow_window_bytes`.
+    #[schemars(range(min = 1, max = MAX_WINDOW_BYTES))]
     pub user_window_bytes: u64,
     /// `max_flows`: passenger connections open at once (default 65536).
+    #[schemars(range(min = 1, max = MAX_FLOWS))]
     pub max_flows: u32,
     /// `session_buffer_bytes`: most bytes one session (one relay's, at either end) holds in its
     /// flows' buffers together, received and not yet read plus sent and not yet acknowledged
@@ -70,11 +74,13 @@ pub struct Limits {
     /// caps a session's open flows (6,553 by default): past it, new flows are refused (the
     /// passenger's connection is reset) until others end. What one stolen relay credential can
     /// make the proxy hold is bounded by it (times `proxy.max_sessions_per_relay` + 1).
+    #[schemars(range(min = 64u64 << 20, max = 64u64 << 30))]
     pub session_buffer_bytes: u64,
     /// `passenger_max_flows`: (relay) connections one passenger address may have open at once
     /// (default 512; 0: no limit). Past it the passenger's new connections are refused (reset;
     /// SOCKS5: "not allowed"), counted in `polycorn_passenger_refusals_total{reason="flows"}`
     /// and logged once per 10 s; other passengers are unaffected.
+    #[schemars(range(max = MAX_FLOWS))]
     pub passenger_max_flows: u32,
     /// `passenger_flow_rate`: (relay) new connections per second one passenger address may
     /// open, sustained (default 50; 0: no limit). DNS queries count as connections.
@@ -111,7 +117,7 @@ impl Limits {
 }
 
 /// `[metrics]`.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct MetricsConfig {
     /// `listen`: address of the Prometheus endpoint (no authentication; keep it on loopback or
@@ -120,7 +126,7 @@ pub struct MetricsConfig {
 }
 
 /// Log output format.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize, JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum LogFormat {
     /// Human-readable lines.
@@ -131,7 +137,7 @@ pub enum LogFormat {
 }
 
 /// `[log]`.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct LogConfig {
     /// `format`: `text` (default) or `json`.
@@ -151,7 +157,7 @@ impl Default for LogConfig {
 }
 
 /// How the relay carries passengers' connections.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize, JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum RelayMode {
     /// polycorn: every flow multiplexed over all paths, scheduled by `relay.scheduler`.
@@ -167,7 +173,7 @@ pub enum RelayMode {
 
 /// `[linkdb]`: handover-failure prediction for HRSCH's HPR stage: on the proxy for the
 /// downlink, on the relay for the uplink.
-#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct LinkDbConfig {
     /// `db`: handover database URL (`sqlite:PATH` or `postgres://…`), passed to LinkDB as is.
@@ -189,6 +195,7 @@ pub struct LinkDbConfig {
     /// deletes the route's rides that began more than this many days ago, so the history, and
     /// the time a predictor takes to build, stop growing. Rides of no known start (simulated,
     /// datasets) are kept. None: every ride is kept.
+    #[schemars(range(min = 1, max = MAX_KEEP_DAYS))]
     pub keep_days: Option<u32>,
 }
 

@@ -36,6 +36,7 @@ mod error;
 mod examples;
 mod parse;
 mod proxy;
+pub mod reference;
 mod relay;
 mod validate;
 

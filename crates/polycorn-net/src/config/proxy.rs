@@ -5,6 +5,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use ipnet::IpNet;
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use crate::policy::DestinationPolicy;
@@ -16,7 +17,7 @@ use super::parse::*;
 use super::validate::*;
 
 /// The proxy's `[context]`: what it keeps of the train context the relays send.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct ProxyContextConfig {
     /// `record`: a directory where the proxy writes every relay's fixes, with its modems'
@@ -26,32 +27,38 @@ pub struct ProxyContextConfig {
     /// `keep_days`: with `record`, each relay's logs of this many finished UTC days are kept
     /// besides today's; older ones are removed when one of its logs starts. Longer than the
     /// nightly import's interval, or logs go unread. None (default): every log is kept.
+    #[schemars(range(min = 1, max = MAX_KEEP_DAYS))]
     pub keep_days: Option<u32>,
     /// `monitor_lag_ms`: how late the relays' modem monitors report a modem's cell, ms (0,
     /// the default: at once). `polycorn linkdb import --proxy-config` moves the recorded cells
     /// back by it before it infers the handovers.
+    #[schemars(range(max = MAX_MONITOR_LAG_MS))]
     pub monitor_lag_ms: u64,
 }
 
 /// `[proxy]`.
-#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct ProxySection {
     /// `listen`: subflow (TLS) address, or a list of addresses (default 0.0.0.0:7700).
     #[serde(deserialize_with = "one_or_many_addrs")]
+    #[schemars(with = "Vec<SocketAddr>")]
     pub listen: Vec<SocketAddr>,
     /// `tunnel_listen`: address for the baselines' per-connection tunnels (kernel MPTCP,
     /// single path). None: baselines are not served.
     pub tunnel_listen: Option<SocketAddr>,
     /// `tunnel_peers`: source networks (CIDRs) allowed to open baseline tunnels; required
     /// with `tunnel_listen`, because tunnels carry no TLS and no client certificate.
+    #[schemars(with = "Vec<String>")]
     pub tunnel_peers: Vec<IpNet>,
     /// `scheduler`: downlink pipeline spec or preset (default `polycorn`).
     pub scheduler: String,
     /// `hold_time_s`: how long a relay's flows survive while it has no subflow (default 30, at
     /// most 3600).
+    #[schemars(range(max = MAX_HOLD_TIME_S))]
     pub hold_time_s: u64,
     /// `connect_timeout_s`: limit on connecting to a server (default 10, 1..=300).
+    #[schemars(range(min = 1, max = MAX_CONNECT_TIMEOUT_S))]
     pub connect_timeout_s: u64,
     /// `congestion`: TCP congestion control of accepted subflows and tunnels. None: the system
     /// default.
@@ -62,6 +69,7 @@ pub struct ProxySection {
     pub slow_start_after_idle: Option<bool>,
     /// `rto_max_ms`: upper bound on the downlink subflows' retransmission timeout
     /// (`TCP_RTO_MAX_MS`, 1000..=120000; Linux 6.15 or later). None: the kernel's (120 s).
+    #[schemars(range(min = *crate::sockopt::RTO_MAX_RANGE_MS.start(), max = *crate::sockopt::RTO_MAX_RANGE_MS.end()))]
     pub rto_max_ms: Option<u32>,
     /// `revoked_relays`: relay names (their certificates' common names, see
     /// [`crate::tls::issue_relay`]) whose subflows are refused in the TLS handshake (alert
@@ -72,13 +80,16 @@ pub struct ProxySection {
     /// [`MAX_DRAIN_S`]). Relays are told and hold the passenger connections they accept
     /// meanwhile for the next proxy (a relay that does not know the announcement opens them here;
     /// they are carried, not waited for).
+    #[schemars(range(max = MAX_DRAIN_S))]
     pub drain_s: u64,
     /// `idle_probe_s`: once a relay's session has had no flow open for `idle_probe_after_s`,
     /// the proxy probes its paths this often instead of every 0.2 s (default 5, at most
     /// [`MAX_IDLE_PROBE_S`]; 0: every 0.2 s always).
+    #[schemars(range(max = MAX_IDLE_PROBE_S))]
     pub idle_probe_s: u64,
     /// `idle_probe_after_s`: how long without a flow before that (default 120,
     /// [`IDLE_PROBE_AFTER_S`]).
+    #[schemars(range(min = *IDLE_PROBE_AFTER_S.start(), max = *IDLE_PROBE_AFTER_S.end()))]
     pub idle_probe_after_s: u64,
     /// `window_gain`: as the relay's, for the downlink scheduler (default 2, [`WINDOW_GAIN`];
     /// 0: the kernel's window as it is).
@@ -90,6 +101,7 @@ pub struct ProxySection {
     /// `max_sessions_per_relay`: live sessions one relay name (certificate) may hold at once,
     /// besides the one replacing them when the relay restarts (default 1, 1..=64). Further
     /// sessions are refused, so one stolen credential cannot open sessions without end.
+    #[schemars(range(min = 1, max = 64))]
     pub max_sessions_per_relay: u32,
 }
 
@@ -149,13 +161,15 @@ impl ProxySection {
 }
 
 /// `[policy]`: which destinations the proxy connects to (see [`crate::policy`]).
-#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct PolicyConfig {
     /// `allow`: CIDRs. Empty: every public address. Entries inside a special range
     /// (private, loopback, …) open that part of it.
+    #[schemars(with = "Vec<String>")]
     pub allow: Vec<IpNet>,
     /// `deny`: CIDRs refused whatever else says.
+    #[schemars(with = "Vec<String>")]
     pub deny: Vec<IpNet>,
     /// `allow_private`: open private, CGNAT, link-local and ULA space (not loopback).
     pub allow_private: bool,
@@ -169,7 +183,7 @@ impl PolicyConfig {
 }
 
 /// A proxy's configuration (`proxy.toml`).
-#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ProxyConfig {
     /// `[proxy]`.

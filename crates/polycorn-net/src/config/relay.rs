@@ -6,6 +6,7 @@ use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use crate::proxy_addr::ProxyAddr;
@@ -17,7 +18,7 @@ use super::parse::*;
 use super::validate::*;
 
 /// `[relay]`.
-#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RelaySection {
     /// `mode`: `polycorn` (default), `mptcp` or `single`.
@@ -30,13 +31,16 @@ pub struct RelaySection {
     pub scheduler: String,
     /// `proxy`: the proxy's subflow address (`IP:port`, or `host:port` resolved by the relay),
     /// for every path without its own `proxy`.
+    #[schemars(with = "String")]
     pub proxy: ProxyAddr,
     /// `tunnel_port`: the proxy's port for the `mptcp` and `single` baselines (default 7701).
     #[serde(default = "default_tunnel_port")]
+    #[schemars(range(min = 1))]
     pub tunnel_port: u16,
     /// `hold_time_s`: how long passenger connections survive an outage of every path
     /// (default 30, at most 3600).
     #[serde(default = "default_hold_time_s")]
+    #[schemars(range(max = MAX_HOLD_TIME_S))]
     pub hold_time_s: u64,
     /// `congestion`: TCP congestion control of the subflows and baseline tunnels (`cubic`,
     /// `bbr`, `reno`, …; must be available in the kernel). None: the system default.
@@ -54,21 +58,25 @@ pub struct RelaySection {
     /// `rto_max_ms`: upper bound on the uplink subflows' retransmission timeout
     /// (`TCP_RTO_MAX_MS`, 1000..=120000; Linux 6.15 or later). None: the kernel's (120 s).
     #[serde(default)]
+    #[schemars(range(min = *crate::sockopt::RTO_MAX_RANGE_MS.start(), max = *crate::sockopt::RTO_MAX_RANGE_MS.end()))]
     pub rto_max_ms: Option<u32>,
     /// `drain_s`: on an orderly stop, how long the relay lets the passenger connections open at
     /// that moment finish before it closes the session and resets those left (default 0, at
     /// most [`MAX_DRAIN_S`]). It accepts no new connection meanwhile.
     #[serde(default)]
+    #[schemars(range(max = MAX_DRAIN_S))]
     pub drain_s: u64,
     /// `idle_probe_s`: once no passenger connection has been open for `idle_probe_after_s`,
     /// the relay probes each path this often instead of every 0.2 s (default 5, at most
     /// [`MAX_IDLE_PROBE_S`]; 0: every 0.2 s always). See
     /// [`polycorn_proto::SessionConfig::idle_ping_interval`].
     #[serde(default = "default_idle_probe_s")]
+    #[schemars(range(max = MAX_IDLE_PROBE_S))]
     pub idle_probe_s: u64,
     /// `idle_probe_after_s`: how long without a passenger connection before that (default 120,
     /// [`IDLE_PROBE_AFTER_S`]).
     #[serde(default = "default_idle_probe_after_s")]
+    #[schemars(range(min = *IDLE_PROBE_AFTER_S.start(), max = *IDLE_PROBE_AFTER_S.end()))]
     pub idle_probe_after_s: u64,
     /// `window_gain`: the uplink scheduler lets a path hold at most this many times the larger
     /// of its recent rate × smallest RTT and what it delivered in its last RTT, not more than
@@ -80,7 +88,7 @@ pub struct RelaySection {
 
 /// Which idle subflows the relay replaces with a fresh connection (make before break), at most
 /// once per 5 s per path, when the path is usable and nothing crossed it for a second.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize, JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum IdleRefresh {
     /// Only a subflow whose own slow-start threshold collapsed below 20 segments (a blackout
@@ -143,7 +151,7 @@ impl RelaySection {
 }
 
 /// One `[[path]]`: a cellular interface.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct PathConfig {
     /// `name`: short unique name for logs and metrics (`[A-Za-z0-9_.-]`, at most 32 bytes).
@@ -158,12 +166,14 @@ pub struct PathConfig {
     pub source: Option<IpAddr>,
     /// `proxy`: overrides `relay.proxy` for this path.
     #[serde(default)]
+    #[schemars(with = "Option<String>")]
     pub proxy: Option<ProxyAddr>,
     /// `mtu`: the largest IP packet the carrier passes on this path, bytes. Set it when the
     /// carrier drops larger packets without saying so (a path-MTU black hole): the subflow's
     /// TCP then sends and asks for segments that fit (`TCP_MAXSEG`). Default: the interface's.
     /// The baselines' tunnels take it too (kernel MPTCP: the smallest of its paths').
     #[serde(default)]
+    #[schemars(range(min = 576, max = 9000))]
     pub mtu: Option<u16>,
     /// `modem`: with `context.cells = "modemmanager"`, the path's modem by its IMEI,
     /// `EquipmentIdentifier` or `DeviceIdentifier` (as `mmcli -m N` shows them). None
@@ -178,7 +188,7 @@ pub struct PathConfig {
 }
 
 /// What the relay does with passengers' UDP.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize, JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum UdpPolicy {
     /// Reject passengers' UDP except DNS, so QUIC falls back to TCP (which polycorn carries).
@@ -189,7 +199,7 @@ pub enum UdpPolicy {
 }
 
 /// `[intercept]`: how passengers' connections reach the relay.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct InterceptConfig {
     /// `transparent`: IPv4 TPROXY listener.
@@ -222,7 +232,7 @@ impl Default for InterceptConfig {
 }
 
 /// `[dns]`: a DNS service for passengers, answered by a resolver behind the proxy.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct DnsConfig {
     /// `listen`: UDP address passengers send queries to. None: no DNS service.
@@ -233,7 +243,7 @@ pub struct DnsConfig {
 }
 
 /// Where train context (position, speed, serving cells) comes from.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize, JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum ContextSource {
     /// No context: handover prediction is off.
@@ -265,7 +275,7 @@ pub enum CellSource {
 }
 
 /// `[context]`.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct ContextConfig {
     /// `source`: `none` (default), `gpsd`, `replay` or `modemmanager` (positions from the
@@ -292,6 +302,7 @@ pub struct ContextConfig {
     pub record: Option<PathBuf>,
     /// `keep_days`: with `record`, the logs of this many finished UTC days are kept besides
     /// today's; older ones are removed when a log starts. None (default): every log is kept.
+    #[schemars(range(min = 1, max = MAX_KEEP_DAYS))]
     pub keep_days: Option<u32>,
 }
 
@@ -323,7 +334,7 @@ impl Default for ContextConfig {
 }
 
 /// A relay's configuration (`relay.toml`).
-#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RelayConfig {
     /// `[relay]`.

@@ -345,7 +345,7 @@ impl Results {
             .collect();
         json!({
             "meta": {
-                "version": m.version, "kernel": m.kernel, "preset": m.preset, "trip_model": m.trip_model,
+                "version": m.version, "build": m.build, "command": m.command, "kernel": m.kernel, "preset": m.preset, "trip_model": m.trip_model,
                 "route_seed": m.route_seed, "trip_seed": m.trip_seed, "workload_seed": m.seed,
                 "mode": m.mode, "window_from_s": m.from_s, "window_s": m.window_s,
                 "queue_bytes": m.queue_bytes, "carriers": m.carriers,

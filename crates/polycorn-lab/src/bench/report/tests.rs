@@ -85,6 +85,8 @@ pub(crate) fn synthetic_with(params: PlanParams) -> Results {
         .collect();
     let meta = Meta {
         version: "test".into(),
+        build: Some("v0-1-gabc1234".into()),
+        command: Some("polycorn bench --quick".into()),
         kernel: "k".into(),
         preset: "hsr".into(),
         trip_model: Some("hsr-test".into()),
