@@ -340,6 +340,8 @@ pub fn ride_trip(
         path_delays: vec![],
         path_outages: vec![],
         started: utc_now(),
+        build: Some(crate::BUILD.to_string()).filter(|b| !b.is_empty()),
+        command: Some(super::command_line()),
     };
     Ok((trip, plan, meta))
 }

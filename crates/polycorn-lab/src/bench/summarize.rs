@@ -230,10 +230,17 @@ fn n(x: &Value, prec: usize) -> String {
     }
 }
 
-/// A summary (`{median, ci95: [lo, hi]}`) as `median [lo–hi]`.
+/// Fewest samples for which a table shows the 95% interval of the mean; with fewer, the
+/// t-interval spans far more than the data and the cell gives the count instead.
+pub const MIN_CI_SAMPLES: u64 = 5;
+
+/// A summary (`{median, ci95: [lo, hi], n}`) as `median [lo–hi]`, or `median (n=N)` when it
+/// has fewer than [`MIN_CI_SAMPLES`] samples.
 fn median_ci(s: &Value, prec: usize) -> String {
-    if s["n"].as_u64() == Some(0) {
-        return "–".into();
+    match s["n"].as_u64() {
+        Some(0) => return "–".into(),
+        Some(k) if k < MIN_CI_SAMPLES => return format!("{} (n={k})", n(&s["median"], prec)),
+        _ => {}
     }
     let ci = match (&s["ci95"][0], &s["ci95"][1]) {
         (lo, hi) if lo.is_number() && hi.is_number() => {
@@ -292,7 +299,8 @@ pub fn bench_page(rides: &[&(String, Value)]) -> Result<String> {
         "Each section is one `polycorn bench` ride: every system on the same emulated trip. \
          FCT is a download's flow completion time; FCT ÷ oracle divides it by the time the \
          trip's capacity allowed (1 is the best possible). Cells show the median and, in \
-         brackets, the 95% confidence interval of the mean. IM latency is the time from a \
+         brackets, the 95% confidence interval of the mean (with fewer than five flows, their \
+         count instead). IM latency is the time from a \
          message's send to its answer.\n",
     );
     if rides.is_empty() {
@@ -496,7 +504,7 @@ pub fn pooled_page(pools: &[&(String, Value)]) -> Result<String> {
     o.push_str("# Pooled bench results\n\n");
     o.push_str(
         "Each section pools the rides of one or more `polycorn bench` runs. Cells: median \
-         [95% confidence interval of the mean] over the pooled flows.\n",
+         [95% confidence interval of the mean] over the pooled flows, or (n=flows) when fewer than five.\n",
     );
     for (name, p) in pools {
         let _ = writeln!(
@@ -566,8 +574,8 @@ pub fn readme_block(rides: &[&(String, Value)], pools: &[&(String, Value)]) -> R
         );
     }
     o.push_str(
-        "\nMedian [95% confidence interval of the mean]; 1 is the trip's best possible \
-         completion time.",
+        "\nMedian [95% confidence interval of the mean], or (n=flows) when fewer than five; 1 \
+         is the trip's best possible completion time.",
     );
     if !pools.is_empty() {
         o.push_str(" Pooled rides: [pooled.md](docs/src/results/pooled.md).");

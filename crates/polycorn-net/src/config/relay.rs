@@ -260,7 +260,7 @@ pub enum ContextSource {
 }
 
 /// Where each path's serving cell and signal come from (`[context] cells`).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize, JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum CellSource {
     /// gpsd's stream: `POLYCORN` objects from a modem monitor or the testbed's replay.
@@ -291,6 +291,7 @@ pub struct ContextConfig {
     /// `signal_rate_s`: with ModemManager, how often the modems refresh their signal readings
     /// (`Signal.Setup`) and the relay reads them; with `at`, how often the ports are polled;
     /// seconds (default 1, 1 to 60).
+    #[schemars(range(min = 1, max = 60))]
     pub signal_rate_s: u32,
     /// `gpsd`: gpsd's address (default 127.0.0.1:2947).
     pub gpsd: SocketAddr,

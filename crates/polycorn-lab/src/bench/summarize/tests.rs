@@ -6,7 +6,7 @@ use super::*;
 
 /// A small ride as `summary.json` holds it: two systems, one failed, one size with flows.
 fn fixture() -> Value {
-    let s = |median: f64, lo: f64, hi: f64| json!({"n": 3, "median": median, "ci95": [lo, hi]});
+    let s = |median: f64, lo: f64, hi: f64| json!({"n": 6, "median": median, "ci95": [lo, hi]});
     let empty = json!({"n": 0, "median": null, "ci95": [null, null]});
     let bulk = |fct: Value, ratio: Value| {
         json!({
@@ -36,6 +36,14 @@ fn fixture() -> Value {
             {"system": "mptcp", "error": "relay did not start", "bulk": {}, "im": []},
         ],
     })
+}
+
+#[test]
+fn too_few_samples_show_their_count_instead_of_an_interval() {
+    let few = json!({"n": 2, "median": 5.41, "ci95": [-30.8, 41.7]});
+    assert_eq!(median_ci(&few, 2), "5.41 (n=2)");
+    let enough = json!({"n": MIN_CI_SAMPLES, "median": 5.41, "ci95": [4.0, 6.5]});
+    assert_eq!(median_ci(&enough, 2), "5.41 [4.00–6.50]");
 }
 
 #[test]
