@@ -23,6 +23,8 @@ pub(crate) fn loopback_relay(mode: RelayMode, proxy: &str) -> RelayConfig {
         source: Some("127.0.0.1".parse().unwrap()),
         proxy: None,
         mtu: None,
+        modem: None,
+        at_port: None,
     }];
     relay
 }

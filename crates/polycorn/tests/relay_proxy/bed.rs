@@ -200,6 +200,8 @@ pub(crate) fn configs(mode: &str, spec: &str, paths: usize) -> (RelayConfig, Pro
             source: Some(parsed(&format!("10.100.{i}.1"))),
             proxy: Some(parsed(&format!("10.100.{i}.2:7700"))),
             mtu: None,
+            modem: None,
+            at_port: None,
         })
         .collect();
     relay.intercept = InterceptConfig {

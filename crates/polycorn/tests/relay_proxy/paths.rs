@@ -236,6 +236,8 @@ fn start_with_a_ghost_path(bed: &Bed) -> Stack {
         source: Some(parsed("10.100.9.1")),
         proxy: Some(parsed("10.100.0.2:7700")),
         mtu: None,
+        modem: None,
+        at_port: None,
     };
     start_stack_with(
         bed,

@@ -468,6 +468,8 @@ fn two_trains_share_one_proxy_and_one_is_revoked_alone() {
         source: Some(parsed("10.199.0.1")),
         proxy: Some(parsed("10.199.0.2:7700")),
         mtu: None,
+        modem: None,
+        at_port: None,
     }];
     train2.intercept.socks5 = Some(parsed("127.0.0.1:1080"));
     train2.tls = Some(TlsFiles::new("ca.pem", "train-2.pem", "train-2.key"));
