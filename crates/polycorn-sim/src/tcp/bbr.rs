@@ -2,7 +2,7 @@
 //! 10 s min filter of RTT, Startup / Drain / ProbeBW (8-phase gain cycle) / ProbeRTT, packet
 //! conservation in recovery. The long-term (policer) bandwidth model is left out.
 
-use super::cc::{AckEvent, CaState};
+use super::ack::{AckEvent, CaState};
 use super::rtt::MinMax;
 use super::{Duration, Instant, TcpConfig};
 

@@ -1,7 +1,7 @@
 //! CUBIC (RFC 9438) in segments, with Linux `tcp_cubic.c`'s HyStart delay-increase exit
 //! from slow start, `tcp_cwnd_restart` after idle and the epoch shift over idle time.
 
-use super::cc::{AckEvent, CaState};
+use super::ack::{AckEvent, CaState};
 use super::{Duration, Instant, TcpConfig};
 
 /// RFC 9438 §4.6: multiplicative decrease factor.

@@ -75,6 +75,7 @@
 //! to its socket. The two here
 //! are small, follow the Linux modules named above, and are tested in `tests.rs`.
 
+mod ack;
 mod bbr;
 mod cc;
 mod cubic;

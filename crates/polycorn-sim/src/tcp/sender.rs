@@ -5,7 +5,8 @@ use std::collections::VecDeque;
 
 use polycorn_sched::TcpInfoSample;
 
-use super::cc::{AckEvent, CaState, Cc, RateSample};
+use super::ack::{AckEvent, CaState, RateSample};
+use super::cc::Cc;
 use super::rtt::{us, MinMax, RttEstimator};
 use super::{Ack, Bandwidth, Duration, Instant, Segment, TcpConfig};
 
