@@ -1021,11 +1021,18 @@ fn out_dir_for(args: &BenchArgs) -> PathBuf {
         if !args.traces.is_empty() {
             return PathBuf::from(format!("results/bench-traces-{mode}"));
         }
-        PathBuf::from(format!(
-            "results/bench-{}-r{}-t{}-{mode}",
-            args.trip.preset, args.trip.route_seed, args.trip.trip_seed
-        ))
+        ride_dir("bench", &args.trip, args.quick)
     })
+}
+
+/// The default output directory of a ride of `kind` (`bench`, `sim`):
+/// `results/<kind>-<preset>-r<route>-t<trip>-<quick|full>`.
+pub(crate) fn ride_dir(kind: &str, trip: &TripArgs, quick: bool) -> PathBuf {
+    let mode = if quick { "quick" } else { "full" };
+    PathBuf::from(format!(
+        "results/{kind}-{}-r{}-t{}-{mode}",
+        trip.preset, trip.route_seed, trip.trip_seed
+    ))
 }
 
 #[cfg(test)]

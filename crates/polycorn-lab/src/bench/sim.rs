@@ -364,15 +364,9 @@ pub fn simulate_ride(
 }
 
 fn out_dir(args: &SimArgs) -> PathBuf {
-    args.out.clone().unwrap_or_else(|| {
-        PathBuf::from(format!(
-            "results/sim-{}-r{}-t{}-{}",
-            args.trip.preset,
-            args.trip.route_seed,
-            args.trip.trip_seed,
-            if args.quick { "quick" } else { "full" }
-        ))
-    })
+    args.out
+        .clone()
+        .unwrap_or_else(|| super::ride_dir("sim", &args.trip, args.quick))
 }
 
 fn write_ride(out: &Path, r: &report::Results) -> Result<()> {
