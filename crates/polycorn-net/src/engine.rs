@@ -670,8 +670,35 @@ impl Engine {
                     }
                     let wrote = !out.is_empty();
                     if wrote {
-                        writer.write_all(&out).await?;
-                        writer.flush().await?;
+                        // A socket that cannot take the write (its buffer full: the path went
+                        // silent with bytes queued) must not blind the scheduler to the path:
+                        // TCP_INFO is still read every tick while the write waits, so the
+                        // path's RTOs trigger reinjection of what it holds.
+                        let write = async {
+                            writer.write_all(&out).await?;
+                            writer.flush().await
+                        };
+                        tokio::pin!(write);
+                        loop {
+                            tokio::select! {
+                                r = &mut write => {
+                                    r?;
+                                    break;
+                                }
+                                _ = tick.tick() => {
+                                    let info = tcp_info()?;
+                                    let now = self.now();
+                                    let mut sample = info.sample;
+                                    sample.unacked_age = log.unacked_age(sample.bytes_acked, now);
+                                    let mut c = self.lock();
+                                    if !c.is_writer(path, &notify) {
+                                        return Err(SubflowError::Replaced);
+                                    }
+                                    c.session.on_tcp_info(now, path, &sample)?;
+                                    self.drive(&mut c, now);
+                                }
+                            }
+                        }
                     }
                     let info = tcp_info()?;
                     let more = {

@@ -288,3 +288,54 @@ async fn a_handed_over_subflow_leaves_its_path_attached_for_the_next_one() {
     drop(c);
     assert!(!attached(&engine));
 }
+
+/// A path that goes silent with bytes queued fills its socket, and its writer waits in a
+/// write for as long as the silence lasts. The scheduler must still learn of the path's
+/// timeouts meanwhile (they trigger reinjection of what the path holds): `TCP_INFO` is read
+/// on every tick while the write waits; without that, the bytes of a blacked-out path
+/// waited out the whole blackout.
+#[tokio::test(flavor = "current_thread", start_paused = true)]
+async fn a_writer_blocked_on_a_full_socket_still_reports_the_paths_timeouts() {
+    use std::sync::atomic::AtomicU32;
+    let frame = polycorn_proto::Frame::Context(context_info(0))
+        .to_vec()
+        .len();
+    let session = Session::new(SessionConfig::new(Role::Relay, 7, "minrtt")).expect("session");
+    let (engine, _events) = Engine::new(session, Box::new(polycorn_sched::NoPrediction));
+    let backoff = Arc::new(AtomicU32::new(0));
+    let tcp_info: TcpInfoFn = {
+        let (backoff, idle) = (backoff.clone(), idle());
+        Box::new(move || {
+            let mut info = idle()?;
+            info.sample.rto_backoff = backoff.load(Ordering::SeqCst);
+            Ok(info)
+        })
+    };
+    // A pipe that holds half a context frame and that nobody reads: the writer blocks.
+    let (local, _peer) = tokio::io::duplex(frame / 2);
+    let (r, w) = tokio::io::split(local);
+    let e = engine.clone();
+    let run =
+        tokio::spawn(async move { e.run_subflow(0, (0, 0), Vec::new(), r, w, tcp_info).await });
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    context(&engine, 1);
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let rtos = |e: &Engine| {
+        e.inspect(|s| {
+            s.scheduler()
+                .path(polycorn_sched::PathId::new(0).expect("path 0"))
+                .map(|p| p.consecutive_rtos)
+        })
+    };
+    assert_eq!(rtos(&engine), Some(0));
+    // Three timeouts while the write still waits.
+    backoff.store(3, Ordering::SeqCst);
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert!(!run.is_finished(), "the write cannot have completed");
+    assert_eq!(
+        rtos(&engine),
+        Some(3),
+        "the timeouts during the blocked write reached the scheduler"
+    );
+    run.abort();
+}

@@ -447,8 +447,15 @@ fn the_relay_and_proxy_units_run_under_systemd_as_pid_1() {
     wait_until(
         20,
         "the proxy connects to the server",
-        || c.journal(),
-        || established_to(&bed.ns("proxy"), "10.0.2.2") > 0,
+        || format!("{}\n--- proxy ---\n{}", c.journal(), tail(&proxy.journal())),
+        || established_to(&bed.ns("proxy"), "10.0.2.2") > 0 || download.is_finished(),
+    );
+    assert!(
+        !download.is_finished(),
+        "the download ended before the stop: {:?}\n{}\n--- proxy ---\n{}",
+        download.join(),
+        tail(&c.journal()),
+        tail(&proxy.journal())
     );
     let out = c.sh("systemctl stop polycorn-relay.socket polycorn-relay && echo stopped");
     assert!(out.contains("stopped"), "{out}");
