@@ -489,7 +489,8 @@ fn build_stage(
             for (k, v) in params {
                 match *k {
                     "e_gps_m" => s.e_gps_m = parse_pos_f64(name, k, v)?,
-                    _ => return Err(unknown_param(name, k, "e_gps_m")),
+                    "keep" => s.keep = parse_flag(name, k, v)?,
+                    _ => return Err(unknown_param(name, k, "e_gps_m, keep")),
                 }
             }
             Box::new(s)
@@ -600,6 +601,8 @@ mod tests {
         );
         // The canonical spec reads back to the same pipeline; defaults are left out.
         assert_eq!(Pipeline::from_spec(p.spec()).unwrap().spec(), p.spec());
+        let k = Pipeline::from_spec("hpr(keep=1,e_gps_m=30),minrtt").unwrap();
+        assert_eq!(k.spec(), "hpr(e_gps_m=30,keep=1),minrtt+rto");
         let d = Pipeline::from_spec("hpr(e_gps_m=20),minrtt,ori(displace=0,tau=16)").unwrap();
         assert_eq!(d.spec(), "hpr,minrtt,ori(displace=0)+rto");
         let w = Pipeline::from_spec("minrtt,tpr(wait=1),tpr(wait=0)").unwrap();

@@ -651,6 +651,36 @@ fn hpr_all_paths_rejected_traffic_waits_until_prediction_clears() {
     assert_eq!(the_move(&s, "hpr").path, p(B));
 }
 
+/// `hpr(keep=1)`: when every path would be held, the ones whose failure is only predicted stay
+/// candidates (a passenger waits no longer than on the best single SIM); a path whose cell is
+/// reported lost stays held, and with every cell lost traffic waits as without `keep`.
+#[test]
+fn hpr_keep_sends_on_a_path_only_predicted_to_fail_when_every_path_would_be_held() {
+    let mut s = hpr_sched("hpr(keep=1),minrtt");
+    let mut pred = FixedPredictions::new();
+    // B's handover has failed (its cell is gone); A's is predicted to fail 0.3 s ahead.
+    pred.set_failure(p(A), Some(after_ms(300)));
+    pred.set_failure(p(B), Some(T0));
+    pred.set_cell_lost(p(B), Some(T0));
+    let d = s.poll_decision(T0, &pred).unwrap();
+    assert_eq!(d.paths, set(&[A]), "A only predicted: kept");
+    let hpr = moves_of(&s, "hpr");
+    assert_eq!(hpr.len(), 1);
+    assert_eq!(hpr[0].path, p(B));
+    // Without keep (the paper's rule) the same state sends nothing.
+    let mut paper = hpr_sched("hpr,minrtt");
+    assert_eq!(paper.poll_decision(T0, &pred), None);
+    // While another path is not held, keep changes nothing: A is held, the chunk goes to B.
+    pred.set_failure(p(B), None);
+    pred.set_cell_lost(p(B), None);
+    assert_eq!(s.poll_decision(T0, &pred).unwrap().paths, set(&[B]));
+    // Both cells reported lost: nothing to keep, traffic waits.
+    pred.set_failure(p(B), Some(T0));
+    pred.set_cell_lost(p(A), Some(T0));
+    pred.set_cell_lost(p(B), Some(T0));
+    assert_eq!(s.poll_decision(T0, &pred), None);
+}
+
 #[test]
 fn hpr_unknown_speed_uses_the_speed_floor_and_e_gps_is_configurable() {
     // No speed reported: V is clamped to 1 m/s, so L = 100 ms + 20 s.
