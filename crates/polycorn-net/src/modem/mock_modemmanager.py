@@ -1,6 +1,6 @@
 '''A small ModemManager for python-dbusmock: the root object (an ObjectManager) and, through
 the methods below on the mock interface, modems with the Modem, Modem3gpp, Signal and Location
-interfaces and one bearer each. The polycorn-net `modemmanager` test drives it.
+interfaces and one bearer each. `polycorn_net::modem::mock` starts it and drives it.
 
 AddModem(index, imei, iface) -> object path; SetCell(modem, "MCC,MNC,LAC,CI,TAC");
 SetSignal(modem, rsrp, rsrq, snr); SetGnss(modem, lat, lon); SetBearer(modem, connected); SetRegistration(modem, state);
