@@ -1,11 +1,11 @@
 //! A relay whose paths' serving cells and signal come from ModemManager (`[context] cells =
 //! "modemmanager"`): the mock ModemManager of `polycorn_net::modem::mock` (a private
 //! dbus-daemon with python-dbusmock, on a socket file the relay's namespace reaches), one modem
-//! per path matched by the path's interface, positions from a replayed log. The proxy receives
-//! and records the relay's context with each path's cell; `polycorn status` and `--check-paths`
-//! show each path's technology, cell and RSRP; a handover reaches the proxy's record; a bearer
-//! that drops is a cell loss at once, on which the proxy's ER reinjects the path's data, and the
-//! passenger's download stays byte-exact. A path whose configured modem sits on another
+//! per path matched by the path's interface, positions from the first modem's GNSS. The proxy
+//! receives and records the relay's context with each path's cell; `polycorn status` and
+//! `--check-paths` show each path's technology, cell and RSRP; a handover reaches the proxy's
+//! record; a bearer that drops is a cell loss at once, on which the proxy's ER reinjects the
+//! path's data, and the passenger's download stays byte-exact. A path whose configured modem sits on another
 //! interface stops the relay with an error naming the path.
 //!
 //! Needs, besides root, `dbus-daemon` and python3-dbusmock (apt `dbus`, `python3-dbusmock`).
@@ -46,6 +46,8 @@ impl Modems {
             let m1 = control.add_modem(1, IMEI1, "path1").await.unwrap();
             control.set_cell(&m0, "262,01,0,1A2B,7").await.unwrap();
             control.set_cell(&m1, "262,02,0,BEEF,9").await.unwrap();
+            // The train's position, from the first path's modem (no gpsd).
+            control.set_gnss(&m0, 39.865, 116.378).await.unwrap();
             vec![m0, m1]
         });
         Modems {
@@ -61,20 +63,12 @@ impl Modems {
     }
 }
 
-/// A log of positions down the HSR line, one a second for an hour (no cells: those come
-/// from the modems).
-fn positions_log(path: &std::path::Path) {
-    let mut text = String::from("t_ms,lat,lon,speed_mps,heading_deg\n");
-    for i in 0..3_600u64 {
-        let k = i as f64;
-        text += &format!(
-            "{},{:.6},{:.6},83.3,160.0\n",
-            i * 1_000,
-            39.865 - k * 0.000_70,
-            116.378 + k * 0.000_30
-        );
-    }
-    std::fs::write(path, text).unwrap();
+/// The value of the gauge line `key` (name and labels) on the relay's metrics page.
+fn gauge(ns: &str, key: &str) -> Option<f64> {
+    let key = format!("{key} ");
+    scrape_metrics(ns)
+        .lines()
+        .find_map(|l| l.strip_prefix(&key)?.trim().parse().ok())
 }
 
 /// `polycorn status` of the daemon whose metrics are on 127.0.0.1:9100 in `ns`.
@@ -169,14 +163,11 @@ fn relay_reads_its_paths_from_modemmanager() {
     start_server(&bed);
     let modems = Modems::start();
     let dir = tempfile::tempdir().unwrap();
-    let log = dir.path().join("positions.csv");
-    positions_log(&log);
     let db = format!("sqlite:{}", dir.path().join("linkdb.sqlite").display());
     let proxy_record = dir.path().join("proxy-context");
     let address = modems.bus.address().to_string();
     let ends = |r: &mut RelayConfig, p: &mut ProxyConfig| {
-        r.context.source = ContextSource::Replay;
-        r.context.replay = Some(log.clone());
+        r.context.source = ContextSource::ModemManager;
         r.context.cells = CellSource::ModemManager;
         r.context.dbus = Some(address.clone());
         p.context.record = Some(proxy_record.clone());
@@ -208,8 +199,8 @@ fn relay_reads_its_paths_from_modemmanager() {
         },
     );
     assert_eq!(
-        metric_value(&relay_ns, "polycorn_path_radio_cell{path=\"p0\"}"),
-        Some(0x1A2B)
+        gauge(&relay_ns, "polycorn_path_radio_cell{path=\"p0\"}"),
+        Some(f64::from(0x1A2B))
     );
     // `--check-paths` shows each path's modem first.
     let (_, text) = check_paths(&bed, &stack);
@@ -229,7 +220,14 @@ fn relay_reads_its_paths_from_modemmanager() {
     wait_until(
         20,
         "the handover on the relay's status and in the proxy's record",
-        || stack_log(&stack),
+        || {
+            format!(
+                "{}\nrecorded: {:?}\n{}",
+                status(&relay_ns),
+                recorded_cells(&proxy_record),
+                stack_log(&stack)
+            )
+        },
         || {
             status(&relay_ns).contains("radio p0: lte, cell 6700, RSRP -101.0 dBm")
                 && in_order(&recorded_cells(&proxy_record), &["6699", "6700"])
@@ -277,8 +275,8 @@ fn relay_reads_its_paths_from_modemmanager() {
     );
     fetch_ok(&bed, &stack, 10 * KB, 4 * MB, "after p0's bearer is back");
     assert_eq!(
-        metric_value(&relay_ns, "polycorn_path_radio_cell{path=\"p1\"}"),
-        Some(0xBEEF)
+        gauge(&relay_ns, "polycorn_path_radio_cell{path=\"p1\"}"),
+        Some(f64::from(0xBEEF))
     );
 
     // A path whose modem sits on another interface: the relay refuses to start, naming it.
