@@ -324,9 +324,7 @@ async fn drive(
                     .rsrp_dbm
                     .filter(|_| was.is_none_or(|w| w.rsrp_dbm != now.rsrp_dbm))
                 {
-                    mock.set_signal(m, f64::from(rsrp), -10.0, 10.0)
-                        .await
-                        .unwrap();
+                    mock.set_signal(m, rsrp, -10.0, 10.0).await.unwrap();
                 }
                 if was.is_none_or(|w| w.cell != Some(cell)) {
                     mock.set_cell(m, &location_of_cell(u64::from(cell)))
