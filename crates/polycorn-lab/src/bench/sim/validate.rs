@@ -272,13 +272,7 @@ fn fcts(rides: &[Results], system: &str, size: u64) -> Vec<f64> {
             run.flows
                 .iter()
                 .filter(move |f| f.size == size)
-                .map(move |f| {
-                    if f.ok {
-                        f.fct_s
-                    } else {
-                        r.plan.bulk_timeout_s
-                    }
-                })
+                .map(move |f| if f.ok { f.fct_s } else { r.plan.bulk_timeout_s })
         })
         .collect()
 }
@@ -409,21 +403,14 @@ pub fn compare(emulated: &[Results], simulated: &[Results], systems: &[String]) 
                     "",
                 ),
             ] {
-                let mut side = |rides: &[Results]| {
+                let side = |rides: &[Results]| {
                     let (up, nu) = counter(rides, sys, "relay", fam, p);
                     let (down, nd) = counter(rides, sys, "proxy", fam, p);
                     let n = nu.max(nd);
                     ((n > 0).then(|| (up + down) / n as f64 / scale), n)
                 };
                 let (e, s) = (side(emulated), side(simulated));
-                rows.push(Row::new(
-                    sys,
-                    format!("{carrier} {what}"),
-                    kind,
-                    unit,
-                    e,
-                    s,
-                ));
+                rows.push(Row::new(sys, format!("{carrier} {what}"), kind, unit, e, s));
             }
         }
     }
@@ -433,7 +420,7 @@ pub fn compare(emulated: &[Results], simulated: &[Results], systems: &[String]) 
 fn fmt_value(v: Option<f64>) -> String {
     match v {
         None => "-".into(),
-        Some(v) if v == 0.0 => "0".into(),
+        Some(0.0) => "0".into(),
         Some(v) if v.abs() >= 100.0 => format!("{v:.0}"),
         Some(v) if v.abs() >= 10.0 => format!("{v:.1}"),
         Some(v) if v.abs() >= 0.1 => format!("{v:.2}"),

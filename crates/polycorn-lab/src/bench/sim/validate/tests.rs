@@ -26,7 +26,11 @@ fn identical_rides_pass_every_row() {
         }
     }
     let (wp, wn, _, _) = tally(&rows);
-    assert_eq!((wp, wn), (12, 12), "3 sizes and 3 IM segments for 2 systems");
+    assert_eq!(
+        (wp, wn),
+        (12, 12),
+        "3 sizes and 3 IM segments for 2 systems"
+    );
 }
 
 /// Simulated flows 30% slower miss, and the miss names the model's known gaps for that
@@ -51,7 +55,10 @@ fn a_row_outside_the_tolerance_misses_with_the_known_gaps() {
     assert_eq!(pass.mark, Mark::Pass, "{pass:?}");
     assert!(pass.note.is_empty());
     let text = render_text(&rows);
-    assert!(text.contains("MISS") && text.contains("HPR never throttles"), "{text}");
+    assert!(
+        text.contains("MISS") && text.contains("HPR never throttles"),
+        "{text}"
+    );
     assert!(text.contains("of 12 workload rows"), "{text}");
     let md = render_markdown(&rows);
     assert!(md.starts_with("| system | row |"), "{md}");
@@ -105,7 +112,11 @@ fn subflow_rows_read_the_path_counters() {
     // Path B has no retransmission counter on either side: no value, said so.
     let b = row(&rows, "vanilla", "B retransmitted segments per down MB");
     assert_eq!(b.mark, Mark::NoData);
-    assert!(b.note.contains("no value in the emulated rides"), "{}", b.note);
+    assert!(
+        b.note.contains("no value in the emulated rides"),
+        "{}",
+        b.note
+    );
 }
 
 /// A system missing from one side gives rows without a mark, not a failure.
@@ -117,7 +128,11 @@ fn a_system_only_one_side_ran_has_no_mark() {
     let rows = compare(&[e], &[s], &names(&["single"]));
     let r = row(&rows, "single", "median FCT 1 MB");
     assert_eq!((r.mark, r.simulated), (Mark::NoData, None));
-    assert!(r.note.contains("no value in the simulated rides"), "{}", r.note);
+    assert!(
+        r.note.contains("no value in the simulated rides"),
+        "{}",
+        r.note
+    );
     assert!(r.note.contains("`single` pipeline"), "{}", r.note);
 }
 
@@ -129,7 +144,9 @@ fn the_gaps_of_a_system_ignore_its_suffixes() {
     assert!(!gaps("vanilla", Kind::Fct)
         .iter()
         .any(|g| g.contains("HPR never throttles")));
-    assert!(gaps("single", Kind::Im).iter().any(|g| g.contains("single")));
+    assert!(gaps("single", Kind::Im)
+        .iter()
+        .any(|g| g.contains("single")));
 }
 
 /// Rides of another seed, window or workload are refused, naming what differs.
@@ -145,7 +162,10 @@ fn another_ride_is_refused_naming_the_difference() {
     s.meta.from_s += 10.0;
     s.plan.bulk[1].start_s += 1.0;
     let err = check_same_ride(&e, &s).unwrap_err().to_string();
-    assert!(err.contains("window") && err.contains("bulk downloads"), "{err}");
+    assert!(
+        err.contains("window") && err.contains("bulk downloads"),
+        "{err}"
+    );
     let mut s = e.clone();
     s.plan.im[0].sends_s[0][0] += 0.5;
     let err = check_same_ride(&e, &s).unwrap_err().to_string();
