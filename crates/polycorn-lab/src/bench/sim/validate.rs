@@ -73,6 +73,8 @@ pub enum Kind {
 /// A behaviour the simulator is known to lack, and the rows it bears on.
 #[derive(Debug)]
 pub struct Gap {
+    /// Short name, used in the table's note column; the table ends with what each means.
+    pub tag: &'static str,
     /// Systems it concerns (empty: every system).
     pub systems: &'static [&'static str],
     /// Rows it bears on.
@@ -85,34 +87,40 @@ pub struct Gap {
 /// move.
 pub const KNOWN_GAPS: &[Gap] = &[
     Gap {
+        tag: "single-pipeline",
         systems: &["single"],
         kinds: &[Kind::Fct, Kind::Im, Kind::Retransmissions],
         note: "single path runs as the session's `single` pipeline over long-lived subflows, \
                not as a fresh TCP connection (handshake, slow start) per passenger flow",
     },
     Gap {
+        tag: "no-upkeep",
         systems: &[],
         kinds: &[Kind::Fct, Kind::Im, Kind::Reinjected, Kind::Reconnects],
         note: "no path upkeep: a subflow is never replaced (no watchdog, back-off, idle \
                refresh or proxy refresh request), so an RTO-stalled subflow is waited out",
     },
     Gap {
+        tag: "no-handshakes",
         systems: &[],
         kinds: &[Kind::Fct],
         note: "subflows are up from the start: no TCP, TLS or Hello handshake after a \
                failed handover",
     },
     Gap {
+        tag: "ideal-legs",
         systems: &[],
         kinds: &[Kind::Im],
         note: "the passengers' LAN and the servers' data-centre legs are ideal",
     },
     Gap {
+        tag: "no-predictor",
         systems: &["hrsch", "polycorn", "hrsch-tpr", "hrsch-ori", "hrsch-er"],
         kinds: &[Kind::Fct, Kind::Im],
         note: "no train context and no LinkDB predictor: HPR never throttles",
     },
     Gap {
+        tag: "retrans-count",
         systems: &[],
         kinds: &[Kind::Retransmissions],
         note: "the emulator counts the kernel's retransmissions (`tcpi_total_retrans`, tail-loss \
@@ -121,14 +129,24 @@ pub const KNOWN_GAPS: &[Gap] = &[
 ];
 
 /// The known gaps of `kind` for `system` (its name before any `+` suffix or `#` copy).
-pub fn gaps(system: &str, kind: Kind) -> Vec<&'static str> {
+pub fn gaps(system: &str, kind: Kind) -> Vec<&'static Gap> {
     let base = system.split(['+', '#']).next().unwrap_or(system);
     KNOWN_GAPS
         .iter()
         .filter(|g| g.kinds.contains(&kind))
         .filter(|g| g.systems.is_empty() || g.systems.contains(&base))
-        .map(|g| g.note)
         .collect()
+}
+
+/// What each gap named in `rows`' notes means, one `tag: note` line each.
+pub fn legend(rows: &[Row]) -> String {
+    let mut out = String::new();
+    for g in KNOWN_GAPS {
+        if rows.iter().any(|r| r.gaps.contains(&g.tag)) {
+            let _ = writeln!(out, "  {}: {}", g.tag, g.note);
+        }
+    }
+    out
 }
 
 /// How a row came out.
@@ -171,9 +189,11 @@ pub struct Row {
     pub n: (usize, usize),
     /// Within tolerance or not.
     pub mark: Mark,
-    /// Known gaps of the model bearing on a row that missed or has no value; why a value is
-    /// missing.
+    /// Why a value is missing, and the tags of the model's known gaps ([`KNOWN_GAPS`]) bearing
+    /// on a row that missed or has no value.
     pub note: String,
+    /// Those tags.
+    pub gaps: Vec<&'static str>,
 }
 
 impl Row {
@@ -203,6 +223,7 @@ impl Row {
             n: (emulated.1, simulated.1),
             mark: Mark::NoData,
             note: String::new(),
+            gaps: Vec::new(),
         };
         row.mark = match (row.emulated, row.simulated) {
             // Both zero (no reinjection on either side) agree.
@@ -220,7 +241,8 @@ impl Row {
             _ => {}
         }
         if row.mark != Mark::Pass {
-            notes.extend(gaps(system, kind));
+            row.gaps = gaps(system, kind).iter().map(|g| g.tag).collect();
+            notes.extend(&row.gaps);
         }
         row.note = notes.join("; ");
         row
@@ -240,6 +262,10 @@ impl Row {
             "ratio": self.ratio(),
             "mark": self.mark.label(),
             "note": self.note,
+            "gaps": self.gaps.iter().map(|t| {
+                let note = KNOWN_GAPS.iter().find(|g| g.tag == *t).map(|g| g.note);
+                json!({"tag": t, "note": note})
+            }).collect::<Vec<_>>(),
         })
     }
 }
@@ -511,6 +537,10 @@ pub fn render_text(rows: &[Row]) -> String {
         out.push('\n');
     }
     let _ = writeln!(out, "\n{}", summary_line(rows));
+    let l = legend(rows);
+    if !l.is_empty() {
+        let _ = write!(out, "what the model lacks (note column):\n{l}");
+    }
     out
 }
 
@@ -523,6 +553,13 @@ pub fn render_markdown(rows: &[Row]) -> String {
         out.push_str(&format!("| {} |\n", c.join(" | ")));
     }
     let _ = writeln!(out, "\n{}", summary_line(rows));
+    let l = legend(rows);
+    if !l.is_empty() {
+        let _ = write!(out, "\nWhat the model lacks (note column):\n\n");
+        for line in l.lines() {
+            let _ = writeln!(out, "- {}", line.trim_start());
+        }
+    }
     out
 }
 
