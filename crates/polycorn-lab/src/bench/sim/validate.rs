@@ -15,7 +15,7 @@
 //! ([`KNOWN_GAPS`]), so what the model lacks is said in the table rather than hidden.
 
 use std::fmt::Write as _;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use anyhow::{bail, Context, Result};
 use clap::Args;
@@ -40,11 +40,11 @@ pub struct ValidateArgs {
     #[command(flatten)]
     pub ride: RideArgs,
     /// Take the emulated rides from this directory (the `results.json` of each ride, as
-    /// `polycorn bench` wrote them: one ride's directory or a multi-ride run's `trip-*/`)
-    /// instead of running the emulator; the rides of trip seeds TRIP_SEED .. TRIP_SEED+N-1
-    /// found there are compared. Needs no root.
+    /// `polycorn bench` wrote them: one ride's directory or a multi-ride run's `trip-*/`;
+    /// repeat the option for rides of several runs) instead of running the emulator; the rides
+    /// of trip seeds TRIP_SEED .. TRIP_SEED+N-1 found there are compared. Needs no root.
     #[arg(long, value_name = "DIR")]
-    pub emulated_from: Option<PathBuf>,
+    pub emulated_from: Vec<PathBuf>,
     /// Rides simulated at once (default: every core).
     #[arg(long)]
     pub threads: Option<usize>,
@@ -654,8 +654,13 @@ pub fn check_same_ride(emulated: &Results, simulated: &Results) -> Result<()> {
 
 /// The emulated rides of trip seeds `seeds` under `dir`, in seed order; the seeds missing
 /// there are left out with a note on stderr, and none found is an error.
-fn load_emulated(dir: &Path, seeds: &[u64]) -> Result<Vec<Results>> {
-    let loaded = pool::load_dirs(&[dir.to_path_buf()])?;
+fn load_emulated(dirs: &[PathBuf], seeds: &[u64]) -> Result<Vec<Results>> {
+    let loaded = pool::load_dirs(dirs)?;
+    let dir = dirs
+        .iter()
+        .map(|d| d.display().to_string())
+        .collect::<Vec<_>>()
+        .join(", ");
     let found: Vec<u64> = loaded.iter().map(|(_, r)| r.meta.trip_seed).collect();
     let mut rides: Vec<Results> = loaded
         .into_iter()
@@ -665,17 +670,15 @@ fn load_emulated(dir: &Path, seeds: &[u64]) -> Result<Vec<Results>> {
     rides.sort_by_key(|r| r.meta.trip_seed);
     if rides.is_empty() {
         bail!(
-            "{}: no emulated ride of trip seeds {}..{} (found trip seeds {found:?}); pass \
+            "{dir}: no emulated ride of trip seeds {}..{} (found trip seeds {found:?}); pass \
              --trip-seed and --rides to match",
-            dir.display(),
             seeds.first().copied().unwrap_or(0),
             seeds.last().copied().unwrap_or(0)
         );
     }
     if rides.len() < seeds.len() {
         eprintln!(
-            "note: {} holds {} of the {} rides asked for; comparing those",
-            dir.display(),
+            "note: {dir} holds {} of the {} rides asked for; comparing those",
             rides.len(),
             seeds.len()
         );
@@ -698,9 +701,8 @@ pub fn run(args: &ValidateArgs) -> Result<()> {
         .clone()
         .unwrap_or_else(|| crate::bench::ride_dir("validate", &ride.trip, ride.quick));
     let seeds: Vec<u64> = (0..n).map(|k| ride.trip.trip_seed + k).collect();
-    let emulated = match &args.emulated_from {
-        Some(dir) => load_emulated(dir, &seeds)?,
-        None => {
+    let emulated = match args.emulated_from.as_slice() {
+        [] => {
             // The simulator has no LinkDB predictor: the emulated rides run without one too.
             let bench = BenchArgs {
                 ride: RideArgs {
@@ -719,6 +721,7 @@ pub fn run(args: &ValidateArgs) -> Result<()> {
             );
             crate::bench::run(&bench).context("the emulated rides")?
         }
+        dirs => load_emulated(dirs, &seeds)?,
     };
     let seeds: Vec<u64> = emulated.iter().map(|r| r.meta.trip_seed).collect();
     let threads = threads_or_cores(args.threads);
@@ -757,10 +760,15 @@ pub fn run(args: &ValidateArgs) -> Result<()> {
         ride.trip.route_seed,
         if ride.quick { "quick" } else { "full" },
         names.join(", "),
-        args.emulated_from
-            .as_deref()
-            .unwrap_or(&top.join("emulated"))
-            .display(),
+        if args.emulated_from.is_empty() {
+            top.join("emulated").display().to_string()
+        } else {
+            args.emulated_from
+                .iter()
+                .map(|d| d.display().to_string())
+                .collect::<Vec<_>>()
+                .join(", ")
+        },
         sim_dir.display()
     );
     let text = render_text(&rows);
