@@ -248,6 +248,18 @@ impl Row {
         row
     }
 
+    /// Leaves gap `tag` out of the row's note: it does not bear on these rides (e.g. the
+    /// emulated rides ran without a predictor either).
+    pub fn drop_gap(&mut self, tag: &str) {
+        self.gaps.retain(|t| *t != tag);
+        self.note = self
+            .note
+            .split("; ")
+            .filter(|n| *n != tag)
+            .collect::<Vec<_>>()
+            .join("; ");
+    }
+
     /// The row as JSON (`validate.json`).
     pub fn to_json(&self) -> Value {
         json!({
@@ -737,11 +749,13 @@ pub fn run(args: &ValidateArgs) -> Result<()> {
         check_same_ride(e, s)?;
     }
     let mut rows = compare(&emulated, &simulated, &names);
+    let predicted = |r: &Results| !r.meta.prediction.starts_with("none");
+    if !emulated.iter().any(predicted) {
+        // Neither side had a predictor: its absence explains nothing here.
+        rows.iter_mut().for_each(|r| r.drop_gap("no-predictor"));
+    }
     // A predictor in the emulated rides is a difference of configuration, not of the model.
-    if let Some(e) = emulated
-        .iter()
-        .find(|r| !r.meta.prediction.starts_with("none"))
-    {
+    if let Some(e) = emulated.iter().find(|r| predicted(r)) {
         for r in rows.iter_mut().filter(|r| r.mark != Mark::Pass) {
             let predicts = r.system.starts_with("hrsch") || r.system.starts_with("polycorn");
             if matches!(r.kind, Kind::Fct | Kind::Im) && predicts {

@@ -50,6 +50,9 @@ fn a_row_outside_the_tolerance_misses_with_the_known_gaps() {
     assert_eq!(miss.mark, Mark::Miss);
     assert!((miss.ratio().unwrap() - 1.3).abs() < 1e-9, "{miss:?}");
     assert!(miss.gaps.contains(&"no-predictor"), "{}", miss.note);
+    let mut dropped = miss.clone();
+    dropped.drop_gap("no-predictor");
+    assert!(!dropped.note.contains("no-predictor") && dropped.note.contains("no-upkeep"));
     assert!(miss.note.contains("no-upkeep"), "{}", miss.note);
     let pass = row(&rows, "vanilla", "median FCT 4 MB");
     assert_eq!(pass.mark, Mark::Pass, "{pass:?}");
