@@ -231,6 +231,8 @@ pub struct SchedStats {
     pub cell_loss_reinjections: u64,
     /// Chunks sent again elsewhere because they were stuck on their path (ER with `stuck_ms`).
     pub stuck_chunks: u64,
+    /// Chunks of new data a stage placed ahead of their flow's lowest unsent byte (STMS).
+    pub ahead_chunks: u64,
     /// Sequence units scheduled per path (every copy).
     pub path_bytes: [u64; MAX_PATHS],
     /// Events dropped because nobody polled them ([`EVENT_QUEUE_CAPACITY`]).
@@ -1210,6 +1212,9 @@ impl Scheduler {
                             Some((pick, view)) => {
                                 if let Some(a) = self.attempts.last_mut() {
                                     a.chunk = view;
+                                }
+                                if view.offset != chunk_view.offset {
+                                    self.stats.ahead_chunks += 1;
                                 }
                                 (pick, view)
                             }

@@ -2215,6 +2215,7 @@ fn stms_puts_the_slow_paths_chunks_ahead_by_the_gap_and_the_fast_path_fills_it_i
     // send but the five chunks.
     assert_eq!(s.flow_remaining(FlowId(1)), Some(200_001 - 5 * CHUNK));
     assert_eq!(s.stats().new_bytes, 5 * CHUNK);
+    assert_eq!(s.stats().ahead_chunks, 2);
 }
 
 #[test]

@@ -444,7 +444,11 @@ impl Schedulerlet for Musher {
             self.reset_shares(ctx, usable);
         }
         let candidates = moves.candidates();
-        let in_turn = candidates.intersection(self.in_ratio);
+        let in_turn: PathSet = candidates
+            .intersection(self.in_ratio)
+            .iter()
+            .filter(|p| self.target(*p) > 0)
+            .collect();
         if !ctx.chunk.reinjection && !in_turn.is_empty() {
             if let Some(p) = self.turn(in_turn) {
                 if ctx.paths.get(p).has_room() {
