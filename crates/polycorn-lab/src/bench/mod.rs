@@ -73,7 +73,7 @@ pub struct RideArgs {
     pub seed: Option<u64>,
     /// Systems to run, comma-separated (default: all in full mode, four in quick mode; `sim
     /// validate`: single, vanilla, hrsch). Known:
-    /// mptcp, single, vanilla, blest, ecf, redundant, roundrobin, hrsch, polycorn (HRSCH that
+    /// mptcp, single, vanilla, blest, ecf, stms, musher, redundant, roundrobin, hrsch, polycorn (HRSCH that
     /// also reinjects a path's data when the relay reports its cell lost), hrsch-hpr, hrsch-tpr,
     /// hrsch-ori, hrsch-er (HRSCH without that stage), or `polycorn:SPEC` for any pipeline. A
     /// polycorn system with `+fresh` appended (e.g. `hrsch+fresh`) runs with the relay's
@@ -259,6 +259,8 @@ pub const FULL_SYSTEMS: &[&str] = &[
     "vanilla",
     "blest",
     "ecf",
+    "stms",
+    "musher",
     "redundant",
     "hrsch",
     "polycorn",
@@ -336,8 +338,8 @@ pub fn system(name: &str) -> Result<System> {
             window_gain: None,
             ask_refresh: true,
         },
-        "vanilla" | "blest" | "ecf" | "redundant" | "roundrobin" | "hrsch" | "minrtt"
-        | "polycorn" => pc(name),
+        "vanilla" | "blest" | "ecf" | "stms" | "musher" | "redundant" | "roundrobin" | "hrsch"
+        | "minrtt" | "polycorn" => pc(name),
         "hrsch-hpr" => pc("minrtt,tpr,ori+er(k=3)"),
         "hrsch-tpr" => pc("hpr,minrtt,ori+er(k=3)"),
         "hrsch-ori" => pc("hpr,minrtt,tpr+er(k=3)"),
