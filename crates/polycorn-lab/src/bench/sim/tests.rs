@@ -34,8 +34,8 @@ fn a_simulated_ride_is_the_same_every_time() {
     let a = args(&["--systems", "vanilla,hrsch"]);
     let systems = sim_systems(&a).unwrap();
     let params = plan_params(&a).unwrap();
-    let one = simulate_ride(&a, &systems, 1, &params).unwrap();
-    let two = simulate_ride(&a, &systems, 1, &params).unwrap();
+    let one = simulate_ride(&a, &systems, 1, &params, None).unwrap();
+    let two = simulate_ride(&a, &systems, 1, &params, None).unwrap();
     assert_eq!(json_without_start(&one), json_without_start(&two));
     assert_eq!(one.runs.len(), 2);
     let run = &one.runs[0];
@@ -62,7 +62,7 @@ fn kernel_mptcp_is_refused_and_left_out_by_default() {
 fn simulated_outputs_are_complete() {
     let a = args(&["--systems", "vanilla", "--workloads", "bulk"]);
     let systems = sim_systems(&a).unwrap();
-    let r = simulate_ride(&a, &systems, 2, &plan_params(&a).unwrap()).unwrap();
+    let r = simulate_ride(&a, &systems, 2, &plan_params(&a).unwrap(), None).unwrap();
     let dir = tempfile::tempdir().unwrap();
     write_ride(dir.path(), &r).unwrap();
     assert!(dir.path().join("results.json").exists());
