@@ -23,15 +23,15 @@ use crate::activation::Inherited;
 use crate::direct::{self, DirectMode};
 use crate::engine::Engine;
 use crate::guard::RelayGate;
+use crate::proxy_addr::ProxyResolver;
+use crate::random::random_u64;
+use crate::socks5;
+use crate::subflow;
 use polycorn_proto::path_policy::{
     self as path_policy, BackoffWatch, Failure, OtherProxyPause, PathPolicy, Refresh, Renewal,
     Replace, SocketState, Watchdog, BACKOFF_CHECK, OTHER_PROXY_RETRY, WATCHDOG_CHECK,
 };
 use polycorn_sched::time::Duration as PolicyDuration;
-use crate::proxy_addr::ProxyResolver;
-use crate::random::random_u64;
-use crate::socks5;
-use crate::subflow;
 
 pub use crate::carrier::Carrier;
 pub(crate) use crate::path::path_target;

@@ -31,9 +31,9 @@ pub use frame::{
     OpenStatus, ResetReason, Role, CHECK_SESSION, MAX_PATH_NAME, MIN_VERSION, REFRESH_VERSION,
     SESSION_PATH, VERSION,
 };
+pub use predictor::TrainPredictor;
 pub use session::{
     Event, FlowTotals, HelloOutcome, PathCounters, PeerHello, ProtoError, ReadOutcome,
     ReorderStats, Session, SessionConfig, Unopened,
 };
-pub use predictor::TrainPredictor;
 pub use write_log::WriteLog;

@@ -118,7 +118,10 @@ impl End {
     /// BBR draws from its own seed).
     fn subflow(&self, now: Instant, p: usize, gen: u32) -> Subflow {
         let cfg = TcpConfig {
-            seed: self.tcp.seed ^ ((p as u64) << 1) ^ u64::from(self.proxy) ^ (u64::from(gen) << 16),
+            seed: self.tcp.seed
+                ^ ((p as u64) << 1)
+                ^ u64::from(self.proxy)
+                ^ (u64::from(gen) << 16),
             ..self.tcp
         };
         Subflow::new(Conn::new(cfg, now), gen)
@@ -225,7 +228,10 @@ impl End {
             // The engine's `watch_refresh`.
             let path = p as u8;
             let counters = self.session.path_counters(path).unwrap_or_default();
-            let idle = probes_only(s.unacked_bytes / u64::from(s.mss_bytes.max(1)), s.notsent_bytes);
+            let idle = probes_only(
+                s.unacked_bytes / u64::from(s.mss_bytes.max(1)),
+                s.notsent_bytes,
+            );
             let ask = w[p].on_sample(
                 now,
                 counters.tx_bytes + counters.rx_bytes,

@@ -19,9 +19,9 @@
 
 pub mod apps;
 pub mod end;
+pub mod predict;
 pub mod queue;
 pub mod ride;
-pub mod predict;
 pub mod tcp;
 pub mod transport;
 pub mod upkeep;

@@ -167,7 +167,11 @@ mod tests {
         success.outcome = Outcome::Success;
         success.lost = None;
         let g = GroundTruth::new(
-            &[failure(0, 1_000, 1_400, 3_000), success, failure(0, 9_000, 9_100, 2_000)],
+            &[
+                failure(0, 1_000, 1_400, 3_000),
+                success,
+                failure(0, 9_000, 9_100, 2_000),
+            ],
             2,
         );
         let (p0, p1) = (PathId::new(0).unwrap(), PathId::new(1).unwrap());

@@ -216,7 +216,13 @@ pub fn run(cfg: &RideConfig) -> Result<RideResult, SimError> {
     };
     let mut ride = Ride {
         relay,
-        proxy: end(&cfg.proxy, n, &cfg.proxy_tcp, "proxy", cfg.upkeep.ask_refresh)?,
+        proxy: end(
+            &cfg.proxy,
+            n,
+            &cfg.proxy_tcp,
+            "proxy",
+            cfg.upkeep.ask_refresh,
+        )?,
         relay_predictor: Prediction::make(cfg.prediction.relay.as_ref()),
         proxy_predictor: Prediction::make(cfg.prediction.proxy.as_ref()),
         upkeep,

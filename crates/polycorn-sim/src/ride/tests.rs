@@ -6,8 +6,8 @@ use polycorn_proto::Role;
 
 use super::*;
 use crate::predict::GroundTruth;
-use polycorn_proto::TrainPredictor;
 use crate::workload::{ImSegment, Transfer};
+use polycorn_proto::TrainPredictor;
 
 fn constant(mbps: u64, owd_ms: u64) -> LinkConfig {
     let mut c =
@@ -125,7 +125,11 @@ fn a_silent_path_gets_a_fresh_subflow_after_a_blackout() {
     // The first SYN after the blackout gets through (within a stagger and a round trip).
     let at = silent[0].at_us;
     assert!((5_000_000..5_400_000).contains(&at), "{at}");
-    assert!(r.replacements.iter().all(|x| x.path == 0), "{:?}", r.replacements);
+    assert!(
+        r.replacements.iter().all(|x| x.path == 0),
+        "{:?}",
+        r.replacements
+    );
     // The fresh subflow carried data after it came up.
     let (relay_counters, _) = &r.paths[0][0];
     assert!(relay_counters.attaches >= 2, "{relay_counters:?}");

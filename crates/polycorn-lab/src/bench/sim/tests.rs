@@ -68,3 +68,24 @@ fn simulated_outputs_are_complete() {
     assert!(dir.path().join("results.json").exists());
     assert!(dir.path().join("report.html").exists());
 }
+
+/// On a quick HSR ride with the trip's ground truth as the predictor, HRSCH's HPR holds data
+/// back from paths about to fail (its stage moves at the proxy), the relay's context reaches
+/// the proxy, and `meta.prediction` names the predictor.
+#[test]
+fn hpr_throttles_on_a_simulated_hsr_ride_with_the_perfect_predictor() {
+    let a = args(&["--systems", "hrsch", "--predictor", "perfect"]);
+    let systems = sim_systems(&a).unwrap();
+    let r = simulate_ride(&a, &systems, 1, &plan_params(&a).unwrap(), None).unwrap();
+    assert!(
+        r.meta.prediction.starts_with("perfect"),
+        "{}",
+        r.meta.prediction
+    );
+    let hpr = r.runs[0]
+        .counters
+        .get("proxy:polycorn_stage_decisions_total{stage=\"hpr\"}")
+        .copied()
+        .unwrap_or(0.0);
+    assert!(hpr > 0.0, "{:?}", r.runs[0].counters);
+}
