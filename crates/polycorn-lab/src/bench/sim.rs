@@ -3,6 +3,10 @@
 //! configurations (`configs`, turned into session configurations by `polycorn-net`'s
 //! `Tuning`), and the same outputs (`results.json`, CSVs, `report.html`, `pooled.*`), so
 //! `bench pool` and the report read simulated rides unchanged. Kernel MPTCP is not simulated.
+//!
+//! polycorn systems get what they get on the testbed: the trip's context once a second at the
+//! relay, and LinkDB's predictor at both ends, trained in process on the same simulated rides
+//! of the route as the bench's `linkdb.sqlite` (or another predictor, `--predictor`).
 
 use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
@@ -14,10 +18,15 @@ use clap::Args;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use polycorn_link::link::QueueLimit;
 use polycorn_link::trip::{Trip, STEP_MS};
+use polycorn_linkdb::ModelKind;
+use polycorn_net::predictor::LinkDbPredictor;
 use polycorn_net::tuning::Tuning;
-use polycorn_proto::Role;
+use polycorn_proto::{Role, TrainPredictor};
 use polycorn_sim::tcp::{CongestionControl, Duration as SimDuration, TcpConfig};
-use polycorn_sim::{ImSegment, RideConfig, RideResult, Transfer, TransferResult};
+use polycorn_sim::{
+    GroundTruth, ImSegment, Prediction, PredictorFactory, RideConfig, RideResult, Transfer,
+    TransferResult, Upkeep,
+};
 
 use super::analysis::{FlowResult, ImResult, SystemRun, BIN_MS, TAIL_SHARE};
 use super::plan::{Plan, PlanParams};
@@ -25,6 +34,45 @@ use super::{
     at_speed_from_ms, configs, report, Meta, RideArgs, System, FULL_SYSTEMS, QUICK_SYSTEMS,
 };
 use crate::common::utc_now;
+use crate::harness::LINKDB_SEED_OFFSET;
+
+/// The handover predictor of polycorn systems in the simulator.
+#[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum SimPredictor {
+    /// LinkDB's paper model (the bench's).
+    Paper,
+    /// LinkDB's risk model.
+    Risk,
+    /// LinkDB's location table.
+    LocationTable,
+    /// The trip's ground truth: every failed handover known in advance.
+    Perfect,
+    /// None: HPR never throttles.
+    #[default]
+    None,
+}
+
+impl SimPredictor {
+    /// Its name in `--predictor` and in `meta.prediction`.
+    pub fn name(self) -> &'static str {
+        match self {
+            SimPredictor::Paper => "paper",
+            SimPredictor::Risk => "risk",
+            SimPredictor::LocationTable => "location-table",
+            SimPredictor::Perfect => "perfect",
+            SimPredictor::None => "none",
+        }
+    }
+
+    fn linkdb(self) -> Option<ModelKind> {
+        match self {
+            SimPredictor::Paper => Some(ModelKind::Paper),
+            SimPredictor::Risk => Some(ModelKind::Risk),
+            SimPredictor::LocationTable => Some(ModelKind::LocationTable),
+            SimPredictor::Perfect | SimPredictor::None => None,
+        }
+    }
+}
 
 /// Options of `polycorn sim bench`.
 #[derive(Args, Debug, Clone)]
@@ -35,6 +83,96 @@ pub struct SimArgs {
     /// Rides simulated at once (default: every core).
     #[arg(long)]
     pub threads: Option<usize>,
+    /// The handover predictor of polycorn systems' relay and proxy: LinkDB's (trained on 8
+    /// quick or 20 full simulated rides of the route, trip seeds from TRIP_SEED + 1000, as
+    /// `polycorn bench` trains it), the trip's ground truth, or none.
+    #[arg(long, value_enum, default_value_t = SimPredictor::Paper)]
+    pub predictor: SimPredictor,
+}
+
+/// LinkDB's predictor of `kind`, trained as `polycorn bench` trains it (simulated rides of the
+/// same route, trip seeds from `trip_seed + 1000`, 8 quick or 20 full), in process.
+pub fn linkdb_predictor(args: &RideArgs, kind: ModelKind) -> Result<PredictorFactory> {
+    let (cfg, _) = args.trip.config()?;
+    let first = args.trip.trip_seed + LINKDB_SEED_OFFSET;
+    let rides = if args.quick { 8 } else { 20 };
+    let trips = polycorn_linkdb::import::sim::simulate(
+        &args.trip.preset,
+        args.trip.route_seed,
+        first..first + rides,
+    )
+    .context("simulate LinkDB's training rides")?;
+    let train: Vec<_> = trips.iter().collect();
+    let track = polycorn_linkdb::Track {
+        origin: cfg.origin,
+        heading_deg: cfg.heading_deg,
+    };
+    let carriers: Vec<String> = cfg.carriers.iter().map(|c| c.name.clone()).collect();
+    let p = LinkDbPredictor::new(kind.build(&train), track, &carriers);
+    Ok(std::sync::Arc::new(move || {
+        Box::new(p.clone()) as Box<dyn TrainPredictor>
+    }))
+}
+
+/// The predictors of polycorn systems on `trip` with `predictor` (`linkdb`: LinkDB's, built
+/// once for every ride).
+pub fn prediction(
+    predictor: SimPredictor,
+    linkdb: Option<&PredictorFactory>,
+    trip: &Trip,
+) -> Prediction {
+    let name = predictor.name();
+    match (predictor, linkdb) {
+        (SimPredictor::Perfect, _) => {
+            let truth = GroundTruth::new(&trip.handovers, trip.paths.len());
+            Prediction::both(
+                name,
+                std::sync::Arc::new(move || Box::new(truth.clone()) as Box<dyn TrainPredictor>),
+            )
+        }
+        (SimPredictor::None, _) | (_, None) => Prediction {
+            name: "none".into(),
+            ..Prediction::default()
+        },
+        (_, Some(f)) => Prediction::both(name, f.clone()),
+    }
+}
+
+/// The predictor the rides' polycorn systems get, with LinkDB's built once for every ride.
+#[derive(Clone, Default)]
+pub struct SimPrediction {
+    /// Which predictor.
+    pub predictor: SimPredictor,
+    /// LinkDB's, when `predictor` is one of its models and a polycorn system runs.
+    pub linkdb: Option<PredictorFactory>,
+}
+
+impl std::fmt::Debug for SimPrediction {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SimPrediction")
+            .field("predictor", &self.predictor)
+            .field("linkdb", &self.linkdb.is_some())
+            .finish()
+    }
+}
+
+impl SimPrediction {
+    /// `predictor` for `systems` on the rides of `args` (LinkDB trained when a polycorn
+    /// system needs it).
+    pub fn new(predictor: SimPredictor, args: &RideArgs, systems: &[System]) -> Result<Self> {
+        let linkdb = match predictor.linkdb() {
+            Some(kind) if systems.iter().any(|s| s.mode == "polycorn") => {
+                Some(linkdb_predictor(args, kind)?)
+            }
+            _ => None,
+        };
+        Ok(SimPrediction { predictor, linkdb })
+    }
+
+    /// No predictor: HPR never throttles.
+    pub fn none() -> Self {
+        SimPrediction::default()
+    }
 }
 
 /// The systems of `args` (default: the bench's, without kernel MPTCP), refusing kernel MPTCP.
@@ -91,13 +229,15 @@ pub fn workload(plan: &Plan) -> polycorn_sim::Workload {
 }
 
 /// One system's ride: its relay's and proxy's session configurations as the daemons make them
-/// from the bench's configuration files, over `trip`'s links.
+/// from the bench's configuration files, over `trip`'s links; polycorn systems with the trip's
+/// context and `prediction`.
 pub fn ride_config(
     sys: &System,
     trip: &Trip,
     plan: &Plan,
     window_s: f64,
     queue_bytes: Option<u64>,
+    prediction: &Prediction,
 ) -> Result<RideConfig> {
     let (relay, proxy) = configs::configs(sys, trip.paths.len(), None)?;
     let spec = if sys.mode == "single" {
@@ -115,6 +255,22 @@ pub fn ride_config(
         links,
         workload: workload(plan),
         end_us: us(window_s),
+        // The bench gives polycorn systems the testbed's gpsd and LinkDB (`configs`).
+        context: if sys.mode == "polycorn" {
+            trip.context.clone()
+        } else {
+            Vec::new()
+        },
+        prediction: if sys.mode == "polycorn" {
+            prediction.clone()
+        } else {
+            Prediction::default()
+        },
+        upkeep: Upkeep {
+            on: true,
+            idle_refresh: relay.relay.idle_refresh.into(),
+            ask_refresh: proxy.proxy.ask_refresh,
+        },
     })
 }
 
@@ -199,7 +355,8 @@ pub fn system_run(sys: &System, plan: &Plan, r: &RideResult) -> SystemRun {
                 "polycorn_path_retransmissions_total",
                 tcp.segments_retransmitted,
             );
-            put("polycorn_path_reconnects_total", 0);
+            let replaced = r.replacements.iter().filter(|x| x.path == p).count();
+            put("polycorn_path_reconnects_total", replaced as u64);
         }
     }
     SystemRun {
@@ -240,9 +397,23 @@ pub fn system_run(sys: &System, plan: &Plan, r: &RideResult) -> SystemRun {
 /// The trip window and plan of ride `trip_seed` (as `polycorn bench` cuts it).
 pub fn ride_trip(
     args: &RideArgs,
+    predictor: SimPredictor,
     trip_seed: u64,
     params: &PlanParams,
 ) -> Result<(Trip, Plan, Meta)> {
+    let prediction = match predictor {
+        SimPredictor::None => "none: HPR never throttles".to_string(),
+        SimPredictor::Perfect => {
+            "perfect (the trip's ground truth) at the proxy (downlink) and the relay (uplink)"
+                .to_string()
+        }
+        p => format!(
+            "LinkDB ({}, {} simulated rides of the route, built in process) at the proxy \
+             (downlink) and the relay (uplink)",
+            p.name(),
+            if args.quick { 8 } else { 20 }
+        ),
+    };
     let seed = args.seed.unwrap_or(trip_seed);
     let plan = Plan::new(params, seed);
     let window_ms = ((plan.end_s + plan.bulk_timeout_s + 5.0) * 1000.0) as u64;
@@ -285,7 +456,7 @@ pub fn ride_trip(
         carriers: trip.paths.iter().map(|p| p.name.clone()).collect(),
         interruptions: source,
         handover_interruption: targs.handover_interruption.name().to_string(),
-        prediction: "none: the simulator runs without LinkDB, HPR never throttles".into(),
+        prediction,
         trace_files: vec![],
         path_delays: vec![],
         path_outages: vec![],
@@ -302,11 +473,13 @@ pub fn simulate_ride(
     systems: &[System],
     trip_seed: u64,
     params: &PlanParams,
+    prediction: &SimPrediction,
 ) -> Result<report::Results> {
-    let (trip, plan, meta) = ride_trip(args, trip_seed, params)?;
+    let (trip, plan, meta) = ride_trip(args, prediction.predictor, trip_seed, params)?;
+    let pred = self::prediction(prediction.predictor, prediction.linkdb.as_ref(), &trip);
     let mut runs = Vec::new();
     for sys in systems {
-        let cfg = ride_config(sys, &trip, &plan, meta.window_s, args.queue_bytes)?;
+        let cfg = ride_config(sys, &trip, &plan, meta.window_s, args.queue_bytes, &pred)?;
         let r = polycorn_sim::run(&cfg).with_context(|| format!("simulate {}", sys.name))?;
         runs.push(system_run(sys, &plan, &r));
     }
@@ -350,6 +523,7 @@ pub fn simulate_rides(
     seeds: &[u64],
     params: &PlanParams,
     threads: usize,
+    prediction: &SimPrediction,
     out: Option<&(dyn Fn(u64) -> PathBuf + Sync)>,
 ) -> Result<Vec<report::Results>> {
     let threads = threads.clamp(1, seeds.len().max(1));
@@ -364,7 +538,7 @@ pub fn simulate_rides(
                     return;
                 };
                 let t = std::time::Instant::now();
-                let r = simulate_ride(args, systems, seed, params);
+                let r = simulate_ride(args, systems, seed, params, prediction);
                 let took = t.elapsed().as_secs_f64();
                 let r = r.and_then(|r| {
                     if let Some(out) = out {
@@ -439,7 +613,16 @@ pub fn run(args: &SimArgs) -> Result<()> {
             top.join(format!("trip-{seed}"))
         }
     };
-    let rides = simulate_rides(ride, &systems, &seeds, &params, threads, Some(&dir))?;
+    let prediction = SimPrediction::new(args.predictor, ride, &systems)?;
+    let rides = simulate_rides(
+        ride,
+        &systems,
+        &seeds,
+        &params,
+        threads,
+        &prediction,
+        Some(&dir),
+    )?;
     if rides.len() == 1 {
         print!("{}", report::table(&rides[0]));
         println!("results: {}", top.join("results.json").display());

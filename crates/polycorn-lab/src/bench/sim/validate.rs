@@ -94,11 +94,11 @@ pub const KNOWN_GAPS: &[Gap] = &[
                not as a fresh TCP connection (handshake, slow start) per passenger flow",
     },
     Gap {
-        tag: "no-upkeep",
+        tag: "partial-upkeep",
         systems: &[],
         kinds: &[Kind::Fct, Kind::Im, Kind::Reinjected, Kind::Reconnects],
-        note: "no path upkeep: a subflow is never replaced (no watchdog, back-off, idle \
-               refresh or proxy refresh request), so an RTO-stalled subflow is waited out",
+        note: "path upkeep in part: a fresh subflow costs one round trip (no TLS or Hello), \
+               one probe per path at a time, no pauses after failed attempts",
     },
     Gap {
         tag: "no-handshakes",
@@ -117,7 +117,8 @@ pub const KNOWN_GAPS: &[Gap] = &[
         tag: "no-predictor",
         systems: &["hrsch", "polycorn", "hrsch-tpr", "hrsch-ori", "hrsch-er"],
         kinds: &[Kind::Fct, Kind::Im],
-        note: "no train context and no LinkDB predictor: HPR never throttles",
+        note: "the simulator's LinkDB is built in process from simulated rides, and the \
+               relay's modem-report lag is not modelled",
     },
     Gap {
         tag: "retrans-count",
@@ -744,7 +745,15 @@ pub fn run(args: &ValidateArgs) -> Result<()> {
     );
     let sim_dir = top.join("simulated");
     let dir = |seed: u64| sim_dir.join(format!("trip-{seed}"));
-    let simulated = simulate_rides(&ride, &systems, &seeds, &params, threads, Some(&dir))?;
+    let simulated = simulate_rides(
+        &ride,
+        &systems,
+        &seeds,
+        &params,
+        threads,
+        &super::SimPrediction::none(),
+        Some(&dir),
+    )?;
     for (e, s) in emulated.iter().zip(&simulated) {
         check_same_ride(e, s)?;
     }
