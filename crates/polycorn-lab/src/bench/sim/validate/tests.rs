@@ -59,7 +59,7 @@ fn a_row_outside_the_tolerance_misses_with_the_known_gaps() {
     assert!(pass.note.is_empty());
     let text = render_text(&rows);
     assert!(
-        text.contains("MISS") && text.contains("HPR never throttles"),
+        text.contains("MISS") && text.contains("modem-report lag"),
         "{text}"
     );
     assert!(text.contains("of 12 workload rows"), "{text}");
