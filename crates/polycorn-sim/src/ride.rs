@@ -9,12 +9,13 @@
 
 use polycorn_link::trip_links::PathLinks;
 use polycorn_link::LinkError;
-use polycorn_proto::{PathCounters, Session, SessionConfig};
+use polycorn_proto::{Event, PathCounters, Session, SessionConfig};
 use polycorn_sched::predict::NoPrediction;
 use polycorn_sched::spec::SpecError;
 use polycorn_sched::time::Instant;
 
 use crate::apps::{Passengers, Servers};
+use crate::budget::{LastByte, Tracker, Transit};
 use crate::end::{End, Subflow, TCP_INFO_PERIOD_US};
 use crate::queue::EventQueue;
 use crate::tcp::{SenderStats, TcpConfig, TcpConfigError};
@@ -85,6 +86,10 @@ pub struct RideResult {
     pub stage_moves: [Vec<(String, u64)>; 2],
     /// Per side (relay, proxy) and path: the session's counters and the subflow sender's.
     pub paths: [Vec<(PathCounters, SenderStats)>; 2],
+    /// Per download (plan order), the marks of its last byte on its critical path, for its
+    /// [`Budget`](crate::budget::Budget); `None` if it did not complete (or, never expected,
+    /// its last byte could not be followed).
+    pub last_bytes: Vec<Option<LastByte>>,
     /// Loop iterations (a cost measure).
     pub steps: u64,
 }
@@ -113,7 +118,8 @@ struct Ride {
     servers: Servers,
     next_tick_us: u64,
     buf: Vec<u8>,
-    arrived: Vec<Packet>,
+    arrived: Vec<(Packet, Transit)>,
+    tracker: Tracker,
     steps: u64,
 }
 
@@ -132,6 +138,7 @@ fn end(
     }
     Ok(End {
         window_full: vec![false; paths],
+        data_log: Some(Vec::new()),
         session,
         subflows: (0..paths)
             .map(|p| {
@@ -194,6 +201,7 @@ pub fn run(cfg: &RideConfig) -> Result<RideResult, SimError> {
         next_tick_us: 0,
         buf: Vec::new(),
         arrived: Vec::new(),
+        tracker: Tracker::new(w.downloads.iter().map(|t| t.size).collect(), n),
         steps: 0,
     };
     let mut now_us = 0;
@@ -211,18 +219,23 @@ impl Ride {
         for (p, path) in self.paths.iter_mut().enumerate() {
             self.arrived.clear();
             path.up.deliver(now_us, &mut self.arrived);
-            for pkt in self.arrived.drain(..) {
+            for (pkt, _) in self.arrived.drain(..) {
                 self.proxy.subflows[p].conn.on_packet(now_us, pkt);
             }
             path.down.deliver(now_us, &mut self.arrived);
-            for pkt in self.arrived.drain(..) {
+            for (pkt, t) in self.arrived.drain(..) {
+                self.tracker.arrived(p, &pkt, t);
                 self.relay.subflows[p].conn.on_packet(now_us, pkt);
             }
         }
-        for e in [&mut self.relay, &mut self.proxy] {
-            for sf in &mut e.subflows {
+        for (side, e) in [&mut self.relay, &mut self.proxy].into_iter().enumerate() {
+            for (p, sf) in e.subflows.iter_mut().enumerate() {
                 if sf.conn.next_timer_us().is_some_and(|t| t <= now_us) {
+                    let rtos = sf.conn.stats().rtos;
                     sf.conn.on_timer(now_us);
+                    if side == 1 && sf.conn.stats().rtos > rtos {
+                        self.tracker.rto(p, now_us);
+                    }
                 }
             }
         }
@@ -264,6 +277,7 @@ impl Ride {
             to_relay |= self.relay.read_frames(now, p);
             to_proxy |= self.proxy.read_frames(now, p);
         }
+        self.note_frames(now_us);
         if to_relay {
             self.relay.wake_window_full(now);
         }
@@ -279,12 +293,14 @@ impl Ride {
             while self.proxy.write_path(now, p) {
                 moved = true;
             }
+            self.note_frames(now_us);
             let path = &mut self.paths[p];
             while let Some(pkt) = self.relay.subflows[p].conn.poll_packet(now_us) {
                 path.up.send(now_us, pkt.wire_len(), pkt);
                 moved = true;
             }
             while let Some(pkt) = self.proxy.subflows[p].conn.poll_packet(now_us) {
+                self.tracker.transmitted(p, &pkt, now_us);
                 path.down.send(now_us, pkt.wire_len(), pkt);
                 moved = true;
             }
@@ -309,10 +325,34 @@ impl Ride {
         while s.poll_sched_event().is_some() {}
         while let Some(ev) = s.poll_event() {
             any = true;
+            if let Event::Readable(flow) = ev {
+                if let Some(d) = self.passengers.download_of(flow) {
+                    self.tracker.request(d, now.as_micros());
+                }
+            }
             let ups = &mut self.passengers.uploads;
             self.servers.on_event(s, now, &ev, &mut self.buf, ups);
         }
         any
+    }
+
+    /// Hand the data frames both ends noted to the budget tracker.
+    fn note_frames(&mut self, now_us: u64) {
+        for (side, e) in [&mut self.relay, &mut self.proxy].into_iter().enumerate() {
+            let Some(log) = e.data_log.as_mut() else {
+                continue;
+            };
+            for m in log.drain(..) {
+                let Some(d) = self.passengers.download_of(m.flow) else {
+                    continue;
+                };
+                if side == 0 {
+                    self.tracker.frame_received(d, m.path, m.end, now_us);
+                } else {
+                    self.tracker.frame_sent(d, m.path, m.end, m.stream);
+                }
+            }
+        }
     }
 
     /// The next time anything is due, after `now_us`.
@@ -338,6 +378,7 @@ impl Ride {
     }
 
     fn finish(self, w: &Workload) -> RideResult {
+        let tracker = self.tracker;
         let mut ps = self.passengers;
         for r in &mut ps.downloads {
             if r.done_us.is_none_or(|d| d > w.download_timeout_us) {
@@ -394,7 +435,17 @@ impl Ride {
                 })
                 .collect()
         };
+        let last_bytes = ps
+            .downloads
+            .iter()
+            .enumerate()
+            .map(|(i, r)| {
+                let done = r.start_us + r.done_us?;
+                tracker.last_byte(i, r.start_us, done)
+            })
+            .collect();
         RideResult {
+            last_bytes,
             paths: [paths(&self.relay), paths(&self.proxy)],
             downloads: ps.downloads,
             uploads: ps.uploads,
