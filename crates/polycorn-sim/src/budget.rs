@@ -46,7 +46,6 @@
 //! The six parts add up to FCT − oracle exactly (up to rounding), by construction; the rest is
 //! made only of the named leftovers above.
 
-
 use crate::transport::Packet;
 
 /// A packet's way over one link direction, µs.
@@ -290,12 +289,19 @@ impl Tracker {
         };
         let c = self.copies[p].remove(i);
         self.framed[download] = Some((p, now_us, c));
-        self.copies.iter_mut().for_each(|v| v.retain(|c| c.download != download));
+        self.copies
+            .iter_mut()
+            .for_each(|v| v.retain(|c| c.download != download));
     }
 
     /// The marks of `download`, started at `start_us` and done at `done_us`, if its last byte
     /// was followed all the way.
-    pub(crate) fn last_byte(&self, download: usize, start_us: u64, done_us: u64) -> Option<LastByte> {
+    pub(crate) fn last_byte(
+        &self,
+        download: usize,
+        start_us: u64,
+        done_us: u64,
+    ) -> Option<LastByte> {
         let (path, framed_us, c) = self.framed[download]?;
         let transit = c.arrived?;
         let first_sent_us = c.first_sent_us?;

@@ -121,8 +121,12 @@ impl End {
         loop {
             match decode(&sf.rx[used..]) {
                 Ok(Some((frame, k))) => {
-                    if let (Some(log), Frame::Data { flow, offset, data, .. }) =
-                        (&mut self.data_log, &frame)
+                    if let (
+                        Some(log),
+                        Frame::Data {
+                            flow, offset, data, ..
+                        },
+                    ) = (&mut self.data_log, &frame)
                     {
                         log.push(DataMark {
                             path: p,

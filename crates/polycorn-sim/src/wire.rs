@@ -138,7 +138,10 @@ mod tests {
         assert_eq!(got, vec!["a", "b"]);
         let t = out[1].1;
         assert_eq!((t.sent_us, t.propagation_us, t.dark_us), (0, 10_000, 0));
-        assert!(t.queueing_us() >= 1_000, "b waited for a's serialisation: {t:?}");
+        assert!(
+            t.queueing_us() >= 1_000,
+            "b waited for a's serialisation: {t:?}"
+        );
         assert_eq!(w.stats().bytes_out, 3000);
         assert_eq!(w.next_event_us(), None);
     }

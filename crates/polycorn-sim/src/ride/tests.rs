@@ -105,8 +105,14 @@ fn every_download_has_its_last_byte_followed() {
             // The request crossed at least the faster path's 20 ms.
             assert!(lb.request_us >= lb.start_us + 20_000, "{lb:?}");
             assert!(lb.request_us <= lb.first_sent_us, "{lb:?}");
-            assert!(lb.first_sent_us <= t.sent_us && t.sent_us < t.at_us, "{lb:?}");
-            assert!(t.at_us <= lb.framed_us && lb.framed_us <= lb.done_us, "{lb:?}");
+            assert!(
+                lb.first_sent_us <= t.sent_us && t.sent_us < t.at_us,
+                "{lb:?}"
+            );
+            assert!(
+                t.at_us <= lb.framed_us && lb.framed_us <= lb.done_us,
+                "{lb:?}"
+            );
             let owd = [20_000, 40_000][lb.path];
             assert_eq!(t.propagation_us, owd, "{spec}: {lb:?}");
             assert_eq!(t.dark_us, 0, "no outages");
@@ -118,7 +124,10 @@ fn every_download_has_its_last_byte_followed() {
             };
             let b = Budget::of(&lb, &o);
             assert!(b.adds_up(0.05), "{b:?}");
-            assert!(b.parts()[..5].iter().all(|x| *x >= 0.0 || x.abs() < 1.0), "{b:?}");
+            assert!(
+                b.parts()[..5].iter().all(|x| *x >= 0.0 || x.abs() < 1.0),
+                "{b:?}"
+            );
             assert_eq!(b.stalls_ms, 0.0, "no outage, no RTO: {b:?}");
         }
     }
