@@ -593,17 +593,19 @@ pub(super) fn bulk_tables(o: &mut String, r: &Results, dir: Dir, w: usize) {
     }
 }
 
+/// A budget summary: how many budgets, then per [`an::BUDGET_KEYS`] key their mean and their
+/// median.
+pub(super) type BudgetStats = (usize, [f64; 7], [f64; 7]);
+
 /// Per-key means and medians (in [`an::BUDGET_KEYS`] order) of the budgets of `run`'s
 /// completed downloads of `size`, and how many there were; `None` without any.
-pub(super) fn budget_stats(run: &SystemRun, size: u64) -> Option<(usize, [f64; 7], [f64; 7])> {
+pub(super) fn budget_stats(run: &SystemRun, size: u64) -> Option<BudgetStats> {
     budget_summary(&an::budgets(run, Dir::Down, size))
 }
 
 /// Per-key means and medians (in [`an::BUDGET_KEYS`] order) of budgets `b`, and how many;
 /// `None` without any.
-pub(super) fn budget_summary(
-    b: &[polycorn_sim::budget::Budget],
-) -> Option<(usize, [f64; 7], [f64; 7])> {
+pub(super) fn budget_summary(b: &[polycorn_sim::budget::Budget]) -> Option<BudgetStats> {
     if b.is_empty() {
         return None;
     }
@@ -618,7 +620,7 @@ pub(super) fn budget_summary(
 
 /// A [`budget_summary`] as JSON: `n`, and `mean` and `median` objects keyed by
 /// [`an::BUDGET_KEYS`]; null without budgets.
-pub(super) fn budget_summary_json(s: Option<(usize, [f64; 7], [f64; 7])>) -> Value {
+pub(super) fn budget_summary_json(s: Option<BudgetStats>) -> Value {
     let Some((n, mean, median)) = s else {
         return Value::Null;
     };
@@ -635,7 +637,7 @@ pub(super) fn budget_summary_json(s: Option<(usize, [f64; 7], [f64; 7])>) -> Val
 /// The terminal table of the downloads' budgets: per system and size, the mean FCT − oracle
 /// and the mean of each part (means add up as the parts do).
 pub(super) fn budget_table(o: &mut String, r: &Results, w: usize) {
-    let rows: Vec<(&SystemRun, u64, (usize, [f64; 7], [f64; 7]))> = r
+    let rows: Vec<(&SystemRun, u64, BudgetStats)> = r
         .runs
         .iter()
         .filter(|x| x.error.is_none())
