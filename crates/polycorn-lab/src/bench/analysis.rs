@@ -486,10 +486,7 @@ pub fn budget_values(b: &Budget) -> [f64; 7] {
 pub fn budget_json(b: &Budget) -> serde_json::Value {
     let mut m = serde_json::Map::new();
     for (k, v) in BUDGET_KEYS.iter().zip(budget_values(b)) {
-        m.insert(
-            k.to_string(),
-            serde_json::json!((v * 1000.0).round() / 1000.0),
-        );
+        m.insert(k.to_string(), serde_json::json!(v));
     }
     serde_json::Value::Object(m)
 }
