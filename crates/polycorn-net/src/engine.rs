@@ -23,7 +23,7 @@ use tokio::net::TcpStream;
 use tokio::sync::{mpsc, oneshot, Notify};
 use tracing::{debug, info, warn};
 
-use crate::refresh_watch::RefreshWatch;
+use polycorn_proto::refresh_watch::RefreshWatch;
 
 /// Probe intervals at or below this count as fast: the session's default 200 ms, not an idle
 /// train's seconds ([`Engine::on_context`]'s cell-loss delays are measured only then).

@@ -12,10 +12,11 @@
 //! * The session: [`engine`], [`tuning`] (session tunables), [`predictor`] (handover
 //!   predictors), [`context`] (train context), [`modem`] (each path's
 //!   serving cell and signal from ModemManager), [`policy`] (destinations), [`guard`]
-//!   (what relay and proxy refuse), `refresh_watch` (pure: when the proxy asks a relay for a
-//!   fresh subflow).
-//! * Roles: [`relay`] with its [`path`]s, [`carrier`] and `path_policy` (pure: each path's
-//!   back-off, watchdog, refresh, renewal and proxy moves), [`proxy`], [`direct`] (the MPTCP and
+//!   (what relay and proxy refuse); when the proxy asks a relay for a fresh subflow is
+//!   `polycorn_proto::refresh_watch` (pure, shared with the simulator).
+//! * Roles: [`relay`] with its [`path`]s and [`carrier`], carrying out
+//!   `polycorn_proto::path_policy` (pure, shared with the simulator: each path's back-off,
+//!   watchdog, refresh, renewal and proxy moves), [`proxy`], [`direct`] (the MPTCP and
 //!   single-path baselines), [`check`] (path checks).
 //! * Operations: [`config`], [`metrics`], [`activation`] (systemd sockets), [`daemon`] (a
 //!   configuration file to a running relay or proxy), [`units`] (systemd units), [`live`]
@@ -39,13 +40,11 @@ pub mod loadgen;
 pub mod metrics;
 pub mod modem;
 pub mod path;
-mod path_policy;
 pub mod policy;
 pub mod predictor;
 pub mod proxy;
 pub mod proxy_addr;
 pub mod random;
-mod refresh_watch;
 pub mod relay;
 pub mod scrape;
 pub mod sockopt;

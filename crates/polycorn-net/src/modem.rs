@@ -26,6 +26,8 @@
 pub mod at;
 pub mod at_port;
 pub mod mm;
+#[cfg(feature = "mock-modemmanager")]
+pub mod mock;
 
 use std::collections::HashMap;
 use std::fmt;

@@ -9,15 +9,9 @@ use polycorn_sched::predict::{HandoverPredictor, NoPrediction};
 use polycorn_sched::time::Instant;
 use std::sync::Arc;
 
-/// A handover predictor fed with train context.
-pub trait TrainPredictor: HandoverPredictor + Send {
-    /// New context (from the relay's GPS and modems).
-    fn on_context(&mut self, now: Instant, ctx: &ContextInfo);
-}
-
-impl TrainPredictor for NoPrediction {
-    fn on_context(&mut self, _now: Instant, _ctx: &ContextInfo) {}
-}
+/// A handover predictor fed with train context (pure, in `polycorn-proto`, so that the
+/// simulator holds the same predictors).
+pub use polycorn_proto::TrainPredictor;
 
 /// Builds a handover predictor for a new session (LinkDB in production).
 pub type PredictorFactory = Arc<dyn Fn() -> Box<dyn TrainPredictor> + Send + Sync>;

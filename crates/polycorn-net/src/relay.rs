@@ -23,14 +23,15 @@ use crate::activation::Inherited;
 use crate::direct::{self, DirectMode};
 use crate::engine::Engine;
 use crate::guard::RelayGate;
-use crate::path_policy::{
-    BackoffWatch, Failure, OtherProxyPause, PathPolicy, Refresh, Renewal, Replace, Watchdog,
-    BACKOFF_CHECK, OTHER_PROXY_RETRY, WATCHDOG_CHECK,
-};
 use crate::proxy_addr::ProxyResolver;
 use crate::random::random_u64;
 use crate::socks5;
 use crate::subflow;
+use polycorn_proto::path_policy::{
+    self as path_policy, BackoffWatch, Failure, OtherProxyPause, PathPolicy, Refresh, Renewal,
+    Replace, SocketState, Watchdog, BACKOFF_CHECK, OTHER_PROXY_RETRY, WATCHDOG_CHECK,
+};
+use polycorn_sched::time::Duration as PolicyDuration;
 
 pub use crate::carrier::Carrier;
 pub(crate) use crate::path::path_target;
@@ -311,16 +312,15 @@ async fn log_events(mut rx: mpsc::UnboundedReceiver<polycorn_proto::Event>) {
 
 /// How long a probe connection's TCP handshake may take on a silent path. Short: a SYN lost in
 /// a blackout is better replaced by a fresh probe than retried after the kernel's 1 s, 2 s, 4 s.
-const PROBE_CONNECT_TIMEOUT: Duration = Duration::from_millis(1500);
+const PROBE_CONNECT_TIMEOUT: Duration = std_time(path_policy::PROBE_CONNECT_TIMEOUT);
 /// How long a probe may take for TLS and the Hello exchange once its TCP handshake got through.
 /// Longer: the proxy drops the old subflow as soon as the probe's Hello arrives, so a probe
 /// abandoned after that point leaves the path with no subflow at all until a new connection is
 /// made (seconds on a path that was just recovering).
 const PROBE_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(5);
-/// While a path's TCP handshake has not got through, a new attempt starts this often: after a
-/// blackout the path is used again within this (plus a round trip), not when a SYN lost in it
-/// is next retransmitted (1 s, 2 s, 4 s after the first).
-const CONNECT_STAGGER: Duration = Duration::from_millis(250);
+/// While a path's TCP handshake has not got through, a new attempt starts this often
+/// ([`path_policy::CONNECT_STAGGER`]).
+const CONNECT_STAGGER: Duration = std_time(path_policy::CONNECT_STAGGER);
 /// A probe's whole allowance.
 const PROBE_TIMEOUTS: subflow::ConnectTimeouts = subflow::ConnectTimeouts {
     tcp: PROBE_CONNECT_TIMEOUT,
@@ -332,7 +332,22 @@ const CONNECT_TIMEOUTS: subflow::ConnectTimeouts = subflow::ConnectTimeouts {
     tcp_stagger: Some(CONNECT_STAGGER),
     ..subflow::ConnectTimeouts::DEFAULT
 };
-pub use crate::path_policy::RENEW_WITHIN;
+pub use polycorn_proto::path_policy::RENEW_WITHIN;
+
+/// A path policy's span of time as tokio sleeps it.
+const fn std_time(d: PolicyDuration) -> Duration {
+    Duration::from_micros(d.as_micros())
+}
+
+/// A subflow's `TCP_INFO` as the path policy reads it.
+fn socket_state(i: &crate::sockopt::TcpInfoRaw) -> SocketState {
+    SocketState {
+        ssthresh_segments: i.snd_ssthresh,
+        unacked_segments: i.unacked,
+        notsent_bytes: u64::from(i.notsent_bytes),
+        backoff: i.backoff,
+    }
+}
 
 /// What the relay tells another proxy than its session's when a path reaches it: that proxy
 /// frees the session its Hello made at once (with an info line, not a subflow's warning).
@@ -340,11 +355,11 @@ const OTHER_PROXY_CLOSE: &str = "this relay's session is with another proxy; try
 
 /// Sleeps `wait` after an attempt reached another proxy than the session's, or less, as
 /// [`OtherProxyPause`] decides: the path tries again at once when it may join.
-async fn other_proxy_pause(engine: &Engine, wait: Duration) {
+async fn other_proxy_pause(engine: &Engine, wait: PolicyDuration) {
     let (epoch, closed) = engine.inspect(|s| (s.epoch(), s.peer_closed()));
-    let pause = OtherProxyPause::new(tokio::time::Instant::now().into_std(), wait, epoch, closed);
-    while let Some(sleep) = pause.sleep(tokio::time::Instant::now().into_std()) {
-        tokio::time::sleep(sleep).await;
+    let pause = OtherProxyPause::new(engine.now(), wait, epoch, closed);
+    while let Some(sleep) = pause.sleep(engine.now()) {
+        tokio::time::sleep(std_time(sleep)).await;
         let join =
             engine.inspect(|s| pause.may_join(s.epoch(), s.peer_closed(), s.any_path_usable()));
         if join {
@@ -354,7 +369,7 @@ async fn other_proxy_pause(engine: &Engine, wait: Duration) {
 }
 
 /// The kind of the failed attempt `e` that sets the pause after it
-/// ([`retry_pause`](crate::path_policy::retry_pause)).
+/// ([`retry_pause`](path_policy::retry_pause)).
 fn failure(e: &subflow::HandshakeError) -> Failure {
     if matches!(e, subflow::HandshakeError::OtherProxy(_)) {
         Failure::OtherProxy
@@ -481,28 +496,28 @@ async fn maintain_path(
         r
     };
     // The pause `wait` after the failed attempt `e`.
-    let pause_after = |e: &subflow::HandshakeError, wait: Duration| {
+    let pause_after = |e: &subflow::HandshakeError, wait: PolicyDuration| {
         let other = matches!(e, subflow::HandshakeError::OtherProxy(_));
         let engine = &engine;
         async move {
             if other {
                 other_proxy_pause(engine, wait).await;
             } else {
-                tokio::time::sleep(wait).await;
+                tokio::time::sleep(std_time(wait)).await;
             }
         }
     };
     // Log a failed attempt of a path without a working subflow, as a warning when worth one.
     // (`retry`: the pause before the next attempt)
-    let report = |e: &subflow::HandshakeError, what: &str, retry: Duration| {
-        let w = policy_lock().report(std::time::Instant::now(), e.is_setup(), &e.to_string());
+    let report = |e: &subflow::HandshakeError, what: &str, retry: PolicyDuration| {
+        let w = policy_lock().report(engine.now(), e.is_setup(), &e.to_string());
         match w {
             Some(w) => warn!(
                 path = %p.name,
                 device = p.device.as_deref().unwrap_or("-"),
                 proxy = %p.proxy,
                 attempts = w.attempts,
-                down_s = w.down.as_secs(),
+                down_s = w.down.as_millis() / 1000,
                 retry_in_s = retry.as_secs_f64(),
                 error = %e,
                 "path has no subflow: connection attempts fail"
@@ -524,8 +539,8 @@ async fn maintain_path(
                 }
             },
         };
-        let up_at = std::time::Instant::now();
-        let recovered = policy_lock().connected(std::time::Instant::now());
+        let up_at = engine.now();
+        let recovered = policy_lock().connected(up_at);
         // After a warning, how long the path was down and how many attempts failed.
         let source = est.stream.get_ref().0.local_addr().ok().map(|a| a.ip());
         info!(
@@ -533,7 +548,7 @@ async fn maintain_path(
             proxy = %p.proxy,
             addr = %est.peer,
             source = source.map(tracing::field::display),
-            down_s = recovered.as_ref().map(|w| w.down.as_secs()),
+            down_s = recovered.as_ref().map(|w| w.down.as_millis() / 1000),
             failed_attempts = recovered.as_ref().map(|w| w.attempts),
             "subflow up"
         );
@@ -574,7 +589,7 @@ async fn maintain_path(
         let watchdog = async {
             let mut watch = Watchdog::default();
             loop {
-                tokio::time::sleep(WATCHDOG_CHECK).await;
+                tokio::time::sleep(std_time(WATCHDOG_CHECK)).await;
                 let stalled = engine.inspect(|s| s.path_attached(path) && !s.path_usable(path));
                 if watch.on_look(stalled) {
                     reaching.silent();
@@ -583,7 +598,7 @@ async fn maintain_path(
                     // the proxy's end cannot be seen from here. Probe, with no pause between
                     // probes, until a fresh subflow is up, also when the old one speaks again
                     // meanwhile (keeping it gave 2-3x slower answers for a second or two).
-                    let mut retry = crate::path_policy::Retry::default();
+                    let mut retry = path_policy::Retry::default();
                     loop {
                         match probe().await {
                             Ok(e) => return (e, Replace::Silent),
@@ -598,7 +613,7 @@ async fn maintain_path(
                                 report(&e, "probe connection", wait);
                                 pause_after(&e, wait).await;
                             }
-                            Err(e) => report(&e, "probe connection", Duration::ZERO),
+                            Err(e) => report(&e, "probe connection", PolicyDuration::ZERO),
                         }
                     }
                 }
@@ -608,19 +623,19 @@ async fn maintain_path(
         // replaced by a fresh connection while the path is idle (make before break).
         let refresher = async {
             let counters = engine.inspect(|s| s.path_counters(path).unwrap_or_default());
-            let mut refresh = Refresh::new(idle_refresh, std::time::Instant::now(), counters);
+            let mut refresh = Refresh::new(idle_refresh.into(), engine.now(), counters);
             loop {
                 if !refresh.enabled() {
                     std::future::pending::<()>().await;
                 }
-                tokio::time::sleep(crate::path_policy::REFRESH_CHECK).await;
+                tokio::time::sleep(std_time(path_policy::REFRESH_CHECK)).await;
                 let counters = engine.inspect(|s| s.path_counters(path).unwrap_or_default());
                 let request = engine.with(|s, _| s.take_refresh_request(path));
                 let why = refresh.on_look(
-                    std::time::Instant::now(),
+                    engine.now(),
                     counters,
                     request,
-                    || raw_info().ok(),
+                    || raw_info().ok().map(|i| socket_state(&i)),
                     || engine.inspect(|s| s.path_usable(path)),
                 );
                 if let Some(why) = why {
@@ -636,15 +651,15 @@ async fn maintain_path(
         let backed_off = async {
             let mut watch = BackoffWatch::default();
             loop {
-                tokio::time::sleep(BACKOFF_CHECK).await;
+                tokio::time::sleep(std_time(BACKOFF_CHECK)).await;
                 let rx = engine.inspect(|s| s.path_counters(path).unwrap_or_default().rx_frames);
-                let socket = raw_info().ok();
+                let socket = raw_info().ok().map(|i| socket_state(&i));
                 let busy = probing.load(std::sync::atomic::Ordering::Relaxed);
-                if let Some(backoff) = watch.on_look(std::time::Instant::now(), rx, socket, busy) {
+                if let Some(backoff) = watch.on_look(engine.now(), rx, socket, busy) {
                     if let Some(e) = spare_probe().await {
                         return (e, Replace::BackedOff(backoff));
                     }
-                    watch.probe_failed(std::time::Instant::now(), rx);
+                    watch.probe_failed(engine.now(), rx);
                 }
             }
         };
@@ -654,13 +669,13 @@ async fn maintain_path(
             let made = made_with.load(std::sync::atomic::Ordering::Relaxed);
             tls.newer_than(made).await;
             let counters = engine.inspect(|s| s.path_counters(path).unwrap_or_default());
-            let mut renewal = Renewal::new(std::time::Instant::now(), tls.generation(), counters);
+            let mut renewal = Renewal::new(engine.now(), tls.generation(), counters);
             loop {
-                tokio::time::sleep(renewal.wait()).await;
+                tokio::time::sleep(std_time(renewal.wait())).await;
                 let generation = tls.generation();
                 let counters = engine.inspect(|s| s.path_counters(path).unwrap_or_default());
                 let go = renewal.on_look(
-                    std::time::Instant::now(),
+                    engine.now(),
                     generation,
                     counters,
                     || engine.inspect(|s| s.path_usable(path)),
@@ -698,7 +713,7 @@ async fn maintain_path(
         };
         tokio::pin!(run, fresh);
         let streak = |silent: bool| {
-            let hint = policy_lock().subflow_over(up_at.elapsed(), silent);
+            let hint = policy_lock().subflow_over(engine.now() - up_at, silent);
             if let Some(in_a_row) = hint {
                 warn!(
                     path = %p.name,
@@ -952,7 +967,7 @@ mod tests {
             errors
                 .iter()
                 .map(|e| {
-                    let p = crate::path_policy::retry_pause(pause, failure(&e()));
+                    let p = path_policy::retry_pause(pause, failure(&e()));
                     pause = Some(p);
                     p.as_millis()
                 })

@@ -55,13 +55,7 @@ const _: () = {
     assert!(offset_of!(libc::tcp_info, tcpi_bytes_retrans) == 208);
 };
 
-/// Whether a subflow's socket carries at most probes: up to 4 segments in flight (probes and
-/// their answers, a segment each; `TCP_INFO` counts what is in flight in segments) and up to
-/// 1 KB queued (a probe or two). The idle test of the refreshes at both ends: on a path whose
-/// RTT exceeds the probe interval a probe is always in flight.
-pub fn probes_only(unacked_segments: u64, notsent_bytes: u64) -> bool {
-    unacked_segments <= 4 && notsent_bytes <= 1024
-}
+pub use polycorn_proto::path_policy::probes_only;
 
 /// `tcpi_snd_ssthresh` before any loss (the kernel's `TCP_INFINITE_SSTHRESH`).
 pub const SSTHRESH_INFINITE: u32 = 0x7fff_ffff;

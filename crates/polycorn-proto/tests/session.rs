@@ -1136,7 +1136,9 @@ proptest! {
         down in prop_oneof![0usize..600_000, Just(INITIAL_CREDIT as usize)],
         cwnd in prop_oneof![Just(64u64 << 10), (16u64 << 10)..(8u64 << 20)],
         kill_at in 5u64..400, down_for in 1u64..3000, which in 0usize..2,
-        spec in prop::sample::select(vec!["hrsch", "minrtt", "redundant", "roundrobin", "blest", "ecf"]),
+        spec in prop::sample::select(vec![
+            "hrsch", "minrtt", "redundant", "roundrobin", "blest", "ecf", "stms", "musher",
+        ]),
     ) {
         let window = move |n: &mut Net| n.cwnd_bytes = cwnd;
         let kill = move |n: &mut Net| n.kill(which);
@@ -1149,6 +1151,17 @@ proptest! {
             &[(0, &window), (kill_at, &kill), (kill_at + down_for, &revive)],
         );
     }
+}
+
+/// STMS sends the slow path's chunks ahead of the flow's lowest unsent byte, leaving the bytes
+/// in between for the fast path; MuSher splits by throughput ratio. Both arrive byte-exact over
+/// a fast and a slow path, in both directions.
+#[test]
+fn stms_and_musher_are_byte_exact_over_unequal_paths() {
+    let (_, _, net) = exchange("stms", &[10, 150], 300_000, 2_000_000, &[]);
+    let ahead = net.proxy.scheduler().stats().ahead_chunks;
+    assert!(ahead > 0, "the download placed no chunk ahead");
+    exchange("musher", &[10, 150], 300_000, 2_000_000, &[]);
 }
 
 /// Round robin over a 10 ms and a 35 ms path reorders: the receiver times every segment that

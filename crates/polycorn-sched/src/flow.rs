@@ -57,6 +57,10 @@ pub(crate) struct Flow {
     /// Reinjections keyed by start sequence.
     pub pending: BTreeMap<u64, Pending>,
     pub pending_bytes: u64,
+    /// Ranges below `next_new` never sent (`start → end`): left behind when a chunk was placed
+    /// ahead of the lowest unsent byte (STMS), to be sent in order later.
+    pub skipped: BTreeMap<u64, u64>,
+    pub skipped_bytes: u64,
     /// In its user's round-robin ring.
     pub queued: bool,
 }
@@ -75,6 +79,8 @@ impl Flow {
             tail: false,
             pending: BTreeMap::new(),
             pending_bytes: 0,
+            skipped: BTreeMap::new(),
+            skipped_bytes: 0,
             queued: false,
         }
     }
@@ -87,9 +93,79 @@ impl Flow {
         }
     }
 
-    /// Bytes not yet sent (new data, FIN and pending reinjections).
+    /// Bytes not yet sent (new data, FIN, skipped ranges and pending reinjections).
     pub fn remaining(&self) -> u64 {
-        (self.end_seq() - self.next_new).saturating_add(self.pending_bytes)
+        (self.end_seq() - self.next_new)
+            .saturating_add(self.pending_bytes)
+            .saturating_add(self.skipped_bytes)
+    }
+
+    /// The lowest skipped range as a chunk `(offset, seq_len)` of at most `chunk_bytes`.
+    pub fn next_skipped_chunk(&self, chunk_bytes: u64) -> Option<(u64, u64)> {
+        let (&start, &end) = self.skipped.first_key_value()?;
+        Some((start, chunk_bytes.min(end - start)))
+    }
+
+    /// A chunk of at most `chunk_bytes` data bytes starting at the first byte at or after
+    /// `target` that was never sent: inside a skipped range, or new data at or beyond
+    /// `next_new` (never past what the source gave and the receiver allows). `None` if there
+    /// is no such byte.
+    pub fn chunk_at_or_after(&self, target: u64, chunk_bytes: u64) -> Option<(u64, u64)> {
+        let inside = self
+            .skipped
+            .range(..=target)
+            .next_back()
+            .filter(|(_, &e)| e > target)
+            .map(|(_, &e)| (target, e));
+        let later = || self.skipped.range(target..).next().map(|(&s, &e)| (s, e));
+        if let Some((s, e)) = inside.or_else(later) {
+            return Some((s, chunk_bytes.min(e - s)));
+        }
+        let start = target.max(self.next_new);
+        let data_limit = self.buffered_end.min(self.credit_limit);
+        if start >= data_limit {
+            return None;
+        }
+        let len = chunk_bytes.min(data_limit - start);
+        let fin = u64::from(self.fin_at == Some(start + len));
+        Some((start, len + fin))
+    }
+
+    /// Record that `[offset, offset + seq_len)`, never sent before, was sent: it leaves the
+    /// skipped ranges, or, beyond `next_new`, moves `next_new` past it and leaves the bytes it
+    /// jumped over skipped.
+    pub fn mark_new_sent(&mut self, offset: u64, seq_len: u64) {
+        let end = offset + seq_len;
+        if offset >= self.next_new {
+            if offset > self.next_new {
+                self.skipped.insert(self.next_new, offset);
+                self.skipped_bytes += offset - self.next_new;
+            }
+            self.next_new = end;
+            return;
+        }
+        let Some((&s, &e)) = self.skipped.range(..=offset).next_back() else {
+            debug_assert!(
+                false,
+                "new chunk at {offset} below next_new and not skipped"
+            );
+            return;
+        };
+        debug_assert!(
+            e >= end,
+            "new chunk [{offset}, {end}) leaves skipped [{s}, {e})"
+        );
+        let end = end.min(e);
+        self.skipped.remove(&s);
+        self.skipped_bytes -= e - s;
+        if s < offset {
+            self.skipped.insert(s, offset);
+            self.skipped_bytes += offset - s;
+        }
+        if end < e {
+            self.skipped.insert(end, e);
+            self.skipped_bytes += e - end;
+        }
     }
 
     /// The next new chunk `(offset, seq_len)` of at most `chunk_bytes` data bytes, if any may be
@@ -110,7 +186,7 @@ impl Flow {
 
     /// Has the flow anything it might send (ignoring path state)?
     pub fn backlogged(&self) -> bool {
-        !self.pending.is_empty() || self.next_new_chunk(1).is_some()
+        !self.pending.is_empty() || !self.skipped.is_empty() || self.next_new_chunk(1).is_some()
     }
 
     /// Does `[offset, offset+seq_len)` carry the FIN?
@@ -185,12 +261,25 @@ impl Flow {
         self.pending_bytes += end - start;
     }
 
-    /// Apply a cumulative ack: drop reinjections it covers.
+    /// Apply a cumulative ack: drop reinjections (and skipped ranges) it covers.
     pub fn apply_ack(&mut self, acked: u64) {
         if acked <= self.acked {
             return;
         }
         self.acked = acked;
+        // The receiver cannot acknowledge bytes never sent; a peer that does is believed.
+        while let Some((&start, &end)) = self.skipped.first_key_value() {
+            if start >= acked {
+                break;
+            }
+            self.skipped.remove(&start);
+            self.skipped_bytes -= end - start;
+            if end > acked {
+                self.skipped.insert(acked, end);
+                self.skipped_bytes += end - acked;
+                break;
+            }
+        }
         while let Some((&start, &p)) = self.pending.first_key_value() {
             if start >= acked {
                 break;
@@ -278,6 +367,37 @@ mod tests {
         assert_eq!(f.pending_bytes, 0);
         f.add_pending(10, 20, PathSet::EMPTY);
         assert!(f.pending.is_empty(), "acked ranges are not reinjected");
+    }
+
+    #[test]
+    fn chunks_placed_ahead_leave_skipped_ranges_sent_once_in_order() {
+        let mut f = Flow::new(FlowId(1), 0, 0, 10_000);
+        f.buffered_end = 8000;
+        f.fin_at = Some(8000);
+        // Ahead at 5000: bytes 0..5000 skipped.
+        assert_eq!(f.chunk_at_or_after(5000, 1000), Some((5000, 1000)));
+        f.mark_new_sent(5000, 1000);
+        assert_eq!((f.next_new, f.skipped_bytes), (6000, 5000));
+        assert_eq!(f.remaining(), 5000 + 2001);
+        // Inside the skipped range the chunk starts at the target and stops at the range's end.
+        assert_eq!(f.chunk_at_or_after(4500, 1000), Some((4500, 500)));
+        // The in-order chunk is the lowest skipped byte.
+        assert_eq!(f.next_skipped_chunk(1000), Some((0, 1000)));
+        f.mark_new_sent(0, 1000);
+        f.mark_new_sent(2000, 1000);
+        assert_eq!(
+            f.skipped.iter().map(|(&s, &e)| (s, e)).collect::<Vec<_>>(),
+            [(1000, 2000), (3000, 5000)]
+        );
+        assert_eq!(f.skipped_bytes, 3000);
+        // Past the skipped ranges: new data, the last chunk with the FIN.
+        assert_eq!(f.chunk_at_or_after(7500, 1000), Some((7500, 501)));
+        assert_eq!(f.chunk_at_or_after(8000, 1000), None);
+        // An ack trims skipped ranges like reinjections.
+        f.apply_ack(1500);
+        assert_eq!(f.next_skipped_chunk(1000), Some((1500, 500)));
+        assert_eq!(f.skipped_bytes, 2500);
+        assert!(f.backlogged());
     }
 
     proptest::proptest! {

@@ -23,7 +23,9 @@
 //! * [`sets`] — S/C/U, stage kinds, kind-checked [`Moves`], the [`Trace`].
 //! * [`stage`] — the [`Schedulerlet`] trait and what a stage may read ([`StageCtx`]).
 //! * [`stages`] — HRSCH's HPR, minRTT, TPR, ORI and the baselines (round robin, redundant,
-//!   BLEST, ECF, single path, location table), one file each.
+//!   BLEST, ECF, STMS, MuSher, single path, location table), one file each. STMS and MuSher
+//!   have no public reference code the pipeline could follow: they are written from their
+//!   papers, each module saying which choices it made.
 //! * [`reinject`] — reinjection policies: none, MPTCP's oldest-on-RTO, and ER.
 //! * [`predict`] — the [`HandoverPredictor`] interface LinkDB implements.
 //! * [`spec`] — pipelines from text (`"hpr,minrtt,tpr,ori+er"`, presets like `"hrsch"`).
@@ -44,8 +46,6 @@
 //! assert_eq!((d.offset, d.len), (0, 1400));
 //! assert!(d.paths.contains(a));
 //! ```
-//!
-//! Not implemented: STMS and MuSher (no public code; not reproduced from their papers yet).
 
 #![no_std]
 #![forbid(unsafe_code)]

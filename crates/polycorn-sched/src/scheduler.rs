@@ -231,6 +231,8 @@ pub struct SchedStats {
     pub cell_loss_reinjections: u64,
     /// Chunks sent again elsewhere because they were stuck on their path (ER with `stuck_ms`).
     pub stuck_chunks: u64,
+    /// Chunks of new data a stage placed ahead of their flow's lowest unsent byte (STMS).
+    pub ahead_chunks: u64,
     /// Sequence units scheduled per path (every copy).
     pub path_bytes: [u64; MAX_PATHS],
     /// Events dropped because nobody polled them ([`EVENT_QUEUE_CAPACITY`]).
@@ -242,7 +244,8 @@ pub struct SchedStats {
 pub struct Attempt {
     /// Attempt number, matching [`Move::attempt`].
     pub attempt: u16,
-    /// The chunk.
+    /// The chunk: as the pipeline saw it, or, when a stage placed it ahead
+    /// ([`Schedulerlet::place_ahead`](crate::Schedulerlet::place_ahead)), as it was sent.
     pub chunk: ChunkView,
     /// Sets before the first stage.
     pub start: PathSets,
@@ -271,6 +274,17 @@ struct ChunkPick {
     seq_len: u64,
     reinjection: bool,
     carried_on: PathSet,
+}
+
+impl ChunkPick {
+    fn new_data(offset: u64, seq_len: u64) -> Self {
+        ChunkPick {
+            offset,
+            seq_len,
+            reinjection: false,
+            carried_on: PathSet::EMPTY,
+        }
+    }
 }
 
 /// Rebase the PF clock when weights exceed this.
@@ -1056,13 +1070,49 @@ impl Scheduler {
                 });
             }
         }
-        let (offset, seq_len) = f.next_new_chunk(u64::from(self.cfg.chunk_bytes.max(1)))?;
-        Some(ChunkPick {
+        let chunk_bytes = u64::from(self.cfg.chunk_bytes.max(1));
+        let (offset, seq_len) = f
+            .next_skipped_chunk(chunk_bytes)
+            .or_else(|| f.next_new_chunk(chunk_bytes))?;
+        Some(ChunkPick::new_data(offset, seq_len))
+    }
+
+    /// Ask the stages whether the chunk `pick` (new data, at the flow's lowest unsent byte)
+    /// should go further ahead; the chunk to send instead, if any.
+    fn place_ahead(
+        &mut self,
+        now: Instant,
+        predictor: &dyn HandoverPredictor,
+        live: PathSet,
+        fs: u32,
+        chunk: ChunkView,
+        sent_on: PathSet,
+    ) -> Option<(ChunkPick, ChunkView)> {
+        let ctx = StageCtx {
+            now,
+            live,
+            paths: PathView { paths: &self.paths },
+            chunk,
+            train: self.train,
+            predictor,
+        };
+        let mut ahead = 0u64;
+        for s in self.pipeline.stages.iter_mut() {
+            ahead = ahead.max(s.place_ahead(&ctx, sent_on));
+        }
+        if ahead == 0 {
+            return None;
+        }
+        let f = self.flows[fs as usize].as_ref()?;
+        let target = chunk.offset.saturating_add(ahead);
+        let (offset, seq_len) =
+            f.chunk_at_or_after(target, u64::from(self.cfg.chunk_bytes.max(1)))?;
+        let view = ChunkView {
             offset,
             seq_len,
-            reinjection: false,
-            carried_on: PathSet::EMPTY,
-        })
+            ..chunk
+        };
+        Some((ChunkPick::new_data(offset, seq_len), view))
     }
 
     /// Decide what to send next, or `None` if nothing can be sent now. Call again after every
@@ -1125,8 +1175,12 @@ impl Scheduler {
                                         carried_on: pick.carried_on,
                                         tail: f.tail,
                                         remaining_bytes: f.remaining(),
-                                        unacked_bytes: f.next_new.saturating_sub(f.acked),
+                                        unacked_bytes: f
+                                            .next_new
+                                            .saturating_sub(f.acked)
+                                            .saturating_sub(f.skipped_bytes),
                                         window_bytes: f.credit_limit.saturating_sub(f.acked),
+                                        data_end: f.buffered_end.min(f.credit_limit),
                                     };
                                     (pick, view)
                                 }
@@ -1144,6 +1198,29 @@ impl Scheduler {
                         self.requeue(us, fs, fgen);
                         continue;
                     }
+                    let (pick, chunk_view) = if pick.reinjection {
+                        (pick, chunk_view)
+                    } else {
+                        match self.place_ahead(
+                            now,
+                            predictor,
+                            live,
+                            fs,
+                            chunk_view,
+                            sets.selected(),
+                        ) {
+                            Some((pick, view)) => {
+                                if let Some(a) = self.attempts.last_mut() {
+                                    a.chunk = view;
+                                }
+                                if view.offset != chunk_view.offset {
+                                    self.stats.ahead_chunks += 1;
+                                }
+                                (pick, view)
+                            }
+                            None => (pick, chunk_view),
+                        }
+                    };
                     let d = self.commit(
                         now,
                         predictor,
@@ -1315,7 +1392,7 @@ impl Scheduler {
                 f.pending_bytes -= p.end - pick.offset;
             }
         } else {
-            f.next_new += seq_len;
+            f.mark_new_sent(pick.offset, seq_len);
         }
         let fin = f.carries_fin(pick.offset, seq_len);
         let (flow, user) = (f.id, chunk.user);

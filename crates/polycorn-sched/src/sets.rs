@@ -124,6 +124,19 @@ pub enum Reason {
     },
     /// ECF: waiting for the fastest path completes earlier than using the slower one.
     EcfWaitForFastest,
+    /// STMS: the flow has no data (or no receiver credit) as far ahead as the slow path's
+    /// chunk would have to go, so the chunk waits for the fast path.
+    StmsNoDataAhead {
+        /// Bytes the fast path is expected to deliver before a byte sent on this path arrives.
+        gap_bytes: u64,
+        /// Bytes from the flow's lowest unsent byte to the end of what it may send now.
+        available_bytes: u64,
+    },
+    /// MuSher: the path's turn in the ratio round.
+    RatioTurn {
+        /// The path's share of the chunks, per mille.
+        share_permille: u32,
+    },
     /// Stale: the path's subflow is waiting out a retransmission timeout.
     RtoBackoff {
         /// The subflow's RTO backoff (consecutive timeouts without progress).
@@ -171,6 +184,13 @@ impl fmt::Display for Reason {
                 "fast path would send {fast_bytes} B in the slow RTT, only {avail_bytes} B of window left"
             ),
             Reason::EcfWaitForFastest => f.write_str("waiting for the fastest path completes earlier"),
+            Reason::StmsNoDataAhead { gap_bytes, available_bytes } => write!(
+                f,
+                "slow path's chunk belongs {gap_bytes} B ahead, only {available_bytes} B sendable"
+            ),
+            Reason::RatioTurn { share_permille } => {
+                write!(f, "its turn in the ratio round (share {share_permille}‰)")
+            }
             Reason::RtoBackoff { backoff } => {
                 write!(f, "subflow waiting out a retransmission timeout (backoff {backoff})")
             }

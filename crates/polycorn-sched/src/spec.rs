@@ -16,8 +16,13 @@
 //! preset `polycorn`, which also copies thin flows onto every path with
 //! `ori(thin_bytes=5600)` and lets them wait in the lowest-RTT path's socket when its window is
 //! full with `minrtt(thin_bytes=5600)`). `tpr(wait=1)` keeps a tail chunk waiting even when
-//! the path TPR found sooner could take it now (see [`crate::stages::Tpr`]). Examples: `hrsch`,
-//! `hpr,minrtt,tpr,ori+er`, `minrtt,ecf(beta=0.25)`, `hpr(e_gps_m=30),minrtt+er(k=2)`.
+//! the path TPR found sooner could take it now (see [`crate::stages::Tpr`]). `stms(gain=G)`
+//! scales the gap by which STMS places a slow path's chunks ahead ([`crate::stages::Stms`]);
+//! `musher(round=N,interval_ms=N,step_pct=N,collapse_pct=N,reprobe_ms=N)` tunes MuSher's ratio
+//! rounds, measurements, search step, collapse threshold and re-probe time
+//! ([`crate::stages::Musher`]). Examples: `hrsch`, `hpr,minrtt,tpr,ori+er`,
+//! `minrtt,ecf(beta=0.25)`, `hpr(e_gps_m=30),minrtt+er(k=2)`, `minrtt,stms(gain=0.8)`,
+//! `stale,musher(step_pct=10)`.
 
 use alloc::boxed::Box;
 use alloc::string::{String, ToString};
@@ -28,7 +33,8 @@ use crate::reinject::{Reinjection, DEFAULT_ER_K};
 use crate::sets::StageKind;
 use crate::stage::Schedulerlet;
 use crate::stages::{
-    Blest, Ecf, Hpr, LocationTable, MinRtt, Ori, Redundant, RoundRobin, SinglePath, Stale, Tpr,
+    Blest, Ecf, Hpr, LocationTable, MinRtt, Musher, Ori, Redundant, RoundRobin, SinglePath, Stale,
+    Stms, Tpr,
 };
 use crate::time::Duration;
 
@@ -72,6 +78,14 @@ pub const STAGES: &[(&str, &str)] = &[
         "selection filter: earliest completion first (Lim et al.)",
     ),
     (
+        "musher",
+        "soft selector: split chunks in the ratio of the paths' throughputs, probe the ratio, drop collapsed paths (Saha et al.)",
+    ),
+    (
+        "stms",
+        "selection filter: put the slow path's chunks ahead by what the fast path delivers meanwhile (Shi et al.)",
+    ),
+    (
         "ori",
         "hard selector: duplicate chunks onto idle paths (POLYCORN §4.6)",
     ),
@@ -90,6 +104,8 @@ pub const PRESETS: &[(&str, &str)] = &[
     ("redundant", "redundant+rto"),
     ("blest", "minrtt,blest+rto"),
     ("ecf", "minrtt,ecf+rto"),
+    ("stms", "minrtt,stms+rto"),
+    ("musher", "musher+rto"),
     ("single", "single+none"),
     ("loctable", "loctable,minrtt+rto"),
 ];
@@ -489,7 +505,8 @@ fn build_stage(
             for (k, v) in params {
                 match *k {
                     "e_gps_m" => s.e_gps_m = parse_pos_f64(name, k, v)?,
-                    _ => return Err(unknown_param(name, k, "e_gps_m")),
+                    "keep" => s.keep = parse_flag(name, k, v)?,
+                    _ => return Err(unknown_param(name, k, "e_gps_m, keep")),
                 }
             }
             Box::new(s)
@@ -547,6 +564,59 @@ fn build_stage(
             }
             Box::new(s)
         }
+        "stms" => {
+            let mut s = Stms::default();
+            for (k, v) in params {
+                match *k {
+                    "gain" => s.gain = parse_pos_f64(name, k, v)?,
+                    _ => return Err(unknown_param(name, k, "gain")),
+                }
+            }
+            Box::new(s)
+        }
+        "musher" => {
+            let mut s = Musher::default();
+            for (k, v) in params {
+                match *k {
+                    "round" => {
+                        s.round = parse_num(name, k, v, "an integer >= 1")?;
+                        if s.round == 0 {
+                            return Err(bad(name, k, v, "an integer >= 1"));
+                        }
+                    }
+                    "interval_ms" => {
+                        let ms: u64 = parse_num(name, k, v, "an integer >= 1")?;
+                        if ms == 0 {
+                            return Err(bad(name, k, v, "an integer >= 1"));
+                        }
+                        s.interval = Duration::from_millis(ms);
+                    }
+                    "step_pct" => {
+                        s.step_pct = parse_num(name, k, v, "a percentage from 1 to 45")?;
+                        if !(1..=45).contains(&s.step_pct) {
+                            return Err(bad(name, k, v, "a percentage from 1 to 45"));
+                        }
+                    }
+                    "collapse_pct" => {
+                        s.collapse_pct = parse_num(name, k, v, "a percentage from 0 to 100")?;
+                        if s.collapse_pct > 100 {
+                            return Err(bad(name, k, v, "a percentage from 0 to 100"));
+                        }
+                    }
+                    "reprobe_ms" => {
+                        s.reprobe = Duration::from_millis(parse_num(name, k, v, "milliseconds")?)
+                    }
+                    _ => {
+                        return Err(unknown_param(
+                            name,
+                            k,
+                            "round, interval_ms, step_pct, collapse_pct, reprobe_ms",
+                        ))
+                    }
+                }
+            }
+            Box::new(s)
+        }
         "rr" | "redundant" | "single" | "loctable" | "blest" | "stale" => {
             no_params(name, params)?;
             match name {
@@ -600,6 +670,8 @@ mod tests {
         );
         // The canonical spec reads back to the same pipeline; defaults are left out.
         assert_eq!(Pipeline::from_spec(p.spec()).unwrap().spec(), p.spec());
+        let k = Pipeline::from_spec("hpr(keep=1,e_gps_m=30),minrtt").unwrap();
+        assert_eq!(k.spec(), "hpr(e_gps_m=30,keep=1),minrtt+rto");
         let d = Pipeline::from_spec("hpr(e_gps_m=20),minrtt,ori(displace=0,tau=16)").unwrap();
         assert_eq!(d.spec(), "hpr,minrtt,ori(displace=0)+rto");
         let w = Pipeline::from_spec("minrtt,tpr(wait=1),tpr(wait=0)").unwrap();

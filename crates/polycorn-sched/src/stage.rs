@@ -67,6 +67,11 @@ pub struct ChunkView {
     /// Flow-control window left at the receiver (credit beyond the cumulative ack);
     /// `u64::MAX` when the flow is not credit-limited.
     pub window_bytes: u64,
+    /// Sequence just past the data the flow may send now: what the source gave, within the
+    /// receiver's credit (the FIN not counted). For a chunk of new data, `offset` is the
+    /// flow's lowest unsent byte, so `data_end - offset` bounds how far ahead of it a chunk
+    /// can be placed ([`Schedulerlet::place_ahead`]).
+    pub data_end: u64,
 }
 
 impl ChunkView {
@@ -142,6 +147,15 @@ pub trait Schedulerlet: Send + fmt::Debug {
     }
     /// Move paths between the sets for the chunk in `ctx`.
     fn apply(&mut self, ctx: &StageCtx<'_>, moves: &mut Moves<'_>);
+    /// The pipeline chose `sent_on` (the final S, not empty) for the chunk of `ctx`, a chunk
+    /// of new data starting at the flow's lowest unsent byte: how many bytes ahead of that
+    /// byte the chunk should go instead. The driver then sends the first never-sent bytes at
+    /// or after `offset + ahead` (which must lie below [`ChunkView::data_end`]), leaving the
+    /// bytes in between to be sent in order later. The largest answer of all stages counts.
+    /// Default: 0, in order.
+    fn place_ahead(&mut self, _ctx: &StageCtx<'_>, _sent_on: PathSet) -> u64 {
+        0
+    }
     /// The chunk of `ctx` was sent on `sent_on` (the final S). Default: nothing.
     fn on_sent(&mut self, _ctx: &StageCtx<'_>, _sent_on: PathSet) {}
     /// An event on `path`. Default: nothing.

@@ -8,8 +8,9 @@
 //!    nothing already carried is sent again, and the decision is the last attempt's S.
 //! 3. `deadlines_not_in_past` — `poll_timeout()` is never before the latest `now` given.
 //! 4. `determinism` — two schedulers fed the same inputs agree on everything.
-//! 5. `sequence_sanity` — decisions respect buffered data, credit, in-order new data,
-//!    reinjection of sent-but-unacked sequence only, chunk size and the FIN.
+//! 5. `sequence_sanity` — decisions respect buffered data, credit, in-order new data (STMS:
+//!    new data only on bytes never sent), reinjection of sent-but-unacked sequence only,
+//!    chunk size and the FIN.
 //! 6. `no_panics` — extreme values and invalid ids give errors (the right ones), never panics.
 //!
 //! Every case runs its operation sequence once per preset in [`PRESETS`], per spec in
@@ -49,6 +50,8 @@ const CUSTOM_SPECS: &[&str] = &[
     "hpr,minrtt,tpr+er(k=2,stuck_ms=1)",
     "rr,ori+er(oldest=0,stuck_ms=30)",
     "minrtt(thin_bytes=3000),ori(thin_bytes=3000)+er(k=1,stuck_ms=5)",
+    "hpr,minrtt,tpr,stms(gain=2),ori(tau=2)+er(k=1)",
+    "stale,musher(round=10,interval_ms=5,step_pct=10,collapse_pct=50,reprobe_ms=20),tpr+er(k=2)",
 ];
 
 // ----- a test-only hard selector that revives from U ---------------------------------------
@@ -385,7 +388,60 @@ struct FlowModel {
     acked: u64,
     /// Highest sequence sent (next new sequence number).
     sent: u64,
+    /// Ranges below `sent` never sent (start → end): left behind by chunks placed ahead.
+    skipped: BTreeMap<u64, u64>,
     fin_sent: bool,
+}
+
+impl FlowModel {
+    /// The lowest sequence never sent.
+    fn lowest_unsent(&self) -> u64 {
+        self.skipped.keys().next().copied().unwrap_or(self.sent)
+    }
+
+    /// Whether `[start, end)` lies within one skipped range.
+    fn in_skipped(&self, start: u64, end: u64) -> bool {
+        self.skipped
+            .range(..=start)
+            .next_back()
+            .is_some_and(|(_, &e)| e >= end)
+    }
+
+    /// `[start, end)`, never sent before, was sent as new data.
+    fn mark_sent(&mut self, start: u64, end: u64) {
+        if start >= self.sent {
+            if start > self.sent {
+                self.skipped.insert(self.sent, start);
+            }
+            self.sent = end;
+            return;
+        }
+        if let Some((&s, &e)) = self.skipped.range(..=start).next_back() {
+            self.skipped.remove(&s);
+            if s < start {
+                self.skipped.insert(s, start);
+            }
+            if end < e {
+                self.skipped.insert(end, e);
+            }
+        }
+    }
+
+    /// A cumulative ack: skipped ranges below it are gone.
+    fn ack(&mut self, acked: u64) {
+        self.acked = self.acked.max(acked);
+        let below: Vec<(u64, u64)> = self
+            .skipped
+            .range(..self.acked)
+            .map(|(&s, &e)| (s, e))
+            .collect();
+        for (s, e) in below {
+            self.skipped.remove(&s);
+            if e > self.acked {
+                self.skipped.insert(self.acked, e);
+            }
+        }
+    }
 }
 
 struct Harness {
@@ -399,6 +455,8 @@ struct Harness {
     flows: BTreeMap<u64, FlowModel>,
     checks: Checks,
     log: Vec<Entry>,
+    /// The pipeline may place new data ahead of the lowest unsent byte (STMS).
+    sends_ahead: bool,
 }
 
 /// What a run observed, compared between two runs by the determinism property.
@@ -465,6 +523,7 @@ impl Harness {
             flows: BTreeMap::new(),
             checks,
             log: Vec::new(),
+            sends_ahead: matches!(spec, Spec::Text(t) if t.contains("stms")),
         }
     }
 
@@ -581,6 +640,7 @@ impl Harness {
                             credit: self.cfg.initial_credit_bytes,
                             acked: 0,
                             sent: 0,
+                            skipped: BTreeMap::new(),
                             fin_sent: false,
                         },
                     );
@@ -667,7 +727,7 @@ impl Harness {
                 self.expect(&what, r, want)?;
                 if r.is_ok() {
                     if let Some(m) = self.flows.get_mut(&f) {
-                        m.acked = m.acked.max(ack);
+                        m.ack(ack);
                     }
                 }
                 Some(r)
@@ -1023,7 +1083,7 @@ impl Harness {
         };
         let before = m.clone();
         if !d.reinjection {
-            m.sent += d.seq_len();
+            m.mark_sent(d.offset, d.offset + d.seq_len());
             m.fin_sent |= d.fin;
         }
         if !check {
@@ -1062,9 +1122,20 @@ impl Harness {
                 m.acked,
                 m.sent
             );
+        } else if self.sends_ahead {
+            // STMS places chunks ahead: new data covers only bytes never sent.
+            ensure!(
+                d.offset >= m.sent || m.in_skipped(d.offset, d.offset + d.seq_len()),
+                "{ctx}: new data [{}, {}) overlaps sent data (sent up to {}, skipped {:?})",
+                d.offset,
+                d.offset + d.seq_len(),
+                m.sent,
+                m.skipped
+            );
+            ensure!(!(d.fin && m.fin_sent), "{ctx}: FIN sent twice as new data");
         } else {
             ensure!(
-                d.offset == m.sent,
+                d.offset == m.lowest_unsent() && m.skipped.is_empty(),
                 "{ctx}: new data at {} but highest sent is {}",
                 d.offset,
                 m.sent

@@ -14,6 +14,7 @@
 //! 7. BLEST and ECF "wait" versus "send"
 //! 8. User and flow selection: proportional fairness, flow round robin [§4.7]
 //! 9. Flow control, FIN handling and refused inputs
+//! 10. STMS (send ahead on the slow path) and MuSher (throughput-ratio split)
 
 use polycorn_sched::stages::{Hpr, Tpr};
 use polycorn_sched::*;
@@ -649,6 +650,36 @@ fn hpr_all_paths_rejected_traffic_waits_until_prediction_clears() {
     let d = s.poll_decision(after_ms(1), &pred).unwrap();
     assert_eq!(d.paths, set(&[A]));
     assert_eq!(the_move(&s, "hpr").path, p(B));
+}
+
+/// `hpr(keep=1)`: when every path would be held, the ones whose failure is only predicted stay
+/// candidates (a passenger waits no longer than on the best single SIM); a path whose cell is
+/// reported lost stays held, and with every cell lost traffic waits as without `keep`.
+#[test]
+fn hpr_keep_sends_on_a_path_only_predicted_to_fail_when_every_path_would_be_held() {
+    let mut s = hpr_sched("hpr(keep=1),minrtt");
+    let mut pred = FixedPredictions::new();
+    // B's handover has failed (its cell is gone); A's is predicted to fail 0.3 s ahead.
+    pred.set_failure(p(A), Some(after_ms(300)));
+    pred.set_failure(p(B), Some(T0));
+    pred.set_cell_lost(p(B), Some(T0));
+    let d = s.poll_decision(T0, &pred).unwrap();
+    assert_eq!(d.paths, set(&[A]), "A only predicted: kept");
+    let hpr = moves_of(&s, "hpr");
+    assert_eq!(hpr.len(), 1);
+    assert_eq!(hpr[0].path, p(B));
+    // Without keep (the paper's rule) the same state sends nothing.
+    let mut paper = hpr_sched("hpr,minrtt");
+    assert_eq!(paper.poll_decision(T0, &pred), None);
+    // While another path is not held, keep changes nothing: A is held, the chunk goes to B.
+    pred.set_failure(p(B), None);
+    pred.set_cell_lost(p(B), None);
+    assert_eq!(s.poll_decision(T0, &pred).unwrap().paths, set(&[B]));
+    // Both cells reported lost: nothing to keep, traffic waits.
+    pred.set_failure(p(B), Some(T0));
+    pred.set_cell_lost(p(A), Some(T0));
+    pred.set_cell_lost(p(B), Some(T0));
+    assert_eq!(s.poll_decision(T0, &pred), None);
 }
 
 #[test]
@@ -2144,5 +2175,372 @@ impl RateFrom for TcpInfoSample {
     fn rate_from(&mut self, rate: u64, bytes_acked: u64) {
         self.delivery_rate = Bandwidth::from_bytes_per_sec(rate);
         self.bytes_acked = bytes_acked;
+    }
+}
+
+// ----- 10. STMS and MuSher ------------------------------------------------------------------
+
+/// Fast A: srtt 50 ms (owd 25 ms), window of 10 MSS full. Slow B: srtt 400 ms (owd 200 ms),
+/// window of 10 MSS, empty.
+///
+/// STMS numbers (see stages/stms.rs): rate_A = 14 480 B / 50 ms = 289 600 B/s,
+/// rate_B = 14 480 B / 400 ms = 36 200 B/s.
+/// * First chunk on B: delay_B = 200 ms, gap = 289 600 · (0.200 − 0.025) = 50 680 B.
+/// * Second: B holds 1400 B unsent, delay_B = 200 ms + 1400 / 36 200 s, gap = 50 680 +
+///   (289 600 / 36 200) · 1400 = 50 680 + 8 · 1400 = 61 880 B.
+fn stms_links() -> [Link; 2] {
+    [
+        Link::rtt(50).full(),
+        Link {
+            cwnd: CWND_10,
+            ..Link::rtt(400)
+        },
+    ]
+}
+
+const STMS_GAP_1: u64 = 50_680;
+const STMS_GAP_2: u64 = 61_880;
+
+#[test]
+fn stms_puts_the_slow_paths_chunks_ahead_by_the_gap_and_the_fast_path_fills_it_in_order() {
+    let mut s = sched("stms", &stms_links());
+    assert_eq!(s.pipeline().spec(), "minrtt,stms+rto");
+    flow(&mut s, T0, 1, 1, 200_000, true);
+
+    // A is full: minRTT picks B, and STMS sends B the bytes 50 680 ahead, not byte 0.
+    let d = poll_some(&mut s, T0);
+    assert_eq!(d.paths, set(&[B]));
+    assert_eq!(
+        (d.offset, d.len, d.reinjection),
+        (STMS_GAP_1, CHUNK as u32, false)
+    );
+    assert_eq!(the_move(&s, "minrtt").path, p(B));
+    assert!(moves_of(&s, "stms").is_empty(), "B stays selected");
+    assert_eq!(
+        s.attempts()[0].chunk.offset,
+        STMS_GAP_1,
+        "the attempt shows the chunk sent"
+    );
+
+    // B's next chunk waits behind the first in its socket: further ahead still.
+    let d = poll_some(&mut s, T0);
+    assert_eq!((d.paths, d.offset), (set(&[B]), STMS_GAP_2));
+
+    // A's window opens: it takes the skipped bytes from 0, in order, as new data.
+    set_link(
+        &mut s,
+        after_ms(10),
+        A,
+        Link {
+            cwnd: CWND_10,
+            ..Link::rtt(50)
+        },
+    );
+    for k in 0..3 {
+        let d = poll_some(&mut s, after_ms(10));
+        assert_eq!(d.paths, set(&[A]));
+        assert_eq!((d.offset, d.reinjection), (k * CHUNK, false));
+    }
+    // Nothing was sent twice and nothing is lost: all 200 000 bytes and the FIN remain to
+    // send but the five chunks.
+    assert_eq!(s.flow_remaining(FlowId(1)), Some(200_001 - 5 * CHUNK));
+    assert_eq!(s.stats().new_bytes, 5 * CHUNK);
+    assert_eq!(s.stats().ahead_chunks, 2);
+}
+
+#[test]
+fn stms_fills_the_gap_up_to_the_slow_chunk_and_then_continues_after_it() {
+    // Bytes 0 .. 50 680 are skipped when B takes its chunk; A then sends them all and goes on
+    // after B's chunk, never resending it.
+    let mut s = sched("stms", &stms_links());
+    flow(&mut s, T0, 1, 1, 60_000, false);
+    assert_eq!(poll_some(&mut s, T0).offset, STMS_GAP_1);
+    set_link(&mut s, after_ms(1), A, Link::rtt(50));
+    set_link(&mut s, after_ms(1), B, stms_links()[B].full());
+    let mut offsets = Vec::new();
+    while let Some(d) = poll(&mut s, after_ms(1)) {
+        assert_eq!(d.paths, set(&[A]));
+        offsets.push((d.offset, u64::from(d.len)));
+    }
+    let mut next = 0;
+    for (o, len) in offsets {
+        if next == STMS_GAP_1 {
+            next += CHUNK;
+        }
+        assert_eq!(
+            o, next,
+            "A sends every byte once, in order, around B's chunk"
+        );
+        next = o + len;
+    }
+    assert_eq!(next, 60_000);
+    assert_eq!(s.flow_remaining(FlowId(1)), Some(0));
+}
+
+#[test]
+fn stms_waits_for_the_fast_path_when_the_flow_ends_before_the_gap() {
+    let mut s = sched("stms", &stms_links());
+    flow(&mut s, T0, 1, 1, 20_000, true);
+    // 50 680 B ahead is past the flow's 20 000 B: A alone finishes before B would deliver.
+    assert_eq!(poll(&mut s, T0), None);
+    let m = the_move(&s, "stms");
+    assert_move(
+        &m,
+        Some(StageKind::SelectionFilter),
+        B,
+        SetName::Selected,
+        SetName::Candidate,
+    );
+    assert_eq!(
+        m.reason,
+        Reason::StmsNoDataAhead {
+            gap_bytes: STMS_GAP_1,
+            available_bytes: 20_000,
+        }
+    );
+    // The receiver's credit bounds it too: 100 000 B of data but credit for 40 000.
+    let mut s = sched_with(credit_limited(), "stms", &stms_links());
+    flow(&mut s, T0, 1, 1, 100_000, false);
+    s.on_flow_credit(T0, FlowId(1), 40_000).unwrap();
+    assert_eq!(poll(&mut s, T0), None);
+    assert_eq!(
+        the_move(&s, "stms").reason,
+        Reason::StmsNoDataAhead {
+            gap_bytes: STMS_GAP_1,
+            available_bytes: 40_000,
+        }
+    );
+    s.on_flow_credit(T0, FlowId(1), 60_000).unwrap();
+    assert_eq!(poll_some(&mut s, T0).offset, STMS_GAP_1);
+}
+
+#[test]
+fn stms_sends_in_order_on_the_slow_path_once_the_fast_one_stalls() {
+    // A's oldest bytes have waited 1 s, longer than B's 400 ms RTT: B is the fast path now.
+    let links = [stms_links()[A].aged(1_000), stms_links()[B]];
+    let mut s = sched("stms", &links);
+    flow(&mut s, T0, 1, 1, 200_000, false);
+    let d = poll_some(&mut s, T0);
+    assert_eq!((d.paths, d.offset), (set(&[B]), 0));
+}
+
+#[test]
+fn stms_gain_scales_the_gap_and_round_trips() {
+    let mut s = sched("minrtt,stms(gain=0.5)", &stms_links());
+    assert_eq!(s.pipeline().spec(), "minrtt,stms(gain=0.5)+rto");
+    flow(&mut s, T0, 1, 1, 200_000, false);
+    assert_eq!(poll_some(&mut s, T0).offset, STMS_GAP_1 / 2);
+    assert_eq!(
+        Pipeline::from_spec("minrtt,stms(gain=1)").unwrap().spec(),
+        "minrtt,stms+rto"
+    );
+    assert!(matches!(
+        Pipeline::from_spec("minrtt,stms(gain=-1)"),
+        Err(SpecError::BadValue { .. })
+    ));
+    assert!(matches!(
+        Pipeline::from_spec("minrtt,stms(k=1)"),
+        Err(SpecError::UnknownParam { .. })
+    ));
+}
+
+/// Path `i` with delivery rate `rate` B/s, srtt 50 ms and a window no test fills.
+fn rated(rate: u64) -> Link {
+    Link {
+        rate,
+        ..Link::rtt(50)
+    }
+}
+
+/// Paths that carried each of `n` decisions at `now`.
+fn tally(s: &mut Scheduler, now: Instant, n: usize) -> [usize; 2] {
+    let mut count = [0; 2];
+    for _ in 0..n {
+        let d = poll_some(s, now);
+        assert_eq!(d.paths.len(), 1);
+        count[d.paths.first().unwrap().index()] += 1;
+    }
+    count
+}
+
+#[test]
+fn musher_splits_chunks_in_the_ratio_of_the_paths_throughputs() {
+    // 3 MB/s and 1 MB/s: shares 750 ‰ and 250 ‰, 75 and 25 chunks of every round of 100.
+    let mut s = sched("musher", &[rated(3_000_000), rated(1_000_000)]);
+    assert_eq!(s.pipeline().spec(), "musher+rto");
+    flow(&mut s, T0, 1, 1, 10_000_000, false);
+    let d = poll_some(&mut s, T0);
+    assert_eq!(d.paths, set(&[A]));
+    assert_eq!(
+        the_move(&s, "musher").reason,
+        Reason::RatioTurn {
+            share_permille: 750
+        }
+    );
+    let c = tally(&mut s, T0, 299);
+    assert_eq!([c[0] + 1, c[1]], [225, 75]);
+
+    // Another ratio, another split: 1 : 4.
+    let mut s = sched("musher(round=20)", &[rated(500_000), rated(2_000_000)]);
+    flow(&mut s, T0, 1, 1, 10_000_000, false);
+    assert_eq!(tally(&mut s, T0, 100), [20, 80]);
+}
+
+#[test]
+fn musher_waits_for_the_path_whose_turn_it_is() {
+    // B's turn comes after A's 75 chunks; with B's window full the chunk waits rather than
+    // going to A beyond its share.
+    let links = [
+        rated(3_000_000),
+        Link {
+            rate: 1_000_000,
+            ..Link::rtt(50).full()
+        },
+    ];
+    let mut s = sched("musher", &links);
+    flow(&mut s, T0, 1, 1, 10_000_000, false);
+    assert_eq!(tally(&mut s, T0, 75), [75, 0]);
+    assert_eq!(poll(&mut s, T0), None);
+}
+
+#[test]
+fn musher_drops_a_collapsed_path_and_probes_it_again_later() {
+    let mut s = sched("musher", &[rated(3_000_000), rated(1_000_000)]);
+    flow(&mut s, T0, 1, 1, 100_000_000, false);
+    assert_eq!(tally(&mut s, T0, 100), [75, 25]);
+    // B's subflow times out: at the next measurement (100 ms on) B leaves the ratio and A
+    // takes everything.
+    s.on_rto(after_ms(100), p(B)).unwrap();
+    assert_eq!(tally(&mut s, after_ms(100), 200), [200, 0]);
+    // B delivers again, but stays out until 1 s after it collapsed...
+    s.on_path_progress(after_ms(500), p(B)).unwrap();
+    assert_eq!(tally(&mut s, after_ms(1_000), 100), [100, 0]);
+    // ...then rejoins with its throughput share.
+    assert_eq!(tally(&mut s, after_ms(1_100), 100), [75, 25]);
+}
+
+#[test]
+fn musher_drops_a_path_that_stops_delivering_without_a_timeout() {
+    let mut s = sched("musher", &[rated(3_000_000), rated(1_000_000)]);
+    flow(&mut s, T0, 1, 1, 100_000_000, false);
+    // B delivered 1 MB/s (acknowledging 100 kB over 100 ms), then holds 20 kB whose oldest
+    // byte has waited 300 ms (more than the 100 ms interval and two 50 ms RTTs) with nothing
+    // acknowledged for a whole interval: below 10 % of its recent rate.
+    let mut smp = rated(1_000_000).sample();
+    smp.bytes_acked = 100_000;
+    s.on_tcp_info(after_ms(50), p(B), &smp).unwrap();
+    assert_eq!(tally(&mut s, after_ms(50), 100), [75, 25]);
+    smp.unacked_bytes = 20_000;
+    smp.unacked_age = ms(300);
+    s.on_tcp_info(after_ms(160), p(B), &smp).unwrap();
+    assert_eq!(tally(&mut s, after_ms(160), 100), [100, 0]);
+}
+
+#[test]
+fn musher_probes_a_new_ratio_when_the_aggregate_rate_moves() {
+    let mut s = sched("musher", &[rated(3_000_000), rated(1_000_000)]);
+    flow(&mut s, T0, 1, 1, 1_000_000_000, false);
+    let (mut acked_a, mut acked_b) = (0u64, 0u64);
+    // Every 100 ms A acknowledges `per_a` bytes and B `per_b`; then 100 decisions.
+    let mut tick = |s: &mut Scheduler, k: u64, per_a: u64, per_b: u64| -> [usize; 2] {
+        acked_a += per_a;
+        acked_b += per_b;
+        let now = after_ms(100 * k);
+        for (path, acked, rate) in [(A, acked_a, 3_000_000), (B, acked_b, 1_000_000)] {
+            let mut smp = rated(rate).sample();
+            smp.bytes_acked = acked;
+            s.on_tcp_info(now, p(path), &smp).unwrap();
+        }
+        tally(s, now, 100)
+    };
+    // The first decision marks the totals; five measurements of 4 MB/s make the reference.
+    assert_eq!(tick(&mut s, 0, 0, 0), [75, 25]);
+    for k in 1..=5 {
+        assert_eq!(tick(&mut s, k, 300_000, 100_000), [75, 25]);
+    }
+    // The aggregate doubles: after five deviating measurements A's share steps up 5 %.
+    for k in 6..=9 {
+        assert_eq!(tick(&mut s, k, 700_000, 100_000), [75, 25]);
+    }
+    assert_eq!(tick(&mut s, 10, 700_000, 100_000), [80, 20]);
+    // Two intervals later the aggregate is lower than when the search began: one step down
+    // from where it started instead.
+    assert_eq!(tick(&mut s, 11, 0, 0), [80, 20]);
+    assert_eq!(tick(&mut s, 12, 300_000, 100_000), [70, 30]);
+}
+
+#[test]
+fn musher_parameters_round_trip_and_bad_values_are_refused() {
+    let spec = "musher(round=50,interval_ms=200,step_pct=10,collapse_pct=20,reprobe_ms=500)";
+    assert_eq!(
+        Pipeline::from_spec(spec).unwrap().spec(),
+        format!("{spec}+rto")
+    );
+    assert_eq!(
+        Pipeline::from_spec("musher(round=100,step_pct=5)")
+            .unwrap()
+            .spec(),
+        "musher+rto"
+    );
+    for bad in [
+        "musher(round=0)",
+        "musher(interval_ms=0)",
+        "musher(step_pct=0)",
+        "musher(step_pct=50)",
+        "musher(collapse_pct=101)",
+    ] {
+        assert!(
+            matches!(Pipeline::from_spec(bad), Err(SpecError::BadValue { .. })),
+            "{bad}"
+        );
+    }
+    assert!(matches!(
+        Pipeline::from_spec("musher(ratio=1)"),
+        Err(SpecError::UnknownParam { .. })
+    ));
+}
+
+proptest::proptest! {
+    /// Over a round of 1000 chunks, each path's count is its throughput share, whatever the
+    /// two rates.
+    #[test]
+    fn musher_split_follows_any_throughput_ratio(ra in 1u64..1000, rb in 1u64..1000) {
+        let mut s = sched("musher(round=1000)", &[rated(ra * 10_000), rated(rb * 10_000)]);
+        flow(&mut s, T0, 1, 1, 100_000_000, false);
+        let c = tally(&mut s, T0, 1000);
+        let want = 1000.0 * ra as f64 / (ra + rb) as f64;
+        proptest::prop_assert!(
+            (c[A] as f64 - want).abs() <= 1.0,
+            "rates {}:{} gave {:?}, want {:.1} on A", ra, rb, c, want
+        );
+    }
+
+    /// The slow path's first chunk lands where the fast path's window rate, over the
+    /// difference of the one-way delays, puts it; the fast path then starts at byte 0.
+    #[test]
+    fn stms_places_the_slow_chunk_at_the_modelled_gap(
+        srtt_f in 10u64..100,
+        extra in 2u64..500,
+        cwnd_f_mss in 2u64..50,
+        cwnd_s_mss in 2u64..50,
+    ) {
+        let cwnd_f = cwnd_f_mss * u64::from(MSS);
+        let links = [
+            Link { cwnd: cwnd_f, unacked: cwnd_f, ..Link::rtt(srtt_f) },
+            Link { cwnd: cwnd_s_mss * u64::from(MSS), ..Link::rtt(srtt_f + extra) },
+        ];
+        let mut s = sched("stms", &links);
+        flow(&mut s, T0, 1, 1, 100_000_000, false);
+        let d = poll_some(&mut s, T0);
+        // rate_f · (owd_s − owd_f) = cwnd_f / srtt_f · extra / 2.
+        let gap = cwnd_f as f64 * extra as f64 / 2.0 / srtt_f as f64;
+        proptest::prop_assert_eq!(d.paths, set(&[B]));
+        proptest::prop_assert!(
+            (d.offset as f64 - gap).abs() <= 1.0,
+            "offset {} vs gap {:.1}", d.offset, gap
+        );
+        set_link(&mut s, after_ms(1), A, Link::rtt(srtt_f));
+        let d = poll_some(&mut s, after_ms(1));
+        proptest::prop_assert_eq!((d.paths, d.offset), (set(&[A]), 0));
     }
 }

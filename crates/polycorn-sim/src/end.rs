@@ -3,13 +3,18 @@
 //! in-order bytes into [`Session::on_frame`], the session's per-path output written into the
 //! subflow (as far as its send buffer takes it), and a `TCP_INFO` sample after each write and
 //! every [`TCP_INFO_PERIOD_US`] into [`Session::on_tcp_info`], with the age of the oldest
-//! unacknowledged bytes from a [`WriteLog`].
+//! unacknowledged bytes from a [`WriteLog`]; at the proxy each sample also feeds the path's
+//! [`RefreshWatch`] (asking the relay for a fresh subflow), and a fresh connection replaces a
+//! path's subflow as the engine replaces it (the path detached and attached again).
 
 use std::collections::VecDeque;
 
+use polycorn_proto::path_policy::probes_only;
+use polycorn_proto::refresh_watch::RefreshWatch;
 use polycorn_proto::{decode, Frame, ProtoError, Session, WriteLog};
 use polycorn_sched::time::Instant;
 
+use crate::tcp::TcpConfig;
 use crate::transport::Conn;
 
 /// How often each subflow's `TCP_INFO` is sampled besides after writes (the engine's
@@ -21,6 +26,8 @@ pub const TCP_INFO_PERIOD_US: u64 = 10_000;
 pub struct Subflow {
     /// The TCP connection.
     pub conn: Conn,
+    /// Which of the path's connections it is (0: the first; each fresh one counts up).
+    pub gen: u32,
     /// Bytes written into `conn` and not yet taken by the peer's reader: offset of the first,
     /// then the bytes.
     sent_base: u64,
@@ -35,10 +42,11 @@ pub struct Subflow {
 }
 
 impl Subflow {
-    /// A subflow over `conn`.
-    pub fn new(conn: Conn) -> Subflow {
+    /// A subflow over `conn`, the path's connection `gen`.
+    pub fn new(conn: Conn, gen: u32) -> Subflow {
         Subflow {
             conn,
+            gen,
             sent_base: 0,
             sent: VecDeque::new(),
             rx: Vec::new(),
@@ -75,6 +83,13 @@ pub struct End {
     /// When set, every data frame this end writes or reads is noted here (for the
     /// [`budget`](crate::budget)s).
     pub data_log: Option<Vec<DataMark>>,
+    /// This end's subflow sockets.
+    pub tcp: TcpConfig,
+    /// Whether this is the proxy.
+    pub proxy: bool,
+    /// (proxy) Per path: the watch for a slow-start threshold cut while the path was idle;
+    /// `None`: the proxy does not ask for refreshes.
+    pub refresh: Option<Vec<RefreshWatch>>,
 }
 
 /// A data frame written into or read from a subflow.
@@ -110,6 +125,64 @@ fn note_data(log: &mut Vec<DataMark>, path: usize, bytes: &[u8], base: u64) {
 }
 
 impl End {
+    /// An end of `session` with one subflow per path, all up at `now`.
+    pub fn new(
+        session: Session,
+        paths: usize,
+        tcp: TcpConfig,
+        proxy: bool,
+        ask_refresh: bool,
+        now: Instant,
+    ) -> End {
+        let mut e = End {
+            session,
+            subflows: Vec::with_capacity(paths),
+            window_full: vec![false; paths],
+            data_log: Some(Vec::new()),
+            tcp,
+            proxy,
+            refresh: ask_refresh.then(|| (0..paths).map(|_| RefreshWatch::default()).collect()),
+        };
+        for p in 0..paths {
+            let sf = e.subflow(now, p, 0);
+            e.subflows.push(sf);
+        }
+        e
+    }
+
+    /// A fresh subflow for path `p`, its connection `gen` opened at `now` (each connection's
+    /// BBR draws from its own seed).
+    fn subflow(&self, now: Instant, p: usize, gen: u32) -> Subflow {
+        let cfg = TcpConfig {
+            seed: self.tcp.seed
+                ^ ((p as u64) << 1)
+                ^ u64::from(self.proxy)
+                ^ (u64::from(gen) << 16),
+            ..self.tcp
+        };
+        Subflow::new(Conn::new(cfg, now), gen)
+    }
+
+    /// Connection `gen` replaces path `p`'s subflow at `now`, as the engine replaces one: the
+    /// old subflow is dropped with whatever it held, the path is detached (its chunks in
+    /// flight go back to be sent again) and attached to the fresh one.
+    pub fn replace(&mut self, now: Instant, p: usize, gen: u32) {
+        self.subflows[p] = self.subflow(now, p, gen);
+        self.window_full[p] = false;
+        if let Some(w) = &mut self.refresh {
+            w[p] = RefreshWatch::default();
+        }
+        let path = p as u8;
+        if self.session.path_attached(path) {
+            let _ = self.session.detach_path(now, path);
+        }
+        if let Err(e) = self.session.attach_path(now, path) {
+            self.subflows[p].failed = Some(e);
+            return;
+        }
+        self.session.set_peer_version(path, polycorn_proto::VERSION);
+    }
+
     /// Decode what path `p` received into frames for the session; true if any was.
     pub fn read_frames(&mut self, now: Instant, p: usize) -> bool {
         let sf = &mut self.subflows[p];
@@ -158,6 +231,10 @@ impl End {
     /// in order.
     pub fn receive_from(&mut self, peer: &mut Subflow, p: usize) -> bool {
         let sf = &mut self.subflows[p];
+        if sf.gen != peer.gen {
+            // One end has taken up a fresh connection the other has not yet.
+            return false;
+        }
         peer.hand_over(sf.conn.delivered(), &mut sf.rx)
     }
 
@@ -200,6 +277,29 @@ impl End {
         let _ = self.session.on_tcp_info(now, p as u8, &s);
         self.window_full[p] =
             !self.session.has_output(p as u8) && self.session.path_window_full(p as u8);
+        if let Some(w) = &mut self.refresh {
+            // The engine's `watch_refresh`.
+            let path = p as u8;
+            let counters = self.session.path_counters(path).unwrap_or_default();
+            let idle = probes_only(
+                s.unacked_bytes / u64::from(s.mss_bytes.max(1)),
+                s.notsent_bytes,
+            );
+            let ask = w[p].on_sample(
+                now,
+                counters.tx_bytes + counters.rx_bytes,
+                sf.conn.ssthresh_segments(),
+                idle,
+                idle && s.rto_backoff == 0,
+            );
+            if let Some(ssthresh) = ask {
+                if self.session.path_usable(path)
+                    && self.session.ask_refresh(now, path, ssthresh) == Ok(true)
+                {
+                    w[p].asked(now);
+                }
+            }
+        }
     }
 
     /// Frames arrived: sample again the paths whose window was full at their last sample.

@@ -9,6 +9,10 @@
 //! - [`tcp`]: the TCP subflow model (segments, congestion control, loss recovery, RTO, send
 //!   buffer, and a `TCP_INFO`-equivalent sample).
 //! - [`end`]: one end of the session (relay or proxy): frames in, output out, `TCP_INFO`.
+//! - [`upkeep`]: the relay's path upkeep (`polycorn_proto::path_policy`) with modelled
+//!   connection handshakes, and what a path's links carry.
+//! - [`predict`]: train context frames from the trip and the handover predictors each end
+//!   holds (any `TrainPredictor`, or the trip's ground truth).
 //! - [`apps`]: the passengers behind the relay and the servers behind the proxy.
 //! - [`workload`]: what a ride carries and what it measured.
 //! - [`ride`]: one ride from start to end.
@@ -17,12 +21,16 @@
 pub mod apps;
 pub mod budget;
 pub mod end;
+pub mod predict;
 pub mod queue;
 pub mod ride;
 pub mod tcp;
 pub mod transport;
+pub mod upkeep;
 pub mod wire;
 pub mod workload;
 
+pub use predict::{GroundTruth, Prediction, PredictorFactory};
 pub use ride::{run, RideConfig, RideResult, SimError};
+pub use upkeep::{Replacement, Upkeep};
 pub use workload::{ImAnswer, ImSegment, Transfer, TransferResult, Workload};

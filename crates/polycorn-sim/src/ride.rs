@@ -3,23 +3,25 @@
 //!
 //! The loop: take the earliest due time of anything (a workload step, a link delivery, a TCP
 //! timer, a session deadline, a `TCP_INFO` tick), deliver what the links delivered by then,
-//! fire what is due, then settle — frames into sessions, sessions' output into subflows,
-//! packets onto links — until nothing moves. Everything runs on one thread in a fixed order,
-//! so the same configuration gives the same ride.
+//! fire what is due (the relay's train context once a second, the relay's path upkeep), then
+//! settle — frames into sessions, sessions' output into subflows, packets onto links — until
+//! nothing moves. Everything runs on one thread in a fixed order, so the same configuration
+//! gives the same ride.
 
+use polycorn_link::trip::ContextRow;
 use polycorn_link::trip_links::PathLinks;
 use polycorn_link::LinkError;
-use polycorn_proto::{Event, PathCounters, Session, SessionConfig};
-use polycorn_sched::predict::NoPrediction;
+use polycorn_proto::{Event, PathCounters, Session, SessionConfig, TrainPredictor};
 use polycorn_sched::spec::SpecError;
 use polycorn_sched::time::Instant;
 
 use crate::apps::{Passengers, Servers};
 use crate::budget::{LastByte, Tracker, Transit};
-use crate::end::{End, Subflow, TCP_INFO_PERIOD_US};
+use crate::end::{End, TCP_INFO_PERIOD_US};
+use crate::predict::{context_info, Prediction};
 use crate::queue::EventQueue;
 use crate::tcp::{SenderStats, TcpConfig, TcpConfigError};
-use crate::transport::{Conn, Packet};
+use crate::upkeep::{OnWire, PathUpkeep, Replacement, Upkeep};
 use crate::wire::{Wire, WireStats};
 use crate::workload::{ImAnswer, TransferResult, Workload};
 
@@ -43,6 +45,13 @@ pub struct RideConfig {
     pub proxy_tcp: TcpConfig,
     /// When the ride ends, µs.
     pub end_us: u64,
+    /// The train context the relay sends, one row a second (times from the ride's start;
+    /// empty: the relay has no context source).
+    pub context: Vec<ContextRow>,
+    /// The handover predictors of relay and proxy.
+    pub prediction: Prediction,
+    /// How the relay and proxy keep their subflows fresh.
+    pub upkeep: Upkeep,
 }
 
 /// Why a ride could not run.
@@ -84,12 +93,17 @@ pub struct RideResult {
     pub errors: Vec<(&'static str, usize, String)>,
     /// Scheduler stage moves at the relay and at the proxy (stage, moves).
     pub stage_moves: [Vec<(String, u64)>; 2],
-    /// Per side (relay, proxy) and path: the session's counters and the subflow sender's.
+    /// Per side (relay, proxy) and path: the session's counters and the subflow sender's
+    /// (the last subflow's).
     pub paths: [Vec<(PathCounters, SenderStats)>; 2],
     /// Per download (plan order), the marks of its last byte on its critical path, for its
     /// [`Budget`](crate::budget::Budget); `None` if it did not complete (or, never expected,
     /// its last byte could not be followed).
     pub last_bytes: Vec<Option<LastByte>>,
+    /// Subflows the relay replaced with fresh connections, in time order.
+    pub replacements: Vec<Replacement>,
+    /// Context frames the relay sent.
+    pub context_frames: u64,
     /// Loop iterations (a cost measure).
     pub steps: u64,
 }
@@ -101,24 +115,32 @@ enum Job {
     ImStart(usize, usize),
     ImSend(usize, usize, usize),
     ImEnd(usize, usize),
+    Context(usize),
 }
 
 struct Path {
-    up: Wire<Packet>,
-    down: Wire<Packet>,
+    up: Wire<OnWire>,
+    down: Wire<OnWire>,
 }
 
 /// A ride in progress.
 struct Ride {
     relay: End,
     proxy: End,
+    relay_predictor: Box<dyn TrainPredictor>,
+    proxy_predictor: Box<dyn TrainPredictor>,
+    /// The relay's upkeep per path (empty: off).
+    upkeep: Vec<PathUpkeep>,
+    replacements: Vec<Replacement>,
+    context: Vec<ContextRow>,
+    context_frames: u64,
     paths: Vec<Path>,
     jobs: EventQueue<Job>,
     passengers: Passengers,
     servers: Servers,
     next_tick_us: u64,
     buf: Vec<u8>,
-    arrived: Vec<(Packet, Transit)>,
+    arrived: Vec<(OnWire, Transit)>,
     tracker: Tracker,
     steps: u64,
 }
@@ -128,6 +150,7 @@ fn end(
     paths: usize,
     tcp: &TcpConfig,
     side: &'static str,
+    ask_refresh: bool,
 ) -> Result<End, SimError> {
     tcp.check().map_err(|e| SimError::Tcp(side, e))?;
     let mut session = Session::new(cfg.clone())?;
@@ -135,22 +158,17 @@ fn end(
         session
             .attach_path(Instant::ZERO, p as u8)
             .map_err(|e| SimError::Attach(p, e))?;
+        session.set_peer_version(p as u8, polycorn_proto::VERSION);
     }
-    Ok(End {
-        window_full: vec![false; paths],
-        data_log: Some(Vec::new()),
+    let proxy = side == "proxy";
+    Ok(End::new(
         session,
-        subflows: (0..paths)
-            .map(|p| {
-                // Each subflow's BBR draws from its own seed.
-                let cfg = TcpConfig {
-                    seed: tcp.seed ^ ((p as u64) << 1) ^ u64::from(side == "proxy"),
-                    ..*tcp
-                };
-                Subflow::new(Conn::new(cfg, Instant::ZERO))
-            })
-            .collect(),
-    })
+        paths,
+        *tcp,
+        proxy,
+        proxy && ask_refresh,
+        Instant::ZERO,
+    ))
 }
 
 /// Run `cfg` to its end.
@@ -191,9 +209,32 @@ pub fn run(cfg: &RideConfig) -> Result<RideResult, SimError> {
             jobs.push(seg.start_us + seg.deadline_us, Job::ImEnd(s, u));
         }
     }
+    for (i, row) in cfg.context.iter().enumerate() {
+        jobs.push(row.t_ms * 1000, Job::Context(i));
+    }
+    let relay = end(&cfg.relay, n, &cfg.relay_tcp, "relay", false)?;
+    let upkeep = if cfg.upkeep.on {
+        (0..n)
+            .map(|p| PathUpkeep::new(cfg.upkeep.idle_refresh, 0, &relay.session, p as u8))
+            .collect()
+    } else {
+        Vec::new()
+    };
     let mut ride = Ride {
-        relay: end(&cfg.relay, n, &cfg.relay_tcp, "relay")?,
-        proxy: end(&cfg.proxy, n, &cfg.proxy_tcp, "proxy")?,
+        relay,
+        proxy: end(
+            &cfg.proxy,
+            n,
+            &cfg.proxy_tcp,
+            "proxy",
+            cfg.upkeep.ask_refresh,
+        )?,
+        relay_predictor: Prediction::make(cfg.prediction.relay.as_ref()),
+        proxy_predictor: Prediction::make(cfg.prediction.proxy.as_ref()),
+        upkeep,
+        replacements: Vec::new(),
+        context: cfg.context.clone(),
+        context_frames: 0,
         paths,
         jobs,
         passengers: Passengers::new(w),
@@ -220,12 +261,42 @@ impl Ride {
             self.arrived.clear();
             path.up.deliver(now_us, &mut self.arrived);
             for (pkt, _) in self.arrived.drain(..) {
-                self.proxy.subflows[p].conn.on_packet(now_us, pkt);
+                let sf = &mut self.proxy.subflows[p];
+                match pkt {
+                    OnWire::Tcp(gen, pkt) if gen == sf.gen => sf.conn.on_packet(now_us, pkt),
+                    // A replaced connection's packet: the socket is gone.
+                    OnWire::Tcp(..) | OnWire::SynAck(_) => {}
+                    OnWire::Syn(gen) if gen < sf.gen => {}
+                    OnWire::Syn(gen) => {
+                        // The proxy takes up the fresh connection and answers.
+                        if gen > sf.gen {
+                            self.proxy.replace(now, p, gen);
+                        }
+                        let a = OnWire::SynAck(gen);
+                        path.down.send(now_us, a.wire_len(), a);
+                    }
+                }
             }
             path.down.deliver(now_us, &mut self.arrived);
             for (pkt, t) in self.arrived.drain(..) {
-                self.tracker.arrived(p, &pkt, t);
-                self.relay.subflows[p].conn.on_packet(now_us, pkt);
+                let sf = &mut self.relay.subflows[p];
+                match pkt {
+                    OnWire::Tcp(gen, pkt) if gen == sf.gen => {
+                        self.tracker.arrived(p, &pkt, t);
+                        sf.conn.on_packet(now_us, pkt);
+                    }
+                    OnWire::SynAck(gen) if gen > sf.gen && !self.upkeep.is_empty() => {
+                        self.relay.replace(now, p, gen);
+                        let why =
+                            self.upkeep[p].on_syn_ack(now_us, gen, &self.relay.session, p as u8);
+                        self.replacements.push(Replacement {
+                            path: p,
+                            at_us: now_us,
+                            why,
+                        });
+                    }
+                    OnWire::Tcp(..) | OnWire::SynAck(_) | OnWire::Syn(_) => {}
+                }
             }
         }
         for (side, e) in [&mut self.relay, &mut self.proxy].into_iter().enumerate() {
@@ -248,6 +319,13 @@ impl Ride {
                 Job::ImStart(seg, u) => ps.start_im(s, now, seg, u),
                 Job::ImSend(seg, u, m) => ps.im_send(s, now, seg, u, m),
                 Job::ImEnd(seg, u) => ps.end_im(s, now, seg, u),
+                Job::Context(i) => {
+                    // The relay's own predictor first (uplink), then the proxy's (downlink).
+                    let ctx = context_info(&self.context[i]);
+                    self.relay_predictor.on_context(now, &ctx);
+                    s.send_context(now, &ctx);
+                    self.context_frames += 1;
+                }
             }
         }
         let tick = now_us >= self.next_tick_us;
@@ -257,6 +335,16 @@ impl Ride {
                 for p in 0..e.subflows.len() {
                     e.sample(now, p);
                 }
+            }
+        }
+        for (p, u) in self.upkeep.iter_mut().enumerate() {
+            if now_us < u.next_us() {
+                continue;
+            }
+            let conn = &self.relay.subflows[p].conn;
+            if let Some(gen) = u.on_time(now_us, &mut self.relay.session, p as u8, conn) {
+                let syn = OnWire::Syn(gen);
+                self.paths[p].up.send(now_us, syn.wire_len(), syn);
             }
         }
         for _ in 0..MAX_ROUNDS {
@@ -295,12 +383,16 @@ impl Ride {
             }
             self.note_frames(now_us);
             let path = &mut self.paths[p];
-            while let Some(pkt) = self.relay.subflows[p].conn.poll_packet(now_us) {
+            let sf = &mut self.relay.subflows[p];
+            while let Some(pkt) = sf.conn.poll_packet(now_us) {
+                let pkt = OnWire::Tcp(sf.gen, pkt);
                 path.up.send(now_us, pkt.wire_len(), pkt);
                 moved = true;
             }
-            while let Some(pkt) = self.proxy.subflows[p].conn.poll_packet(now_us) {
+            let sf = &mut self.proxy.subflows[p];
+            while let Some(pkt) = sf.conn.poll_packet(now_us) {
                 self.tracker.transmitted(p, &pkt, now_us);
+                let pkt = OnWire::Tcp(sf.gen, pkt);
                 path.down.send(now_us, pkt.wire_len(), pkt);
                 moved = true;
             }
@@ -312,16 +404,15 @@ impl Ride {
     /// came.
     fn drive(&mut self, now: Instant) -> bool {
         let mut any = false;
-        let pred = NoPrediction;
         let s = &mut self.relay.session;
-        s.poll_transmit(now, &pred);
+        s.poll_transmit(now, &*self.relay_predictor);
         while s.poll_sched_event().is_some() {}
         while let Some(ev) = s.poll_event() {
             any = true;
             self.passengers.on_event(s, now, &ev, &mut self.buf);
         }
         let s = &mut self.proxy.session;
-        s.poll_transmit(now, &pred);
+        s.poll_transmit(now, &*self.proxy_predictor);
         while s.poll_sched_event().is_some() {}
         while let Some(ev) = s.poll_event() {
             any = true;
@@ -329,6 +420,9 @@ impl Ride {
                 if let Some(d) = self.passengers.download_of(flow) {
                     self.tracker.request(d, now.as_micros());
                 }
+            }
+            if let Event::Context(ctx) = &ev {
+                self.proxy_predictor.on_context(now, ctx);
             }
             let ups = &mut self.passengers.uploads;
             self.servers.on_event(s, now, &ev, &mut self.buf, ups);
@@ -367,6 +461,9 @@ impl Ride {
         for p in &self.paths {
             at(p.up.next_event_us());
             at(p.down.next_event_us());
+        }
+        for u in &self.upkeep {
+            at(Some(u.next_us()));
         }
         for e in [&self.relay, &self.proxy] {
             at(e.session.poll_timeout().map(Instant::as_micros));
@@ -457,6 +554,8 @@ impl Ride {
                 .collect(),
             errors,
             stage_moves: [moves(&self.relay), moves(&self.proxy)],
+            replacements: self.replacements,
+            context_frames: self.context_frames,
             steps: self.steps,
         }
     }

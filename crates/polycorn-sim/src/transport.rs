@@ -124,6 +124,11 @@ impl Conn {
         self.tx.info(Instant::from_micros(now_us))
     }
 
+    /// The sender's slow-start threshold, segments (`None` while unset).
+    pub fn ssthresh_segments(&self) -> Option<u32> {
+        self.tx.ssthresh_segments()
+    }
+
     /// The sender's counters.
     pub fn stats(&self) -> SenderStats {
         self.tx.stats()

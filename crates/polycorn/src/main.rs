@@ -145,6 +145,14 @@ enum SimAction {
     /// configurations, the same outputs (results.json, CSVs, report.html; pooled.* over
     /// several rides), rides spread over every core. Kernel MPTCP (`mptcp`) is not simulated.
     Bench(bench::sim::SimArgs),
+    /// The simulator against the emulator: the same rides (trip seeds, windows, workload) of
+    /// single, vanilla and hrsch on the emulated testbed (root; or rides already run,
+    /// `--emulated-from`) and in the simulator, side by side: per system the median FCT per
+    /// size and the IM mean per segment, and per path the bytes carried, retransmissions per
+    /// megabyte, reinjected bytes and reconnects; each with simulated / emulated and a mark
+    /// against ±15%, a row that misses with what the model is known to lack. Writes
+    /// validate.json and validate.md.
+    Validate(bench::sim::validate::ValidateArgs),
 }
 
 #[derive(Subcommand, Debug)]
@@ -467,10 +475,13 @@ fn run(cli: Cli) -> Result<u8> {
             action: Some(BenchAction::Summarize(args)),
             ..
         } => bench::summarize::run(&args)?,
-        Command::Bench { args, action: None } => bench::run(&args)?,
+        Command::Bench { args, action: None } => drop(bench::run(&args)?),
         Command::Sim {
             action: SimAction::Bench(args),
         } => bench::sim::run(&args)?,
+        Command::Sim {
+            action: SimAction::Validate(args),
+        } => bench::sim::validate::run(&args)?,
         Command::Schedulers { check: Some(spec) } => {
             let p = polycorn_sched::Pipeline::from_spec(&spec)?;
             println!("ok: {}", p.spec());

@@ -51,21 +51,29 @@ use plan::{Plan, PlanParams};
 
 pub(crate) use configs::write_configs;
 
-/// Options of `polycorn bench`.
+/// What `polycorn bench`, `polycorn sim bench` and `polycorn sim validate` take alike: the
+/// trip and its rides, the systems, the workload and where the outputs go.
 #[derive(Args, Debug, Clone)]
-pub struct BenchArgs {
-    /// Quick mode for CI: four systems (mptcp, single, vanilla, hrsch), a short trip window
-    /// (about 65 s each, under 5 minutes in all).
+pub struct RideArgs {
+    /// Quick mode (for CI): a short trip window (about 65 s per system and ride) and four
+    /// systems, mptcp, single, vanilla and hrsch (the simulator leaves out mptcp).
     #[arg(long)]
     pub quick: bool,
     /// The trip (preset and seeds) every system replays.
     #[command(flatten)]
     pub trip: TripArgs,
-    /// Workload seed (IM message times). Default: the trip seed.
+    /// Rides to replay: trip seeds TRIP_SEED .. TRIP_SEED+N-1 of the same route, each a whole
+    /// bench in `trip-<seed>/` of the output directory; the per-flow ratios and IM times are
+    /// then pooled over all rides (`pooled.txt`, `pooled.json`). With `--trace`: consecutive
+    /// windows of the traces. [default: 1; `sim validate`: 8]
+    #[arg(long, visible_alias = "trips", value_name = "N")]
+    pub rides: Option<u64>,
+    /// Workload seed (IM message times). Default: each ride's trip seed.
     #[arg(long)]
     pub seed: Option<u64>,
-    /// Systems to run, comma-separated (default: all in full mode, four in quick mode). Known:
-    /// mptcp, single, vanilla, blest, ecf, redundant, roundrobin, hrsch, polycorn (HRSCH that
+    /// Systems to run, comma-separated (default: all in full mode, four in quick mode; `sim
+    /// validate`: single, vanilla, hrsch). Known:
+    /// mptcp, single, vanilla, blest, ecf, stms, musher, redundant, roundrobin, hrsch, polycorn (HRSCH that
     /// also reinjects a path's data when the relay reports its cell lost), hrsch-hpr, hrsch-tpr,
     /// hrsch-ori, hrsch-er (HRSCH without that stage), or `polycorn:SPEC` for any pipeline. A
     /// polycorn system with `+fresh` appended (e.g. `hrsch+fresh`) runs with the relay's
@@ -79,7 +87,9 @@ pub struct BenchArgs {
     /// window), with `+noask` with the proxy's `ask_refresh = false` (no fresh subflow after a
     /// timeout on an idle one); suffixes combine. A system named twice runs twice, the second as `NAME#2` (an A/A run
     /// measures the noise). A SPEC with commas needs `;` between the systems instead
-    /// (`--systems 'vanilla;polycorn:minrtt,tpr'`), or a `--systems` of its own.
+    /// (`--systems 'vanilla;polycorn:minrtt,tpr'`), or a `--systems` of its own. The simulator
+    /// refuses kernel MPTCP (`mptcp`) and runs `single` as the session with the `single`
+    /// pipeline (one path per passenger, round robin), not as a tunnel.
     #[arg(long)]
     pub systems: Vec<String>,
     /// Bulk flows (cycled over 256 KB, 1 MB, 4 MB); default 6 quick, 12 full. With the
@@ -96,34 +106,76 @@ pub struct BenchArgs {
     /// unchanged but starts earlier on the trip.
     #[arg(long, value_delimiter = ',', default_value = "bulk,im")]
     pub workloads: Vec<Workload>,
-    /// Where polycorn systems get LinkDB's handover-failure predictions: `both` (proxy for the
-    /// downlink and relay for the uplink, as in the paper), `proxy` (downlink only) or `none`.
-    #[arg(long, value_enum, default_value_t = PredictAt::Both)]
-    pub prediction: PredictAt,
     /// Seconds into the trip where the window starts (default: first moment above 250 km/h).
     #[arg(long)]
     pub from_s: Option<f64>,
-    /// Output directory.
-    #[arg(long)]
-    pub out: Option<PathBuf>,
-    /// Testbed name (namespace prefix) used for every system; created and removed.
-    #[arg(long)]
-    pub name: Option<String>,
     /// Droptail queue per path and direction, bytes (default: each carrier's queue from the
     /// trip model, sized in time).
     #[arg(long)]
     pub queue_bytes: Option<u64>,
-    /// Rides to replay: trip seeds TRIP_SEED .. TRIP_SEED+N-1 of the same route, each a whole
-    /// bench in `trip-<seed>/` of the output directory; the per-flow ratios and IM times are
-    /// then pooled over all rides (`pooled.txt`, `pooled.json`). With `--trace`: consecutive
-    /// windows of the traces.
-    #[arg(long, default_value_t = 1)]
-    pub trips: u64,
+    /// Output directory (default `results/<bench|sim|validate>-<preset>-r<route>-t<trip>-<quick|full>/`).
+    #[arg(long)]
+    pub out: Option<PathBuf>,
+}
+
+impl RideArgs {
+    /// The number of rides (`--rides`, else `default`), refused when 0.
+    pub fn rides_or(&self, default: u64) -> Result<u64> {
+        match self.rides.unwrap_or(default) {
+            0 => bail!("--rides must be at least 1"),
+            n => Ok(n),
+        }
+    }
+
+    /// The systems named by `--systems`, else those of `quick` or full mode (`defaults`: the
+    /// two lists, quick first), each resolved.
+    pub fn systems_or(&self, defaults: (&[&str], &[&str])) -> Result<Vec<System>> {
+        let names: Vec<String> = if self.systems.is_empty() {
+            let d = if self.quick { defaults.0 } else { defaults.1 };
+            d.iter().map(|s| s.to_string()).collect()
+        } else {
+            split_systems(&self.systems)?
+        };
+        systems_named(&names)
+    }
+
+    /// The workload plan's parameters: quick or full, with `--workloads`, `--bulk-flows` and
+    /// `--bulk-gap-s` applied.
+    pub fn plan_params(&self) -> Result<PlanParams> {
+        let mut params = if self.quick {
+            PlanParams::quick()
+        } else {
+            PlanParams::full()
+        };
+        apply_workloads(&mut params, &self.workloads, self.bulk_flows)?;
+        if let Some(gap) = self.bulk_gap_s {
+            if !(gap.is_finite() && (0.5..=600.0).contains(&gap)) {
+                bail!("--bulk-gap-s {gap}: seconds between bulk flow starts must be 0.5 to 600");
+            }
+            params.bulk_gap_s = gap;
+        }
+        Ok(params)
+    }
+}
+
+/// Options of `polycorn bench`.
+#[derive(Args, Debug, Clone)]
+pub struct BenchArgs {
+    /// The rides, systems and workload.
+    #[command(flatten)]
+    pub ride: RideArgs,
+    /// Where polycorn systems get LinkDB's handover-failure predictions: `both` (proxy for the
+    /// downlink and relay for the uplink, as in the paper), `proxy` (downlink only) or `none`.
+    #[arg(long, value_enum, default_value_t = PredictAt::Both)]
+    pub prediction: PredictAt,
+    /// Testbed name (namespace prefix) used for every system; created and removed.
+    #[arg(long)]
+    pub name: Option<String>,
     /// Instead of the preset's trip: one path per FILE, a recorded trace replayed in a loop (as
     /// `testbed up --trace`): a mahimahi file (`X.down`, with `X.up` for the uplink when it
     /// exists) or a per-second throughput CSV with `Timestamp,DL_bitrate,UL_bitrate` columns
     /// (e.g. ucc5g). No train: no handovers, no context, no LinkDB predictions; the window
-    /// starts at `--from-s` (default 0) of the traces. With `--trips N`, ride k (0-based)
+    /// starts at `--from-s` (default 0) of the traces. With `--rides N`, ride k (0-based)
     /// replays the k-th window after that (trip seed = workload seed = k + 1 unless `--seed`).
     #[arg(
         long = "trace",
@@ -207,6 +259,8 @@ pub const FULL_SYSTEMS: &[&str] = &[
     "vanilla",
     "blest",
     "ecf",
+    "stms",
+    "musher",
     "redundant",
     "hrsch",
     "polycorn",
@@ -284,8 +338,8 @@ pub fn system(name: &str) -> Result<System> {
             window_gain: None,
             ask_refresh: true,
         },
-        "vanilla" | "blest" | "ecf" | "redundant" | "roundrobin" | "hrsch" | "minrtt"
-        | "polycorn" => pc(name),
+        "vanilla" | "blest" | "ecf" | "stms" | "musher" | "redundant" | "roundrobin" | "hrsch"
+        | "minrtt" | "polycorn" => pc(name),
         "hrsch-hpr" => pc("minrtt,tpr,ori+er(k=3)"),
         "hrsch-tpr" => pc("hpr,minrtt,ori+er(k=3)"),
         "hrsch-ori" => pc("hpr,minrtt,tpr+er(k=3)"),
@@ -396,36 +450,16 @@ pub struct Meta {
     pub started: String,
 }
 
-/// `polycorn bench`.
-pub fn run(args: &BenchArgs) -> Result<()> {
+/// `polycorn bench`: every ride's results, in trip-seed order.
+pub fn run(args: &BenchArgs) -> Result<Vec<report::Results>> {
     if !nix::unistd::geteuid().is_root() {
         bail!("the bench needs root (network namespaces, TUN devices, kernel MPTCP endpoints)");
     }
-    let names: Vec<String> = if args.systems.is_empty() {
-        let d = if args.quick {
-            QUICK_SYSTEMS
-        } else {
-            FULL_SYSTEMS
-        };
-        d.iter().map(|s| s.to_string()).collect()
-    } else {
-        split_systems(&args.systems)?
-    };
-    let systems = systems_named(&names)?;
-    let mut params = if args.quick {
-        PlanParams::quick()
-    } else {
-        PlanParams::full()
-    };
-    apply_workloads(&mut params, &args.workloads, args.bulk_flows)?;
-    if let Some(gap) = args.bulk_gap_s {
-        if !(gap.is_finite() && (0.5..=600.0).contains(&gap)) {
-            bail!("--bulk-gap-s {gap}: seconds between bulk flow starts must be 0.5 to 600");
-        }
-        params.bulk_gap_s = gap;
-    }
-    if args.trips == 0 || args.trips >= LINKDB_SEED_OFFSET {
-        bail!("--trips must be 1 to {}", LINKDB_SEED_OFFSET - 1);
+    let systems = args.ride.systems_or((QUICK_SYSTEMS, FULL_SYSTEMS))?;
+    let params = args.ride.plan_params()?;
+    let trips = args.ride.rides_or(1)?;
+    if trips >= LINKDB_SEED_OFFSET {
+        bail!("--rides must be 1 to {}", LINKDB_SEED_OFFSET - 1);
     }
     let traces = if args.traces.is_empty() {
         None
@@ -437,16 +471,16 @@ pub fn run(args: &BenchArgs) -> Result<()> {
     // HRSCH's HPR stage needs LinkDB: train it on other rides of the same route (trip seeds
     // disjoint from every replayed one), never on a ride being replayed.
     let training = (
-        if args.quick { 8 } else { 20 },
-        args.trip.trip_seed + LINKDB_SEED_OFFSET,
+        if args.ride.quick { 8 } else { 20 },
+        args.ride.trip.trip_seed + LINKDB_SEED_OFFSET,
     );
     // Recorded traces have no train whose position LinkDB could predict from.
     let linkdb = match args.prediction {
         _ if traces.is_some() => None,
         PredictAt::None => None,
         _ => {
-            let (cfg, _) = args.trip.config()?;
-            Some(build_linkdb(&top, &args.trip, &cfg, training.0)?)
+            let (cfg, _) = args.ride.trip.config()?;
+            Some(build_linkdb(&top, &args.ride.trip, &cfg, training.0)?)
         }
     };
     let name = args
@@ -455,20 +489,20 @@ pub fn run(args: &BenchArgs) -> Result<()> {
         .unwrap_or_else(|| format!("bch{}", std::process::id() % 100_000));
     let interrupted = crate::testbed_cmd::stop_on_signals("bench", vec![name.clone()])?;
     let mut all = Vec::new();
-    for k in 0..args.trips {
+    for k in 0..trips {
         let mut a = args.clone();
-        a.trip.trip_seed = args.trip.trip_seed + k;
-        let out = if args.trips == 1 {
+        a.ride.trip.trip_seed = args.ride.trip.trip_seed + k;
+        let out = if trips == 1 {
             top.clone()
         } else {
-            top.join(format!("trip-{}", a.trip.trip_seed))
+            top.join(format!("trip-{}", a.ride.trip.trip_seed))
         };
-        if args.trips > 1 {
+        if trips > 1 {
             eprintln!(
                 "== ride {}/{} (trip seed {})",
                 k + 1,
-                args.trips,
-                a.trip.trip_seed
+                trips,
+                a.ride.trip.trip_seed
             );
         }
         all.push(run_trip(
@@ -484,10 +518,10 @@ pub fn run(args: &BenchArgs) -> Result<()> {
             &interrupted,
         )?);
     }
-    if args.trips > 1 {
+    if trips > 1 {
         print_pooled(&all, Some(&top))?;
     }
-    Ok(())
+    Ok(all)
 }
 
 /// Set which workloads `params` plays, and how many bulk flows (`--workloads`, `--bulk-flows`).
@@ -516,7 +550,7 @@ fn apply_workloads(
 }
 
 /// Print the rides pooled (`report::pooled`) and, with `out`, write `pooled.txt`,
-/// `pooled.json` and the compact `summary.json` ([`summarize::compact_pooled`]) there. Shared by `--trips N` and `bench pool`.
+/// `pooled.json` and the compact `summary.json` ([`summarize::compact_pooled`]) there. Shared by `--rides N` and `bench pool`.
 pub fn print_pooled(rides: &[report::Results], out: Option<&Path>) -> Result<()> {
     let (text, json) = report::pooled(rides);
     let Some(out) = out else {
@@ -579,11 +613,11 @@ fn run_trip(
     name: &str,
     interrupted: &AtomicBool,
 ) -> Result<report::Results> {
-    let seed = args.seed.unwrap_or(args.trip.trip_seed);
+    let seed = args.ride.seed.unwrap_or(args.ride.trip.trip_seed);
     let plan = Plan::new(params, seed);
     // Slack after the plan so late flows still see the trip, not a dead link.
     let window_ms = ((plan.end_s + plan.bulk_timeout_s + 5.0) * 1000.0) as u64;
-    let mut from_s = match args.from_s {
+    let mut from_s = match args.ride.from_s {
         Some(s) if s.is_finite() && s >= 0.0 => Some((s * 1000.0) as u64 / STEP_MS * STEP_MS),
         Some(s) => bail!("--from-s must be >= 0, got {s}"),
         None => None,
@@ -602,7 +636,7 @@ fn run_trip(
             "none: recorded traces".to_string(),
         ),
         None => {
-            let (cfg, source) = args.trip.config()?;
+            let (cfg, source) = args.ride.trip.config()?;
             let model = crate::tripgen::trip_model_id(&cfg)?;
             (Trip::generate(&cfg)?, model, source)
         }
@@ -612,7 +646,7 @@ fn run_trip(
         None => at_speed_from_ms(&full).with_context(|| {
             format!(
                 "the `{}` trip never exceeds 250 km/h; pass --from-s",
-                args.trip.preset
+                args.ride.trip.preset
             )
         })?,
     };
@@ -625,7 +659,7 @@ fn run_trip(
         );
     }
     let trip = full.window(from_ms, window_ms);
-    let mode = if args.quick { "quick" } else { "full" };
+    let mode = if args.ride.quick { "quick" } else { "full" };
     std::fs::create_dir_all(out.join("logs"))
         .with_context(|| format!("create {}", out.display()))?;
     let meta = Meta {
@@ -635,22 +669,22 @@ fn run_trip(
         kernel: kernel(),
         preset: match traces {
             Some(_) => report::TRACES_PRESET.to_string(),
-            None => args.trip.preset.clone(),
+            None => args.ride.trip.preset.clone(),
         },
         trip_model: Some(model),
         route_seed: if traces.is_some() {
             0
         } else {
-            args.trip.route_seed
+            args.ride.trip.route_seed
         },
-        trip_seed: args.trip.trip_seed,
+        trip_seed: args.ride.trip.trip_seed,
         seed,
         mode: mode.into(),
         from_s: from_ms as f64 / 1000.0,
         window_s: window_ms as f64 / 1000.0,
         queue_bytes: match traces {
-            Some(_) => Some(args.queue_bytes.unwrap_or(models::DEFAULT_QUEUE_BYTES)),
-            None => args.queue_bytes,
+            Some(_) => Some(args.ride.queue_bytes.unwrap_or(models::DEFAULT_QUEUE_BYTES)),
+            None => args.ride.queue_bytes,
         },
         carriers: trip.paths.iter().map(|p| p.name.clone()).collect(),
         interruptions: source.clone(),
@@ -659,7 +693,7 @@ fn run_trip(
                 "hold".to_string()
             }
             Some(_) => "none".to_string(),
-            None => args.trip.handover_interruption.name().to_string(),
+            None => args.ride.trip.handover_interruption.name().to_string(),
         },
         prediction: match args.prediction {
             _ if traces.is_some() => {
@@ -675,7 +709,7 @@ fn run_trip(
                     "the proxy (downlink); the relay's uplink runs without prediction"
                 },
                 training.0,
-                args.trip.route_seed,
+                args.ride.trip.route_seed,
                 training.1
             ),
         },
@@ -732,7 +766,7 @@ fn run_trip(
             linkdb.map(|l| (l, args.prediction == PredictAt::Both)),
             &trip,
             &plan,
-            args.queue_bytes,
+            args.ride.queue_bytes,
             out,
             &label,
         )
@@ -1016,12 +1050,12 @@ pub(crate) fn parse_counters(body: &str) -> std::collections::BTreeMap<String, f
 }
 
 fn out_dir_for(args: &BenchArgs) -> PathBuf {
-    let mode = if args.quick { "quick" } else { "full" };
-    args.out.clone().unwrap_or_else(|| {
+    let mode = if args.ride.quick { "quick" } else { "full" };
+    args.ride.out.clone().unwrap_or_else(|| {
         if !args.traces.is_empty() {
             return PathBuf::from(format!("results/bench-traces-{mode}"));
         }
-        ride_dir("bench", &args.trip, args.quick)
+        ride_dir("bench", &args.ride.trip, args.ride.quick)
     })
 }
 

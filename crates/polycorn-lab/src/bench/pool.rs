@@ -1,6 +1,6 @@
 //! `polycorn bench pool`: pool rides that earlier invocations wrote, without running anything.
 //!
-//! One `polycorn bench --trips N` invocation pools its own rides (`pooled.txt`). Between
+//! One `polycorn bench --rides N` invocation pools its own rides (`pooled.txt`). Between
 //! invocations the whole run can move by more than one run's intervals, so a researcher runs
 //! more rides later (other trip seeds, or the same command again on another day) and pools
 //! everything. Each ride is read back from its `results.json` (which holds every flow and

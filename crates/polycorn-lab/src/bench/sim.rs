@@ -3,88 +3,187 @@
 //! configurations (`configs`, turned into session configurations by `polycorn-net`'s
 //! `Tuning`), and the same outputs (`results.json`, CSVs, `report.html`, `pooled.*`), so
 //! `bench pool` and the report read simulated rides unchanged. Kernel MPTCP is not simulated.
+//!
+//! polycorn systems get what they get on the testbed: the trip's context once a second at the
+//! relay, and LinkDB's predictor at both ends, trained in process on the same simulated rides
+//! of the route as the bench's `linkdb.sqlite` (or another predictor, `--predictor`).
 
+use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
 
 use anyhow::{bail, Context, Result};
 use clap::Args;
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use polycorn_link::link::QueueLimit;
 use polycorn_link::trip::{Trip, STEP_MS};
+use polycorn_linkdb::ModelKind;
+use polycorn_net::predictor::LinkDbPredictor;
 use polycorn_net::tuning::Tuning;
-use polycorn_proto::Role;
+use polycorn_proto::{Role, TrainPredictor};
 use polycorn_sim::tcp::{CongestionControl, Duration as SimDuration, TcpConfig};
-use polycorn_sim::{ImSegment, RideConfig, RideResult, Transfer, TransferResult};
+use polycorn_sim::{
+    GroundTruth, ImSegment, Prediction, PredictorFactory, RideConfig, RideResult, Transfer,
+    TransferResult, Upkeep,
+};
 
 use polycorn_sim::budget::Budget;
 
 use super::analysis::{oracle_split, FlowResult, ImResult, SystemRun, BIN_MS, TAIL_SHARE};
 use super::plan::{Plan, PlanParams};
 use super::{
-    apply_workloads, at_speed_from_ms, configs, report, split_systems, systems_named, Meta, System,
-    Workload, FULL_SYSTEMS, QUICK_SYSTEMS,
+    at_speed_from_ms, configs, report, Meta, RideArgs, System, FULL_SYSTEMS, QUICK_SYSTEMS,
 };
 use crate::common::utc_now;
-use crate::tripgen::TripArgs;
+use crate::harness::LINKDB_SEED_OFFSET;
+
+/// The handover predictor of polycorn systems in the simulator.
+#[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum SimPredictor {
+    /// LinkDB's paper model (the bench's).
+    Paper,
+    /// LinkDB's risk model.
+    Risk,
+    /// LinkDB's location table.
+    LocationTable,
+    /// The trip's ground truth: every failed handover known in advance.
+    Perfect,
+    /// None: HPR never throttles.
+    #[default]
+    None,
+}
+
+impl SimPredictor {
+    /// Its name in `--predictor` and in `meta.prediction`.
+    pub fn name(self) -> &'static str {
+        match self {
+            SimPredictor::Paper => "paper",
+            SimPredictor::Risk => "risk",
+            SimPredictor::LocationTable => "location-table",
+            SimPredictor::Perfect => "perfect",
+            SimPredictor::None => "none",
+        }
+    }
+
+    fn linkdb(self) -> Option<ModelKind> {
+        match self {
+            SimPredictor::Paper => Some(ModelKind::Paper),
+            SimPredictor::Risk => Some(ModelKind::Risk),
+            SimPredictor::LocationTable => Some(ModelKind::LocationTable),
+            SimPredictor::Perfect | SimPredictor::None => None,
+        }
+    }
+}
 
 /// Options of `polycorn sim bench`.
 #[derive(Args, Debug, Clone)]
 pub struct SimArgs {
-    /// Quick mode: the quick bench's plan (about 65 s per ride) and systems.
-    #[arg(long)]
-    pub quick: bool,
-    /// The trip (preset and seeds); ride k replays trip seed TRIP_SEED + k.
+    /// The rides, systems and workload, as `polycorn bench` takes them.
     #[command(flatten)]
-    pub trip: TripArgs,
-    /// Rides (trip seeds TRIP_SEED .. TRIP_SEED+N-1 of the same route), pooled at the end.
-    #[arg(long, default_value_t = 1)]
-    pub rides: u64,
-    /// Workload seed (IM message times). Default: each ride's trip seed.
-    #[arg(long)]
-    pub seed: Option<u64>,
-    /// Systems, as `polycorn bench --systems` names them (default: the bench's, without
-    /// mptcp). Kernel MPTCP (`mptcp`) is not simulated and is refused. `single` runs the
-    /// session with the `single` pipeline (one path per passenger, round robin), not a tunnel.
-    #[arg(long)]
-    pub systems: Vec<String>,
-    /// Bulk flows (cycled over 256 KB, 1 MB, 4 MB); default 6 quick, 12 full.
-    #[arg(long)]
-    pub bulk_flows: Option<usize>,
-    /// Workloads: bulk, im, upload.
-    #[arg(long, value_delimiter = ',', default_value = "bulk,im")]
-    pub workloads: Vec<Workload>,
-    /// Seconds into the trip where the window starts (default: first moment above 250 km/h).
-    #[arg(long)]
-    pub from_s: Option<f64>,
-    /// Droptail queue per path and direction, bytes (default: each carrier's, from the trip
-    /// model).
-    #[arg(long)]
-    pub queue_bytes: Option<u64>,
-    /// Output directory (default `results/sim-<preset>-r<route>-t<trip>-<quick|full>/`).
-    #[arg(long)]
-    pub out: Option<PathBuf>,
+    pub ride: RideArgs,
     /// Rides simulated at once (default: every core).
     #[arg(long)]
     pub threads: Option<usize>,
+    /// The handover predictor of polycorn systems' relay and proxy: LinkDB's (trained on 8
+    /// quick or 20 full simulated rides of the route, trip seeds from TRIP_SEED + 1000, as
+    /// `polycorn bench` trains it), the trip's ground truth, or none.
+    #[arg(long, value_enum, default_value_t = SimPredictor::Paper)]
+    pub predictor: SimPredictor,
 }
 
-/// The systems of `args`, refusing kernel MPTCP.
-pub fn sim_systems(args: &SimArgs) -> Result<Vec<System>> {
-    let names: Vec<String> = if args.systems.is_empty() {
-        let d = if args.quick {
-            QUICK_SYSTEMS
-        } else {
-            FULL_SYSTEMS
-        };
-        d.iter()
-            .filter(|s| **s != "mptcp")
-            .map(|s| s.to_string())
-            .collect()
-    } else {
-        split_systems(&args.systems)?
+/// LinkDB's predictor of `kind`, trained as `polycorn bench` trains it (simulated rides of the
+/// same route, trip seeds from `trip_seed + 1000`, 8 quick or 20 full), in process.
+pub fn linkdb_predictor(args: &RideArgs, kind: ModelKind) -> Result<PredictorFactory> {
+    let (cfg, _) = args.trip.config()?;
+    let first = args.trip.trip_seed + LINKDB_SEED_OFFSET;
+    let rides = if args.quick { 8 } else { 20 };
+    let trips = polycorn_linkdb::import::sim::simulate(
+        &args.trip.preset,
+        args.trip.route_seed,
+        first..first + rides,
+    )
+    .context("simulate LinkDB's training rides")?;
+    let train: Vec<_> = trips.iter().collect();
+    let track = polycorn_linkdb::Track {
+        origin: cfg.origin,
+        heading_deg: cfg.heading_deg,
     };
-    let systems = systems_named(&names)?;
+    let carriers: Vec<String> = cfg.carriers.iter().map(|c| c.name.clone()).collect();
+    let p = LinkDbPredictor::new(kind.build(&train), track, &carriers);
+    Ok(std::sync::Arc::new(move || {
+        Box::new(p.clone()) as Box<dyn TrainPredictor>
+    }))
+}
+
+/// The predictors of polycorn systems on `trip` with `predictor` (`linkdb`: LinkDB's, built
+/// once for every ride).
+pub fn prediction(
+    predictor: SimPredictor,
+    linkdb: Option<&PredictorFactory>,
+    trip: &Trip,
+) -> Prediction {
+    let name = predictor.name();
+    match (predictor, linkdb) {
+        (SimPredictor::Perfect, _) => {
+            let truth = GroundTruth::new(&trip.handovers, trip.paths.len());
+            Prediction::both(
+                name,
+                std::sync::Arc::new(move || Box::new(truth.clone()) as Box<dyn TrainPredictor>),
+            )
+        }
+        (SimPredictor::None, _) | (_, None) => Prediction {
+            name: "none".into(),
+            ..Prediction::default()
+        },
+        (_, Some(f)) => Prediction::both(name, f.clone()),
+    }
+}
+
+/// The predictor the rides' polycorn systems get, with LinkDB's built once for every ride.
+#[derive(Clone, Default)]
+pub struct SimPrediction {
+    /// Which predictor.
+    pub predictor: SimPredictor,
+    /// LinkDB's, when `predictor` is one of its models and a polycorn system runs.
+    pub linkdb: Option<PredictorFactory>,
+}
+
+impl std::fmt::Debug for SimPrediction {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SimPrediction")
+            .field("predictor", &self.predictor)
+            .field("linkdb", &self.linkdb.is_some())
+            .finish()
+    }
+}
+
+impl SimPrediction {
+    /// `predictor` for `systems` on the rides of `args` (LinkDB trained when a polycorn
+    /// system needs it).
+    pub fn new(predictor: SimPredictor, args: &RideArgs, systems: &[System]) -> Result<Self> {
+        let linkdb = match predictor.linkdb() {
+            Some(kind) if systems.iter().any(|s| s.mode == "polycorn") => {
+                Some(linkdb_predictor(args, kind)?)
+            }
+            _ => None,
+        };
+        Ok(SimPrediction { predictor, linkdb })
+    }
+
+    /// No predictor: HPR never throttles.
+    pub fn none() -> Self {
+        SimPrediction::default()
+    }
+}
+
+/// The systems of `args` (default: the bench's, without kernel MPTCP), refusing kernel MPTCP.
+pub fn sim_systems(args: &RideArgs) -> Result<Vec<System>> {
+    let without_mptcp = |d: &[&'static str]| -> Vec<&'static str> {
+        d.iter().copied().filter(|s| *s != "mptcp").collect()
+    };
+    let (quick, full) = (without_mptcp(QUICK_SYSTEMS), without_mptcp(FULL_SYSTEMS));
+    let systems = args.systems_or((&quick, &full))?;
     if let Some(s) = systems.iter().find(|s| s.mode == "mptcp") {
         bail!(
             "`{}`: kernel MPTCP is not simulated; run it with `polycorn bench`",
@@ -92,17 +191,6 @@ pub fn sim_systems(args: &SimArgs) -> Result<Vec<System>> {
         );
     }
     Ok(systems)
-}
-
-/// The plan of `args`.
-pub fn plan_params(args: &SimArgs) -> Result<PlanParams> {
-    let mut p = if args.quick {
-        PlanParams::quick()
-    } else {
-        PlanParams::full()
-    };
-    apply_workloads(&mut p, &args.workloads, args.bulk_flows)?;
-    Ok(p)
 }
 
 fn us(s: f64) -> u64 {
@@ -143,13 +231,15 @@ pub fn workload(plan: &Plan) -> polycorn_sim::Workload {
 }
 
 /// One system's ride: its relay's and proxy's session configurations as the daemons make them
-/// from the bench's configuration files, over `trip`'s links.
+/// from the bench's configuration files, over `trip`'s links; polycorn systems with the trip's
+/// context and `prediction`.
 pub fn ride_config(
     sys: &System,
     trip: &Trip,
     plan: &Plan,
     window_s: f64,
     queue_bytes: Option<u64>,
+    prediction: &Prediction,
 ) -> Result<RideConfig> {
     let (relay, proxy) = configs::configs(sys, trip.paths.len(), None)?;
     let spec = if sys.mode == "single" {
@@ -167,6 +257,22 @@ pub fn ride_config(
         links,
         workload: workload(plan),
         end_us: us(window_s),
+        // The bench gives polycorn systems the testbed's gpsd and LinkDB (`configs`).
+        context: if sys.mode == "polycorn" {
+            trip.context.clone()
+        } else {
+            Vec::new()
+        },
+        prediction: if sys.mode == "polycorn" {
+            prediction.clone()
+        } else {
+            Prediction::default()
+        },
+        upkeep: Upkeep {
+            on: true,
+            idle_refresh: relay.relay.idle_refresh.into(),
+            ask_refresh: proxy.proxy.ask_refresh,
+        },
     })
 }
 
@@ -253,7 +359,8 @@ pub fn system_run(sys: &System, plan: &Plan, trip: &Trip, r: &RideResult) -> Sys
                 "polycorn_path_retransmissions_total",
                 tcp.segments_retransmitted,
             );
-            put("polycorn_path_reconnects_total", 0);
+            let replaced = r.replacements.iter().filter(|x| x.path == p).count();
+            put("polycorn_path_reconnects_total", replaced as u64);
         }
     }
     SystemRun {
@@ -301,10 +408,24 @@ pub fn system_run(sys: &System, plan: &Plan, trip: &Trip, r: &RideResult) -> Sys
 
 /// The trip window and plan of ride `trip_seed` (as `polycorn bench` cuts it).
 pub fn ride_trip(
-    args: &SimArgs,
+    args: &RideArgs,
+    predictor: SimPredictor,
     trip_seed: u64,
     params: &PlanParams,
 ) -> Result<(Trip, Plan, Meta)> {
+    let prediction = match predictor {
+        SimPredictor::None => "none: HPR never throttles".to_string(),
+        SimPredictor::Perfect => {
+            "perfect (the trip's ground truth) at the proxy (downlink) and the relay (uplink)"
+                .to_string()
+        }
+        p => format!(
+            "LinkDB ({}, {} simulated rides of the route, built in process) at the proxy \
+             (downlink) and the relay (uplink)",
+            p.name(),
+            if args.quick { 8 } else { 20 }
+        ),
+    };
     let seed = args.seed.unwrap_or(trip_seed);
     let plan = Plan::new(params, seed);
     let window_ms = ((plan.end_s + plan.bulk_timeout_s + 5.0) * 1000.0) as u64;
@@ -347,7 +468,7 @@ pub fn ride_trip(
         carriers: trip.paths.iter().map(|p| p.name.clone()).collect(),
         interruptions: source,
         handover_interruption: targs.handover_interruption.name().to_string(),
-        prediction: "none: the simulator runs without LinkDB, HPR never throttles".into(),
+        prediction,
         trace_files: vec![],
         path_delays: vec![],
         path_outages: vec![],
@@ -360,22 +481,24 @@ pub fn ride_trip(
 
 /// Simulate every system on ride `trip_seed`; returns its results.
 pub fn simulate_ride(
-    args: &SimArgs,
+    args: &RideArgs,
     systems: &[System],
     trip_seed: u64,
     params: &PlanParams,
+    prediction: &SimPrediction,
 ) -> Result<report::Results> {
-    let (trip, plan, meta) = ride_trip(args, trip_seed, params)?;
+    let (trip, plan, meta) = ride_trip(args, prediction.predictor, trip_seed, params)?;
+    let pred = self::prediction(prediction.predictor, prediction.linkdb.as_ref(), &trip);
     let mut runs = Vec::new();
     for sys in systems {
-        let cfg = ride_config(sys, &trip, &plan, meta.window_s, args.queue_bytes)?;
+        let cfg = ride_config(sys, &trip, &plan, meta.window_s, args.queue_bytes, &pred)?;
         let r = polycorn_sim::run(&cfg).with_context(|| format!("simulate {}", sys.name))?;
         runs.push(system_run(sys, &plan, &trip, &r));
     }
     Ok(report::Results::new(meta, plan, &trip, runs))
 }
 
-fn out_dir(args: &SimArgs) -> PathBuf {
+fn out_dir(args: &RideArgs) -> PathBuf {
     args.out
         .clone()
         .unwrap_or_else(|| super::ride_dir("sim", &args.trip, args.quick))
@@ -388,53 +511,53 @@ fn write_ride(out: &Path, r: &report::Results) -> Result<()> {
     report::verify(out, r).context("the outputs are incomplete or inconsistent")
 }
 
-/// `polycorn sim bench`.
-pub fn run(args: &SimArgs) -> Result<()> {
-    let systems = sim_systems(args)?;
-    let params = plan_params(args)?;
-    if args.rides == 0 {
-        bail!("--rides must be at least 1");
+/// A progress bar of `total` rides on stderr (rides done, elapsed, estimated time left),
+/// hidden when stderr is not a terminal.
+pub fn ride_bar(total: u64) -> ProgressBar {
+    if !std::io::stderr().is_terminal() {
+        return ProgressBar::hidden();
     }
-    let top = out_dir(args);
-    let threads = args
-        .threads
-        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
-        .clamp(1, args.rides as usize);
-    eprintln!(
-        "sim bench: preset {} route {} trip seeds {}..{}, {} systems, {} rides on {threads} threads, output {}",
-        args.trip.preset,
-        args.trip.route_seed,
-        args.trip.trip_seed,
-        args.trip.trip_seed + args.rides - 1,
-        systems.len(),
-        args.rides,
-        top.display()
-    );
+    let bar = ProgressBar::with_draw_target(Some(total), ProgressDrawTarget::stderr());
+    if let Ok(style) = ProgressStyle::with_template(
+        "[{bar:30}] {pos}/{len} rides, {elapsed_precise} elapsed, about {eta_precise} left",
+    ) {
+        bar.set_style(style.progress_chars("#>-"));
+    }
+    bar
+}
+
+/// Simulate every system on the rides of trip seeds `seeds`, `threads` rides at once (a
+/// ride is single-threaded), with a progress bar; each ride written to `out(seed)` when
+/// given. The rides' results in the order of `seeds`.
+pub fn simulate_rides(
+    args: &RideArgs,
+    systems: &[System],
+    seeds: &[u64],
+    params: &PlanParams,
+    threads: usize,
+    prediction: &SimPrediction,
+    out: Option<&(dyn Fn(u64) -> PathBuf + Sync)>,
+) -> Result<Vec<report::Results>> {
+    let threads = threads.clamp(1, seeds.len().max(1));
+    let bar = ride_bar(seeds.len() as u64);
     let next = AtomicUsize::new(0);
-    let done = AtomicUsize::new(0);
     let results: Mutex<Vec<(usize, Result<report::Results>)>> = Mutex::new(Vec::new());
-    let started = std::time::Instant::now();
     std::thread::scope(|scope| {
         for _ in 0..threads {
             scope.spawn(|| loop {
                 let k = next.fetch_add(1, Ordering::Relaxed);
-                if k >= args.rides as usize {
+                let Some(&seed) = seeds.get(k) else {
                     return;
-                }
-                let seed = args.trip.trip_seed + k as u64;
+                };
                 let t = std::time::Instant::now();
-                let r = simulate_ride(args, &systems, seed, &params);
+                let r = simulate_ride(args, systems, seed, params, prediction);
                 let took = t.elapsed().as_secs_f64();
                 let r = r.and_then(|r| {
-                    let out = if args.rides == 1 {
-                        top.clone()
-                    } else {
-                        top.join(format!("trip-{seed}"))
-                    };
-                    write_ride(&out, &r)?;
+                    if let Some(out) = out {
+                        write_ride(&out(seed), &r)?;
+                    }
                     Ok(r)
                 });
-                let n = done.fetch_add(1, Ordering::Relaxed) + 1;
                 let what = match &r {
                     Ok(r) => format!(
                         "{} systems x {:.0} s of trip simulated in {took:.1} s on one thread",
@@ -443,11 +566,18 @@ pub fn run(args: &SimArgs) -> Result<()> {
                     ),
                     Err(_) => "FAILED".into(),
                 };
-                eprintln!(
-                    "[{n}/{}] ride {seed}: {what} ({:.1} s elapsed)",
-                    args.rides,
-                    started.elapsed().as_secs_f64()
+                bar.inc(1);
+                let line = format!(
+                    "[{}/{}] ride {seed}: {what} ({:.1} s elapsed)",
+                    bar.position(),
+                    seeds.len(),
+                    bar.elapsed().as_secs_f64()
                 );
+                if bar.is_hidden() {
+                    eprintln!("{line}");
+                } else {
+                    bar.println(line);
+                }
                 results
                     .lock()
                     .unwrap_or_else(|p| p.into_inner())
@@ -455,12 +585,56 @@ pub fn run(args: &SimArgs) -> Result<()> {
             });
         }
     });
+    bar.finish_and_clear();
     let mut all = results.into_inner().unwrap_or_else(|p| p.into_inner());
     all.sort_by_key(|(k, _)| *k);
-    let rides = all
-        .into_iter()
-        .map(|(k, r)| r.with_context(|| format!("ride {}", args.trip.trip_seed + k as u64)))
-        .collect::<Result<Vec<_>>>()?;
+    all.into_iter()
+        .map(|(k, r)| r.with_context(|| format!("ride {}", seeds[k])))
+        .collect()
+}
+
+/// Rides simulated at once: `threads`, else every core.
+pub fn threads_or_cores(threads: Option<usize>) -> usize {
+    threads
+        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
+        .max(1)
+}
+
+/// `polycorn sim bench`.
+pub fn run(args: &SimArgs) -> Result<()> {
+    let ride = &args.ride;
+    let systems = sim_systems(ride)?;
+    let params = ride.plan_params()?;
+    let rides = ride.rides_or(1)?;
+    let top = out_dir(ride);
+    let threads = threads_or_cores(args.threads).min(rides as usize);
+    eprintln!(
+        "sim bench: preset {} route {} trip seeds {}..{}, {} systems, {rides} rides on {threads} threads, output {}",
+        ride.trip.preset,
+        ride.trip.route_seed,
+        ride.trip.trip_seed,
+        ride.trip.trip_seed + rides - 1,
+        systems.len(),
+        top.display()
+    );
+    let seeds: Vec<u64> = (0..rides).map(|k| ride.trip.trip_seed + k).collect();
+    let dir = |seed: u64| {
+        if rides == 1 {
+            top.clone()
+        } else {
+            top.join(format!("trip-{seed}"))
+        }
+    };
+    let prediction = SimPrediction::new(args.predictor, ride, &systems)?;
+    let rides = simulate_rides(
+        ride,
+        &systems,
+        &seeds,
+        &params,
+        threads,
+        &prediction,
+        Some(&dir),
+    )?;
     if rides.len() == 1 {
         print!("{}", report::table(&rides[0]));
         println!("results: {}", top.join("results.json").display());
@@ -469,6 +643,8 @@ pub fn run(args: &SimArgs) -> Result<()> {
     }
     Ok(())
 }
+
+pub mod validate;
 
 #[cfg(test)]
 mod tests;

@@ -24,7 +24,7 @@ pub(super) const RELAY_EXAMPLE: &str = concat!(
 #   single:   baseline, one path per passenger, passengers round robin over the paths
 mode = "polycorn"
 # Uplink scheduler: a preset (polycorn, hrsch, minrtt, roundrobin, redundant, blest, ecf,
-# single, loctable) or a pipeline such as "hpr,minrtt,tpr,ori+er(k=3)". polycorn is the
+# stms, musher, single, loctable) or a pipeline such as "hpr,minrtt,tpr,ori+er(k=3)". polycorn is the
 # paper's HRSCH whose reinjection also fires when a modem reports its cell lost.
 scheduler = "polycorn"
 # The proxy's subflow address, for every path that does not set its own: IP:port, or

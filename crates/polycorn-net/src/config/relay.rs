@@ -104,6 +104,16 @@ pub enum IdleRefresh {
     Off,
 }
 
+impl From<IdleRefresh> for polycorn_proto::path_policy::IdleRefresh {
+    fn from(v: IdleRefresh) -> Self {
+        match v {
+            IdleRefresh::Collapsed => Self::Collapsed,
+            IdleRefresh::Used => Self::Used,
+            IdleRefresh::Off => Self::Off,
+        }
+    }
+}
+
 impl RelaySection {
     /// A `[relay]` with every key at its default and `proxy` set (the one required key).
     pub fn new(proxy: ProxyAddr) -> RelaySection {

@@ -6,6 +6,15 @@
 //! predicting a failure (the relay reported the new cell). If every path is rejected, nothing
 //! is sent: traffic waits for a new cell, as the paper prescribes.
 //!
+//! The paper leaves open how sure a prediction must be before it may leave a passenger with no
+//! path at all. With `keep=1`, when every candidate would be rejected, those whose failure is
+//! only predicted — their serving cell not reported lost — stay candidates: a passenger then
+//! waits no longer than on the best single SIM, which would send there. A path whose cell is
+//! gone stays rejected. The case this is for: one carrier's handover has failed (its cell is
+//! lost) and the other's next handover is predicted to fail too; a false prediction held every
+//! passenger's bytes until the second carrier's handover was over (1.6 s), and with messaging
+//! users starting at that moment every one of them waited that long.
+//!
 //! Constants:
 //! * `E_GPS = 20 m` — the paper's conservative bound on GPS error; the train may be up to this far
 //!   ahead of its reported fix.
@@ -28,12 +37,15 @@ pub const MIN_SPEED_MPS: f64 = 1.0;
 pub struct Hpr {
     /// Maximum GPS error, metres.
     pub e_gps_m: f64,
+    /// When every candidate would be rejected, keep those whose cell is not reported lost.
+    pub keep: bool,
 }
 
 impl Default for Hpr {
     fn default() -> Self {
         Hpr {
             e_gps_m: DEFAULT_E_GPS_M,
+            keep: false,
         }
     }
 }
@@ -51,24 +63,37 @@ impl Schedulerlet for Hpr {
         "hpr"
     }
     fn params(&self) -> alloc::string::String {
-        if self.e_gps_m == DEFAULT_E_GPS_M {
-            alloc::string::String::new()
-        } else {
-            alloc::format!("e_gps_m={}", self.e_gps_m)
+        let mut out = alloc::vec::Vec::new();
+        if self.e_gps_m != DEFAULT_E_GPS_M {
+            out.push(alloc::format!("e_gps_m={}", self.e_gps_m));
         }
+        if self.keep {
+            out.push("keep=1".into());
+        }
+        out.join(",")
     }
     fn kind(&self) -> StageKind {
         StageKind::CandidateFilter
     }
     fn apply(&mut self, ctx: &StageCtx<'_>, moves: &mut Moves<'_>) {
-        for p in moves.candidates().iter() {
+        let candidates = moves.candidates();
+        let mut doomed = alloc::vec::Vec::new();
+        for p in candidates.iter() {
             let Some(at) = ctx.predictor.next_failure(p, ctx.now) else {
                 continue;
             };
             let t_hof = at - ctx.now;
             let threshold = self.threshold(ctx.paths.get(p).srtt, ctx.train.speed_mps);
             if t_hof < threshold {
-                moves.reject(p, Reason::HandoverFailureSoon { t_hof, threshold });
+                doomed.push((p, Reason::HandoverFailureSoon { t_hof, threshold }));
+            }
+        }
+        let spare = |p| ctx.predictor.cell_lost_since(p, ctx.now).is_none();
+        let keep =
+            self.keep && doomed.len() == candidates.len() && doomed.iter().any(|&(p, _)| spare(p));
+        for (p, why) in doomed {
+            if !(keep && spare(p)) {
+                moves.reject(p, why);
             }
         }
     }

@@ -1,9 +1,13 @@
-use polycorn_link::link::{LinkConfig, QueueLimit};
-use polycorn_link::trace::{DelaySeries, DeliveryTrace};
+use polycorn_link::link::{LinkConfig, OutageMode, QueueLimit};
+use polycorn_link::trace::{DelaySeries, DeliveryTrace, Outages};
+use polycorn_link::trip::{CarrierContext, ContextRow, HandoverTruth, Outcome, SourceLoss};
+use polycorn_proto::path_policy::Replace;
 use polycorn_proto::Role;
 
 use super::*;
+use crate::predict::GroundTruth;
 use crate::workload::{ImSegment, Transfer};
+use polycorn_proto::TrainPredictor;
 
 fn constant(mbps: u64, owd_ms: u64) -> LinkConfig {
     let mut c =
@@ -52,7 +56,20 @@ pub(crate) fn small_ride(spec: &str) -> RideConfig {
         relay_tcp: TcpConfig::default(),
         proxy_tcp: TcpConfig::default(),
         end_us: 10_000_000,
+        context: Vec::new(),
+        prediction: Prediction::default(),
+        upkeep: Upkeep::default(),
     }
+}
+
+/// `ride` with path 0 dark both ways from `from_ms` to `to_ms`.
+fn blackout(mut ride: RideConfig, from_ms: u64, to_ms: u64) -> RideConfig {
+    let path = &mut ride.links[0];
+    for l in [&mut path.uplink, &mut path.downlink] {
+        l.outages = Outages::new(vec![(from_ms, to_ms)]).unwrap();
+        l.outage_mode = OutageMode::Drop;
+    }
+    ride
 }
 
 #[test]
@@ -131,4 +148,112 @@ fn every_download_has_its_last_byte_followed() {
             assert_eq!(b.stalls_ms, 0.0, "no outage, no RTO: {b:?}");
         }
     }
+}
+
+/// A blackout of one path while a download runs: the relay's watchdog finds the path silent,
+/// probes it with fresh connections until one gets through after the blackout, and the fresh
+/// subflow takes over; every transfer completes. Without the upkeep the old subflow stays.
+#[test]
+fn a_silent_path_gets_a_fresh_subflow_after_a_blackout() {
+    let mut ride = blackout(small_ride("minrtt"), 2_200, 5_000);
+    ride.workload.downloads[1].size = 4 << 20;
+    let r = run(&ride).unwrap();
+    assert!(r.errors.is_empty(), "{:?}", r.errors);
+    for d in r.downloads.iter().chain(&r.uploads) {
+        assert!(d.ok(), "{d:?}");
+    }
+    let silent: Vec<_> = r
+        .replacements
+        .iter()
+        .filter(|x| x.path == 0 && x.why == Replace::Silent)
+        .collect();
+    assert_eq!(silent.len(), 1, "{:?}", r.replacements);
+    // The first SYN after the blackout gets through (within a stagger and a round trip).
+    let at = silent[0].at_us;
+    assert!((5_000_000..5_400_000).contains(&at), "{at}");
+    assert!(
+        r.replacements.iter().all(|x| x.path == 0),
+        "{:?}",
+        r.replacements
+    );
+    // The fresh subflow carried data after it came up.
+    let (relay_counters, _) = &r.paths[0][0];
+    assert!(relay_counters.attaches >= 2, "{relay_counters:?}");
+
+    let mut off = blackout(small_ride("minrtt"), 2_200, 5_000);
+    off.workload.downloads[1].size = 4 << 20;
+    off.upkeep.on = false;
+    let r = run(&off).unwrap();
+    assert!(r.replacements.is_empty());
+}
+
+fn context(rows: u64) -> Vec<ContextRow> {
+    (0..rows)
+        .map(|s| ContextRow {
+            t_ms: s * 1000,
+            lat: 31.0,
+            lon: 121.0 + s as f64 * 1e-3,
+            speed_mps: 80.0,
+            heading_deg: 90.0,
+            carriers: vec![
+                CarrierContext {
+                    cell: Some(1),
+                    rsrp_dbm: Some(-90.0),
+                },
+                CarrierContext {
+                    cell: Some(2),
+                    rsrp_dbm: Some(-95.0),
+                },
+            ],
+        })
+        .collect()
+}
+
+/// With the trip's ground truth as the predictor and the relay's context, HRSCH's HPR keeps new
+/// data off the path whose handover fails (its stage moves count the rejections); without a
+/// predictor it never moves. The proxy receives every context frame the relay sends.
+#[test]
+fn hpr_throttles_a_path_before_its_failed_handover() {
+    let failure = HandoverTruth {
+        carrier: 0,
+        from_cell: 1,
+        to_cell: 3,
+        start_ms: 2_900,
+        position_m: 0.0,
+        lat: 31.0,
+        lon: 121.0,
+        rsrp_dbm: -110.0,
+        outcome: Outcome::Failure,
+        interruption_ms: 3_100,
+        lost: Some(SourceLoss {
+            t_ms: 3_000,
+            position_m: 0.0,
+            lat: 31.0,
+            lon: 121.0,
+            rsrp_dbm: -115.0,
+        }),
+    };
+    let mut ride = blackout(small_ride("hrsch"), 3_000, 6_000);
+    ride.workload.downloads[1].start_us = 2_600_000;
+    ride.context = context(10);
+    let truth = GroundTruth::new(&[failure], 2);
+    let hpr = |r: &RideResult, side: usize| {
+        r.stage_moves[side]
+            .iter()
+            .find(|(s, _)| s == "hpr")
+            .map_or(0, |(_, n)| *n)
+    };
+    ride.prediction = Prediction::both(
+        "perfect",
+        std::sync::Arc::new(move || Box::new(truth.clone()) as Box<dyn TrainPredictor>),
+    );
+    let r = run(&ride).unwrap();
+    assert_eq!(r.context_frames, 10);
+    assert!(hpr(&r, 1) > 0, "{:?}", r.stage_moves);
+    for d in &r.downloads {
+        assert!(d.ok(), "{d:?}");
+    }
+    ride.prediction = Prediction::default();
+    let r = run(&ride).unwrap();
+    assert_eq!(hpr(&r, 1), 0, "{:?}", r.stage_moves);
 }

@@ -237,6 +237,13 @@ impl TcpSender {
         self.write_end
     }
 
+    /// The slow-start threshold, segments (`tcpi_snd_ssthresh`; `None` while unset, as before
+    /// any loss and always with BBR).
+    pub fn ssthresh_segments(&self) -> Option<u32> {
+        let s = self.cc.ssthresh();
+        (s != u32::MAX).then_some(s)
+    }
+
     /// Congestion window in bytes.
     pub fn cwnd_bytes(&self) -> u64 {
         u64::from(self.cc.cwnd()) * u64::from(self.cfg.mss)

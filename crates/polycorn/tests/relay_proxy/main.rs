@@ -13,6 +13,7 @@ mod support;
 
 mod alerting;
 mod failover;
+mod modems;
 mod paths;
 mod reload;
 mod restart;

@@ -42,7 +42,8 @@ pub struct Results {
     pub runs: Vec<SystemRun>,
 }
 
-pub(super) fn size_label(s: u64) -> String {
+/// A bulk size as the tables print it (`256 KB`, `1 MB`).
+pub fn size_label(s: u64) -> String {
     if s >= 1024 * 1024 {
         format!("{} MB", s / 1024 / 1024)
     } else {

@@ -5,10 +5,10 @@ use super::*;
 #[derive(Parser)]
 struct Cli {
     #[command(flatten)]
-    args: SimArgs,
+    args: RideArgs,
 }
 
-fn args(extra: &[&str]) -> SimArgs {
+fn args(extra: &[&str]) -> RideArgs {
     let mut v = vec![
         "sim",
         "--quick",
@@ -33,9 +33,13 @@ fn json_without_start(r: &report::Results) -> String {
 fn a_simulated_ride_is_the_same_every_time() {
     let a = args(&["--systems", "vanilla,hrsch"]);
     let systems = sim_systems(&a).unwrap();
-    let params = plan_params(&a).unwrap();
-    let one = simulate_ride(&a, &systems, 1, &params).unwrap();
-    let two = simulate_ride(&a, &systems, 1, &params).unwrap();
+    let params = a.plan_params().unwrap();
+    let perfect = SimPrediction {
+        predictor: SimPredictor::Perfect,
+        linkdb: None,
+    };
+    let one = simulate_ride(&a, &systems, 1, &params, &perfect).unwrap();
+    let two = simulate_ride(&a, &systems, 1, &params, &perfect).unwrap();
     assert_eq!(json_without_start(&one), json_without_start(&two));
     assert_eq!(one.runs.len(), 2);
     let run = &one.runs[0];
@@ -62,7 +66,14 @@ fn kernel_mptcp_is_refused_and_left_out_by_default() {
 fn simulated_outputs_are_complete() {
     let a = args(&["--systems", "vanilla", "--workloads", "bulk"]);
     let systems = sim_systems(&a).unwrap();
-    let r = simulate_ride(&a, &systems, 2, &plan_params(&a).unwrap()).unwrap();
+    let r = simulate_ride(
+        &a,
+        &systems,
+        2,
+        &a.plan_params().unwrap(),
+        &SimPrediction::none(),
+    )
+    .unwrap();
     let dir = tempfile::tempdir().unwrap();
     write_ride(dir.path(), &r).unwrap();
     assert!(dir.path().join("results.json").exists());
@@ -75,7 +86,14 @@ fn simulated_outputs_are_complete() {
 fn every_simulated_download_has_a_budget_that_adds_up() {
     let a = args(&["--systems", "vanilla,hrsch,polycorn", "--workloads", "bulk"]);
     let systems = sim_systems(&a).unwrap();
-    let r = simulate_ride(&a, &systems, 1, &plan_params(&a).unwrap()).unwrap();
+    let r = simulate_ride(
+        &a,
+        &systems,
+        1,
+        &a.plan_params().unwrap(),
+        &SimPrediction::none(),
+    )
+    .unwrap();
     let mut checked = 0;
     for run in &r.runs {
         for f in &run.flows {
@@ -96,4 +114,29 @@ fn every_simulated_download_has_a_budget_that_adds_up() {
     let j = r.to_json();
     assert!(j["runs"][0]["flows"][0]["budget"]["queueing_ms"].is_number());
     assert!(j["runs"][0]["bulk"]["262144"]["budget"]["mean"]["rest_ms"].is_number());
+}
+
+/// On a quick HSR ride with the trip's ground truth as the predictor, HRSCH's HPR holds data
+/// back from paths about to fail (its stage moves at the proxy), the relay's context reaches
+/// the proxy, and `meta.prediction` names the predictor.
+#[test]
+fn hpr_throttles_on_a_simulated_hsr_ride_with_the_perfect_predictor() {
+    let a = args(&["--systems", "hrsch"]);
+    let systems = sim_systems(&a).unwrap();
+    let perfect = SimPrediction {
+        predictor: SimPredictor::Perfect,
+        linkdb: None,
+    };
+    let r = simulate_ride(&a, &systems, 1, &a.plan_params().unwrap(), &perfect).unwrap();
+    assert!(
+        r.meta.prediction.starts_with("perfect"),
+        "{}",
+        r.meta.prediction
+    );
+    let hpr = r.runs[0]
+        .counters
+        .get("proxy:polycorn_stage_decisions_total{stage=\"hpr\"}")
+        .copied()
+        .unwrap_or(0.0);
+    assert!(hpr > 0.0, "{:?}", r.runs[0].counters);
 }

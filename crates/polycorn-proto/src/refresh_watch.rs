@@ -1,5 +1,6 @@
 //! (proxy) The watch over one subflow for a slow-start threshold cut while its path was idle:
-//! pure, clock-free logic fed `TCP_INFO` samples by [`crate::engine`].
+//! pure, clock-free logic fed `TCP_INFO` samples by the shell (`polycorn-net`'s engine,
+//! `polycorn-sim`'s proxy end).
 
 use polycorn_sched::time::{Duration, Instant};
 
@@ -23,14 +24,14 @@ const REFRESH_LOW_SEGMENTS: u32 = 100;
 /// connections, so the next download on the path then grows its window linearly from there
 /// (measured in the bench: 4.9 s instead of 2.1 s for one 4 MB download). A cut
 /// while the path carried data reflects the path and is kept. Only the relay dials, so the
-/// proxy asks it for a fresh connection ([`polycorn_proto::Frame::Refresh`]).
+/// proxy asks it for a fresh connection ([`crate::Frame::Refresh`]).
 ///
 /// Data that crosses the path before the relay could act (the cut often comes just before a
 /// download, in a handover's gap) runs with the cut threshold; unless a loss meanwhile set a
 /// new one, the cut stands once the path is idle again, and the proxy asks again then (the
 /// relay drops a request when data crosses the path).
 #[derive(Debug, Default)]
-pub(crate) struct RefreshWatch {
+pub struct RefreshWatch {
     /// Bytes either way at the start of the current measuring window, and when it began.
     mark: Option<(Instant, u64)>,
     /// When the path last carried more than probes.
@@ -50,7 +51,7 @@ impl RefreshWatch {
     /// (`probes_only`: a probe or two, as when a probe's timeout cuts the threshold), and
     /// whether it is also out of back-off (`socket_idle`). Returns the threshold to report
     /// when the relay should be asked now.
-    pub(crate) fn on_sample(
+    pub fn on_sample(
         &mut self,
         now: Instant,
         bytes: u64,
@@ -92,7 +93,7 @@ impl RefreshWatch {
     }
 
     /// The relay was asked at `now`.
-    pub(crate) fn asked(&mut self, now: Instant) {
+    pub fn asked(&mut self, now: Instant) {
         self.asked_at = Some(now);
     }
 }

@@ -5,17 +5,57 @@
 //! state is stale, a subflow stuck in RTO back-off, credentials a reload replaced).
 //!
 //! Every method takes the time and the readings it decides on as arguments and returns what
-//! to do; the relay's path task sleeps, reads sockets and counters, connects and logs.
+//! to do: `polycorn-net`'s relay path task sleeps, reads sockets and counters, connects and
+//! logs; `polycorn-sim`'s relay end does the same with modelled subflows in virtual time.
 
-use std::time::{Duration, Instant};
+use polycorn_sched::time::{Duration, Instant};
 
-use polycorn_proto::PathCounters;
+use crate::session::PathCounters;
 
-use crate::config::IdleRefresh;
-use crate::sockopt::TcpInfoRaw;
+/// Which idle subflows the relay replaces with a fresh connection (the relay configuration's
+/// `idle_refresh`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum IdleRefresh {
+    /// Only a subflow whose own slow-start threshold collapsed below 20 segments.
+    #[default]
+    Collapsed,
+    /// Also every subflow that carried 256 KB or more of downlink data since it came up.
+    Used,
+    /// Never.
+    Off,
+}
+
+/// The fields of a subflow's `TCP_INFO` the path policy reads.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SocketState {
+    /// Slow-start threshold, segments (`tcpi_snd_ssthresh`; `u32::MAX` or the kernel's
+    /// `0x7fffffff` while unset).
+    pub ssthresh_segments: u32,
+    /// Segments sent and not yet acknowledged (`tcpi_unacked`).
+    pub unacked_segments: u32,
+    /// Bytes written and not yet sent (`tcpi_notsent_bytes`).
+    pub notsent_bytes: u64,
+    /// Consecutive RTO back-offs (`tcpi_backoff`).
+    pub backoff: u8,
+}
+
+/// Whether a subflow's socket carries at most probes: up to 4 segments in flight (probes and
+/// their answers, a segment each; `TCP_INFO` counts what is in flight in segments) and up to
+/// 1 KB queued (a probe or two). The idle test of the refreshes at both ends: on a path whose
+/// RTT exceeds the probe interval a probe is always in flight.
+pub fn probes_only(unacked_segments: u64, notsent_bytes: u64) -> bool {
+    unacked_segments <= 4 && notsent_bytes <= 1024
+}
+
+/// While a path's TCP handshake has not got through, a new attempt starts this often: after a
+/// blackout the path is used again within this (plus a round trip), not when a SYN lost in it
+/// is next retransmitted (1 s, 2 s, 4 s after the first).
+pub const CONNECT_STAGGER: Duration = Duration::from_millis(250);
+/// How long a probe connection's TCP handshake may take before the probe fails.
+pub const PROBE_CONNECT_TIMEOUT: Duration = Duration::from_millis(1500);
 
 /// How often the relay looks at an idle subflow's congestion state.
-pub(crate) const REFRESH_CHECK: Duration = Duration::from_secs(1);
+pub const REFRESH_CHECK: Duration = Duration::from_secs(1);
 /// A subflow younger than this is never refreshed (at most one refresh per path this often).
 const REFRESH_MIN_AGE: Duration = Duration::from_secs(5);
 /// A slow-start threshold below this many segments means a loss hit the subflow while its
@@ -36,13 +76,13 @@ pub const RENEW_WITHIN: Duration = Duration::from_secs(300);
 const RENEW_RETRY_MAX: Duration = Duration::from_secs(60);
 
 /// How often the relay looks for a subflow stuck in RTO back-off on a path that works.
-pub(crate) const BACKOFF_CHECK: Duration = Duration::from_millis(250);
+pub const BACKOFF_CHECK: Duration = Duration::from_millis(250);
 /// A subflow whose own TCP has stayed in RTO back-off this long, while frames from the proxy
 /// keep arriving on its path, is replaced.
 const BACKOFF_MIN: Duration = Duration::from_millis(500);
 
 /// How often the watchdog looks whether the path is silent.
-pub(crate) const WATCHDOG_CHECK: Duration = Duration::from_millis(500);
+pub const WATCHDOG_CHECK: Duration = Duration::from_millis(500);
 /// Looks in a row that found the path silent after which it is probed.
 const WATCHDOG_SILENT_LOOKS: u32 = 2;
 
@@ -67,7 +107,7 @@ const SILENT_HINT_AFTER: u32 = 4;
 /// paths still reach the session's ([`Failure::OtherProxy`]): each costs that proxy a
 /// handshake, and the path needs it only once the session's proxy is gone (its other paths
 /// then find that out themselves).
-pub(crate) const OTHER_PROXY_RETRY: Duration = Duration::from_secs(5);
+pub const OTHER_PROXY_RETRY: Duration = Duration::from_secs(5);
 /// How often a path waiting after reaching another proxy looks whether it may join now.
 const OTHER_PROXY_CHECK: Duration = Duration::from_millis(250);
 
@@ -79,7 +119,7 @@ const DOWN_REWARN: Duration = Duration::from_secs(300);
 
 /// What kind of failure a connection attempt met, as far as the pause after it goes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Failure {
+pub enum Failure {
     /// Coverage: timeouts, resets, no route, a local setup problem.
     Coverage,
     /// The proxy refused the relay (revoked, certificate, protocol version).
@@ -93,8 +133,8 @@ pub(crate) enum Failure {
 /// at [`RETRY_MAX`] and doubles up to [`REFUSED_RETRY_MAX`]; another proxy than the session's
 /// gives [`OTHER_PROXY_RETRY`]; any other failure doubles from [`RETRY_MIN`] up to
 /// [`RETRY_MAX`].
-pub(crate) fn retry_pause(previous: Option<Duration>, failure: Failure) -> Duration {
-    let doubled = previous.map_or(RETRY_MIN, |p| p * 2);
+pub fn retry_pause(previous: Option<Duration>, failure: Failure) -> Duration {
+    let doubled = previous.map_or(RETRY_MIN, |p| p.saturating_add(p));
     match failure {
         Failure::OtherProxy => OTHER_PROXY_RETRY,
         Failure::Refused => doubled.clamp(RETRY_MAX, REFUSED_RETRY_MAX),
@@ -104,14 +144,14 @@ pub(crate) fn retry_pause(previous: Option<Duration>, failure: Failure) -> Durat
 
 /// The pauses of one run of failed attempts in a row ([`retry_pause`]).
 #[derive(Debug, Default)]
-pub(crate) struct Retry {
+pub struct Retry {
     /// The pause after the last of the failed attempts in a row, if any.
     pause: Option<Duration>,
 }
 
 impl Retry {
     /// An attempt failed with `failure`: the pause before the next one.
-    pub(crate) fn failed(&mut self, failure: Failure) -> Duration {
+    pub fn failed(&mut self, failure: Failure) -> Duration {
         let wait = retry_pause(self.pause, failure);
         self.pause = Some(wait);
         wait
@@ -120,7 +160,7 @@ impl Retry {
 
 /// Why a subflow is replaced by a fresh connection.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Replace {
+pub enum Replace {
     /// The path stayed silent.
     Silent,
     /// Refresh of an idle subflow whose slow-start threshold collapsed (segments).
@@ -128,7 +168,7 @@ pub(crate) enum Replace {
     /// Refresh of an idle subflow that carried this many downlink bytes.
     Used(u64),
     /// Refresh the proxy asked for: a timeout cut its end's slow-start threshold (segments)
-    /// while the path was idle ([`polycorn_proto::Frame::Refresh`]).
+    /// while the path was idle ([`crate::Frame::Refresh`]).
     Asked(u32),
     /// The path carries the proxy's frames again but this subflow's TCP still waits out an
     /// exponentially backed-off retransmission timer (consecutive back-offs).
@@ -144,7 +184,7 @@ pub(crate) enum Replace {
 /// without a subflow for [`DOWN_WARN_AFTER`], then every [`DOWN_REWARN`]. The rest stays at
 /// debug.
 #[derive(Debug, Default)]
-pub(crate) struct ConnectFailures {
+pub struct ConnectFailures {
     /// First failure of the current run of failures.
     since: Option<Instant>,
     /// Failed attempts in the current run.
@@ -155,16 +195,16 @@ pub(crate) struct ConnectFailures {
 
 /// A warning to log about a path's failed attempts.
 #[derive(Debug, PartialEq)]
-pub(crate) struct DownWarning {
+pub struct DownWarning {
     /// Failed attempts so far in this run.
-    pub(crate) attempts: u32,
+    pub attempts: u32,
     /// Since the first of them.
-    pub(crate) down: Duration,
+    pub down: Duration,
 }
 
 impl ConnectFailures {
     /// Record a failed attempt at `now`; `Some` when it is worth a warning.
-    pub(crate) fn failed(&mut self, now: Instant, setup: bool, error: &str) -> Option<DownWarning> {
+    pub fn failed(&mut self, now: Instant, setup: bool, error: &str) -> Option<DownWarning> {
         let since = *self.since.get_or_insert(now);
         self.attempts += 1;
         let down = now.saturating_duration_since(since);
@@ -187,7 +227,7 @@ impl ConnectFailures {
     /// A connection got through at `now`: the run is over. `Some` (how long the path was
     /// without a subflow, and how many attempts failed) when a warning had been logged, so the
     /// recovery is worth saying too.
-    pub(crate) fn connected(&mut self, now: Instant) -> Option<DownWarning> {
+    pub fn connected(&mut self, now: Instant) -> Option<DownWarning> {
         let run = std::mem::take(self);
         run.warned.map(|_| DownWarning {
             attempts: run.attempts,
@@ -201,7 +241,7 @@ impl ConnectFailures {
 /// One path's state across its subflows: the run of failed attempts (pauses and warnings),
 /// whether meeting another proxy was said, and the run of short-lived silent subflows.
 #[derive(Debug, Default)]
-pub(crate) struct PathPolicy {
+pub struct PathPolicy {
     failures: ConnectFailures,
     retry: Retry,
     /// Attempts reaching another proxy than the session's were said since the last subflow.
@@ -213,25 +253,25 @@ pub(crate) struct PathPolicy {
 impl PathPolicy {
     /// A connection attempt of the path without a subflow failed with `failure`: the pause
     /// before the next attempt.
-    pub(crate) fn connect_failed(&mut self, failure: Failure) -> Duration {
+    pub fn connect_failed(&mut self, failure: Failure) -> Duration {
         self.retry.failed(failure)
     }
 
     /// A failed attempt (`setup`: one that points at configuration or credentials) at `now`:
     /// `Some` when it is worth a warning ([`ConnectFailures`]).
-    pub(crate) fn report(&mut self, now: Instant, setup: bool, error: &str) -> Option<DownWarning> {
+    pub fn report(&mut self, now: Instant, setup: bool, error: &str) -> Option<DownWarning> {
         self.failures.failed(now, setup, error)
     }
 
     /// An attempt reached another proxy than the session's: whether to say so (once until the
     /// path has a subflow again).
-    pub(crate) fn met_other_proxy(&mut self) -> bool {
+    pub fn met_other_proxy(&mut self) -> bool {
         !std::mem::replace(&mut self.other_told, true)
     }
 
     /// A subflow came up at `now`: the run of failures is over. `Some` when a warning had been
     /// logged about it ([`ConnectFailures::connected`]).
-    pub(crate) fn connected(&mut self, now: Instant) -> Option<DownWarning> {
+    pub fn connected(&mut self, now: Instant) -> Option<DownWarning> {
         self.retry = Retry::default();
         self.other_told = false;
         self.failures.connected(now)
@@ -240,7 +280,7 @@ impl PathPolicy {
     /// The subflow, up for `up_for`, ended or was replaced (`silent`: replaced because the path
     /// stayed silent). `Some` (the count) when short-lived silent subflows came often enough
     /// in a row to hint at a path-MTU black hole.
-    pub(crate) fn subflow_over(&mut self, up_for: Duration, silent: bool) -> Option<u32> {
+    pub fn subflow_over(&mut self, up_for: Duration, silent: bool) -> Option<u32> {
         if up_for >= SHORT_LIVED {
             self.silent_streak = 0;
         } else if silent {
@@ -257,7 +297,7 @@ impl PathPolicy {
 /// until no path works with the session's proxy any more or the session changed (renewed, or
 /// closed by its proxy), so that the path tries again at once when it may join.
 #[derive(Debug)]
-pub(crate) struct OtherProxyPause {
+pub struct OtherProxyPause {
     /// The session's epoch at the start.
     epoch: u64,
     /// Whether the proxy had closed the session at the start.
@@ -268,7 +308,7 @@ pub(crate) struct OtherProxyPause {
 
 impl OtherProxyPause {
     /// A pause of `wait` from `now`, in a session of `epoch` (`closed`: its proxy closed it).
-    pub(crate) fn new(now: Instant, wait: Duration, epoch: u64, closed: bool) -> Self {
+    pub fn new(now: Instant, wait: Duration, epoch: u64, closed: bool) -> Self {
         OtherProxyPause {
             epoch,
             closed,
@@ -277,13 +317,13 @@ impl OtherProxyPause {
     }
 
     /// How long to sleep from `now` before the next look (`None`: the pause is over).
-    pub(crate) fn sleep(&self, now: Instant) -> Option<Duration> {
+    pub fn sleep(&self, now: Instant) -> Option<Duration> {
         (now < self.until).then(|| (self.until - now).min(OTHER_PROXY_CHECK))
     }
 
     /// A look at the session: its epoch, whether its proxy closed it, whether any path works
     /// with it. True: the pause is over.
-    pub(crate) fn may_join(&self, epoch: u64, closed: bool, any_usable: bool) -> bool {
+    pub fn may_join(&self, epoch: u64, closed: bool, any_usable: bool) -> bool {
         epoch != self.epoch || closed != self.closed || !any_usable
     }
 }
@@ -292,7 +332,7 @@ impl OtherProxyPause {
 /// fresh connection; when the probe gets through, it replaces the old subflow, whose TCP may
 /// sit in exponential RTO back-off for a long time.
 #[derive(Debug, Default)]
-pub(crate) struct Watchdog {
+pub struct Watchdog {
     /// Looks in a row that found the path silent.
     silent: u32,
 }
@@ -301,7 +341,7 @@ impl Watchdog {
     /// A look every [`WATCHDOG_CHECK`]: whether the path is attached and silent. True: probe
     /// (with [`Failure`]-paced pauses only for refusals and another proxy) until a fresh
     /// subflow is up.
-    pub(crate) fn on_look(&mut self, stalled: bool) -> bool {
+    pub fn on_look(&mut self, stalled: bool) -> bool {
         self.silent = if stalled { self.silent + 1 } else { 0 };
         self.silent >= WATCHDOG_SILENT_LOOKS
     }
@@ -317,8 +357,8 @@ fn quiet_between(before: &PathCounters, now: &PathCounters) -> bool {
 /// Whether a socket has only probes in flight and is out of back-off. On a path whose RTT
 /// exceeds the probe interval a probe is always in flight, and nothing in flight was never
 /// seen there. What the old subflow has in flight is sent again on the fresh one.
-fn socket_idle(i: &TcpInfoRaw) -> bool {
-    crate::sockopt::probes_only(u64::from(i.unacked), u64::from(i.notsent_bytes)) && i.backoff == 0
+fn socket_idle(i: &SocketState) -> bool {
+    probes_only(u64::from(i.unacked_segments), i.notsent_bytes) && i.backoff == 0
 }
 
 /// Refresh: a blackout that hits an idle subflow (only probes in flight) cuts its slow-start
@@ -328,7 +368,7 @@ fn socket_idle(i: &TcpInfoRaw) -> bool {
 /// break). The proxy asks for the same when a timeout cut its own end's threshold (the
 /// downlink's), which this end cannot see.
 #[derive(Debug)]
-pub(crate) struct Refresh {
+pub struct Refresh {
     mode: IdleRefresh,
     /// When the subflow came up.
     started: Instant,
@@ -342,7 +382,7 @@ pub(crate) struct Refresh {
 
 impl Refresh {
     /// The subflow came up at `now`; the path's counters then.
-    pub(crate) fn new(mode: IdleRefresh, now: Instant, counters: PathCounters) -> Self {
+    pub fn new(mode: IdleRefresh, now: Instant, counters: PathCounters) -> Self {
         Refresh {
             mode,
             started: now,
@@ -353,7 +393,7 @@ impl Refresh {
     }
 
     /// Whether the path refreshes at all.
-    pub(crate) fn enabled(&self) -> bool {
+    pub fn enabled(&self) -> bool {
         self.mode != IdleRefresh::Off
     }
 
@@ -361,12 +401,12 @@ impl Refresh {
     /// taken since the last look (its threshold), the subflow's socket (read only when needed;
     /// `None`: unreadable) and whether the path is usable (asked last). `Some`: replace the
     /// subflow with a fresh connection, for that reason.
-    pub(crate) fn on_look(
+    pub fn on_look(
         &mut self,
         now: Instant,
         counters: PathCounters,
         request: Option<u32>,
-        socket: impl FnOnce() -> Option<TcpInfoRaw>,
+        socket: impl FnOnce() -> Option<SocketState>,
         usable: impl FnOnce() -> bool,
     ) -> Option<Replace> {
         let quiet = quiet_between(&self.last, &counters);
@@ -382,14 +422,14 @@ impl Refresh {
             return None;
         }
         let i = socket()?;
-        let collapsed = i.snd_ssthresh < REFRESH_SSTHRESH_SEGMENTS;
+        let collapsed = i.ssthresh_segments < REFRESH_SSTHRESH_SEGMENTS;
         let carried = counters.rx_bytes.saturating_sub(self.rx_at_start);
         let used = self.mode == IdleRefresh::Used && carried >= REFRESH_USED_BYTES;
         if !((collapsed || used || self.asked.is_some()) && socket_idle(&i) && usable()) {
             return None;
         }
         Some(match self.asked {
-            _ if collapsed => Replace::Refresh(i.snd_ssthresh),
+            _ if collapsed => Replace::Refresh(i.ssthresh_segments),
             Some(theirs) => Replace::Asked(theirs),
             None => Replace::Used(carried),
         })
@@ -401,7 +441,7 @@ impl Refresh {
 /// doubled at every RTO of the blackout, can hold everything the relay sends on the path for
 /// seconds more. Once frames have arrived during such a back-off, the subflow is replaced.
 #[derive(Debug, Default)]
-pub(crate) struct BackoffWatch {
+pub struct BackoffWatch {
     /// When the back-off was first seen, and frames received by then.
     since: Option<(Instant, u64)>,
 }
@@ -410,15 +450,15 @@ impl BackoffWatch {
     /// A look every [`BACKOFF_CHECK`] at `now`: frames received on the path so far, the
     /// subflow's socket (`None`: unreadable), whether a probe is under way. `Some` (the
     /// back-offs in a row): replace the subflow with a fresh connection.
-    pub(crate) fn on_look(
+    pub fn on_look(
         &mut self,
         now: Instant,
         rx_frames: u64,
-        socket: Option<TcpInfoRaw>,
+        socket: Option<SocketState>,
         probing: bool,
     ) -> Option<u8> {
         let i = socket?;
-        if i.backoff == 0 || i.unacked == 0 {
+        if i.backoff == 0 || i.unacked_segments == 0 {
             self.since = None;
             return None;
         }
@@ -429,7 +469,7 @@ impl BackoffWatch {
 
     /// The probe failed at `now`; `rx_frames` as at the look that started it: wait for more
     /// frames from the proxy before the next one.
-    pub(crate) fn probe_failed(&mut self, now: Instant, rx_frames: u64) {
+    pub fn probe_failed(&mut self, now: Instant, rx_frames: u64) {
         self.since = Some((now, rx_frames));
     }
 }
@@ -439,7 +479,7 @@ impl BackoffWatch {
 /// when there is none, so that the proxy sees the new certificate. A proxy that refuses the
 /// new credentials is told about once per reload, and tried again less and less often.
 #[derive(Debug)]
-pub(crate) struct Renewal {
+pub struct Renewal {
     /// When the credentials of `generation` were first seen.
     since: Instant,
     /// The pause before the next look.
@@ -454,7 +494,7 @@ pub(crate) struct Renewal {
 
 impl Renewal {
     /// Credentials of `generation` replaced the subflow's at `now`; the path's counters then.
-    pub(crate) fn new(now: Instant, generation: u64, counters: PathCounters) -> Self {
+    pub fn new(now: Instant, generation: u64, counters: PathCounters) -> Self {
         Renewal {
             since: now,
             wait: REFRESH_CHECK,
@@ -465,14 +505,14 @@ impl Renewal {
     }
 
     /// The pause before the next look.
-    pub(crate) fn wait(&self) -> Duration {
+    pub fn wait(&self) -> Duration {
         self.wait
     }
 
     /// A look at `now`: the credentials' generation, the path's counters, whether the path is
     /// usable (asked only when needed) and whether a probe is under way. True: probe with the
     /// new credentials now.
-    pub(crate) fn on_look(
+    pub fn on_look(
         &mut self,
         now: Instant,
         generation: u64,
@@ -493,9 +533,9 @@ impl Renewal {
     /// The probe failed (`credentials`: a setup failure or a refusal by the proxy). True: tell
     /// the operator (once per reload); the next look comes later (doubling, up to
     /// [`RENEW_RETRY_MAX`]).
-    pub(crate) fn probe_failed(&mut self, credentials: bool) -> bool {
+    pub fn probe_failed(&mut self, credentials: bool) -> bool {
         let tell = credentials && !std::mem::replace(&mut self.told, true);
-        self.wait = (self.wait * 2).min(RENEW_RETRY_MAX);
+        self.wait = self.wait.saturating_add(self.wait).min(RENEW_RETRY_MAX);
         tell
     }
 }

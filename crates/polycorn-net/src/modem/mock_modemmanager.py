@@ -1,6 +1,6 @@
 '''A small ModemManager for python-dbusmock: the root object (an ObjectManager) and, through
 the methods below on the mock interface, modems with the Modem, Modem3gpp, Signal and Location
-interfaces and one bearer each. The polycorn-net `modemmanager` test drives it.
+interfaces and one bearer each. `polycorn_net::modem::mock` starts it and drives it.
 
 AddModem(index, imei, iface) -> object path; SetCell(modem, "MCC,MNC,LAC,CI,TAC");
 SetSignal(modem, rsrp, rsrq, snr); SetGnss(modem, lat, lon); SetBearer(modem, connected); SetRegistration(modem, state);
@@ -99,8 +99,10 @@ def AddModem(self, index, imei, iface):
 @dbus.service.method(MOCK_IFACE, in_signature='os', out_signature='')
 def SetCell(self, modem, location):
     obj = _obj(modem)
-    obj.props[LOCATION]['Location'] = dbus.Dictionary(
-        {dbus.UInt32(1): dbus.String(location)}, signature='uv')
+    # The 3GPP source changes; a GNSS position stays.
+    loc = dict(obj.props[LOCATION]['Location'])
+    loc[dbus.UInt32(1)] = dbus.String(location)
+    obj.props[LOCATION]['Location'] = dbus.Dictionary(loc, signature='uv')
     # ModemManager signals location through the Location property when asked to; a changed
     # signal here stands for the modem's other property changes a handover brings.
     _emit_props(obj, LOCATION, {'Location': obj.props[LOCATION]['Location']})
