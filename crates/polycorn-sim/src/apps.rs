@@ -178,6 +178,14 @@ impl Passengers {
         }
     }
 
+    /// The download `flow` carries, if it is one.
+    pub fn download_of(&self, flow: u64) -> Option<usize> {
+        match self.flows.get(&flow)?.role {
+            Role::Download(i) => Some(i),
+            _ => None,
+        }
+    }
+
     /// Download `i` starts.
     pub fn start_download(&mut self, s: &mut Session, now: Instant, i: usize) {
         let mut hdr = self.downloads[i].size.to_be_bytes().to_vec();

@@ -11,7 +11,7 @@ use std::collections::VecDeque;
 
 use polycorn_proto::path_policy::probes_only;
 use polycorn_proto::refresh_watch::RefreshWatch;
-use polycorn_proto::{decode, ProtoError, Session, WriteLog};
+use polycorn_proto::{decode, Frame, ProtoError, Session, WriteLog};
 use polycorn_sched::time::Instant;
 
 use crate::tcp::TcpConfig;
@@ -80,6 +80,9 @@ pub struct End {
     /// the peer (which carry its acknowledgements) are worth a new sample (the engine's
     /// `wake_window_full`).
     pub window_full: Vec<bool>,
+    /// When set, every data frame this end writes or reads is noted here (for the
+    /// [`budget`](crate::budget)s).
+    pub data_log: Option<Vec<DataMark>>,
     /// This end's subflow sockets.
     pub tcp: TcpConfig,
     /// Whether this is the proxy.
@@ -87,6 +90,38 @@ pub struct End {
     /// (proxy) Per path: the watch for a slow-start threshold cut while the path was idle;
     /// `None`: the proxy does not ask for refreshes.
     pub refresh: Option<Vec<RefreshWatch>>,
+}
+
+/// A data frame written into or read from a subflow.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DataMark {
+    /// Path.
+    pub path: usize,
+    /// Flow.
+    pub flow: u64,
+    /// Flow offset one past its last byte.
+    pub end: u64,
+    /// Written: the subflow stream offset of the frame's last byte. Read: 0.
+    pub stream: u64,
+}
+
+/// Note the data frames in `bytes` (whole frames), the first at subflow stream offset `base`.
+fn note_data(log: &mut Vec<DataMark>, path: usize, bytes: &[u8], base: u64) {
+    let mut used = 0;
+    while let Ok(Some((frame, k))) = decode(&bytes[used..]) {
+        used += k;
+        if let Frame::Data {
+            flow, offset, data, ..
+        } = frame
+        {
+            log.push(DataMark {
+                path,
+                flow,
+                end: offset + data.len() as u64,
+                stream: base + used as u64 - 1,
+            });
+        }
+    }
 }
 
 impl End {
@@ -103,6 +138,7 @@ impl End {
             session,
             subflows: Vec::with_capacity(paths),
             window_full: vec![false; paths],
+            data_log: Some(Vec::new()),
             tcp,
             proxy,
             refresh: ask_refresh.then(|| (0..paths).map(|_| RefreshWatch::default()).collect()),
@@ -158,6 +194,20 @@ impl End {
         loop {
             match decode(&sf.rx[used..]) {
                 Ok(Some((frame, k))) => {
+                    if let (
+                        Some(log),
+                        Frame::Data {
+                            flow, offset, data, ..
+                        },
+                    ) = (&mut self.data_log, &frame)
+                    {
+                        log.push(DataMark {
+                            path: p,
+                            flow: *flow,
+                            end: offset + data.len() as u64,
+                            stream: 0,
+                        });
+                    }
                     if let Err(e) = self.session.on_frame(now, p as u8, frame) {
                         sf.failed = Some(e);
                         let _ = self.session.detach_path(now, p as u8);
@@ -197,6 +247,9 @@ impl End {
         }
         if sf.pending.is_empty() {
             self.session.take_output(p as u8, &mut sf.pending);
+            if let Some(log) = &mut self.data_log {
+                note_data(log, p, &sf.pending, sf.sent_base + sf.sent.len() as u64);
+            }
         }
         let n = (sf.conn.write_room() as usize).min(sf.pending.len());
         if n == 0 {

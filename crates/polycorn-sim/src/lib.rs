@@ -16,8 +16,10 @@
 //! - [`apps`]: the passengers behind the relay and the servers behind the proxy.
 //! - [`workload`]: what a ride carries and what it measured.
 //! - [`ride`]: one ride from start to end.
+//! - [`budget`]: where each download's time beyond the oracle's went.
 
 pub mod apps;
+pub mod budget;
 pub mod end;
 pub mod predict;
 pub mod queue;

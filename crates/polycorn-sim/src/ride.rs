@@ -16,6 +16,7 @@ use polycorn_sched::spec::SpecError;
 use polycorn_sched::time::Instant;
 
 use crate::apps::{Passengers, Servers};
+use crate::budget::{LastByte, Tracker, Transit};
 use crate::end::{End, TCP_INFO_PERIOD_US};
 use crate::predict::{context_info, Prediction};
 use crate::queue::EventQueue;
@@ -95,6 +96,10 @@ pub struct RideResult {
     /// Per side (relay, proxy) and path: the session's counters and the subflow sender's
     /// (the last subflow's).
     pub paths: [Vec<(PathCounters, SenderStats)>; 2],
+    /// Per download (plan order), the marks of its last byte on its critical path, for its
+    /// [`Budget`](crate::budget::Budget); `None` if it did not complete (or, never expected,
+    /// its last byte could not be followed).
+    pub last_bytes: Vec<Option<LastByte>>,
     /// Subflows the relay replaced with fresh connections, in time order.
     pub replacements: Vec<Replacement>,
     /// Context frames the relay sent.
@@ -135,7 +140,8 @@ struct Ride {
     servers: Servers,
     next_tick_us: u64,
     buf: Vec<u8>,
-    arrived: Vec<OnWire>,
+    arrived: Vec<(OnWire, Transit)>,
+    tracker: Tracker,
     steps: u64,
 }
 
@@ -236,6 +242,7 @@ pub fn run(cfg: &RideConfig) -> Result<RideResult, SimError> {
         next_tick_us: 0,
         buf: Vec::new(),
         arrived: Vec::new(),
+        tracker: Tracker::new(w.downloads.iter().map(|t| t.size).collect(), n),
         steps: 0,
     };
     let mut now_us = 0;
@@ -253,7 +260,7 @@ impl Ride {
         for (p, path) in self.paths.iter_mut().enumerate() {
             self.arrived.clear();
             path.up.deliver(now_us, &mut self.arrived);
-            for pkt in self.arrived.drain(..) {
+            for (pkt, _) in self.arrived.drain(..) {
                 let sf = &mut self.proxy.subflows[p];
                 match pkt {
                     OnWire::Tcp(gen, pkt) if gen == sf.gen => sf.conn.on_packet(now_us, pkt),
@@ -271,10 +278,13 @@ impl Ride {
                 }
             }
             path.down.deliver(now_us, &mut self.arrived);
-            for pkt in self.arrived.drain(..) {
+            for (pkt, t) in self.arrived.drain(..) {
                 let sf = &mut self.relay.subflows[p];
                 match pkt {
-                    OnWire::Tcp(gen, pkt) if gen == sf.gen => sf.conn.on_packet(now_us, pkt),
+                    OnWire::Tcp(gen, pkt) if gen == sf.gen => {
+                        self.tracker.arrived(p, &pkt, t);
+                        sf.conn.on_packet(now_us, pkt);
+                    }
                     OnWire::SynAck(gen) if gen > sf.gen && !self.upkeep.is_empty() => {
                         self.relay.replace(now, p, gen);
                         let why =
@@ -289,10 +299,14 @@ impl Ride {
                 }
             }
         }
-        for e in [&mut self.relay, &mut self.proxy] {
-            for sf in &mut e.subflows {
+        for (side, e) in [&mut self.relay, &mut self.proxy].into_iter().enumerate() {
+            for (p, sf) in e.subflows.iter_mut().enumerate() {
                 if sf.conn.next_timer_us().is_some_and(|t| t <= now_us) {
+                    let rtos = sf.conn.stats().rtos;
                     sf.conn.on_timer(now_us);
+                    if side == 1 && sf.conn.stats().rtos > rtos {
+                        self.tracker.rto(p, now_us);
+                    }
                 }
             }
         }
@@ -351,6 +365,7 @@ impl Ride {
             to_relay |= self.relay.read_frames(now, p);
             to_proxy |= self.proxy.read_frames(now, p);
         }
+        self.note_frames(now_us);
         if to_relay {
             self.relay.wake_window_full(now);
         }
@@ -366,6 +381,7 @@ impl Ride {
             while self.proxy.write_path(now, p) {
                 moved = true;
             }
+            self.note_frames(now_us);
             let path = &mut self.paths[p];
             let sf = &mut self.relay.subflows[p];
             while let Some(pkt) = sf.conn.poll_packet(now_us) {
@@ -375,6 +391,7 @@ impl Ride {
             }
             let sf = &mut self.proxy.subflows[p];
             while let Some(pkt) = sf.conn.poll_packet(now_us) {
+                self.tracker.transmitted(p, &pkt, now_us);
                 let pkt = OnWire::Tcp(sf.gen, pkt);
                 path.down.send(now_us, pkt.wire_len(), pkt);
                 moved = true;
@@ -399,6 +416,11 @@ impl Ride {
         while s.poll_sched_event().is_some() {}
         while let Some(ev) = s.poll_event() {
             any = true;
+            if let Event::Readable(flow) = ev {
+                if let Some(d) = self.passengers.download_of(flow) {
+                    self.tracker.request(d, now.as_micros());
+                }
+            }
             if let Event::Context(ctx) = &ev {
                 self.proxy_predictor.on_context(now, ctx);
             }
@@ -406,6 +428,25 @@ impl Ride {
             self.servers.on_event(s, now, &ev, &mut self.buf, ups);
         }
         any
+    }
+
+    /// Hand the data frames both ends noted to the budget tracker.
+    fn note_frames(&mut self, now_us: u64) {
+        for (side, e) in [&mut self.relay, &mut self.proxy].into_iter().enumerate() {
+            let Some(log) = e.data_log.as_mut() else {
+                continue;
+            };
+            for m in log.drain(..) {
+                let Some(d) = self.passengers.download_of(m.flow) else {
+                    continue;
+                };
+                if side == 0 {
+                    self.tracker.frame_received(d, m.path, m.end, now_us);
+                } else {
+                    self.tracker.frame_sent(d, m.path, m.end, m.stream);
+                }
+            }
+        }
     }
 
     /// The next time anything is due, after `now_us`.
@@ -434,6 +475,7 @@ impl Ride {
     }
 
     fn finish(self, w: &Workload) -> RideResult {
+        let tracker = self.tracker;
         let mut ps = self.passengers;
         for r in &mut ps.downloads {
             if r.done_us.is_none_or(|d| d > w.download_timeout_us) {
@@ -490,7 +532,17 @@ impl Ride {
                 })
                 .collect()
         };
+        let last_bytes = ps
+            .downloads
+            .iter()
+            .enumerate()
+            .map(|(i, r)| {
+                let done = r.start_us + r.done_us?;
+                tracker.last_byte(i, r.start_us, done)
+            })
+            .collect();
         RideResult {
+            last_bytes,
             paths: [paths(&self.relay), paths(&self.proxy)],
             downloads: ps.downloads,
             uploads: ps.uploads,

@@ -8,6 +8,8 @@ use std::collections::VecDeque;
 
 use polycorn_link::link::{EnqueueOutcome, Link, LinkConfig, LinkError};
 
+use crate::budget::Transit;
+
 /// Per-direction counters.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct WireStats {
@@ -25,7 +27,8 @@ pub struct WireStats {
 #[derive(Debug)]
 pub struct Wire<P> {
     link: Link,
-    packets: VecDeque<(u64, u32, P)>,
+    /// Accepted packets: id, length, when offered (µs), the packet.
+    packets: VecDeque<(u64, u32, u64, P)>,
     next_id: u64,
     stats: WireStats,
 }
@@ -48,7 +51,7 @@ impl<P> Wire<P> {
         self.next_id += 1;
         match self.link.enqueue(now_us, id, len) {
             EnqueueOutcome::Enqueued => {
-                self.packets.push_back((id, len, packet));
+                self.packets.push_back((id, len, now_us, packet));
                 true
             }
             EnqueueOutcome::Dropped(_) => {
@@ -63,20 +66,48 @@ impl<P> Wire<P> {
         self.link.next_event_us()
     }
 
-    /// Every packet delivered by `now_us`, in order, into `out`.
-    pub fn deliver(&mut self, now_us: u64, out: &mut Vec<P>) {
+    /// Every packet delivered by `now_us`, in order, into `out`, each with its
+    /// [`Transit`] (when offered, when delivered, its propagation delay and the time it was
+    /// held in an outage).
+    pub fn deliver(&mut self, now_us: u64, out: &mut Vec<(P, Transit)>) {
         self.link.advance(now_us);
-        while let Some((id, _at)) = self.link.poll_delivered(now_us) {
-            while let Some((front, len, p)) = self.packets.pop_front() {
+        while let Some((id, at_us)) = self.link.poll_delivered(now_us) {
+            while let Some((front, len, sent_us, p)) = self.packets.pop_front() {
                 if front == id {
                     self.stats.packets_out += 1;
                     self.stats.bytes_out += u64::from(len);
-                    out.push(p);
+                    out.push((p, self.transit(sent_us, at_us)));
                     break;
                 }
                 // Accepted earlier but never delivered (lost on the link): dropped.
                 self.stats.dropped += 1;
             }
+        }
+    }
+
+    /// The transit of a packet offered at `sent_us` and delivered at `at_us`: the one-way
+    /// delay in force when it left the bottleneck, and how much of its time before that fell
+    /// in the link's outages (held, not served).
+    fn transit(&self, sent_us: u64, at_us: u64) -> Transit {
+        let cfg = self.link.config();
+        let guess = at_us.saturating_sub(cfg.delay.delay_at_us(at_us));
+        let propagation_us = cfg.delay.delay_at_us(guess).min(at_us - sent_us);
+        let served_us = at_us - propagation_us;
+        let spans = cfg.outages.spans_ms();
+        let first = spans.partition_point(|&(_, b)| b * 1000 <= sent_us);
+        let dark_us = spans[first..]
+            .iter()
+            .take_while(|&&(a, _)| a * 1000 < served_us)
+            .map(|&(a, b)| {
+                let (a, b) = (a * 1000, b * 1000);
+                served_us.min(b).saturating_sub(sent_us.max(a))
+            })
+            .sum();
+        Transit {
+            sent_us,
+            at_us,
+            propagation_us,
+            dark_us,
         }
     }
 
@@ -103,7 +134,14 @@ mod tests {
         w.deliver(9_000, &mut out);
         assert!(out.is_empty(), "one-way delay is 10 ms");
         w.deliver(20_000, &mut out);
-        assert_eq!(out, vec!["a", "b"]);
+        let got: Vec<_> = out.iter().map(|(p, _)| *p).collect();
+        assert_eq!(got, vec!["a", "b"]);
+        let t = out[1].1;
+        assert_eq!((t.sent_us, t.propagation_us, t.dark_us), (0, 10_000, 0));
+        assert!(
+            t.queueing_us() >= 1_000,
+            "b waited for a's serialisation: {t:?}"
+        );
         assert_eq!(w.stats().bytes_out, 3000);
         assert_eq!(w.next_event_us(), None);
     }

@@ -6,6 +6,7 @@
 use std::collections::BTreeMap;
 
 use polycorn_link::trip::{Outcome, PathProcess, Trip, STEP_MS};
+use polycorn_sim::budget::{Budget, OracleSplit};
 
 /// Width of a receive-progress bin, ms.
 pub const BIN_MS: u64 = 100;
@@ -64,6 +65,9 @@ pub struct FlowResult {
     pub tail_s: f64,
     /// Bytes received per BIN_MS bin from the flow's start.
     pub bins: Vec<u64>,
+    /// Where its FCT beyond the oracle's went, for a completed download whose parts were
+    /// recorded.
+    pub budget: Option<Budget>,
 }
 
 impl FlowResult {
@@ -353,6 +357,13 @@ impl RideCi {
 /// moment (no slow start, no queueing, no header bytes, zero capacity during outages), each
 /// 10 ms step's bytes arriving one one-way delay later. `None` if the trip ends first.
 pub fn oracle_fct_s(trip: &Trip, start_s: f64, size: u64) -> Option<f64> {
+    oracle_split(trip, start_s, size).map(|o| o.fct_s())
+}
+
+/// [`oracle_fct_s`] in its three legs (request one-way delay, sending at full capacity until
+/// the last byte leaves, the last byte's one-way delay), for a flow's
+/// [`Budget`](polycorn_sim::budget::Budget).
+pub fn oracle_split(trip: &Trip, start_s: f64, size: u64) -> Option<OracleSplit> {
     let steps = trip.speed_mps.len();
     let in_outage = |p: usize, t_ms: u64| {
         trip.paths[p]
@@ -377,24 +388,37 @@ pub fn oracle_fct_s(trip: &Trip, start_s: f64, size: u64) -> Option<f64> {
         }
     }
     let req_us = req_us?;
-    let last = last_byte_arrival_us(trip, (req_us / 1000 / STEP_MS) as usize, size, |k, path| {
-        let bytes = path.dl_bps[k].max(0.0) * STEP_MS as f64 / 1000.0 / 8.0;
-        let send_us = (k as u64 * STEP_MS * 1000).max(req_us);
-        (bytes > 0.0).then(|| (send_us + STEP_MS * 1000 + path.owd_us[k], bytes))
-    })?;
-    Some(last as f64 / 1e6 - start_s)
+    let (last, owd) =
+        last_byte_arrival_us(trip, (req_us / 1000 / STEP_MS) as usize, size, |k, path| {
+            let bytes = path.dl_bps[k].max(0.0) * STEP_MS as f64 / 1000.0 / 8.0;
+            let send_us = (k as u64 * STEP_MS * 1000).max(req_us);
+            (bytes > 0.0).then(|| {
+                (
+                    send_us + STEP_MS * 1000 + path.owd_us[k],
+                    bytes,
+                    path.owd_us[k],
+                )
+            })
+        })?;
+    let request_s = req_us as f64 / 1e6 - start_s;
+    let owd_s = owd as f64 / 1e6;
+    Some(OracleSplit {
+        request_s,
+        send_s: last as f64 / 1e6 - start_s - request_s - owd_s,
+        owd_s,
+    })
 }
 
-/// When the last of `size` bytes arrives, µs into the trip, if it does: `sent(k, path)` is when
-/// what `path` sends in 10 ms step `k` arrives (µs) and how many bytes it is, for every step
-/// from `first` on.
+/// When the last of `size` bytes arrives, µs into the trip, and its one-way delay, µs, if it
+/// does: `sent(k, path)` is when what `path` sends in 10 ms step `k` arrives (µs), how many
+/// bytes it is and its one-way delay, for every step from `first` on.
 fn last_byte_arrival_us(
     trip: &Trip,
     first: usize,
     size: u64,
-    sent: impl Fn(usize, &PathProcess) -> Option<(u64, f64)>,
-) -> Option<u64> {
-    let mut arrivals: Vec<(u64, f64)> = Vec::new();
+    sent: impl Fn(usize, &PathProcess) -> Option<(u64, f64, u64)>,
+) -> Option<(u64, u64)> {
+    let mut arrivals: Vec<(u64, f64, u64)> = Vec::new();
     for k in first..trip.speed_mps.len() {
         arrivals.extend(trip.paths.iter().filter_map(|p| sent(k, p)));
         // Enough in flight for certain: stop collecting.
@@ -404,10 +428,10 @@ fn last_byte_arrival_us(
     }
     arrivals.sort_by_key(|a| a.0);
     let mut got = 0.0;
-    for (at_us, b) in arrivals {
+    for (at_us, b, owd_us) in arrivals {
         got += b;
         if got >= size as f64 {
-            return Some(at_us);
+            return Some((at_us, owd_us));
         }
     }
     None
@@ -421,7 +445,7 @@ fn last_byte_arrival_us(
 pub fn oracle_upload_fct_s(trip: &Trip, start_s: f64, size: u64) -> Option<f64> {
     let start_us = (start_s * 1e6) as u64;
     let first = (start_us / 1000 / STEP_MS) as usize;
-    let last = last_byte_arrival_us(trip, first, size, |k, path| {
+    let (last, _) = last_byte_arrival_us(trip, first, size, |k, path| {
         let step_us = k as u64 * STEP_MS * 1000;
         // The step the upload starts in counts only from the start on.
         let share = if k == first {
@@ -430,9 +454,64 @@ pub fn oracle_upload_fct_s(trip: &Trip, start_s: f64, size: u64) -> Option<f64> 
             1.0
         };
         let bytes = path.ul_bps[k].max(0.0) * STEP_MS as f64 / 1000.0 / 8.0 * share;
-        (bytes > 0.0).then(|| (step_us + STEP_MS * 1000 + path.owd_us[k], bytes))
+        (bytes > 0.0).then(|| {
+            (
+                step_us + STEP_MS * 1000 + path.owd_us[k],
+                bytes,
+                path.owd_us[k],
+            )
+        })
     })?;
     Some(last as f64 / 1e6 - start_s)
+}
+
+/// The JSON keys of a [`Budget`], in order: the excess, then the parts (ms).
+pub const BUDGET_KEYS: [&str; 7] = [
+    "excess_ms",
+    "setup_ms",
+    "window_ms",
+    "queueing_ms",
+    "reorder_ms",
+    "stalls_ms",
+    "rest_ms",
+];
+
+/// A budget's values in [`BUDGET_KEYS`] order.
+pub fn budget_values(b: &Budget) -> [f64; 7] {
+    let p = b.parts();
+    [b.excess_ms, p[0], p[1], p[2], p[3], p[4], p[5]]
+}
+
+/// A budget as results.json holds it: its values under [`BUDGET_KEYS`], ms.
+pub fn budget_json(b: &Budget) -> serde_json::Value {
+    let mut m = serde_json::Map::new();
+    for (k, v) in BUDGET_KEYS.iter().zip(budget_values(b)) {
+        m.insert(k.to_string(), serde_json::json!(v));
+    }
+    serde_json::Value::Object(m)
+}
+
+/// A budget back from [`budget_json`]; `None` if a key is missing or not a number.
+pub fn budget_from_json(v: &serde_json::Value) -> Option<Budget> {
+    let g = |k: &str| v.get(k)?.as_f64();
+    Some(Budget {
+        excess_ms: g(BUDGET_KEYS[0])?,
+        setup_ms: g(BUDGET_KEYS[1])?,
+        window_ms: g(BUDGET_KEYS[2])?,
+        queueing_ms: g(BUDGET_KEYS[3])?,
+        reorder_ms: g(BUDGET_KEYS[4])?,
+        stalls_ms: g(BUDGET_KEYS[5])?,
+        rest_ms: g(BUDGET_KEYS[6])?,
+    })
+}
+
+/// The budgets of `run`'s completed flows going `dir` of `size`.
+pub fn budgets(run: &SystemRun, dir: Dir, size: u64) -> Vec<Budget> {
+    run.flows_of(dir)
+        .iter()
+        .filter(|f| f.ok && f.size == size)
+        .filter_map(|f| f.budget)
+        .collect()
 }
 
 /// The oracle FCT of a flow going `dir`.
@@ -868,6 +947,7 @@ mod tests {
             fct_s,
             tail_s: 0.0,
             bins: vec![],
+            budget: None,
         };
         let run = |flows| SystemRun {
             system: "x".into(),

@@ -796,6 +796,15 @@ fn flows_from_json(r: &Value, key: &str) -> Result<Vec<FlowResult>> {
                     .map(Value::as_u64)
                     .collect::<Option<_>>()
                     .with_context(|| format!("{key}.{k}.bins_100ms holds a non-integer"))?,
+                budget: match f.get("budget") {
+                    None | Some(Value::Null) => None,
+                    Some(b) => Some(super::analysis::budget_from_json(b).with_context(|| {
+                        format!(
+                            "{key}.{k}.budget: not an object of numbers (ms) named {:?}",
+                            super::analysis::BUDGET_KEYS
+                        )
+                    })?),
+                },
             })
         })
         .collect()

@@ -28,7 +28,9 @@ use polycorn_sim::{
     TransferResult, Upkeep,
 };
 
-use super::analysis::{FlowResult, ImResult, SystemRun, BIN_MS, TAIL_SHARE};
+use polycorn_sim::budget::Budget;
+
+use super::analysis::{oracle_split, FlowResult, ImResult, SystemRun, BIN_MS, TAIL_SHARE};
 use super::plan::{Plan, PlanParams};
 use super::{
     at_speed_from_ms, configs, report, Meta, RideArgs, System, FULL_SYSTEMS, QUICK_SYSTEMS,
@@ -330,11 +332,13 @@ fn flow_result(t: &TransferResult, timeout_s: f64) -> FlowResult {
             _ => f64::NAN,
         },
         bins,
+        budget: None,
     }
 }
 
-/// A simulated ride as the bench's per-system results.
-pub fn system_run(sys: &System, plan: &Plan, r: &RideResult) -> SystemRun {
+/// A simulated ride over `trip` as the bench's per-system results, each completed download
+/// with its [`Budget`] against the oracle.
+pub fn system_run(sys: &System, plan: &Plan, trip: &Trip, r: &RideResult) -> SystemRun {
     let mut counters = std::collections::BTreeMap::new();
     for (k, role) in ["relay", "proxy"].iter().enumerate() {
         for (stage, n) in &r.stage_moves[k] {
@@ -370,7 +374,15 @@ pub fn system_run(sys: &System, plan: &Plan, r: &RideResult) -> SystemRun {
         flows: r
             .downloads
             .iter()
-            .map(|t| flow_result(t, plan.bulk_timeout_s))
+            .zip(&r.last_bytes)
+            .map(|(t, lb)| {
+                let mut f = flow_result(t, plan.bulk_timeout_s);
+                f.budget = lb.as_ref().filter(|_| f.ok).and_then(|lb| {
+                    let o = oracle_split(trip, f.start_s, f.size)?;
+                    Some(Budget::of(lb, &o))
+                });
+                f
+            })
             .collect(),
         im: r
             .im
@@ -481,7 +493,7 @@ pub fn simulate_ride(
     for sys in systems {
         let cfg = ride_config(sys, &trip, &plan, meta.window_s, args.queue_bytes, &pred)?;
         let r = polycorn_sim::run(&cfg).with_context(|| format!("simulate {}", sys.name))?;
-        runs.push(system_run(sys, &plan, &r));
+        runs.push(system_run(sys, &plan, &trip, &r));
     }
     Ok(report::Results::new(meta, plan, &trip, runs))
 }

@@ -265,6 +265,7 @@ fn flow_result(
             _ => f64::NAN,
         },
         bins: prog.bins(started),
+        budget: None,
     }
 }
 

@@ -104,6 +104,52 @@ fn a_ride_is_deterministic() {
     }
 }
 
+/// Every completed download's last byte is followed from the request to the passenger, its
+/// legs in order and its way over the link as the link models it.
+#[test]
+fn every_download_has_its_last_byte_followed() {
+    use crate::budget::{Budget, OracleSplit};
+    for spec in ["minrtt", "hrsch"] {
+        let cfg = small_ride(spec);
+        let r = run(&cfg).unwrap();
+        assert_eq!(r.last_bytes.len(), r.downloads.len());
+        for (d, lb) in r.downloads.iter().zip(&r.last_bytes) {
+            assert!(d.ok(), "{d:?}");
+            let lb = lb.expect("followed");
+            let t = lb.transit;
+            assert_eq!(lb.start_us, d.start_us);
+            assert_eq!(lb.done_us, d.start_us + d.done_us.unwrap());
+            // The request crossed at least the faster path's 20 ms.
+            assert!(lb.request_us >= lb.start_us + 20_000, "{lb:?}");
+            assert!(lb.request_us <= lb.first_sent_us, "{lb:?}");
+            assert!(
+                lb.first_sent_us <= t.sent_us && t.sent_us < t.at_us,
+                "{lb:?}"
+            );
+            assert!(
+                t.at_us <= lb.framed_us && lb.framed_us <= lb.done_us,
+                "{lb:?}"
+            );
+            let owd = [20_000, 40_000][lb.path];
+            assert_eq!(t.propagation_us, owd, "{spec}: {lb:?}");
+            assert_eq!(t.dark_us, 0, "no outages");
+            // Against a 30 Mbit/s oracle the parts add up and only the rest can be negative.
+            let o = OracleSplit {
+                request_s: 0.02,
+                send_s: d.size as f64 * 8.0 / 30e6,
+                owd_s: 0.02,
+            };
+            let b = Budget::of(&lb, &o);
+            assert!(b.adds_up(0.05), "{b:?}");
+            assert!(
+                b.parts()[..5].iter().all(|x| *x >= 0.0 || x.abs() < 1.0),
+                "{b:?}"
+            );
+            assert_eq!(b.stalls_ms, 0.0, "no outage, no RTO: {b:?}");
+        }
+    }
+}
+
 /// A blackout of one path while a download runs: the relay's watchdog finds the path silent,
 /// probes it with fresh connections until one gets through after the blackout, and the fresh
 /// subflow takes over; every transfer completes. Without the upkeep the old subflow stays.

@@ -106,6 +106,9 @@ pub(super) fn bulk_html(h: &mut String, r: &Results, ok_runs: &[&SystemRun], dir
             Some(1.0),
         ));
     }
+    if dir == Dir::Down {
+        budget_plot(h, ok_runs);
+    }
     h.push_str("</div>");
     // Bulk table.
     h.push_str("<table><tr><th>system</th><th>size</th><th>completed</th><th>goodput median Mbit/s</th><th>FCT mean s</th><th>FCT median s</th><th>FCT p90 s</th><th>FCT÷oracle median</th><th>ratio vs vanilla mean [95% CI] / median / p10 / p90</th><th>ratio vs mptcp mean [95% CI] / median / p10 / p90</th></tr>");
@@ -151,6 +154,35 @@ pub(super) fn bulk_html(h: &mut String, r: &Results, ok_runs: &[&SystemRun], dir
         }
     }
     h.push_str("</table>");
+}
+
+/// The downloads' budgets as stacked bars: per system and size, the mean of each part, the
+/// mean FCT − oracle marked across each bar.
+fn budget_plot(h: &mut String, ok_runs: &[&SystemRun]) {
+    let (mut groups, mut values, mut totals) = (Vec::new(), Vec::new(), Vec::new());
+    for run in ok_runs {
+        for &s in &BULK_SIZES {
+            if let Some((n, mean, _)) = budget_stats(run, s) {
+                groups.push(format!("{} {} ({n})", run.system, size_label(s)));
+                totals.push(mean[0]);
+                values.push(mean[1..].to_vec());
+            }
+        }
+    }
+    let title = if groups.is_empty() {
+        "Download budget: not recorded for these runs".to_string()
+    } else {
+        "Download budget: where FCT − oracle goes (mean per flow; line: FCT − oracle)".to_string()
+    };
+    h.push_str(&stacked(
+        "budget",
+        &title,
+        "ms",
+        &groups,
+        &polycorn_sim::budget::PARTS,
+        &values,
+        &totals,
+    ));
 }
 
 /// The whole report as one HTML document.

@@ -406,6 +406,35 @@ pub fn pooled(rides: &[Results]) -> (String, Value) {
             }
             o.push('\n');
         }
+        if dir == Dir::Down {
+            let mut lines = String::new();
+            for name in &names {
+                for &size in &BULK_SIZES {
+                    let b: Vec<_> = rides
+                        .iter()
+                        .filter_map(|r| r.run(name))
+                        .flat_map(|run| an::budgets(run, dir, size))
+                        .collect();
+                    let s = budget_summary(&b);
+                    if let Some((n, mean, _)) = s {
+                        let _ = write!(lines, "{name:<w$} {:>6}", size_label(size));
+                        for v in mean {
+                            let _ = write!(lines, " {:>8}", f(v, 0));
+                        }
+                        let _ = writeln!(lines, " ({n})");
+                    }
+                    systems[name][dir.key()][size.to_string()]["budget"] = budget_summary_json(s);
+                }
+            }
+            if !lines.is_empty() {
+                let _ = writeln!(
+                    o,
+                    "\nbulk download budget, pooled: mean ms per flow of FCT − oracle = set-up + window-bound + queueing + reordering + stalls + rest (flows)\n{:<w$} {:>6} {:>9} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8}",
+                    "system", "size", "FCT−orc", "setup", "window", "queue", "reorder", "stalls", "rest"
+                );
+                o.push_str(&lines);
+            }
+        }
     }
     // IM: every delivered answer of every ride.
     let im = |name: &str, users: usize| -> (Vec<f64>, usize, Vec<f64>) {

@@ -148,6 +148,30 @@ impl Results {
         }
     }
 
+    /// Whether download `fl`'s budget (if it has one) adds up: its parts sum to its FCT − the
+    /// oracle's FCT (as [`Self::oracle`] has it, computed apart from the budget) within 5%
+    /// (or 1 ms), and no part but the rest is negative.
+    pub fn check_budget(&self, fl: &an::FlowResult) -> Result<()> {
+        let Some(b) = &fl.budget else {
+            return Ok(());
+        };
+        let Some(oracle) = self.oracle.get(&fl.idx).copied().flatten() else {
+            anyhow::bail!("a budget but no oracle");
+        };
+        let excess = (fl.fct_s - oracle) * 1e3;
+        let sum = b.sum_ms();
+        anyhow::ensure!(
+            (sum - excess).abs() <= (0.05 * excess.abs()).max(1.0),
+            "budget parts sum to {sum:.1} ms, FCT − oracle is {excess:.1} ms ({b:?})"
+        );
+        let parts = b.parts();
+        anyhow::ensure!(
+            parts[..5].iter().all(|p| *p >= -1.0),
+            "a negative budget part other than the rest ({b:?})"
+        );
+        Ok(())
+    }
+
     /// FCT / oracle for every completed flow of `run` going `dir` of `size`.
     pub fn fct_over_oracle(&self, dir: Dir, run: &SystemRun, size: u64) -> Vec<f64> {
         run.flows_of(dir)
@@ -285,6 +309,9 @@ impl Results {
                             "fct_s": summ(&Summary::of(&fct)),
                             "fct_over_oracle": summ(&Summary::of(&self.fct_over_oracle(dir, r, size))),
                         });
+                        if dir == Dir::Down {
+                            v["budget"] = budget_summary_json(budget_stats(r, size));
+                        }
                         for reference in ["vanilla", "mptcp"] {
                             if let Some(refr) = self.run(reference) {
                                 let ratios = an::goodput_ratios(dir, r, refr, size);
@@ -303,6 +330,7 @@ impl Results {
                         "error": f.error, "first_byte_s": num(f.first_byte_s), "fct_s": num(f.fct_s),
                         "goodput_mbps": num(f.goodput_mbps()), "tail_s": num(f.tail_s),
                         "bins_100ms": f.bins,
+                        "budget": f.budget.as_ref().map_or(Value::Null, an::budget_json),
                     })).collect::<Vec<_>>()
                 };
                 let im: Vec<Value> = IM_USERS
@@ -566,6 +594,82 @@ pub(super) fn bulk_tables(o: &mut String, r: &Results, dir: Dir, w: usize) {
     }
 }
 
+/// A budget summary: how many budgets, then per [`an::BUDGET_KEYS`] key their mean and their
+/// median.
+pub(super) type BudgetStats = (usize, [f64; 7], [f64; 7]);
+
+/// Per-key means and medians (in [`an::BUDGET_KEYS`] order) of the budgets of `run`'s
+/// completed downloads of `size`, and how many there were; `None` without any.
+pub(super) fn budget_stats(run: &SystemRun, size: u64) -> Option<BudgetStats> {
+    budget_summary(&an::budgets(run, Dir::Down, size))
+}
+
+/// Per-key means and medians (in [`an::BUDGET_KEYS`] order) of budgets `b`, and how many;
+/// `None` without any.
+pub(super) fn budget_summary(b: &[polycorn_sim::budget::Budget]) -> Option<BudgetStats> {
+    if b.is_empty() {
+        return None;
+    }
+    let (mut mean, mut median) = ([0.0; 7], [0.0; 7]);
+    for k in 0..7 {
+        let v: Vec<f64> = b.iter().map(|x| an::budget_values(x)[k]).collect();
+        mean[k] = an::mean(&v);
+        median[k] = an::quantile(&v, 0.5);
+    }
+    Some((b.len(), mean, median))
+}
+
+/// A [`budget_summary`] as JSON: `n`, and `mean` and `median` objects keyed by
+/// [`an::BUDGET_KEYS`]; null without budgets.
+pub(super) fn budget_summary_json(s: Option<BudgetStats>) -> Value {
+    let Some((n, mean, median)) = s else {
+        return Value::Null;
+    };
+    let obj = |vals: [f64; 7]| {
+        an::BUDGET_KEYS
+            .iter()
+            .zip(vals)
+            .map(|(k, x)| (k.to_string(), num(x)))
+            .collect::<serde_json::Map<_, _>>()
+    };
+    json!({"n": n, "mean": obj(mean), "median": obj(median)})
+}
+
+/// The terminal table of the downloads' budgets: per system and size, the mean FCT − oracle
+/// and the mean of each part (means add up as the parts do).
+pub(super) fn budget_table(o: &mut String, r: &Results, w: usize) {
+    let rows: Vec<(&SystemRun, u64, BudgetStats)> = r
+        .runs
+        .iter()
+        .filter(|x| x.error.is_none())
+        .flat_map(|run| {
+            BULK_SIZES
+                .iter()
+                .filter_map(move |&s| budget_stats(run, s).map(|b| (run, s, b)))
+        })
+        .collect();
+    if rows.is_empty() {
+        return;
+    }
+    let _ = writeln!(
+        o,
+        "
+bulk download budget: mean ms per flow of FCT − oracle = set-up + window-bound + queueing + reordering + stalls + rest (flows)"
+    );
+    let _ = writeln!(
+        o,
+        "{:<w$} {:>6} {:>9} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8}",
+        "system", "size", "FCT−orc", "setup", "window", "queue", "reorder", "stalls", "rest"
+    );
+    for (run, s, (n, mean, _)) in rows {
+        let _ = write!(o, "{:<w$} {:>6}", run.system, size_label(s));
+        for v in mean {
+            let _ = write!(o, " {:>8}", f(v, 0));
+        }
+        let _ = writeln!(o, " ({n})");
+    }
+}
+
 /// The terminal tables of instant messaging: per user count the delivery times and the lower
 /// bound.
 pub(super) fn im_tables(o: &mut String, r: &Results, w: usize) {
@@ -656,6 +760,9 @@ pub fn table(r: &Results) -> String {
     // A run without a workload prints no empty tables for it.
     if !r.plan.bulk.is_empty() {
         bulk_tables(&mut o, r, Dir::Down, w);
+    }
+    if !r.plan.bulk.is_empty() {
+        budget_table(&mut o, r, w);
     }
     if !r.plan.im.is_empty() {
         im_tables(&mut o, r, w);
@@ -810,6 +917,11 @@ pub fn verify(dir: &Path, r: &Results) -> Result<()> {
         if let Some(e) = &run.error {
             anyhow::bail!("{}: not run: {e}", run.system);
         }
+        for fl in &run.flows {
+            if let Err(e) = r.check_budget(fl) {
+                anyhow::bail!("{}: bulk flow {}: {e}", run.system, fl.idx);
+            }
+        }
         anyhow::ensure!(
             run.flows.len() == r.plan.bulk.len(),
             "{}: {} bulk results for {} planned flows",
@@ -882,6 +994,7 @@ pub const PLOT_IDS: &[&str] = &[
     "im-delivery",
     "im-delivery-p90",
     "stage-views",
+    "budget",
 ];
 
 /// Add the geometric mean of `ratios` and its 95% CI to a ratio summary's JSON; returns it.

@@ -389,3 +389,92 @@ pub(super) fn trip_plot(r: &Results) -> String {
     s.push_str("</svg>");
     s
 }
+
+/// Stacked bar chart: one bar per group, one segment (class `bar`) per part, positive parts
+/// stacked up from zero and negative ones down from it, and a tick (class `total`) at each
+/// group's `totals` value.
+pub(super) fn stacked(
+    id: &str,
+    title: &str,
+    yl: &str,
+    groups: &[String],
+    parts: &[&str],
+    values: &[Vec<f64>],
+    totals: &[f64],
+) -> String {
+    let (mut y0, mut y1) = (0.0f64, 0.0f64);
+    for (v, t) in values.iter().zip(totals) {
+        let up: f64 = v.iter().filter(|x| **x > 0.0).sum();
+        let down: f64 = v.iter().filter(|x| **x < 0.0).sum();
+        y1 = y1.max(up).max(*t);
+        y0 = y0.min(down).min(*t);
+    }
+    let mut fr = Frame::new(0.0, groups.len() as f64, y0 * 1.1, y1 * 1.1);
+    fr.x_ticks = false;
+    fr.w = (160.0 + 34.0 * groups.len() as f64).max(560.0);
+    fr.b = 70.0;
+    let mut s = fr.open(id, title, "", yl);
+    let gw = (fr.w - fr.l - fr.r) / groups.len().max(1) as f64;
+    for (g, name) in groups.iter().enumerate() {
+        let x = fr.l + gw * (g as f64 + 0.5);
+        let y = fr.h - fr.b + 12.0;
+        let _ = write!(
+            s,
+            "<text x=\"{x:.1}\" y=\"{y:.1}\" font-size=\"10\" text-anchor=\"end\" transform=\"rotate(-45 {x:.1} {y:.1})\">{}</text>",
+            esc(name)
+        );
+    }
+    for (g, v) in values.iter().enumerate() {
+        let x = fr.l + gw * g as f64 + gw * 0.15;
+        let (mut up, mut down) = (0.0, 0.0);
+        for (k, &p) in v.iter().enumerate() {
+            if !p.is_finite() || p == 0.0 {
+                continue;
+            }
+            let (a, b) = if p > 0.0 {
+                up += p;
+                (up, up - p)
+            } else {
+                down += p;
+                (down - p, down)
+            };
+            let _ = write!(
+                s,
+                "<rect class=\"bar\" x=\"{x:.1}\" y=\"{:.1}\" width=\"{:.1}\" height=\"{:.1}\" fill=\"{}\"><title>{} {}: {p:.1}</title></rect>",
+                fr.y(a),
+                gw * 0.7,
+                (fr.y(b) - fr.y(a)).max(0.0),
+                COLORS[k % COLORS.len()],
+                esc(&groups[g]),
+                esc(parts.get(k).copied().unwrap_or("?"))
+            );
+        }
+        if let Some(t) = totals.get(g).filter(|t| t.is_finite()) {
+            let _ = write!(
+                s,
+                "<line class=\"total\" x1=\"{:.1}\" x2=\"{:.1}\" y1=\"{:.1}\" y2=\"{:.1}\" stroke=\"#000\" stroke-width=\"2\"><title>{}: {t:.1}</title></line>",
+                x - gw * 0.05,
+                x + gw * 0.75,
+                fr.y(*t),
+                fr.y(*t),
+                esc(&groups[g])
+            );
+        }
+    }
+    let _ = write!(
+        s,
+        "<line x1=\"{}\" x2=\"{}\" y1=\"{:.1}\" y2=\"{:.1}\" stroke=\"#888\"/>",
+        fr.l,
+        fr.w - fr.r,
+        fr.y(0.0),
+        fr.y(0.0)
+    );
+    let legend: Vec<(String, &str)> = parts
+        .iter()
+        .enumerate()
+        .map(|(k, p)| (p.to_string(), COLORS[k % COLORS.len()]))
+        .collect();
+    fr.legend(&mut s, &legend);
+    s.push_str("</svg>");
+    s
+}

@@ -30,6 +30,7 @@ fn made_up_flows(plan: &[crate::bench::plan::BulkFlow], bps: f64) -> Vec<FlowRes
             fct_s: 0.5 + b.size as f64 / bps,
             tail_s: 0.1,
             bins: vec![10_000; 20],
+            budget: None,
         })
         .collect()
 }
@@ -106,7 +107,26 @@ pub(crate) fn synthetic_with(params: PlanParams) -> Results {
         path_delays: vec![],
         path_outages: vec![],
     };
-    Results::new(meta, plan, &trip, runs)
+    let mut r = Results::new(meta, plan, &trip, runs);
+    // Downloads' budgets: FCT − oracle in fixed shares, a little of it negative rest.
+    for run in &mut r.runs {
+        for f in &mut run.flows {
+            let Some(oracle) = r.oracle[&f.idx] else {
+                continue;
+            };
+            let x = (f.fct_s - oracle) * 1e3;
+            f.budget = Some(polycorn_sim::budget::Budget {
+                excess_ms: x,
+                setup_ms: 0.1 * x,
+                window_ms: 0.3 * x,
+                queueing_ms: 0.25 * x,
+                reorder_ms: 0.2 * x,
+                stalls_ms: 0.2 * x,
+                rest_ms: -0.05 * x,
+            });
+        }
+    }
+    r
 }
 
 #[test]

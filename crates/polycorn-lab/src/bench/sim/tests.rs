@@ -80,6 +80,42 @@ fn simulated_outputs_are_complete() {
     assert!(dir.path().join("report.html").exists());
 }
 
+/// Every completed download of a quick simulated ride has a budget, and its parts add up to
+/// its FCT − oracle (the oracle as the report computes it) within 5%.
+#[test]
+fn every_simulated_download_has_a_budget_that_adds_up() {
+    let a = args(&["--systems", "vanilla,hrsch,polycorn", "--workloads", "bulk"]);
+    let systems = sim_systems(&a).unwrap();
+    let r = simulate_ride(
+        &a,
+        &systems,
+        1,
+        &a.plan_params().unwrap(),
+        &SimPrediction::none(),
+    )
+    .unwrap();
+    let mut checked = 0;
+    for run in &r.runs {
+        for f in &run.flows {
+            assert_eq!(f.ok, f.budget.is_some(), "{}: {f:?}", run.system);
+            r.check_budget(f)
+                .unwrap_or_else(|e| panic!("{}: flow {}: {e:#}", run.system, f.idx));
+            if let Some(b) = f.budget {
+                let oracle = r.oracle[&f.idx].unwrap();
+                let excess = (f.fct_s - oracle) * 1e3;
+                assert!((b.excess_ms - excess).abs() < 1.0, "{b:?} vs {excess}");
+                checked += 1;
+            }
+        }
+    }
+    assert!(checked >= 6, "only {checked} flows completed");
+    let t = report::table(&r);
+    assert!(t.contains("bulk download budget"), "{t}");
+    let j = r.to_json();
+    assert!(j["runs"][0]["flows"][0]["budget"]["queueing_ms"].is_number());
+    assert!(j["runs"][0]["bulk"]["262144"]["budget"]["mean"]["rest_ms"].is_number());
+}
+
 /// On a quick HSR ride with the trip's ground truth as the predictor, HRSCH's HPR holds data
 /// back from paths about to fail (its stage moves at the proxy), the relay's context reaches
 /// the proxy, and `meta.prediction` names the predictor.
