@@ -252,6 +252,32 @@ impl System {
     }
 }
 
+/// The window of `full` a ride replays: `window_ms` from `from_ms`, or from where the train
+/// first runs at speed ([`at_speed_from_ms`]); refused when the trip is too short. Returns the
+/// window's start and the window.
+pub fn ride_window(
+    full: &Trip,
+    from_ms: Option<u64>,
+    window_ms: u64,
+    preset: &str,
+) -> Result<(u64, Trip)> {
+    let from_ms = match from_ms {
+        Some(ms) => ms,
+        None => at_speed_from_ms(full).with_context(|| {
+            format!("the `{preset}` trip never exceeds 250 km/h; pass --from-s")
+        })?,
+    };
+    if from_ms + window_ms > full.duration_ms {
+        bail!(
+            "the trip has {:.0} s after {:.0} s; the plan needs {:.0} s",
+            full.duration_ms.saturating_sub(from_ms) as f64 / 1000.0,
+            from_ms as f64 / 1000.0,
+            window_ms as f64 / 1000.0
+        );
+    }
+    Ok((from_ms, full.window(from_ms, window_ms)))
+}
+
 /// The systems of full mode, in report order.
 pub const FULL_SYSTEMS: &[&str] = &[
     "mptcp",
@@ -641,24 +667,7 @@ fn run_trip(
             (Trip::generate(&cfg)?, model, source)
         }
     };
-    let from_ms = match from_s {
-        Some(ms) => ms,
-        None => at_speed_from_ms(&full).with_context(|| {
-            format!(
-                "the `{}` trip never exceeds 250 km/h; pass --from-s",
-                args.ride.trip.preset
-            )
-        })?,
-    };
-    if from_ms + window_ms > full.duration_ms {
-        bail!(
-            "the trip has {:.0} s after {:.0} s; the plan needs {:.0} s",
-            full.duration_ms.saturating_sub(from_ms) as f64 / 1000.0,
-            from_ms as f64 / 1000.0,
-            window_ms as f64 / 1000.0
-        );
-    }
-    let trip = full.window(from_ms, window_ms);
+    let (from_ms, trip) = ride_window(&full, from_s, window_ms, &args.ride.trip.preset)?;
     let mode = if args.ride.quick { "quick" } else { "full" };
     std::fs::create_dir_all(out.join("logs"))
         .with_context(|| format!("create {}", out.display()))?;

@@ -32,9 +32,7 @@ use polycorn_sim::budget::Budget;
 
 use super::analysis::{oracle_split, FlowResult, ImResult, SystemRun, BIN_MS, TAIL_SHARE};
 use super::plan::{Plan, PlanParams};
-use super::{
-    at_speed_from_ms, configs, report, Meta, RideArgs, System, FULL_SYSTEMS, QUICK_SYSTEMS,
-};
+use super::{configs, report, Meta, RideArgs, System, FULL_SYSTEMS, QUICK_SYSTEMS};
 use crate::common::utc_now;
 use crate::harness::LINKDB_SEED_OFFSET;
 
@@ -435,24 +433,11 @@ pub fn ride_trip(
     let model = crate::tripgen::trip_model_id(&cfg)?;
     let full = Trip::generate(&cfg)?;
     let from_ms = match args.from_s {
-        Some(s) if s.is_finite() && s >= 0.0 => (s * 1000.0) as u64 / STEP_MS * STEP_MS,
+        Some(s) if s.is_finite() && s >= 0.0 => Some((s * 1000.0) as u64 / STEP_MS * STEP_MS),
         Some(s) => bail!("--from-s must be >= 0, got {s}"),
-        None => at_speed_from_ms(&full).with_context(|| {
-            format!(
-                "the `{}` trip never exceeds 250 km/h; pass --from-s",
-                targs.preset
-            )
-        })?,
+        None => None,
     };
-    if from_ms + window_ms > full.duration_ms {
-        bail!(
-            "the trip has {:.0} s after {:.0} s; the plan needs {:.0} s",
-            full.duration_ms.saturating_sub(from_ms) as f64 / 1000.0,
-            from_ms as f64 / 1000.0,
-            window_ms as f64 / 1000.0
-        );
-    }
-    let trip = full.window(from_ms, window_ms);
+    let (from_ms, trip) = super::ride_window(&full, from_ms, window_ms, &targs.preset)?;
     let meta = Meta {
         version: crate::VERSION.to_string(),
         kernel: "simulated (polycorn-sim)".into(),
