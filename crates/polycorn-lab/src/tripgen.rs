@@ -42,6 +42,10 @@ pub struct TripArgs {
     /// failed handover's blackout).
     #[arg(long, value_enum, default_value_t = InterruptionMode::Hold)]
     pub handover_interruption: InterruptionMode,
+    /// Carriers of the trip instead of the preset's ([`TripConfig::with_carriers`]); set by
+    /// `polycorn sim sweep`, not a command-line option.
+    #[arg(skip)]
+    pub carriers: Option<usize>,
 }
 
 /// What the emulated links do with packets during a successful handover's interruption.
@@ -75,9 +79,19 @@ fn sigcomm22_candidates() -> Vec<PathBuf> {
 }
 
 impl TripArgs {
+    /// The preset of ride `trip_seed` of this route, over [`TripArgs::carriers`] carriers when
+    /// set, with the preset's own interruption times.
+    pub fn preset_config(&self, trip_seed: u64) -> Result<TripConfig> {
+        let cfg = TripConfig::preset(&self.preset, self.route_seed, trip_seed)?;
+        Ok(match self.carriers {
+            Some(n) => cfg.with_carriers(n)?,
+            None => cfg,
+        })
+    }
+
     /// The trip configuration, and a description of the interruption source used.
     pub fn config(&self) -> Result<(TripConfig, String)> {
-        let mut cfg = TripConfig::preset(&self.preset, self.route_seed, self.trip_seed)?;
+        let mut cfg = self.preset_config(self.trip_seed)?;
         cfg.hold_interruptions = self.handover_interruption == InterruptionMode::Hold;
         let file = match self.interruptions.as_str() {
             "builtin" => None,
@@ -179,10 +193,17 @@ pub fn read_sigcomm22(path: &Path) -> Result<Vec<f64>> {
             _ => bad.push(lineno),
         }
     }
-    if unmeasured > 0 {
+    // A process that reads the file for every ride says what it skipped once.
+    static REPORTED: std::sync::Mutex<std::collections::BTreeSet<PathBuf>> =
+        std::sync::Mutex::new(std::collections::BTreeSet::new());
+    let first = REPORTED
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .insert(path.to_path_buf());
+    if unmeasured > 0 && first {
         eprintln!("note: {unmeasured} LTE rows have no FULL duration (empty in the dataset) and were not used");
     }
-    if !bad.is_empty() {
+    if !bad.is_empty() && first {
         let shown: Vec<String> = bad
             .iter()
             .take(10)

@@ -16,7 +16,8 @@
 //! preset `polycorn`, which also copies thin flows onto every path with
 //! `ori(thin_bytes=5600)` and lets them wait in the lowest-RTT path's socket when its window is
 //! full with `minrtt(thin_bytes=5600)`). `tpr(wait=1)` keeps a tail chunk waiting even when
-//! the path TPR found sooner could take it now (see [`crate::stages::Tpr`]). `stms(gain=G)`
+//! the path TPR found sooner could take it now, `tpr(eta=X)` relaxes its bound by a fixed `X`
+//! instead of each path's `rttvar / srtt` (see [`crate::stages::Tpr`]). `stms(gain=G)`
 //! scales the gap by which STMS places a slow path's chunks ahead ([`crate::stages::Stms`]);
 //! `musher(round=N,interval_ms=N,step_pct=N,collapse_pct=N,reprobe_ms=N)` tunes MuSher's ratio
 //! rounds, measurements, search step, collapse threshold and re-probe time
@@ -559,7 +560,8 @@ fn build_stage(
             for (k, v) in params {
                 match *k {
                     "wait" => s.wait = parse_flag(name, k, v)?,
-                    _ => return Err(unknown_param(name, k, "wait")),
+                    "eta" => s.eta = Some(parse_pos_f64(name, k, v)?),
+                    _ => return Err(unknown_param(name, k, "wait, eta")),
                 }
             }
             Box::new(s)
@@ -677,6 +679,9 @@ mod tests {
         let w = Pipeline::from_spec("minrtt,tpr(wait=1),tpr(wait=0)").unwrap();
         assert_eq!(w.spec(), "minrtt,tpr(wait=1),tpr+rto");
         assert!(Pipeline::from_spec("minrtt,tpr(wait=2)").is_err());
+        let e = Pipeline::from_spec("minrtt,tpr(wait=1,eta=0.5)").unwrap();
+        assert_eq!(e.spec(), "minrtt,tpr(eta=0.5,wait=1)+rto");
+        assert!(Pipeline::from_spec("minrtt,tpr(eta=-1)").is_err());
         assert!(Pipeline::from_spec("minrtt,tpr(k=1)").is_err());
         assert_eq!(
             p.reinjection(),

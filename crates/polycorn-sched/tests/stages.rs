@@ -306,6 +306,37 @@ fn tpr_leaves_non_tail_chunks_alone_until_fin_is_seen() {
 }
 
 #[test]
+fn tpr_with_a_fixed_eta_relaxes_its_bound_by_that_eta() {
+    // The same A buffer as below: T+ through A is 1027.8 ms before relaxation. Its own
+    // rttvar/srtt (0.5) makes it 1541.7 ms and keeps B; eta=0 leaves 1027.8 ms and still
+    // keeps B (T-(B) = 200 ms); what changes is the bound the move records when B is turned
+    // away, checked with a buffer that makes B lose only without relaxation.
+    let mut links = appendix_a();
+    links[A].notsent = 1_000_000 - CWND_10;
+    let s = sched("minrtt,tpr(eta=0)", &links);
+    let a = s.path(p(A)).unwrap();
+    assert_close(Tpr::t_plus_term_eta(a, 2801, 0.0), 1_027_801);
+    assert_close(Tpr::t_plus_term_eta(a, 2801, 1.0), 2_055_602);
+
+    // A's buffer small enough that T+ through A falls between B's T- (200 ms) and 1.5x less:
+    // 25 ms + (120 000 + 2801) B / 1 MB/s = 147.8 ms; x1.5 = 221.7 ms > 200 ms keeps B with
+    // the paper's eta, but eta=0 turns B away (200 > 147.8).
+    let mut links = appendix_a();
+    links[A].notsent = 120_000 - CWND_10;
+    let mut paper = sched("minrtt,tpr", &links);
+    flow(&mut paper, T0, 1, 1, 2800, true);
+    assert_eq!(poll_some(&mut paper, T0).paths, set(&[B]));
+    let mut fixed = sched("minrtt,tpr(eta=0)", &links);
+    flow(&mut fixed, T0, 1, 1, 2800, true);
+    let _ = poll(&mut fixed, T0);
+    let Reason::TailSlower { t_minus, t_plus } = the_move(&fixed, "tpr").reason else {
+        panic!("expected TailSlower with eta=0");
+    };
+    assert_eq!(t_minus, ms(200));
+    assert_close(t_plus, 147_801);
+}
+
+#[test]
 fn tpr_keeps_the_slow_path_when_the_fast_buffer_is_huge() {
     // A's buffer holds 1 000 000 B (in flight + not sent): draining it alone takes 1 s.
     let mut links = appendix_a();

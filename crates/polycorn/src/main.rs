@@ -153,6 +153,13 @@ enum SimAction {
     /// against ±15%, a row that misses with what the model is known to lack. Writes
     /// validate.json and validate.md.
     Validate(bench::sim::validate::ValidateArgs),
+    /// Sweeps of what the emulator cannot afford to vary: ER's k, ORI's alpha, beta and tau,
+    /// HPR's E_GPS, TPR's eta, 2 to 8 carriers, 10 to 300 IM users, the predictor from the
+    /// trip's ground truth to none. Each variant runs on the same simulated rides beside
+    /// vanilla; per variant the goodput over vanilla with its interval over rides, the median
+    /// FCT over the oracle, the IM mean against its bound. Writes sweeps.summary.json (for
+    /// `polycorn bench summarize`) and sweeps.md.
+    Sweep(bench::sim::sweep::SweepArgs),
 }
 
 #[derive(Subcommand, Debug)]
@@ -281,7 +288,7 @@ enum NetAction {
     },
     /// Relay and proxy under connection churn for a while, then checked for failed or wrong
     /// bytes, flows left open and leaked file descriptors; memory reported over time (root).
-    Soak(soak::SoakArgs),
+    Soak(Box<soak::SoakArgs>),
 }
 
 #[derive(Subcommand, Debug)]
@@ -482,6 +489,9 @@ fn run(cli: Cli) -> Result<u8> {
         Command::Sim {
             action: SimAction::Validate(args),
         } => bench::sim::validate::run(&args)?,
+        Command::Sim {
+            action: SimAction::Sweep(args),
+        } => bench::sim::sweep::run(&args)?,
         Command::Schedulers { check: Some(spec) } => {
             let p = polycorn_sched::Pipeline::from_spec(&spec)?;
             println!("ok: {}", p.spec());

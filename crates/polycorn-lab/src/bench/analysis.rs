@@ -320,6 +320,8 @@ impl GeoSummary {
 pub struct RideCi {
     /// Rides with at least one usable ratio.
     pub rides: usize,
+    /// The geometric mean over rides of each ride's geometric mean (the interval's centre).
+    pub gmean: f64,
     /// 95% CI, low end.
     pub ci_lo: f64,
     /// High end.
@@ -345,6 +347,7 @@ impl RideCi {
             t975(means.len().saturating_sub(1)) * stddev(&means) / (means.len() as f64).sqrt();
         RideCi {
             rides: means.len(),
+            gmean: m.exp(),
             ci_lo: (m - half).exp(),
             ci_hi: (m + half).exp(),
         }

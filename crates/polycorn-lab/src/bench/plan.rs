@@ -78,6 +78,9 @@ pub struct PlanParams {
     pub im_segment_s: f64,
     /// Whether the instant-messaging segments run (`--workloads`).
     pub im: bool,
+    /// Users of each IM segment, one segment per entry ([`IM_USERS`] in `bench`; `sim sweep`
+    /// varies it). Reports and pooled tables show the counts of [`IM_USERS`].
+    pub im_users: &'static [usize],
     /// Bulk uploads (cycled over [`BULK_SIZES`]; `--workloads upload`).
     pub uploads: usize,
     /// Seconds between upload starts (the uplink has a third of the downlink's capacity, so
@@ -99,6 +102,7 @@ impl PlanParams {
             im_mean_gap_s: 0.07,
             im_segment_s: 9.0,
             im: true,
+            im_users: &IM_USERS,
             uploads: 0,
             upload_gap_s: 8.0,
             upload_timeout_s: 40.0,
@@ -115,6 +119,7 @@ impl PlanParams {
             im_mean_gap_s: 0.15,
             im_segment_s: 20.0,
             im: true,
+            im_users: &IM_USERS,
             uploads: 0,
             upload_gap_s: 12.0,
             upload_timeout_s: 60.0,
@@ -170,7 +175,7 @@ impl Plan {
         };
         let mut im = Vec::new();
         let budget_s = (p.im_segment_s - 1.5).max(0.5);
-        let users_per_segment: &[usize] = if p.im { &IM_USERS } else { &[] };
+        let users_per_segment: &[usize] = if p.im { p.im_users } else { &[] };
         for &users in users_per_segment {
             let sends_s = (0..users)
                 .map(|_| {

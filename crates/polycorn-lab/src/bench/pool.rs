@@ -431,6 +431,9 @@ fn regenerate(
         bail!("unknown interruption source `{}`", m.interruptions);
     };
     let mut cfg = TripConfig::preset(&m.preset, m.route_seed, m.trip_seed)?;
+    if !m.carriers.is_empty() && m.carriers.len() != cfg.carriers.len() {
+        cfg = cfg.with_carriers(m.carriers.len())?;
+    }
     cfg.hold_interruptions = m.handover_interruption == "hold";
     cfg.interruption = match sources.get(&m.interruptions) {
         Some(i) => i.clone(),
@@ -441,6 +444,7 @@ fn regenerate(
                 trip_seed: m.trip_seed,
                 interruptions,
                 handover_interruption: crate::tripgen::InterruptionMode::Hold,
+                carriers: None,
             };
             let i = args.config()?.0.interruption;
             sources.insert(m.interruptions.clone(), i.clone());
@@ -1266,6 +1270,7 @@ mod tests {
                 trip_seed: 1,
                 interruptions: "builtin".into(),
                 handover_interruption: crate::tripgen::InterruptionMode::Hold,
+                carriers: None,
             }
             .config()
             .unwrap()

@@ -96,12 +96,13 @@ pub fn linkdb_predictor(args: &RideArgs, kind: ModelKind) -> Result<PredictorFac
     let (cfg, _) = args.trip.config()?;
     let first = args.trip.trip_seed + LINKDB_SEED_OFFSET;
     let rides = if args.quick { 8 } else { 20 };
-    let trips = polycorn_linkdb::import::sim::simulate(
-        &args.trip.preset,
-        args.trip.route_seed,
-        first..first + rides,
-    )
-    .context("simulate LinkDB's training rides")?;
+    let trips = (first..first + rides)
+        .map(|s| {
+            let trip = Trip::generate(&args.trip.preset_config(s)?)?;
+            Ok(polycorn_linkdb::import::sim::from_trip(&trip))
+        })
+        .collect::<Result<Vec<_>>>()
+        .context("simulate LinkDB's training rides")?;
     let train: Vec<_> = trips.iter().collect();
     let track = polycorn_linkdb::Track {
         origin: cfg.origin,
@@ -629,6 +630,7 @@ pub fn run(args: &SimArgs) -> Result<()> {
     Ok(())
 }
 
+pub mod sweep;
 pub mod validate;
 
 #[cfg(test)]

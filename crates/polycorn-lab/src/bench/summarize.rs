@@ -116,9 +116,9 @@ pub fn load_summaries(dir: &Path) -> Result<Vec<(String, Value)>> {
         let v: Value =
             serde_json::from_str(&text).with_context(|| format!("{}: not JSON", path.display()))?;
         match v["kind"].as_str() {
-            Some("ride" | "pool") => {}
+            Some("ride" | "pool" | "sweeps") => {}
             _ => bail!(
-                "{}: `kind` is neither \"ride\" nor \"pool\" (not a bench summary.json)",
+                "{}: `kind` is not \"ride\", \"pool\" or \"sweeps\" (not a bench or sweep summary)",
                 path.display()
             ),
         }
@@ -141,6 +141,15 @@ pub fn generate(
     let mut out = vec![(docs.join("bench.md"), bench_page(&rides)?)];
     if !pools.is_empty() {
         out.push((docs.join("pooled.md"), pooled_page(&pools)?));
+    }
+    // The newest sweeps summary (by name) renders the sweeps page.
+    if let Some((_, s)) = summaries.iter().rev().find(|s| s.1["kind"] == "sweeps") {
+        let mut page = header(
+            "edit or add results/*.summary.json (written by `polycorn sim sweep`)",
+            "file",
+        );
+        page.push_str(&super::sim::sweep::page(s)?);
+        out.push((docs.join("sweeps.md"), page));
     }
     let block = readme_block(&rides, &pools)?;
     out.push((

@@ -354,6 +354,32 @@ impl TripConfig {
         }
     }
 
+    /// The same trip over `n` carriers: the first `n` of its own, or all of them followed by
+    /// copies of their models in turn, named after the original and a number (`A2`, `B2`,
+    /// `A3`, …). Each carrier draws its own cells, fading and handover outcomes from its
+    /// index, so a copy is an independent carrier of the same kind.
+    pub fn with_carriers(mut self, n: usize) -> Result<Self, TripError> {
+        if n == 0 || self.carriers.is_empty() {
+            return Err(TripError::Invalid {
+                preset: self.name.clone(),
+                field: "carriers".into(),
+                problem: "needs at least one carrier",
+            });
+        }
+        let base = self.carriers.clone();
+        self.carriers = (0..n)
+            .map(|i| {
+                let mut c = base[i % base.len()].clone();
+                let round = i / base.len();
+                if round > 0 {
+                    c.name = format!("{}{}", c.name, round + 1);
+                }
+                c
+            })
+            .collect();
+        Ok(self)
+    }
+
     /// A preset by name (`hsr`, `ktx`).
     pub fn preset(name: &str, route_seed: u64, trip_seed: u64) -> Result<Self, TripError> {
         match name {

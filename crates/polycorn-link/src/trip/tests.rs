@@ -235,3 +235,26 @@ fn print_hsr_model_stats() {
         }
     }
 }
+
+#[test]
+fn more_carriers_are_independent_copies_of_the_presets_models() {
+    let two = TripConfig::hsr(1, 1);
+    let four = two.clone().with_carriers(4).unwrap();
+    let names: Vec<&str> = four.carriers.iter().map(|c| c.name.as_str()).collect();
+    assert_eq!(names, ["A", "B", "A2", "B2"]);
+    assert_eq!(
+        four.carriers[2].cell_spacing_m,
+        two.carriers[0].cell_spacing_m
+    );
+    let t2 = Trip::generate(&two).unwrap();
+    let t4 = Trip::generate(&four).unwrap();
+    assert_eq!(t4.paths.len(), 4);
+    // The first two carriers are the preset's own ride; the copies draw their own.
+    assert_eq!(t4.paths[0].dl_bps, t2.paths[0].dl_bps);
+    assert_eq!(t4.paths[1].dl_bps, t2.paths[1].dl_bps);
+    assert_ne!(t4.paths[2].dl_bps, t4.paths[0].dl_bps);
+    let one = two.clone().with_carriers(1).unwrap();
+    assert_eq!(one.carriers.len(), 1);
+    let err = two.with_carriers(0).unwrap_err().to_string();
+    assert!(err.contains("carriers"), "{err}");
+}

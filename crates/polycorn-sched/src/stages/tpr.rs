@@ -18,8 +18,9 @@
 //! * `remain_f` — the flow's bytes not yet sent, this chunk and pending reinjections included.
 //! * `j` ranges over live paths in S or C other than `i` (paths in U cannot carry the flow).
 //!
-//! No tunable constants. When there is no other usable path, `T+` is infinite and nothing is
-//! rejected.
+//! No tunable constants in the paper. `tpr(eta=X)` replaces every path's `eta_j` with the fixed
+//! `X`, for sweeps of how much slack the bound needs (`eta=0`: `T+` without relaxation). When
+//! there is no other usable path, `T+` is infinite and nothing is rejected.
 //!
 //! When TPR has turned away every selected path, the chunk waits: for the path `j` that gave
 //! the smallest `T+` term (Appendix A's case, where `j`'s window is full), or for `i`'s queue to
@@ -44,6 +45,9 @@ pub struct Tpr {
     /// (the paper's filter taken literally; the chunk then waits until a selector picks that
     /// path, which may be never). Default off.
     pub wait: bool,
+    /// `tpr(eta=X)`: a fixed `eta` for every path instead of its `rttvar / srtt`. Default:
+    /// the paper's `rttvar / srtt`.
+    pub eta: Option<f64>,
 }
 
 impl Tpr {
@@ -52,15 +56,21 @@ impl Tpr {
         p.owd + p.effective_bandwidth().time_to_send(p.queued_bytes())
     }
 
-    /// One term of `T+`: completion time of `remain_bytes` sent entirely on `p`, relaxed.
+    /// One term of `T+`: completion time of `remain_bytes` sent entirely on `p`, relaxed by
+    /// the path's `eta = rttvar / srtt`.
     pub fn t_plus_term(p: &PathState, remain_bytes: u64) -> Duration {
+        Self::t_plus_term_eta(p, remain_bytes, p.rtt_variability())
+    }
+
+    /// One term of `T+` relaxed by `eta`.
+    pub fn t_plus_term_eta(p: &PathState, remain_bytes: u64, eta: f64) -> Duration {
         let base = p.owd
             + p.effective_bandwidth()
                 .time_to_send(p.queued_bytes().saturating_add(remain_bytes));
         if base == Duration::MAX {
             return Duration::MAX;
         }
-        Duration::from_secs_f64(base.as_secs_f64() * (1.0 + p.rtt_variability()))
+        Duration::from_secs_f64(base.as_secs_f64() * (1.0 + eta))
     }
 }
 
@@ -69,11 +79,14 @@ impl Schedulerlet for Tpr {
         "tpr"
     }
     fn params(&self) -> alloc::string::String {
-        if self.wait {
-            "wait=1".into()
-        } else {
-            alloc::string::String::new()
+        let mut out: alloc::vec::Vec<alloc::string::String> = alloc::vec::Vec::new();
+        if let Some(eta) = self.eta {
+            out.push(alloc::format!("eta={eta}"));
         }
+        if self.wait {
+            out.push("wait=1".into());
+        }
+        out.join(",")
     }
     fn kind(&self) -> StageKind {
         StageKind::SelectionFilter
@@ -90,10 +103,9 @@ impl Schedulerlet for Tpr {
                 .iter()
                 .filter(|j| *j != i)
                 .map(|j| {
-                    (
-                        Tpr::t_plus_term(ctx.paths.get(j), ctx.chunk.remaining_bytes),
-                        j,
-                    )
+                    let p = ctx.paths.get(j);
+                    let eta = self.eta.unwrap_or_else(|| p.rtt_variability());
+                    (Tpr::t_plus_term_eta(p, ctx.chunk.remaining_bytes, eta), j)
                 })
                 .min();
             let t_plus = best.map_or(Duration::MAX, |(t, _)| t);
