@@ -161,7 +161,10 @@ impl Budget {
         let ms = |us: u64| us as f64 / 1000.0;
         let t = &lb.transit;
         let fct = ms(lb.done_us - lb.start_us);
-        let setup = ms(lb.request_us.saturating_sub(lb.start_us)) - o.request_s * 1e3;
+        // The request can beat the oracle's one-way delay, which is read at the flow's start,
+        // when a path's delay falls while it travels: that gain is no set-up, it goes to rest.
+        let setup_raw = ms(lb.request_us.saturating_sub(lb.start_us)) - o.request_s * 1e3;
+        let setup = setup_raw.max(0.0);
         let sender = ms(lb.first_sent_us.saturating_sub(lb.request_us));
         let oracle_send = o.send_s * 1e3;
         let window = (sender - oracle_send).max(0.0);
@@ -172,7 +175,8 @@ impl Budget {
         let hol = ms(lb.framed_us.saturating_sub(t.at_us));
         let dark = ms(t.dark_us);
         let mut stalls = dark;
-        let mut rest = ms(t.propagation_us) - o.owd_s * 1e3 + queued.min(0.0);
+        let mut rest =
+            ms(t.propagation_us) - o.owd_s * 1e3 + queued.min(0.0) + setup_raw.min(0.0);
         if lb.rto_before_sent {
             stalls += resent;
         } else {
@@ -378,6 +382,21 @@ mod tests {
         // oracle's serialisation.
         assert_eq!(b.window_ms, 0.0);
         assert!((b.queueing_ms - 70.0).abs() < 1e-9, "{b:?}");
+        assert!(b.adds_up(1e-9), "{b:?}");
+    }
+
+    #[test]
+    fn a_request_faster_than_the_oracles_delay_is_no_negative_setup() {
+        // The request took 30 ms where the oracle's one-way delay at the start was 45 ms.
+        let o = OracleSplit {
+            request_s: 0.045,
+            send_s: 0.15,
+            owd_s: 0.02,
+        };
+        let b = Budget::of(&lb(), &o);
+        assert_eq!(b.setup_ms, 0.0, "{b:?}");
+        // 10 ms slower path + 20 ms head-of-line wait − 15 ms the request gained.
+        assert!((b.rest_ms - 15.0).abs() < 1e-9, "{b:?}");
         assert!(b.adds_up(1e-9), "{b:?}");
     }
 }
