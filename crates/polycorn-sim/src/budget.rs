@@ -175,8 +175,7 @@ impl Budget {
         let hol = ms(lb.framed_us.saturating_sub(t.at_us));
         let dark = ms(t.dark_us);
         let mut stalls = dark;
-        let mut rest =
-            ms(t.propagation_us) - o.owd_s * 1e3 + queued.min(0.0) + setup_raw.min(0.0);
+        let mut rest = ms(t.propagation_us) - o.owd_s * 1e3 + queued.min(0.0) + setup_raw.min(0.0);
         if lb.rto_before_sent {
             stalls += resent;
         } else {

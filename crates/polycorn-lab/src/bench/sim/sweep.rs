@@ -195,6 +195,13 @@ fn variant(value: impl Into<String>, system: impl Into<String>, default: bool) -
     }
 }
 
+/// One row per value of a constant: `system(v)` is the system, `default` the paper's value.
+fn values(vals: &[u64], default: u64, system: impl Fn(u64) -> String) -> Vec<Variant> {
+    vals.iter()
+        .map(|&v| variant(v.to_string(), system(v), v == default))
+        .collect()
+}
+
 const USERS: [usize; 6] = [10, 30, 60, 100, 200, 300];
 const CARRIERS: [usize; 4] = [2, 3, 4, 8];
 
@@ -205,17 +212,12 @@ fn sweep(name: SweepName) -> Sweep {
             title: "ER's k",
             param: "k",
             about: "HRSCH (`hpr,minrtt,tpr,ori+er(k=K)`); `off` is HRSCH with RTO retransmission only",
-            variants: [1u32, 2, 3, 5, 8]
-                .iter()
-                .map(|k| {
-                    variant(
-                        k.to_string(),
-                        hrsch("hpr", "tpr", "ori", &format!("er(k={k})")),
-                        *k == 3,
-                    )
-                })
-                .chain([variant("off", hrsch("hpr", "tpr", "ori", "rto"), false)])
-                .collect(),
+            variants: values(&[1, 2, 3, 5, 8], 3, |k| {
+                hrsch("hpr", "tpr", "ori", &format!("er(k={k})"))
+            })
+            .into_iter()
+            .chain([variant("off", hrsch("hpr", "tpr", "ori", "rto"), false)])
+            .collect(),
             bulk: true,
             extra: Extra::ReinjectedMb,
         },
@@ -224,17 +226,12 @@ fn sweep(name: SweepName) -> Sweep {
             title: "ORI's α",
             param: "α (ms)",
             about: "HRSCH with `ori(alpha_ms=A)`; `off` is HRSCH without ORI",
-            variants: [250u64, 500, 1000, 2000, 4000]
-                .iter()
-                .map(|a| {
-                    variant(
-                        a.to_string(),
-                        hrsch("hpr", "tpr", &format!("ori(alpha_ms={a})"), "er"),
-                        *a == 1000,
-                    )
-                })
-                .chain([variant("off", hrsch("hpr", "tpr", "", "er"), false)])
-                .collect(),
+            variants: values(&[250, 500, 1000, 2000, 4000], 1000, |a| {
+                hrsch("hpr", "tpr", &format!("ori(alpha_ms={a})"), "er")
+            })
+            .into_iter()
+            .chain([variant("off", hrsch("hpr", "tpr", "", "er"), false)])
+            .collect(),
             bulk: true,
             extra: Extra::StageMoves("ori"),
         },
@@ -243,16 +240,9 @@ fn sweep(name: SweepName) -> Sweep {
             title: "ORI's β",
             param: "β (bytes)",
             about: "HRSCH with `ori(beta_bytes=B)`",
-            variants: [2048u64, 4096, 8192, 16384, 65536]
-                .iter()
-                .map(|b| {
-                    variant(
-                        b.to_string(),
-                        hrsch("hpr", "tpr", &format!("ori(beta_bytes={b})"), "er"),
-                        *b == 8192,
-                    )
-                })
-                .collect(),
+            variants: values(&[2048, 4096, 8192, 16384, 65536], 8192, |b| {
+                hrsch("hpr", "tpr", &format!("ori(beta_bytes={b})"), "er")
+            }),
             bulk: true,
             extra: Extra::StageMoves("ori"),
         },
@@ -261,16 +251,9 @@ fn sweep(name: SweepName) -> Sweep {
             title: "ORI's τ",
             param: "τ (chunks)",
             about: "HRSCH with `ori(tau=T)`",
-            variants: [4u32, 8, 16, 32, 64]
-                .iter()
-                .map(|t| {
-                    variant(
-                        t.to_string(),
-                        hrsch("hpr", "tpr", &format!("ori(tau={t})"), "er"),
-                        *t == 16,
-                    )
-                })
-                .collect(),
+            variants: values(&[4, 8, 16, 32, 64], 16, |t| {
+                hrsch("hpr", "tpr", &format!("ori(tau={t})"), "er")
+            }),
             bulk: true,
             extra: Extra::StageMoves("ori"),
         },
@@ -279,17 +262,12 @@ fn sweep(name: SweepName) -> Sweep {
             title: "HPR's E_GPS",
             param: "E_GPS (m)",
             about: "HRSCH with `hpr(e_gps_m=E)`, LinkDB's paper model as predictor; `off` is HRSCH without HPR",
-            variants: [0u32, 10, 20, 50, 100, 200]
-                .iter()
-                .map(|e| {
-                    variant(
-                        e.to_string(),
-                        hrsch(&format!("hpr(e_gps_m={e})"), "tpr", "ori", "er"),
-                        *e == 20,
-                    )
-                })
-                .chain([variant("off", hrsch("", "tpr", "ori", "er"), false)])
-                .collect(),
+            variants: values(&[0, 10, 20, 50, 100, 200], 20, |e| {
+                hrsch(&format!("hpr(e_gps_m={e})"), "tpr", "ori", "er")
+            })
+            .into_iter()
+            .chain([variant("off", hrsch("", "tpr", "ori", "er"), false)])
+            .collect(),
             bulk: true,
             extra: Extra::StageMoves("hpr"),
         },
