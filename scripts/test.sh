@@ -14,7 +14,8 @@ end. With --tier (repeatable), runs only the tiers named, in the order below.
 Tiers:
   fast           fmt, clippy, purity checks, and every test that needs no root, namespace or
                  outside service: unit tests, doc tests, and every integration test target
-                 the tiers below do not name (a new test target runs here by default)
+                 the tiers below do not name (a new test target runs here by default); the
+                 benchmarks run once each in test mode
   namespace      end-to-end tests in network namespaces (root): polycorn's relay_proxy and
                  cli, polycorn-emu's testbed, polycorn-net's connect, guard, intercept, sockopt
   integration    outside services: PostgreSQL (polycorn-linkdb's store), Prometheus's
@@ -22,12 +23,13 @@ Tiers:
                  test)
   bench          polycorn bench --quick end to end (release build, root)
   fuzz           a short run of every fuzz target (scripts/fuzz.sh)
-  bench-compile  the benchmarks compile (cargo bench --no-run)
+  bench-compile  the benchmarks build optimised (cargo bench --no-run); only when named:
+                 the fast tier already builds and runs them unoptimised
   docs           the manual builds with mdBook (installs mdbook once into ~/.cargo/bin);
                  the fast tier's docs test checks its links, pages and wording
 
 Options:
-  --tier TIER    run TIER (repeatable; default: every tier)
+  --tier TIER    run TIER (repeatable; default: every tier but bench-compile)
   --list         print the cargo test commands of the test tiers and exit
   -h, --help     this help
 
@@ -37,6 +39,10 @@ EOF
 }
 
 ALL_TIERS=(fast namespace integration bench fuzz bench-compile docs)
+# What runs when no tier is named. bench-compile is left out: it builds the workspace once more
+# in the release profile with dev-dependencies, for what the fast tier's run of the benchmarks
+# (test mode, the debug build it already has) and clippy's check of every target establish.
+DEFAULT_TIERS=(fast namespace integration bench fuzz docs)
 
 # ---- which test runs in which tier -----------------------------------------------------------
 # Integration test targets (package:target) of the namespace and integration tiers. Every test
@@ -58,6 +64,12 @@ test_targets() {
     .packages[] | .name as $p | .targets[] | select(.test)
     | (.kind[0] | if . == "lib" or . == "rlib" or . == "proc-macro" then "lib" else . end) as $k
     | "\($p) \($k) \(.name)"'
+}
+
+# The workspace's benchmark targets, one name a line.
+bench_targets() {
+  cargo metadata --locked --no-deps --format-version 1 | jq -r '
+    .packages[] | .targets[] | select(.kind[0] == "bench") | .name'
 }
 
 in_list() { # in_list ITEM LIST...
@@ -97,6 +109,10 @@ fast_test_commands() {
   done <<<"$targets"
   echo "cargo test --locked --workspace$args -- --exact --skip ${CHROMIUM_TEST[2]}"
   echo "cargo test --locked --workspace --doc"
+  # The benchmarks, once each in test mode (criterion runs every benchmark one iteration).
+  args=""
+  for name in $(bench_targets); do args+=" --bench $name"; done
+  [ -z "$args" ] || echo "cargo test --locked --workspace$args"
 }
 
 # The cargo test commands of the namespace and integration tiers.
@@ -224,10 +240,13 @@ while [ $# -gt 0 ]; do
     *) usage >&2; die "unknown argument '$1'" ;;
   esac
 done
-# The tiers named, in the order of ALL_TIERS; all of them when none is named.
+# The tiers named, in the order of ALL_TIERS; DEFAULT_TIERS when none is named.
 selected=()
 for t in "${ALL_TIERS[@]}"; do
-  if [ ${#tiers[@]} -eq 0 ] || in_list "$t" "${tiers[@]}"; then selected+=("$t"); fi
+  if { [ ${#tiers[@]} -eq 0 ] && in_list "$t" "${DEFAULT_TIERS[@]}"; } ||
+    { [ ${#tiers[@]} -gt 0 ] && in_list "$t" "${tiers[@]}"; }; then
+    selected+=("$t")
+  fi
 done
 
 ensure_apt_packages
