@@ -689,7 +689,8 @@ pub fn page(s: &Value) -> Result<String> {
             c.push(im("mean_ms"));
             c.push(im("bound_ms"));
             if !extra.is_empty() {
-                c.push(cell(&r["extra"], 1));
+                // Megabytes reinjected are small: three decimals; decision counts one.
+                c.push(cell(&r["extra"], if extra.contains("MB") { 3 } else { 1 }));
             }
             let _ = writeln!(o, "| {} |", c.join(" | "));
         }

@@ -21,7 +21,7 @@ use anyhow::{bail, Context, Result};
 use clap::Args;
 use serde_json::{json, Value};
 
-use super::{sim_systems, simulate_rides, threads_or_cores};
+use super::{sim_systems, simulate_rides, threads_or_cores, SimPredictor};
 use crate::bench::plan::{Plan, BULK_SIZES, IM_USERS};
 use crate::bench::report::{self, Results};
 use crate::bench::{pool, BenchArgs, PredictAt, RideArgs};
@@ -51,6 +51,12 @@ pub struct ValidateArgs {
     /// Testbed name (namespace prefix) of the emulated rides; created and removed.
     #[arg(long)]
     pub name: Option<String>,
+    /// The handover predictor of polycorn systems on both sides: `none` (the emulated rides
+    /// run without LinkDB too) or `paper` (the emulated rides with the bench's LinkDB, the
+    /// simulated ones with the same model trained in process on the same simulated rides of
+    /// the route). With `--emulated-from`, name the predictor those rides ran with.
+    #[arg(long, value_enum, default_value_t = SimPredictor::None)]
+    pub predictor: SimPredictor,
 }
 
 /// Which part of a ride a row measures (what a known gap bears on).
@@ -714,23 +720,32 @@ pub fn run(args: &ValidateArgs) -> Result<()> {
         .clone()
         .unwrap_or_else(|| crate::bench::ride_dir("validate", &ride.trip, ride.quick));
     let seeds: Vec<u64> = (0..n).map(|k| ride.trip.trip_seed + k).collect();
+    let at = match args.predictor {
+        SimPredictor::None => PredictAt::None,
+        SimPredictor::Paper => PredictAt::Both,
+        other => bail!(
+            "--predictor {}: the emulated bench runs LinkDB's paper model or none; validate with `paper` or `none`",
+            other.name()
+        ),
+    };
     let emulated = match args.emulated_from.as_slice() {
         [] => {
-            // The simulator has no LinkDB predictor: the emulated rides run without one too.
+            // Both sides with the same predictor (or none).
             let bench = BenchArgs {
                 ride: RideArgs {
                     rides: Some(n),
                     out: Some(top.join("emulated")),
                     ..ride.clone()
                 },
-                prediction: PredictAt::None,
+                prediction: at,
                 name: args.name.clone(),
                 traces: vec![],
                 delay_ms: vec![],
             };
             eprintln!(
-                "sim validate: {n} emulated rides of {} (no LinkDB predictor, as in the simulator)",
-                names.join(", ")
+                "sim validate: {n} emulated rides of {} (predictor: {}, as in the simulator)",
+                names.join(", "),
+                args.predictor.name()
             );
             crate::bench::run(&bench).context("the emulated rides")?
         }
@@ -751,7 +766,7 @@ pub fn run(args: &ValidateArgs) -> Result<()> {
         &seeds,
         &params,
         threads,
-        &super::SimPrediction::none(),
+        &super::SimPrediction::new(args.predictor, &ride, &systems)?,
         Some(&dir),
     )?;
     for (e, s) in emulated.iter().zip(&simulated) {
@@ -759,12 +774,17 @@ pub fn run(args: &ValidateArgs) -> Result<()> {
     }
     let mut rows = compare(&emulated, &simulated, &names);
     let predicted = |r: &Results| !r.meta.prediction.starts_with("none");
-    if !emulated.iter().any(predicted) {
-        // Neither side had a predictor: its absence explains nothing here.
+    if !emulated.iter().any(predicted) || args.predictor != SimPredictor::None {
+        // Both sides had the same predictor, or neither: its absence explains nothing here.
         rows.iter_mut().for_each(|r| r.drop_gap("no-predictor"));
     }
-    // A predictor in the emulated rides is a difference of configuration, not of the model.
-    if let Some(e) = emulated.iter().find(|r| predicted(r)) {
+    // A predictor in the emulated rides only is a difference of configuration, not of the model.
+    let only_emulated = args.predictor == SimPredictor::None;
+    if let Some(e) = emulated
+        .iter()
+        .find(|r| predicted(r))
+        .filter(|_| only_emulated)
+    {
         for r in rows.iter_mut().filter(|r| r.mark != Mark::Pass) {
             let predicts = r.system.starts_with("hrsch") || r.system.starts_with("polycorn");
             if matches!(r.kind, Kind::Fct | Kind::Im) && predicts {
