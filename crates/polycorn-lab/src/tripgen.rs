@@ -79,6 +79,18 @@ fn sigcomm22_candidates() -> Vec<PathBuf> {
 }
 
 impl TripArgs {
+    /// A ride of `preset` with the built-in interruption times and their packets held.
+    pub fn builtin(preset: &str, route_seed: u64, trip_seed: u64) -> Self {
+        TripArgs {
+            preset: preset.into(),
+            route_seed,
+            trip_seed,
+            interruptions: "builtin".into(),
+            handover_interruption: InterruptionMode::Hold,
+            carriers: None,
+        }
+    }
+
     /// The preset of ride `trip_seed` of this route, over [`TripArgs::carriers`] carriers when
     /// set, with the preset's own interruption times.
     pub fn preset_config(&self, trip_seed: u64) -> Result<TripConfig> {

@@ -1263,20 +1263,9 @@ mod tests {
         // Ride 1's trip is what this build generates for it (the synthetic ride is trip 1);
         // ride 2 recorded trip 1's conditions under seed 2, so to this build it is a ride of
         // an earlier model.
-        let this_build = crate::tripgen::trip_model_id(
-            &TripArgs {
-                preset: "hsr".into(),
-                route_seed: 1,
-                trip_seed: 1,
-                interruptions: "builtin".into(),
-                handover_interruption: crate::tripgen::InterruptionMode::Hold,
-                carriers: None,
-            }
-            .config()
-            .unwrap()
-            .0,
-        )
-        .unwrap();
+        let this_build =
+            crate::tripgen::trip_model_id(&TripArgs::builtin("hsr", 1, 1).config().unwrap().0)
+                .unwrap();
         assert_eq!(
             load_dirs_only(&[d("runs")], &[]).unwrap().trip_models,
             [

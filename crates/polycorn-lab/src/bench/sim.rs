@@ -98,8 +98,9 @@ pub fn linkdb_predictor(args: &RideArgs, kind: ModelKind) -> Result<PredictorFac
     let rides = if args.quick { 8 } else { 20 };
     let trips = (first..first + rides)
         .map(|s| {
-            let trip = Trip::generate(&args.trip.preset_config(s)?)?;
-            Ok(polycorn_linkdb::import::sim::from_trip(&trip))
+            Ok(polycorn_linkdb::import::sim::simulate_one(
+                &args.trip.preset_config(s)?,
+            )?)
         })
         .collect::<Result<Vec<_>>>()
         .context("simulate LinkDB's training rides")?;

@@ -109,11 +109,13 @@ pub fn simulate(
 ) -> Result<Vec<TripData>, ImportError> {
     trip_seeds
         .into_iter()
-        .map(|s| {
-            let cfg = TripConfig::preset(preset, route_seed, s)?;
-            Ok(from_trip(&Trip::generate(&cfg)?))
-        })
+        .map(|s| simulate_one(&TripConfig::preset(preset, route_seed, s)?))
         .collect()
+}
+
+/// Generate the trip `cfg` describes in process, as LinkDB imports it.
+pub fn simulate_one(cfg: &TripConfig) -> Result<TripData, ImportError> {
+    Ok(from_trip(&Trip::generate(cfg)?))
 }
 
 fn json_field<'a>(text: &'a str, key: &str) -> Option<&'a str> {

@@ -708,14 +708,7 @@ mod tests {
             sweep: vec![],
             rides,
             quick: true,
-            trip: TripArgs {
-                preset: "hsr".into(),
-                route_seed: 1,
-                trip_seed: 1,
-                interruptions: "builtin".into(),
-                handover_interruption: crate::tripgen::InterruptionMode::Hold,
-                carriers: None,
-            },
+            trip: TripArgs::builtin("hsr", 1, 1),
             threads: Some(1),
             out: None,
         }
