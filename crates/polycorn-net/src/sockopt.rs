@@ -315,6 +315,14 @@ fn available_congestion() -> String {
         .unwrap_or_else(|_| "unknown".into())
 }
 
+/// The system's default congestion control (`net.ipv4.tcp_congestion_control` of this network
+/// namespace), or a placeholder if that cannot be read.
+pub fn system_congestion() -> String {
+    std::fs::read_to_string("/proc/sys/net/ipv4/tcp_congestion_control")
+        .map(|s| s.trim().to_string())
+        .unwrap_or_else(|_| "unknown".into())
+}
+
 /// Set the socket's congestion control (`TCP_CONGESTION`), e.g. `"bbr"`, `"cubic"`, `"reno"`.
 ///
 /// The error names the algorithm and the ones the kernel has.

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use polycorn_proto::{Role, SessionConfig};
 
-use crate::config::{Limits, ProxyConfig, RelayConfig};
+use crate::config::{Limits, ProxyConfig, RelayConfig, DEFAULT_CONGESTION, SYSTEM_CONGESTION};
 use crate::subflow;
 
 /// Session tunables shared by relay and proxy.
@@ -20,6 +20,9 @@ pub struct Tuning {
     /// Hold time for outages of every path.
     pub hold_time: Duration,
     /// Congestion control for subflows and baseline tunnels (`None`: the system default).
+    /// From a configuration: the one it names, [`DEFAULT_CONGESTION`] when it names none, and
+    /// `None` for [`SYSTEM_CONGESTION`]; the daemons fall back to `None` where the host lacks
+    /// the default.
     pub congestion: Option<String>,
     /// `TCP_RTO_MAX_MS` of subflows, ms (`None`: the kernel's). Baseline tunnels keep the
     /// kernel's.
@@ -110,6 +113,16 @@ impl Tuning {
         )
     }
 
+    /// The congestion control a configuration's `congestion` asks for (see
+    /// [`Tuning::congestion`]).
+    pub fn congestion_of(configured: Option<&str>) -> Option<String> {
+        match configured {
+            None => Some(DEFAULT_CONGESTION.to_string()),
+            Some(SYSTEM_CONGESTION) => None,
+            Some(name) => Some(name.to_string()),
+        }
+    }
+
     fn from_settings(
         limits: &Limits,
         hold: Duration,
@@ -123,7 +136,7 @@ impl Tuning {
             user_window: limits.user_window_bytes,
             max_flows: limits.max_flows as usize,
             hold_time: hold,
-            congestion: cc,
+            congestion: Tuning::congestion_of(cc.as_deref()),
             rto_max_ms,
             idle_probe: idle_probe.0,
             idle_after: idle_probe.1,

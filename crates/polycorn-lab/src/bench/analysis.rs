@@ -109,6 +109,9 @@ pub struct SystemRun {
     /// (`polycorn` → `hpr,minrtt,…`); None for the baselines' own modes and for rides recorded
     /// before results held it. Presets change between builds; this says what actually ran.
     pub pipeline: Option<String>,
+    /// TCP congestion control of relay and proxy (`bbr`, `cubic`); None for rides recorded
+    /// before results held it (see [`super::pool::congestion_ran`]).
+    pub congestion: Option<String>,
     /// Seconds from emulator start until relay and proxy were ready.
     pub ready_s: f64,
     /// Paths whose subflow was not up when the workload started because their emulated link
@@ -957,6 +960,7 @@ mod tests {
             mode: "polycorn".into(),
             spec: "-".into(),
             pipeline: None,
+            congestion: None,
             ready_s: 1.0,
             late_paths: vec![],
             error: None,
@@ -1016,6 +1020,7 @@ mod counter_tests {
             mode: "polycorn".into(),
             spec: "hrsch".into(),
             pipeline: None,
+            congestion: None,
             ready_s: 1.0,
             late_paths: vec![],
             error: None,

@@ -78,8 +78,10 @@ pub struct RideArgs {
     /// hrsch-ori, hrsch-er (HRSCH without that stage), or `polycorn:SPEC` for any pipeline. A
     /// polycorn system with `+fresh` appended (e.g. `hrsch+fresh`) runs with the relay's
     /// `idle_refresh = "used"`, with `+warm` with `slow_start_after_idle = false` on relay and
-    /// proxy (subflows keep their congestion window between flows); any system with `+bbr`
-    /// with BBR instead of CUBIC on relay and proxy (subflows, or the baselines' tunnels); a
+    /// proxy (subflows keep their congestion window between flows). Polycorn systems run the
+    /// daemons' default congestion control, BBR, and the baselines `mptcp` and `single` Linux's,
+    /// CUBIC: any system with `+cubic` runs CUBIC on relay and proxy (subflows, or the
+    /// baselines' tunnels), with `+bbr` BBR; a
     /// polycorn system with `+rto1s` with `rto_max_ms = 1000` on relay and proxy (subflows'
     /// retransmission timeout backs off to at most 1 s), with `+probe200` with `idle_probe_s = 0`
     /// on relay and proxy (probes every 200 ms also when no flow is open), with `+nocap` with
@@ -225,8 +227,9 @@ pub struct System {
     pub idle_refresh: Option<&'static str>,
     /// `slow_start_after_idle = false` for relay and proxy (`+warm`).
     pub warm: bool,
-    /// TCP congestion control of relay and proxy (subflows or tunnels): `cubic`, `bbr` with
-    /// `+bbr`.
+    /// TCP congestion control of relay and proxy (subflows or tunnels): polycorn systems run
+    /// the daemons' default (`bbr`), the baselines (`mptcp`, `single`) Linux's (`cubic`);
+    /// `+bbr` and `+cubic` choose.
     pub congestion: &'static str,
     /// `rto_max_ms` of relay and proxy subflows (`+rto1s`: 1000; None: the kernel's).
     pub rto_max_ms: Option<u32>,
@@ -302,7 +305,7 @@ pub const QUICK_SYSTEMS: &[&str] = &["mptcp", "single", "vanilla", "hrsch"];
 pub fn system(name: &str) -> Result<System> {
     // Option suffixes: (suffix, what it sets, polycorn systems only, how it changes the system).
     type Apply = fn(&mut System);
-    const SUFFIXES: [(&str, &str, bool, Apply); 7] = [
+    const SUFFIXES: [(&str, &str, bool, Apply); 8] = [
         ("+fresh", "idle_refresh = \"used\"", true, |s| {
             s.idle_refresh = Some("used")
         }),
@@ -311,6 +314,9 @@ pub fn system(name: &str) -> Result<System> {
         }),
         ("+bbr", "congestion = \"bbr\"", false, |s| {
             s.congestion = "bbr"
+        }),
+        ("+cubic", "congestion = \"cubic\"", false, |s| {
+            s.congestion = "cubic"
         }),
         ("+rto1s", "rto_max_ms = 1000", true, |s| {
             s.rto_max_ms = Some(1000)
@@ -345,7 +351,7 @@ pub fn system(name: &str) -> Result<System> {
         spec: spec.into(),
         idle_refresh: None,
         warm: false,
-        congestion: "cubic",
+        congestion: polycorn_net::config::DEFAULT_CONGESTION,
         rto_max_ms: None,
         idle_probe_s: None,
         window_gain: None,
@@ -975,6 +981,7 @@ impl System {
             mode: self.mode.clone(),
             spec: self.spec.clone(),
             pipeline: self.pipeline(),
+            congestion: Some(self.congestion.to_string()),
             ready_s: f64::NAN,
             late_paths: vec![],
             error: None,

@@ -71,7 +71,7 @@ pub fn run(args: &PoolArgs) -> Result<()> {
             .collect();
         if known.len() > 1 {
             println!(
-                "WARNING: system `{system}` ran different schedulers in these rides: {}; its pooled numbers mix them (pass the directories of one)",
+                "WARNING: system `{system}` ran different schedulers or congestion controls in these rides: {}; its pooled numbers mix them (pass the directories of one)",
                 on_rides(known.iter().copied())
             );
         } else if let Some((_, old)) = kinds.iter().find(|(p, _)| p == PIPELINE_NOT_RECORDED) {
@@ -367,18 +367,29 @@ pub type MixedPipelines = (String, Vec<(String, Vec<u64>)>);
 /// What a ride that did not record its expanded pipeline shows in [`mixed_pipelines`].
 pub const PIPELINE_NOT_RECORDED: &str = "not recorded (the ride predates the field)";
 
-/// Systems whose rides ran different schedulers under one name — a preset such as `polycorn`
-/// that a later build defines differently — with each pipeline and its rides (trip seeds), in
-/// the order first seen. A ride that did not record its pipeline counts as its own kind,
+/// The congestion control a run's relay and proxy ran: as recorded, else what every system
+/// ran before results recorded it — CUBIC, unless the system's name carries `+bbr`.
+pub fn congestion_ran(run: &SystemRun) -> &str {
+    match &run.congestion {
+        Some(c) => c,
+        None if run.system.contains("+bbr") => "bbr",
+        None => "cubic",
+    }
+}
+
+/// Systems whose rides ran different schedulers or congestion controls under one name — a
+/// preset such as `polycorn` that a later build defines differently, or a default that
+/// changed — with each kind (`PIPELINE with CC`) and its rides (trip seeds), in the order first
+/// seen. A ride that did not record its pipeline counts as its own kind,
 /// [`PIPELINE_NOT_RECORDED`], when others of the same system did.
 pub fn mixed_pipelines(rides: &[(PathBuf, Results)]) -> Vec<MixedPipelines> {
     let mut by_system: Vec<MixedPipelines> = Vec::new();
     for (_, r) in rides {
         for run in r.runs.iter().filter(|x| x.mode == "polycorn") {
-            let kind = run
-                .pipeline
-                .clone()
-                .unwrap_or_else(|| PIPELINE_NOT_RECORDED.to_string());
+            let kind = match &run.pipeline {
+                Some(p) => format!("{p} with {}", congestion_ran(run)),
+                None => PIPELINE_NOT_RECORDED.to_string(),
+            };
             let kinds = match by_system.iter_mut().find(|(n, _)| *n == run.system) {
                 Some((_, k)) => k,
                 None => {
@@ -854,6 +865,11 @@ fn run_from_json(r: &Value) -> Result<SystemRun> {
             Some(Value::String(p)) => Some(p.clone()),
             Some(other) => bail!("`pipeline` is not a string: {other}"),
         },
+        congestion: match r.get("congestion") {
+            None | Some(Value::Null) => None,
+            Some(Value::String(c)) => Some(c.clone()),
+            Some(other) => bail!("`congestion` is not a string: {other}"),
+        },
         ready_s: float(r, "ready_s")?,
         // Absent in rides recorded before it existed: every path was up (or the run failed).
         late_paths: strings(r, "late_paths")?,
@@ -1087,8 +1103,11 @@ mod tests {
                 "hrsch".to_string(),
                 vec![
                     (PIPELINE_NOT_RECORDED.to_string(), vec![1, 2]),
-                    ("hpr,minrtt,tpr,ori+er(k=3)".to_string(), vec![3, 4]),
-                    ("hpr,minrtt,tpr,ori(thin_bytes=5600)+er(k=3)".to_string(), vec![5]),
+                    ("hpr,minrtt,tpr,ori+er(k=3) with cubic".to_string(), vec![3, 4]),
+                    (
+                        "hpr,minrtt,tpr,ori(thin_bytes=5600)+er(k=3) with cubic".to_string(),
+                        vec![5]
+                    ),
                 ]
             )],
             "only the system whose scheduler differs; vanilla (no pipeline anywhere) is not flagged"
@@ -1098,6 +1117,38 @@ mod tests {
             .pipelines
             .is_empty());
         assert_eq!(seed_list(&[5, 1, 2, 3, 9, 10, 3]), "1-3, 5, 9-10");
+        // The same scheduler under another congestion control: rides that did not record it
+        // ran CUBIC (or BBR with `+bbr` in the name), rides 7-8 recorded BBR.
+        for seed in 6..=8u64 {
+            let mut r = ride(seed);
+            for x in r.runs.iter_mut() {
+                x.pipeline = Some("hpr,minrtt,tpr,ori+er(k=3)".into());
+                x.congestion = (seed > 6).then(|| "bbr".to_string());
+            }
+            r.runs[2].system = "vanilla+bbr".into();
+            write(&d(&format!("cc/trip-{seed}")), &r);
+        }
+        let back = load_dirs(&[d("cc/trip-7")]).unwrap();
+        assert_eq!(back[0].1.runs[1].congestion.as_deref(), Some("bbr"));
+        let mixed = load_dirs_only(&[d("cc")], &[]).unwrap().pipelines;
+        let names: Vec<&str> = mixed.iter().map(|(n, _)| n.as_str()).collect();
+        assert_eq!(
+            names,
+            ["hrsch"],
+            "`vanilla+bbr` ran BBR also before it was recorded: {mixed:?}"
+        );
+        for (_, kinds) in &mixed {
+            assert_eq!(
+                kinds
+                    .iter()
+                    .map(|(k, s)| (k.as_str(), s.clone()))
+                    .collect::<Vec<_>>(),
+                [
+                    ("hpr,minrtt,tpr,ori+er(k=3) with cubic", vec![6]),
+                    ("hpr,minrtt,tpr,ori+er(k=3) with bbr", vec![7, 8])
+                ]
+            );
+        }
         // A pipeline that is not a string is refused, naming the key.
         let mut v = ride(6).to_json();
         v["runs"][3]["pipeline"] = serde_json::json!(7);

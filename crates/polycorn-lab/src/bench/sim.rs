@@ -368,6 +368,7 @@ pub fn system_run(sys: &System, plan: &Plan, trip: &Trip, r: &RideResult) -> Sys
         mode: sys.mode.clone(),
         spec: sys.spec.clone(),
         pipeline: sys.pipeline(),
+        congestion: Some(sys.congestion.to_string()),
         ready_s: 0.0,
         late_paths: vec![],
         error: None,

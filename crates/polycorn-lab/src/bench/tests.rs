@@ -150,22 +150,36 @@ fn warm_suffix_turns_slow_start_after_idle_off_on_both_ends_and_only_for_polycor
 }
 
 #[test]
-fn bbr_suffix_sets_the_congestion_control_of_both_ends_for_every_system() {
-    assert_eq!(system("hrsch").unwrap().congestion, "cubic");
+fn polycorn_systems_run_the_daemons_default_congestion_control_and_suffixes_choose() {
+    // Polycorn systems run what relay and proxy run when their configuration names none; the
+    // baselines Linux's default.
+    assert_eq!(
+        system("hrsch").unwrap().congestion,
+        polycorn_net::config::DEFAULT_CONGESTION
+    );
+    assert_eq!(system("polycorn").unwrap().congestion, "bbr");
     assert_eq!(system("mptcp").unwrap().congestion, "cubic");
+    assert_eq!(system("single").unwrap().congestion, "cubic");
     let dir = std::env::temp_dir().join(format!("pc-bbr-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     for f in ["ca.pem", "relay.pem", "relay.key", "proxy.pem", "proxy.key"] {
         std::fs::write(dir.join(f), "").unwrap();
     }
-    for name in ["mptcp+bbr", "single+bbr", "hrsch+warm+bbr"] {
+    for (name, cc) in [
+        ("mptcp+bbr", "bbr"),
+        ("single+bbr", "bbr"),
+        ("hrsch+warm+bbr", "bbr"),
+        ("polycorn+cubic", "cubic"),
+        ("hrsch+warm+cubic", "cubic"),
+        ("polycorn", "bbr"),
+    ] {
         let s = system(name).unwrap();
-        assert_eq!((s.name.as_str(), s.congestion), (name, "bbr"));
+        assert_eq!((s.name.as_str(), s.congestion), (name, cc));
         let (relay, proxy) = write_configs(&dir, &s, 2, None).unwrap();
         let relay = polycorn_net::config::RelayConfig::load(&relay).unwrap();
         let proxy = polycorn_net::config::ProxyConfig::load(&proxy).unwrap();
-        assert_eq!(relay.relay.congestion.as_deref(), Some("bbr"), "{name}");
-        assert_eq!(proxy.proxy.congestion.as_deref(), Some("bbr"), "{name}");
+        assert_eq!(relay.relay.congestion.as_deref(), Some(cc), "{name}");
+        assert_eq!(proxy.proxy.congestion.as_deref(), Some(cc), "{name}");
     }
     std::fs::remove_dir_all(&dir).unwrap();
     assert!(system("hrsch+warm+bbr").unwrap().warm);

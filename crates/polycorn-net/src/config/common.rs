@@ -33,6 +33,14 @@ pub const MAX_WINDOW_BYTES: u64 = 1 << 30;
 pub const MAX_FLOWS: u32 = 1 << 20;
 /// Longest congestion control name (the kernel's `TCP_CA_NAME_MAX` is 16 with the NUL).
 pub const MAX_CONGESTION_NAME_BYTES: usize = 15;
+/// The congestion control of subflows and tunnels when `congestion` is left out, where the
+/// host can give sockets it; where it cannot, the daemon warns and keeps the system's default.
+/// BBR shortened downloads over the HSR trip model against CUBIC in the simulator and the
+/// emulated bench (the manual's "Limits and defaults").
+pub const DEFAULT_CONGESTION: &str = "bbr";
+/// The `congestion` value that leaves every socket on the system's default
+/// (`net.ipv4.tcp_congestion_control`).
+pub const SYSTEM_CONGESTION: &str = "system";
 /// Longest path name (it appears in logs and metric labels).
 pub const MAX_PATH_NAME_BYTES: usize = 32;
 

@@ -53,8 +53,10 @@ hold_time_s = 30
 # otherwise take a new upload in one burst on one path (1.0..=16.0; 0: the kernel's window as
 # it is).
 # window_gain = 2
-# TCP congestion control of the subflows and tunnels (default: the system's, often cubic).
-# "bbr" is what we recommend over cellular paths (the manual's "Limits and defaults").
+# TCP congestion control of the subflows and tunnels. Default: "bbr" where this host can set
+# it (otherwise the system's, with a warning at startup); "system" keeps the system's default
+# (net.ipv4.tcp_congestion_control). Over the HSR trip model BBR shortened downloads against
+# cubic (the manual's "Limits and defaults").
 # congestion = "bbr"
 # Idle subflows replaced with a fresh connection: "collapsed" (slow-start threshold below 20
 # segments after a blackout), "used" (also after carrying 256 KB of downlink data), "off".
@@ -197,10 +199,11 @@ hold_time_s = 30
 # ask_refresh = true
 # Limit on connecting to a server (1..=300 s).
 connect_timeout_s = 10
-# TCP congestion control of accepted subflows and tunnels, so of the downlink (default: the
-# system's, often cubic). "bbr" is what we recommend over cellular paths (the manual's
-# "Limits and defaults"): with cubic, a long-lived subflow keeps the slow-start threshold
-# of cells it has left, and 4 MB downloads took 1.4x longer in the bench.
+# TCP congestion control of accepted subflows and tunnels, so of the downlink. Default:
+# "bbr" where this host can set it (otherwise the system's, with a warning at startup);
+# "system" keeps the system's default. With cubic a long-lived subflow keeps the slow-start
+# threshold of cells it has left, and downloads took longer in the bench (the manual's
+# "Limits and defaults").
 # congestion = "bbr"
 # Set net.ipv4.tcp_slow_start_after_idle in the proxy's network namespace at startup (affects
 # every TCP socket there). false: downlink subflows keep their congestion window across idle

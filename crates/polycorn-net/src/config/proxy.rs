@@ -60,8 +60,10 @@ pub struct ProxySection {
     /// `connect_timeout_s`: limit on connecting to a server (default 10, 1..=300).
     #[schemars(range(min = 1, max = MAX_CONNECT_TIMEOUT_S))]
     pub connect_timeout_s: u64,
-    /// `congestion`: TCP congestion control of accepted subflows and tunnels. None: the system
-    /// default.
+    /// `congestion`: TCP congestion control of accepted subflows and tunnels (`bbr`, `cubic`,
+    /// …; startup stops where the kernel lacks it; `"system"`: the system's default). None:
+    /// [`DEFAULT_CONGESTION`] (BBR) where the host can set it, else the system's default with
+    /// a warning.
     pub congestion: Option<String>,
     /// `slow_start_after_idle`: the proxy sets `net.ipv4.tcp_slow_start_after_idle` of its
     /// network namespace to this at startup (downlink subflows keep their congestion window

@@ -42,8 +42,10 @@ pub struct RelaySection {
     #[serde(default = "default_hold_time_s")]
     #[schemars(range(max = MAX_HOLD_TIME_S))]
     pub hold_time_s: u64,
-    /// `congestion`: TCP congestion control of the subflows and baseline tunnels (`cubic`,
-    /// `bbr`, `reno`, …; must be available in the kernel). None: the system default.
+    /// `congestion`: TCP congestion control of the subflows and baseline tunnels (`bbr`,
+    /// `cubic`, `reno`, …; startup stops where the kernel lacks it; `"system"`: the system's
+    /// default). None: [`DEFAULT_CONGESTION`] (BBR) where the host can set it, else the
+    /// system's default with a warning.
     #[serde(default)]
     pub congestion: Option<String>,
     /// `idle_refresh`: which idle subflows the relay replaces with a fresh connection

@@ -66,12 +66,46 @@ fn apply_slow_start_after_idle(key: &str, want: Option<bool>) -> Result<()> {
     Ok(())
 }
 
-/// Stop startup if the configured congestion control cannot be set.
-fn check_congestion(key: &str, name: Option<&str>) -> Result<()> {
-    if let Some(cc) = name {
-        crate::sockopt::check_congestion(cc).with_context(|| format!("{key} = {cc:?}"))?;
+/// The congestion control of this daemon's sockets, tried on a throwaway socket at startup:
+/// the configured one (startup stops with the reason where the host cannot set it), none for
+/// `"system"`, else [`crate::config::DEFAULT_CONGESTION`] — or, where the host cannot give
+/// sockets that, the system's default with a warning.
+fn settle_congestion(key: &str, configured: Option<&str>, tuning: &mut Tuning) -> Result<()> {
+    settle_congestion_with(key, configured, tuning, crate::sockopt::check_congestion)
+}
+
+/// [`settle_congestion`] with `check` trying a congestion control on this host.
+fn settle_congestion_with(
+    key: &str,
+    configured: Option<&str>,
+    tuning: &mut Tuning,
+    check: impl Fn(&str) -> std::io::Result<()>,
+) -> Result<()> {
+    let Some(cc) = tuning.congestion.clone() else {
+        info!(
+            congestion = %crate::sockopt::system_congestion(),
+            "{key} = \"system\": sockets keep the system's congestion control"
+        );
+        return Ok(());
+    };
+    match check(&cc) {
+        Ok(()) => {
+            info!(congestion = %cc, "congestion control of subflows and tunnels ({key})");
+            Ok(())
+        }
+        Err(e) if configured.is_none() => {
+            warn!(
+                error = %e,
+                system = %crate::sockopt::system_congestion(),
+                "{key} is not set and this host cannot give sockets the default `{cc}`: \
+                 subflows and tunnels keep the system's congestion control (set {key} to \
+                 silence this)"
+            );
+            tuning.congestion = None;
+            Ok(())
+        }
+        Err(e) => Err(e).with_context(|| format!("{key} = {cc:?}")),
     }
-    Ok(())
 }
 
 /// Whether subflow sockets take `rto_max_ms` (an old kernel refuses it), so that the daemon
@@ -319,7 +353,12 @@ pub fn relay(path: &Path, version: &str) -> Result<()> {
         "relay.slow_start_after_idle",
         cfg.relay.slow_start_after_idle,
     )?;
-    check_congestion("relay.congestion", cfg.relay.congestion.as_deref())?;
+    let mut tuning = Tuning::of_relay(&cfg);
+    settle_congestion(
+        "relay.congestion",
+        cfg.relay.congestion.as_deref(),
+        &mut tuning,
+    )?;
     if cfg.relay.mode == RelayMode::Polycorn {
         // Only subflows take it (the baselines' tunnels do not; see the warning above).
         check_rto_max("relay.rto_max_ms", cfg.relay.rto_max_ms)?;
@@ -489,7 +528,7 @@ pub fn relay(path: &Path, version: &str) -> Result<()> {
             socks5: cfg.intercept.socks5,
             dns: cfg.dns.listen.zip(cfg.dns.upstream),
             tunnel_port: cfg.relay.tunnel_port,
-            tuning: Tuning::of_relay(&cfg),
+            tuning,
             idle_refresh: cfg.relay.idle_refresh,
             predictor,
         };
@@ -590,7 +629,12 @@ pub fn proxy(path: &Path, version: &str) -> Result<()> {
         "proxy.slow_start_after_idle",
         cfg.proxy.slow_start_after_idle,
     )?;
-    check_congestion("proxy.congestion", cfg.proxy.congestion.as_deref())?;
+    let mut tuning = Tuning::of_proxy(&cfg);
+    settle_congestion(
+        "proxy.congestion",
+        cfg.proxy.congestion.as_deref(),
+        &mut tuning,
+    )?;
     check_rto_max("proxy.rto_max_ms", cfg.proxy.rto_max_ms)?;
     let rt = runtime()?;
     rt.block_on(async move {
@@ -622,7 +666,7 @@ pub fn proxy(path: &Path, version: &str) -> Result<()> {
             tunnel_peers: cfg.proxy.tunnel_peers.clone(),
             tls: tls_cfg,
             pipeline: cfg.proxy.scheduler.clone(),
-            tuning: Tuning::of_proxy(&cfg),
+            tuning,
             policy: policy.clone(),
             connect_timeout: cfg.proxy.connect_timeout(),
             predictor: predictor.clone(),
@@ -998,4 +1042,55 @@ fn load_predictor(cfg: &crate::config::LinkDbConfig) -> Result<LinkDbLoad> {
         cells,
         built_secs: tls::unix_now(),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::{DEFAULT_CONGESTION, SYSTEM_CONGESTION};
+
+    /// A host whose kernel offers only `cubic` and `reno`.
+    fn without_bbr(cc: &str) -> std::io::Result<()> {
+        match cc {
+            "cubic" | "reno" => Ok(()),
+            _ => Err(std::io::Error::new(
+                std::io::ErrorKind::NotFound,
+                format!("the kernel has no `{cc}`"),
+            )),
+        }
+    }
+
+    fn settled(configured: Option<&str>) -> Result<Option<String>> {
+        let mut t = Tuning {
+            congestion: Tuning::congestion_of(configured),
+            ..Tuning::default()
+        };
+        settle_congestion_with("proxy.congestion", configured, &mut t, without_bbr)?;
+        Ok(t.congestion)
+    }
+
+    #[test]
+    fn the_default_congestion_control_falls_back_to_the_systems_where_the_host_lacks_it() {
+        assert_eq!(
+            Tuning::congestion_of(None).as_deref(),
+            Some(DEFAULT_CONGESTION)
+        );
+        assert_eq!(Tuning::congestion_of(Some(SYSTEM_CONGESTION)), None);
+        // Left out: BBR where it can be set, else the system's default, and startup goes on.
+        assert_eq!(settled(None).unwrap(), None);
+        let mut t = Tuning {
+            congestion: Tuning::congestion_of(None),
+            ..Tuning::default()
+        };
+        settle_congestion_with("relay.congestion", None, &mut t, |_| Ok(())).unwrap();
+        assert_eq!(t.congestion.as_deref(), Some("bbr"));
+        // Named: set, or startup stops naming the key.
+        assert_eq!(settled(Some("cubic")).unwrap().as_deref(), Some("cubic"));
+        assert_eq!(settled(Some("system")).unwrap(), None);
+        let e = format!("{:#}", settled(Some("bbr")).unwrap_err());
+        assert!(
+            e.contains("proxy.congestion = \"bbr\"") && e.contains("no `bbr`"),
+            "{e}"
+        );
+    }
 }

@@ -87,6 +87,7 @@ fn every_system_writes_configurations_that_read_as_written_by_hand() {
         "polycorn+nocap",
         "polycorn+probe200",
         "hrsch+fresh+warm+bbr",
+        "polycorn+cubic",
         "vanilla+noask+nocap",
         "polycorn+rto1s+warm+noask",
     ];

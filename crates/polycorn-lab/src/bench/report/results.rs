@@ -346,6 +346,7 @@ impl Results {
                 let (after_hof, tails) = self.stage_views(Dir::Down, r);
                 json!({
                     "system": r.system, "mode": r.mode, "spec": r.spec, "pipeline": r.pipeline,
+                    "congestion": r.congestion,
                     "ready_s": num(r.ready_s), "late_paths": r.late_paths, "error": r.error,
                     "path_down_bytes": r.path_down_bytes,
                     "path_up_bytes": r.path_up_bytes,

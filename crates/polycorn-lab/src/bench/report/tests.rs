@@ -54,6 +54,7 @@ pub(crate) fn synthetic_with(params: PlanParams) -> Results {
                 _ => name.to_string(),
             },
             pipeline: None,
+            congestion: None,
             ready_s: 1.0,
             late_paths: vec![],
             error: None,
