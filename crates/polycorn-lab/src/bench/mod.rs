@@ -115,7 +115,26 @@ pub struct RideArgs {
     /// trip model, sized in time).
     #[arg(long)]
     pub queue_bytes: Option<u64>,
-    /// Output directory (default `results/<bench|sim|validate>-<preset>-r<route>-t<trip>-<quick|full>/`).
+    /// Instead of the preset's trip: one path per FILE, a recorded trace replayed in a loop (as
+    /// `testbed up --trace`): a mahimahi file (`X.down`, with `X.up` for the uplink when it
+    /// exists) or a per-second throughput CSV with `Timestamp,DL_bitrate,UL_bitrate` columns
+    /// (e.g. ucc5g). No train: no handovers, no context, no handover predictions (HPR never
+    /// throttles); the window starts at `--from-s` (default 0) of the traces. With `--rides N`,
+    /// ride k (0-based) replays the k-th window after that (trip seed = workload seed = k + 1
+    /// unless `--seed`). Not taken by `sim validate`.
+    #[arg(
+        long = "trace",
+        value_name = "FILE",
+        conflicts_with_all = ["preset", "route_seed", "trip_seed", "interruptions", "handover_interruption"]
+    )]
+    pub traces: Vec<PathBuf>,
+    /// One-way delay of the trace paths, ms (with --trace): one value for every path, or one
+    /// per path (`--delay-ms 20,60`) [default: a trace's own delay — `X.delay.csv` beside
+    /// `X.down`, or half a throughput log's `PINGMIN` — else 20].
+    #[arg(long, value_name = "MS", value_delimiter = ',', requires = "traces")]
+    pub delay_ms: Vec<f64>,
+    /// Output directory (default `results/<bench|sim|validate>-<preset>-r<route>-t<trip>-<quick|full>/`,
+    /// with `--trace` `results/<bench|sim>-traces-<quick|full>/`).
     #[arg(long)]
     pub out: Option<PathBuf>,
 }
@@ -158,6 +177,15 @@ impl RideArgs {
         }
         Ok(params)
     }
+
+    /// The recorded paths of `--trace` (with `--delay-ms`), read and checked; None without
+    /// `--trace`.
+    pub fn load_traces(&self) -> Result<Option<traces::Traces>> {
+        if self.traces.is_empty() {
+            return Ok(None);
+        }
+        traces::Traces::load(&self.traces, &self.delay_ms).map(Some)
+    }
 }
 
 /// Options of `polycorn bench`.
@@ -173,23 +201,6 @@ pub struct BenchArgs {
     /// Testbed name (namespace prefix) used for every system; created and removed.
     #[arg(long)]
     pub name: Option<String>,
-    /// Instead of the preset's trip: one path per FILE, a recorded trace replayed in a loop (as
-    /// `testbed up --trace`): a mahimahi file (`X.down`, with `X.up` for the uplink when it
-    /// exists) or a per-second throughput CSV with `Timestamp,DL_bitrate,UL_bitrate` columns
-    /// (e.g. ucc5g). No train: no handovers, no context, no LinkDB predictions; the window
-    /// starts at `--from-s` (default 0) of the traces. With `--rides N`, ride k (0-based)
-    /// replays the k-th window after that (trip seed = workload seed = k + 1 unless `--seed`).
-    #[arg(
-        long = "trace",
-        value_name = "FILE",
-        conflicts_with_all = ["preset", "route_seed", "trip_seed", "interruptions", "handover_interruption"]
-    )]
-    pub traces: Vec<PathBuf>,
-    /// One-way delay of the trace paths, ms (with --trace): one value for every path, or one
-    /// per path (`--delay-ms 20,60`) [default: a trace's own delay — `X.delay.csv` beside
-    /// `X.down`, or half a throughput log's `PINGMIN` — else 20].
-    #[arg(long, value_name = "MS", value_delimiter = ',', requires = "traces")]
-    pub delay_ms: Vec<f64>,
 }
 
 /// A workload of the bench.
@@ -279,6 +290,108 @@ pub fn ride_window(
         );
     }
     Ok((from_ms, full.window(from_ms, window_ms)))
+}
+
+/// Ride `trip_seed` of `args` as `polycorn bench` and `polycorn sim bench` both cut it: the
+/// workload plan (seed `--seed`, else the trip seed), the window it plays on and the results'
+/// metadata. The window runs `bulk_timeout_s + 5` s past the plan's end, so late flows still
+/// see the trip, not a dead link. On the preset's trip (`traces` None) it starts at `--from-s`,
+/// else where the train first runs at speed ([`ride_window`]). On recorded traces, ride k
+/// (trip seed `--trip-seed` + k) is the k-th consecutive window from `--from-s` (default 0),
+/// with a [`models::DEFAULT_QUEUE_BYTES`] queue unless `--queue-bytes`, the traces' files,
+/// delays and outages in the metadata, and no predictor. `kernel` and `prediction` (what the
+/// ride's polycorn systems predict handovers with on a trip) are the caller's.
+pub fn ride_setup(
+    args: &RideArgs,
+    traces: Option<&traces::Traces>,
+    trip_seed: u64,
+    params: &PlanParams,
+    kernel: String,
+    prediction: String,
+) -> Result<(Trip, Plan, Meta)> {
+    let seed = args.seed.unwrap_or(trip_seed);
+    let plan = Plan::new(params, seed);
+    let window_ms = ((plan.end_s + plan.bulk_timeout_s + 5.0) * 1000.0) as u64;
+    let from_ms = match args.from_s {
+        Some(s) if s.is_finite() && s >= 0.0 => Some((s * 1000.0) as u64 / STEP_MS * STEP_MS),
+        Some(s) => bail!("--from-s must be >= 0, got {s}"),
+        None => None,
+    };
+    let mut targs = args.trip.clone();
+    targs.trip_seed = trip_seed;
+    // (trip, its model's identity, where interruptions came from, the window's start)
+    let (full, model, source, from_ms) = match traces {
+        Some(t) => {
+            // Rides of recorded traces are consecutive windows of them.
+            let Some(ride) = trip_seed.checked_sub(args.trip.trip_seed) else {
+                bail!(
+                    "trip seed {trip_seed}: the rides of recorded traces are trip seeds {} on",
+                    args.trip.trip_seed
+                );
+            };
+            let stride = window_ms.div_ceil(STEP_MS) * STEP_MS;
+            let from_ms = from_ms.unwrap_or(0) + ride * stride;
+            // Traces loop: they cover whatever window is asked for.
+            let full = t.trip(from_ms + window_ms);
+            (
+                full,
+                t.id.clone(),
+                "none: recorded traces".to_string(),
+                Some(from_ms),
+            )
+        }
+        None => {
+            let (cfg, source) = targs.config()?;
+            let model = crate::tripgen::trip_model_id(&cfg)?;
+            (Trip::generate(&cfg)?, model, source, from_ms)
+        }
+    };
+    let (from_ms, trip) = ride_window(&full, from_ms, window_ms, &targs.preset)?;
+    let on_traces = traces.is_some();
+    let meta = Meta {
+        version: crate::VERSION.to_string(),
+        build: Some(crate::BUILD.to_string()).filter(|b| !b.is_empty()),
+        command: Some(command_line()),
+        kernel,
+        preset: if on_traces {
+            report::TRACES_PRESET.to_string()
+        } else {
+            targs.preset.clone()
+        },
+        trip_model: Some(model),
+        route_seed: if on_traces { 0 } else { targs.route_seed },
+        trip_seed,
+        seed,
+        mode: if args.quick { "quick" } else { "full" }.into(),
+        from_s: from_ms as f64 / 1000.0,
+        window_s: window_ms as f64 / 1000.0,
+        queue_bytes: match traces {
+            Some(_) => Some(args.queue_bytes.unwrap_or(models::DEFAULT_QUEUE_BYTES)),
+            None => args.queue_bytes,
+        },
+        carriers: trip.paths.iter().map(|p| p.name.clone()).collect(),
+        interruptions: source,
+        handover_interruption: match traces {
+            Some(_) if trip.paths.iter().any(|p| !p.interruptions_ms.is_empty()) => {
+                "hold".to_string()
+            }
+            Some(_) => "none".to_string(),
+            None => targs.handover_interruption.name().to_string(),
+        },
+        prediction: if on_traces {
+            "none: recorded traces carry no train position for LinkDB; HPR never throttles"
+                .to_string()
+        } else {
+            prediction
+        },
+        started: utc_now(),
+        trace_files: traces.map_or_else(Vec::new, |t| {
+            t.files.iter().map(|f| f.display().to_string()).collect()
+        }),
+        path_delays: traces.map_or_else(Vec::new, |t| t.delays()),
+        path_outages: traces.map_or_else(Vec::new, |t| t.outages()),
+    };
+    Ok((trip, plan, meta))
 }
 
 /// The systems of full mode, in report order.
@@ -493,11 +606,7 @@ pub fn run(args: &BenchArgs) -> Result<Vec<report::Results>> {
     if trips >= LINKDB_SEED_OFFSET {
         bail!("--rides must be 1 to {}", LINKDB_SEED_OFFSET - 1);
     }
-    let traces = if args.traces.is_empty() {
-        None
-    } else {
-        Some(traces::Traces::load(&args.traces, &args.delay_ms)?)
-    };
+    let traces = args.ride.load_traces()?;
     let top = out_dir_for(args);
     std::fs::create_dir_all(&top).with_context(|| format!("create {}", top.display()))?;
     // HRSCH's HPR stage needs LinkDB: train it on other rides of the same route (trip seeds
@@ -522,25 +631,20 @@ pub fn run(args: &BenchArgs) -> Result<Vec<report::Results>> {
     let interrupted = crate::testbed_cmd::stop_on_signals("bench", vec![name.clone()])?;
     let mut all = Vec::new();
     for k in 0..trips {
-        let mut a = args.clone();
-        a.ride.trip.trip_seed = args.ride.trip.trip_seed + k;
+        let trip_seed = args.ride.trip.trip_seed + k;
         let out = if trips == 1 {
             top.clone()
         } else {
-            top.join(format!("trip-{}", a.ride.trip.trip_seed))
+            top.join(format!("trip-{trip_seed}"))
         };
         if trips > 1 {
-            eprintln!(
-                "== ride {}/{} (trip seed {})",
-                k + 1,
-                trips,
-                a.ride.trip.trip_seed
-            );
+            eprintln!("== ride {}/{} (trip seed {trip_seed})", k + 1, trips);
         }
         all.push(run_trip(
-            &a,
+            args,
             &systems,
             k as usize,
+            trip_seed,
             &params,
             &out,
             linkdb.as_ref(),
@@ -631,12 +735,14 @@ pub fn run_order(n: usize, ride: usize) -> Vec<usize> {
     (0..n).map(|j| (j + ride) % n.max(1)).collect()
 }
 
-/// One ride: every system on the same window of trip `args.trip`, outputs in `out`.
+/// One ride (`ride`, from 0, of trip seed `trip_seed`): every system on the same window of
+/// the trip or traces, outputs in `out`.
 #[allow(clippy::too_many_arguments)]
 fn run_trip(
     args: &BenchArgs,
     systems: &[System],
     ride: usize,
+    trip_seed: u64,
     params: &PlanParams,
     out: &Path,
     linkdb: Option<&LinkDbConfig>,
@@ -645,96 +751,25 @@ fn run_trip(
     name: &str,
     interrupted: &AtomicBool,
 ) -> Result<report::Results> {
-    let seed = args.ride.seed.unwrap_or(args.ride.trip.trip_seed);
-    let plan = Plan::new(params, seed);
-    // Slack after the plan so late flows still see the trip, not a dead link.
-    let window_ms = ((plan.end_s + plan.bulk_timeout_s + 5.0) * 1000.0) as u64;
-    let mut from_s = match args.ride.from_s {
-        Some(s) if s.is_finite() && s >= 0.0 => Some((s * 1000.0) as u64 / STEP_MS * STEP_MS),
-        Some(s) => bail!("--from-s must be >= 0, got {s}"),
-        None => None,
-    };
-    if traces.is_some() {
-        // Rides of recorded traces are consecutive windows of them.
-        let stride = window_ms.div_ceil(STEP_MS) * STEP_MS;
-        from_s = Some(from_s.unwrap_or(0) + ride as u64 * stride);
-    }
-    // (trip, its model's identity, where interruptions came from)
-    let (full, model, source) = match traces {
-        // Traces loop: they cover whatever window is asked for.
-        Some(t) => (
-            t.trip(from_s.unwrap_or(0) + window_ms),
-            t.id.clone(),
-            "none: recorded traces".to_string(),
+    let prediction = match args.prediction {
+        PredictAt::None => "none: LinkDB not loaded, HPR never throttles".to_string(),
+        at => format!(
+            "LinkDB paper predictor in {}, trained on {} simulated rides of route {} with trip seeds from {} (never the replayed ride)",
+            if at == PredictAt::Both {
+                "the proxy (downlink) and the relay (uplink)"
+            } else {
+                "the proxy (downlink); the relay's uplink runs without prediction"
+            },
+            training.0,
+            args.ride.trip.route_seed,
+            training.1
         ),
-        None => {
-            let (cfg, source) = args.ride.trip.config()?;
-            let model = crate::tripgen::trip_model_id(&cfg)?;
-            (Trip::generate(&cfg)?, model, source)
-        }
     };
-    let (from_ms, trip) = ride_window(&full, from_s, window_ms, &args.ride.trip.preset)?;
-    let mode = if args.ride.quick { "quick" } else { "full" };
+    let (trip, plan, meta) =
+        ride_setup(&args.ride, traces, trip_seed, params, kernel(), prediction)?;
+    let (mode, seed, source) = (&meta.mode, meta.seed, &meta.interruptions);
     std::fs::create_dir_all(out.join("logs"))
         .with_context(|| format!("create {}", out.display()))?;
-    let meta = Meta {
-        version: crate::VERSION.to_string(),
-        build: Some(crate::BUILD.to_string()).filter(|b| !b.is_empty()),
-        command: Some(command_line()),
-        kernel: kernel(),
-        preset: match traces {
-            Some(_) => report::TRACES_PRESET.to_string(),
-            None => args.ride.trip.preset.clone(),
-        },
-        trip_model: Some(model),
-        route_seed: if traces.is_some() {
-            0
-        } else {
-            args.ride.trip.route_seed
-        },
-        trip_seed: args.ride.trip.trip_seed,
-        seed,
-        mode: mode.into(),
-        from_s: from_ms as f64 / 1000.0,
-        window_s: window_ms as f64 / 1000.0,
-        queue_bytes: match traces {
-            Some(_) => Some(args.ride.queue_bytes.unwrap_or(models::DEFAULT_QUEUE_BYTES)),
-            None => args.ride.queue_bytes,
-        },
-        carriers: trip.paths.iter().map(|p| p.name.clone()).collect(),
-        interruptions: source.clone(),
-        handover_interruption: match traces {
-            Some(_) if trip.paths.iter().any(|p| !p.interruptions_ms.is_empty()) => {
-                "hold".to_string()
-            }
-            Some(_) => "none".to_string(),
-            None => args.ride.trip.handover_interruption.name().to_string(),
-        },
-        prediction: match args.prediction {
-            _ if traces.is_some() => {
-                "none: recorded traces carry no train position for LinkDB; HPR never throttles"
-                    .to_string()
-            }
-            PredictAt::None => "none: LinkDB not loaded, HPR never throttles".to_string(),
-            at => format!(
-                "LinkDB paper predictor in {}, trained on {} simulated rides of route {} with trip seeds from {} (never the replayed ride)",
-                if at == PredictAt::Both {
-                    "the proxy (downlink) and the relay (uplink)"
-                } else {
-                    "the proxy (downlink); the relay's uplink runs without prediction"
-                },
-                training.0,
-                args.ride.trip.route_seed,
-                training.1
-            ),
-        },
-        started: utc_now(),
-        trace_files: traces.map_or_else(Vec::new, |t| {
-            t.files.iter().map(|f| f.display().to_string()).collect()
-        }),
-        path_delays: traces.map_or_else(Vec::new, |t| t.delays()),
-        path_outages: traces.map_or_else(Vec::new, |t| t.outages()),
-    };
     if traces.is_some() {
         eprintln!(
             "bench ({mode}): recorded traces ({}: {}), window {:.1}-{:.1} s of the traces, workload seed {seed}, {} systems x {:.0} s, testbed `{name}`, output {}",
@@ -1066,19 +1101,21 @@ pub(crate) fn parse_counters(body: &str) -> std::collections::BTreeMap<String, f
 }
 
 fn out_dir_for(args: &BenchArgs) -> PathBuf {
-    let mode = if args.ride.quick { "quick" } else { "full" };
-    args.ride.out.clone().unwrap_or_else(|| {
-        if !args.traces.is_empty() {
-            return PathBuf::from(format!("results/bench-traces-{mode}"));
-        }
-        ride_dir("bench", &args.ride.trip, args.ride.quick)
-    })
+    args.ride
+        .out
+        .clone()
+        .unwrap_or_else(|| ride_dir("bench", &args.ride))
 }
 
-/// The default output directory of a ride of `kind` (`bench`, `sim`):
-/// `results/<kind>-<preset>-r<route>-t<trip>-<quick|full>`.
-pub(crate) fn ride_dir(kind: &str, trip: &TripArgs, quick: bool) -> PathBuf {
-    let mode = if quick { "quick" } else { "full" };
+/// The default output directory of rides of `kind` (`bench`, `sim`, `validate`):
+/// `results/<kind>-<preset>-r<route>-t<trip>-<quick|full>`, or on recorded traces
+/// `results/<kind>-traces-<quick|full>`.
+pub(crate) fn ride_dir(kind: &str, ride: &RideArgs) -> PathBuf {
+    let mode = if ride.quick { "quick" } else { "full" };
+    if !ride.traces.is_empty() {
+        return PathBuf::from(format!("results/{kind}-traces-{mode}"));
+    }
+    let trip = &ride.trip;
     PathBuf::from(format!(
         "results/{kind}-{}-r{}-t{}-{mode}",
         trip.preset, trip.route_seed, trip.trip_seed

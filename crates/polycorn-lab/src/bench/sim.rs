@@ -7,6 +7,10 @@
 //! polycorn systems get what they get on the testbed: the trip's context once a second at the
 //! relay, and LinkDB's predictor at both ends, trained in process on the same simulated rides
 //! of the route as the bench's `linkdb.sqlite` (or another predictor, `--predictor`).
+//!
+//! With `--trace FILE …` the rides are windows of recorded paths ([`super::traces`]), cut as
+//! `polycorn bench --trace` cuts them ([`super::ride_setup`]): no train, so no context and no
+//! predictor.
 
 use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
@@ -17,7 +21,7 @@ use anyhow::{bail, Context, Result};
 use clap::Args;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use polycorn_link::link::QueueLimit;
-use polycorn_link::trip::{Trip, STEP_MS};
+use polycorn_link::trip::Trip;
 use polycorn_linkdb::ModelKind;
 use polycorn_net::predictor::LinkDbPredictor;
 use polycorn_net::tuning::Tuning;
@@ -32,8 +36,8 @@ use polycorn_sim::budget::Budget;
 
 use super::analysis::{oracle_split, FlowResult, ImResult, SystemRun, BIN_MS, TAIL_SHARE};
 use super::plan::{Plan, PlanParams};
+use super::traces::Traces;
 use super::{configs, report, Meta, RideArgs, System, FULL_SYSTEMS, QUICK_SYSTEMS};
-use crate::common::utc_now;
 use crate::harness::LINKDB_SEED_OFFSET;
 
 /// The handover predictor of polycorn systems in the simulator.
@@ -85,7 +89,8 @@ pub struct SimArgs {
     pub threads: Option<usize>,
     /// The handover predictor of polycorn systems' relay and proxy: LinkDB's (trained on 8
     /// quick or 20 full simulated rides of the route, trip seeds from TRIP_SEED + 1000, as
-    /// `polycorn bench` trains it), the trip's ground truth, or none.
+    /// `polycorn bench` trains it), the trip's ground truth, or none. Recorded traces
+    /// (`--trace`) have no train: none.
     #[arg(long, value_enum, default_value_t = SimPredictor::Paper)]
     pub predictor: SimPredictor,
 }
@@ -407,9 +412,11 @@ pub fn system_run(sys: &System, plan: &Plan, trip: &Trip, r: &RideResult) -> Sys
     }
 }
 
-/// The trip window and plan of ride `trip_seed` (as `polycorn bench` cuts it).
+/// The trip window, plan and metadata of ride `trip_seed`, on the preset's trip or on
+/// `traces` (as `polycorn bench` cuts it: [`super::ride_setup`]).
 pub fn ride_trip(
     args: &RideArgs,
+    traces: Option<&Traces>,
     predictor: SimPredictor,
     trip_seed: u64,
     params: &PlanParams,
@@ -427,56 +434,32 @@ pub fn ride_trip(
             if args.quick { 8 } else { 20 }
         ),
     };
-    let seed = args.seed.unwrap_or(trip_seed);
-    let plan = Plan::new(params, seed);
-    let window_ms = ((plan.end_s + plan.bulk_timeout_s + 5.0) * 1000.0) as u64;
-    let mut targs = args.trip.clone();
-    targs.trip_seed = trip_seed;
-    let (cfg, source) = targs.config()?;
-    let model = crate::tripgen::trip_model_id(&cfg)?;
-    let full = Trip::generate(&cfg)?;
-    let from_ms = match args.from_s {
-        Some(s) if s.is_finite() && s >= 0.0 => Some((s * 1000.0) as u64 / STEP_MS * STEP_MS),
-        Some(s) => bail!("--from-s must be >= 0, got {s}"),
-        None => None,
-    };
-    let (from_ms, trip) = super::ride_window(&full, from_ms, window_ms, &targs.preset)?;
-    let meta = Meta {
-        version: crate::VERSION.to_string(),
-        kernel: "simulated (polycorn-sim)".into(),
-        preset: targs.preset.clone(),
-        trip_model: Some(model),
-        route_seed: targs.route_seed,
+    super::ride_setup(
+        args,
+        traces,
         trip_seed,
-        seed,
-        mode: if args.quick { "quick" } else { "full" }.into(),
-        from_s: from_ms as f64 / 1000.0,
-        window_s: window_ms as f64 / 1000.0,
-        queue_bytes: args.queue_bytes,
-        carriers: trip.paths.iter().map(|p| p.name.clone()).collect(),
-        interruptions: source,
-        handover_interruption: targs.handover_interruption.name().to_string(),
+        params,
+        "simulated (polycorn-sim)".into(),
         prediction,
-        trace_files: vec![],
-        path_delays: vec![],
-        path_outages: vec![],
-        started: utc_now(),
-        build: Some(crate::BUILD.to_string()).filter(|b| !b.is_empty()),
-        command: Some(super::command_line()),
-    };
-    Ok((trip, plan, meta))
+    )
 }
 
-/// Simulate every system on ride `trip_seed`; returns its results.
+/// Simulate every system on ride `trip_seed` (of `traces` when given); returns its results.
+/// On recorded traces polycorn systems run without a predictor, whatever `prediction` says.
 pub fn simulate_ride(
     args: &RideArgs,
+    traces: Option<&Traces>,
     systems: &[System],
     trip_seed: u64,
     params: &PlanParams,
     prediction: &SimPrediction,
 ) -> Result<report::Results> {
-    let (trip, plan, meta) = ride_trip(args, prediction.predictor, trip_seed, params)?;
-    let pred = self::prediction(prediction.predictor, prediction.linkdb.as_ref(), &trip);
+    let predictor = match traces {
+        Some(_) => SimPredictor::None,
+        None => prediction.predictor,
+    };
+    let (trip, plan, meta) = ride_trip(args, traces, predictor, trip_seed, params)?;
+    let pred = self::prediction(predictor, prediction.linkdb.as_ref(), &trip);
     let mut runs = Vec::new();
     for sys in systems {
         let cfg = ride_config(sys, &trip, &plan, meta.window_s, args.queue_bytes, &pred)?;
@@ -484,12 +467,6 @@ pub fn simulate_ride(
         runs.push(system_run(sys, &plan, &trip, &r));
     }
     Ok(report::Results::new(meta, plan, &trip, runs))
-}
-
-fn out_dir(args: &RideArgs) -> PathBuf {
-    args.out
-        .clone()
-        .unwrap_or_else(|| super::ride_dir("sim", &args.trip, args.quick))
 }
 
 fn write_ride(out: &Path, r: &report::Results) -> Result<()> {
@@ -514,11 +491,13 @@ pub fn ride_bar(total: u64) -> ProgressBar {
     bar
 }
 
-/// Simulate every system on the rides of trip seeds `seeds`, `threads` rides at once (a
-/// ride is single-threaded), with a progress bar; each ride written to `out(seed)` when
-/// given. The rides' results in the order of `seeds`.
+/// Simulate every system on the rides of trip seeds `seeds` (of `traces` when given),
+/// `threads` rides at once (a ride is single-threaded), with a progress bar; each ride written
+/// to `out(seed)` when given. The rides' results in the order of `seeds`.
+#[allow(clippy::too_many_arguments)]
 pub fn simulate_rides(
     args: &RideArgs,
+    traces: Option<&Traces>,
     systems: &[System],
     seeds: &[u64],
     params: &PlanParams,
@@ -538,7 +517,7 @@ pub fn simulate_rides(
                     return;
                 };
                 let t = std::time::Instant::now();
-                let r = simulate_ride(args, systems, seed, params, prediction);
+                let r = simulate_ride(args, traces, systems, seed, params, prediction);
                 let took = t.elapsed().as_secs_f64();
                 let r = r.and_then(|r| {
                     if let Some(out) = out {
@@ -594,18 +573,40 @@ pub fn run(args: &SimArgs) -> Result<()> {
     let systems = sim_systems(ride)?;
     let params = ride.plan_params()?;
     let rides = ride.rides_or(1)?;
-    let top = out_dir(ride);
+    let traces = ride.load_traces()?;
+    let top = ride
+        .out
+        .clone()
+        .unwrap_or_else(|| super::ride_dir("sim", ride));
     let threads = threads_or_cores(args.threads).min(rides as usize);
-    eprintln!(
-        "sim bench: preset {} route {} trip seeds {}..{}, {} systems, {rides} rides on {threads} threads, output {}",
-        ride.trip.preset,
-        ride.trip.route_seed,
-        ride.trip.trip_seed,
-        ride.trip.trip_seed + rides - 1,
-        systems.len(),
-        top.display()
-    );
-    let seeds: Vec<u64> = (0..rides).map(|k| ride.trip.trip_seed + k).collect();
+    let first = ride.trip.trip_seed;
+    match &traces {
+        Some(t) => {
+            eprintln!(
+                "sim bench: recorded traces ({}: {}), {rides} consecutive windows from {:.1} s (trip seeds {first}..{}), {} systems, {threads} threads, output {}",
+                t.id,
+                t.names().join(", "),
+                ride.from_s.unwrap_or(0.0),
+                first + rides - 1,
+                systems.len(),
+                top.display()
+            );
+            eprintln!("one-way delay: {}", t.delays().join("; "));
+            if !t.outages().is_empty() {
+                eprintln!("outages: {}", t.outages().join("; "));
+            }
+            eprintln!("note: recorded traces carry no train position: polycorn systems run without a handover predictor");
+        }
+        None => eprintln!(
+            "sim bench: preset {} route {} trip seeds {first}..{}, {} systems, {rides} rides on {threads} threads, output {}",
+            ride.trip.preset,
+            ride.trip.route_seed,
+            first + rides - 1,
+            systems.len(),
+            top.display()
+        ),
+    }
+    let seeds: Vec<u64> = (0..rides).map(|k| first + k).collect();
     let dir = |seed: u64| {
         if rides == 1 {
             top.clone()
@@ -613,9 +614,14 @@ pub fn run(args: &SimArgs) -> Result<()> {
             top.join(format!("trip-{seed}"))
         }
     };
-    let prediction = SimPrediction::new(args.predictor, ride, &systems)?;
+    // Recorded traces have no train whose position a predictor could use.
+    let prediction = match traces {
+        Some(_) => SimPrediction::none(),
+        None => SimPrediction::new(args.predictor, ride, &systems)?,
+    };
     let rides = simulate_rides(
         ride,
+        traces.as_ref(),
         &systems,
         &seeds,
         &params,

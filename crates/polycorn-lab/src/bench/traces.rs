@@ -1,4 +1,5 @@
-//! `polycorn bench --trace FILE …`: the bench on recorded paths instead of the HSR trip model.
+//! `polycorn bench --trace FILE …` and `polycorn sim bench --trace FILE …`: the bench on
+//! recorded paths instead of the HSR trip model.
 //!
 //! Each file becomes one path, replayed in a loop like `polycorn testbed up --trace`: a mahimahi
 //! trace (`X.down`, with `X.up` for the uplink when it exists) or a per-second throughput CSV
@@ -134,6 +135,11 @@ impl Traces {
             })
             .collect();
         Trip::from_traces(&paths, duration_ms)
+    }
+
+    /// The paths' names (the files' stems), in order.
+    pub fn names(&self) -> Vec<&str> {
+        self.paths.iter().map(|p| p.name.as_str()).collect()
     }
 
     /// Per path with outages, `name: where they come from`.

@@ -227,6 +227,78 @@ fn bench_runs_on_recorded_traces_and_names_them() {
     );
 }
 
+/// The simulator replays recorded paths as the bench does: a bad trace is refused before any
+/// ride runs, naming the file and the line, and a trace excludes a preset's trip; two rides
+/// are two consecutive windows of the traces, pooled, and `sim validate` refuses traces.
+#[test]
+fn sim_bench_runs_on_recorded_traces_and_refuses_a_bad_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let fast = dir.path().join("fast.down");
+    std::fs::write(
+        &fast,
+        (1..=1000).map(|m| format!("{m}\n")).collect::<String>(),
+    )
+    .unwrap();
+    let bad = dir.path().join("bad.down");
+    std::fs::write(&bad, "1\n2\nsoon\n").unwrap();
+    let (fast, bad) = (fast.to_str().unwrap(), bad.to_str().unwrap());
+    let out = polycorn(&["sim", "bench", "--trace", fast, "--trace", bad]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && err.contains("bad.down:3"), "{err}");
+    let out = polycorn(&["sim", "bench", "--trace", fast, "--preset", "ktx"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && err.contains("cannot be used with"),
+        "{err}"
+    );
+    let out = polycorn(&["sim", "validate", "--trace", fast]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && err.contains("sim bench --trace"),
+        "{err}"
+    );
+    let res = dir.path().join("out");
+    let out = polycorn(&[
+        "sim",
+        "bench",
+        "--quick",
+        "--trace",
+        fast,
+        "--delay-ms",
+        "25",
+        "--systems",
+        "vanilla",
+        "--workloads",
+        "im",
+        "--rides",
+        "2",
+        "--threads",
+        "1",
+        "--out",
+        res.to_str().unwrap(),
+    ]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(res.join("pooled.json").exists());
+    let mut from = Vec::new();
+    for ride in ["trip-1", "trip-2"] {
+        let r = read_json(&res.join(ride).join("results.json"));
+        assert_eq!(r["meta"]["preset"], "traces", "{}", r["meta"]);
+        assert_eq!(r["meta"]["trace_files"], serde_json::json!([fast]));
+        assert_eq!(r["meta"]["path_delays"], serde_json::json!(["fast: 25 ms"]));
+        from.push(r["meta"]["window_from_s"].as_f64().unwrap());
+    }
+    let window = read_json(&res.join("trip-1").join("results.json"))["meta"]["window_s"]
+        .as_f64()
+        .unwrap();
+    assert_eq!(from[0], 0.0);
+    assert!((from[1] - window).abs() < 0.011, "{from:?} window {window}");
+}
+
 /// A researcher benches uploads (the relay schedules them) over the emulated HSR trip: every
 /// byte is checked at the server, every upload is timed by its arrival there and is never
 /// faster than the oracle sending at every uplink's full capacity, the relay's scheduler did

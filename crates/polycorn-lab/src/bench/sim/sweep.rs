@@ -373,6 +373,8 @@ fn ride_args(args: &SweepArgs, v: &Variant, bulk: bool, systems: Vec<String>) ->
         },
         from_s: None,
         queue_bytes: None,
+        traces: vec![],
+        delay_ms: vec![],
         out: None,
     }
 }
@@ -501,7 +503,16 @@ fn run_sweep(args: &SweepArgs, sweep: &Sweep, threads: usize) -> Result<Value> {
             seeds.len()
         );
         let prediction = SimPrediction::new(vs[0].predictor, &ride, &systems)?;
-        let results = simulate_rides(&ride, &systems, &seeds, &params, threads, &prediction, None)?;
+        let results = simulate_rides(
+            &ride,
+            None,
+            &systems,
+            &seeds,
+            &params,
+            threads,
+            &prediction,
+            None,
+        )?;
         for v in vs {
             rows.push(row(sweep, v, &v.system, &results));
         }

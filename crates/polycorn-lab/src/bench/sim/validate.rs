@@ -708,6 +708,12 @@ fn load_emulated(dirs: &[PathBuf], seeds: &[u64]) -> Result<Vec<Results>> {
 /// `polycorn sim validate`.
 pub fn run(args: &ValidateArgs) -> Result<()> {
     let mut ride = args.ride.clone();
+    if !ride.traces.is_empty() {
+        bail!(
+            "--trace: `sim validate` compares rides of the trip model; simulate recorded traces \
+             with `polycorn sim bench --trace`"
+        );
+    }
     let n = ride.rides_or(8)?;
     if ride.systems.is_empty() {
         ride.systems = vec![VALIDATE_SYSTEMS.join(",")];
@@ -718,7 +724,7 @@ pub fn run(args: &ValidateArgs) -> Result<()> {
     let top = ride
         .out
         .clone()
-        .unwrap_or_else(|| crate::bench::ride_dir("validate", &ride.trip, ride.quick));
+        .unwrap_or_else(|| crate::bench::ride_dir("validate", &ride));
     let seeds: Vec<u64> = (0..n).map(|k| ride.trip.trip_seed + k).collect();
     let at = match args.predictor {
         SimPredictor::None => PredictAt::None,
@@ -739,8 +745,6 @@ pub fn run(args: &ValidateArgs) -> Result<()> {
                 },
                 prediction: at,
                 name: args.name.clone(),
-                traces: vec![],
-                delay_ms: vec![],
             };
             eprintln!(
                 "sim validate: {n} emulated rides of {} (predictor: {}, as in the simulator)",
@@ -762,6 +766,7 @@ pub fn run(args: &ValidateArgs) -> Result<()> {
     let dir = |seed: u64| sim_dir.join(format!("trip-{seed}"));
     let simulated = simulate_rides(
         &ride,
+        None,
         &systems,
         &seeds,
         &params,
