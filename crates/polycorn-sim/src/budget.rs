@@ -202,6 +202,9 @@ impl Budget {
 #[derive(Debug, Clone, Copy)]
 struct Copy {
     download: usize,
+    /// The proxy's connection on the path that carries it (a fresh connection after a
+    /// replacement restarts its stream offsets, and packets of the old one may still arrive).
+    gen: u32,
     /// Subflow stream offset of the frame's last byte.
     stream: u64,
     first_sent_us: Option<u64>,
@@ -241,11 +244,19 @@ impl Tracker {
     }
 
     /// The proxy's session wrote a data frame of `download` ending at flow offset `end` into
-    /// path `p`'s subflow, its last byte at stream offset `stream`.
-    pub(crate) fn frame_sent(&mut self, download: usize, p: usize, end: u64, stream: u64) {
+    /// path `p`'s subflow (connection `gen`), its last byte at stream offset `stream`.
+    pub(crate) fn frame_sent(
+        &mut self,
+        download: usize,
+        p: usize,
+        gen: u32,
+        end: u64,
+        stream: u64,
+    ) {
         if end == self.size[download] && self.framed[download].is_none() {
             self.copies[p].push(Copy {
                 download,
+                gen,
                 stream,
                 first_sent_us: None,
                 arrived: None,
@@ -253,21 +264,21 @@ impl Tracker {
         }
     }
 
-    /// The proxy's subflow on path `p` put `pkt` on the wire at `now_us`.
-    pub(crate) fn transmitted(&mut self, p: usize, pkt: &Packet, now_us: u64) {
+    /// The proxy's subflow on path `p` (connection `gen`) put `pkt` on the wire at `now_us`.
+    pub(crate) fn transmitted(&mut self, p: usize, gen: u32, pkt: &Packet, now_us: u64) {
         let Packet::Data(s) = pkt else { return };
         for c in &mut self.copies[p] {
-            if s.seq <= c.stream && c.stream < s.end() {
+            if c.gen == gen && s.seq <= c.stream && c.stream < s.end() {
                 c.first_sent_us.get_or_insert(now_us);
             }
         }
     }
 
-    /// `pkt`, sent on path `p` by the proxy, reached the relay.
-    pub(crate) fn arrived(&mut self, p: usize, pkt: &Packet, t: Transit) {
+    /// `pkt`, sent on path `p` by the proxy's connection `gen`, reached the relay.
+    pub(crate) fn arrived(&mut self, p: usize, gen: u32, pkt: &Packet, t: Transit) {
         let Packet::Data(s) = pkt else { return };
         for c in &mut self.copies[p] {
-            if c.arrived.is_none() && s.seq <= c.stream && c.stream < s.end() {
+            if c.gen == gen && c.arrived.is_none() && s.seq <= c.stream && c.stream < s.end() {
                 c.arrived = Some(t);
             }
         }
@@ -397,5 +408,39 @@ mod tests {
         // 10 ms slower path + 20 ms head-of-line wait − 15 ms the request gained.
         assert!((b.rest_ms - 15.0).abs() < 1e-9, "{b:?}");
         assert!(b.adds_up(1e-9), "{b:?}");
+    }
+
+    #[test]
+    fn packets_of_a_replaced_connection_are_not_taken_for_the_fresh_ones() {
+        use crate::tcp::Segment;
+        use polycorn_sched::time::Instant;
+        // Download 0's last byte goes out at stream offset 999 of path 0's fresh connection
+        // (gen 2); the old connection's (gen 1) segment over the same offsets, still in flight
+        // when the proxy replaced it, must not stand for it.
+        let mut t = Tracker::new(vec![1000], 1);
+        t.request(0, 0);
+        t.frame_sent(0, 0, 2, 1000, 999);
+        let seg = |at_us| {
+            Packet::Data(Segment {
+                seq: 0,
+                len: 1200,
+                retransmission: false,
+                sent_at: Instant::from_micros(at_us),
+            })
+        };
+        let transit = |sent_us, at_us| Transit {
+            sent_us,
+            at_us,
+            propagation_us: 20_000,
+            dark_us: 0,
+        };
+        t.transmitted(0, 1, &seg(1_000), 1_000);
+        t.arrived(0, 1, &seg(1_000), transit(1_000, 9_000_000));
+        t.transmitted(0, 2, &seg(50_000), 50_000);
+        t.arrived(0, 2, &seg(50_000), transit(50_000, 90_000));
+        t.frame_received(0, 0, 1000, 90_000);
+        let lb = t.last_byte(0, 0, 100_000).expect("followed");
+        assert_eq!((lb.first_sent_us, lb.transit.sent_us), (50_000, 50_000));
+        assert_eq!(lb.transit.at_us, 90_000);
     }
 }

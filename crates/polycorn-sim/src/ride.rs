@@ -282,7 +282,7 @@ impl Ride {
                 let sf = &mut self.relay.subflows[p];
                 match pkt {
                     OnWire::Tcp(gen, pkt) if gen == sf.gen => {
-                        self.tracker.arrived(p, &pkt, t);
+                        self.tracker.arrived(p, gen, &pkt, t);
                         sf.conn.on_packet(now_us, pkt);
                     }
                     OnWire::SynAck(gen) if gen > sf.gen && !self.upkeep.is_empty() => {
@@ -391,7 +391,7 @@ impl Ride {
             }
             let sf = &mut self.proxy.subflows[p];
             while let Some(pkt) = sf.conn.poll_packet(now_us) {
-                self.tracker.transmitted(p, &pkt, now_us);
+                self.tracker.transmitted(p, sf.gen, &pkt, now_us);
                 let pkt = OnWire::Tcp(sf.gen, pkt);
                 path.down.send(now_us, pkt.wire_len(), pkt);
                 moved = true;
@@ -443,7 +443,8 @@ impl Ride {
                 if side == 0 {
                     self.tracker.frame_received(d, m.path, m.end, now_us);
                 } else {
-                    self.tracker.frame_sent(d, m.path, m.end, m.stream);
+                    let gen = e.subflows[m.path].gen;
+                    self.tracker.frame_sent(d, m.path, gen, m.end, m.stream);
                 }
             }
         }
