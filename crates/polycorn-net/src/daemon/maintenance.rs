@@ -122,13 +122,9 @@ pub fn relay_check_paths(path: &Path, json: bool) -> Result<u8> {
     let relay_name = tls::relay_name_of_file(&t.cert)?;
     let tls_cfg = tls::client_config(&t.ca, &t.cert, &t.key)?;
     let paths = relay_paths(&cfg);
-    let mut tuning = Tuning::of_relay(&cfg);
-    super::settle_congestion(
-        "relay.congestion",
-        cfg.relay.congestion.as_deref(),
-        &mut tuning,
-    )?;
-    let sockopts = tuning.subflow_sockopts();
+    let c = cfg.relay.congestion.as_deref();
+    let sockopts =
+        super::settle_congestion("relay.congestion", c, Tuning::of_relay(&cfg))?.subflow_sockopts();
     if !json {
         println!(
             "checking {} path(s) as relay `{relay_name}`: TCP over the path, TLS, Hello",

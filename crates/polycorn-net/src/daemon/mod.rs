@@ -70,8 +70,15 @@ fn apply_slow_start_after_idle(key: &str, want: Option<bool>) -> Result<()> {
 /// the configured one (startup stops with the reason where the host cannot set it), none for
 /// `"system"`, else [`crate::config::DEFAULT_CONGESTION`] — or, where the host cannot give
 /// sockets that, the system's default with a warning.
-fn settle_congestion(key: &str, configured: Option<&str>, tuning: &mut Tuning) -> Result<()> {
-    settle_congestion_with(key, configured, tuning, crate::sockopt::check_congestion)
+/// Returns `tuning` with it.
+fn settle_congestion(key: &str, configured: Option<&str>, mut tuning: Tuning) -> Result<Tuning> {
+    settle_congestion_with(
+        key,
+        configured,
+        &mut tuning,
+        crate::sockopt::check_congestion,
+    )?;
+    Ok(tuning)
 }
 
 /// [`settle_congestion`] with `check` trying a congestion control on this host.
@@ -353,12 +360,8 @@ pub fn relay(path: &Path, version: &str) -> Result<()> {
         "relay.slow_start_after_idle",
         cfg.relay.slow_start_after_idle,
     )?;
-    let mut tuning = Tuning::of_relay(&cfg);
-    settle_congestion(
-        "relay.congestion",
-        cfg.relay.congestion.as_deref(),
-        &mut tuning,
-    )?;
+    let c = cfg.relay.congestion.as_deref();
+    let tuning = settle_congestion("relay.congestion", c, Tuning::of_relay(&cfg))?;
     if cfg.relay.mode == RelayMode::Polycorn {
         // Only subflows take it (the baselines' tunnels do not; see the warning above).
         check_rto_max("relay.rto_max_ms", cfg.relay.rto_max_ms)?;
@@ -629,12 +632,8 @@ pub fn proxy(path: &Path, version: &str) -> Result<()> {
         "proxy.slow_start_after_idle",
         cfg.proxy.slow_start_after_idle,
     )?;
-    let mut tuning = Tuning::of_proxy(&cfg);
-    settle_congestion(
-        "proxy.congestion",
-        cfg.proxy.congestion.as_deref(),
-        &mut tuning,
-    )?;
+    let c = cfg.proxy.congestion.as_deref();
+    let tuning = settle_congestion("proxy.congestion", c, Tuning::of_proxy(&cfg))?;
     check_rto_max("proxy.rto_max_ms", cfg.proxy.rto_max_ms)?;
     let rt = runtime()?;
     rt.block_on(async move {
