@@ -230,12 +230,34 @@ pub(crate) fn download_reaching_the_server(
 ) -> std::thread::JoinHandle<Result<Result<(), String>, tokio::time::error::Elapsed>> {
     let download = download_in_background(bed, down, secs);
     let proxy_ns = bed.ns("proxy");
-    wait_until(
-        20,
-        "the proxy connects to the server",
-        || stack_log(stack),
-        || established_to(&proxy_ns, "10.0.2.2") > 0,
-    );
+    // Where the passenger's connection got to, shown if the proxy never connects it.
+    let sockets = || {
+        let ss = |ns: String| {
+            let out = Command::new("ip")
+                .args(["netns", "exec", &ns, "ss", "-tni"])
+                .output()
+                .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+                .unwrap_or_default();
+            format!("--- ss -tni in {ns} ---\n{out}")
+        };
+        format!(
+            "{}\n{}\n{}\n{}",
+            stack_log(stack),
+            ss(bed.ns("client")),
+            ss(bed.ns("relay")),
+            ss(bed.ns("proxy"))
+        )
+    };
+    wait_until(20, "the proxy connects to the server", sockets, || {
+        established_to(&proxy_ns, "10.0.2.2") > 0 || download.is_finished()
+    });
+    if download.is_finished() && established_to(&proxy_ns, "10.0.2.2") == 0 {
+        let r = download.join();
+        panic!(
+            "the download ended before the proxy was seen connecting it: {r:?}\n{}",
+            sockets()
+        );
+    }
     download
 }
 
