@@ -119,7 +119,8 @@ fast_test_commands() {
 targets_command() { # targets_command PACKAGE:TARGET...
   local args="" t
   for t in "$@"; do args+=" --test ${t#*:}"; done
-  echo "cargo test --locked --workspace$args"
+  # Every target runs even after one fails, so that a run names all its failures.
+  echo "cargo test --locked --workspace --no-fail-fast$args"
 }
 namespace_test_commands() { targets_command "${NAMESPACE_TARGETS[@]}"; }
 integration_test_commands() {

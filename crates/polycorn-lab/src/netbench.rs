@@ -141,6 +141,9 @@ fn download(ns: &str, secs: f64) -> Result<f64> {
             }
             bytes += n as u64;
         }
+        if bytes == 0 {
+            bail!("the client received nothing of the download in {secs} s");
+        }
         Ok(bytes as f64 * 8.0 / t1.elapsed().as_secs_f64() / 1e9)
     })
     .join()
