@@ -13,11 +13,11 @@ use std::io::{ErrorKind, Read, Write};
 use std::os::fd::{AsFd, FromRawFd, IntoRawFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Instant, SystemTime};
 
 use nix::poll::{PollFd, PollFlags};
 use nix::sys::time::TimeSpec;
-use polycorn_link::link::{EnqueueOutcome, Link, LinkConfig};
+use polycorn_link::link::{EnqueueOutcome, Link, LinkConfig, Transit};
 
 use crate::netns::{InNamespace, NetError};
 use crate::testbed::TestbedSpec;
@@ -112,9 +112,12 @@ pub struct DirStats {
 
 struct Direction {
     model: Option<Link>,
-    packets: VecDeque<(u64, Vec<u8>)>,
+    /// Accepted packets: id, when offered (µs), the bytes.
+    packets: VecDeque<(u64, u64, Vec<u8>)>,
     next_id: u64,
     stats: DirStats,
+    /// When recording: the [`Transit`] of every packet delivered, in order.
+    transits: Option<Vec<Transit>>,
 }
 
 impl Direction {
@@ -134,6 +137,7 @@ impl Direction {
             packets: VecDeque::new(),
             next_id: 0,
             stats: DirStats::default(),
+            transits: None,
         })
     }
 }
@@ -149,6 +153,7 @@ struct EmuPath {
 pub struct Emulator {
     paths: Vec<EmuPath>,
     start: Instant,
+    start_wall: SystemTime,
     stop: Arc<AtomicBool>,
     buf: Vec<u8>,
 }
@@ -209,6 +214,7 @@ impl Emulator {
         Ok(Emulator {
             paths,
             start: Instant::now(),
+            start_wall: SystemTime::now(),
             stop,
             buf: vec![0; MAX_PACKET],
         })
@@ -216,6 +222,35 @@ impl Emulator {
 
     fn now_us(&self) -> u64 {
         self.start.elapsed().as_micros() as u64
+    }
+
+    /// The wall-clock time of the emulator's time 0 (every time it reports is µs since then).
+    pub fn started_at(&self) -> SystemTime {
+        self.start_wall
+    }
+
+    /// Record the [`Transit`] of every packet each shaped downlink (proxy → relay) delivers
+    /// from now on, for [`take_downlink_transits`](Self::take_downlink_transits).
+    pub fn record_downlink_transits(&mut self) {
+        for p in &mut self.paths {
+            if p.down.model.is_some() {
+                p.down.transits.get_or_insert_with(Vec::new);
+            }
+        }
+    }
+
+    /// Per path, the transits its downlink recorded (in delivery order), leaving none.
+    pub fn take_downlink_transits(&mut self) -> Vec<Vec<Transit>> {
+        self.paths
+            .iter_mut()
+            .map(|p| {
+                p.down
+                    .transits
+                    .as_mut()
+                    .map(std::mem::take)
+                    .unwrap_or_default()
+            })
+            .collect()
     }
 
     /// Counters per path: (uplink, downlink).
@@ -334,8 +369,9 @@ fn ingest(
             Some(link) => {
                 let id = d.next_id;
                 d.next_id += 1;
-                match link.enqueue(elapsed_us(start), id, n as u32) {
-                    EnqueueOutcome::Enqueued => d.packets.push_back((id, buf[..n].to_vec())),
+                let now = elapsed_us(start);
+                match link.enqueue(now, id, n as u32) {
+                    EnqueueOutcome::Enqueued => d.packets.push_back((id, now, buf[..n].to_vec())),
                     EnqueueOutcome::Dropped(_) => d.stats.dropped += 1,
                 }
             }
@@ -347,10 +383,13 @@ fn ingest(
 fn deliver(d: &mut Direction, to: &mut File, now: u64) {
     let Some(link) = d.model.as_mut() else { return };
     link.advance(now);
-    while let Some((id, _at)) = link.poll_delivered(now) {
-        while let Some((front, bytes)) = d.packets.pop_front() {
+    while let Some((id, at)) = link.poll_delivered(now) {
+        while let Some((front, sent, bytes)) = d.packets.pop_front() {
             if front == id {
                 write_out(&mut d.stats, to, &bytes);
+                if let Some(t) = &mut d.transits {
+                    t.push(link.transit(sent, at));
+                }
                 break;
             }
             // Accepted earlier but never delivered (e.g. the trace ended): dropped.

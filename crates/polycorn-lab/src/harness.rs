@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 use anyhow::{bail, Context, Result};
 use polycorn_emu::context::{ContextServer, GPSD_PORT};
@@ -15,7 +15,7 @@ use polycorn_emu::forward::{DirStats, EmuError, Emulator, PathModel};
 use polycorn_emu::models;
 use polycorn_emu::netns::{ip, ip_in};
 use polycorn_emu::testbed::TestbedSpec;
-use polycorn_link::link::QueueLimit;
+use polycorn_link::link::{QueueLimit, Transit};
 use polycorn_link::trip::Trip;
 use polycorn_net::config::LinkDbConfig;
 
@@ -27,6 +27,11 @@ pub use polycorn_emu::testbed::Guard;
 pub const BENCH_LOG_ENV: &str = "POLYCORN_BENCH_LOG";
 
 pub use nix::sys::signal::Signal;
+
+/// The log filter in environment variable `env`, `info` if unset.
+fn log_filter(env: &str) -> String {
+    std::env::var(env).unwrap_or_else(|_| "info".into())
+}
 
 /// A `polycorn relay|proxy` child in a namespace, its stderr going to a log file; SIGTERM,
 /// then SIGKILL after 5 s, on drop. [`Daemon::start`] runs this executable (the lab's commands
@@ -59,7 +64,28 @@ impl Daemon {
         listener: Option<&std::os::fd::OwnedFd>,
     ) -> Result<Daemon> {
         let exe = std::env::current_exe()?;
-        Daemon::spawn(&exe, BENCH_LOG_ENV, ns, role, config, log, listener)
+        Daemon::spawn(
+            &exe,
+            log_filter(BENCH_LOG_ENV),
+            ns,
+            role,
+            config,
+            log,
+            listener,
+        )
+    }
+
+    /// [`Daemon::start`] with `directive` (`target=level`) added to [`BENCH_LOG_ENV`]'s filter.
+    pub fn start_adding(
+        ns: &str,
+        role: &str,
+        config: &Path,
+        log: PathBuf,
+        directive: &str,
+    ) -> Result<Daemon> {
+        let exe = std::env::current_exe()?;
+        let filter = format!("{},{directive}", log_filter(BENCH_LOG_ENV));
+        Daemon::spawn(&exe, filter, ns, role, config, log, None)
     }
 
     /// Start `role` of the `polycorn` binary `exe` in namespace `ns` with `config`, logging to
@@ -72,7 +98,7 @@ impl Daemon {
         config: &Path,
         log: PathBuf,
     ) -> Result<Daemon> {
-        Daemon::spawn(exe, log_env, ns, role, config, log, None)
+        Daemon::spawn(exe, log_filter(log_env), ns, role, config, log, None)
     }
 
     /// Start `program` with `args` in namespace `ns`, its stderr going to `log`: a
@@ -98,7 +124,7 @@ impl Daemon {
 
     fn spawn(
         exe: &Path,
-        log_env: &str,
+        filter: String,
         ns: &str,
         role: &str,
         config: &Path,
@@ -123,10 +149,7 @@ impl Daemon {
             .arg(exe)
             .args([role, "--config"])
             .arg(config)
-            .env(
-                "RUST_LOG",
-                std::env::var(log_env).unwrap_or_else(|_| "info".into()),
-            )
+            .env("RUST_LOG", filter)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(f);
@@ -240,8 +263,20 @@ pub fn scrape_metrics(ns: &str) -> Result<String> {
     .map_err(|_| anyhow::anyhow!("metrics scrape thread panicked"))?
 }
 
-/// What the emulator forwarded per path (uplink, downlink), or why it stopped.
-type EmuResult = std::result::Result<Vec<(DirStats, DirStats)>, EmuError>;
+/// What the emulator forwarded per path (uplink, downlink) and the transits its downlinks
+/// recorded, or why it stopped.
+type EmuResult = std::result::Result<Forwarded, EmuError>;
+
+/// What a [`TripPlayer`]'s emulator did.
+#[derive(Debug, Default)]
+pub struct Forwarded {
+    /// Counters per path: (uplink, downlink).
+    pub stats: Vec<(DirStats, DirStats)>,
+    /// Per path, the [`Transit`] of every packet its downlink delivered, in order (empty unless
+    /// the player was started with [`TripPlayer::start_recording`]); µs since
+    /// [`TripPlayer::started_at`].
+    pub downlink_transits: Vec<Vec<Transit>>,
+}
 
 /// A trip played in real time on a built testbed: the emulator on its own thread from `t0`, and
 /// the trip's context served to the relay over gpsd. Both stop when this is finished or
@@ -249,6 +284,8 @@ type EmuResult = std::result::Result<Vec<(DirStats, DirStats)>, EmuError>;
 pub struct TripPlayer {
     /// When the trip's time 0 was played.
     pub t0: Instant,
+    /// The wall-clock time of the emulator's time 0.
+    pub started_at: SystemTime,
     stop: Arc<AtomicBool>,
     emulator: Option<std::thread::JoinHandle<EmuResult>>,
     _context: Option<ContextServer>,
@@ -266,9 +303,29 @@ impl std::fmt::Debug for TripPlayer {
 impl TripPlayer {
     /// Start playing `trip` on testbed `spec` (each path's queue `queue`, else the trip's).
     pub fn start(spec: &TestbedSpec, trip: &Trip, queue: Option<QueueLimit>) -> Result<TripPlayer> {
+        TripPlayer::play(spec, trip, queue, false)
+    }
+
+    /// [`TripPlayer::start`], the emulator recording the transit of every packet each
+    /// downlink delivers (for the bench's time budgets; [`TripPlayer::finish_all`] returns
+    /// them).
+    pub fn start_recording(
+        spec: &TestbedSpec,
+        trip: &Trip,
+        queue: Option<QueueLimit>,
+    ) -> Result<TripPlayer> {
+        TripPlayer::play(spec, trip, queue, true)
+    }
+
+    fn play(
+        spec: &TestbedSpec,
+        trip: &Trip,
+        queue: Option<QueueLimit>,
+        record: bool,
+    ) -> Result<TripPlayer> {
         let models = models::from_trip(trip, queue)?;
         // Built first, so a context that fails to start still stops the emulator (drop).
-        let mut player = TripPlayer::start_links(spec, &models)?;
+        let mut player = TripPlayer::links(spec, &models, record)?;
         player.serve_context(spec, trip)?;
         Ok(player)
     }
@@ -288,14 +345,29 @@ impl TripPlayer {
 
     /// Play only the links `models` on testbed `spec` (no context is served).
     pub fn start_links(spec: &TestbedSpec, models: &[PathModel]) -> Result<TripPlayer> {
+        TripPlayer::links(spec, models, false)
+    }
+
+    fn links(spec: &TestbedSpec, models: &[PathModel], record: bool) -> Result<TripPlayer> {
         let stop = Arc::new(AtomicBool::new(false));
         let mut emu = Emulator::attach(spec, models, stop.clone())?;
+        if record {
+            emu.record_downlink_transits();
+        }
         let t0 = Instant::now();
+        let started_at = emu.started_at();
         let emulator = std::thread::Builder::new()
             .name("emulator".into())
-            .spawn(move || emu.run())?;
+            .spawn(move || {
+                let stats = emu.run()?;
+                Ok(Forwarded {
+                    stats,
+                    downlink_transits: emu.take_downlink_transits(),
+                })
+            })?;
         Ok(TripPlayer {
             t0,
+            started_at,
             stop,
             emulator: Some(emulator),
             _context: None,
@@ -309,7 +381,12 @@ impl TripPlayer {
     }
 
     /// Stop the emulator and return what it forwarded per path (uplink, downlink).
-    pub fn finish(mut self) -> Result<Vec<(DirStats, DirStats)>> {
+    pub fn finish(self) -> Result<Vec<(DirStats, DirStats)>> {
+        Ok(self.finish_all()?.stats)
+    }
+
+    /// Stop the emulator and return what it forwarded and recorded.
+    pub fn finish_all(mut self) -> Result<Forwarded> {
         self.stop.store(true, Ordering::Relaxed);
         let t = self.emulator.take().expect("joined once");
         Ok(t.join()

@@ -333,6 +333,27 @@ pub struct Link {
     log: Option<Log>,
 }
 
+/// A packet's way over one link: when it was offered and delivered, the one-way delay it met,
+/// and how long it was held in outages — the rest of its way was time in the link's buffer.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Transit {
+    /// Offered to the link, µs.
+    pub sent_us: u64,
+    /// Delivered at the far end, µs.
+    pub at_us: u64,
+    /// The link's one-way delay when the packet left the bottleneck, µs.
+    pub propagation_us: u64,
+    /// Time it was held while the link was in an outage, µs.
+    pub dark_us: u64,
+}
+
+impl Transit {
+    /// Time in the link's buffer: its way less the propagation delay and the outages.
+    pub fn queueing_us(&self) -> u64 {
+        (self.at_us - self.sent_us).saturating_sub(self.propagation_us + self.dark_us)
+    }
+}
+
 impl Link {
     /// Validates `config` and creates an idle link at time 0.
     pub fn new(config: LinkConfig) -> Result<Self, LinkError> {
@@ -408,6 +429,35 @@ impl Link {
     /// The configuration the link runs.
     pub fn config(&self) -> &LinkConfig {
         &self.config
+    }
+
+    /// The [`Transit`] of a packet offered at `sent_us` and delivered at `at_us`: the one-way
+    /// delay in force when it left the bottleneck, and how much of its time before that fell
+    /// in the link's outages (held, not served).
+    pub fn transit(&self, sent_us: u64, at_us: u64) -> Transit {
+        let cfg = &self.config;
+        let guess = at_us.saturating_sub(cfg.delay.delay_at_us(at_us));
+        let propagation_us = cfg
+            .delay
+            .delay_at_us(guess)
+            .min(at_us.saturating_sub(sent_us));
+        let served_us = at_us - propagation_us;
+        let spans = cfg.outages.spans_ms();
+        let first = spans.partition_point(|&(_, b)| b * 1000 <= sent_us);
+        let dark_us = spans[first..]
+            .iter()
+            .take_while(|&&(a, _)| a * 1000 < served_us)
+            .map(|&(a, b)| {
+                let (a, b) = (a * 1000, b * 1000);
+                served_us.min(b).saturating_sub(sent_us.max(a))
+            })
+            .sum();
+        Transit {
+            sent_us,
+            at_us,
+            propagation_us,
+            dark_us,
+        }
     }
 
     /// The latest time seen by the link.

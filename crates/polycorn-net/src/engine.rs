@@ -131,6 +131,8 @@ struct Core {
     /// Flows whose [`Engine::pump`] still runs (it may still be writing a flow's last bytes
     /// after the session closed the flow).
     pumping: std::collections::HashSet<u64>,
+    /// Each flow's last data byte through this end, when [`marks::TARGET`] is logged.
+    marks: Option<marks::Marks>,
 }
 
 impl Core {
@@ -317,6 +319,8 @@ impl Engine {
                 ended: None,
                 timer_at: None,
                 pumping: std::collections::HashSet::new(),
+                marks: tracing::enabled!(target: marks::TARGET, tracing::Level::DEBUG)
+                    .then(marks::Marks::default),
             }),
             timer: Notify::new(),
             epoch: std::time::Instant::now(),
@@ -616,6 +620,18 @@ impl Engine {
                     let res = loop {
                         match decode(&buf[used..]) {
                             Ok(Some((frame, k))) => {
+                                if let (
+                                    Some(m),
+                                    polycorn_proto::frame::Frame::Data {
+                                        flow, offset, data, ..
+                                    },
+                                ) = (&mut c.marks, &frame)
+                                {
+                                    if !data.is_empty() {
+                                        let end = offset + data.len() as u64;
+                                        m.read(*flow, path, end, marks::wall_us());
+                                    }
+                                }
                                 if let Err(e) = c.session.on_frame(now, path, frame) {
                                     break Err(SubflowError::Proto(e));
                                 }
@@ -666,6 +682,9 @@ impl Engine {
                             return Err(SubflowError::Replaced);
                         }
                         c.session.take_output(path, &mut out);
+                        if let Some(m) = &mut c.marks {
+                            m.taken(path, &out, marks::wall_us());
+                        }
                         c.paths[usize::from(path)].writing = !out.is_empty();
                     }
                     let wrote = !out.is_empty();
@@ -1024,6 +1043,9 @@ impl Engine {
         // OOM kill) the kernel then resets the connection instead of closing it with a FIN,
         // which a passenger (or a server) could take for the end of a complete answer.
         let _ = socket2::SockRef::from(&stream).set_linger(Some(std::time::Duration::ZERO));
+        let marking = self.lock().marks.is_some();
+        let peer = stream.peer_addr().ok();
+        let mut first_write_us = None;
         let (mut rd, mut wr) = stream.into_split();
         let upstream = async {
             let mut buf = vec![0u8; IO_CHUNK];
@@ -1093,6 +1115,9 @@ impl Engine {
                             self.reset_flow(flow, ResetReason::PeerReset);
                             return false;
                         }
+                        if marking {
+                            first_write_us.get_or_insert_with(marks::wall_us);
+                        }
                     }
                     ReadOutcome::Eof => {
                         let _ = wr.shutdown().await;
@@ -1109,6 +1134,9 @@ impl Engine {
             }
         };
         let (a, b) = tokio::join!(upstream, downstream);
+        if marking {
+            self.log_marks(flow, peer, first_write_us);
+        }
         if sig.is_reset() || !(a && b) {
             if let Ok(stream) = rd.reunite(wr) {
                 let _ = socket2::SockRef::from(&stream).set_linger(Some(std::time::Duration::ZERO));
@@ -1123,6 +1151,36 @@ impl Engine {
             let _ = socket2::SockRef::from(&stream).set_linger(None);
         }
         true
+    }
+}
+
+impl Engine {
+    /// The [`marks`] line of `flow`, whose local socket's peer is `peer` and whose pump first
+    /// wrote into it at `first_write_us`.
+    fn log_marks(
+        &self,
+        flow: u64,
+        peer: Option<std::net::SocketAddr>,
+        first_write_us: Option<u64>,
+    ) {
+        let Some(m) = self.lock().marks.as_mut().map(|m| m.take(flow)) else {
+            return;
+        };
+        let (recv_path, recv_us) = m.recv.map_or(("-".into(), "-".into()), |(p, us)| {
+            (p.to_string(), us.to_string())
+        });
+        debug!(
+            target: marks::TARGET,
+            flow,
+            peer = %peer.map_or("-".into(), |p| p.to_string()),
+            first_write_us = %first_write_us.map_or("-".into(), |us| us.to_string()),
+            sent_end = m.sent_end,
+            sent = %m.sent_field(),
+            recv_end = m.recv_end,
+            recv_path = %recv_path,
+            recv_us = %recv_us,
+            "flow marks"
+        );
     }
 }
 
@@ -1206,5 +1264,6 @@ fn log_sched_event(e: &polycorn_sched::SchedEvent, session: &Session) {
     }
 }
 
+pub mod marks;
 #[cfg(test)]
 mod tests;

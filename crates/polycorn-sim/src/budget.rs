@@ -46,27 +46,9 @@
 //! The six parts add up to FCT − oracle exactly (up to rounding), by construction; the rest is
 //! made only of the named leftovers above.
 
+pub use polycorn_link::link::Transit;
+
 use crate::transport::Packet;
-
-/// A packet's way over one link direction, µs.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct Transit {
-    /// Offered to the link.
-    pub sent_us: u64,
-    /// Delivered at the far end.
-    pub at_us: u64,
-    /// The link's one-way delay when it left the bottleneck.
-    pub propagation_us: u64,
-    /// Time it was held while the link was in an outage.
-    pub dark_us: u64,
-}
-
-impl Transit {
-    /// Time in the link's buffer: its way less the propagation delay and the outages.
-    pub fn queueing_us(&self) -> u64 {
-        (self.at_us - self.sent_us).saturating_sub(self.propagation_us + self.dark_us)
-    }
-}
 
 /// The marks of a download's last byte on its critical path, µs of ride time (see the module
 /// docs).

@@ -6,9 +6,7 @@
 
 use std::collections::VecDeque;
 
-use polycorn_link::link::{EnqueueOutcome, Link, LinkConfig, LinkError};
-
-use crate::budget::Transit;
+use polycorn_link::link::{EnqueueOutcome, Link, LinkConfig, LinkError, Transit};
 
 /// Per-direction counters.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -76,38 +74,12 @@ impl<P> Wire<P> {
                 if front == id {
                     self.stats.packets_out += 1;
                     self.stats.bytes_out += u64::from(len);
-                    out.push((p, self.transit(sent_us, at_us)));
+                    out.push((p, self.link.transit(sent_us, at_us)));
                     break;
                 }
                 // Accepted earlier but never delivered (lost on the link): dropped.
                 self.stats.dropped += 1;
             }
-        }
-    }
-
-    /// The transit of a packet offered at `sent_us` and delivered at `at_us`: the one-way
-    /// delay in force when it left the bottleneck, and how much of its time before that fell
-    /// in the link's outages (held, not served).
-    fn transit(&self, sent_us: u64, at_us: u64) -> Transit {
-        let cfg = self.link.config();
-        let guess = at_us.saturating_sub(cfg.delay.delay_at_us(at_us));
-        let propagation_us = cfg.delay.delay_at_us(guess).min(at_us - sent_us);
-        let served_us = at_us - propagation_us;
-        let spans = cfg.outages.spans_ms();
-        let first = spans.partition_point(|&(_, b)| b * 1000 <= sent_us);
-        let dark_us = spans[first..]
-            .iter()
-            .take_while(|&&(a, _)| a * 1000 < served_us)
-            .map(|&(a, b)| {
-                let (a, b) = (a * 1000, b * 1000);
-                served_us.min(b).saturating_sub(sent_us.max(a))
-            })
-            .sum();
-        Transit {
-            sent_us,
-            at_us,
-            propagation_us,
-            dark_us,
         }
     }
 

@@ -20,6 +20,7 @@
 //! tables and inline SVG plots), `logs/` (relay and proxy logs per system).
 
 pub mod analysis;
+pub mod budget;
 pub(crate) mod configs;
 pub mod plan;
 pub mod pool;
@@ -935,25 +936,37 @@ fn run_system(
     let max_users = plan.im.iter().map(|s| s.users).max().unwrap_or(0);
     workload::add_user_addresses(&spec.ns("client"), max_users)?;
     let servers = workload::Servers::start(&spec.ns("server"))?;
+    // Relay and proxy in polycorn's mode note where each flow's last byte went, and the
+    // emulator records each downlink packet's way: the downloads' time budgets.
+    let budgets = sys.mode == "polycorn";
     // Stops the emulator however this function ends.
-    let player = TripPlayer::start(&spec, trip, queue_bytes.map(QueueLimit::Bytes))?;
+    let queue = queue_bytes.map(QueueLimit::Bytes);
+    let player = if budgets {
+        TripPlayer::start_recording(&spec, trip, queue)?
+    } else {
+        TripPlayer::start(&spec, trip, queue)?
+    };
     let t0 = player.t0;
+    let clock = budget::RideClock {
+        t0,
+        started_at: player.started_at,
+    };
+    let marks = format!("{}=debug", polycorn_net::engine::marks::TARGET);
+    let start_daemon = |role: &str, cfg: &Path| {
+        let log = dir.join(format!("{role}.log"));
+        let ns = spec.ns(role);
+        if budgets {
+            Daemon::start_adding(&ns, role, cfg, log, &marks)
+        } else {
+            Daemon::start(&ns, role, cfg, log)
+        }
+    };
     let lead_end = t0 + Duration::from_secs_f64(plan.lead_s);
-    let mut proxy = Daemon::start(
-        &spec.ns("proxy"),
-        "proxy",
-        &proxy_cfg,
-        dir.join("proxy.log"),
-    )?;
+    let mut proxy = start_daemon("proxy", &proxy_cfg)?;
     proxy
         .wait_for("proxy running", 1, lead_end)
         .context("proxy")?;
-    let mut relay = Daemon::start(
-        &spec.ns("relay"),
-        "relay",
-        &relay_cfg,
-        dir.join("relay.log"),
-    )?;
+    let mut relay = start_daemon("relay", &relay_cfg)?;
     relay
         .wait_for("relay running", 1, lead_end)
         .context("relay")?;
@@ -977,7 +990,7 @@ fn run_system(
     let res = workload::run_client(&spec.ns("client"), plan, t0, &servers.arrivals);
     done.store(true, Ordering::Relaxed);
     let _ = bar.join();
-    let played = res?;
+    let mut played = res?;
     // The daemons copy session counters into their metrics once a second.
     std::thread::sleep(Duration::from_millis(1200));
     let mut counters = std::collections::BTreeMap::new();
@@ -993,7 +1006,36 @@ fn run_system(
     }
     drop(relay);
     drop(proxy);
-    let stats = player.finish()?;
+    let forwarded = player.finish_all()?;
+    let stats = forwarded.stats;
+    if budgets {
+        let read = |role: &str| {
+            std::fs::read_to_string(dir.join(format!("{role}.log")))
+                .map(|l| budget::parse_marks(&l))
+                .unwrap_or_default()
+        };
+        let (set, missing) = budget::set_budgets(
+            &mut played.flows,
+            &played.download_ports,
+            &read("relay"),
+            &read("proxy"),
+            &forwarded.downlink_transits,
+            trip,
+            clock,
+        );
+        if !missing.is_empty() {
+            let mut why: Vec<_> = missing.into_iter().collect();
+            why.sort();
+            let why: Vec<String> = why
+                .iter()
+                .map(|(m, n)| format!("{n} {}", m.describe()))
+                .collect();
+            eprintln!(
+                "{label}: note: {set} completed downloads have a time budget, not the others ({})",
+                why.join(", ")
+            );
+        }
+    }
     Ok(SystemRun {
         ready_s,
         late_paths,

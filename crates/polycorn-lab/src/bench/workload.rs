@@ -213,6 +213,9 @@ pub struct Played {
     pub im: Vec<ImResult>,
     /// Bulk uploads, by plan index, timed by their arrival at the server.
     pub uploads: Vec<FlowResult>,
+    /// Per bulk download (by plan index): its connection's local port, if it connected, and
+    /// when it started (its FCT counts from here).
+    pub download_ports: Vec<(usize, Option<u16>, Instant)>,
 }
 
 /// Play `plan` from namespace `ns` against the emulator clock `t0`; `arrivals` is what the
@@ -293,7 +296,11 @@ async fn play(plan: Plan, t0: Instant, arrivals: Arrivals) -> Played {
                 download(f.size, &mut prog),
             )
             .await;
-            flow_result(&f, started, &prog, outcome(r, timeout), timeout)
+            let port = (f.idx, prog.port, started);
+            (
+                flow_result(&f, started, &prog, outcome(r, timeout), timeout),
+                port,
+            )
         });
     }
     let mut up = tokio::task::JoinSet::new();
@@ -324,9 +331,11 @@ async fn play(plan: Plan, t0: Instant, arrivals: Arrivals) -> Played {
         }
     }
     let mut flows = Vec::new();
+    let mut download_ports = Vec::new();
     while let Some(r) = bulk.join_next().await {
-        if let Ok(f) = r {
+        if let Ok((f, port)) = r {
             flows.push(f);
+            download_ports.push(port);
         }
     }
     let mut uploads = Vec::new();
@@ -344,10 +353,12 @@ async fn play(plan: Plan, t0: Instant, arrivals: Arrivals) -> Played {
     flows.sort_by_key(|f| f.idx);
     uploads.sort_by_key(|f| f.idx);
     msgs.sort_by_key(|m| (m.users, m.user, m.msg));
+    download_ports.sort_by_key(|p| p.0);
     Played {
         flows,
         im: msgs,
         uploads,
+        download_ports,
     }
 }
 
@@ -359,6 +370,8 @@ struct Progress {
     tail_start: Option<Instant>,
     last: Option<Instant>,
     marks: Vec<(Instant, u64)>,
+    /// The connection's local port (downloads).
+    port: Option<u16>,
 }
 
 impl Progress {
@@ -370,6 +383,7 @@ impl Progress {
             tail_start: None,
             last: None,
             marks: Vec::new(),
+            port: None,
         }
     }
     fn on_read(&mut self, n: usize) {
@@ -401,6 +415,7 @@ impl Progress {
 async fn download(size: u64, prog: &mut Progress) -> std::io::Result<()> {
     let mut s = TcpStream::connect(BULK_SERVER).await?;
     let _ = s.set_nodelay(true);
+    prog.port = s.local_addr().ok().map(|a| a.port());
     let mut hdr = [0u8; 16];
     hdr[..8].copy_from_slice(&size.to_be_bytes());
     s.write_all(&hdr).await?;

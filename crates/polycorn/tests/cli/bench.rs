@@ -299,6 +299,74 @@ fn sim_bench_runs_on_recorded_traces_and_refuses_a_bad_one() {
     assert!((from[1] - window).abs() < 0.011, "{from:?} window {window}");
 }
 
+/// Every completed download of an emulated ride gets a time budget from what relay, proxy,
+/// emulator and client recorded: its parts add up to FCT − the oracle (as the plan has it)
+/// within 5%, none but the rest is negative, and the summary and the report show them.
+#[test]
+fn bench_downloads_get_a_time_budget_that_adds_up() {
+    if !is_root() {
+        eprintln!("skipping: needs root");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let res = dir.path().join("out");
+    let out = polycorn(&[
+        "bench",
+        "--quick",
+        "--systems",
+        "vanilla",
+        "--workloads",
+        "bulk",
+        "--bulk-flows",
+        "3",
+        "--name",
+        "pcbud",
+        "--out",
+        res.to_str().unwrap(),
+    ]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    assert!(stdout.contains("bulk download budget"), "{stdout}");
+    assert!(
+        !stderr.contains("have a time budget, not the others"),
+        "{stderr}"
+    );
+    let r = read_json(&res.join("results.json"));
+    let plan = r["plan"]["bulk"].as_array().unwrap();
+    let mut checked = 0;
+    for f in r["runs"][0]["flows"].as_array().unwrap() {
+        if f["ok"] != true {
+            continue;
+        }
+        let b = &f["budget"];
+        assert!(b.is_object(), "a completed download without a budget: {f}");
+        let oracle = plan[f["idx"].as_u64().unwrap() as usize]["oracle_fct_s"]
+            .as_f64()
+            .unwrap();
+        let excess = (f["fct_s"].as_f64().unwrap() - oracle) * 1e3;
+        let parts = ["setup", "window", "queueing", "reorder", "stalls", "rest"]
+            .map(|p| b[format!("{p}_ms")].as_f64().unwrap());
+        let sum: f64 = parts.iter().sum();
+        assert!(
+            (sum - excess).abs() <= (0.05 * excess.abs()).max(1.0),
+            "parts {parts:?} sum to {sum} ms, FCT − oracle is {excess} ms"
+        );
+        assert!(parts[..5].iter().all(|p| *p >= -1.0), "{parts:?}");
+        checked += 1;
+    }
+    assert!(checked >= 2, "only {checked} downloads completed");
+    let html = std::fs::read_to_string(res.join("report.html")).unwrap();
+    assert!(html.contains("id=\"budget\""));
+    let relay_log = std::fs::read_to_string(res.join("logs/vanilla/relay.log")).unwrap();
+    assert!(relay_log.contains("flow marks"), "{relay_log}");
+    assert!(
+        !namespaces().contains("pcbud"),
+        "namespaces left: {}",
+        namespaces()
+    );
+}
+
 /// A researcher benches uploads (the relay schedules them) over the emulated HSR trip: every
 /// byte is checked at the server, every upload is timed by its arrival there and is never
 /// faster than the oracle sending at every uplink's full capacity, the relay's scheduler did
