@@ -391,6 +391,18 @@ fn ride_section(o: &mut String, name: &str, s: &Value) -> Result<()> {
         }
     }
 
+    let budgets: Vec<(&str, &String, &Value)> = ok_runs(s)
+        .flat_map(|r| {
+            let sys = str_or(&r["system"], "?");
+            r["bulk"]
+                .as_object()
+                .into_iter()
+                .flatten()
+                .map(move |(size, b)| (sys, size, &b["budget"]))
+        })
+        .collect();
+    budget_section(o, &cap, &budgets);
+
     let refs: Vec<&str> = ["vanilla", "mptcp"]
         .into_iter()
         .filter(|r| {
@@ -504,6 +516,52 @@ fn ride_section(o: &mut String, name: &str, s: &Value) -> Result<()> {
     Ok(())
 }
 
+/// The downloads' time budgets (`### Time budget of downloads`), if any row has one: per
+/// system and size, the mean FCT − oracle and the mean of each part, ms. `rows` are (system,
+/// size in bytes, the size's `budget` summary).
+fn budget_section(o: &mut String, cap: &str, rows: &[(&str, &String, &Value)]) {
+    let rows: Vec<_> = rows
+        .iter()
+        .filter(|(_, _, b)| b["n"].as_u64().is_some_and(|n| n > 0))
+        .collect();
+    if rows.is_empty() {
+        return;
+    }
+    // Systems in their order, sizes ascending within each.
+    let first = |sys: &str| rows.iter().position(|r| r.0 == sys).unwrap_or(usize::MAX);
+    let mut keyed: Vec<_> = rows
+        .iter()
+        .map(|r| ((first(r.0), r.1.parse::<u64>().unwrap_or(u64::MAX)), *r))
+        .collect();
+    keyed.sort_by_key(|(k, _)| *k);
+    let rows: Vec<_> = keyed.into_iter().map(|(_, r)| r).collect();
+    let _ = writeln!(
+        o,
+        "\n### Time budget of downloads\n\n{cap}\n\nMean ms per download of FCT − oracle and its \
+         parts ([what each part is](../lab/simulator.md#the-time-budget-of-a-download)).\n"
+    );
+    o.push_str(
+        "| system | size | downloads | FCT − oracle | set-up | window-bound | queueing | \
+         reordering | stalls | rest |\n| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n",
+    );
+    for (sys, size, b) in rows {
+        let m = &b["mean"];
+        let _ = writeln!(
+            o,
+            "| {sys} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+            size_label(size),
+            b["n"],
+            n(&m["excess_ms"], 0),
+            n(&m["setup_ms"], 0),
+            n(&m["window_ms"], 0),
+            n(&m["queueing_ms"], 0),
+            n(&m["reorder_ms"], 0),
+            n(&m["stalls_ms"], 0),
+            n(&m["rest_ms"], 0),
+        );
+    }
+}
+
 /// `docs/src/results/pooled.md`: every committed pool.
 pub fn pooled_page(pools: &[&(String, Value)]) -> Result<String> {
     let mut o = header(
@@ -539,6 +597,19 @@ pub fn pooled_page(pools: &[&(String, Value)]) -> Result<String> {
                 );
             }
         }
+        let budgets: Vec<(&str, &String, &Value)> = p["systems"]
+            .as_object()
+            .into_iter()
+            .flatten()
+            .flat_map(|(sys, v)| {
+                v["bulk"]
+                    .as_object()
+                    .into_iter()
+                    .flatten()
+                    .map(move |(size, b)| (sys.as_str(), size, &b["budget"]))
+            })
+            .collect();
+        budget_section(&mut o, &pool_caption(p), &budgets);
     }
     Ok(o)
 }

@@ -87,6 +87,33 @@ fn a_ride_gives_the_expected_readme_table_and_bench_tables() {
     assert!(!page.contains("| mptcp |"), "{page}");
 }
 
+/// A ride whose downloads have time budgets gets a budget table, sizes ascending; one
+/// without gets none.
+#[test]
+fn budgets_become_a_table_of_their_means() {
+    let mut ride = fixture();
+    assert!(!bench_page(&[&("t".to_string(), ride.clone())])
+        .unwrap()
+        .contains("### Time budget of downloads"));
+    let parts = |excess: f64| {
+        json!({"excess_ms": excess, "setup_ms": 10.0, "window_ms": excess - 30.0,
+               "queueing_ms": 15.0, "reorder_ms": 4.0, "stalls_ms": 0.0, "rest_ms": 1.0})
+    };
+    ride["runs"][0]["bulk"]["4194304"]["budget"] =
+        json!({"n": 2, "mean": parts(1500.0), "median": parts(1400.0)});
+    ride["runs"][0]["bulk"]["1048576"]["budget"] =
+        json!({"n": 3, "mean": parts(600.0), "median": parts(550.0)});
+    let page = bench_page(&[&("t".to_string(), ride)]).unwrap();
+    assert!(page.contains("### Time budget of downloads"), "{page}");
+    assert!(
+        page.contains(
+            "| hrsch | 1 MB | 3 | 600 | 10 | 570 | 15 | 4 | 0 | 1 |\n\
+             | hrsch | 4 MB | 2 | 1500 | 10 | 1470 | 15 | 4 | 0 | 1 |\n"
+        ),
+        "{page}"
+    );
+}
+
 #[test]
 fn compact_drops_the_raw_samples_and_keeps_the_summaries() {
     let full = json!({
