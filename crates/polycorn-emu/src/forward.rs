@@ -20,6 +20,7 @@ use nix::sys::time::TimeSpec;
 use polycorn_link::link::{EnqueueOutcome, Link, LinkConfig, Transit};
 
 use crate::netns::{InNamespace, NetError};
+use crate::seqtrack::SeqTrack;
 use crate::testbed::TestbedSpec;
 
 /// Largest packet read from a TUN device (its MTU is 1500; leave room).
@@ -110,14 +111,26 @@ pub struct DirStats {
     pub write_failures: u64,
 }
 
+/// A packet a recording link delivered: its way over the link, and when the last byte it
+/// carries was first offered to the link (earlier than `transit.sent_us` for a TCP
+/// retransmission).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Delivered {
+    /// Its way over the link, µs since the emulator's start.
+    pub transit: Transit,
+    /// When its last byte was first offered, µs since the emulator's start.
+    pub first_offered_us: u64,
+}
+
 struct Direction {
     model: Option<Link>,
-    /// Accepted packets: id, when offered (µs), the bytes.
-    packets: VecDeque<(u64, u64, Vec<u8>)>,
+    /// Accepted packets: id, when offered (µs), when its last byte was first offered (µs), the
+    /// bytes.
+    packets: VecDeque<(u64, u64, u64, Vec<u8>)>,
     next_id: u64,
     stats: DirStats,
-    /// When recording: the [`Transit`] of every packet delivered, in order.
-    transits: Option<Vec<Transit>>,
+    /// When recording: every packet delivered, in order, and the first offers of TCP bytes.
+    record: Option<(Vec<Delivered>, SeqTrack)>,
 }
 
 impl Direction {
@@ -137,7 +150,7 @@ impl Direction {
             packets: VecDeque::new(),
             next_id: 0,
             stats: DirStats::default(),
-            transits: None,
+            record: None,
         })
     }
 }
@@ -229,25 +242,27 @@ impl Emulator {
         self.start_wall
     }
 
-    /// Record the [`Transit`] of every packet each shaped downlink (proxy → relay) delivers
-    /// from now on, for [`take_downlink_transits`](Self::take_downlink_transits).
+    /// Record every packet each shaped downlink (proxy → relay) delivers from now on (its
+    /// [`Transit`] and when its bytes were first offered), for
+    /// [`take_downlink_transits`](Self::take_downlink_transits).
     pub fn record_downlink_transits(&mut self) {
         for p in &mut self.paths {
             if p.down.model.is_some() {
-                p.down.transits.get_or_insert_with(Vec::new);
+                p.down.record.get_or_insert_with(Default::default);
             }
         }
     }
 
-    /// Per path, the transits its downlink recorded (in delivery order), leaving none.
-    pub fn take_downlink_transits(&mut self) -> Vec<Vec<Transit>> {
+    /// Per path, the packets its downlink delivered while recording (in delivery order),
+    /// leaving none.
+    pub fn take_downlink_transits(&mut self) -> Vec<Vec<Delivered>> {
         self.paths
             .iter_mut()
             .map(|p| {
                 p.down
-                    .transits
+                    .record
                     .as_mut()
-                    .map(std::mem::take)
+                    .map(|(d, _)| std::mem::take(d))
                     .unwrap_or_default()
             })
             .collect()
@@ -370,8 +385,14 @@ fn ingest(
                 let id = d.next_id;
                 d.next_id += 1;
                 let now = elapsed_us(start);
+                let first = d
+                    .record
+                    .as_mut()
+                    .map_or(now, |(_, seqs)| seqs.first_offered(&buf[..n], now));
                 match link.enqueue(now, id, n as u32) {
-                    EnqueueOutcome::Enqueued => d.packets.push_back((id, now, buf[..n].to_vec())),
+                    EnqueueOutcome::Enqueued => {
+                        d.packets.push_back((id, now, first, buf[..n].to_vec()))
+                    }
                     EnqueueOutcome::Dropped(_) => d.stats.dropped += 1,
                 }
             }
@@ -384,11 +405,14 @@ fn deliver(d: &mut Direction, to: &mut File, now: u64) {
     let Some(link) = d.model.as_mut() else { return };
     link.advance(now);
     while let Some((id, at)) = link.poll_delivered(now) {
-        while let Some((front, sent, bytes)) = d.packets.pop_front() {
+        while let Some((front, sent, first, bytes)) = d.packets.pop_front() {
             if front == id {
                 write_out(&mut d.stats, to, &bytes);
-                if let Some(t) = &mut d.transits {
-                    t.push(link.transit(sent, at));
+                if let Some((log, _)) = &mut d.record {
+                    log.push(Delivered {
+                        transit: link.transit(sent, at),
+                        first_offered_us: first,
+                    });
                 }
                 break;
             }

@@ -10,4 +10,5 @@ pub mod context;
 pub mod forward;
 pub mod models;
 pub mod netns;
+pub mod seqtrack;
 pub mod testbed;

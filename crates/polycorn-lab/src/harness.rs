@@ -11,11 +11,11 @@ use std::time::{Duration, Instant, SystemTime};
 
 use anyhow::{bail, Context, Result};
 use polycorn_emu::context::{ContextServer, GPSD_PORT};
-use polycorn_emu::forward::{DirStats, EmuError, Emulator, PathModel};
+use polycorn_emu::forward::{Delivered, DirStats, EmuError, Emulator, PathModel};
 use polycorn_emu::models;
 use polycorn_emu::netns::{ip, ip_in};
 use polycorn_emu::testbed::TestbedSpec;
-use polycorn_link::link::{QueueLimit, Transit};
+use polycorn_link::link::QueueLimit;
 use polycorn_link::trip::Trip;
 use polycorn_net::config::LinkDbConfig;
 
@@ -272,10 +272,9 @@ type EmuResult = std::result::Result<Forwarded, EmuError>;
 pub struct Forwarded {
     /// Counters per path: (uplink, downlink).
     pub stats: Vec<(DirStats, DirStats)>,
-    /// Per path, the [`Transit`] of every packet its downlink delivered, in order (empty unless
-    /// the player was started with [`TripPlayer::start_recording`]); µs since
-    /// [`TripPlayer::started_at`].
-    pub downlink_transits: Vec<Vec<Transit>>,
+    /// Per path, every packet its downlink delivered, in order (empty unless the player was
+    /// started with [`TripPlayer::start_recording`]); µs since [`TripPlayer::started_at`].
+    pub downlink_transits: Vec<Vec<Delivered>>,
 }
 
 /// A trip played in real time on a built testbed: the emulator on its own thread from `t0`, and

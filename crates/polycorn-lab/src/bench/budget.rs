@@ -8,24 +8,24 @@
 //! | --- | --- |
 //! | `start` | the client began connecting |
 //! | `request` | the proxy first wrote the flow's bytes (its request) into the server's socket |
-//! | `first_sent` | the proxy's engine took the frame ending at the flow's last byte for the path whose copy reached the relay first |
-//! | transit | the emulator's record of the last packet that path's downlink delivered before the relay read the frame |
+//! | transit | the emulator's record of the last packet that path's downlink delivered before the relay read the frame (the path whose copy of the frame reached the relay first) |
+//! | `first_sent` | when the emulator was first offered that packet's last byte (earlier than the transit's start if the packet is a retransmission), but not before the proxy's engine took the frame ending at the flow's last byte for that path |
 //! | `framed` | the relay's engine read that frame from its subflow |
 //! | `done` | the client had read the last byte |
 //!
 //! Relay and proxy write their marks only when their log filter enables
-//! [`polycorn_net::engine::marks::TARGET`] (the bench's daemons do). Two differences from the
-//! simulator follow from what the kernel shows: `first_sent` is when the frame entered the
-//! subflow's socket, not when TCP first put it on the wire, so time in the socket's send
-//! buffer (and a retransmission's wait) falls between `first_sent` and the transit's start and
-//! is counted in `rest`, not in `stalls` (the RTO flags stay unset); and the relay's kernel
-//! hands over in-order bytes only, so the packet found is the one that completed them (a
-//! retransmission that filled a hole, if one did).
+//! [`polycorn_net::engine::marks::TARGET`] (the bench's daemons do); the emulator reads the
+//! TCP sequence numbers of what it carries to know when a retransmitted byte first left
+//! ([`polycorn_emu::seqtrack`]). Two differences from the simulator follow from what the
+//! kernel shows: the relay's kernel hands over in-order bytes only, so the packet found is the
+//! one that completed them (a retransmission that filled a hole, if one did); and whether a
+//! retransmission followed a timeout is not known, so its wait is counted in `rest`, never in
+//! `stalls` (the RTO flags stay unset: the stalls are the outages the packet was held in).
 
 use std::collections::HashMap;
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
-use polycorn_link::link::Transit;
+use polycorn_emu::forward::Delivered;
 use polycorn_link::trip::Trip;
 use polycorn_sim::budget::{Budget, LastByte};
 
@@ -145,7 +145,7 @@ pub fn set_budgets(
     ports: &[(usize, Option<u16>, Instant)],
     relay: &[MarksLine],
     proxy: &[MarksLine],
-    transits: &[Vec<Transit>],
+    transits: &[Vec<Delivered>],
     trip: &Trip,
     clock: RideClock,
 ) -> (usize, HashMap<Missing, usize>) {
@@ -168,7 +168,7 @@ fn budget_of(
     ports: &[(usize, Option<u16>, Instant)],
     relay: &[MarksLine],
     proxy: &[MarksLine],
-    transits: &[Vec<Transit>],
+    transits: &[Vec<Delivered>],
     trip: &Trip,
     clock: RideClock,
 ) -> Result<Budget, Missing> {
@@ -192,15 +192,22 @@ fn budget_of(
         .find(|l| l.first_write_us.is_some_and(within))
         .ok_or(Missing::NoProxyMarks)?;
     let request_us = clock.of_wall_us(p.first_write_us.ok_or(Missing::NoProxyMarks)?);
-    let first_sent_us = p
+    let taken_us = p
         .sent
         .iter()
         .find(|(q, _)| *q == path)
         .map(|&(_, us)| clock.of_wall_us(us))
         .ok_or(Missing::NoProxyMarks)?;
     let on_path = transits.get(path).ok_or(Missing::NoTransit)?;
-    let i = on_path.partition_point(|t| t.at_us <= framed_us);
-    let transit = *on_path[..i].last().ok_or(Missing::NoTransit)?;
+    let i = on_path.partition_point(|d| d.transit.at_us <= framed_us);
+    let d = *on_path[..i].last().ok_or(Missing::NoTransit)?;
+    let transit = d.transit;
+    // A packet first offered before the engine took the frame carries earlier bytes (it filled
+    // a hole): the last byte itself left between the take and this packet.
+    let first_sent_us = d
+        .first_offered_us
+        .max(taken_us)
+        .min(transit.sent_us.max(taken_us));
     let lb = LastByte {
         path,
         start_us,
