@@ -709,6 +709,41 @@ fn valid_host(name: &[u8]) -> bool {
             .all(|c| c.is_ascii_alphanumeric() || *c == b'.' || *c == b'-' || *c == b'_')
 }
 
+/// A data frame among encoded frames: its flow, the flow offset one past its last byte, its
+/// length, and the position in the buffer one past the frame.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DataEnd {
+    /// Flow id.
+    pub flow: u64,
+    /// Flow offset one past the frame's last byte.
+    pub end: u64,
+    /// Bytes of flow data it carries.
+    pub len: usize,
+    /// Position in the buffer one past the frame.
+    pub used: usize,
+}
+
+/// The data frames among the whole frames at the start of `buf`, up to the first incomplete or
+/// undecodable one (for observers that follow flows through a subflow's bytes).
+pub fn data_ends(buf: &[u8]) -> impl Iterator<Item = DataEnd> + '_ {
+    let mut used = 0;
+    std::iter::from_fn(move || loop {
+        let (frame, k) = decode(&buf[used..]).ok()??;
+        used += k;
+        if let Frame::Data {
+            flow, offset, data, ..
+        } = frame
+        {
+            return Some(DataEnd {
+                flow,
+                end: offset + data.len() as u64,
+                len: data.len(),
+                used,
+            });
+        }
+    })
+}
+
 /// Decode the frame at the start of `buf`: `Ok(None)` if more bytes are needed, else the frame
 /// and how many bytes it used.
 pub fn decode(buf: &[u8]) -> Result<Option<(Frame<'_>, usize)>, FrameError> {

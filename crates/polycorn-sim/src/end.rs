@@ -9,6 +9,7 @@
 
 use std::collections::VecDeque;
 
+use polycorn_proto::frame::data_ends;
 use polycorn_proto::path_policy::probes_only;
 use polycorn_proto::refresh_watch::RefreshWatch;
 use polycorn_proto::{decode, Frame, ProtoError, Session, WriteLog};
@@ -107,21 +108,12 @@ pub struct DataMark {
 
 /// Note the data frames in `bytes` (whole frames), the first at subflow stream offset `base`.
 fn note_data(log: &mut Vec<DataMark>, path: usize, bytes: &[u8], base: u64) {
-    let mut used = 0;
-    while let Ok(Some((frame, k))) = decode(&bytes[used..]) {
-        used += k;
-        if let Frame::Data {
-            flow, offset, data, ..
-        } = frame
-        {
-            log.push(DataMark {
-                path,
-                flow,
-                end: offset + data.len() as u64,
-                stream: base + used as u64 - 1,
-            });
-        }
-    }
+    log.extend(data_ends(bytes).map(|d| DataMark {
+        path,
+        flow: d.flow,
+        end: d.end,
+        stream: base + d.used as u64 - 1,
+    }));
 }
 
 impl End {

@@ -136,23 +136,33 @@ pub enum Missing {
     NoOracle,
 }
 
+/// What one emulated ride recorded for its downloads' budgets.
+#[derive(Debug, Clone, Copy)]
+pub struct RideMarks<'a> {
+    /// The client's (plan index, local port, start) per download.
+    pub ports: &'a [(usize, Option<u16>, Instant)],
+    /// The relay's marks lines.
+    pub relay: &'a [MarksLine],
+    /// The proxy's marks lines.
+    pub proxy: &'a [MarksLine],
+    /// Per path, the packets its downlink delivered.
+    pub transits: &'a [Vec<Delivered>],
+    /// The trip played (for the oracle).
+    pub trip: &'a Trip,
+    /// The ride's clocks.
+    pub clock: RideClock,
+}
+
 /// Set the budget of every completed download in `flows` that the marks follow all the way;
-/// returns how many got one and, per reason, how many did not. `ports` is the client's
-/// (plan index, local port, start) per download; `transits` the emulator's downlink records per
-/// path.
+/// returns how many got one and, per reason, how many did not.
 pub fn set_budgets(
     flows: &mut [FlowResult],
-    ports: &[(usize, Option<u16>, Instant)],
-    relay: &[MarksLine],
-    proxy: &[MarksLine],
-    transits: &[Vec<Delivered>],
-    trip: &Trip,
-    clock: RideClock,
+    marks: &RideMarks<'_>,
 ) -> (usize, HashMap<Missing, usize>) {
     let mut missing: HashMap<Missing, usize> = HashMap::new();
     let mut set = 0;
     for f in flows.iter_mut().filter(|f| f.ok) {
-        match budget_of(f, ports, relay, proxy, transits, trip, clock) {
+        match marks.budget_of(f) {
             Ok(b) => {
                 f.budget = Some(b);
                 set += 1;
@@ -163,64 +173,66 @@ pub fn set_budgets(
     (set, missing)
 }
 
-fn budget_of(
-    f: &FlowResult,
-    ports: &[(usize, Option<u16>, Instant)],
-    relay: &[MarksLine],
-    proxy: &[MarksLine],
-    transits: &[Vec<Delivered>],
-    trip: &Trip,
-    clock: RideClock,
-) -> Result<Budget, Missing> {
-    let &(_, port, started) = ports.iter().find(|p| p.0 == f.idx).ok_or(Missing::NoPort)?;
-    let port = port.ok_or(Missing::NoPort)?;
-    let start_us = clock.of_instant(started);
-    let done_us = start_us + (f.fct_s * 1e6).round() as u64;
-    // The relay's line of this passenger connection whose last frame came in during the flow
-    // (a port may be reused over a long ride).
-    let within = |us: u64| (start_us..=done_us + 1_000_000).contains(&clock.of_wall_us(us));
-    let r = relay
-        .iter()
-        .filter(|l| l.peer_port == Some(port) && l.recv_end == f.size)
-        .find(|l| l.recv.is_some_and(|(_, us)| within(us)))
-        .ok_or(Missing::NoRelayMarks)?;
-    let (path, framed) = r.recv.ok_or(Missing::NoProxyMarks)?;
-    let framed_us = clock.of_wall_us(framed);
-    let p = proxy
-        .iter()
-        .filter(|l| l.flow == r.flow && l.sent_end == r.recv_end)
-        .find(|l| l.first_write_us.is_some_and(within))
-        .ok_or(Missing::NoProxyMarks)?;
-    let request_us = clock.of_wall_us(p.first_write_us.ok_or(Missing::NoProxyMarks)?);
-    let taken_us = p
-        .sent
-        .iter()
-        .find(|(q, _)| *q == path)
-        .map(|&(_, us)| clock.of_wall_us(us))
-        .ok_or(Missing::NoProxyMarks)?;
-    let on_path = transits.get(path).ok_or(Missing::NoTransit)?;
-    let i = on_path.partition_point(|d| d.transit.at_us <= framed_us);
-    let d = *on_path[..i].last().ok_or(Missing::NoTransit)?;
-    let transit = d.transit;
-    // A packet first offered before the engine took the frame carries earlier bytes (it filled
-    // a hole): the last byte itself left between the take and this packet.
-    let first_sent_us = d
-        .first_offered_us
-        .max(taken_us)
-        .min(transit.sent_us.max(taken_us));
-    let lb = LastByte {
-        path,
-        start_us,
-        request_us,
-        first_sent_us,
-        transit,
-        framed_us,
-        done_us,
-        rto_before_sent: false,
-        rto_before_framed: false,
-    };
-    let o = oracle_split(trip, f.start_s, f.size).ok_or(Missing::NoOracle)?;
-    Ok(Budget::of(&lb, &o))
+impl RideMarks<'_> {
+    fn budget_of(&self, f: &FlowResult) -> Result<Budget, Missing> {
+        let RideMarks {
+            ports,
+            relay,
+            proxy,
+            transits,
+            trip,
+            clock,
+        } = *self;
+        let &(_, port, started) = ports.iter().find(|p| p.0 == f.idx).ok_or(Missing::NoPort)?;
+        let port = port.ok_or(Missing::NoPort)?;
+        let start_us = clock.of_instant(started);
+        let done_us = start_us + (f.fct_s * 1e6).round() as u64;
+        // The relay's line of this passenger connection whose last frame came in during the flow
+        // (a port may be reused over a long ride).
+        let within = |us: u64| (start_us..=done_us + 1_000_000).contains(&clock.of_wall_us(us));
+        let r = relay
+            .iter()
+            .filter(|l| l.peer_port == Some(port) && l.recv_end == f.size)
+            .find(|l| l.recv.is_some_and(|(_, us)| within(us)))
+            .ok_or(Missing::NoRelayMarks)?;
+        let (path, framed) = r.recv.ok_or(Missing::NoProxyMarks)?;
+        let framed_us = clock.of_wall_us(framed);
+        let p = proxy
+            .iter()
+            .filter(|l| l.flow == r.flow && l.sent_end == r.recv_end)
+            .find(|l| l.first_write_us.is_some_and(within))
+            .ok_or(Missing::NoProxyMarks)?;
+        let request_us = clock.of_wall_us(p.first_write_us.ok_or(Missing::NoProxyMarks)?);
+        let taken_us = p
+            .sent
+            .iter()
+            .find(|(q, _)| *q == path)
+            .map(|&(_, us)| clock.of_wall_us(us))
+            .ok_or(Missing::NoProxyMarks)?;
+        let on_path = transits.get(path).ok_or(Missing::NoTransit)?;
+        let i = on_path.partition_point(|d| d.transit.at_us <= framed_us);
+        let d = *on_path[..i].last().ok_or(Missing::NoTransit)?;
+        let transit = d.transit;
+        // A packet first offered before the engine took the frame carries earlier bytes (it filled
+        // a hole): the last byte itself left between the take and this packet.
+        let first_sent_us = d
+            .first_offered_us
+            .max(taken_us)
+            .min(transit.sent_us.max(taken_us));
+        let lb = LastByte {
+            path,
+            start_us,
+            request_us,
+            first_sent_us,
+            transit,
+            framed_us,
+            done_us,
+            rto_before_sent: false,
+            rto_before_framed: false,
+        };
+        let o = oracle_split(trip, f.start_s, f.size).ok_or(Missing::NoOracle)?;
+        Ok(Budget::of(&lb, &o))
+    }
 }
 
 impl Missing {

@@ -1014,15 +1014,16 @@ fn run_system(
                 .map(|l| budget::parse_marks(&l))
                 .unwrap_or_default()
         };
-        let (set, missing) = budget::set_budgets(
-            &mut played.flows,
-            &played.download_ports,
-            &read("relay"),
-            &read("proxy"),
-            &forwarded.downlink_transits,
+        let (relay, proxy) = (read("relay"), read("proxy"));
+        let marks = budget::RideMarks {
+            ports: &played.download_ports,
+            relay: &relay,
+            proxy: &proxy,
+            transits: &forwarded.downlink_transits,
             trip,
             clock,
-        );
+        };
+        let (set, missing) = budget::set_budgets(&mut played.flows, &marks);
         if !missing.is_empty() {
             let mut why: Vec<_> = missing.into_iter().collect();
             why.sort();

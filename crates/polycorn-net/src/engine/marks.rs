@@ -20,7 +20,7 @@
 use std::collections::HashMap;
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use polycorn_proto::frame::{decode, Frame};
+use polycorn_proto::frame::data_ends;
 
 /// The tracing target of the marks lines.
 pub const TARGET: &str = "polycorn::marks";
@@ -86,18 +86,8 @@ pub struct Marks(HashMap<u64, FlowMarks>);
 impl Marks {
     /// Note the data frames in `frames` (whole encoded frames) taken for `path` at `us`.
     pub fn taken(&mut self, path: u8, frames: &[u8], us: u64) {
-        let mut used = 0;
-        while let Ok(Some((frame, k))) = decode(&frames[used..]) {
-            used += k;
-            if let Frame::Data {
-                flow, offset, data, ..
-            } = frame
-            {
-                if !data.is_empty() {
-                    let end = offset + data.len() as u64;
-                    self.0.entry(flow).or_default().sent(path, end, us);
-                }
-            }
+        for d in data_ends(frames).filter(|d| d.len > 0) {
+            self.0.entry(d.flow).or_default().sent(path, d.end, us);
         }
     }
 
@@ -115,6 +105,7 @@ impl Marks {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use polycorn_proto::frame::Frame;
 
     fn data(flow: u64, offset: u64, len: usize) -> Vec<u8> {
         let payload = vec![7u8; len];
