@@ -303,9 +303,7 @@ impl Engine {
         predictor: Box<dyn crate::predictor::TrainPredictor>,
     ) -> (Engine, mpsc::UnboundedReceiver<Event>) {
         let (tx, rx) = mpsc::unbounded_channel();
-        let unix_epoch_us = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_micros() as u64);
+        let unix_epoch_us = marks::wall_us();
         let mut paths = Vec::new();
         paths.resize_with(MAX_PATHS, EnginePath::default);
         let e = Engine(Arc::new(Shared {
