@@ -74,6 +74,21 @@ impl Drop for Blackhole {
     }
 }
 
+/// Bytes a path must have carried of the download before [`transfer_with_outage`] cuts it.
+const OUTAGE_AFTER_BYTES: f64 = 4e6;
+
+/// The payload bytes written to path `p{index}` (its `polycorn_path_sent_bytes_total`, summed
+/// over relays) in the metrics text `m`.
+pub(crate) fn path_sent_bytes(m: &str, index: &str) -> f64 {
+    let label = format!("path=\"p{index}\"");
+    m.lines()
+        .filter(|l| l.starts_with("polycorn_path_sent_bytes_total{") && l.contains(&label))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
+/// A 64 MB download with the relay's `devices` blacked out for `outage`, from at least `after`
+/// into it and once the download flows over every one of them.
 pub(crate) fn transfer_with_outage(
     bed: &Bed,
     stack: &Stack,
@@ -82,8 +97,33 @@ pub(crate) fn transfer_with_outage(
     outage: Duration,
 ) {
     let ns = bed.ns("relay");
+    let proxy_ns = bed.ns("proxy");
+    // Downlink bytes the proxy has written to each path to be cut.
+    let sent = move || {
+        let m = scrape_metrics(&proxy_ns);
+        devices
+            .iter()
+            .map(|d| path_sent_bytes(&m, d.trim_start_matches("path")))
+            .collect::<Vec<f64>>()
+    };
+    let before = sent();
     let cut = std::thread::spawn(move || {
+        // The outage must find the download flowing over every path it cuts (a path with
+        // nothing in flight has nothing to move): a loaded machine can take seconds to get the
+        // transfer going.
+        let start = Instant::now();
         std::thread::sleep(after);
+        while sent()
+            .iter()
+            .zip(&before)
+            .any(|(now, was)| now - was < OUTAGE_AFTER_BYTES)
+        {
+            assert!(
+                start.elapsed() < Duration::from_secs(60),
+                "the download did not reach every path of {devices:?} within 60 s"
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
         let b = Blackhole::new(&ns, devices);
         eprintln!("outage of {devices:?} for {} s", outage.as_secs());
         std::thread::sleep(outage);

@@ -140,14 +140,6 @@ fn four_carriers_share_the_load_and_survive_two_blacked_out() {
     );
     start_server(&bed);
     let stack = start_stack(&bed, "polycorn", "polycorn", 4);
-    let sent = |m: &str, path: usize| -> f64 {
-        let key =
-            format!("polycorn_path_sent_bytes_total{{path=\"p{path}\",relay=\"polycorn-relay\"}} ");
-        m.lines()
-            .find_map(|l| l.strip_prefix(&key))
-            .and_then(|v| v.trim().parse().ok())
-            .unwrap_or_else(|| panic!("no {key}in\n{m}"))
-    };
     transfers(
         &bed,
         vec![
@@ -161,9 +153,9 @@ fn four_carriers_share_the_load_and_survive_two_blacked_out() {
     let m = scrape_metrics(&bed.ns("relay"));
     for path in 0..4 {
         assert!(
-            sent(&m, path) > 1e6,
+            path_sent_bytes(&m, &path.to_string()) > 1e6,
             "path p{path} carried {} B:\n{m}",
-            sent(&m, path)
+            path_sent_bytes(&m, &path.to_string())
         );
     }
     transfer_with_outage(
