@@ -97,7 +97,7 @@ pub const PRESETS: &[(&str, &str)] = &[
     ("hrsch", "hpr,minrtt,tpr,ori+er"),
     (
         "polycorn",
-        "hpr,minrtt(thin_bytes=5600),tpr,ori(thin_bytes=5600)+er(k=3,cell_loss=1,stuck_ms=1000)",
+        "hpr(keep=1),minrtt(thin_bytes=5600),tpr,ori(thin_bytes=5600)+er(k=3,cell_loss=1,stuck_ms=1000)",
     ),
     ("vanilla", "minrtt+rto"),
     ("minrtt", "minrtt+rto"),

@@ -1316,7 +1316,7 @@ fn er_cell_loss_spec_round_trips_and_refuses_bad_values() {
     // path's full window; the paper's HRSCH stays without them.
     assert_eq!(
         p.spec(),
-        "hpr,minrtt(thin_bytes=5600),tpr,ori(thin_bytes=5600)+er(k=3,cell_loss=1,stuck_ms=1000)"
+        "hpr(keep=1),minrtt(thin_bytes=5600),tpr,ori(thin_bytes=5600)+er(k=3,cell_loss=1,stuck_ms=1000)"
     );
     assert!(!Pipeline::from_spec("hrsch")
         .unwrap()

@@ -17,9 +17,12 @@
 //! - [`workload`]: what a ride carries and what it measured.
 //! - [`ride`]: one ride from start to end.
 //! - [`budget`]: where each download's time beyond the oracle's went.
+//! - [`bulk`]: one saturating download per path on its own (the simulated side of
+//!   `polycorn testbed calibrate`).
 
 pub mod apps;
 pub mod budget;
+pub mod bulk;
 pub mod end;
 pub mod predict;
 pub mod queue;

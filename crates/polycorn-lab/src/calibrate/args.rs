@@ -64,6 +64,24 @@ pub struct CalibrateArgs {
     /// preset's parameters before a measured run, which alone judges the TCP-level rows.
     #[arg(long, conflicts_with = "parallel")]
     pub model_only: bool,
+    /// Also measure on the simulator (`also`: a `sim-<cc>` column beside each emulated one;
+    /// `only`: the simulated columns alone, with no testbed and no root). The simulator runs
+    /// the same trips, windows, queues and sample period with its own TCP model (the one that
+    /// carries `polycorn sim`'s subflows), so its rows show how far that model is from kernel
+    /// TCP on the same carriers. Simulated: `cubic` and `bbr`.
+    #[arg(long, value_enum, default_value_t = SimColumns::Off, conflicts_with = "model_only")]
+    pub sim: SimColumns,
+}
+
+/// Which columns `--sim` adds.
+#[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SimColumns {
+    /// Emulated columns only.
+    Off,
+    /// Simulated columns beside the emulated ones.
+    Also,
+    /// Simulated columns only.
+    Only,
 }
 
 /// Receiver goodput bin, ms (the paper's Δt).

@@ -102,16 +102,18 @@ mod measure;
 mod model;
 mod parse;
 mod raw;
+mod simulate;
 mod stats;
 mod table;
 
-pub use args::CalibrateArgs;
 use args::*;
+pub use args::{CalibrateArgs, SimColumns};
 use mask::*;
 use measure::*;
 use model::*;
 use parse::*;
 use raw::*;
+use simulate::*;
 use stats::*;
 use table::*;
 
@@ -123,26 +125,39 @@ pub fn run(args: &CalibrateArgs) -> Result<()> {
     if args.model_only {
         return run_model_only(args);
     }
-    preflight()?;
+    let emulate = args.sim != SimColumns::Only;
     let runs: Vec<CalibrateArgs> = (0..ccs.len())
         .map(|k| run_args(args, k))
         .collect::<Result<_>>()?;
-    let existing = netns::list_namespaces()?;
-    for a in &runs {
-        let probe = TestbedSpec {
-            name: a.name.clone(),
-            paths: 1,
-        };
-        if testbed::ROLES
-            .iter()
-            .any(|r| existing.contains(&probe.ns(r)))
-            || testbed::read_state(&a.name)?.is_some()
-        {
-            bail!(
-                "testbed `{0}` (or a namespace of it) already exists; run `polycorn testbed down --name {0}` first, or pass another --name",
-                a.name
-            );
+    if emulate {
+        preflight()?;
+        let existing = netns::list_namespaces()?;
+        for a in &runs {
+            let probe = TestbedSpec {
+                name: a.name.clone(),
+                paths: 1,
+            };
+            if testbed::ROLES
+                .iter()
+                .any(|r| existing.contains(&probe.ns(r)))
+                || testbed::read_state(&a.name)?.is_some()
+            {
+                bail!(
+                    "testbed `{0}` (or a namespace of it) already exists; run `polycorn testbed down --name {0}` first, or pass another --name",
+                    a.name
+                );
+            }
         }
+    }
+    // One column per congestion control and side: the emulated ones, then the simulated.
+    let mut cols: Vec<String> = if emulate { ccs.clone() } else { Vec::new() };
+    let (running, ran) = match args.sim {
+        SimColumns::Off => ("emulating", "emulated"),
+        SimColumns::Also => ("emulating and simulating", "emulated and simulated"),
+        SimColumns::Only => ("simulating", "simulated"),
+    };
+    if args.sim != SimColumns::Off {
+        cols.extend(ccs.iter().map(|cc| sim_column(cc)));
     }
     let (cfg, source) = args.trip.config()?;
     eprintln!(
@@ -171,7 +186,7 @@ pub fn run(args: &CalibrateArgs) -> Result<()> {
     fs::create_dir_all(&out_dir).with_context(|| format!("create {}", out_dir.display()))?;
     for r in &rides {
         eprintln!(
-            "trip `{}` route {} {}: emulating {:.1} s from trip time {:.1} s ({:.1} s of it above 250 km/h after the warm-up); {} carriers; queue {}; output {}",
+            "trip `{}` route {} {}: {running} {:.1} s from trip time {:.1} s ({:.1} s of it above 250 km/h after the warm-up); {} carriers; queue {}; output {}",
             args.trip.preset,
             args.trip.route_seed,
             r.label(),
@@ -184,13 +199,17 @@ pub fn run(args: &CalibrateArgs) -> Result<()> {
         );
     }
     let model = model_stats(args)?;
-    let interrupted = crate::testbed_cmd::stop_on_signals(
-        "calibrate",
-        runs.iter().map(|a| a.name.clone()).collect(),
-    )?;
+    let interrupted = if emulate {
+        crate::testbed_cmd::stop_on_signals(
+            "calibrate",
+            runs.iter().map(|a| a.name.clone()).collect(),
+        )?
+    } else {
+        Arc::new(AtomicBool::new(false))
+    };
     let names: Vec<String> = first.trip.paths.iter().map(|p| p.name.clone()).collect();
     // Per congestion control, one entry per trip.
-    let mut per_cc: Vec<Vec<RunSamples>> = vec![Vec::new(); ccs.len()];
+    let mut per_cc: Vec<Vec<RunSamples>> = vec![Vec::new(); cols.len()];
     let mut wins = Vec::new();
     // A trip that fails after others completed ends the run, but the completed trips' table is
     // still written (marked partial) before the error is returned.
@@ -203,7 +222,20 @@ pub fn run(args: &CalibrateArgs) -> Result<()> {
         if rides.len() > 1 {
             eprintln!("run {} of {}: {}", k + 1, rides.len(), ride.label());
         }
-        let raws = match measure_all(args, &runs, &ccs, ride, &interrupted) {
+        let measured = if emulate {
+            measure_all(args, &runs, &ccs, ride, &interrupted)
+        } else {
+            Ok(Vec::new())
+        };
+        let raws = measured.and_then(|mut raws| {
+            if args.sim != SimColumns::Off {
+                for cc in &ccs {
+                    raws.push(simulate(args, &ride.trip, ride.seed, cc, ride.run_ms)?);
+                }
+            }
+            Ok(raws)
+        });
+        let raws = match raws {
             Ok(r) => r,
             Err(e) if k > 0 => {
                 failed = Some(e.context(ride.label()));
@@ -214,7 +246,7 @@ pub fn run(args: &CalibrateArgs) -> Result<()> {
         let dir = ride.dir(&out_dir, rides.len());
         fs::create_dir_all(&dir).with_context(|| format!("create {}", dir.display()))?;
         let mut own = Vec::new();
-        for ((cc, raw), pooled) in ccs.iter().zip(&raws).zip(&mut per_cc) {
+        for ((cc, raw), pooled) in cols.iter().zip(&raws).zip(&mut per_cc) {
             write_raw(&dir, raw, &ride.mask)?;
             let s = samples(raw, &ride.mask, n);
             let res = summarise(&[&s], n);
@@ -249,11 +281,11 @@ pub fn run(args: &CalibrateArgs) -> Result<()> {
                 "offset_ms": ride.offset_ms,
                 "run_ms": ride.run_ms,
                 "measured_s": ride.moving_s,
-                "ccs": ccs,
-                "rows": rows.iter().map(|r| r.to_json(&ccs)).collect::<Vec<_>>(),
+                "ccs": cols,
+                "rows": rows.iter().map(|r| r.to_json(&cols)).collect::<Vec<_>>(),
             });
             for (file, text) in [
-                ("table.txt", render(&rows, &ccs)),
+                ("table.txt", render(&rows, &cols)),
                 ("table.json", serde_json::to_string_pretty(&own_json)?),
             ] {
                 fs::write(dir.join(file), text)
@@ -270,7 +302,7 @@ pub fn run(args: &CalibrateArgs) -> Result<()> {
         .map(|v| summarise(&v.iter().collect::<Vec<_>>(), n))
         .collect();
     let rows = table(&names, &results, &model, &window_stats(&wins));
-    let text = render(&rows, &ccs);
+    let text = render(&rows, &cols);
     let planned = rides.len();
     let rides = &rides[..wins.len()];
     let run_ms: u64 = rides.iter().map(|r| r.run_ms).sum();
@@ -283,7 +315,7 @@ pub fn run(args: &CalibrateArgs) -> Result<()> {
     }
     if rides.len() == 1 {
         println!(
-            "calibration of `{}` (trip model {model_id}; route {}, {}): {:.1} s emulated from trip time {:.1} s, {:.1} s above 250 km/h measured; queue {}",
+            "calibration of `{}` (trip model {model_id}; route {}, {}): {:.1} s {ran} from trip time {:.1} s, {:.1} s above 250 km/h measured; queue {}",
             args.trip.preset,
             args.trip.route_seed,
             first.label(),
@@ -294,7 +326,7 @@ pub fn run(args: &CalibrateArgs) -> Result<()> {
         );
     } else {
         println!(
-            "calibration of `{}` (trip model {model_id}; route {}, trips {}-{}{}, samples pooled): {:.1} s emulated, {:.1} s above 250 km/h measured; queue {}",
+            "calibration of `{}` (trip model {model_id}; route {}, trips {}-{}{}, samples pooled): {:.1} s {ran}, {:.1} s above 250 km/h measured; queue {}",
             args.trip.preset,
             args.trip.route_seed,
             first.seed,
@@ -329,10 +361,10 @@ pub fn run(args: &CalibrateArgs) -> Result<()> {
         "queue": queue_desc,
         "sample_ms": args.sample_ms,
         "model_trips": args.model_trips,
-        "ccs": ccs,
-        "rows": rows.iter().map(|r| r.to_json(&ccs)).collect::<Vec<_>>(),
+        "ccs": cols,
+        "rows": rows.iter().map(|r| r.to_json(&cols)).collect::<Vec<_>>(),
     });
-    write_tables(&out_dir, &summary, &rows, &ccs, &text)?;
+    write_tables(&out_dir, &summary, &rows, &cols, &text)?;
     println!("raw samples and the table: {}", out_dir.display());
     match failed {
         Some(e) => Err(e.context(format!(
@@ -707,6 +739,9 @@ fn check_args(args: &CalibrateArgs) -> Result<Vec<String>> {
     for cc in &ccs {
         if !cc.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') || cc.len() > 15 {
             bail!("--cc: `{cc}` is not a congestion control name");
+        }
+        if args.sim != SimColumns::Off {
+            sim_cc(cc)?;
         }
     }
     TripConfig::preset(&args.trip.preset, args.trip.route_seed, args.trip.trip_seed)?;

@@ -405,14 +405,29 @@ fn calibrate_in_namespaces(name: &str, port: &str, extra: &[&str]) -> (String, P
 
 /// The 1 s windows behind carrier A's throughput quartiles under cubic in a calibration table.
 fn throughput_windows(t: &serde_json::Value) -> u64 {
-    t["rows"]
+    column_windows(t, "cubic")
+}
+
+/// The 1 s windows behind carrier A's throughput quartiles in `column` of a calibration table.
+fn column_windows(t: &serde_json::Value, column: &str) -> u64 {
+    measured(t, "downlink throughput p50 (Mbit/s)", "A", column)["n"]
+        .as_u64()
+        .unwrap()
+}
+
+/// The cell of `metric` for `carrier` in `column` of a calibration table.
+fn measured<'a>(
+    t: &'a serde_json::Value,
+    metric: &str,
+    carrier: &str,
+    column: &str,
+) -> &'a serde_json::Value {
+    &t["rows"]
         .as_array()
         .unwrap()
         .iter()
-        .find(|r| r["metric"] == "downlink throughput p50 (Mbit/s)" && r["carrier"] == "A")
-        .expect("throughput row of A")["measured"]["cubic"]["n"]
-        .as_u64()
-        .unwrap()
+        .find(|r| r["metric"] == metric && r["carrier"] == carrier)
+        .unwrap_or_else(|| panic!("no row {metric} of {carrier}: {t}"))["measured"][column]
 }
 
 /// Each run in `dir/<sub>` has its raw samples and its own table with windows measured, and
@@ -441,12 +456,26 @@ fn calibrate_over_two_trips_pools_their_samples_and_leaves_nothing_behind() {
         eprintln!("skipping: needs root");
         return;
     }
-    let (stdout, dir) =
-        calibrate_in_namespaces("pct-cal", "5900", &["--trip-seed", "3", "--trips", "2"]);
+    let (stdout, dir) = calibrate_in_namespaces(
+        "pct-cal",
+        "5900",
+        &["--trip-seed", "3", "--trips", "2", "--sim", "also"],
+    );
     assert!(stdout.contains("trips 3-4, samples pooled"), "{stdout}");
     let pooled = read_json(&dir.join("table.json"));
     assert_eq!(pooled["trips"].as_array().unwrap().len(), 2, "{pooled}");
     assert_eq!(pooled["complete"], true);
+    // `--sim also`: the simulator's column beside the emulated one, over the same windows.
+    assert_eq!(pooled["ccs"], serde_json::json!(["cubic", "sim-cubic"]));
+    let sim_windows = column_windows(&pooled, "sim-cubic");
+    assert!(
+        sim_windows.abs_diff(throughput_windows(&pooled)) <= 2,
+        "{sim_windows} simulated windows: {pooled}"
+    );
+    assert!(
+        dir.join("trip-3").join("ss-sim-cubic.csv").exists(),
+        "the simulated run's raw samples"
+    );
     assert!(
         pooled["polycorn_version"]
             .as_str()
@@ -579,4 +608,72 @@ fn calibrate_model_only_reports_the_trip_model_without_a_testbed() {
         .unwrap()
         .starts_with("handover interval")
         && r["trip_model_within_tolerance"].is_boolean()));
+}
+
+/// `--sim only` runs the simulator's TCP model alone over the planned windows, without a
+/// testbed or root: a `sim-<cc>` column per congestion control, with throughput below the
+/// trip model's capacity and RTTs above its idle RTT, and the same table from the same seeds.
+#[test]
+fn calibrate_sim_only_measures_the_simulated_tcp_without_a_testbed() {
+    let run = || {
+        let dir = tempfile::tempdir().unwrap();
+        let out = polycorn(&[
+            "testbed",
+            "calibrate",
+            "--preset",
+            "hsr",
+            "--minutes",
+            "0.5",
+            "--model-trips",
+            "2",
+            "--trip-seed",
+            "3",
+            "--sim",
+            "only",
+            "--out",
+            dir.path().to_str().unwrap(),
+        ]);
+        let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+        assert!(
+            out.status.success(),
+            "{stdout}\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(stdout.contains("s simulated from trip time"), "{stdout}");
+        assert!(dir.path().join("ss-sim-bbr.csv").exists());
+        read_json(&dir.path().join("table.json"))
+    };
+    let t = run();
+    assert_eq!(t["ccs"], serde_json::json!(["sim-bbr", "sim-cubic"]));
+    for column in ["sim-bbr", "sim-cubic"] {
+        for c in ["A", "B"] {
+            let tput = measured(&t, "downlink throughput p50 (Mbit/s)", c, column)["value"]
+                .as_f64()
+                .unwrap();
+            let rtt = measured(&t, "RTT p50 (ms)", c, column)["value"]
+                .as_f64()
+                .unwrap();
+            assert!(
+                tput > 0.5 && rtt > 20.0,
+                "{column} {c}: {tput} Mbit/s, {rtt} ms: {t}"
+            );
+        }
+        assert!(column_windows(&t, column) >= 20, "{t}");
+    }
+    let rows = |t: &serde_json::Value| t["rows"].clone();
+    assert_eq!(rows(&t), rows(&run()), "the same seeds give the same table");
+    // A congestion control the simulator lacks is named.
+    let out = polycorn(&[
+        "testbed",
+        "calibrate",
+        "--preset",
+        "hsr",
+        "--cc",
+        "reno",
+        "--sim",
+        "only",
+    ]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("`reno` is not simulated"), "{err}");
 }
