@@ -73,6 +73,23 @@ pub struct CalibrateArgs {
     pub sim: SimColumns,
 }
 
+impl CalibrateArgs {
+    /// The calibration of `trips` trips of `trip` (from its trip seed), `minutes` each, with
+    /// every other option at its default.
+    pub fn of_trips(trip: TripArgs, trips: u64, minutes: f64) -> CalibrateArgs {
+        #[derive(clap::Parser)]
+        struct Defaults {
+            #[command(flatten)]
+            args: CalibrateArgs,
+        }
+        let mut a = <Defaults as clap::Parser>::parse_from(["calibrate"]).args;
+        a.trip = trip;
+        a.trips = trips;
+        a.minutes = minutes;
+        a
+    }
+}
+
 /// Which columns `--sim` adds.
 #[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
 pub enum SimColumns {

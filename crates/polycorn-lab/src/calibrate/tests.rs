@@ -351,3 +351,51 @@ fn tolerance_is_relative_for_values_and_absolute_for_shares() {
     r.kind = Kind::Info;
     assert_eq!(r.within(0.0), None);
 }
+
+/// `of_trips` is the command line's defaults with the trips and minutes set.
+#[test]
+fn of_trips_takes_every_other_option_from_the_command_line_defaults() {
+    let mut trip = parse(&[]).unwrap().trip;
+    trip.trip_seed = 301;
+    let a = CalibrateArgs::of_trips(trip, 8, 2.5);
+    let d = parse(&["--trip-seed", "301", "--trips", "8", "--minutes", "2.5"]).unwrap();
+    assert_eq!(format!("{a:?}"), format!("{d:?}"));
+    assert_eq!(a.sim, SimColumns::Off);
+}
+
+/// The simulated run in the testbed's form: one `ss` row per sample with both senders, one
+/// `nstat` row per second, and goodput bins that add up to what the receivers read.
+#[test]
+fn a_simulated_run_is_recorded_as_the_testbed_records_one() {
+    let (cfg, _) = parse(&["--trip-seed", "2"]).unwrap().trip.config().unwrap();
+    let trip = Trip::generate(&cfg).unwrap();
+    let a = parse(&["--sample-ms", "100", "--sim", "only"]).unwrap();
+    let raw = simulate(&a, &trip, 2, "cubic", 20_000).unwrap();
+    assert_eq!(raw.cc, "sim-cubic");
+    assert_eq!(raw.ss.len(), 200);
+    assert!(raw.ss.iter().all(|r| r.flows.iter().all(Option::is_some)));
+    assert_eq!(raw.nstat.len(), 20);
+    assert_eq!(raw.bins.len(), trip.paths.len());
+    assert!(raw
+        .bins
+        .iter()
+        .all(|b| b.len() == 100 && b.iter().sum::<u64>() > 1_000_000));
+    let segs = |r: &NstatRow| r.counters["TcpOutSegs"];
+    assert!(raw.nstat.windows(2).all(|w| segs(&w[1]) >= segs(&w[0])));
+    let last = raw.ss.last().unwrap();
+    assert_eq!(
+        segs(raw.nstat.last().unwrap()),
+        raw.ss[190]
+            .flows
+            .iter()
+            .flatten()
+            .map(|f| f.data_segs_out)
+            .sum::<u64>()
+    );
+    assert!(last
+        .flows
+        .iter()
+        .flatten()
+        .all(|f| f.srtt_ms > 20.0 && f.cc == "cubic"));
+    assert!(simulate(&a, &trip, 2, "reno", 1000).is_err());
+}

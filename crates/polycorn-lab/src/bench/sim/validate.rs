@@ -25,6 +25,7 @@ use super::{sim_systems, simulate_rides, threads_or_cores, SimPredictor};
 use crate::bench::plan::{Plan, BULK_SIZES, IM_USERS};
 use crate::bench::report::{self, Results};
 use crate::bench::{pool, BenchArgs, PredictAt, RideArgs};
+use crate::calibrate::{CalibrateArgs, SimColumns};
 
 /// The systems `sim validate` compares unless `--systems` names others.
 pub const VALIDATE_SYSTEMS: &[&str] = &["single", "vanilla", "hrsch"];
@@ -57,6 +58,13 @@ pub struct ValidateArgs {
     /// the route). With `--emulated-from`, name the predictor those rides ran with.
     #[arg(long, value_enum, default_value_t = SimPredictor::None)]
     pub predictor: SimPredictor,
+    /// Also compute the testbed's calibration rows on both sides for the same trips, MINUTES
+    /// of each from its first moment above 250 km/h: one download per carrier with BBR and
+    /// CUBIC, kernel TCP on the emulated carriers beside the simulator's TCP model
+    /// (`polycorn testbed calibrate --sim also --parallel`; root, also with
+    /// `--emulated-from`). The table goes to `calibrate/` of the output directory.
+    #[arg(long, value_name = "MINUTES")]
+    pub calibrate_minutes: Option<f64>,
 }
 
 /// Which part of a ride a row measures (what a known gap bears on).
@@ -855,7 +863,22 @@ pub fn run(args: &ValidateArgs) -> Result<()> {
     crate::emit(&format!(
         "{head}\n\n{text}table: {}\n",
         top.join("validate.md").display()
-    ))
+    ))?;
+    if let Some(minutes) = args.calibrate_minutes {
+        // The asked trips (the rides compared above are those found of them).
+        let mut cal = CalibrateArgs::of_trips(ride.trip.clone(), n, minutes);
+        cal.sim = SimColumns::Also;
+        cal.parallel = true;
+        cal.out = Some(top.join("calibrate"));
+        if let Some(name) = &args.name {
+            cal.name = name.clone();
+        }
+        eprintln!(
+            "sim validate: calibration rows of {n} trips, {minutes} min each, kernel TCP beside the simulator's"
+        );
+        crate::calibrate::run(&cal).context("the calibration rows")?;
+    }
+    Ok(())
 }
 
 #[cfg(test)]
