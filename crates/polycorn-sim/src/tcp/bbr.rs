@@ -1,6 +1,9 @@
 //! BBR v1 as Linux `tcp_bbr.c` runs it: a max filter of delivery rate over 10 rounds, a
 //! 10 s min filter of RTT, Startup / Drain / ProbeBW (8-phase gain cycle) / ProbeRTT, packet
-//! conservation in recovery. The long-term (policer) bandwidth model is left out.
+//! conservation in recovery, and the ACK-aggregation allowance (`bbr_extra_acked`: the window
+//! grows by what ACKs delivered beyond the bandwidth estimate over the last 5–10 rounds, which
+//! on cellular links with bursty delivery keeps the pipe full). The long-term (policer)
+//! bandwidth model is left out.
 
 use super::ack::{AckEvent, CaState};
 use super::rtt::MinMax;
@@ -29,6 +32,15 @@ const FULL_BW_THRESH: f64 = 1.25;
 const FULL_BW_CNT: u32 = 3;
 /// Bandwidth in the max filter is kept as segments per second × this, as an integer.
 const BW_SCALE: f64 = 1000.0;
+/// `bbr_extra_acked_win_rtts`: rounds per window of the ACK-aggregation max filter (two
+/// windows are kept).
+const EXTRA_ACKED_WIN_RTTS: u32 = 5;
+/// `bbr_extra_acked_max_us`: the aggregation allowance is at most this much at the
+/// bandwidth estimate.
+const EXTRA_ACKED_MAX: Duration = Duration::from_millis(100);
+/// `bbr_ack_epoch_acked_reset_thresh`: an aggregation epoch restarts after this many
+/// segments.
+const ACK_EPOCH_ACKED_RESET: u32 = 1 << 20;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Mode {
@@ -66,6 +78,14 @@ pub(crate) struct Bbr {
     has_seen_rtt: bool,
     initial_window: u32,
     seed: u64,
+    /// `bbr_update_ack_aggregation`: segments delivered beyond the bandwidth estimate over
+    /// the current aggregation epoch, max per window (two windows of 5 rounds) …
+    extra_acked: [u32; 2],
+    extra_acked_win_rtts: u32,
+    extra_acked_win_idx: usize,
+    /// … and the epoch: when it began and what it delivered.
+    ack_epoch_stamp: Instant,
+    ack_epoch_acked: u32,
 }
 
 impl Bbr {
@@ -100,6 +120,11 @@ impl Bbr {
             has_seen_rtt: false,
             initial_window: iw,
             seed: cfg.seed,
+            extra_acked: [0; 2],
+            extra_acked_win_rtts: 0,
+            extra_acked_win_idx: 0,
+            ack_epoch_stamp: Instant::ZERO,
+            ack_epoch_acked: 0,
         }
     }
 
@@ -158,6 +183,8 @@ impl Bbr {
     pub(crate) fn on_tx_start(&mut self, now: Instant, app_limited: bool) {
         if app_limited {
             self.idle_restart = true;
+            self.ack_epoch_stamp = now;
+            self.ack_epoch_acked = 0;
             if self.mode == Mode::ProbeBw {
                 self.set_pacing_rate(self.max_bw(), 1.0);
             } else if self.mode == Mode::ProbeRtt {
@@ -232,6 +259,7 @@ impl Bbr {
                 }
             }
         }
+        self.update_ack_aggregation(ev);
         // bbr_update_cycle_phase
         if self.mode == Mode::ProbeBw && self.is_next_cycle_phase(ev) {
             self.advance_cycle(now);
@@ -300,6 +328,48 @@ impl Bbr {
         self.set_cwnd(ev);
     }
 
+    /// `bbr_update_ack_aggregation`: how many segments ACKs delivered beyond what the
+    /// bandwidth estimate expects since the aggregation epoch began (an epoch restarts
+    /// whenever ACKs fall behind the estimate); the max over the last 5–10 rounds.
+    fn update_ack_aggregation(&mut self, ev: &AckEvent) {
+        let rs = &ev.rs;
+        if rs.acked_sacked == 0 || rs.delivered.is_none() || rs.interval.is_none_or(|i| i.is_zero())
+        {
+            return;
+        }
+        if self.round_start {
+            self.extra_acked_win_rtts = (self.extra_acked_win_rtts + 1).min(0x1F);
+            if self.extra_acked_win_rtts >= EXTRA_ACKED_WIN_RTTS {
+                self.extra_acked_win_rtts = 0;
+                self.extra_acked_win_idx = 1 - self.extra_acked_win_idx;
+                self.extra_acked[self.extra_acked_win_idx] = 0;
+            }
+        }
+        let epoch = ev.now.saturating_duration_since(self.ack_epoch_stamp);
+        let mut expected = (self.max_bw() * epoch.as_secs_f64()) as u64;
+        if u64::from(self.ack_epoch_acked) <= expected
+            || self.ack_epoch_acked.saturating_add(rs.acked_sacked) >= ACK_EPOCH_ACKED_RESET
+        {
+            self.ack_epoch_acked = 0;
+            self.ack_epoch_stamp = ev.now;
+            expected = 0;
+        }
+        self.ack_epoch_acked = (self.ack_epoch_acked + rs.acked_sacked).min(0xF_FFFF);
+        let extra = (u64::from(self.ack_epoch_acked) - expected).min(u64::from(self.cwnd)) as u32;
+        let w = &mut self.extra_acked[self.extra_acked_win_idx];
+        *w = (*w).max(extra);
+    }
+
+    /// `bbr_ack_aggregation_cwnd`: the aggregation max, at most 100 ms at the bandwidth
+    /// estimate, once the pipe was found full.
+    fn ack_aggregation_cwnd(&self) -> u32 {
+        if !self.full_bw_reached {
+            return 0;
+        }
+        let max = (self.max_bw() * EXTRA_ACKED_MAX.as_secs_f64()) as u32;
+        self.extra_acked[0].max(self.extra_acked[1]).min(max)
+    }
+
     fn is_next_cycle_phase(&self, ev: &AckEvent) -> bool {
         let full_length = self.min_rtt.is_some_and(|m| ev.now - self.cycle_stamp > m);
         let gain = self.pacing_gain;
@@ -337,7 +407,8 @@ impl Bbr {
                 conserving = true;
             }
             if !conserving {
-                let target = self.inflight(self.max_bw(), self.cwnd_gain);
+                let target =
+                    self.inflight(self.max_bw(), self.cwnd_gain) + self.ack_aggregation_cwnd();
                 if self.full_bw_reached {
                     cwnd = (cwnd + acked).min(target);
                 } else if cwnd < target || ev.delivered < u64::from(self.initial_window) {
