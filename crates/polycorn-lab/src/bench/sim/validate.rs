@@ -95,9 +95,6 @@ pub struct Gap {
     pub kinds: &'static [Kind],
     /// What the model lacks.
     pub note: &'static str,
-    /// Bears only on systems that run BBR: polycorn systems without `+cubic` (the baselines
-    /// `single` and `mptcp` run CUBIC).
-    pub bbr_only: bool,
 }
 
 /// What the simulator leaves out (see the manual's *What it leaves out*), by the rows it can
@@ -109,7 +106,6 @@ pub const KNOWN_GAPS: &[Gap] = &[
         kinds: &[Kind::Fct, Kind::Im, Kind::Retransmissions],
         note: "single path runs as the session's `single` pipeline over long-lived subflows, \
                not as a fresh TCP connection (handshake, slow start) per passenger flow",
-        bbr_only: false,
     },
     Gap {
         tag: "partial-upkeep",
@@ -117,7 +113,6 @@ pub const KNOWN_GAPS: &[Gap] = &[
         kinds: &[Kind::Fct, Kind::Im, Kind::Reinjected, Kind::Reconnects],
         note: "path upkeep in part: a fresh subflow costs one round trip (no TLS or Hello), \
                one probe per path at a time, no pauses after failed attempts",
-        bbr_only: false,
     },
     Gap {
         tag: "no-handshakes",
@@ -125,14 +120,12 @@ pub const KNOWN_GAPS: &[Gap] = &[
         kinds: &[Kind::Fct],
         note: "subflows are up from the start: no TCP, TLS or Hello handshake after a \
                failed handover",
-        bbr_only: false,
     },
     Gap {
         tag: "ideal-legs",
         systems: &[],
         kinds: &[Kind::Im],
         note: "the passengers' LAN and the servers' data-centre legs are ideal",
-        bbr_only: false,
     },
     Gap {
         tag: "no-predictor",
@@ -140,7 +133,6 @@ pub const KNOWN_GAPS: &[Gap] = &[
         kinds: &[Kind::Fct, Kind::Im],
         note: "the simulator's LinkDB is built in process from simulated rides, and the \
                relay's modem-report lag is not modelled",
-        bbr_only: false,
     },
     Gap {
         tag: "retrans-count",
@@ -148,32 +140,16 @@ pub const KNOWN_GAPS: &[Gap] = &[
         kinds: &[Kind::Retransmissions],
         note: "the emulator counts the kernel's retransmissions (`tcpi_total_retrans`, tail-loss \
                probes included), the model its own retransmitted segments",
-        bbr_only: false,
-    },
-    Gap {
-        tag: "bbr-model",
-        systems: &[],
-        kinds: &[Kind::Fct, Kind::Im, Kind::Bytes],
-        note: "the modelled BBR (v1, no long-term model) carries 10-17% less than Linux BBR on \
-               the trip's carriers and its rate swings less (`polycorn testbed calibrate --sim also`)",
-        bbr_only: true,
     },
 ];
 
 /// The known gaps of `kind` for `system` (its name before any `+` suffix or `#` copy).
 pub fn gaps(system: &str, kind: Kind) -> Vec<&'static Gap> {
     let base = system.split(['+', '#']).next().unwrap_or(system);
-    let cubic = system
-        .split('#')
-        .next()
-        .unwrap_or(system)
-        .contains("+cubic")
-        || ["single", "mptcp"].contains(&base);
     KNOWN_GAPS
         .iter()
         .filter(|g| g.kinds.contains(&kind))
         .filter(|g| g.systems.is_empty() || g.systems.contains(&base))
-        .filter(|g| !(g.bbr_only && cubic))
         .collect()
 }
 

@@ -145,10 +145,6 @@ fn the_gaps_of_a_system_ignore_its_suffixes() {
     assert!(tags("hrsch+warm#2", Kind::Fct).contains(&"no-predictor"));
     assert!(!tags("vanilla", Kind::Fct).contains(&"no-predictor"));
     assert!(tags("single", Kind::Im).contains(&"single-pipeline"));
-    // The BBR model's gap only where BBR runs.
-    assert!(tags("polycorn#2", Kind::Fct).contains(&"bbr-model"));
-    assert!(!tags("polycorn+cubic", Kind::Fct).contains(&"bbr-model"));
-    assert!(!tags("single", Kind::Fct).contains(&"bbr-model"));
 }
 
 /// Rides of another seed, window or workload are refused, naming what differs.
