@@ -33,6 +33,8 @@ pub struct BulkSample {
     pub t_us: u64,
     /// The `TCP_INFO`-equivalent reading.
     pub info: TcpInfoSample,
+    /// Retransmission timeout, backed off.
+    pub rto: polycorn_sched::time::Duration,
     /// Slow-start threshold, segments (`None` while unset).
     pub ssthresh_segments: Option<u32>,
     /// The sender's counters so far.
@@ -151,6 +153,7 @@ fn one(mut down: Wire<Packet>, mut up: Wire<Packet>, cfg: &BulkConfig) -> BulkPa
             out.samples.push(BulkSample {
                 t_us: now,
                 info: tx.info(now),
+                rto: tx.rto(),
                 ssthresh_segments: tx.ssthresh_segments(),
                 stats: tx.stats(),
             });

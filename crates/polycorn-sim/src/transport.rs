@@ -124,6 +124,11 @@ impl Conn {
         self.tx.info(Instant::from_micros(now_us))
     }
 
+    /// The sender's retransmission timeout now, backed off.
+    pub fn rto(&self) -> polycorn_sched::time::Duration {
+        self.tx.rto()
+    }
+
     /// The sender's slow-start threshold, segments (`None` while unset).
     pub fn ssthresh_segments(&self) -> Option<u32> {
         self.tx.ssthresh_segments()

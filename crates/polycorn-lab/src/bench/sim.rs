@@ -285,9 +285,13 @@ pub fn ride_config(
 /// defaults otherwise).
 pub fn tcp_config(t: &Tuning, slow_start_after_idle: Option<bool>) -> Result<TcpConfig> {
     let cc = match t.congestion.as_deref() {
-        None | Some("cubic") => CongestionControl::Cubic,
-        Some("bbr") => CongestionControl::Bbr,
-        Some(other) => bail!("congestion control `{other}` is not simulated (cubic, bbr)"),
+        None => CongestionControl::Cubic,
+        Some(name) => CongestionControl::from_name(name).with_context(|| {
+            format!(
+                "congestion control `{name}` is not simulated ({})",
+                CongestionControl::NAMES
+            )
+        })?,
     };
     let mut c = TcpConfig {
         cc,

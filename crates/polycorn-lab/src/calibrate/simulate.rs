@@ -13,11 +13,12 @@ pub(super) fn sim_column(cc: &str) -> String {
 
 /// The simulator's congestion control named `cc`.
 pub(super) fn sim_cc(cc: &str) -> Result<CongestionControl> {
-    match cc {
-        "cubic" => Ok(CongestionControl::Cubic),
-        "bbr" => Ok(CongestionControl::Bbr),
-        other => bail!("--sim: congestion control `{other}` is not simulated (cubic, bbr)"),
-    }
+    CongestionControl::from_name(cc).with_context(|| {
+        format!(
+            "--sim: congestion control `{cc}` is not simulated ({})",
+            CongestionControl::NAMES
+        )
+    })
 }
 
 /// One download per carrier of `trip` for `run_ms` on the simulator with `cc`, every sender
@@ -110,10 +111,7 @@ fn ss_info(cc: &str, s: &polycorn_sim::bulk::BulkSample) -> SsInfo {
         cc: cc.to_string(),
         srtt_ms: ms(i.srtt),
         rttvar_ms: ms(i.rttvar),
-        // Linux's formula: srtt + max(4·rttvar, 200 ms), backed off.
-        rto_ms: ((ms(i.srtt) + (4.0 * ms(i.rttvar)).max(200.0))
-            * f64::from(1u32 << i.rto_backoff.min(16)))
-        .min(120_000.0),
+        rto_ms: ms(s.rto),
         backoff: i.rto_backoff,
         retrans_now: 0,
         retrans_total: s.stats.segments_retransmitted,

@@ -11,8 +11,23 @@ pub enum CongestionControl {
     /// CUBIC (RFC 9438) with HyStart, as Linux `tcp_cubic.c`.
     #[default]
     Cubic,
-    /// BBR v1, as Linux `tcp_bbr.c` (without the long-term policer model).
+    /// BBR v1, as Linux `tcp_bbr.c` (with its ACK-aggregation allowance, without the
+    /// long-term policer model).
     Bbr,
+}
+
+impl CongestionControl {
+    /// The names it is known by (Linux's `net.ipv4.tcp_congestion_control` names).
+    pub const NAMES: &'static str = "cubic, bbr";
+
+    /// The controller Linux names `name`, if the model has it.
+    pub fn from_name(name: &str) -> Option<CongestionControl> {
+        match name {
+            "cubic" => Some(CongestionControl::Cubic),
+            "bbr" => Some(CongestionControl::Bbr),
+            _ => None,
+        }
+    }
 }
 
 /// The controller of one subflow (enum dispatch: no allocation, no trait objects).

@@ -237,6 +237,11 @@ impl TcpSender {
         self.write_end
     }
 
+    /// The retransmission timeout now, backed off (`tcpi_rto`).
+    pub fn rto(&self) -> Duration {
+        self.rtt.rto(self.backoff)
+    }
+
     /// The slow-start threshold, segments (`tcpi_snd_ssthresh`; `None` while unset, as before
     /// any loss and always with BBR).
     pub fn ssthresh_segments(&self) -> Option<u32> {
