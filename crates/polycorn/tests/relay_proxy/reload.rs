@@ -371,7 +371,8 @@ impl SecondTrain {
         let ns = bed.ns("train2");
         let device = format!("{}-2r", bed.name);
         let peer = format!("{}-2p", bed.name);
-        let _ = Command::new("ip").args(["netns", "del", &ns]).status();
+        // A leftover of an interrupted run, if any (quietly: there is none as a rule).
+        let _ = Command::new("ip").args(["netns", "del", &ns]).output();
         let ip = |args: &[&str]| {
             let out = Command::new("ip").args(args).output().unwrap();
             assert!(
