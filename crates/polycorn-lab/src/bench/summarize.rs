@@ -367,28 +367,22 @@ fn ride_section(o: &mut String, name: &str, s: &Value) -> Result<()> {
         let _ = writeln!(o, "Failed systems: {}.\n", failed.join("; "));
     }
 
-    let _ = writeln!(o, "### Bulk downloads\n\n{cap}\n");
-    o.push_str("| system | size | completed | FCT, s | FCT ÷ oracle | goodput, Mbit/s |\n");
-    o.push_str("| --- | --- | --- | --- | --- | --- |\n");
-    for r in ok_runs(s) {
-        let Some(sizes) = r["bulk"].as_object() else {
-            continue;
-        };
-        let mut sizes: Vec<(&String, &Value)> = sizes.iter().collect();
-        sizes.sort_by_key(|(k, _)| k.parse::<u64>().unwrap_or(u64::MAX));
-        for (size, b) in sizes {
-            let _ = writeln!(
-                o,
-                "| {} | {} | {}/{} | {} | {} | {} |",
-                str_or(&r["system"], "?"),
-                size_label(size),
-                b["completed"],
-                b["flows"],
-                median_ci(&b["fct_s"], 2),
-                median_ci(&b["fct_over_oracle"], 2),
-                median_ci(&b["goodput_mbps"], 1),
-            );
-        }
+    // A ride of one workload shows no empty table for the other.
+    let planned = |key: &str| {
+        ok_runs(s).any(|r| {
+            r[key]
+                .as_object()
+                .into_iter()
+                .flatten()
+                .any(|(_, b)| b["flows"].as_u64().is_some_and(|n| n > 0))
+        })
+    };
+    let uploads = planned("upload");
+    if planned("bulk") || !uploads {
+        ride_flows_table(o, s, "bulk", "Bulk downloads", &cap);
+    }
+    if uploads {
+        ride_flows_table(o, s, "upload", "Bulk uploads", &cap);
     }
 
     let budgets: Vec<(&str, &String, &Value)> = ok_runs(s)
@@ -516,6 +510,32 @@ fn ride_section(o: &mut String, name: &str, s: &Value) -> Result<()> {
     Ok(())
 }
 
+/// One ride's flows of `key` (`bulk`, `upload`) under `title`: per system and size the flows
+/// completed, the FCT, FCT ÷ oracle and goodput.
+fn ride_flows_table(o: &mut String, s: &Value, key: &str, title: &str, cap: &str) {
+    if !o.ends_with("\n\n") {
+        o.push('\n');
+    }
+    let _ = writeln!(o, "### {title}\n\n{cap}\n");
+    o.push_str("| system | size | completed | FCT, s | FCT ÷ oracle | goodput, Mbit/s |\n");
+    o.push_str("| --- | --- | --- | --- | --- | --- |\n");
+    for r in ok_runs(s) {
+        for (size, b) in by_size(&r[key]) {
+            let _ = writeln!(
+                o,
+                "| {} | {} | {}/{} | {} | {} | {} |",
+                str_or(&r["system"], "?"),
+                size_label(size),
+                b["completed"],
+                b["flows"],
+                median_ci(&b["fct_s"], 2),
+                median_ci(&b["fct_over_oracle"], 2),
+                median_ci(&b["goodput_mbps"], 1),
+            );
+        }
+    }
+}
+
 /// The downloads' time budgets (`### Time budget of downloads`), if any row has one: per
 /// system and size, the mean FCT − oracle and the mean of each part, ms. `rows` are (system,
 /// size in bytes, the size's `budget` summary).
@@ -576,31 +596,44 @@ pub fn pooled_page(pools: &[&(String, Value)]) -> Result<String> {
     for (name, p) in pools {
         let _ = writeln!(
             o,
-            "\n## {name}\n\nRides (trip seeds) {}, route seed {}, preset `{}`, {} mode.\n\n### Bulk downloads\n\n{}\n",
+            "\n## {name}\n\nRides (trip seeds) {}, route seed {}, preset `{}`, {} mode.",
             p["rides"],
             p["route_seed"],
             str_or(&p["preset"], "?"),
             str_or(&p["mode"], "?"),
-            pool_caption(p)
         );
-        o.push_str("| system | size | FCT ÷ oracle |\n| --- | --- | --- |\n");
-        for (sys, v) in p["systems"].as_object().into_iter().flatten() {
-            let mut sizes: Vec<(&String, &Value)> =
-                v["bulk"].as_object().into_iter().flatten().collect();
-            sizes.sort_by_key(|(k, _)| k.parse::<u64>().unwrap_or(u64::MAX));
-            for (size, b) in sizes {
-                let _ = writeln!(
-                    o,
-                    "| {sys} | {} | {} |",
-                    size_label(size),
-                    median_ci(&b["fct_over_oracle"], 2)
-                );
+        let systems: Vec<(&String, &Value)> =
+            p["systems"].as_object().into_iter().flatten().collect();
+        // A pool of one workload shows no empty table for the other.
+        let measured = |dir: &str| {
+            systems.iter().any(|(_, v)| {
+                v[dir]
+                    .as_object()
+                    .into_iter()
+                    .flatten()
+                    .any(|(_, b)| b["fct_over_oracle"]["n"].as_u64().is_some_and(|n| n > 0))
+            })
+        };
+        let (downloads, uploads) = (measured("bulk"), measured("upload"));
+        if downloads || !uploads {
+            let _ = writeln!(o, "\n### Bulk downloads\n\n{}\n", pool_caption(p));
+            o.push_str("| system | size | FCT ÷ oracle |\n| --- | --- | --- |\n");
+            for (sys, v) in &systems {
+                for (size, b) in by_size(&v["bulk"]) {
+                    let _ = writeln!(
+                        o,
+                        "| {sys} | {} | {} |",
+                        size_label(size),
+                        median_ci(&b["fct_over_oracle"], 2)
+                    );
+                }
             }
         }
-        let budgets: Vec<(&str, &String, &Value)> = p["systems"]
-            .as_object()
-            .into_iter()
-            .flatten()
+        if uploads {
+            upload_section(&mut o, p, &systems);
+        }
+        let budgets: Vec<(&str, &String, &Value)> = systems
+            .iter()
             .flat_map(|(sys, v)| {
                 v["bulk"]
                     .as_object()
@@ -612,6 +645,72 @@ pub fn pooled_page(pools: &[&(String, Value)]) -> Result<String> {
         budget_section(&mut o, &pool_caption(p), &budgets);
     }
     Ok(o)
+}
+
+/// The sizes of one system's `bulk` or `upload` object, ascending.
+fn by_size(per_size: &Value) -> Vec<(&String, &Value)> {
+    let mut sizes: Vec<(&String, &Value)> = per_size.as_object().into_iter().flatten().collect();
+    sizes.sort_by_key(|(k, _)| k.parse::<u64>().unwrap_or(u64::MAX));
+    sizes
+}
+
+/// A pool's uploads: per system and size the FCT ÷ oracle and, for each reference the pool
+/// compared against (kernel MPTCP, vanilla), the geometric mean of the per-flow goodput ratios
+/// with its 95% interval over rides.
+fn upload_section(o: &mut String, p: &Value, systems: &[(&String, &Value)]) {
+    let references: Vec<&str> = ["mptcp", "vanilla"]
+        .into_iter()
+        .filter(|r| {
+            let key = format!("goodput_ratio_vs_{r}");
+            systems.iter().any(|(_, v)| {
+                v["upload"]
+                    .as_object()
+                    .into_iter()
+                    .flatten()
+                    .any(|(_, b)| b[&key].is_object())
+            })
+        })
+        .collect();
+    let _ = writeln!(o, "\n### Bulk uploads\n\n{}\n", pool_caption(p));
+    if !references.is_empty() {
+        let _ = writeln!(
+            o,
+            "Goodput ÷ a reference: geometric mean of the per-flow ratios [95% interval over \
+             rides].\n"
+        );
+    }
+    o.push_str("| system | size | FCT ÷ oracle |");
+    for r in &references {
+        let _ = write!(o, " goodput ÷ {r} |");
+    }
+    o.push_str("\n| --- | --- | --- |");
+    o.push_str(&" --- |".repeat(references.len()));
+    o.push('\n');
+    for (sys, v) in systems {
+        for (size, b) in by_size(&v["upload"]) {
+            let _ = write!(
+                o,
+                "| {sys} | {} | {} |",
+                size_label(size),
+                median_ci(&b["fct_over_oracle"], 2)
+            );
+            for r in &references {
+                let g = &b[format!("goodput_ratio_vs_{r}")];
+                let cell = if g["geomean"].is_number() {
+                    format!(
+                        "{} [{}–{}]",
+                        n(&g["geomean"], 2),
+                        n(&g["geomean_ride_ci95"][0], 2),
+                        n(&g["geomean_ride_ci95"][1], 2)
+                    )
+                } else {
+                    "–".into()
+                };
+                let _ = write!(o, " {cell} |");
+            }
+            o.push('\n');
+        }
+    }
 }
 
 fn pool_caption(p: &Value) -> String {

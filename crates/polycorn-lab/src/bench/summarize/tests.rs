@@ -114,6 +114,68 @@ fn budgets_become_a_table_of_their_means() {
     );
 }
 
+/// A ride that also uploaded gets an uploads table after its downloads.
+#[test]
+fn a_ride_with_uploads_gets_an_uploads_table() {
+    let mut ride = fixture();
+    let s = |median: f64| json!({"n": 6, "median": median, "ci95": [median - 0.5, median + 0.5]});
+    ride["runs"][0]["upload"] = json!({"262144": {"flows": 6, "completed": 6, "fct_s": s(0.9),
+        "fct_over_oracle": s(1.9), "goodput_mbps": s(2.5)}});
+    let page = bench_page(&[&("t".to_string(), ride)]).unwrap();
+    let down = page.find("### Bulk downloads").expect("downloads table");
+    let up = page.find("\n\n### Bulk uploads").expect("uploads table");
+    assert!(down < up, "{page}");
+    assert!(
+        page.contains(
+            "| hrsch | 256 KB | 6/6 | 0.90 [0.40–1.40] | 1.90 [1.40–2.40] | 2.5 [2.0–3.0] |"
+        ),
+        "{page}"
+    );
+}
+
+/// A pool of uploads only shows its uploads, with the goodput ratio against the reference it
+/// was compared with, and no empty downloads table; a pool of downloads shows no uploads.
+#[test]
+fn a_pool_of_uploads_gets_an_uploads_table_and_no_empty_downloads_table() {
+    let fct =
+        |median: f64| json!({"n": 16, "median": median, "ci95": [median - 0.5, median + 0.5]});
+    let none = json!({"budget": null});
+    let pool = json!({
+        "kind": "pool", "rides": [140, 141], "route_seed": 1, "preset": "hsr", "mode": "full",
+        "command": "polycorn bench --workloads upload", "build": "abc1234",
+        "started": "2026-12-03T14:00:00Z",
+        "systems": {
+            "mptcp": {"bulk": {"1048576": none}, "im": {},
+                      "upload": {"1048576": {"flows": 16, "fct_over_oracle": fct(4.18)}}},
+            "polycorn": {"bulk": {"1048576": none}, "im": {},
+                         "upload": {"1048576": {"flows": 16, "fct_over_oracle": fct(1.75),
+                             "goodput_ratio_vs_mptcp": {"geomean": 1.923,
+                                 "geomean_ride_ci95": [1.321, 2.8]}}}},
+        },
+    });
+    let pools = [("up".to_string(), pool)];
+    let page = pooled_page(&pools.iter().collect::<Vec<_>>()).unwrap();
+    assert!(!page.contains("### Bulk downloads"), "{page}");
+    assert!(page.contains("### Bulk uploads"), "{page}");
+    assert!(
+        page.contains(
+            "| system | size | FCT ÷ oracle | goodput ÷ mptcp |\n| --- | --- | --- | --- |\n\
+             | mptcp | 1 MB | 4.18 [3.68–4.68] | – |\n\
+             | polycorn | 1 MB | 1.75 [1.25–2.25] | 1.92 [1.32–2.80] |\n"
+        ),
+        "{page}"
+    );
+    let mut downloads = pools[0].1.clone();
+    for sys in ["mptcp", "polycorn"] {
+        let sys = downloads["systems"][sys].as_object_mut().unwrap();
+        sys.remove("upload");
+        sys["bulk"]["1048576"]["fct_over_oracle"] = fct(2.0);
+    }
+    let page = pooled_page(&[&("down".to_string(), downloads)]).unwrap();
+    assert!(page.contains("### Bulk downloads"), "{page}");
+    assert!(!page.contains("uploads"), "{page}");
+}
+
 #[test]
 fn compact_drops_the_raw_samples_and_keeps_the_summaries() {
     let full = json!({
